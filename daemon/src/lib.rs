@@ -1,0 +1,12 @@
+//! The appduct daemon: one long-lived process per user and state directory that holds app
+//! sessions, and the one typed control client the CLI and the MCP bridge use to reach it.
+//! Module map: `ARCHITECTURE.md`; specification: `shared/spec/01-architecture.md` §3.4.
+
+pub mod address;
+pub mod config;
+pub mod envflag;
+pub mod pidfile;
+pub mod seams;
+pub mod spawn_lock;
+pub mod state_dir;
+pub mod tls;

@@ -1,0 +1,1 @@
+//! (filled by the foundation issue)

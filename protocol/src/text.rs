@@ -1,0 +1,101 @@
+//! Shared value rules of the wire: string lengths in UTF-16 code units and JSON integers
+//! (02 §1). Every bound in frames and descriptors goes through these helpers so the Rust and
+//! TypeScript implementations count identically.
+
+use serde_json::Value;
+
+use crate::limits::MAX_SAFE_INTEGER;
+
+/// Length of a wire string: its number of UTF-16 code units (02 §1).
+pub fn utf16_len(s: &str) -> usize {
+    s.chars().map(char::len_utf16).sum()
+}
+
+/// True when `s` has between `min` and `max` UTF-16 code units, inclusive.
+pub fn utf16_len_within(s: &str, min: usize, max: usize) -> bool {
+    // Cheap exits first: every char is 1 or 2 units and 1..=4 bytes.
+    if s.len() < min || s.len() / 4 > max {
+        return false;
+    }
+    let len = utf16_len(s);
+    (min..=max).contains(&len)
+}
+
+/// Reads a JSON number as a wire "integer": integral and within ±(2^53 − 1), however it is
+/// spelled (`5000`, `5000.0` and `5e3` are the same integer). Anything else is `None`.
+pub fn as_integer(v: &Value) -> Option<i64> {
+    let n = match v {
+        Value::Number(n) => n,
+        _ => return None,
+    };
+    if let Some(i) = n.as_i64() {
+        return (i.unsigned_abs() <= MAX_SAFE_INTEGER).then_some(i);
+    }
+    if n.as_u64().is_some() {
+        // Above i64::MAX, so above 2^53 − 1.
+        return None;
+    }
+    let f = n.as_f64()?;
+    if !f.is_finite() || f.fract() != 0.0 || f.abs() > MAX_SAFE_INTEGER as f64 {
+        return None;
+    }
+    // In range and integral, so the conversion is exact.
+    Some(f as i64)
+}
+
+/// Reads a JSON number as a finite `f64` (every serde_json number is finite, but a number
+/// decoded from text with `arbitrary_precision` off may still overflow to infinity).
+pub fn as_finite(v: &Value) -> Option<f64> {
+    v.as_f64().filter(|f| f.is_finite())
+}
+
+/// Cuts `s` to at most `max` UTF-16 code units, never inside a surrogate pair (02 §16.7).
+pub fn truncate_utf16(s: &str, max: usize) -> &str {
+    let mut units = 0;
+    for (idx, ch) in s.char_indices() {
+        let w = ch.len_utf16();
+        if units + w > max {
+            return &s[..idx];
+        }
+        units += w;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn utf16_counts_astral_characters_as_two_units() {
+        assert_eq!(utf16_len("abc"), 3);
+        assert_eq!(utf16_len("é"), 1);
+        assert_eq!(utf16_len("😀"), 2);
+        assert!(utf16_len_within("😀", 1, 2));
+        assert!(!utf16_len_within("😀😀", 1, 3));
+        assert!(!utf16_len_within("", 1, 3));
+    }
+
+    #[test]
+    fn integers_accept_every_spelling_of_an_integral_value() {
+        let parse = |s: &str| as_integer(&serde_json::from_str::<Value>(s).unwrap_or(Value::Null));
+        assert_eq!(parse("5000"), Some(5000));
+        assert_eq!(parse("5000.0"), Some(5000));
+        assert_eq!(parse("5e3"), Some(5000));
+        assert_eq!(parse("-7"), Some(-7));
+        assert_eq!(parse("1.5"), None);
+        assert_eq!(parse("9007199254740991"), Some(9_007_199_254_740_991));
+        assert_eq!(parse("9007199254740992"), None);
+        assert_eq!(parse("18446744073709551615"), None);
+        assert_eq!(as_integer(&json!("5")), None);
+        assert_eq!(as_integer(&Value::Null), None);
+    }
+
+    #[test]
+    fn truncation_never_splits_a_surrogate_pair() {
+        assert_eq!(truncate_utf16("ab😀c", 3), "ab");
+        assert_eq!(truncate_utf16("ab😀c", 4), "ab😀");
+        assert_eq!(truncate_utf16("abc", 10), "abc");
+    }
+}
