@@ -149,17 +149,8 @@ pub struct ParsedLink {
     pub payload: String,
     pub decoded: BootstrapPayload,
     /// The decoded `pin` value when it matches `^sha256/[A-Za-z0-9+/]{43}=$`; anything else is
-    /// treated as absent (02 §5.2). Only the pattern is checked, as the vectors require: a pin
-    /// whose last character has non-zero unused bits is kept (it can never equal a computed pin,
-    /// so it fails the pin comparison), which [`SpkiPin::parse`] would refuse.
-    pub pin: Option<String>,
-}
-
-impl ParsedLink {
-    /// The pin as an [`SpkiPin`], when it is also canonical.
-    pub fn spki_pin(&self) -> Option<SpkiPin> {
-        self.pin.as_deref().and_then(|p| SpkiPin::parse(p).ok())
-    }
+    /// treated as absent (02 §5.2).
+    pub pin: Option<SpkiPin>,
 }
 
 impl std::fmt::Debug for ParsedLink {
@@ -288,23 +279,11 @@ fn read_params(component: &str) -> Result<Params, LinkError> {
 fn finish(params: Params) -> Result<ParsedLink, LinkError> {
     let payload = params.payload.ok_or(LinkError::MissingPayload)?;
     let decoded = bootstrap::decode(&payload).map_err(LinkError::InvalidPayload)?;
-    let pin = params.pin.filter(|p| is_link_pin(p));
+    let pin = params.pin.and_then(|p| SpkiPin::parse(&p).ok());
     Ok(ParsedLink {
         payload,
         decoded,
         pin,
-    })
-}
-
-/// `^sha256/[A-Za-z0-9+/]{43}=$`, the link-pin shape of 02 §5.2.
-fn is_link_pin(s: &str) -> bool {
-    s.strip_prefix("sha256/").is_some_and(|b64| {
-        let b = b64.as_bytes();
-        b.len() == 44
-            && b[43] == b'='
-            && b[..43]
-                .iter()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/'))
     })
 }
 
@@ -370,8 +349,8 @@ mod tests {
         SpkiPin::parse(PIN).unwrap()
     }
 
-    fn pin_text() -> Option<String> {
-        Some(PIN.to_owned())
+    fn pin_text() -> Option<SpkiPin> {
+        Some(pin())
     }
 
     #[test]
@@ -498,8 +477,7 @@ mod tests {
     fn parses_the_spec_example() {
         let parsed = parse(EXAMPLE_LINK).unwrap();
         assert_eq!(parsed.payload, PAYLOAD);
-        assert_eq!(parsed.pin, pin_text());
-        assert_eq!(parsed.spki_pin(), Some(pin()));
+        assert_eq!(parsed.pin, Some(pin()));
         assert_eq!(parsed.decoded.port, 8443);
         assert_eq!(parsed.decoded.session_id, "Qm9vdHN0cmFwSWQx");
     }
@@ -547,11 +525,10 @@ mod tests {
 
     #[test]
     fn pin_shape_is_checked_by_pattern_only() {
-        // The last 'B' has non-zero unused bits: kept as the vectors require, but not an SpkiPin.
+        // The last 'B' has non-zero unused bits: kept, as the pattern and the vectors require.
         let odd = format!("sha256/{}=", "B".repeat(43));
         let parsed = parse(&format!("myapp:///?appduct={PAYLOAD}&pin={odd}")).unwrap();
-        assert_eq!(parsed.pin.as_deref(), Some(odd.as_str()));
-        assert_eq!(parsed.spki_pin(), None);
+        assert_eq!(parsed.pin.as_ref().map(SpkiPin::as_str), Some(odd.as_str()));
     }
 
     #[test]

@@ -31,7 +31,10 @@ fn bootstrap_links() {
                 )
             },
         );
-        let got_pin = parsed.as_ref().ok().and_then(|p| p.pin.as_deref());
+        let got_pin = parsed
+            .as_ref()
+            .ok()
+            .and_then(|p| p.pin.as_ref().map(|p| p.as_str()));
         report.check(&name, parsed.is_ok() && got_pin == want_pin, || {
             format!("pin: expected {want_pin:?}, got {got_pin:?}")
         });
