@@ -8,7 +8,7 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
-use crate::errors::ErrorType;
+use crate::errors::{ErrorType, ToolErrorType};
 use crate::text::as_integer;
 
 /// The only `jsonrpc` value accepted or sent.
@@ -193,8 +193,9 @@ pub struct ErrorData {
     #[serde(rename = "callId", default, skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
     /// An object on the control socket; app `tool_error` details pass through verbatim.
+    /// Boxed so `Result<_, ErrorObject>` stays small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub details: Option<Value>,
+    pub details: Option<Box<Value>>,
 }
 
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
@@ -222,6 +223,17 @@ impl ErrorObject {
     /// `internal_error`).
     pub fn application(error_type: ErrorType, message: impl Into<String>) -> Self {
         Self::new(error_type.default_code(), error_type, message)
+    }
+
+    /// An app's `tool_error` passed through verbatim (03 §5.3): its type, message and details.
+    pub fn app_tool_error(
+        error_type: ToolErrorType,
+        message: impl Into<String>,
+        details: Option<Value>,
+    ) -> Self {
+        let mut e = Self::application(error_type.into(), message);
+        e.data.details = details.map(Box::new);
+        e
     }
 
     /// `-32700`: the line is not UTF-8 or not JSON.
@@ -276,8 +288,13 @@ impl ErrorObject {
     }
 
     pub fn with_details(mut self, details: Value) -> Self {
-        self.data.details = Some(details);
+        self.data.details = Some(Box::new(details));
         self
+    }
+
+    /// `data.details`, when present.
+    pub fn details(&self) -> Option<&Value> {
+        self.data.details.as_deref()
     }
 
     pub fn with_call_id(mut self, call_id: impl Into<String>) -> Self {
@@ -429,7 +446,9 @@ pub struct Overflow {
     pub cap: usize,
 }
 
-/// I/O-free line framer: push received bytes, pop complete lines.
+/// I/O-free line framer: push received bytes, pop complete lines. The daemon uses
+/// [`crate::limits::CONTROL_LINE_CAP_BYTES`] (tests may lower it); clients must allow at least
+/// [`crate::limits::CLIENT_MIN_LINE_BYTES`] (`usize::MAX` for no cap).
 ///
 /// A `\r` right before `\n` is stripped; empty lines are skipped; a line whose content is longer
 /// than `cap` bytes is an [`Overflow`] as soon as more than `cap` unterminated bytes are
@@ -492,7 +511,9 @@ impl LineBuffer {
                 self.scanned = self.buf.len();
                 let tail = &self.buf[self.start..];
                 // A trailing `\r` may still turn out to be part of the terminator.
-                let allowed = self.cap + usize::from(tail.last() == Some(&b'\r'));
+                let allowed = self
+                    .cap
+                    .saturating_add(usize::from(tail.last() == Some(&b'\r')));
                 if tail.len() > allowed {
                     self.failed = true;
                     continue;
@@ -649,9 +670,36 @@ mod tests {
         );
         let m = ErrorObject::method_not_found("web.attach");
         assert_eq!(m.code, -32601);
-        assert_eq!(m.data.details, Some(json!({"method": "web.attach"})));
+        assert_eq!(m.details(), Some(&json!({"method": "web.attach"})));
         let d = ErrorObject::duplicate_id(&RequestId::Number(1));
-        assert_eq!(d.data.details, Some(json!({"reason": "duplicate_id"})));
+        assert_eq!(d.details(), Some(&json!({"reason": "duplicate_id"})));
+    }
+
+    #[test]
+    fn app_tool_errors_pass_through_verbatim() {
+        let e = ErrorObject::app_tool_error(
+            ToolErrorType::ToolExecutionError,
+            "Cart service unavailable",
+            Some(json!({"name": "HttpError"})),
+        )
+        .with_call_id("call_Yx1Q9m0v3w6Hk2a8Jd4cFQ");
+        assert_eq!(
+            serde_json::to_value(&e).ok(),
+            Some(
+                json!({"code": -32000, "message": "Cart service unavailable", "data": {
+                "type": "tool_execution_error", "callId": "call_Yx1Q9m0v3w6Hk2a8Jd4cFQ",
+                "details": {"name": "HttpError"}}})
+            )
+        );
+    }
+
+    #[test]
+    fn uncapped_framer_does_not_overflow_arithmetic() {
+        let mut buf = LineBuffer::new(usize::MAX);
+        buf.push(b"partial\r");
+        assert_eq!(buf.next_line(), None);
+        buf.push(b"\n");
+        assert_eq!(buf.next_line(), Some(Ok(b"partial".to_vec())));
     }
 
     #[test]
