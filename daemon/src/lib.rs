@@ -3,7 +3,9 @@
 //! Module map: `ARCHITECTURE.md`; specification: `shared/spec/01-architecture.md` §3.4.
 
 pub mod address;
+pub mod client;
 pub mod config;
+pub mod control_server;
 pub mod device_socket;
 pub mod envflag;
 pub mod listener;
