@@ -58,9 +58,9 @@ impl DescriptorError {
     pub fn field(&self) -> &'static str {
         match self {
             Self::NotAnObject { .. } => "",
-            Self::Missing { field } | Self::WrongType { field, .. } | Self::Length { field, .. } => {
-                field
-            }
+            Self::Missing { field }
+            | Self::WrongType { field, .. }
+            | Self::Length { field, .. } => field,
             Self::NamePattern => "name",
             Self::GroupPattern => "group",
             Self::UnknownAnnotation { .. } | Self::AnnotationNotBoolean { .. } => "annotations",
@@ -308,8 +308,9 @@ pub(crate) fn json_kind(v: &Value) -> &'static str {
 }
 
 fn as_object(v: &Value) -> Result<&Map<String, Value>, DescriptorError> {
-    v.as_object()
-        .ok_or(DescriptorError::NotAnObject { found: json_kind(v) })
+    v.as_object().ok_or(DescriptorError::NotAnObject {
+        found: json_kind(v),
+    })
 }
 
 fn required_str<'a>(
@@ -525,11 +526,14 @@ mod tests {
             600_000
         );
         assert_eq!(timed(json!(3000)).unwrap().effective_timeout_ms(), 3000);
-        for bad in [json!(0), json!(-1), json!(1.5), json!("60000"), json!(1e300)] {
-            assert_eq!(
-                timed(bad),
-                Err(DescriptorError::TimeoutNotPositiveInteger)
-            );
+        for bad in [
+            json!(0),
+            json!(-1),
+            json!(1.5),
+            json!("60000"),
+            json!(1e300),
+        ] {
+            assert_eq!(timed(bad), Err(DescriptorError::TimeoutNotPositiveInteger));
         }
         let untimed = tool(json!({"name": "t", "description": "x", "timeoutMs": -1})).unwrap();
         assert_eq!(untimed.timeout_ms, None);
@@ -587,7 +591,9 @@ mod tests {
                    "payload_schema": {"type": "object"}})
         );
         assert_eq!(
-            ev(json!({"name": "", "description": "x"})).unwrap_err().field(),
+            ev(json!({"name": "", "description": "x"}))
+                .unwrap_err()
+                .field(),
             "name"
         );
         assert_eq!(
@@ -609,7 +615,9 @@ mod tests {
             serde_json::to_string(&d).unwrap(),
             r#"{"name":"t","description":"x","timeout_ms":2000}"#
         );
-        assert!(serde_json::from_str::<ToolDescriptor>(r#"{"name":"t t","description":"x"}"#).is_err());
+        assert!(
+            serde_json::from_str::<ToolDescriptor>(r#"{"name":"t t","description":"x"}"#).is_err()
+        );
         assert!(serde_json::from_str::<EventDescriptor>(r#"{"name":"e"}"#).is_err());
         assert!(serde_json::from_str::<Annotations>(r#"{"readOnlyHint":null}"#).is_err());
     }

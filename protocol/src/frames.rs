@@ -13,8 +13,7 @@ use serde_json::{Map, Number, Value};
 
 use crate::close::CloseReason;
 use crate::descriptor::{
-    EventDescriptor, ToolDescriptor, json_kind, validate_event_descriptor,
-    validate_tool_descriptor,
+    EventDescriptor, ToolDescriptor, json_kind, validate_event_descriptor, validate_tool_descriptor,
 };
 use crate::limits::{
     MAX_DEVICE_FIELD_LEN, MAX_FREE_TEXT_LEN, MAX_IDENTIFIER_LEN, MAX_MESSAGE_BYTES,
@@ -247,6 +246,9 @@ pub struct ToolRegistrySnapshot {
 }
 
 /// One change of a tool registry delta.
+// Frames are short-lived and decoded one at a time; boxing the descriptor would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolDelta {
     Upsert(ToolDescriptor),
@@ -734,7 +736,8 @@ fn registry_entries<T>(
     let mut out = Vec::with_capacity(items.len());
     let mut seen = HashSet::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let entry = validate(item).map_err(|e| FieldError::new(format!("{field}[{i}]"), e.to_string()))?;
+        let entry =
+            validate(item).map_err(|e| FieldError::new(format!("{field}[{i}]"), e.to_string()))?;
         if !seen.insert(name_of(&entry).to_owned()) {
             return Err(FieldError::new(
                 format!("{field}[{i}].name"),
@@ -771,9 +774,12 @@ fn delta_operation(m: &Map<String, Value>) -> Guarded<Operation> {
 
 fn guard_tool_snapshot(m: &Map<String, Value>) -> Guarded<AppFrame> {
     let session_id = identifier(m, "session_id")?;
-    let tools = registry_entries(m, "tools", validate_tool_descriptor, |t: &ToolDescriptor| {
-        &t.name
-    })?;
+    let tools = registry_entries(
+        m,
+        "tools",
+        validate_tool_descriptor,
+        |t: &ToolDescriptor| &t.name,
+    )?;
     Ok(AppFrame::ToolRegistrySnapshot(ToolRegistrySnapshot {
         session_id,
         tools,
@@ -1458,7 +1464,8 @@ mod tests {
         assert_eq!(s.tools.len(), 2);
         assert!(s.tools[1].is_destructive());
         assert_eq!(snap.to_value(), parsed(TOOL_SNAPSHOT));
-        let empty = acked(json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": []}));
+        let empty =
+            acked(json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": []}));
         assert!(empty.is_ok());
 
         let remove = r#"{"type":"tool_registry_delta","session_id":"Qm9vdHN0cmFwSWQx","operation":"remove","name":"clear_cart"}"#;
@@ -1476,10 +1483,15 @@ mod tests {
 
     #[test]
     fn bad_registry_frames_are_invalid_registry() {
-        let at_cap: Vec<Value> = (0..MAX_REGISTRY_ENTRIES).map(|i| tool(&format!("t{i}"))).collect();
+        let at_cap: Vec<Value> = (0..MAX_REGISTRY_ENTRIES)
+            .map(|i| tool(&format!("t{i}")))
+            .collect();
         let mut over_cap = at_cap.clone();
         over_cap.push(tool("one_more"));
-        assert!(acked(json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": at_cap})).is_ok());
+        assert!(
+            acked(json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": at_cap}))
+                .is_ok()
+        );
         let snapshot = |tools: Value| json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": tools});
         let bad = [
             snapshot(json!(over_cap)),
@@ -1507,7 +1519,11 @@ mod tests {
             assert_eq!(r.reason, CloseReason::InvalidRegistry, "{v}: {}", r.detail);
         }
         let r = acked(snapshot(json!([tool("a"), tool("b"), {"name": "c"}]))).unwrap_err();
-        assert!(r.detail.contains("tools[2]") && r.detail.contains("description"), "{}", r.detail);
+        assert!(
+            r.detail.contains("tools[2]") && r.detail.contains("description"),
+            "{}",
+            r.detail
+        );
     }
 
     #[test]
@@ -1578,18 +1594,42 @@ mod tests {
         let bad = [
             base("tool_result"),
             with(base("tool_result"), "id", json!("")),
-            with(with(base("tool_result"), "result", json!(1)), "id", json!("i".repeat(129))),
+            with(
+                with(base("tool_result"), "result", json!(1)),
+                "id",
+                json!("i".repeat(129)),
+            ),
             base("tool_error"),
             with(base("tool_error"), "error", json!("boom")),
-            with(base("tool_error"), "error", err(json!("execution_error"), json!("m"))),
-            with(base("tool_error"), "error", err(json!("session_suspended"), json!("m"))),
-            with(base("tool_error"), "error", err(json!("tool_timeout"), Value::Null)),
-            with(base("tool_error"), "error", err(json!("tool_timeout"), json!("m".repeat(4097)))),
+            with(
+                base("tool_error"),
+                "error",
+                err(json!("execution_error"), json!("m")),
+            ),
+            with(
+                base("tool_error"),
+                "error",
+                err(json!("session_suspended"), json!("m")),
+            ),
+            with(
+                base("tool_error"),
+                "error",
+                err(json!("tool_timeout"), Value::Null),
+            ),
+            with(
+                base("tool_error"),
+                "error",
+                err(json!("tool_timeout"), json!("m".repeat(4097))),
+            ),
             with(base("tool_error"), "error", json!({"message": "m"})),
             with(base("tool_call_progress"), "progress", json!("0.5")),
             with(base("tool_call_progress"), "progress", Value::Null),
             with(base("tool_call_progress"), "message", json!(1)),
-            with(base("tool_call_progress"), "message", json!("m".repeat(4097))),
+            with(
+                base("tool_call_progress"),
+                "message",
+                json!("m".repeat(4097)),
+            ),
             json!({"type": "tool_call_progress", "session_id": SID}),
             with(event.clone(), "ts", json!(-1)),
             with(event.clone(), "ts", json!("1")),
@@ -1635,9 +1675,7 @@ mod tests {
 
     #[test]
     fn the_app_side_decoder_is_lenient_where_the_spec_says() {
-        let call = |args: Value| {
-            json!({"type": "tool_call", "session_id": SID, "id": "c", "name": "t", "args": args, "x": 1})
-        };
+        let call = |args: Value| json!({"type": "tool_call", "session_id": SID, "id": "c", "name": "t", "args": args, "x": 1});
         for args in [json!([1]), json!("a"), Value::Null] {
             let Some(DaemonFrame::ToolCall(c)) = decode_daemon_value(&call(args)).unwrap() else {
                 panic!("not a call");
