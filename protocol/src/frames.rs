@@ -1,1 +1,1734 @@
-//! (filled by the foundation issue)
+//! Device frames (02 §9): typed frames in both directions, their encoders, the daemon's
+//! decoder with the validation order of 02 §9.5, and the lenient app-side decoder of §9.4.
+//!
+//! Everything here is a pure function of one message's text (and, for the daemon, the
+//! connection phase); sockets, timers and session state live in the daemon and the SDK.
+
+use std::borrow::Cow;
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Number, Value};
+
+use crate::close::CloseReason;
+use crate::descriptor::{
+    EventDescriptor, ToolDescriptor, json_kind, validate_event_descriptor, validate_tool_descriptor,
+};
+use crate::limits::{
+    MAX_DEVICE_FIELD_LEN, MAX_FREE_TEXT_LEN, MAX_IDENTIFIER_LEN, MAX_MESSAGE_BYTES,
+    MAX_REGISTRY_ENTRIES, MIN_IDENTIFIER_LEN,
+};
+use crate::text::{as_finite, as_integer, truncate_utf16, utf16_len, utf16_len_within};
+
+/// The only `protocol_version` of claims and resumes (02 §9.3).
+pub const PROTOCOL_VERSION: i64 = 2;
+
+// ---------------------------------------------------------------------------------------------
+// Frame size
+// ---------------------------------------------------------------------------------------------
+
+/// A frame over the 262144-byte limit that a sender refused to send (02 §16.7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the frame is {bytes} bytes; the frame limit is {limit} bytes")]
+pub struct FrameTooLarge {
+    /// UTF-8 bytes of the encoded frame.
+    pub bytes: usize,
+    /// Always [`MAX_MESSAGE_BYTES`].
+    pub limit: usize,
+}
+
+/// The sender-side check every outgoing frame passes before it is written (02 §8, §16.7).
+pub fn check_outgoing_size(text: &str) -> Result<(), FrameTooLarge> {
+    if text.len() > MAX_MESSAGE_BYTES {
+        return Err(FrameTooLarge {
+            bytes: text.len(),
+            limit: MAX_MESSAGE_BYTES,
+        });
+    }
+    Ok(())
+}
+
+/// The receiver-side size check of 02 §9.5 step 1, for a transport that measures a message
+/// before it has the whole text (reassembled fragments). [`decode_app_message`] applies it too.
+pub fn check_incoming_size(bytes: usize) -> Result<(), Rejection> {
+    if bytes > MAX_MESSAGE_BYTES {
+        return Err(Rejection::new(
+            CloseReason::MessageTooBig,
+            format!("message of {bytes} bytes is over the {MAX_MESSAGE_BYTES}-byte limit"),
+        ));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lone surrogates
+// ---------------------------------------------------------------------------------------------
+
+/// Rewrites every `\uXXXX` escape of an unpaired UTF-16 surrogate to `\uFFFD` (02 §8).
+///
+/// JavaScript emits such escapes when it stringifies a string cut inside a surrogate pair; they
+/// are valid JSON but serde_json refuses them. U+FFFD is one UTF-16 unit, like the surrogate, so
+/// every length bound reads the same. Paired escapes, escaped backslashes (`\\ud800` is the
+/// literal text `\ud800`) and every other byte are left alone, so valid JSON keeps its meaning
+/// and invalid JSON stays invalid. Returns the input unchanged (borrowed) when nothing matched.
+pub fn sanitize_lone_surrogates(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let mut out: Option<String> = None;
+    // Bytes of `text` already copied into `out`.
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] != b'\\' {
+            i += 1;
+            continue;
+        }
+        match surrogate_escape_at(bytes, i) {
+            // `\` and the character it escapes; skipping both keeps `\\` from starting an escape.
+            None => i += 2,
+            Some(Surrogate::High) if surrogate_escape_at(bytes, i + 6) == Some(Surrogate::Low) => {
+                i += 12;
+            }
+            Some(_) => {
+                // Every index here sits on an ASCII byte, so these are char boundaries.
+                let buf = out.get_or_insert_with(|| String::with_capacity(text.len()));
+                buf.push_str(&text[copied..i]);
+                buf.push_str("\\uFFFD");
+                i += 6;
+                copied = i;
+            }
+        }
+    }
+    match out {
+        None => Cow::Borrowed(text),
+        Some(mut buf) => {
+            buf.push_str(&text[copied..]);
+            Cow::Owned(buf)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Surrogate {
+    High,
+    Low,
+}
+
+/// Classifies a `\uXXXX` escape starting at `i` when it encodes a surrogate.
+fn surrogate_escape_at(bytes: &[u8], i: usize) -> Option<Surrogate> {
+    let esc = bytes.get(i..i + 6)?;
+    if esc[0] != b'\\' || esc[1] != b'u' {
+        return None;
+    }
+    let mut unit: u32 = 0;
+    for &b in &esc[2..] {
+        unit = unit * 16 + char::from(b).to_digit(16)?;
+    }
+    match unit {
+        0xD800..=0xDBFF => Some(Surrogate::High),
+        0xDC00..=0xDFFF => Some(Surrogate::Low),
+        _ => None,
+    }
+}
+
+/// Parses one message as a JSON object, reading lone surrogates as U+FFFD.
+fn parse_object(text: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str::<Value>(&sanitize_lone_surrogates(text)) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(format!(
+            "the top level must be a JSON object, not {}",
+            json_kind(&other)
+        )),
+        Err(e) => Err(format!("not JSON: {e}")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Frame types
+// ---------------------------------------------------------------------------------------------
+
+/// The seven error types a `tool_error` may carry (02 §9.3). They travel verbatim to callers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorType {
+    ToolNotFound,
+    ToolInputValidationError,
+    ToolOutputValidationError,
+    ToolExecutionError,
+    ToolSerializationError,
+    ToolTimeout,
+    ToolCancelled,
+}
+
+impl ToolErrorType {
+    pub const ALL: [Self; 7] = [
+        Self::ToolNotFound,
+        Self::ToolInputValidationError,
+        Self::ToolOutputValidationError,
+        Self::ToolExecutionError,
+        Self::ToolSerializationError,
+        Self::ToolTimeout,
+        Self::ToolCancelled,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::ToolNotFound => "tool_not_found",
+            Self::ToolInputValidationError => "tool_input_validation_error",
+            Self::ToolOutputValidationError => "tool_output_validation_error",
+            Self::ToolExecutionError => "tool_execution_error",
+            Self::ToolSerializationError => "tool_serialization_error",
+            Self::ToolTimeout => "tool_timeout",
+            Self::ToolCancelled => "tool_cancelled",
+        }
+    }
+
+    pub fn from_wire(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s)
+    }
+}
+
+impl fmt::Display for ToolErrorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The optional device fields of a claim (02 §9.3), each at most 256 UTF-16 code units.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub manufacturer: Option<String>,
+    pub model: Option<String>,
+    pub os: Option<String>,
+}
+
+/// `session_claim`: the first frame on a socket, with a link's token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionClaim {
+    pub session_id: String,
+    /// base64url of the link's 32 token bytes, compared by the daemon (02 §12).
+    pub token: String,
+    pub device: DeviceInfo,
+}
+
+/// `session_resume`: the first frame on a socket, with the latest resume token.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionResume {
+    pub session_id: String,
+    pub resume_token: String,
+}
+
+// Tokens never reach logs (02 §12), so these frames print without them.
+impl fmt::Debug for SessionClaim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionClaim")
+            .field("session_id", &self.session_id)
+            .field("token", &"<redacted>")
+            .field("device", &self.device)
+            .finish()
+    }
+}
+
+impl fmt::Debug for SessionResume {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionResume")
+            .field("session_id", &self.session_id)
+            .field("resume_token", &"<redacted>")
+            .finish()
+    }
+}
+
+/// `tool_registry_snapshot`: replaces the tool registry. Names are unique, at most 2048 tools.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRegistrySnapshot {
+    pub session_id: String,
+    pub tools: Vec<ToolDescriptor>,
+}
+
+/// One change of a tool registry delta.
+// Frames are short-lived and decoded one at a time; boxing the descriptor would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolDelta {
+    Upsert(ToolDescriptor),
+    Remove { name: String },
+}
+
+/// `tool_registry_delta`: a tool added or replaced, or removed by name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRegistryDelta {
+    pub session_id: String,
+    pub change: ToolDelta,
+}
+
+/// `event_registry_snapshot`: replaces the event registry. Names are unique, at most 2048 events.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRegistrySnapshot {
+    pub session_id: String,
+    pub events: Vec<EventDescriptor>,
+}
+
+/// One change of an event registry delta.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventDelta {
+    Upsert(EventDescriptor),
+    Remove { name: String },
+}
+
+/// `event_registry_delta`: an event declared or withdrawn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRegistryDelta {
+    pub session_id: String,
+    pub change: EventDelta,
+}
+
+/// `tool_result`: the successful reply to a call. `result` may be `null`; the key is always sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub session_id: String,
+    pub id: String,
+    pub result: Value,
+}
+
+/// The `error` object of a `tool_error`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolErrorBody {
+    pub error_type: ToolErrorType,
+    /// At most 4096 UTF-16 code units.
+    pub message: String,
+    /// Any JSON value; `Some(Value::Null)` is an explicit `null`, `None` an absent key.
+    pub details: Option<Value>,
+}
+
+/// `tool_error`: the failed reply to a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolError {
+    pub session_id: String,
+    pub id: String,
+    pub error: ToolErrorBody,
+}
+
+/// `tool_call_progress`: best-effort progress of a call in flight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCallProgress {
+    pub session_id: String,
+    pub id: String,
+    /// A finite number, kept as received (integer or not).
+    pub progress: Option<Number>,
+    pub message: Option<String>,
+}
+
+/// `event`: app telemetry outside calls.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventFrame {
+    pub session_id: String,
+    /// 1..=4096 UTF-16 code units, any characters.
+    pub name: String,
+    /// Any JSON value; `Some(Value::Null)` is an explicit `null`, `None` an absent key.
+    pub payload: Option<Value>,
+    /// Unix milliseconds, a finite number ≥ 0 kept as received.
+    pub ts: Number,
+}
+
+/// Every app → daemon frame (02 §9.3).
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppFrame {
+    SessionClaim(SessionClaim),
+    SessionResume(SessionResume),
+    ToolRegistrySnapshot(ToolRegistrySnapshot),
+    ToolRegistryDelta(ToolRegistryDelta),
+    EventRegistrySnapshot(EventRegistrySnapshot),
+    EventRegistryDelta(EventRegistryDelta),
+    ToolResult(ToolResult),
+    ToolError(ToolError),
+    ToolCallProgress(ToolCallProgress),
+    Event(EventFrame),
+}
+
+/// `session_ack`: the daemon's reply to a valid claim or resume (02 §9.4).
+#[derive(Clone, PartialEq, Eq)]
+pub struct SessionAck {
+    pub session_id: String,
+    pub alias: String,
+    pub resume_token: String,
+    pub keepalive_interval_s: u64,
+    pub grace_s: u64,
+    /// Written as `"event_registry": true` when set, omitted otherwise (it is never `false`).
+    pub event_registry: bool,
+}
+
+impl fmt::Debug for SessionAck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionAck")
+            .field("session_id", &self.session_id)
+            .field("alias", &self.alias)
+            .field("resume_token", &"<redacted>")
+            .field("keepalive_interval_s", &self.keepalive_interval_s)
+            .field("grace_s", &self.grace_s)
+            .field("event_registry", &self.event_registry)
+            .finish()
+    }
+}
+
+/// `tool_call`: invoke a registered tool. `id` is the daemon-minted wire id.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub session_id: String,
+    pub id: String,
+    pub name: String,
+    pub args: Map<String, Value>,
+}
+
+/// `tool_cancel`: ask the app to abandon a call in flight.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCancel {
+    pub session_id: String,
+    pub id: String,
+    pub reason: String,
+}
+
+/// Every daemon → app frame (02 §9.4).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DaemonFrame {
+    SessionAck(SessionAck),
+    ToolCall(ToolCall),
+    ToolCancel(ToolCancel),
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encoders
+// ---------------------------------------------------------------------------------------------
+
+/// A frame object with its `type` and `session_id`, the two keys every frame starts with.
+fn frame_head(ty: &str, session_id: &str) -> Map<String, Value> {
+    let mut map = Map::new();
+    map.insert("type".into(), Value::from(ty));
+    map.insert("session_id".into(), Value::from(session_id));
+    map
+}
+
+fn put(map: &mut Map<String, Value>, key: &str, value: impl Into<Value>) {
+    map.insert(key.to_owned(), value.into());
+}
+
+fn put_opt<T: Into<Value> + Clone>(map: &mut Map<String, Value>, key: &str, value: &Option<T>) {
+    if let Some(v) = value {
+        map.insert(key.to_owned(), v.clone().into());
+    }
+}
+
+impl AppFrame {
+    /// The wire `type`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::SessionClaim(_) => "session_claim",
+            Self::SessionResume(_) => "session_resume",
+            Self::ToolRegistrySnapshot(_) => "tool_registry_snapshot",
+            Self::ToolRegistryDelta(_) => "tool_registry_delta",
+            Self::EventRegistrySnapshot(_) => "event_registry_snapshot",
+            Self::EventRegistryDelta(_) => "event_registry_delta",
+            Self::ToolResult(_) => "tool_result",
+            Self::ToolError(_) => "tool_error",
+            Self::ToolCallProgress(_) => "tool_call_progress",
+            Self::Event(_) => "event",
+        }
+    }
+
+    pub fn session_id(&self) -> &str {
+        match self {
+            Self::SessionClaim(f) => &f.session_id,
+            Self::SessionResume(f) => &f.session_id,
+            Self::ToolRegistrySnapshot(f) => &f.session_id,
+            Self::ToolRegistryDelta(f) => &f.session_id,
+            Self::EventRegistrySnapshot(f) => &f.session_id,
+            Self::EventRegistryDelta(f) => &f.session_id,
+            Self::ToolResult(f) => &f.session_id,
+            Self::ToolError(f) => &f.session_id,
+            Self::ToolCallProgress(f) => &f.session_id,
+            Self::Event(f) => &f.session_id,
+        }
+    }
+
+    /// The frame as its wire JSON object; absent optional fields are omitted.
+    pub fn to_value(&self) -> Value {
+        let ty = self.type_name();
+        let mut m = match self {
+            // Claims and resumes carry `protocol_version` before `session_id`.
+            Self::SessionClaim(_) | Self::SessionResume(_) => {
+                let mut m = Map::new();
+                put(&mut m, "type", ty);
+                put(&mut m, "protocol_version", PROTOCOL_VERSION);
+                put(&mut m, "session_id", self.session_id());
+                m
+            }
+            _ => frame_head(ty, self.session_id()),
+        };
+        match self {
+            Self::SessionClaim(f) => {
+                put(&mut m, "token", f.token.as_str());
+                put_opt(&mut m, "device_manufacturer", &f.device.manufacturer);
+                put_opt(&mut m, "device_model", &f.device.model);
+                put_opt(&mut m, "device_os", &f.device.os);
+            }
+            Self::SessionResume(f) => put(&mut m, "resume_token", f.resume_token.as_str()),
+            Self::ToolRegistrySnapshot(f) => put(
+                &mut m,
+                "tools",
+                f.tools
+                    .iter()
+                    .map(ToolDescriptor::to_value)
+                    .collect::<Vec<_>>(),
+            ),
+            Self::ToolRegistryDelta(f) => match &f.change {
+                ToolDelta::Upsert(tool) => {
+                    put(&mut m, "operation", "upsert");
+                    put(&mut m, "tool", tool.to_value());
+                }
+                ToolDelta::Remove { name } => {
+                    put(&mut m, "operation", "remove");
+                    put(&mut m, "name", name.as_str());
+                }
+            },
+            Self::EventRegistrySnapshot(f) => put(
+                &mut m,
+                "events",
+                f.events
+                    .iter()
+                    .map(EventDescriptor::to_value)
+                    .collect::<Vec<_>>(),
+            ),
+            Self::EventRegistryDelta(f) => match &f.change {
+                EventDelta::Upsert(event) => {
+                    put(&mut m, "operation", "upsert");
+                    put(&mut m, "event", event.to_value());
+                }
+                EventDelta::Remove { name } => {
+                    put(&mut m, "operation", "remove");
+                    put(&mut m, "name", name.as_str());
+                }
+            },
+            Self::ToolResult(f) => {
+                put(&mut m, "id", f.id.as_str());
+                put(&mut m, "result", f.result.clone());
+            }
+            Self::ToolError(f) => {
+                put(&mut m, "id", f.id.as_str());
+                let mut e = Map::new();
+                put(&mut e, "type", f.error.error_type.as_str());
+                put(&mut e, "message", f.error.message.as_str());
+                put_opt(&mut e, "details", &f.error.details);
+                put(&mut m, "error", e);
+            }
+            Self::ToolCallProgress(f) => {
+                put(&mut m, "id", f.id.as_str());
+                put_opt(&mut m, "progress", &f.progress);
+                put_opt(&mut m, "message", &f.message);
+            }
+            Self::Event(f) => {
+                put(&mut m, "name", f.name.as_str());
+                put_opt(&mut m, "payload", &f.payload);
+                put(&mut m, "ts", f.ts.clone());
+            }
+        }
+        Value::Object(m)
+    }
+
+    /// The frame as compact JSON text, ready for [`check_outgoing_size`] and the socket.
+    pub fn encode(&self) -> String {
+        self.to_value().to_string()
+    }
+}
+
+impl DaemonFrame {
+    /// The wire `type`.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::SessionAck(_) => "session_ack",
+            Self::ToolCall(_) => "tool_call",
+            Self::ToolCancel(_) => "tool_cancel",
+        }
+    }
+
+    pub fn session_id(&self) -> &str {
+        match self {
+            Self::SessionAck(f) => &f.session_id,
+            Self::ToolCall(f) => &f.session_id,
+            Self::ToolCancel(f) => &f.session_id,
+        }
+    }
+
+    /// The frame as its wire JSON object.
+    pub fn to_value(&self) -> Value {
+        let mut m = frame_head(self.type_name(), self.session_id());
+        match self {
+            Self::SessionAck(f) => {
+                put(&mut m, "status", "ok");
+                put(&mut m, "alias", f.alias.as_str());
+                put(&mut m, "resume_token", f.resume_token.as_str());
+                put(&mut m, "keepalive_interval_s", f.keepalive_interval_s);
+                put(&mut m, "grace_s", f.grace_s);
+                if f.event_registry {
+                    put(&mut m, "event_registry", true);
+                }
+            }
+            Self::ToolCall(f) => {
+                put(&mut m, "id", f.id.as_str());
+                put(&mut m, "name", f.name.as_str());
+                put(&mut m, "args", f.args.clone());
+            }
+            Self::ToolCancel(f) => {
+                put(&mut m, "id", f.id.as_str());
+                put(&mut m, "reason", f.reason.as_str());
+            }
+        }
+        Value::Object(m)
+    }
+
+    /// The frame as compact JSON text. The daemon checks it with [`check_outgoing_size`]
+    /// before writing (a `tool_call` over the limit fails before anything is sent).
+    pub fn encode(&self) -> String {
+        self.to_value().to_string()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field guards (shared by both decoders)
+// ---------------------------------------------------------------------------------------------
+
+/// One field that failed its guard. Never carries a field's value, so tokens stay out of it.
+#[derive(Debug)]
+struct FieldError {
+    field: String,
+    problem: String,
+}
+
+impl FieldError {
+    fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` {}", self.field, self.problem)
+    }
+}
+
+type Guarded<T> = Result<T, FieldError>;
+
+fn required<'a>(m: &'a Map<String, Value>, field: &str) -> Guarded<&'a Value> {
+    m.get(field)
+        .ok_or_else(|| FieldError::new(field, "is missing"))
+}
+
+fn wrong_type(field: &str, expected: &str, found: &Value) -> FieldError {
+    FieldError::new(
+        field,
+        format!("must be {expected}, not {}", json_kind(found)),
+    )
+}
+
+/// A string of `min..=max` UTF-16 code units.
+fn bounded_str(field: &str, v: &Value, min: usize, max: usize) -> Guarded<String> {
+    let Value::String(s) = v else {
+        return Err(wrong_type(field, "a string", v));
+    };
+    if !utf16_len_within(s, min, max) {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "must be {min} to {max} UTF-16 code units long, not {}",
+                utf16_len(s)
+            ),
+        ));
+    }
+    Ok(s.clone())
+}
+
+fn required_str(m: &Map<String, Value>, field: &str, min: usize, max: usize) -> Guarded<String> {
+    bounded_str(field, required(m, field)?, min, max)
+}
+
+/// An optional string: absent, or a string within bounds (an explicit `null` is invalid).
+fn optional_str(m: &Map<String, Value>, field: &str, max: usize) -> Guarded<Option<String>> {
+    m.get(field)
+        .map(|v| bounded_str(field, v, 0, max))
+        .transpose()
+}
+
+/// An identifier field (02 §9.1): a string of 1..=128 UTF-16 code units.
+fn identifier(m: &Map<String, Value>, field: &str) -> Guarded<String> {
+    required_str(m, field, MIN_IDENTIFIER_LEN, MAX_IDENTIFIER_LEN)
+}
+
+fn finite_number(field: &str, v: &Value) -> Guarded<Number> {
+    match v {
+        Value::Number(n) if as_finite(v).is_some() => Ok(n.clone()),
+        _ => Err(wrong_type(field, "a finite number", v)),
+    }
+}
+
+fn protocol_version(m: &Map<String, Value>) -> Guarded<()> {
+    match as_integer(required(m, "protocol_version")?) {
+        Some(PROTOCOL_VERSION) => Ok(()),
+        _ => Err(FieldError::new("protocol_version", "must be the integer 2")),
+    }
+}
+
+/// A short, quoted rendering of untrusted text for details (never a token).
+fn quoted(s: &str) -> String {
+    format!("{:?}", truncate_utf16(s, 64))
+}
+
+// ---------------------------------------------------------------------------------------------
+// App → daemon guards
+// ---------------------------------------------------------------------------------------------
+
+fn guard_claim(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    protocol_version(m)?;
+    let session_id = identifier(m, "session_id")?;
+    let token = identifier(m, "token")?;
+    let device = DeviceInfo {
+        manufacturer: optional_str(m, "device_manufacturer", MAX_DEVICE_FIELD_LEN)?,
+        model: optional_str(m, "device_model", MAX_DEVICE_FIELD_LEN)?,
+        os: optional_str(m, "device_os", MAX_DEVICE_FIELD_LEN)?,
+    };
+    Ok(AppFrame::SessionClaim(SessionClaim {
+        session_id,
+        token,
+        device,
+    }))
+}
+
+fn guard_resume(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    protocol_version(m)?;
+    Ok(AppFrame::SessionResume(SessionResume {
+        session_id: identifier(m, "session_id")?,
+        resume_token: identifier(m, "resume_token")?,
+    }))
+}
+
+/// The array of a registry snapshot: at most 2048 entries, each valid, names unique; one bad
+/// element rejects the whole frame (02 §9.3).
+fn registry_entries<T>(
+    m: &Map<String, Value>,
+    field: &str,
+    validate: impl Fn(&Value) -> Result<T, crate::descriptor::DescriptorError>,
+    name_of: impl Fn(&T) -> &str,
+) -> Guarded<Vec<T>> {
+    let v = required(m, field)?;
+    let Value::Array(items) = v else {
+        return Err(wrong_type(field, "an array", v));
+    };
+    if items.len() > MAX_REGISTRY_ENTRIES {
+        return Err(FieldError::new(
+            field,
+            format!(
+                "holds {} entries, over the limit of {MAX_REGISTRY_ENTRIES}",
+                items.len()
+            ),
+        ));
+    }
+    let mut out = Vec::with_capacity(items.len());
+    let mut seen = HashSet::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let entry =
+            validate(item).map_err(|e| FieldError::new(format!("{field}[{i}]"), e.to_string()))?;
+        if !seen.insert(name_of(&entry).to_owned()) {
+            return Err(FieldError::new(
+                format!("{field}[{i}].name"),
+                format!("repeats the name {}", quoted(name_of(&entry))),
+            ));
+        }
+        out.push(entry);
+    }
+    Ok(out)
+}
+
+/// `operation` of a delta; the payload key is guarded by the caller.
+enum Operation {
+    Upsert,
+    Remove(String),
+}
+
+fn delta_operation(m: &Map<String, Value>) -> Guarded<Operation> {
+    let op = required(m, "operation")?;
+    match op.as_str() {
+        Some("upsert") => Ok(Operation::Upsert),
+        Some("remove") => Ok(Operation::Remove(required_str(
+            m,
+            "name",
+            1,
+            MAX_FREE_TEXT_LEN,
+        )?)),
+        _ => Err(FieldError::new(
+            "operation",
+            "must be \"upsert\" or \"remove\"",
+        )),
+    }
+}
+
+fn guard_tool_snapshot(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    let session_id = identifier(m, "session_id")?;
+    let tools = registry_entries(
+        m,
+        "tools",
+        validate_tool_descriptor,
+        |t: &ToolDescriptor| &t.name,
+    )?;
+    Ok(AppFrame::ToolRegistrySnapshot(ToolRegistrySnapshot {
+        session_id,
+        tools,
+    }))
+}
+
+fn guard_tool_delta(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    let session_id = identifier(m, "session_id")?;
+    let change = match delta_operation(m)? {
+        Operation::Remove(name) => ToolDelta::Remove { name },
+        Operation::Upsert => ToolDelta::Upsert(
+            validate_tool_descriptor(required(m, "tool")?)
+                .map_err(|e| FieldError::new("tool", e.to_string()))?,
+        ),
+    };
+    Ok(AppFrame::ToolRegistryDelta(ToolRegistryDelta {
+        session_id,
+        change,
+    }))
+}
+
+fn guard_event_snapshot(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    let session_id = identifier(m, "session_id")?;
+    let events = registry_entries(
+        m,
+        "events",
+        validate_event_descriptor,
+        |e: &EventDescriptor| &e.name,
+    )?;
+    Ok(AppFrame::EventRegistrySnapshot(EventRegistrySnapshot {
+        session_id,
+        events,
+    }))
+}
+
+fn guard_event_delta(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    let session_id = identifier(m, "session_id")?;
+    let change = match delta_operation(m)? {
+        Operation::Remove(name) => EventDelta::Remove { name },
+        Operation::Upsert => EventDelta::Upsert(
+            validate_event_descriptor(required(m, "event")?)
+                .map_err(|e| FieldError::new("event", e.to_string()))?,
+        ),
+    };
+    Ok(AppFrame::EventRegistryDelta(EventRegistryDelta {
+        session_id,
+        change,
+    }))
+}
+
+fn guard_tool_result(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    Ok(AppFrame::ToolResult(ToolResult {
+        session_id: identifier(m, "session_id")?,
+        id: identifier(m, "id")?,
+        result: required(m, "result")?.clone(),
+    }))
+}
+
+fn guard_tool_error(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    let session_id = identifier(m, "session_id")?;
+    let id = identifier(m, "id")?;
+    let error = required(m, "error")?;
+    let Value::Object(e) = error else {
+        return Err(wrong_type("error", "an object", error));
+    };
+    let error_type = e
+        .get("type")
+        .and_then(Value::as_str)
+        .and_then(ToolErrorType::from_wire)
+        .ok_or_else(|| FieldError::new("error.type", "must be one of the seven tool_* types"))?;
+    let message = e
+        .get("message")
+        .ok_or_else(|| FieldError::new("error.message", "is missing"))
+        .and_then(|v| bounded_str("error.message", v, 0, MAX_FREE_TEXT_LEN))?;
+    Ok(AppFrame::ToolError(ToolError {
+        session_id,
+        id,
+        error: ToolErrorBody {
+            error_type,
+            message,
+            details: e.get("details").cloned(),
+        },
+    }))
+}
+
+fn guard_progress(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    Ok(AppFrame::ToolCallProgress(ToolCallProgress {
+        session_id: identifier(m, "session_id")?,
+        id: identifier(m, "id")?,
+        progress: m
+            .get("progress")
+            .map(|v| finite_number("progress", v))
+            .transpose()?,
+        message: optional_str(m, "message", MAX_FREE_TEXT_LEN)?,
+    }))
+}
+
+fn guard_event(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    let session_id = identifier(m, "session_id")?;
+    let name = required_str(m, "name", 1, MAX_FREE_TEXT_LEN)?;
+    let payload = m.get("payload").cloned();
+    let ts_value = required(m, "ts")?;
+    let ts = finite_number("ts", ts_value)?;
+    if as_finite(ts_value).is_none_or(|t| t < 0.0) {
+        return Err(FieldError::new("ts", "must be at least 0"));
+    }
+    Ok(AppFrame::Event(EventFrame {
+        session_id,
+        name,
+        payload,
+        ts,
+    }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Daemon-side decoder
+// ---------------------------------------------------------------------------------------------
+
+/// Where a connection stands when a message arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase<'a> {
+    /// Nothing acked yet: only a valid claim or resume is accepted.
+    PreAck,
+    /// Acked for this session id.
+    Acked { session_id: &'a str },
+}
+
+/// Why the daemon closes a connection over one message: the close to send, and a detail for
+/// the daemon's log. The detail names fields and problems, never a field's value when that
+/// could be a token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}: {detail}")]
+pub struct Rejection {
+    pub reason: CloseReason,
+    pub detail: String,
+}
+
+impl Rejection {
+    pub fn new(reason: CloseReason, detail: impl Into<String>) -> Self {
+        Self {
+            reason,
+            detail: detail.into(),
+        }
+    }
+
+    /// A binary message (02 §9.5 step 1): `1003 binary_frame_not_supported`.
+    pub fn binary_frame() -> Self {
+        Self::new(
+            CloseReason::BinaryFrameNotSupported,
+            "binary messages are not supported",
+        )
+    }
+
+    /// The close code to send.
+    pub fn code(&self) -> u16 {
+        self.reason.code()
+    }
+}
+
+/// The app → daemon types accepted after the ack (02 §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AckedType {
+    ToolRegistrySnapshot,
+    ToolRegistryDelta,
+    EventRegistrySnapshot,
+    EventRegistryDelta,
+    ToolResult,
+    ToolError,
+    ToolCallProgress,
+    Event,
+}
+
+impl AckedType {
+    fn from_wire(s: &str) -> Option<Self> {
+        Some(match s {
+            "tool_registry_snapshot" => Self::ToolRegistrySnapshot,
+            "tool_registry_delta" => Self::ToolRegistryDelta,
+            "event_registry_snapshot" => Self::EventRegistrySnapshot,
+            "event_registry_delta" => Self::EventRegistryDelta,
+            "tool_result" => Self::ToolResult,
+            "tool_error" => Self::ToolError,
+            "tool_call_progress" => Self::ToolCallProgress,
+            "event" => Self::Event,
+            _ => return None,
+        })
+    }
+
+    fn is_registry(self) -> bool {
+        matches!(
+            self,
+            Self::ToolRegistrySnapshot
+                | Self::ToolRegistryDelta
+                | Self::EventRegistrySnapshot
+                | Self::EventRegistryDelta
+        )
+    }
+
+    fn guard(self, m: &Map<String, Value>) -> Guarded<AppFrame> {
+        match self {
+            Self::ToolRegistrySnapshot => guard_tool_snapshot(m),
+            Self::ToolRegistryDelta => guard_tool_delta(m),
+            Self::EventRegistrySnapshot => guard_event_snapshot(m),
+            Self::EventRegistryDelta => guard_event_delta(m),
+            Self::ToolResult => guard_tool_result(m),
+            Self::ToolError => guard_tool_error(m),
+            Self::ToolCallProgress => guard_progress(m),
+            Self::Event => guard_event(m),
+        }
+    }
+}
+
+/// How a frame's `type` reads in a detail.
+fn describe_type(v: Option<&Value>) -> String {
+    match v {
+        None => "a frame without `type`".to_owned(),
+        Some(Value::String(s)) => format!("type {}", quoted(s)),
+        Some(other) => format!("a `type` that is {}", json_kind(other)),
+    }
+}
+
+/// Decodes one text message from an app, in the validation order of 02 §9.5 (steps 1 to 6;
+/// binary messages never reach here, see [`Rejection::binary_frame`]). `Ok` is a frame that
+/// passed its guard; `Err` names the close to send.
+pub fn decode_app_message(text: &str, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
+    check_incoming_size(text.len())?;
+    let map = parse_object(text).map_err(|d| Rejection::new(CloseReason::InvalidJson, d))?;
+    decode_app_object(&map, phase)
+}
+
+/// Steps 2 (object check) to 6 of 02 §9.5 on an already parsed message.
+pub fn decode_app_value(value: &Value, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
+    match value {
+        Value::Object(map) => decode_app_object(map, phase),
+        other => Err(Rejection::new(
+            CloseReason::InvalidJson,
+            format!(
+                "the top level must be a JSON object, not {}",
+                json_kind(other)
+            ),
+        )),
+    }
+}
+
+fn decode_app_object(m: &Map<String, Value>, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
+    let ty = m.get("type");
+    match phase {
+        Phase::PreAck => {
+            let (name, guarded) = match ty.and_then(Value::as_str) {
+                Some("session_claim") => ("session_claim", guard_claim(m)),
+                Some("session_resume") => ("session_resume", guard_resume(m)),
+                _ => {
+                    return Err(Rejection::new(
+                        CloseReason::ExpectedClaimOrResume,
+                        format!(
+                            "the first message must be session_claim or session_resume, not {}",
+                            describe_type(ty)
+                        ),
+                    ));
+                }
+            };
+            guarded.map_err(|e| {
+                Rejection::new(CloseReason::ExpectedClaimOrResume, format!("{name}: {e}"))
+            })
+        }
+        Phase::Acked { session_id } => {
+            let Some(kind) = ty.and_then(Value::as_str).and_then(AckedType::from_wire) else {
+                return Err(Rejection::new(
+                    CloseReason::UnknownMessageType,
+                    format!("{} is not accepted after the ack", describe_type(ty)),
+                ));
+            };
+            // A non-string or missing `session_id` is left to the guard (step 6).
+            if let Some(Value::String(sent)) = m.get("session_id")
+                && sent != session_id
+            {
+                return Err(Rejection::new(
+                    CloseReason::SessionMismatch,
+                    "`session_id` does not name this connection's session",
+                ));
+            }
+            kind.guard(m).map_err(|e| {
+                let reason = if kind.is_registry() {
+                    CloseReason::InvalidRegistry
+                } else {
+                    CloseReason::InvalidMessage
+                };
+                let ty = ty.and_then(Value::as_str).unwrap_or_default();
+                Rejection::new(reason, format!("{ty}: {e}"))
+            })
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// App-side decoder
+// ---------------------------------------------------------------------------------------------
+
+/// Why an app could not read a daemon message. SDKs ignore unknown types (those decode to
+/// `Ok(None)`); what is left here is a message that is not a frame at all or a known frame
+/// that breaks the bounds of 02 §9.1.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DaemonMessageError {
+    #[error(transparent)]
+    TooLarge(#[from] FrameTooLarge),
+    #[error("{0}")]
+    InvalidJson(String),
+    #[error("{frame_type}: {detail}")]
+    InvalidFrame {
+        frame_type: &'static str,
+        detail: String,
+    },
+}
+
+/// Decodes one text message from the daemon, leniently as 02 §9.4 asks of SDKs: unknown
+/// fields are ignored, an unknown (or missing) `type` gives `Ok(None)`, and a `tool_call`
+/// whose `args` is not an object gets `{}`.
+pub fn decode_daemon_message(text: &str) -> Result<Option<DaemonFrame>, DaemonMessageError> {
+    check_outgoing_size(text)?;
+    let map = parse_object(text).map_err(DaemonMessageError::InvalidJson)?;
+    decode_daemon_object(&map)
+}
+
+/// [`decode_daemon_message`] on an already parsed message.
+pub fn decode_daemon_value(value: &Value) -> Result<Option<DaemonFrame>, DaemonMessageError> {
+    match value {
+        Value::Object(map) => decode_daemon_object(map),
+        other => Err(DaemonMessageError::InvalidJson(format!(
+            "the top level must be a JSON object, not {}",
+            json_kind(other)
+        ))),
+    }
+}
+
+fn decode_daemon_object(m: &Map<String, Value>) -> Result<Option<DaemonFrame>, DaemonMessageError> {
+    let (frame_type, guarded) = match m.get("type").and_then(Value::as_str) {
+        Some("session_ack") => ("session_ack", guard_ack(m)),
+        Some("tool_call") => ("tool_call", guard_tool_call(m)),
+        Some("tool_cancel") => ("tool_cancel", guard_tool_cancel(m)),
+        _ => return Ok(None),
+    };
+    guarded
+        .map(Some)
+        .map_err(|e| DaemonMessageError::InvalidFrame {
+            frame_type,
+            detail: e.to_string(),
+        })
+}
+
+fn non_negative_integer(m: &Map<String, Value>, field: &str) -> Guarded<u64> {
+    match as_integer(required(m, field)?) {
+        Some(i) if i >= 0 => Ok(i.unsigned_abs()),
+        _ => Err(FieldError::new(field, "must be an integer of at least 0")),
+    }
+}
+
+fn guard_ack(m: &Map<String, Value>) -> Guarded<DaemonFrame> {
+    let session_id = identifier(m, "session_id")?;
+    if required(m, "status")?.as_str() != Some("ok") {
+        return Err(FieldError::new("status", "must be \"ok\""));
+    }
+    let alias = required_str(m, "alias", 0, usize::MAX)?;
+    let resume_token = identifier(m, "resume_token")?;
+    let keepalive_interval_s = non_negative_integer(m, "keepalive_interval_s")?;
+    let grace_s = non_negative_integer(m, "grace_s")?;
+    // An older daemon omits the flag; only `true` enables event registry frames.
+    let event_registry = m.get("event_registry") == Some(&Value::Bool(true));
+    Ok(DaemonFrame::SessionAck(SessionAck {
+        session_id,
+        alias,
+        resume_token,
+        keepalive_interval_s,
+        grace_s,
+        event_registry,
+    }))
+}
+
+fn guard_tool_call(m: &Map<String, Value>) -> Guarded<DaemonFrame> {
+    let args = match m.get("args") {
+        Some(Value::Object(args)) => args.clone(),
+        _ => Map::new(),
+    };
+    Ok(DaemonFrame::ToolCall(ToolCall {
+        session_id: identifier(m, "session_id")?,
+        id: identifier(m, "id")?,
+        name: required_str(m, "name", 0, usize::MAX)?,
+        args,
+    }))
+}
+
+fn guard_tool_cancel(m: &Map<String, Value>) -> Guarded<DaemonFrame> {
+    Ok(DaemonFrame::ToolCancel(ToolCancel {
+        session_id: identifier(m, "session_id")?,
+        id: identifier(m, "id")?,
+        reason: required_str(m, "reason", 1, MAX_FREE_TEXT_LEN)?,
+    }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SID: &str = "Qm9vdHN0cmFwSWQx";
+    const ACKED: Phase<'static> = Phase::Acked { session_id: SID };
+
+    fn acked(v: Value) -> Result<AppFrame, Rejection> {
+        decode_app_message(&v.to_string(), ACKED)
+    }
+
+    fn reason(r: Result<AppFrame, Rejection>) -> CloseReason {
+        r.unwrap_err().reason
+    }
+
+    fn parsed(text: &str) -> Value {
+        serde_json::from_str(text).unwrap()
+    }
+
+    // --- surrogate sanitizer ---
+
+    #[test]
+    fn sanitizer_replaces_only_unpaired_surrogate_escapes() {
+        let cases = [
+            (r#""\ud800""#, r#""\uFFFD""#),
+            (r#""\uDC00""#, r#""\uFFFD""#),
+            (r#""\udc00\ud800""#, r#""\uFFFD\uFFFD""#),
+            (r#""\ud800\ud800\udc00""#, r#""\uFFFD\ud800\udc00""#),
+            (r#""\ud800\u0041""#, r#""\uFFFD\u0041""#),
+            (r#""\ud800\n""#, r#""\uFFFD\n""#),
+            (r#""é\ud800x""#, r#""é\uFFFDx""#),
+            // An odd run of backslashes still escapes the `u`.
+            (r#""\\\ud800""#, r#""\\\uFFFD""#),
+            // High surrogate followed by an escaped backslash and literal text.
+            (r#""\ud800\\udc00""#, r#""\uFFFD\\udc00""#),
+            (r#"{"\ud800":1}"#, r#"{"\uFFFD":1}"#),
+        ];
+        for (input, want) in cases {
+            assert_eq!(sanitize_lone_surrogates(input), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn sanitizer_leaves_pairs_literals_and_other_escapes_alone() {
+        for input in [
+            r#""\uD83D\uDE00""#,
+            r#""\udbff\udfff""#,
+            r#""\\ud800""#,
+            r#""\\\\ud800""#,
+            r#""\u00e9\u0000\/\"""#,
+            r#""plain 😀 text""#,
+            // Truncated escapes are not surrogates; the parser rejects them itself.
+            r#""\ud8"#,
+            r#""\ud80"#,
+            "\\",
+            "",
+        ] {
+            assert!(
+                matches!(sanitize_lone_surrogates(input), Cow::Borrowed(_)),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
+    fn lone_surrogates_read_as_replacement_characters() {
+        let text = format!(
+            r#"{{"type":"event","session_id":"{SID}","name":"cut \ud83d","payload":"\ude00!","ts":0}}"#
+        );
+        let AppFrame::Event(ev) = decode_app_message(&text, ACKED).unwrap() else {
+            panic!("not an event");
+        };
+        assert_eq!(ev.name, "cut \u{FFFD}");
+        assert_eq!(utf16_len(&ev.name), 5);
+        assert_eq!(ev.payload, Some(json!("\u{FFFD}!")));
+        // A literal `\ud800` (escaped backslash) stays text.
+        let text = format!(r#"{{"type":"event","session_id":"{SID}","name":"\\ud800","ts":0}}"#);
+        let AppFrame::Event(ev) = decode_app_message(&text, ACKED).unwrap() else {
+            panic!("not an event");
+        };
+        assert_eq!(ev.name, "\\ud800");
+    }
+
+    // --- sizes ---
+
+    #[test]
+    fn size_checks_name_bytes_and_the_limit() {
+        let at_limit = "a".repeat(MAX_MESSAGE_BYTES);
+        assert!(check_outgoing_size(&at_limit).is_ok());
+        let over = "é".repeat(MAX_MESSAGE_BYTES / 2) + "a";
+        let err = check_outgoing_size(&over).unwrap_err();
+        assert_eq!(
+            err,
+            FrameTooLarge {
+                bytes: 262_145,
+                limit: 262_144
+            }
+        );
+        let msg = err.to_string();
+        assert!(msg.contains("262145") && msg.contains("262144"), "{msg}");
+        assert!(check_incoming_size(MAX_MESSAGE_BYTES).is_ok());
+        let r = check_incoming_size(MAX_MESSAGE_BYTES + 1).unwrap_err();
+        assert_eq!((r.reason, r.code()), (CloseReason::MessageTooBig, 1009));
+    }
+
+    #[test]
+    fn oversized_messages_are_rejected_before_parsing() {
+        let over = "x".repeat(MAX_MESSAGE_BYTES + 1);
+        for phase in [Phase::PreAck, ACKED] {
+            assert_eq!(
+                reason(decode_app_message(&over, phase)),
+                CloseReason::MessageTooBig
+            );
+        }
+        assert!(matches!(
+            decode_daemon_message(&over),
+            Err(DaemonMessageError::TooLarge(_))
+        ));
+        let binary = Rejection::binary_frame();
+        assert_eq!(
+            (binary.reason, binary.code()),
+            (CloseReason::BinaryFrameNotSupported, 1003)
+        );
+    }
+
+    // --- step 2: JSON ---
+
+    #[test]
+    fn non_json_and_non_objects_are_invalid_json_in_both_phases() {
+        for text in ["not json", "[1]", "\"x\"", "null", "{\"a\":", "{} {}", ""] {
+            for phase in [Phase::PreAck, ACKED] {
+                assert_eq!(
+                    reason(decode_app_message(text, phase)),
+                    CloseReason::InvalidJson,
+                    "{text:?}"
+                );
+            }
+        }
+        assert_eq!(
+            reason(decode_app_value(&json!([1]), ACKED)),
+            CloseReason::InvalidJson
+        );
+    }
+
+    // --- step 3: before the ack ---
+
+    const CLAIM: &str = r#"{"type":"session_claim","protocol_version":2,"session_id":"Qm9vdHN0cmFwSWQx",
+ "token":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+ "device_manufacturer":"Samsung","device_model":"Galaxy S24","device_os":"Android 15"}"#;
+    const RESUME: &str = r#"{"type":"session_resume","protocol_version":2,"session_id":"Qm9vdHN0cmFwSWQx",
+ "resume_token":"nq0yF1Y6m8cQk3dW0pXr2b7sL9eHhA4tVz1uJgK5oM8"}"#;
+
+    #[test]
+    fn claims_and_resumes_decode_and_encode_back() {
+        let claim = decode_app_message(CLAIM, Phase::PreAck).unwrap();
+        let AppFrame::SessionClaim(c) = &claim else {
+            panic!("not a claim");
+        };
+        assert_eq!(c.token, "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8");
+        assert_eq!(c.device.model.as_deref(), Some("Galaxy S24"));
+        assert_eq!(claim.to_value(), parsed(CLAIM));
+        assert!(claim.encode().starts_with(
+            r#"{"type":"session_claim","protocol_version":2,"session_id":"Qm9vdHN0cmFwSWQx","token":"#
+        ));
+        let resume = decode_app_message(RESUME, Phase::PreAck).unwrap();
+        assert_eq!(resume.type_name(), "session_resume");
+        assert_eq!(resume.to_value(), parsed(RESUME));
+        // `protocol_version` follows the wire integer rule; device fields may be empty.
+        let mut v = parsed(CLAIM);
+        v["protocol_version"] = json!(2.0);
+        v["device_os"] = json!("");
+        assert!(decode_app_value(&v, Phase::PreAck).is_ok());
+    }
+
+    #[test]
+    fn token_values_never_reach_debug_output_or_details() {
+        let claim = decode_app_message(CLAIM, Phase::PreAck).unwrap();
+        assert!(!format!("{claim:?}").contains("AAECAwQF"));
+        let resume = decode_app_message(RESUME, Phase::PreAck).unwrap();
+        assert!(!format!("{resume:?}").contains("nq0yF1Y6"));
+        let mut v = parsed(RESUME);
+        v["protocol_version"] = json!(3);
+        let r = decode_app_value(&v, Phase::PreAck).unwrap_err();
+        assert!(!r.detail.contains("nq0yF1Y6"), "{}", r.detail);
+    }
+
+    #[test]
+    fn anything_but_a_valid_claim_or_resume_first_is_expected_claim_or_resume() {
+        let mut bad = Vec::new();
+        for (field, value) in [
+            ("protocol_version", json!(1)),
+            ("protocol_version", json!("2")),
+            ("session_id", json!("")),
+            ("token", json!("t".repeat(129))),
+            ("token", Value::Null),
+            ("device_model", json!("m".repeat(257))),
+            ("device_os", Value::Null),
+            ("device_manufacturer", json!(7)),
+        ] {
+            let mut v = parsed(CLAIM);
+            v[field] = value;
+            bad.push(v);
+        }
+        let mut no_token = parsed(RESUME);
+        no_token.as_object_mut().unwrap().remove("resume_token");
+        bad.push(no_token);
+        bad.push(json!({"type": "tool_result", "session_id": SID, "id": "c", "result": 1}));
+        bad.push(json!({"session_id": SID}));
+        bad.push(json!({"type": 5}));
+        for v in bad {
+            assert_eq!(
+                reason(decode_app_value(&v, Phase::PreAck)),
+                CloseReason::ExpectedClaimOrResume,
+                "{v}"
+            );
+        }
+        // Exactly 256 units is fine, counted in UTF-16.
+        let mut v = parsed(CLAIM);
+        v["device_model"] = json!("😀".repeat(128));
+        assert!(decode_app_value(&v, Phase::PreAck).is_ok());
+        v["device_model"] = json!(format!("{}x", "😀".repeat(128)));
+        assert!(decode_app_value(&v, Phase::PreAck).is_err());
+    }
+
+    // --- steps 4 and 5: after the ack ---
+
+    #[test]
+    fn types_outside_the_accepted_set_are_unknown_message_type() {
+        for v in [
+            parsed(CLAIM),
+            parsed(RESUME),
+            json!({"type": "session_ack", "session_id": SID}),
+            json!({"type": "nope", "session_id": SID}),
+            json!({"type": 3, "session_id": SID}),
+            json!({"session_id": SID}),
+        ] {
+            assert_eq!(
+                reason(acked(v.clone())),
+                CloseReason::UnknownMessageType,
+                "{v}"
+            );
+        }
+        // The type check comes before the session check.
+        assert_eq!(
+            reason(acked(json!({"type": "nope", "session_id": "other"}))),
+            CloseReason::UnknownMessageType
+        );
+    }
+
+    #[test]
+    fn a_different_session_id_string_is_session_mismatch() {
+        let r = acked(json!({"type": "tool_result", "session_id": "other", "id": "c"}));
+        assert_eq!(reason(r), CloseReason::SessionMismatch);
+        // The mismatch is found before the registry guard runs.
+        let r = acked(json!({"type": "tool_registry_snapshot", "session_id": "x", "tools": 1}));
+        assert_eq!(reason(r), CloseReason::SessionMismatch);
+        // A missing or non-string id fails the guard instead.
+        let r = acked(json!({"type": "tool_result", "id": "c", "result": 1}));
+        assert_eq!(reason(r), CloseReason::InvalidMessage);
+        let r = acked(json!({"type": "tool_registry_snapshot", "session_id": 5, "tools": []}));
+        assert_eq!(reason(r), CloseReason::InvalidRegistry);
+    }
+
+    // --- step 6: registry frames ---
+
+    const TOOL_SNAPSHOT: &str = r#"{"type":"tool_registry_snapshot","session_id":"Qm9vdHN0cmFwSWQx","tools":[
+  {"name":"cart_total","description":"Return the cart's total in cents.",
+   "output_schema":{"type":"object","properties":{"cents":{"type":"integer"}}},
+   "annotations":{"readOnlyHint":true},"group":"checkout"},
+  {"name":"clear_cart","description":"Remove every item from the cart.",
+   "annotations":{"destructiveHint":true,"idempotentHint":true},"timeout_ms":3000,"group":"checkout/cart"}]}"#;
+
+    fn tool(name: &str) -> Value {
+        json!({"name": name, "description": "d"})
+    }
+
+    #[test]
+    fn tool_registry_frames_decode_and_encode_back() {
+        let snap = decode_app_message(TOOL_SNAPSHOT, ACKED).unwrap();
+        let AppFrame::ToolRegistrySnapshot(s) = &snap else {
+            panic!("not a snapshot");
+        };
+        assert_eq!(s.tools.len(), 2);
+        assert!(s.tools[1].is_destructive());
+        assert_eq!(snap.to_value(), parsed(TOOL_SNAPSHOT));
+        let empty =
+            acked(json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": []}));
+        assert!(empty.is_ok());
+
+        let remove = r#"{"type":"tool_registry_delta","session_id":"Qm9vdHN0cmFwSWQx","operation":"remove","name":"clear_cart"}"#;
+        let frame = decode_app_message(remove, ACKED).unwrap();
+        assert_eq!(frame.encode(), remove);
+        let upsert = json!({"type": "tool_registry_delta", "session_id": SID,
+                            "operation": "upsert", "tool": tool("t"), "name": "ignored"});
+        let frame = acked(upsert).unwrap();
+        assert_eq!(
+            frame.to_value(),
+            json!({"type": "tool_registry_delta", "session_id": SID,
+                   "operation": "upsert", "tool": tool("t")})
+        );
+    }
+
+    #[test]
+    fn bad_registry_frames_are_invalid_registry() {
+        let at_cap: Vec<Value> = (0..MAX_REGISTRY_ENTRIES)
+            .map(|i| tool(&format!("t{i}")))
+            .collect();
+        let mut over_cap = at_cap.clone();
+        over_cap.push(tool("one_more"));
+        assert!(
+            acked(json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": at_cap}))
+                .is_ok()
+        );
+        let snapshot = |tools: Value| json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": tools});
+        let bad = [
+            snapshot(json!(over_cap)),
+            snapshot(json!([null])),
+            snapshot(json!([tool("a"), tool("a")])),
+            snapshot(json!([tool("a"), {"name": "b", "description": "d", "group": "a/b/c"}])),
+            snapshot(json!({})),
+            json!({"type": "tool_registry_snapshot", "session_id": SID}),
+            json!({"type": "tool_registry_snapshot", "tools": []}),
+            json!({"type": "tool_registry_delta", "session_id": SID, "operation": "replace", "tool": tool("a")}),
+            json!({"type": "tool_registry_delta", "session_id": SID, "operation": "upsert"}),
+            json!({"type": "tool_registry_delta", "session_id": SID, "operation": "upsert", "tool": {"name": "a b", "description": "d"}}),
+            json!({"type": "tool_registry_delta", "session_id": SID, "operation": "remove", "name": ""}),
+            json!({"type": "tool_registry_delta", "session_id": SID, "operation": "remove"}),
+            json!({"type": "event_registry_snapshot", "session_id": SID, "events": [
+                {"name": "e", "description": "d"}, {"name": "e", "description": "again"}]}),
+            json!({"type": "event_registry_snapshot", "session_id": SID, "events": [
+                {"name": "e", "description": "d", "payload_schema": []}]}),
+            json!({"type": "event_registry_delta", "session_id": SID, "operation": "upsert", "event": {"name": "e"}}),
+            json!({"type": "event_registry_delta", "session_id": SID, "operation": "remove", "name": "x".repeat(4097)}),
+            json!({"type": "event_registry_delta", "session_id": SID, "operation": null, "name": "e"}),
+        ];
+        for v in bad {
+            let r = acked(v.clone()).unwrap_err();
+            assert_eq!(r.reason, CloseReason::InvalidRegistry, "{v}: {}", r.detail);
+        }
+        let r = acked(snapshot(json!([tool("a"), tool("b"), {"name": "c"}]))).unwrap_err();
+        assert!(
+            r.detail.contains("tools[2]") && r.detail.contains("description"),
+            "{}",
+            r.detail
+        );
+    }
+
+    #[test]
+    fn event_registry_frames_decode_and_encode_back() {
+        let delta = r#"{"type":"event_registry_delta","session_id":"Qm9vdHN0cmFwSWQx","operation":"upsert",
+ "event":{"name":"cart.item_added","description":"An item was added to the cart.",
+          "payload_schema":{"type":"object","properties":{"sku":{"type":"string"}}}}}"#;
+        let frame = decode_app_message(delta, ACKED).unwrap();
+        assert_eq!(frame.to_value(), parsed(delta));
+        let remove = json!({"type": "event_registry_delta", "session_id": SID, "operation": "remove", "name": "a b.c"});
+        assert_eq!(acked(remove.clone()).unwrap().to_value(), remove);
+        let snap = json!({"type": "event_registry_snapshot", "session_id": SID, "events": [
+            {"name": "a", "description": "d"}, {"name": "b", "description": "d"}]});
+        assert_eq!(acked(snap.clone()).unwrap().to_value(), snap);
+    }
+
+    // --- step 6: other frames ---
+
+    #[test]
+    fn call_replies_decode_and_encode_back() {
+        for text in [
+            r#"{"type":"tool_result","session_id":"Qm9vdHN0cmFwSWQx","id":"call_k2Xh9QmT0bZr1sVw3yLpAg","result":{"cents":4599}}"#,
+            r#"{"type":"tool_result","session_id":"Qm9vdHN0cmFwSWQx","id":"c","result":null}"#,
+            r#"{"type":"tool_error","session_id":"Qm9vdHN0cmFwSWQx","id":"call_k2Xh9QmT0bZr1sVw3yLpAg","error":{"type":"tool_execution_error","message":"Cart service unavailable","details":{"name":"HttpError"}}}"#,
+            r#"{"type":"tool_error","session_id":"Qm9vdHN0cmFwSWQx","id":"c","error":{"type":"tool_timeout","message":"","details":null}}"#,
+            r#"{"type":"tool_call_progress","session_id":"Qm9vdHN0cmFwSWQx","id":"call_k2Xh9QmT0bZr1sVw3yLpAg","progress":0.5,"message":"halfway"}"#,
+            r#"{"type":"tool_call_progress","session_id":"Qm9vdHN0cmFwSWQx","id":"c"}"#,
+            r#"{"type":"event","session_id":"Qm9vdHN0cmFwSWQx","name":"cart.item_added","payload":{"sku":"TEE-42"},"ts":1764494412345}"#,
+            r#"{"type":"event","session_id":"Qm9vdHN0cmFwSWQx","name":"n","payload":null,"ts":0.5}"#,
+            r#"{"type":"event","session_id":"Qm9vdHN0cmFwSWQx","name":"n","ts":0}"#,
+        ] {
+            let frame = decode_app_message(text, ACKED).unwrap();
+            assert_eq!(frame.encode(), text, "exact re-encoding");
+        }
+        for ty in ToolErrorType::ALL {
+            let v = json!({"type": "tool_error", "session_id": SID, "id": "c",
+                           "error": {"type": ty.as_str(), "message": "m"}});
+            let AppFrame::ToolError(e) = acked(v).unwrap() else {
+                panic!("not a tool_error");
+            };
+            assert_eq!(e.error.error_type, ty);
+            assert_eq!(e.error.details, None);
+        }
+    }
+
+    #[test]
+    fn tool_result_always_carries_the_result_key() {
+        let frame = AppFrame::ToolResult(ToolResult {
+            session_id: SID.into(),
+            id: "c".into(),
+            result: Value::Null,
+        });
+        assert_eq!(
+            frame.encode(),
+            r#"{"type":"tool_result","session_id":"Qm9vdHN0cmFwSWQx","id":"c","result":null}"#
+        );
+    }
+
+    #[test]
+    fn bad_non_registry_frames_are_invalid_message() {
+        let base = |ty: &str| json!({"type": ty, "session_id": SID, "id": "c"});
+        let with = |mut v: Value, k: &str, x: Value| {
+            v[k] = x;
+            v
+        };
+        let err = |t: Value, m: Value| json!({"type": t, "message": m});
+        let event = json!({"type": "event", "session_id": SID, "name": "n", "ts": 1});
+        let bad = [
+            base("tool_result"),
+            with(base("tool_result"), "id", json!("")),
+            with(
+                with(base("tool_result"), "result", json!(1)),
+                "id",
+                json!("i".repeat(129)),
+            ),
+            base("tool_error"),
+            with(base("tool_error"), "error", json!("boom")),
+            with(
+                base("tool_error"),
+                "error",
+                err(json!("execution_error"), json!("m")),
+            ),
+            with(
+                base("tool_error"),
+                "error",
+                err(json!("session_suspended"), json!("m")),
+            ),
+            with(
+                base("tool_error"),
+                "error",
+                err(json!("tool_timeout"), Value::Null),
+            ),
+            with(
+                base("tool_error"),
+                "error",
+                err(json!("tool_timeout"), json!("m".repeat(4097))),
+            ),
+            with(base("tool_error"), "error", json!({"message": "m"})),
+            with(base("tool_call_progress"), "progress", json!("0.5")),
+            with(base("tool_call_progress"), "progress", Value::Null),
+            with(base("tool_call_progress"), "message", json!(1)),
+            with(
+                base("tool_call_progress"),
+                "message",
+                json!("m".repeat(4097)),
+            ),
+            json!({"type": "tool_call_progress", "session_id": SID}),
+            with(event.clone(), "ts", json!(-1)),
+            with(event.clone(), "ts", json!("1")),
+            with(event.clone(), "ts", Value::Null),
+            with(event.clone(), "name", json!("")),
+            with(event.clone(), "name", json!("n".repeat(4097))),
+            json!({"type": "event", "session_id": SID, "name": "n"}),
+        ];
+        for v in bad {
+            let r = acked(v.clone()).unwrap_err();
+            assert_eq!(r.reason, CloseReason::InvalidMessage, "{v}: {}", r.detail);
+            assert!(r.reason.is_terminal(), "{v}");
+        }
+        assert!(acked(with(event, "name", json!("n".repeat(4096)))).is_ok());
+    }
+
+    // --- daemon → app ---
+
+    const ACK: &str = r#"{"type":"session_ack","session_id":"Qm9vdHN0cmFwSWQx","status":"ok","alias":"galaxy-s24","resume_token":"nq0yF1Y6m8cQk3dW0pXr2b7sL9eHhA4tVz1uJgK5oM8","keepalive_interval_s":15,"grace_s":600,"event_registry":true}"#;
+
+    #[test]
+    fn daemon_frames_encode_exactly_and_decode_back() {
+        for text in [
+            ACK,
+            r#"{"type":"tool_call","session_id":"Qm9vdHN0cmFwSWQx","id":"call_k2Xh9QmT0bZr1sVw3yLpAg","name":"cart_total","args":{}}"#,
+            r#"{"type":"tool_cancel","session_id":"Qm9vdHN0cmFwSWQx","id":"call_k2Xh9QmT0bZr1sVw3yLpAg","reason":"client_cancelled"}"#,
+        ] {
+            let frame = decode_daemon_message(text).unwrap().unwrap();
+            assert_eq!(frame.encode(), text);
+            assert_eq!(frame.session_id(), SID);
+        }
+        let ack = decode_daemon_message(ACK).unwrap().unwrap();
+        assert!(!format!("{ack:?}").contains("nq0yF1Y6"));
+        // An older daemon omits `event_registry`; the encoder omits it when unset.
+        let mut old = parsed(ACK);
+        old.as_object_mut().unwrap().remove("event_registry");
+        let Some(DaemonFrame::SessionAck(a)) = decode_daemon_value(&old).unwrap() else {
+            panic!("not an ack");
+        };
+        assert!(!a.event_registry);
+        assert_eq!(DaemonFrame::SessionAck(a).to_value(), old);
+    }
+
+    #[test]
+    fn the_app_side_decoder_is_lenient_where_the_spec_says() {
+        let call = |args: Value| json!({"type": "tool_call", "session_id": SID, "id": "c", "name": "t", "args": args, "x": 1});
+        for args in [json!([1]), json!("a"), Value::Null] {
+            let Some(DaemonFrame::ToolCall(c)) = decode_daemon_value(&call(args)).unwrap() else {
+                panic!("not a call");
+            };
+            assert!(c.args.is_empty());
+        }
+        let mut no_args = call(Value::Null);
+        no_args.as_object_mut().unwrap().remove("args");
+        assert!(decode_daemon_value(&no_args).unwrap().is_some());
+        for unknown in [
+            json!({"type": "future_frame", "session_id": SID}),
+            json!({"session_id": SID}),
+            json!({"type": 1}),
+            parsed(CLAIM),
+        ] {
+            assert_eq!(decode_daemon_value(&unknown).unwrap(), None, "{unknown}");
+        }
+    }
+
+    #[test]
+    fn the_app_side_decoder_still_enforces_the_common_bounds() {
+        let mut bad = Vec::new();
+        for (field, value) in [
+            ("resume_token", json!("")),
+            ("session_id", json!("s".repeat(129))),
+            ("status", json!("error")),
+            ("grace_s", json!(-1)),
+            ("keepalive_interval_s", json!(1.5)),
+            ("alias", Value::Null),
+        ] {
+            let mut v = parsed(ACK);
+            v[field] = value;
+            bad.push(v);
+        }
+        bad.push(json!({"type": "tool_cancel", "session_id": SID, "id": "c", "reason": ""}));
+        bad.push(json!({"type": "tool_cancel", "session_id": SID, "reason": "r"}));
+        bad.push(json!({"type": "tool_call", "session_id": SID, "id": "c", "args": {}}));
+        for v in bad {
+            assert!(
+                matches!(
+                    decode_daemon_value(&v),
+                    Err(DaemonMessageError::InvalidFrame { .. })
+                ),
+                "{v}"
+            );
+        }
+        assert!(matches!(
+            decode_daemon_message("[]"),
+            Err(DaemonMessageError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            decode_daemon_message("{"),
+            Err(DaemonMessageError::InvalidJson(_))
+        ));
+    }
+}
