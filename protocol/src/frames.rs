@@ -8,7 +8,6 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
 
 use crate::close::CloseReason;
@@ -147,52 +146,7 @@ fn parse_object(text: &str) -> Result<Map<String, Value>, String> {
 // Frame types
 // ---------------------------------------------------------------------------------------------
 
-/// The seven error types a `tool_error` may carry (02 §9.3). They travel verbatim to callers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolErrorType {
-    ToolNotFound,
-    ToolInputValidationError,
-    ToolOutputValidationError,
-    ToolExecutionError,
-    ToolSerializationError,
-    ToolTimeout,
-    ToolCancelled,
-}
-
-impl ToolErrorType {
-    pub const ALL: [Self; 7] = [
-        Self::ToolNotFound,
-        Self::ToolInputValidationError,
-        Self::ToolOutputValidationError,
-        Self::ToolExecutionError,
-        Self::ToolSerializationError,
-        Self::ToolTimeout,
-        Self::ToolCancelled,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::ToolNotFound => "tool_not_found",
-            Self::ToolInputValidationError => "tool_input_validation_error",
-            Self::ToolOutputValidationError => "tool_output_validation_error",
-            Self::ToolExecutionError => "tool_execution_error",
-            Self::ToolSerializationError => "tool_serialization_error",
-            Self::ToolTimeout => "tool_timeout",
-            Self::ToolCancelled => "tool_cancelled",
-        }
-    }
-
-    pub fn from_wire(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|t| t.as_str() == s)
-    }
-}
-
-impl fmt::Display for ToolErrorType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::errors::ToolErrorType;
 
 /// The optional device fields of a claim (02 §9.3), each at most 256 UTF-16 code units.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -848,7 +802,7 @@ fn guard_tool_error(m: &Map<String, Value>) -> Guarded<AppFrame> {
     let error_type = e
         .get("type")
         .and_then(Value::as_str)
-        .and_then(ToolErrorType::from_wire)
+        .and_then(|t| t.parse::<ToolErrorType>().ok())
         .ok_or_else(|| FieldError::new("error.type", "must be one of the seven tool_* types"))?;
     let message = e
         .get("message")
