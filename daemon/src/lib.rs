@@ -4,7 +4,9 @@
 
 pub mod address;
 pub mod config;
+pub mod device_socket;
 pub mod envflag;
+pub mod listener;
 pub mod pidfile;
 pub mod seams;
 pub mod spawn_lock;
