@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use appduct_protocol::limits::{
     DEFAULT_GRACE_S, DEFAULT_KEEPALIVE_INTERVAL_S, DEFAULT_LINK_TTL_S, MAX_LINK_TTL_S,
 };
+use appduct_protocol::link::validate_scheme;
 use appduct_protocol::text::as_integer;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -236,7 +237,8 @@ impl Config {
         for (key, value) in map {
             match key.as_str() {
                 "wssPort" => {
-                    config.wss_port = v.int_in(key, value, 0, 65_535, "an integer from 0 to 65535")?
+                    config.wss_port =
+                        v.int_in(key, value, 0, 65_535, "an integer from 0 to 65535")?
                 }
                 "keyPath" => config.key_path = state_dir.join(v.key_path(key, value)?),
                 "graceSeconds" => config.grace_seconds = v.positive(key, value)?,
@@ -381,7 +383,7 @@ impl Validator {
 
     fn scheme(&self, key: &str, value: &Value) -> Result<String, ConfigError> {
         match value {
-            Value::String(s) if is_valid_scheme(s) => Ok(s.clone()),
+            Value::String(s) if validate_scheme(s).is_ok() => Ok(s.clone()),
             other => Err(self.invalid(
                 key,
                 "must match ^[A-Za-z][A-Za-z0-9+.-]{0,63}$ and must not be http, https, file, ws or wss (write \"myapp\", not \"myapp://\")",
@@ -490,18 +492,6 @@ fn is_valid_tool_key(key: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     alias_ok && tool_ok
-}
-
-/// Deep-link scheme rule of 02 §5.1: `^[A-Za-z][A-Za-z0-9+.-]{0,63}$`, not a web or file scheme.
-/// (A private copy; the protocol crate's link composer enforces the same rule.)
-fn is_valid_scheme(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    let first_ok = bytes.next().is_some_and(|b| b.is_ascii_alphabetic());
-    let rest_ok = bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-'));
-    let reserved = ["http", "https", "file", "ws", "wss"]
-        .iter()
-        .any(|r| s.eq_ignore_ascii_case(r));
-    first_ok && rest_ok && s.len() <= 64 && !reserved
 }
 
 /// An origin `http(s)://host[:port]` with nothing after the authority (01 §5.2). The host is a
@@ -705,7 +695,10 @@ mod tests {
 
     #[test]
     fn link_ttl_seconds_is_capped_at_a_day() {
-        assert_eq!(ok(json!({"linkTtlSeconds": 86400})).link_ttl_seconds, 86_400);
+        assert_eq!(
+            ok(json!({"linkTtlSeconds": 86400})).link_ttl_seconds,
+            86_400
+        );
         assert_eq!(ok(json!({"linkTtlSeconds": 1})).link_ttl_seconds, 1);
         let msg = bad(json!({"linkTtlSeconds": 86401}), "linkTtlSeconds");
         assert!(msg.contains("1 to 86400"), "{msg}");
@@ -724,7 +717,10 @@ mod tests {
 
         let msg = bad(json!({"policy": {"default": "Allow"}}), "policy.default");
         assert!(msg.contains(r#""allow", "deny" or "prompt""#), "{msg}");
-        bad(json!({"policy": {"destructive": "block"}}), "policy.destructive");
+        bad(
+            json!({"policy": {"destructive": "block"}}),
+            "policy.destructive",
+        );
         bad(json!({"policy": "allow"}), "policy");
         bad(json!({"policy": {"tools": []}}), "policy.tools");
     }
@@ -824,8 +820,14 @@ mod tests {
 
     #[test]
     fn scheme() {
-        assert_eq!(ok(json!({"scheme": "shopdemo"})).scheme.as_deref(), Some("shopdemo"));
-        assert_eq!(ok(json!({"scheme": "a+b.c-d"})).scheme.as_deref(), Some("a+b.c-d"));
+        assert_eq!(
+            ok(json!({"scheme": "shopdemo"})).scheme.as_deref(),
+            Some("shopdemo")
+        );
+        assert_eq!(
+            ok(json!({"scheme": "a+b.c-d"})).scheme.as_deref(),
+            Some("a+b.c-d")
+        );
         let max = format!("a{}", "b".repeat(63));
         assert_eq!(ok(json!({"scheme": max.clone()})).scheme, Some(max.clone()));
         let msg = bad(json!({"scheme": "myapp://"}), "scheme");
@@ -839,14 +841,22 @@ mod tests {
 
     #[test]
     fn restart_daemon_on_version_mismatch() {
-        assert!(ok(json!({"restartDaemonOnVersionMismatch": true})).restart_daemon_on_version_mismatch);
-        assert!(!ok(json!({"restartDaemonOnVersionMismatch": false})).restart_daemon_on_version_mismatch);
+        assert!(
+            ok(json!({"restartDaemonOnVersionMismatch": true})).restart_daemon_on_version_mismatch
+        );
+        assert!(
+            !ok(json!({"restartDaemonOnVersionMismatch": false}))
+                .restart_daemon_on_version_mismatch
+        );
         let msg = bad(
             json!({"restartDaemonOnVersionMismatch": "true"}),
             "restartDaemonOnVersionMismatch",
         );
         assert!(msg.contains("true or false"), "{msg}");
-        bad(json!({"restartDaemonOnVersionMismatch": 1}), "restartDaemonOnVersionMismatch");
+        bad(
+            json!({"restartDaemonOnVersionMismatch": 1}),
+            "restartDaemonOnVersionMismatch",
+        );
     }
 
     #[test]
@@ -885,7 +895,10 @@ mod tests {
             "http://[::1]x",
             "devbox.lan:5173",
         ] {
-            bad(json!({ "webOrigins": ["http://ok.lan", invalid] }), "webOrigins[1]");
+            bad(
+                json!({ "webOrigins": ["http://ok.lan", invalid] }),
+                "webOrigins[1]",
+            );
         }
         bad(json!({"webOrigins": [5]}), "webOrigins[0]");
         bad(json!({"webOrigins": [null]}), "webOrigins[0]");
@@ -1007,11 +1020,17 @@ mod tests {
     #[test]
     fn rotation_threshold_falls_back_to_the_default() {
         let tmp = temp();
-        assert_eq!(daemon_log_max_bytes_for_rotation(tmp.path()), DEFAULT_LOG_MAX_BYTES);
+        assert_eq!(
+            daemon_log_max_bytes_for_rotation(tmp.path()),
+            DEFAULT_LOG_MAX_BYTES
+        );
         let path = tmp.path().join("config.json");
         std::fs::write(&path, br#"{"daemonLogMaxBytes": 1000}"#).unwrap();
         assert_eq!(daemon_log_max_bytes_for_rotation(tmp.path()), 1000);
         std::fs::write(&path, br#"{"daemonLogMaxBytes": 1000, "wssPort": "x"}"#).unwrap();
-        assert_eq!(daemon_log_max_bytes_for_rotation(tmp.path()), DEFAULT_LOG_MAX_BYTES);
+        assert_eq!(
+            daemon_log_max_bytes_for_rotation(tmp.path()),
+            DEFAULT_LOG_MAX_BYTES
+        );
     }
 }

@@ -93,7 +93,11 @@ mod tests {
     #[test]
     fn other_values_are_invalid_and_false() {
         for raw in ["", "yes", "on", "2", "true1", "t", "01"] {
-            assert_eq!(classify(os(raw)), EnvBool::Invalid(raw.to_owned()), "{raw:?}");
+            assert_eq!(
+                classify(os(raw)),
+                EnvBool::Invalid(raw.to_owned()),
+                "{raw:?}"
+            );
             assert!(!parse_bool("APPDUCT_X", os(raw)), "{raw:?}");
         }
     }

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::address::InterfaceAddr;
+pub use crate::address::InterfaceAddr;
 use crate::state_dir;
 
 /// Locks a mutex, recovering the data if a panicking thread poisoned it (the guarded values
@@ -104,7 +104,9 @@ impl AddressSource for OsAddresses {
         match netlink::interfaces() {
             Ok(list) => return list,
             Err(e) => {
-                tracing::warn!("cannot enumerate interfaces over netlink ({e}); using the route to a documentation address instead");
+                tracing::warn!(
+                    "cannot enumerate interfaces over netlink ({e}); using the route to a documentation address instead"
+                );
             }
         }
         route_source_addresses()
@@ -1104,8 +1106,19 @@ mod tests {
     }
 
     #[test]
+    fn route_fallback_reports_only_concrete_addresses() {
+        // May be empty on a host without routes; whatever it reports must be dialable.
+        for i in route_source_addresses() {
+            assert!(!i.addr.is_unspecified(), "{i:?}");
+            assert!(i.up && !i.loopback);
+        }
+    }
+
+    #[test]
     fn zombie_state_line_is_recognised() {
-        assert!(status_is_zombie("Name:\tx\nUmask:\t0022\nState:\tZ (zombie)\n"));
+        assert!(status_is_zombie(
+            "Name:\tx\nUmask:\t0022\nState:\tZ (zombie)\n"
+        ));
         assert!(!status_is_zombie("Name:\tx\nState:\tS (sleeping)\n"));
         assert!(!status_is_zombie("Name:\tZ\n"));
     }
@@ -1125,7 +1138,10 @@ mod tests {
     fn os_probe_detects_a_zombie_child() {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
-        assert!(poll_until(|| OsProcessProbe.is_zombie(pid)), "child never became a zombie");
+        assert!(
+            poll_until(|| OsProcessProbe.is_zombie(pid)),
+            "child never became a zombie"
+        );
         // kill(pid, 0) still succeeds on a zombie: that is why the zombie rule exists.
         assert!(OsProcessProbe.pid_alive(pid));
         child.wait().unwrap();
@@ -1264,7 +1280,10 @@ mod tests {
     fn spawn_request_scrubs_the_version_override() {
         let base = vec![
             (OsString::from("PATH"), OsString::from("/bin")),
-            (OsString::from(VERSION_OVERRIDE_ENV), OsString::from("9.9.9")),
+            (
+                OsString::from(VERSION_OVERRIDE_ENV),
+                OsString::from("9.9.9"),
+            ),
             (OsString::from("APPDUCT_STATE_DIR"), OsString::from("/old")),
         ];
         let req =
@@ -1298,7 +1317,10 @@ mod tests {
             &state,
             vec![
                 (OsString::from("PATH"), OsString::from("/usr/bin:/bin")),
-                (OsString::from(VERSION_OVERRIDE_ENV), OsString::from("9.9.9")),
+                (
+                    OsString::from(VERSION_OVERRIDE_ENV),
+                    OsString::from("9.9.9"),
+                ),
             ],
         );
         req.args = vec!["-c".into(), script.into()];
@@ -1313,7 +1335,10 @@ mod tests {
         assert!(log.starts_with("earlier\n"), "appended: {log}");
         let real = std::fs::canonicalize(&state).unwrap();
         assert!(log.contains(&format!("cwd={}", real.display())), "{log}");
-        assert!(log.contains(&format!("env={} unset", state.display())), "{log}");
+        assert!(
+            log.contains(&format!("env={} unset", state.display())),
+            "{log}"
+        );
         assert!(log.contains("stdin=eof"), "{log}");
         assert!(log.contains("err\n"), "{log}");
         if cfg!(target_os = "linux") {

@@ -51,7 +51,11 @@ pub enum StateDirError {
     #[error(
         "state directory {path} is owned by uid {owner}, not by the current user (uid {euid}); refusing to use it"
     )]
-    ForeignOwner { path: PathBuf, owner: u32, euid: u32 },
+    ForeignOwner {
+        path: PathBuf,
+        owner: u32,
+        euid: u32,
+    },
     #[error("{path} is not a directory")]
     NotADirectory { path: PathBuf },
     #[error(
@@ -244,7 +248,11 @@ fn prepare_dir(root: &Path, euid: u32) -> Result<Prepared, StateDirError> {
     let mut created = false;
     if std::fs::symlink_metadata(root).is_err() {
         // Intermediate directories get 0700 too; the user asked for this location.
-        match DirBuilder::new().recursive(true).mode(DIR_MODE).create(root) {
+        match DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(root)
+        {
             Ok(()) => created = true,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(StateDirError::io(root, e)),
@@ -368,7 +376,11 @@ pub fn remove_socket_file(path: &Path) -> Result<bool, StateDirError> {
 
 /// Renames `path` to `rotated` (replacing it, mode 0600) when `path` is a regular file larger than
 /// `max_bytes`. A symlink at `path` is an error. Returns whether it rotated.
-pub fn rotate_if_larger(path: &Path, rotated: &Path, max_bytes: u64) -> Result<bool, StateDirError> {
+pub fn rotate_if_larger(
+    path: &Path,
+    rotated: &Path,
+    max_bytes: u64,
+) -> Result<bool, StateDirError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
@@ -488,7 +500,10 @@ mod tests {
     fn socket_path_length_limit_is_100_bytes() {
         // "/" + 88 chars + "/daemon.sock" (12) = 101 bytes.
         let long = format!("/{}", "a".repeat(88));
-        let err = StateDir::new(&long).unwrap().checked_socket_path().unwrap_err();
+        let err = StateDir::new(&long)
+            .unwrap()
+            .checked_socket_path()
+            .unwrap_err();
         match &err {
             StateDirError::SocketPathTooLong { path, len } => {
                 assert_eq!(*len, 101);
@@ -497,7 +512,10 @@ mod tests {
             other => panic!("unexpected {other:?}"),
         }
         let text = err.to_string();
-        assert!(text.contains(&long) && text.contains("APPDUCT_STATE_DIR"), "{text}");
+        assert!(
+            text.contains(&long) && text.contains("APPDUCT_STATE_DIR"),
+            "{text}"
+        );
 
         let ok = format!("/{}", "a".repeat(87));
         let path = StateDir::new(&ok).unwrap().checked_socket_path().unwrap();
@@ -560,7 +578,10 @@ mod tests {
         let root = tmp.path().join("f");
         std::fs::write(&root, b"x").unwrap();
         let err = StateDir::new(&root).unwrap().prepare().unwrap_err();
-        assert!(matches!(err, StateDirError::NotADirectory { .. }), "{err:?}");
+        assert!(
+            matches!(err, StateDirError::NotADirectory { .. }),
+            "{err:?}"
+        );
     }
 
     #[test]
@@ -605,7 +626,10 @@ mod tests {
         assert!(err.to_string().contains("symbolic link"), "{err}");
         assert!(!target.exists(), "the symlink target must not be created");
 
-        assert!(create_new(&path).is_err(), "exclusive create must fail on an existing file");
+        assert!(
+            create_new(&path).is_err(),
+            "exclusive create must fail on an existing file"
+        );
         assert!(open_read(&link).is_err());
     }
 
@@ -625,7 +649,13 @@ mod tests {
 
         std::fs::write(&sock, b"not a socket").unwrap();
         let err = dir.remove_stale_socket().unwrap_err();
-        assert!(matches!(err, StateDirError::NotASocket { kind: "a regular file", .. }));
+        assert!(matches!(
+            err,
+            StateDirError::NotASocket {
+                kind: "a regular file",
+                ..
+            }
+        ));
         assert!(err.to_string().contains(&*sock.to_string_lossy()), "{err}");
         assert!(sock.exists(), "a regular file is never unlinked");
         std::fs::remove_file(&sock).unwrap();
@@ -633,14 +663,20 @@ mod tests {
         std::fs::create_dir(&sock).unwrap();
         assert!(matches!(
             dir.remove_stale_socket(),
-            Err(StateDirError::NotASocket { kind: "a directory", .. })
+            Err(StateDirError::NotASocket {
+                kind: "a directory",
+                ..
+            })
         ));
         std::fs::remove_dir(&sock).unwrap();
 
         symlink("/nonexistent", &sock).unwrap();
         assert!(matches!(
             dir.remove_stale_socket(),
-            Err(StateDirError::NotASocket { kind: "a symbolic link", .. })
+            Err(StateDirError::NotASocket {
+                kind: "a symbolic link",
+                ..
+            })
         ));
         assert!(std::fs::symlink_metadata(&sock).is_ok());
     }
