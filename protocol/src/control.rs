@@ -1,1 +1,2017 @@
-//! (filled by the foundation issue)
+//! Control-plane methods (03 §9): names, params with their validation (03 §6), results, the
+//! shared shapes of 03 §8, events (03 §11.1) and per-call notifications (03 §10.3).
+//!
+//! The daemon validates with [`Method::validate`] (or [`ControlRequest::parse`] for dispatch by
+//! name); clients build `Params` values directly and decode `Result`s with serde, ignoring unknown
+//! keys. Optional result keys are omitted when absent, never sent as `null`, except `group`.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Debug, Display};
+use std::io;
+use std::net::IpAddr;
+use std::str::FromStr;
+
+use serde::de::DeserializeOwned;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Number, Value};
+
+use crate::errors::ErrorType;
+use crate::jsonrpc::{ErrorObject, Notification, RequestId};
+use crate::limits;
+use crate::text::{as_finite, as_integer};
+
+// ---------------------------------------------------------------------------------------------
+// Method trait and dispatch
+// ---------------------------------------------------------------------------------------------
+
+/// One control method: its wire name, params and result (01 §2.5).
+pub trait Method {
+    const NAME: &'static str;
+    type Params: Serialize + DeserializeOwned + Debug + Clone + PartialEq + Send + 'static;
+    type Result: Serialize + DeserializeOwned + Debug + Clone + PartialEq + Send + 'static;
+
+    /// Validates raw `params` (absent or `null` = `{}`) under 03 §6 and the method's table.
+    fn validate(params: Option<&Value>) -> Result<Self::Params, ParamError>;
+}
+
+macro_rules! methods {
+    ($( $(#[$doc:meta])* $ty:ident = $name:literal, $params:ty => $result:ty; )*) => {
+        $(
+            $(#[$doc])*
+            #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+            pub struct $ty;
+
+            impl Method for $ty {
+                const NAME: &'static str = $name;
+                type Params = $params;
+                type Result = $result;
+                fn validate(params: Option<&Value>) -> Result<$params, ParamError> {
+                    <$params>::validate(params)
+                }
+            }
+        )*
+
+        /// Every method of 03 §9, in the order of its summary table.
+        pub const METHODS: &[&str] = &[$($name),*];
+
+        /// A validated request, for dispatch by method name.
+        #[derive(Debug, Clone, PartialEq)]
+        pub enum ControlRequest {
+            $( $ty($params), )*
+        }
+
+        impl ControlRequest {
+            /// Resolves `method` and validates `params`: an unknown or reserved method is
+            /// `-32601` (03 §4.1, §9.15), bad params `-32602` (03 §6).
+            pub fn parse(method: &str, params: Option<&Value>) -> Result<Self, ErrorObject> {
+                match method {
+                    $( $name => <$ty as Method>::validate(params)
+                        .map(Self::$ty)
+                        .map_err(ErrorObject::from), )*
+                    _ => Err(ErrorObject::method_not_found(method)),
+                }
+            }
+
+            /// The method name of this request.
+            pub fn method(&self) -> &'static str {
+                match self {
+                    $( Self::$ty(_) => $name, )*
+                }
+            }
+        }
+    };
+}
+
+methods! {
+    /// `daemon.hello` (03 §9.1).
+    DaemonHello = "daemon.hello", HelloParams => HelloResult;
+    /// `daemon.status` (03 §9.2).
+    DaemonStatus = "daemon.status", NoParams => StatusResult;
+    /// `daemon.shutdown` (03 §9.3).
+    DaemonShutdown = "daemon.shutdown", NoParams => OkResult;
+    /// `link.create` (03 §9.4).
+    LinkCreate = "link.create", LinkCreateParams => LinkCreateResult;
+    /// `consent.create` (03 §9.14).
+    ConsentCreate = "consent.create", ConsentCreateParams => ConsentCreateResult;
+    /// `consent.take` (03 §9.14).
+    ConsentTake = "consent.take", ConsentTakeParams => ConsentRecord;
+    /// `sessions.list` (03 §9.5).
+    SessionsList = "sessions.list", NoParams => Vec<SessionSummary>;
+    /// `sessions.describe` (03 §9.6).
+    SessionsDescribe = "sessions.describe", SelectorParams => SessionSummary;
+    /// `sessions.revoke` (03 §9.7).
+    SessionsRevoke = "sessions.revoke", SelectorParams => RevokeResult;
+    /// `tools.list` (03 §9.8).
+    ToolsList = "tools.list", ToolsListParams => ToolsListResult;
+    /// `tools.call` (03 §9.9).
+    ToolsCall = "tools.call", ToolsCallParams => ToolsCallResult;
+    /// `tools.cancel` (03 §9.10).
+    ToolsCancel = "tools.cancel", ToolsCancelParams => ToolsCancelResult;
+    /// `events.list` (03 §9.11).
+    EventsList = "events.list", EventsListParams => EventsListResult;
+    /// `events.subscribe` (03 §9.12).
+    EventsSubscribe = "events.subscribe", SubscribeParams => SubscribeResult;
+    /// `events.since` (03 §9.13).
+    EventsSince = "events.since", EventsSinceParams => EventsSinceResult;
+}
+
+/// Names reserved for later waves; the daemon answers `-32601` for them (03 §9.15).
+pub fn is_reserved_method(method: &str) -> bool {
+    method == "web.attach"
+        || ["approvals.", "tasks.", "leases."]
+            .iter()
+            .any(|p| method.starts_with(p))
+}
+
+/// Capability strings of `daemon.hello` `features` (03 §9.1).
+pub mod features {
+    pub const CALLS_CALL_ID: &str = "calls.callId";
+    pub const CALLS_PROGRESS: &str = "calls.progress";
+    pub const CONSENT_RECORDS: &str = "consent.records";
+    pub const EVENTS_SUBSCRIBE_SINCE: &str = "events.subscribe.since";
+    pub const EVENTS_LIST: &str = "events.list";
+    pub const TOOLS_GROUPS: &str = "tools.groups";
+    /// Everything this crate's control protocol offers, in the order of 03 §9.1.
+    pub const ALL: &[&str] = &[
+        CALLS_CALL_ID,
+        CALLS_PROGRESS,
+        CONSENT_RECORDS,
+        EVENTS_SUBSCRIBE_SINCE,
+        EVENTS_LIST,
+        TOOLS_GROUPS,
+    ];
+}
+
+/// Default `tools.cancel` reason (03 §9.10).
+pub const DEFAULT_CANCEL_REASON: &str = "client_cancelled";
+/// Longest selector, characters (03 §7).
+pub const MAX_SELECTOR_LEN: usize = 128;
+/// Longest `consent.take` handle, characters (03 §9.14).
+pub const MAX_CONSENT_HANDLE_LEN: usize = 128;
+/// `daemon.hello` client name and version length bound (03 §9.1).
+pub const MAX_CLIENT_FIELD_LEN: usize = 64;
+/// Longest `tools.cancel` reason (03 §9.10).
+pub const MAX_CANCEL_REASON_LEN: usize = 64;
+
+// ---------------------------------------------------------------------------------------------
+// Parameter errors and the shared reader of 03 §6
+// ---------------------------------------------------------------------------------------------
+
+/// A params validation failure: becomes a `-32602` `invalid_request` error whose message and
+/// `details.param` name the parameter (03 §6).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ParamError {
+    message: String,
+    details: Map<String, Value>,
+}
+
+impl ParamError {
+    /// A failure of `param`; `message` must name it.
+    pub fn new(param: &str, message: impl Into<String>) -> Self {
+        let mut details = Map::new();
+        details.insert("param".into(), Value::String(param.to_owned()));
+        Self {
+            message: message.into(),
+            details,
+        }
+    }
+
+    /// `Invalid parameter "<param>": <rule>`.
+    pub fn invalid(param: &str, rule: impl Display) -> Self {
+        Self::new(param, format!("Invalid parameter \"{param}\": {rule}"))
+    }
+
+    /// Adds one key to `details`.
+    pub fn with_detail(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.details.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// `events.since` with `since` above the session's high-water mark (03 §9.13); only the
+    /// daemon knows the mark, so it raises this after validation.
+    pub fn since_beyond_high_water_mark(since: u64, high_water_mark: u64) -> Self {
+        Self::invalid(
+            "since",
+            format!("{since} is greater than the session's high-water mark {high_water_mark}"),
+        )
+        .with_detail("highWaterMark", high_water_mark)
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    pub fn details(&self) -> &Map<String, Value> {
+        &self.details
+    }
+
+    /// The parameter named in `details.param`.
+    pub fn param(&self) -> Option<&str> {
+        self.details.get("param").and_then(Value::as_str)
+    }
+}
+
+impl From<ParamError> for ErrorObject {
+    fn from(e: ParamError) -> Self {
+        ErrorObject::invalid_params(e.message, e.details)
+    }
+}
+
+fn rule_len(min: usize, max: usize) -> String {
+    if min == 0 {
+        format!("must be a string of at most {max} characters")
+    } else {
+        format!("must be a string of {min} to {max} characters")
+    }
+}
+
+fn rule_int(min: u64, max: u64) -> String {
+    if max >= limits::MAX_SAFE_INTEGER {
+        format!("must be an integer of at least {min}")
+    } else {
+        format!("must be an integer from {min} to {max}")
+    }
+}
+
+/// A params object (or a nested one) under the common rules: `null` values are absent, unknown
+/// keys are rejected.
+struct Obj<'a> {
+    map: Option<&'a Map<String, Value>>,
+    prefix: String,
+}
+
+impl<'a> Obj<'a> {
+    fn params(params: Option<&'a Value>, accepted: &[&str]) -> Result<Self, ParamError> {
+        Self::at(params, "params", String::new(), accepted)
+    }
+
+    fn at(
+        value: Option<&'a Value>,
+        name: &str,
+        prefix: String,
+        accepted: &[&str],
+    ) -> Result<Self, ParamError> {
+        let map = match value {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(m)) => Some(m),
+            Some(_) => return Err(ParamError::invalid(name, "must be an object")),
+        };
+        if let Some(m) = map {
+            let unknown: Vec<&String> = m
+                .iter()
+                .filter(|(k, v)| !v.is_null() && !accepted.contains(&k.as_str()))
+                .map(|(k, _)| k)
+                .collect();
+            if let Some(first) = unknown.first() {
+                let list = |keys: &mut dyn Iterator<Item = &str>| {
+                    keys.map(|k| format!("\"{prefix}{k}\""))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let accepted_text = if accepted.is_empty() {
+                    "this method takes no parameters".to_owned()
+                } else {
+                    format!("accepted: {}", list(&mut accepted.iter().copied()))
+                };
+                let message = format!(
+                    "Unknown parameter {} ({accepted_text})",
+                    list(&mut unknown.iter().map(|k| k.as_str()))
+                );
+                return Err(ParamError::new(&format!("{prefix}{first}"), message)
+                    .with_detail(
+                        "unknownKeys",
+                        unknown.iter().map(|k| k.as_str()).collect::<Vec<_>>(),
+                    )
+                    .with_detail("acceptedKeys", accepted.to_vec()));
+            }
+        }
+        Ok(Self { map, prefix })
+    }
+
+    fn name(&self, key: &str) -> String {
+        format!("{}{key}", self.prefix)
+    }
+
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map?.get(key).filter(|v| !v.is_null())
+    }
+
+    fn nested(&self, key: &str, accepted: &[&str]) -> Result<Option<Obj<'a>>, ParamError> {
+        match self.get(key) {
+            None => Ok(None),
+            v => Obj::at(v, &self.name(key), format!("{}.", self.name(key)), accepted).map(Some),
+        }
+    }
+
+    /// A string of `min..=max` characters (Unicode scalar values, 03 §6).
+    fn string(&self, key: &str, min: usize, max: usize) -> Result<Option<String>, ParamError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) if (min..=max).contains(&s.chars().count()) => {
+                Ok(Some(s.clone()))
+            }
+            Some(_) => Err(ParamError::invalid(&self.name(key), rule_len(min, max))),
+        }
+    }
+
+    fn required<T>(&self, key: &str, v: Option<T>) -> Result<T, ParamError> {
+        v.ok_or_else(|| {
+            let name = self.name(key);
+            ParamError::new(&name, format!("Missing required parameter \"{name}\""))
+        })
+    }
+
+    /// A string that must also satisfy `valid`, described by `rule`.
+    fn pattern(
+        &self,
+        key: &str,
+        valid: fn(&str) -> bool,
+        rule: &str,
+    ) -> Result<Option<String>, ParamError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) if valid(s) => Ok(Some(s.clone())),
+            Some(_) => Err(ParamError::invalid(&self.name(key), rule)),
+        }
+    }
+
+    /// An integer within `min..=max` under the wire rule (`2.0` passes, `1.5` fails).
+    fn integer(&self, key: &str, min: u64, max: u64) -> Result<Option<u64>, ParamError> {
+        let Some(v) = self.get(key) else {
+            return Ok(None);
+        };
+        as_integer(v)
+            .and_then(|i| u64::try_from(i).ok())
+            .filter(|i| (min..=max).contains(i))
+            .map(Some)
+            .ok_or_else(|| ParamError::invalid(&self.name(key), rule_int(min, max)))
+    }
+
+    fn boolean(&self, key: &str) -> Result<Option<bool>, ParamError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(_) => Err(ParamError::invalid(&self.name(key), "must be a boolean")),
+        }
+    }
+
+    /// A wire enum decoded from its string form.
+    fn enumeration<T: FromStr>(&self, key: &str, rule: &str) -> Result<Option<T>, ParamError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => s
+                .parse()
+                .map(Some)
+                .map_err(|_| ParamError::invalid(&self.name(key), rule)),
+            Some(_) => Err(ParamError::invalid(&self.name(key), rule)),
+        }
+    }
+
+    /// A session selector: 1–128 characters (03 §7).
+    fn selector(&self, key: &str) -> Result<Option<String>, ParamError> {
+        self.string(key, 1, MAX_SELECTOR_LEN)
+    }
+
+    /// A name glob: 1–4096 characters (03 §11.5). Matching lives in [`crate::glob`].
+    fn glob(&self, key: &str) -> Result<Option<String>, ParamError> {
+        self.string(key, 1, limits::MAX_GLOB_LEN)
+    }
+}
+
+/// `^[A-Za-z0-9_-]{1,128}$` (03 §10.1).
+pub fn is_valid_call_id(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `[a-z0-9_]{1,64}` (03 §9.10).
+pub fn is_valid_cancel_reason(s: &str) -> bool {
+    (1..=MAX_CANCEL_REASON_LEN).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// One or two `/`-joined segments of `[a-zA-Z0-9_-]{1,64}` (03 §9.8).
+pub fn is_valid_group(s: &str) -> bool {
+    let segment = |seg: &str| {
+        (1..=limits::MAX_TOOL_NAME_LEN).contains(&seg.len())
+            && seg
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    };
+    let mut parts = s.split('/');
+    let first = parts.next().is_some_and(segment);
+    let second = parts.next().is_none_or(segment);
+    first && second && parts.next().is_none()
+}
+
+/// 64 lower-case hex digits (03 §9.14).
+pub fn is_valid_sha256_hex(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Byte length of `v` serialised as compact JSON, without building the string.
+pub fn compact_json_len(v: &Value) -> usize {
+    struct Counter(usize);
+    impl io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Counter(0);
+    // Serialising a `Value` into a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
+/// `clamp(x) = min(600000, max(1000, trunc(x)))` of 04 §4.1.
+pub fn clamp_timeout_ms(x: f64) -> u64 {
+    let t = x.trunc().clamp(
+        limits::MIN_CALL_TIMEOUT_MS as f64,
+        limits::MAX_CALL_TIMEOUT_MS as f64,
+    );
+    // Within [1000, 600000] and integral, so exact.
+    t as u64
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+// ---------------------------------------------------------------------------------------------
+// Small wire enums
+// ---------------------------------------------------------------------------------------------
+
+macro_rules! wire_enum {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident = $wire:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum $name {
+            $( #[serde(rename = $wire)] $variant, )+
+        }
+
+        impl $name {
+            pub const ALL: &[$name] = &[$(Self::$variant),+];
+
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $( Self::$variant => $wire, )+
+                }
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownValue;
+            fn from_str(s: &str) -> Result<Self, UnknownValue> {
+                match s {
+                    $( $wire => Ok(Self::$variant), )+
+                    _ => Err(UnknownValue(s.to_owned())),
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// A string outside a wire enum.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown value {0:?}")]
+pub struct UnknownValue(pub String);
+
+wire_enum! {
+    /// Listener a link or session belongs to (02 §2.3).
+    Transport { Native = "native", Web = "web" }
+}
+wire_enum! {
+    /// `SessionSummary.state` (03 §8.2).
+    SessionState { Active = "active", Suspended = "suspended" }
+}
+wire_enum! {
+    /// Why a session is suspended (03 §8.2).
+    SuspendReason { AppBackgrounded = "app_backgrounded", ConnectionLost = "connection_lost" }
+}
+wire_enum! {
+    /// A policy decision (04 §7).
+    PolicyDecision { Allow = "allow", Deny = "deny", Prompt = "prompt" }
+}
+wire_enum! {
+    /// Who issued a `tools.call` (03 §9.9).
+    Caller { Cli = "cli", Mcp = "mcp", Client = "client" }
+}
+wire_enum! {
+    /// Consent attached to a `tools.call`; the legacy `"client"` is read as absent (03 §9.9).
+    Consent { Elicitation = "elicitation" }
+}
+wire_enum! {
+    /// `sessions.revoke` result `revoked` (03 §9.7).
+    RevokedKind { Session = "session", Link = "link" }
+}
+wire_enum! {
+    /// `daemon.status` `advertisedAddress.source` (03 §9.2).
+    AddressSource { Config = "config", Detected = "detected" }
+}
+wire_enum! {
+    /// `session_revoked` `previousState` (03 §11.1).
+    PreviousState { Active = "active", Suspended = "suspended", Pending = "pending" }
+}
+wire_enum! {
+    /// Outcome of a settled call (04 §9.3).
+    CallOutcome { Ok = "ok", Error = "error", Denied = "denied", Cancelled = "cancelled" }
+}
+wire_enum! {
+    /// Why policy denied a call (04 §7.3).
+    DeniedReason { Policy = "policy", NoConsentChannel = "no_consent_channel" }
+}
+wire_enum! {
+    /// Every event kind (03 §11.1).
+    EventKind {
+        DaemonStarted = "daemon_started",
+        LinkCreated = "link_created",
+        LinkExpired = "link_expired",
+        SessionClaimed = "session_claimed",
+        SessionSuspended = "session_suspended",
+        SessionResumed = "session_resumed",
+        SessionRevoked = "session_revoked",
+        SessionExpired = "session_expired",
+        ToolsChanged = "tools_changed",
+        EventsChanged = "events_changed",
+        AppEvent = "app_event",
+        ToolCallStarted = "tool_call_started",
+        ToolCallProgress = "tool_call_progress",
+        ToolCallFinished = "tool_call_finished",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Params
+// ---------------------------------------------------------------------------------------------
+
+/// Params of methods that take none; `{}` is accepted (03 §9.2).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct NoParams {}
+
+impl NoParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        Obj::params(params, &[])?;
+        Ok(Self {})
+    }
+}
+
+/// `daemon.hello` `client` (03 §9.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientInfo {
+    pub name: String,
+    pub version: String,
+}
+
+/// `daemon.hello` params (03 §9.1).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HelloParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control_protocol: Option<u64>,
+}
+
+impl HelloParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, &["client", "controlProtocol"])?;
+        let client = match p.nested("client", &["name", "version"])? {
+            None => None,
+            Some(c) => {
+                let name = c.string("name", 1, MAX_CLIENT_FIELD_LEN)?;
+                let version = c.string("version", 1, MAX_CLIENT_FIELD_LEN)?;
+                Some(ClientInfo {
+                    name: c.required("name", name)?,
+                    version: c.required("version", version)?,
+                })
+            }
+        };
+        let control_protocol = p.integer("controlProtocol", 1, limits::MAX_SAFE_INTEGER)?;
+        Ok(Self {
+            client,
+            control_protocol,
+        })
+    }
+}
+
+/// `link.create` params (03 §9.4).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkCreateParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_seconds: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address_override: Option<IpAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transport: Option<Transport>,
+}
+
+impl LinkCreateParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, &["ttlSeconds", "addressOverride", "transport"])?;
+        let ttl_seconds = p
+            .integer("ttlSeconds", 1, u64::from(limits::MAX_LINK_TTL_S))?
+            .map(|t| t as u32);
+        let address_override = match p.get("addressOverride") {
+            None => None,
+            Some(Value::String(s)) => Some(s.parse::<IpAddr>().map_err(|_| {
+                ParamError::invalid("addressOverride", "must be an IPv4 or IPv6 literal")
+            })?),
+            Some(_) => {
+                return Err(ParamError::invalid(
+                    "addressOverride",
+                    "must be an IPv4 or IPv6 literal",
+                ));
+            }
+        };
+        let transport = p.enumeration::<Transport>("transport", "must be \"native\" or \"web\"")?;
+        if address_override.is_some() && transport == Some(Transport::Web) {
+            return Err(ParamError::invalid(
+                "addressOverride",
+                "is not allowed with transport \"web\" (web links always use 127.0.0.1)",
+            ));
+        }
+        Ok(Self {
+            ttl_seconds,
+            address_override,
+            transport,
+        })
+    }
+
+    /// `transport`, defaulting to native.
+    pub fn transport(&self) -> Transport {
+        self.transport.unwrap_or(Transport::Native)
+    }
+}
+
+/// `consent.create` params (03 §9.14).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsentCreateParams {
+    pub session_id: String,
+    pub name: String,
+    #[serde(rename = "argsSha256")]
+    pub args_sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+impl ConsentCreateParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(
+            params,
+            &[
+                "sessionId",
+                "name",
+                "argsSha256",
+                "selector",
+                "timeoutMs",
+                "ttlMs",
+            ],
+        )?;
+        // An id that names no live session is `unknown_session`, decided by the daemon.
+        let session_id = p.string("sessionId", 1, limits::MAX_IDENTIFIER_LEN)?;
+        let name = p.string("name", 1, limits::MAX_TOOL_NAME_LEN)?;
+        let args_sha256 = p.pattern(
+            "argsSha256",
+            is_valid_sha256_hex,
+            "must be 64 lower-case hex digits",
+        )?;
+        let (min, max) = (limits::MIN_CALL_TIMEOUT_MS, limits::MAX_CALL_TIMEOUT_MS);
+        Ok(Self {
+            session_id: p.required("sessionId", session_id)?,
+            name: p.required("name", name)?,
+            args_sha256: p.required("argsSha256", args_sha256)?,
+            selector: p.selector("selector")?,
+            timeout_ms: p.integer("timeoutMs", min, max)?,
+            ttl_ms: p.integer("ttlMs", min, max)?,
+        })
+    }
+
+    /// `ttlMs`, defaulting to 600000.
+    pub fn ttl_ms(&self) -> u64 {
+        self.ttl_ms.unwrap_or(limits::DEFAULT_CONSENT_TTL_MS)
+    }
+
+    /// The record `consent.take` returns.
+    pub fn record(&self) -> ConsentRecord {
+        ConsentRecord {
+            session_id: self.session_id.clone(),
+            name: self.name.clone(),
+            args_sha256: self.args_sha256.clone(),
+            selector: self.selector.clone(),
+            timeout_ms: self.timeout_ms,
+        }
+    }
+}
+
+/// `consent.take` params (03 §9.14).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsentTakeParams {
+    pub handle: String,
+}
+
+impl ConsentTakeParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, &["handle"])?;
+        let handle = p.string("handle", 1, MAX_CONSENT_HANDLE_LEN)?;
+        Ok(Self {
+            handle: p.required("handle", handle)?,
+        })
+    }
+}
+
+/// `{selector?}` of `sessions.describe` and `sessions.revoke` (03 §9.6, §9.7).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SelectorParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+}
+
+impl SelectorParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, &["selector"])?;
+        Ok(Self {
+            selector: p.selector("selector")?,
+        })
+    }
+}
+
+/// `tools.list` params (03 §9.8).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ToolsListParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// `None` also when the caller sent an empty string.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+}
+
+impl ToolsListParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, &["selector", "group", "filter", "limit", "offset"])?;
+        Ok(Self {
+            selector: p.selector("selector")?,
+            group: p.pattern(
+                "group",
+                is_valid_group,
+                "must be 1 or 2 segments joined by \"/\", each [a-zA-Z0-9_-]{1,64}",
+            )?,
+            filter: p
+                .string("filter", 0, limits::MAX_TOOLS_FILTER_LEN)?
+                .filter(|f| !f.is_empty()),
+            limit: p.integer("limit", 1, limits::MAX_SAFE_INTEGER)?,
+            offset: p.integer("offset", 0, limits::MAX_SAFE_INTEGER)?,
+        })
+    }
+}
+
+/// `tools.call` params (03 §9.9).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsCallParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    pub name: String,
+    /// `{}` when absent.
+    #[serde(default)]
+    pub args: Map<String, Value>,
+    /// After validation: truncated and clamped to [1000, 600000] (04 §4.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Caller>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consent: Option<Consent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub progress: bool,
+}
+
+impl ToolsCallParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(
+            params,
+            &[
+                "selector",
+                "name",
+                "args",
+                "timeoutMs",
+                "caller",
+                "consent",
+                "callId",
+                "progress",
+            ],
+        )?;
+        let name = p.string("name", 1, limits::MAX_TOOL_NAME_LEN)?;
+        let args = match p.get("args") {
+            None => Map::new(),
+            Some(v @ Value::Object(m)) => {
+                if compact_json_len(v) > limits::MAX_ARGS_BYTES {
+                    return Err(ParamError::invalid(
+                        "args",
+                        format!(
+                            "its compact JSON must be at most {} bytes",
+                            limits::MAX_ARGS_BYTES
+                        ),
+                    )
+                    .with_detail("maxArgsBytes", limits::MAX_ARGS_BYTES));
+                }
+                m.clone()
+            }
+            Some(_) => return Err(ParamError::invalid("args", "must be a JSON object")),
+        };
+        let timeout_ms = match p.get("timeoutMs") {
+            None => None,
+            Some(v) => Some(
+                as_finite(v)
+                    .map(clamp_timeout_ms)
+                    .ok_or_else(|| ParamError::invalid("timeoutMs", "must be a finite number"))?,
+            ),
+        };
+        let consent = match p.get("consent") {
+            None => None,
+            Some(Value::String(s)) if s == "elicitation" => Some(Consent::Elicitation),
+            // Legacy value, accepted and ignored (04 §7.3).
+            Some(Value::String(s)) if s == "client" => None,
+            Some(_) => {
+                return Err(ParamError::invalid("consent", "must be \"elicitation\""));
+            }
+        };
+        Ok(Self {
+            selector: p.selector("selector")?,
+            name: p.required("name", name)?,
+            args,
+            timeout_ms,
+            caller: p.enumeration("caller", "must be \"cli\", \"mcp\" or \"client\"")?,
+            consent,
+            call_id: p.pattern(
+                "callId",
+                is_valid_call_id,
+                "must match ^[A-Za-z0-9_-]{1,128}$",
+            )?,
+            progress: p.boolean("progress")?.unwrap_or(false),
+        })
+    }
+
+    /// `caller`, defaulting to `cli`.
+    pub fn caller(&self) -> Caller {
+        self.caller.unwrap_or(Caller::Cli)
+    }
+}
+
+/// `tools.cancel` params (03 §9.10).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsCancelParams {
+    pub call_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl ToolsCancelParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, &["callId", "selector", "reason"])?;
+        let call_id = p.pattern(
+            "callId",
+            is_valid_call_id,
+            "must match ^[A-Za-z0-9_-]{1,128}$",
+        )?;
+        Ok(Self {
+            call_id: p.required("callId", call_id)?,
+            selector: p.selector("selector")?,
+            reason: p.pattern(
+                "reason",
+                is_valid_cancel_reason,
+                "must match [a-z0-9_]{1,64}",
+            )?,
+        })
+    }
+
+    /// `reason`, defaulting to `client_cancelled`.
+    pub fn reason(&self) -> &str {
+        self.reason.as_deref().unwrap_or(DEFAULT_CANCEL_REASON)
+    }
+}
+
+/// `events.list` params (03 §9.11).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct EventsListParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+}
+
+impl EventsListParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, &["selector", "name", "limit", "offset"])?;
+        Ok(Self {
+            selector: p.selector("selector")?,
+            name: p.glob("name")?,
+            limit: p.integer("limit", 1, limits::MAX_SAFE_INTEGER)?,
+            offset: p.integer("offset", 0, limits::MAX_SAFE_INTEGER)?,
+        })
+    }
+}
+
+/// `events.subscribe` params (03 §9.12).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscribeParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_selector: Option<String>,
+    /// Non-empty and distinct when present; absent = all kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<EventKind>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_max_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+}
+
+impl SubscribeParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(
+            params,
+            &[
+                "sessionSelector",
+                "kinds",
+                "name",
+                "payloadMaxBytes",
+                "since",
+            ],
+        )?;
+        let kinds = match p.get("kinds") {
+            None => None,
+            Some(Value::Array(items)) if !items.is_empty() => {
+                let mut kinds = Vec::with_capacity(items.len());
+                for item in items {
+                    let kind = item
+                        .as_str()
+                        .and_then(|s| s.parse::<EventKind>().ok())
+                        .ok_or_else(|| {
+                            ParamError::invalid("kinds", format!("{item} is not an event kind"))
+                                .with_detail(
+                                    "acceptedValues",
+                                    EventKind::ALL
+                                        .iter()
+                                        .map(|k| k.as_str())
+                                        .collect::<Vec<_>>(),
+                                )
+                        })?;
+                    if kinds.contains(&kind) {
+                        return Err(ParamError::invalid(
+                            "kinds",
+                            format!("\"{kind}\" is listed twice"),
+                        ));
+                    }
+                    kinds.push(kind);
+                }
+                Some(kinds)
+            }
+            Some(_) => {
+                return Err(ParamError::invalid(
+                    "kinds",
+                    "must be a non-empty array of event kinds",
+                ));
+            }
+        };
+        let session_selector = p.selector("sessionSelector")?;
+        let since = p.integer("since", 0, limits::MAX_SAFE_INTEGER)?;
+        if since.is_some() {
+            if session_selector.is_none() {
+                return Err(ParamError::invalid("since", "requires \"sessionSelector\""));
+            }
+            if kinds
+                .as_ref()
+                .is_some_and(|k| !k.contains(&EventKind::AppEvent))
+            {
+                return Err(ParamError::invalid(
+                    "since",
+                    "requires \"kinds\" to be absent or to contain \"app_event\"",
+                ));
+            }
+        }
+        Ok(Self {
+            session_selector,
+            kinds,
+            name: p.glob("name")?,
+            payload_max_bytes: p.integer("payloadMaxBytes", 1, limits::MAX_SAFE_INTEGER)?,
+            since,
+        })
+    }
+
+    /// Whether the filter admits `kind` (absent `kinds` = all).
+    pub fn admits(&self, kind: EventKind) -> bool {
+        self.kinds.as_ref().is_none_or(|k| k.contains(&kind))
+    }
+}
+
+/// `events.since` params (03 §9.13).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventsSinceParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_max_bytes: Option<u64>,
+}
+
+impl EventsSinceParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(
+            params,
+            &["selector", "since", "limit", "name", "payloadMaxBytes"],
+        )?;
+        Ok(Self {
+            selector: p.selector("selector")?,
+            since: p.integer("since", 0, limits::MAX_SAFE_INTEGER)?,
+            limit: p.integer("limit", 1, limits::MAX_SAFE_INTEGER)?,
+            name: p.glob("name")?,
+            payload_max_bytes: p.integer("payloadMaxBytes", 1, limits::MAX_SAFE_INTEGER)?,
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared shapes (03 §8)
+// ---------------------------------------------------------------------------------------------
+
+/// Device fields as claimed; `{}` when none (03 §8.2).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Device {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manufacturer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+}
+
+/// A live session (03 §8.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSummary {
+    pub session_id: String,
+    pub alias: String,
+    pub state: SessionState,
+    pub transport: Transport,
+    #[serde(default)]
+    pub device: Device,
+    pub created_at: String,
+    pub claimed_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend_reason: Option<SuspendReason>,
+    pub tool_count: u64,
+    pub event_count: u64,
+}
+
+/// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (03 §8.3).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolsListEntry {
+    /// Descriptor fields in the order the app sent them, without `group`.
+    pub descriptor: Map<String, Value>,
+    /// `None` is sent as `null`: the key is always present.
+    pub group: Option<String>,
+    pub policy: PolicyDecision,
+}
+
+impl ToolsListEntry {
+    /// Descriptor fields of 02 §10.1 that a listing reports; anything else the app sent was an
+    /// ignored unknown field (a stray `timeoutMs`, for example).
+    pub const DESCRIPTOR_KEYS: &[&str] = &[
+        "name",
+        "description",
+        "input_schema",
+        "output_schema",
+        "annotations",
+        "timeout_ms",
+    ];
+
+    /// Builds an entry from a registered descriptor object: `group` is moved out of it,
+    /// unknown keys are dropped, the rest is kept verbatim in received order.
+    pub fn from_descriptor(descriptor: &Map<String, Value>, policy: PolicyDecision) -> Self {
+        let group = descriptor
+            .get("group")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let descriptor = descriptor
+            .iter()
+            .filter(|(k, _)| Self::DESCRIPTOR_KEYS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Self {
+            descriptor,
+            group,
+            policy,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.descriptor
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    pub fn description(&self) -> &str {
+        self.descriptor
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+}
+
+impl Serialize for ToolsListEntry {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in &self.descriptor {
+            if k != "group" && k != "policy" {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        m.serialize_entry("group", &self.group)?;
+        m.serialize_entry("policy", &self.policy)?;
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for ToolsListEntry {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut descriptor = Map::deserialize(d)?;
+        let group = match descriptor.remove("group") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(g)) => Some(g),
+            Some(_) => return Err(D::Error::custom("\"group\" must be a string or null")),
+        };
+        let policy = descriptor
+            .remove("policy")
+            .ok_or_else(|| D::Error::missing_field("policy"))
+            .and_then(|p| PolicyDecision::deserialize(p).map_err(D::Error::custom))?;
+        Ok(Self {
+            descriptor,
+            group,
+            policy,
+        })
+    }
+}
+
+/// One `groups` row of `tools.list`; `group: null` counts ungrouped tools (03 §9.8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupTotal {
+    pub group: Option<String>,
+    pub total: u64,
+}
+
+/// A declared event as listed by `events.list` (03 §8.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventsListEntry {
+    pub name: String,
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_schema: Option<Value>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results
+// ---------------------------------------------------------------------------------------------
+
+/// `daemon.hello` result (03 §9.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HelloResult {
+    pub version: String,
+    pub control_protocol: u32,
+    pub min_control_protocol: u32,
+    pub pid: u32,
+    pub started_at: String,
+    pub state_dir: String,
+    pub features: Vec<String>,
+    pub session_count: u64,
+    pub pending_links: u64,
+    pub pending_calls: u64,
+}
+
+impl HelloResult {
+    /// `minControlProtocol ≤ ours ≤ controlProtocol` (03 §12 step 2).
+    pub fn is_compatible(&self, ours: u32) -> bool {
+        (self.min_control_protocol..=self.control_protocol).contains(&ours)
+    }
+
+    pub fn has_feature(&self, feature: &str) -> bool {
+        self.features.iter().any(|f| f == feature)
+    }
+
+    /// No sessions, pending links or pending calls (03 §12 step 4).
+    pub fn is_idle(&self) -> bool {
+        self.session_count == 0 && self.pending_links == 0 && self.pending_calls == 0
+    }
+}
+
+/// `daemon.status` `advertisedAddress` (03 §9.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdvertisedAddress {
+    pub address: String,
+    pub family: u8,
+    pub source: AddressSource,
+}
+
+/// `daemon.status` `policy`; `tools` is omitted when empty (03 §9.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicySummary {
+    pub default: PolicyDecision,
+    pub destructive: PolicyDecision,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, PolicyDecision>,
+}
+
+/// `daemon.status` `audit`; `files` and `bytes` are omitted when the directory cannot be read
+/// (04 §9.7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditStatus {
+    pub path: String,
+    pub failed_writes: u64,
+    pub failed_prunes: u64,
+    pub retention_days: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+}
+
+/// `daemon.status` `eventsLog` (03 §9.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventsLogStatus {
+    pub path: String,
+    pub failed_writes: u64,
+}
+
+/// `daemon.status` result (03 §9.2).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusResult {
+    pub version: String,
+    pub control_protocol: u32,
+    pub pid: u32,
+    pub started_at: String,
+    pub state_dir: String,
+    pub wss_port: u16,
+    pub web_port: u16,
+    pub advertised_address: AdvertisedAddress,
+    pub pinned_keys: Vec<String>,
+    pub sessions: Vec<SessionSummary>,
+    pub pending_links: u64,
+    pub pending_calls: u64,
+    pub policy: PolicySummary,
+    pub audit: AuditStatus,
+    pub events_log: EventsLogStatus,
+}
+
+/// `{ok: true}` of `daemon.shutdown` (03 §9.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OkResult {
+    pub ok: bool,
+}
+
+impl Default for OkResult {
+    fn default() -> Self {
+        Self { ok: true }
+    }
+}
+
+/// `link.create` `endpoint` (03 §9.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub address: String,
+    pub port: u16,
+    pub family: u8,
+}
+
+/// `link.create` result (03 §9.4).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkCreateResult {
+    pub session_id: String,
+    pub transport: Transport,
+    pub deep_link_payload: String,
+    pub endpoint: Endpoint,
+    /// Unix seconds.
+    pub expires_at: u64,
+    pub pin: String,
+}
+
+/// `consent.create` result (03 §9.14).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsentCreateResult {
+    pub handle: String,
+    /// Unix seconds: `floor((now_ms + ttlMs) / 1000)`.
+    pub expires_at: u64,
+}
+
+/// The stored consent record, returned by `consent.take` (03 §9.14).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConsentRecord {
+    pub session_id: String,
+    pub name: String,
+    #[serde(rename = "argsSha256")]
+    pub args_sha256: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `sessions.revoke` result; `alias` is `null` for a link (03 §9.7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevokeResult {
+    pub ok: bool,
+    pub session_id: String,
+    pub alias: Option<String>,
+    pub revoked: RevokedKind,
+}
+
+/// `tools.list` result (03 §9.8).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsListResult {
+    pub tools: Vec<ToolsListEntry>,
+    pub total: u64,
+    pub has_more: bool,
+    pub offset: u64,
+    pub groups: Vec<GroupTotal>,
+}
+
+/// `tools.call` result (03 §9.9); `result` is the app's value verbatim, `null` included.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsCallResult {
+    pub result: Value,
+    pub call_id: String,
+    pub session_id: String,
+    pub alias: String,
+    pub duration_ms: u64,
+}
+
+/// `tools.cancel` result (03 §9.10).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolsCancelResult {
+    pub cancelled: bool,
+}
+
+/// `events.list` result (03 §9.11).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventsListResult {
+    pub events: Vec<EventsListEntry>,
+    pub total: u64,
+    pub has_more: bool,
+    pub offset: u64,
+}
+
+/// `events.subscribe` `replay` (03 §9.12, §11.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Replay {
+    pub count: u64,
+    pub dropped: u64,
+    pub cursor: u64,
+}
+
+/// `events.subscribe` result (03 §9.12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscribeResult {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay: Option<Replay>,
+}
+
+/// `events.since` result (03 §9.13, §11.4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventsSinceResult {
+    pub events: Vec<EventNotification>,
+    pub cursor: u64,
+    pub dropped: u64,
+    pub remaining: u64,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events (03 §8.4, §11.1)
+// ---------------------------------------------------------------------------------------------
+
+/// `data` of kinds that carry nothing: `{}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Empty {}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DaemonStartedData {
+    pub version: String,
+    pub pid: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LinkCreatedData {
+    /// Unix seconds.
+    pub expires_at: u64,
+    pub transport: Transport,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionClaimedData {
+    #[serde(default)]
+    pub device: Device,
+    pub transport: Transport,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionSuspendedData {
+    pub reason: SuspendReason,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionResumedData {
+    pub replaced_socket: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRevokedData {
+    pub previous_state: PreviousState,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolsChangedData {
+    pub tool_count: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventsChangedData {
+    pub event_count: u64,
+}
+
+/// `app_event` data, whole or truncated by `payloadMaxBytes` (03 §11.6). `ts` is the app's
+/// number, kept as sent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum AppEventData {
+    Full {
+        name: String,
+        /// `null` when the app's frame had no payload.
+        payload: Value,
+        ts: Number,
+    },
+    Truncated {
+        name: String,
+        #[serde(rename = "payloadPreview")]
+        payload_preview: String,
+        truncated: bool,
+        #[serde(rename = "payloadBytes")]
+        payload_bytes: u64,
+        ts: Number,
+    },
+}
+
+impl AppEventData {
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Full { name, .. } | Self::Truncated { name, .. } => name,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallStartedData {
+    pub name: String,
+    pub call_id: String,
+    pub wire_id: String,
+    pub caller: Caller,
+    pub deadline_ms: u64,
+}
+
+/// `progress` and `message` are forwarded as the app sent them (04 §5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallProgressData {
+    pub call_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Number>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// `tool_call_finished` data; `errorType` iff the outcome is `error` or `cancelled`,
+/// `deniedReason` iff `denied` (04 §9.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallFinishedData {
+    pub name: String,
+    pub call_id: String,
+    pub caller: Caller,
+    pub duration_ms: u64,
+    pub outcome: CallOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_type: Option<ErrorType>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_reason: Option<DeniedReason>,
+}
+
+/// How a call settled, with exactly the fields its outcome carries (04 §9.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settlement {
+    Ok,
+    /// Any error other than `tool_cancelled`.
+    Error(ErrorType),
+    Denied(DeniedReason),
+    Cancelled,
+}
+
+impl Settlement {
+    /// Classifies a settling error: `tool_cancelled` is `cancelled`, anything else `error`.
+    pub fn from_error(t: ErrorType) -> Self {
+        if t == ErrorType::ToolCancelled {
+            Self::Cancelled
+        } else {
+            Self::Error(t)
+        }
+    }
+
+    /// `(outcome, errorType, deniedReason)` with the presence rules of 04 §9.3.
+    pub fn fields(self) -> (CallOutcome, Option<ErrorType>, Option<DeniedReason>) {
+        match self {
+            Self::Ok => (CallOutcome::Ok, None, None),
+            Self::Error(t) => (CallOutcome::Error, Some(t), None),
+            Self::Denied(r) => (CallOutcome::Denied, None, Some(r)),
+            Self::Cancelled => (CallOutcome::Cancelled, Some(ErrorType::ToolCancelled), None),
+        }
+    }
+}
+
+impl ToolCallFinishedData {
+    pub fn new(
+        name: impl Into<String>,
+        call_id: impl Into<String>,
+        caller: Caller,
+        duration_ms: u64,
+        settlement: Settlement,
+    ) -> Self {
+        let (outcome, error_type, denied_reason) = settlement.fields();
+        Self {
+            name: name.into(),
+            call_id: call_id.into(),
+            caller,
+            duration_ms,
+            outcome,
+            error_type,
+            denied_reason,
+        }
+    }
+}
+
+/// `data` of an event, by kind (03 §11.1).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventData {
+    DaemonStarted(DaemonStartedData),
+    LinkCreated(LinkCreatedData),
+    LinkExpired(Empty),
+    SessionClaimed(SessionClaimedData),
+    SessionSuspended(SessionSuspendedData),
+    SessionResumed(SessionResumedData),
+    SessionRevoked(SessionRevokedData),
+    SessionExpired(Empty),
+    ToolsChanged(ToolsChangedData),
+    EventsChanged(EventsChangedData),
+    AppEvent(AppEventData),
+    ToolCallStarted(ToolCallStartedData),
+    ToolCallProgress(ToolCallProgressData),
+    ToolCallFinished(ToolCallFinishedData),
+}
+
+impl EventData {
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Self::DaemonStarted(_) => EventKind::DaemonStarted,
+            Self::LinkCreated(_) => EventKind::LinkCreated,
+            Self::LinkExpired(_) => EventKind::LinkExpired,
+            Self::SessionClaimed(_) => EventKind::SessionClaimed,
+            Self::SessionSuspended(_) => EventKind::SessionSuspended,
+            Self::SessionResumed(_) => EventKind::SessionResumed,
+            Self::SessionRevoked(_) => EventKind::SessionRevoked,
+            Self::SessionExpired(_) => EventKind::SessionExpired,
+            Self::ToolsChanged(_) => EventKind::ToolsChanged,
+            Self::EventsChanged(_) => EventKind::EventsChanged,
+            Self::AppEvent(_) => EventKind::AppEvent,
+            Self::ToolCallStarted(_) => EventKind::ToolCallStarted,
+            Self::ToolCallProgress(_) => EventKind::ToolCallProgress,
+            Self::ToolCallFinished(_) => EventKind::ToolCallFinished,
+        }
+    }
+
+    fn serialize_data<M: SerializeMap>(&self, m: &mut M) -> Result<(), M::Error> {
+        match self {
+            Self::DaemonStarted(d) => m.serialize_entry("data", d),
+            Self::LinkCreated(d) => m.serialize_entry("data", d),
+            Self::LinkExpired(d) | Self::SessionExpired(d) => m.serialize_entry("data", d),
+            Self::SessionClaimed(d) => m.serialize_entry("data", d),
+            Self::SessionSuspended(d) => m.serialize_entry("data", d),
+            Self::SessionResumed(d) => m.serialize_entry("data", d),
+            Self::SessionRevoked(d) => m.serialize_entry("data", d),
+            Self::ToolsChanged(d) => m.serialize_entry("data", d),
+            Self::EventsChanged(d) => m.serialize_entry("data", d),
+            Self::AppEvent(d) => m.serialize_entry("data", d),
+            Self::ToolCallStarted(d) => m.serialize_entry("data", d),
+            Self::ToolCallProgress(d) => m.serialize_entry("data", d),
+            Self::ToolCallFinished(d) => m.serialize_entry("data", d),
+        }
+    }
+
+    /// Decodes `data` for a known kind.
+    pub fn from_value(kind: EventKind, data: Value) -> Result<Self, serde_json::Error> {
+        use serde_json::from_value as de;
+        Ok(match kind {
+            EventKind::DaemonStarted => Self::DaemonStarted(de(data)?),
+            EventKind::LinkCreated => Self::LinkCreated(de(data)?),
+            EventKind::LinkExpired => Self::LinkExpired(de(data)?),
+            EventKind::SessionClaimed => Self::SessionClaimed(de(data)?),
+            EventKind::SessionSuspended => Self::SessionSuspended(de(data)?),
+            EventKind::SessionResumed => Self::SessionResumed(de(data)?),
+            EventKind::SessionRevoked => Self::SessionRevoked(de(data)?),
+            EventKind::SessionExpired => Self::SessionExpired(de(data)?),
+            EventKind::ToolsChanged => Self::ToolsChanged(de(data)?),
+            EventKind::EventsChanged => Self::EventsChanged(de(data)?),
+            EventKind::AppEvent => Self::AppEvent(de(data)?),
+            EventKind::ToolCallStarted => Self::ToolCallStarted(de(data)?),
+            EventKind::ToolCallProgress => Self::ToolCallProgress(de(data)?),
+            EventKind::ToolCallFinished => Self::ToolCallFinished(de(data)?),
+        })
+    }
+}
+
+/// Params of the `event` notification and items of `events.since` (03 §8.4). Serialised as
+/// `{kind, sessionId?, alias?, ts, seq, data}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventNotification {
+    /// Absent for `daemon_started`; the link's id for `link_*`.
+    pub session_id: Option<String>,
+    pub alias: Option<String>,
+    /// Daemon time of emission, unix ms.
+    pub ts: u64,
+    /// Per-session sequence for `app_event` (≥ 1), `0` for every other kind.
+    pub seq: u64,
+    pub data: EventData,
+}
+
+impl EventNotification {
+    pub fn kind(&self) -> EventKind {
+        self.data.kind()
+    }
+}
+
+/// An event line a client cannot decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventDecodeError {
+    /// Clients ignore kinds they do not know (03 §13).
+    #[error("unknown event kind {0:?}")]
+    UnknownKind(String),
+    #[error("invalid event: {0}")]
+    Invalid(String),
+}
+
+impl EventNotification {
+    /// Decodes an event, telling an unknown kind apart from a malformed event.
+    pub fn from_value(value: Value) -> Result<Self, EventDecodeError> {
+        let invalid = |m: &str| EventDecodeError::Invalid(m.to_owned());
+        let Value::Object(mut obj) = value else {
+            return Err(invalid("not an object"));
+        };
+        let kind = match obj.remove("kind") {
+            Some(Value::String(k)) => k
+                .parse::<EventKind>()
+                .map_err(|_| EventDecodeError::UnknownKind(k))?,
+            _ => return Err(invalid("\"kind\" must be a string")),
+        };
+        let opt_string = |v: Option<Value>, key: &str| match v {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(EventDecodeError::Invalid(format!(
+                "\"{key}\" must be a string"
+            ))),
+        };
+        let session_id = opt_string(obj.remove("sessionId"), "sessionId")?;
+        let alias = opt_string(obj.remove("alias"), "alias")?;
+        let uint = |key: &str| {
+            obj.get(key)
+                .and_then(Value::as_u64)
+                .ok_or_else(|| EventDecodeError::Invalid(format!("\"{key}\" must be an integer")))
+        };
+        let ts = uint("ts")?;
+        let seq = uint("seq")?;
+        let data = obj.remove("data").unwrap_or(Value::Object(Map::new()));
+        let data = EventData::from_value(kind, data)
+            .map_err(|e| EventDecodeError::Invalid(format!("{kind} data: {e}")))?;
+        Ok(Self {
+            session_id,
+            alias,
+            ts,
+            seq,
+            data,
+        })
+    }
+}
+
+impl Serialize for EventNotification {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("kind", &self.kind())?;
+        if let Some(id) = &self.session_id {
+            m.serialize_entry("sessionId", id)?;
+        }
+        if let Some(alias) = &self.alias {
+            m.serialize_entry("alias", alias)?;
+        }
+        m.serialize_entry("ts", &self.ts)?;
+        m.serialize_entry("seq", &self.seq)?;
+        self.data.serialize_data(&mut m)?;
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for EventNotification {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::from_value(Value::deserialize(d)?).map_err(serde::de::Error::custom)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Notifications (03 §4.2, §10.3)
+// ---------------------------------------------------------------------------------------------
+
+/// A daemon → client notification method.
+pub trait NotificationMethod {
+    const NAME: &'static str;
+    type Params: Serialize + DeserializeOwned + Debug + Clone + PartialEq + Send + 'static;
+
+    /// The JSON-RPC notification carrying `params`.
+    fn notification(params: &Self::Params) -> Result<Notification, serde_json::Error> {
+        Ok(Notification::new(
+            Self::NAME,
+            Some(serde_json::to_value(params)?),
+        ))
+    }
+}
+
+/// `event` (03 §4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EventNotify;
+impl NotificationMethod for EventNotify {
+    const NAME: &'static str = "event";
+    type Params = EventNotification;
+}
+
+/// Per-call `tool_call_started` (03 §10.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ToolCallStartedNotify;
+impl NotificationMethod for ToolCallStartedNotify {
+    const NAME: &'static str = "tool_call_started";
+    type Params = ToolCallStartedParams;
+}
+
+/// Per-call `tool_call_progress` (03 §10.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ToolCallProgressNotify;
+impl NotificationMethod for ToolCallProgressNotify {
+    const NAME: &'static str = "tool_call_progress";
+    type Params = ToolCallProgressParams;
+}
+
+/// Params of the per-call `tool_call_started` notification (03 §10.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallStartedParams {
+    /// JSON-RPC id of the `tools.call`.
+    pub request_id: RequestId,
+    pub call_id: String,
+    pub session_id: String,
+    pub alias: String,
+    pub name: String,
+    /// Effective deadline (04 §4).
+    pub deadline_ms: u64,
+    pub ts: u64,
+}
+
+/// Params of the per-call `tool_call_progress` notification (03 §10.3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallProgressParams {
+    pub request_id: RequestId,
+    pub call_id: String,
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Number>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub ts: u64,
+}
+
+/// A notification as a client sees it. Unknown methods and event kinds are kept as
+/// [`ServerNotification::Unknown`] so the caller can ignore them (03 §13).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerNotification {
+    Event(EventNotification),
+    ToolCallStarted(ToolCallStartedParams),
+    ToolCallProgress(ToolCallProgressParams),
+    Unknown(Notification),
+}
+
+/// A known notification whose params do not decode.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {method} notification: {reason}")]
+pub struct NotificationError {
+    pub method: String,
+    pub reason: String,
+}
+
+impl ServerNotification {
+    pub fn parse(n: Notification) -> Result<Self, NotificationError> {
+        let err = |reason: String| NotificationError {
+            method: n.method.clone(),
+            reason,
+        };
+        let params = n.params.clone().unwrap_or(Value::Null);
+        match n.method.as_str() {
+            EventNotify::NAME => match EventNotification::from_value(params) {
+                Ok(e) => Ok(Self::Event(e)),
+                Err(EventDecodeError::UnknownKind(_)) => Ok(Self::Unknown(n)),
+                Err(e) => Err(err(e.to_string())),
+            },
+            ToolCallStartedNotify::NAME => serde_json::from_value(params)
+                .map(Self::ToolCallStarted)
+                .map_err(|e| err(e.to_string())),
+            ToolCallProgressNotify::NAME => serde_json::from_value(params)
+                .map(Self::ToolCallProgress)
+                .map_err(|e| err(e.to_string())),
+            _ => Ok(Self::Unknown(n)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn err(r: Result<impl Debug, ParamError>) -> ParamError {
+        match r {
+            Ok(v) => panic!("expected a param error, got {v:?}"),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(is_valid_call_id("mcp_Q2n7VbX0sLk4Tz9Rw1pHcA"));
+        assert!(is_valid_call_id(&"a".repeat(128)));
+        assert!(!is_valid_call_id(&"a".repeat(129)));
+        assert!(!is_valid_call_id(""));
+        assert!(!is_valid_call_id("a b"));
+        assert!(!is_valid_call_id("é"));
+        assert!(is_valid_cancel_reason("mcp_client_cancelled"));
+        assert!(!is_valid_cancel_reason("Client"));
+        assert!(!is_valid_cancel_reason("a-b"));
+        assert!(!is_valid_cancel_reason(&"a".repeat(65)));
+        assert!(is_valid_group("checkout"));
+        assert!(is_valid_group("checkout/payment"));
+        assert!(!is_valid_group("a/b/c"));
+        assert!(!is_valid_group("a/"));
+        assert!(!is_valid_group("/a"));
+        assert!(!is_valid_group(""));
+        assert!(!is_valid_group(&"a".repeat(65)));
+        assert!(is_valid_sha256_hex(&"0a".repeat(32)));
+        assert!(!is_valid_sha256_hex(&"0A".repeat(32)));
+        assert!(!is_valid_sha256_hex(&"0a".repeat(31)));
+    }
+
+    #[test]
+    fn clamp_truncates_then_bounds() {
+        assert_eq!(clamp_timeout_ms(1500.7), 1500);
+        assert_eq!(clamp_timeout_ms(999.0), 1000);
+        assert_eq!(clamp_timeout_ms(-5.0), 1000);
+        assert_eq!(clamp_timeout_ms(600_001.0), 600_000);
+        assert_eq!(clamp_timeout_ms(1e300), 600_000);
+    }
+
+    #[test]
+    fn compact_len_matches_serialisation() {
+        let v = json!({"text": "héllo wörld", "n": [1, 2.5, null]});
+        assert_eq!(
+            compact_json_len(&v),
+            serde_json::to_vec(&v).map(|b| b.len()).unwrap_or(0)
+        );
+    }
+
+    #[test]
+    fn unknown_keys_list_both_sets() {
+        let e = err(SelectorParams::validate(Some(
+            &json!({"selectr": "x", "also": 1}),
+        )));
+        assert_eq!(e.param(), Some("selectr"));
+        assert_eq!(e.details()["unknownKeys"], json!(["selectr", "also"]));
+        assert_eq!(e.details()["acceptedKeys"], json!(["selector"]));
+        assert!(e.message().contains("\"selectr\""), "{}", e.message());
+        let obj = ErrorObject::from(e);
+        assert_eq!(obj.code, -32602);
+        assert_eq!(obj.error_type(), ErrorType::InvalidRequest);
+    }
+
+    #[test]
+    fn null_values_are_absent_even_for_unknown_keys() {
+        assert_eq!(
+            SelectorParams::validate(Some(&json!({"selector": null, "other": null}))),
+            Ok(SelectorParams { selector: None })
+        );
+    }
+
+    #[test]
+    fn non_object_params_fail() {
+        for p in [json!([]), json!("x"), json!(1), json!(true)] {
+            let e = err(NoParams::validate(Some(&p)));
+            assert_eq!(e.param(), Some("params"));
+        }
+        assert_eq!(NoParams::validate(Some(&Value::Null)), Ok(NoParams {}));
+        assert_eq!(NoParams::validate(None), Ok(NoParams {}));
+    }
+
+    #[test]
+    fn dispatch_by_name() {
+        let r = ControlRequest::parse("tools.cancel", Some(&json!({"callId": "b"})));
+        assert!(
+            matches!(&r, Ok(ControlRequest::ToolsCancel(p)) if p.reason() == "client_cancelled")
+        );
+        assert_eq!(r.map(|r| r.method()).ok(), Some("tools.cancel"));
+        for m in ["web.attach", "approvals.list", "nope", ""] {
+            let e = ControlRequest::parse(m, None).err();
+            assert_eq!(e.map(|e| e.code), Some(-32601), "{m}");
+        }
+        assert!(is_reserved_method("web.attach"));
+        assert!(is_reserved_method("leases.take"));
+        assert!(!is_reserved_method("tools.list"));
+        let e = ControlRequest::parse("tools.call", Some(&json!({})));
+        assert_eq!(e.err().map(|e| e.code), Some(-32602));
+        assert_eq!(METHODS.len(), 15);
+    }
+}
