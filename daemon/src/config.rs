@@ -1,1 +1,1036 @@
-//! (filled by the daemon core issue)
+//! `config.json` (01 §5): loading, validation and the typed configuration.
+//!
+//! The file is read once at daemon start. A missing file means every default; unknown keys are
+//! warnings; anything else wrong stops the daemon with an error naming the file, the key and the
+//! accepted values (`daemon run` exits 65).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use appduct_protocol::limits::{
+    DEFAULT_GRACE_S, DEFAULT_KEEPALIVE_INTERVAL_S, DEFAULT_LINK_TTL_S, MAX_LINK_TTL_S,
+};
+use appduct_protocol::link::validate_scheme;
+use appduct_protocol::text::as_integer;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::state_dir::{CONFIG_FILE, KEY_FILE};
+
+/// Largest "positive integer" of 01 §5.1 (keeps timer arithmetic in range).
+pub const MAX_POSITIVE_INTEGER: i64 = 2_147_483_647;
+pub const DEFAULT_WSS_PORT: u16 = 8443;
+pub const DEFAULT_EVENT_BUFFER_SIZE: u32 = 256;
+pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 30;
+pub const DEFAULT_LOG_MAX_BYTES: u64 = 10_485_760;
+
+/// A policy decision (04 §7.1), serialised as `"allow"`, `"deny"` or `"prompt"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    Allow,
+    Deny,
+    Prompt,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "allow",
+            Decision::Deny => "deny",
+            Decision::Prompt => "prompt",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "allow" => Some(Decision::Allow),
+            "deny" => Some(Decision::Deny),
+            "prompt" => Some(Decision::Prompt),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `policy` key, in the shape `daemon.status.policy` reports it (03 §9.2): `tools` is
+/// omitted when no override is configured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    pub default: Decision,
+    pub destructive: Decision,
+    /// `"<alias>/<tool>"` → decision.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub tools: BTreeMap<String, Decision>,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            default: Decision::Allow,
+            destructive: Decision::Allow,
+            tools: BTreeMap::new(),
+        }
+    }
+}
+
+/// The validated daemon configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Absolute path of the file this came from (even when it does not exist); named in policy
+    /// denials (04 §7.4).
+    pub config_path: PathBuf,
+    /// `0` lets the OS choose.
+    pub wss_port: u16,
+    /// Absolute: a relative `keyPath` is resolved against the state directory.
+    pub key_path: PathBuf,
+    pub grace_seconds: u32,
+    pub link_ttl_seconds: u32,
+    pub keepalive_interval_seconds: u32,
+    pub event_buffer_size: u32,
+    pub audit_retention_days: u32,
+    pub daemon_log_max_bytes: u64,
+    pub events_log_max_bytes: u64,
+    pub policy: Policy,
+    /// `None`: auto-detect.
+    pub advertised_ip: Option<IpAddr>,
+    /// Deep-link scheme; used only by clients.
+    pub scheme: Option<String>,
+    pub restart_daemon_on_version_mismatch: bool,
+    /// Extra allowed web origins, as written.
+    pub web_origins: Vec<String>,
+}
+
+/// A problem that does not stop the daemon. Each is also logged once when produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigWarning {
+    /// A top-level key, or `policy.<key>`, that this version does not know.
+    UnknownKey { path: PathBuf, key: String },
+    /// `config.json` is writable by group or others (01 §4.2).
+    GroupOrOtherWritable { path: PathBuf, mode: u32 },
+}
+
+impl fmt::Display for ConfigWarning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigWarning::UnknownKey { path, key } => {
+                write!(f, "{}: unknown key {key:?} is ignored", path.display())
+            }
+            ConfigWarning::GroupOrOtherWritable { path, mode } => write!(
+                f,
+                "{} is writable by group or others (mode {mode:04o}); other users could change the daemon's policy (chmod go-w)",
+                path.display()
+            ),
+        }
+    }
+}
+
+/// Why `config.json` stops the daemon (`validation_error`, exit 65).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{} is not valid JSON: {detail}", path.display())]
+    NotJson { path: PathBuf, detail: String },
+    #[error("{}: the top level must be a JSON object", path.display())]
+    NotObject { path: PathBuf },
+    #[error("{}: {key}: {expected}{}", path.display(), got_suffix(got.as_deref()))]
+    InvalidValue {
+        path: PathBuf,
+        /// The key as written in the file, e.g. `graceSeconds`, `policy.default`,
+        /// `policy.tools["Pixel 8/reset"]`, `webOrigins[2]`.
+        key: String,
+        /// The accepted values.
+        expected: String,
+        /// A short rendering of the offending value, when showing it helps.
+        got: Option<String>,
+    },
+}
+
+fn got_suffix(got: Option<&str>) -> String {
+    got.map_or_else(String::new, |g| format!(", got {g}"))
+}
+
+/// The configuration and its warnings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedConfig {
+    pub config: Config,
+    pub warnings: Vec<ConfigWarning>,
+}
+
+impl Config {
+    /// Every default, for the state directory `state_dir` (absolute).
+    pub fn defaults(state_dir: &Path) -> Self {
+        Config {
+            config_path: state_dir.join(CONFIG_FILE),
+            wss_port: DEFAULT_WSS_PORT,
+            key_path: state_dir.join(KEY_FILE),
+            grace_seconds: DEFAULT_GRACE_S,
+            link_ttl_seconds: DEFAULT_LINK_TTL_S,
+            keepalive_interval_seconds: DEFAULT_KEEPALIVE_INTERVAL_S,
+            event_buffer_size: DEFAULT_EVENT_BUFFER_SIZE,
+            audit_retention_days: DEFAULT_AUDIT_RETENTION_DAYS,
+            daemon_log_max_bytes: DEFAULT_LOG_MAX_BYTES,
+            events_log_max_bytes: DEFAULT_LOG_MAX_BYTES,
+            policy: Policy::default(),
+            advertised_ip: None,
+            scheme: None,
+            restart_daemon_on_version_mismatch: false,
+            web_origins: Vec::new(),
+        }
+    }
+
+    /// Loads `<state_dir>/config.json`. A missing file gives the defaults. The file is written by
+    /// the user, never created by appduct, so a symlink there is followed (dotfile managers).
+    pub fn load(state_dir: &Path) -> Result<LoadedConfig, ConfigError> {
+        let path = state_dir.join(CONFIG_FILE);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(LoadedConfig {
+                    config: Config::defaults(state_dir),
+                    warnings: Vec::new(),
+                });
+            }
+            Err(source) => return Err(ConfigError::Read { path, source }),
+        };
+        let mut loaded = Config::from_slice(&bytes, state_dir)?;
+        if let Some(warning) = Config::warn_if_group_or_other_writable(&path) {
+            loaded.warnings.push(warning);
+        }
+        Ok(loaded)
+    }
+
+    /// Parses and validates the contents of `<state_dir>/config.json`.
+    pub fn from_slice(bytes: &[u8], state_dir: &Path) -> Result<LoadedConfig, ConfigError> {
+        let path = state_dir.join(CONFIG_FILE);
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| ConfigError::NotJson {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+        Config::from_value(&value, state_dir)
+    }
+
+    /// Validates an already parsed `config.json` value.
+    pub fn from_value(value: &Value, state_dir: &Path) -> Result<LoadedConfig, ConfigError> {
+        let mut v = Validator {
+            path: state_dir.join(CONFIG_FILE),
+            warnings: Vec::new(),
+        };
+        let Value::Object(map) = value else {
+            return Err(ConfigError::NotObject { path: v.path });
+        };
+        let mut config = Config::defaults(state_dir);
+        for (key, value) in map {
+            match key.as_str() {
+                "wssPort" => {
+                    config.wss_port =
+                        v.int_in(key, value, 0, 65_535, "an integer from 0 to 65535")?
+                }
+                "keyPath" => config.key_path = state_dir.join(v.key_path(key, value)?),
+                "graceSeconds" => config.grace_seconds = v.positive(key, value)?,
+                "linkTtlSeconds" => {
+                    config.link_ttl_seconds = v.int_in(
+                        key,
+                        value,
+                        1,
+                        i64::from(MAX_LINK_TTL_S),
+                        "an integer from 1 to 86400",
+                    )?
+                }
+                "keepaliveIntervalSeconds" => {
+                    config.keepalive_interval_seconds = v.positive(key, value)?
+                }
+                "eventBufferSize" => config.event_buffer_size = v.positive(key, value)?,
+                "auditRetentionDays" => config.audit_retention_days = v.positive(key, value)?,
+                "daemonLogMaxBytes" => {
+                    config.daemon_log_max_bytes = u64::from(v.positive::<u32>(key, value)?)
+                }
+                "eventsLogMaxBytes" => {
+                    config.events_log_max_bytes = u64::from(v.positive::<u32>(key, value)?)
+                }
+                "policy" => config.policy = v.policy(value)?,
+                "advertisedIp" => config.advertised_ip = Some(v.ip(key, value)?),
+                "scheme" => config.scheme = Some(v.scheme(key, value)?),
+                "restartDaemonOnVersionMismatch" => {
+                    config.restart_daemon_on_version_mismatch = match value {
+                        Value::Bool(b) => *b,
+                        other => return Err(v.invalid(key, "must be true or false", other)),
+                    }
+                }
+                "webOrigins" => config.web_origins = v.web_origins(key, value)?,
+                _ => v.unknown(key.clone()),
+            }
+        }
+        Ok(LoadedConfig {
+            config,
+            warnings: v.warnings,
+        })
+    }
+
+    /// Warns (and returns the warning) when `path` is writable by group or others (01 §4.2).
+    /// `None` when it is not, or cannot be inspected.
+    pub fn warn_if_group_or_other_writable(path: &Path) -> Option<ConfigWarning> {
+        let mode = std::fs::metadata(path).ok()?.mode() & 0o7777;
+        if mode & 0o022 == 0 {
+            return None;
+        }
+        let warning = ConfigWarning::GroupOrOtherWritable {
+            path: path.to_path_buf(),
+            mode,
+        };
+        tracing::warn!("{warning}");
+        Some(warning)
+    }
+}
+
+/// The rotation threshold of `daemon.log` for a spawner (01 §6.7): `daemonLogMaxBytes` when the
+/// file validates, else the default (a broken file is the daemon's to report, not the spawner's).
+pub fn daemon_log_max_bytes_for_rotation(state_dir: &Path) -> u64 {
+    match Config::load(state_dir) {
+        Ok(loaded) => loaded.config.daemon_log_max_bytes,
+        Err(_) => DEFAULT_LOG_MAX_BYTES,
+    }
+}
+
+const DECISIONS: &str = r#"must be "allow", "deny" or "prompt""#;
+
+struct Validator {
+    path: PathBuf,
+    warnings: Vec<ConfigWarning>,
+}
+
+impl Validator {
+    fn invalid(&self, key: &str, expected: &str, got: &Value) -> ConfigError {
+        ConfigError::InvalidValue {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            expected: expected.to_owned(),
+            got: Some(render(got)),
+        }
+    }
+
+    fn unknown(&mut self, key: String) {
+        let warning = ConfigWarning::UnknownKey {
+            path: self.path.clone(),
+            key,
+        };
+        tracing::warn!("{warning}");
+        self.warnings.push(warning);
+    }
+
+    /// An integral JSON number in `min..=max`, converted to the field's type.
+    fn int_in<T: TryFrom<i64>>(
+        &self,
+        key: &str,
+        value: &Value,
+        min: i64,
+        max: i64,
+        accepted: &str,
+    ) -> Result<T, ConfigError> {
+        as_integer(value)
+            .filter(|n| (min..=max).contains(n))
+            .and_then(|n| T::try_from(n).ok())
+            .ok_or_else(|| self.invalid(key, &format!("must be {accepted}"), value))
+    }
+
+    fn positive<T: TryFrom<i64>>(&self, key: &str, value: &Value) -> Result<T, ConfigError> {
+        self.int_in(
+            key,
+            value,
+            1,
+            MAX_POSITIVE_INTEGER,
+            "a positive integer (1 to 2147483647)",
+        )
+    }
+
+    fn key_path(&self, key: &str, value: &Value) -> Result<PathBuf, ConfigError> {
+        match value {
+            Value::String(s) if !s.is_empty() && !s.contains('\0') => Ok(PathBuf::from(s)),
+            other => Err(self.invalid(
+                key,
+                "must be a non-empty path string (relative paths are resolved against the state directory; ~ is not expanded)",
+                other,
+            )),
+        }
+    }
+
+    fn ip(&self, key: &str, value: &Value) -> Result<IpAddr, ConfigError> {
+        value
+            .as_str()
+            .and_then(|s| s.parse::<IpAddr>().ok())
+            .ok_or_else(|| {
+                self.invalid(
+                    key,
+                    "must be an IPv4 or IPv6 literal such as \"192.168.1.20\" (a hostname cannot be advertised)",
+                    value,
+                )
+            })
+    }
+
+    fn scheme(&self, key: &str, value: &Value) -> Result<String, ConfigError> {
+        match value {
+            Value::String(s) if validate_scheme(s).is_ok() => Ok(s.clone()),
+            other => Err(self.invalid(
+                key,
+                "must match ^[A-Za-z][A-Za-z0-9+.-]{0,63}$ and must not be http, https, file, ws or wss (write \"myapp\", not \"myapp://\")",
+                other,
+            )),
+        }
+    }
+
+    fn web_origins(&self, key: &str, value: &Value) -> Result<Vec<String>, ConfigError> {
+        let Value::Array(items) = value else {
+            return Err(self.invalid(
+                key,
+                "must be an array of origins such as \"http://devbox.lan:5173\"",
+                value,
+            ));
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) if is_valid_origin(s) => Ok(s.clone()),
+                other => Err(self.invalid(
+                    &format!("{key}[{i}]"),
+                    "must be an origin http://host[:port] or https://host[:port] with no path, query, fragment or trailing \"/\" (\"*\" and \"null\" are not allowed)",
+                    other,
+                )),
+            })
+            .collect()
+    }
+
+    fn policy(&mut self, value: &Value) -> Result<Policy, ConfigError> {
+        let Value::Object(map) = value else {
+            return Err(self.invalid(
+                "policy",
+                "must be an object with optional keys \"default\", \"destructive\" and \"tools\"",
+                value,
+            ));
+        };
+        let mut policy = Policy::default();
+        for (key, value) in map {
+            match key.as_str() {
+                "default" => policy.default = self.decision("policy.default", value)?,
+                "destructive" => policy.destructive = self.decision("policy.destructive", value)?,
+                "tools" => policy.tools = self.policy_tools(value)?,
+                _ => self.unknown(format!("policy.{key}")),
+            }
+        }
+        Ok(policy)
+    }
+
+    fn decision(&self, key: &str, value: &Value) -> Result<Decision, ConfigError> {
+        value
+            .as_str()
+            .and_then(Decision::parse)
+            .ok_or_else(|| self.invalid(key, DECISIONS, value))
+    }
+
+    fn policy_tools(&self, value: &Value) -> Result<BTreeMap<String, Decision>, ConfigError> {
+        let Value::Object(map) = value else {
+            return Err(self.invalid(
+                "policy.tools",
+                "must be an object mapping \"<alias>/<tool>\" to \"allow\", \"deny\" or \"prompt\"",
+                value,
+            ));
+        };
+        let mut tools = BTreeMap::new();
+        for (tool_key, value) in map {
+            // Rendered like the spec's example: policy.tools["Pixel 8/reset"].
+            let name = format!("policy.tools[{}]", render(&Value::String(tool_key.clone())));
+            if !is_valid_tool_key(tool_key) {
+                return Err(ConfigError::InvalidValue {
+                    path: self.path.clone(),
+                    key: name,
+                    expected: "key must be \"<alias>/<tool>\" (alias: lowercase letters and digits in hyphen-separated words; tool: 1 to 64 of A-Z a-z 0-9 _ -)".to_owned(),
+                    got: None,
+                });
+            }
+            tools.insert(tool_key.clone(), self.decision(&name, value)?);
+        }
+        Ok(tools)
+    }
+}
+
+/// Compact JSON of `value`, cut to 80 characters for error messages.
+fn render(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// `^[a-z0-9]+(-[a-z0-9]+)*/[A-Za-z0-9_-]{1,64}$` (04 §7.1).
+fn is_valid_tool_key(key: &str) -> bool {
+    let Some((alias, tool)) = key.split_once('/') else {
+        return false;
+    };
+    let alias_ok = alias.split('-').all(|word| {
+        !word.is_empty()
+            && word
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    });
+    let tool_ok = (1..=64).contains(&tool.len())
+        && tool
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    alias_ok && tool_ok
+}
+
+/// An origin `http(s)://host[:port]` with nothing after the authority (01 §5.2). The host is a
+/// DNS-style name, an IPv4 literal or a bracketed IPv6 literal; the port is 0..=65535.
+fn is_valid_origin(s: &str) -> bool {
+    let lower = s.to_ascii_lowercase();
+    let Some(authority) = lower
+        .strip_prefix("http://")
+        .or_else(|| lower.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let (host_ok, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let Some((inner, after)) = v6.split_once(']') else {
+            return false;
+        };
+        let port = match after {
+            "" => None,
+            _ => match after.strip_prefix(':') {
+                Some(port) => Some(port),
+                None => return false,
+            },
+        };
+        (inner.parse::<std::net::Ipv6Addr>().is_ok(), port)
+    } else {
+        let (host, port) = match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        };
+        (is_valid_host_name(host), port)
+    };
+    host_ok && port.is_none_or(is_valid_port)
+}
+
+/// Dot-separated labels of letters, digits, `-` and `_` (also covers IPv4 literals). Anything
+/// else, including `/`, `?`, `#`, `@` and `*`, makes the origin invalid.
+fn is_valid_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
+fn is_valid_port(port: &str) -> bool {
+    (1..=5).contains(&port.len())
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u32>().is_ok_and(|n| n <= 65_535)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::os::unix::fs::PermissionsExt;
+
+    const STATE: &str = "/st";
+
+    fn load(value: Value) -> Result<LoadedConfig, ConfigError> {
+        Config::from_value(&value, Path::new(STATE))
+    }
+
+    fn ok(value: Value) -> Config {
+        let loaded = load(value).unwrap();
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        loaded.config
+    }
+
+    /// Asserts `value` is refused for `key`, and that the message names the key and the file.
+    fn bad(value: Value, key: &str) -> String {
+        let err = load(value).unwrap_err();
+        match &err {
+            ConfigError::InvalidValue { key: k, path, .. } => {
+                assert_eq!(k, key);
+                assert_eq!(path, Path::new("/st/config.json"));
+            }
+            other => panic!("expected InvalidValue for {key}, got {other:?}"),
+        }
+        let text = err.to_string();
+        assert!(text.contains(key), "{text}");
+        assert!(text.contains("/st/config.json"), "{text}");
+        text
+    }
+
+    fn temp() -> tempfile::TempDir {
+        tempfile::Builder::new()
+            .prefix("ad")
+            .tempdir_in("/tmp")
+            .unwrap()
+    }
+
+    #[test]
+    fn empty_object_gives_every_default() {
+        let c = ok(json!({}));
+        assert_eq!(c, Config::defaults(Path::new(STATE)));
+        assert_eq!(c.wss_port, 8443);
+        assert_eq!(c.key_path, Path::new("/st/key.pem"));
+        assert_eq!(c.grace_seconds, 600);
+        assert_eq!(c.link_ttl_seconds, 300);
+        assert_eq!(c.keepalive_interval_seconds, 15);
+        assert_eq!(c.event_buffer_size, 256);
+        assert_eq!(c.audit_retention_days, 30);
+        assert_eq!(c.daemon_log_max_bytes, 10_485_760);
+        assert_eq!(c.events_log_max_bytes, 10_485_760);
+        assert_eq!(c.policy, Policy::default());
+        assert_eq!(c.advertised_ip, None);
+        assert_eq!(c.scheme, None);
+        assert!(!c.restart_daemon_on_version_mismatch);
+        assert!(c.web_origins.is_empty());
+        assert_eq!(c.config_path, Path::new("/st/config.json"));
+    }
+
+    #[test]
+    fn spec_example_loads() {
+        let c = ok(json!({
+            "wssPort": 0,
+            "advertisedIp": "192.168.50.12",
+            "graceSeconds": 120,
+            "policy": {
+                "default": "allow",
+                "destructive": "prompt",
+                "tools": { "galaxy-s24/wipe_local_cache": "deny" }
+            },
+            "webOrigins": ["http://devbox.lan:5173"]
+        }));
+        assert_eq!(c.wss_port, 0);
+        assert_eq!(c.advertised_ip, Some("192.168.50.12".parse().unwrap()));
+        assert_eq!(c.grace_seconds, 120);
+        assert_eq!(c.policy.destructive, Decision::Prompt);
+        assert_eq!(
+            c.policy.tools.get("galaxy-s24/wipe_local_cache"),
+            Some(&Decision::Deny)
+        );
+        assert_eq!(c.web_origins, ["http://devbox.lan:5173"]);
+    }
+
+    #[test]
+    fn wss_port() {
+        assert_eq!(ok(json!({"wssPort": 65535})).wss_port, 65535);
+        assert_eq!(ok(json!({"wssPort": 9000.0})).wss_port, 9000);
+        let msg = bad(json!({"wssPort": 65536}), "wssPort");
+        assert!(msg.contains("0 to 65535"), "{msg}");
+        bad(json!({"wssPort": -1}), "wssPort");
+        bad(json!({"wssPort": 1.5}), "wssPort");
+        bad(json!({"wssPort": "8443"}), "wssPort");
+    }
+
+    #[test]
+    fn key_path() {
+        assert_eq!(
+            ok(json!({"keyPath": "keys/host.pem"})).key_path,
+            Path::new("/st/keys/host.pem")
+        );
+        assert_eq!(
+            ok(json!({"keyPath": "/etc/appduct/key.pem"})).key_path,
+            Path::new("/etc/appduct/key.pem")
+        );
+        // `~` is not expanded.
+        assert_eq!(
+            ok(json!({"keyPath": "~/k.pem"})).key_path,
+            Path::new("/st/~/k.pem")
+        );
+        bad(json!({"keyPath": ""}), "keyPath");
+        bad(json!({"keyPath": 5}), "keyPath");
+        bad(json!({"keyPath": "a\u{0}b"}), "keyPath");
+    }
+
+    #[test]
+    fn positive_integer_keys() {
+        type Get = fn(&Config) -> u64;
+        let keys: [(&str, Get); 6] = [
+            ("graceSeconds", |c| c.grace_seconds.into()),
+            ("keepaliveIntervalSeconds", |c| {
+                c.keepalive_interval_seconds.into()
+            }),
+            ("eventBufferSize", |c| c.event_buffer_size.into()),
+            ("auditRetentionDays", |c| c.audit_retention_days.into()),
+            ("daemonLogMaxBytes", |c| c.daemon_log_max_bytes),
+            ("eventsLogMaxBytes", |c| c.events_log_max_bytes),
+        ];
+        for (key, get) in keys {
+            assert_eq!(get(&ok(json!({ key: 1 }))), 1, "{key}");
+            assert_eq!(get(&ok(json!({ key: 2147483647 }))), 2_147_483_647, "{key}");
+            assert_eq!(get(&ok(json!({ key: 1e3 }))), 1000, "{key}");
+            for invalid in [
+                json!(0),
+                json!(-5),
+                json!(2147483648u64),
+                json!(2.5),
+                json!("10"),
+                json!(true),
+                json!([1]),
+            ] {
+                let msg = bad(json!({ key: invalid }), key);
+                assert!(msg.contains("positive integer"), "{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn link_ttl_seconds_is_capped_at_a_day() {
+        assert_eq!(
+            ok(json!({"linkTtlSeconds": 86400})).link_ttl_seconds,
+            86_400
+        );
+        assert_eq!(ok(json!({"linkTtlSeconds": 1})).link_ttl_seconds, 1);
+        let msg = bad(json!({"linkTtlSeconds": 86401}), "linkTtlSeconds");
+        assert!(msg.contains("1 to 86400"), "{msg}");
+        bad(json!({"linkTtlSeconds": 0}), "linkTtlSeconds");
+    }
+
+    #[test]
+    fn policy_decisions() {
+        let c = ok(json!({"policy": {"default": "deny", "destructive": "prompt"}}));
+        assert_eq!(c.policy.default, Decision::Deny);
+        assert_eq!(c.policy.destructive, Decision::Prompt);
+        assert!(c.policy.tools.is_empty());
+        // Omitted members keep their defaults.
+        let c = ok(json!({"policy": {"destructive": "deny"}}));
+        assert_eq!(c.policy.default, Decision::Allow);
+
+        let msg = bad(json!({"policy": {"default": "Allow"}}), "policy.default");
+        assert!(msg.contains(r#""allow", "deny" or "prompt""#), "{msg}");
+        bad(
+            json!({"policy": {"destructive": "block"}}),
+            "policy.destructive",
+        );
+        bad(json!({"policy": "allow"}), "policy");
+        bad(json!({"policy": {"tools": []}}), "policy.tools");
+    }
+
+    #[test]
+    fn policy_tool_keys_and_values() {
+        let c = ok(json!({"policy": {"tools": {
+            "pixel-8/reset_counter": "deny",
+            "a1/T-x_9": "prompt",
+            "x/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa": "allow"
+        }}}));
+        assert_eq!(c.policy.tools.len(), 3);
+        assert_eq!(
+            c.policy.tools.get("pixel-8/reset_counter"),
+            Some(&Decision::Deny)
+        );
+
+        let msg = bad(
+            json!({"policy": {"tools": {"Pixel 8/reset": "deny"}}}),
+            r#"policy.tools["Pixel 8/reset"]"#,
+        );
+        assert!(msg.contains(r#"key must be "<alias>/<tool>""#), "{msg}");
+        for key in [
+            "pixel-8",
+            "pixel--8/x",
+            "-pixel/x",
+            "pixel-/x",
+            "pixel/",
+            "pixel/a/b",
+            "pixel/a.b",
+            "/x",
+        ] {
+            bad(
+                json!({"policy": {"tools": { key: "deny" }}}),
+                &format!("policy.tools[{}]", Value::String(key.into())),
+            );
+        }
+        let too_long = format!("x/{}", "a".repeat(65));
+        bad(
+            json!({"policy": {"tools": { too_long.clone(): "deny" }}}),
+            &format!("policy.tools[\"{too_long}\"]"),
+        );
+        bad(
+            json!({"policy": {"tools": {"pixel-8/reset": "no"}}}),
+            r#"policy.tools["pixel-8/reset"]"#,
+        );
+    }
+
+    #[test]
+    fn policy_serialises_like_daemon_status() {
+        let c = ok(json!({"policy": {"destructive": "prompt",
+            "tools": {"pixel-8/reset_counter": "deny"}}}));
+        assert_eq!(
+            serde_json::to_value(&c.policy).unwrap(),
+            json!({"default": "allow", "destructive": "prompt",
+                   "tools": {"pixel-8/reset_counter": "deny"}})
+        );
+        // `tools` is omitted when empty.
+        assert_eq!(
+            serde_json::to_value(Policy::default()).unwrap(),
+            json!({"default": "allow", "destructive": "allow"})
+        );
+        assert_eq!(Decision::Prompt.to_string(), "prompt");
+    }
+
+    #[test]
+    fn unknown_policy_keys_warn() {
+        let loaded = load(json!({"policy": {"defualt": "deny", "x": 1}})).unwrap();
+        let keys: Vec<_> = loaded
+            .warnings
+            .iter()
+            .map(|w| match w {
+                ConfigWarning::UnknownKey { key, .. } => key.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(keys, ["policy.defualt", "policy.x"]);
+        assert_eq!(loaded.config.policy, Policy::default());
+    }
+
+    #[test]
+    fn advertised_ip() {
+        assert_eq!(
+            ok(json!({"advertisedIp": "fd00::1"})).advertised_ip,
+            Some("fd00::1".parse().unwrap())
+        );
+        assert_eq!(
+            ok(json!({"advertisedIp": "10.0.0.5"})).advertised_ip,
+            Some("10.0.0.5".parse().unwrap())
+        );
+        let msg = bad(json!({"advertisedIp": "devbox.lan"}), "advertisedIp");
+        assert!(msg.contains("IPv4 or IPv6 literal"), "{msg}");
+        bad(json!({"advertisedIp": "[fd00::1]"}), "advertisedIp");
+        bad(json!({"advertisedIp": "10.0.0.256"}), "advertisedIp");
+        bad(json!({"advertisedIp": 10}), "advertisedIp");
+    }
+
+    #[test]
+    fn scheme() {
+        assert_eq!(
+            ok(json!({"scheme": "shopdemo"})).scheme.as_deref(),
+            Some("shopdemo")
+        );
+        assert_eq!(
+            ok(json!({"scheme": "a+b.c-d"})).scheme.as_deref(),
+            Some("a+b.c-d")
+        );
+        let max = format!("a{}", "b".repeat(63));
+        assert_eq!(ok(json!({"scheme": max.clone()})).scheme, Some(max.clone()));
+        let msg = bad(json!({"scheme": "myapp://"}), "scheme");
+        assert!(msg.contains("myapp"), "{msg}");
+        for invalid in ["", "1app", "HTTP", "https", "File", "ws", "WSS", "my app"] {
+            bad(json!({ "scheme": invalid }), "scheme");
+        }
+        bad(json!({"scheme": format!("{max}c")}), "scheme");
+        bad(json!({"scheme": 1}), "scheme");
+    }
+
+    #[test]
+    fn restart_daemon_on_version_mismatch() {
+        assert!(
+            ok(json!({"restartDaemonOnVersionMismatch": true})).restart_daemon_on_version_mismatch
+        );
+        assert!(
+            !ok(json!({"restartDaemonOnVersionMismatch": false}))
+                .restart_daemon_on_version_mismatch
+        );
+        let msg = bad(
+            json!({"restartDaemonOnVersionMismatch": "true"}),
+            "restartDaemonOnVersionMismatch",
+        );
+        assert!(msg.contains("true or false"), "{msg}");
+        bad(
+            json!({"restartDaemonOnVersionMismatch": 1}),
+            "restartDaemonOnVersionMismatch",
+        );
+    }
+
+    #[test]
+    fn web_origins() {
+        let valid = [
+            "http://devbox.lan:5173",
+            "https://example.com",
+            "HTTP://Example.COM:80",
+            "http://192.168.1.5:8080",
+            "http://[::1]:3000",
+            "https://[fd00::1]",
+            "http://my_host",
+        ];
+        let c = ok(json!({ "webOrigins": valid }));
+        assert_eq!(c.web_origins, valid);
+        assert!(ok(json!({"webOrigins": []})).web_origins.is_empty());
+
+        let msg = bad(json!({"webOrigins": "http://a.b"}), "webOrigins");
+        assert!(msg.contains("array"), "{msg}");
+        for invalid in [
+            "*",
+            "null",
+            "http://devbox.lan:5173/",
+            "http://devbox.lan/app",
+            "http://a.b?x=1",
+            "http://a.b#f",
+            "ftp://a.b",
+            "http://",
+            "http://:80",
+            "http://a.b:",
+            "http://a.b:65536",
+            "http://a.b:8080x",
+            "http://user@a.b",
+            "http://a..b",
+            "http://[nothex]:1",
+            "http://[::1]x",
+            "devbox.lan:5173",
+        ] {
+            bad(
+                json!({ "webOrigins": ["http://ok.lan", invalid] }),
+                "webOrigins[1]",
+            );
+        }
+        bad(json!({"webOrigins": [5]}), "webOrigins[0]");
+        bad(json!({"webOrigins": [null]}), "webOrigins[0]");
+    }
+
+    #[test]
+    fn null_is_invalid_for_every_key() {
+        for key in [
+            "wssPort",
+            "keyPath",
+            "graceSeconds",
+            "linkTtlSeconds",
+            "keepaliveIntervalSeconds",
+            "eventBufferSize",
+            "auditRetentionDays",
+            "daemonLogMaxBytes",
+            "eventsLogMaxBytes",
+            "policy",
+            "advertisedIp",
+            "scheme",
+            "restartDaemonOnVersionMismatch",
+            "webOrigins",
+        ] {
+            let msg = bad(json!({ key: null }), key);
+            assert!(msg.ends_with("got null"), "{msg}");
+        }
+        for key in ["default", "destructive", "tools"] {
+            bad(json!({"policy": { key: null }}), &format!("policy.{key}"));
+        }
+    }
+
+    #[test]
+    fn unknown_keys_warn_once_each_and_do_not_stop() {
+        let loaded = load(json!({"graceSecond": 5, "wssPort": 1, "extra": null})).unwrap();
+        assert_eq!(loaded.config.wss_port, 1);
+        assert_eq!(
+            loaded.warnings,
+            [
+                ConfigWarning::UnknownKey {
+                    path: PathBuf::from("/st/config.json"),
+                    key: "graceSecond".into()
+                },
+                ConfigWarning::UnknownKey {
+                    path: PathBuf::from("/st/config.json"),
+                    key: "extra".into()
+                },
+            ]
+        );
+        assert!(loaded.warnings[0].to_string().contains("\"graceSecond\""));
+    }
+
+    #[test]
+    fn non_json_and_non_object_name_the_file() {
+        let err = Config::from_slice(b"{ wssPort: 1 }", Path::new(STATE)).unwrap_err();
+        assert!(matches!(err, ConfigError::NotJson { .. }));
+        assert!(err.to_string().contains("/st/config.json"), "{err}");
+        assert!(matches!(
+            Config::from_slice(b"", Path::new(STATE)),
+            Err(ConfigError::NotJson { .. })
+        ));
+        for text in ["[]", "null", "\"x\"", "3"] {
+            let err = Config::from_slice(text.as_bytes(), Path::new(STATE)).unwrap_err();
+            assert!(matches!(err, ConfigError::NotObject { .. }), "{text}");
+            assert!(err.to_string().contains("/st/config.json"));
+        }
+    }
+
+    #[test]
+    fn load_reads_the_file_or_defaults_when_missing() {
+        let tmp = temp();
+        let loaded = Config::load(tmp.path()).unwrap();
+        assert_eq!(loaded.config, Config::defaults(tmp.path()));
+        assert!(loaded.warnings.is_empty());
+
+        let path = tmp.path().join("config.json");
+        std::fs::write(&path, br#"{"graceSeconds": 42}"#).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let loaded = Config::load(tmp.path()).unwrap();
+        assert_eq!(loaded.config.grace_seconds, 42);
+        assert!(loaded.warnings.is_empty());
+
+        std::fs::write(&path, b"not json").unwrap();
+        assert!(matches!(
+            Config::load(tmp.path()),
+            Err(ConfigError::NotJson { .. })
+        ));
+
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let err = Config::load(tmp.path()).unwrap_err();
+        assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn group_or_other_writable_file_warns() {
+        let tmp = temp();
+        let path = tmp.path().join("config.json");
+        std::fs::write(&path, b"{}").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(Config::warn_if_group_or_other_writable(&path), None);
+
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o664)).unwrap();
+        let loaded = Config::load(tmp.path()).unwrap();
+        assert_eq!(
+            loaded.warnings,
+            [ConfigWarning::GroupOrOtherWritable {
+                path: path.clone(),
+                mode: 0o664
+            }]
+        );
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o602)).unwrap();
+        assert!(Config::warn_if_group_or_other_writable(&path).is_some());
+        assert_eq!(
+            Config::warn_if_group_or_other_writable(&tmp.path().join("absent")),
+            None
+        );
+    }
+
+    #[test]
+    fn rotation_threshold_falls_back_to_the_default() {
+        let tmp = temp();
+        assert_eq!(
+            daemon_log_max_bytes_for_rotation(tmp.path()),
+            DEFAULT_LOG_MAX_BYTES
+        );
+        let path = tmp.path().join("config.json");
+        std::fs::write(&path, br#"{"daemonLogMaxBytes": 1000}"#).unwrap();
+        assert_eq!(daemon_log_max_bytes_for_rotation(tmp.path()), 1000);
+        std::fs::write(&path, br#"{"daemonLogMaxBytes": 1000, "wssPort": "x"}"#).unwrap();
+        assert_eq!(
+            daemon_log_max_bytes_for_rotation(tmp.path()),
+            DEFAULT_LOG_MAX_BYTES
+        );
+    }
+}
