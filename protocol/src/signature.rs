@@ -1,1 +1,715 @@
-//! (filled by the foundation issue)
+//! The one signature and summary renderer shared by the CLI and the MCP bridge (05 §7.5).
+//!
+//! Schemas come from apps and are never validated beyond being JSON, so every function here is
+//! total: whatever cannot be read renders as `...` or `unknown`. Recursion is bounded by the
+//! rules themselves (objects expand at most one level below a parameter or a root, arrays nest
+//! at most four deep), so no schema, however deep, can exhaust the stack.
+
+use serde_json::{Map, Value};
+
+use crate::canonical::compact_json_prefix;
+
+/// Longest `default` (compact JSON, code points) shown after a parameter.
+const MAX_DEFAULT_CHARS: usize = 20;
+/// Longest enum or const literal (compact JSON, code points) before it is cut with `…`.
+const MAX_LITERAL_CHARS: usize = 40;
+/// Enum literals shown before ` | …`.
+const MAX_ENUM_LITERALS: usize = 5;
+/// Arrays nested deeper than this render as `...[]`.
+const MAX_ARRAY_DEPTH: usize = 4;
+/// Summary length in code points, before the `…`.
+const MAX_SUMMARY_CHARS: usize = 120;
+
+/// `<name>(<params>)`, then ` -> <T(output_schema)>` when an output schema exists.
+///
+/// `sum(a: number, b: number) -> { total?: number }`
+pub fn render_tool_signature(
+    name: &str,
+    input_schema: Option<&Value>,
+    output_schema: Option<&Value>,
+) -> String {
+    let mut out = format!("{name}({})", render_params(input_schema));
+    if let Some(output) = output_schema {
+        out.push_str(" -> ");
+        out.push_str(&render_type(output, Expand::Object, 0));
+    }
+    out
+}
+
+/// The event name, then a space and `T(payload_schema)` when a payload schema is declared:
+/// `checkout_completed { orderId: string }`.
+pub fn render_event_signature(name: &str, payload_schema: Option<&Value>) -> String {
+    match payload_schema {
+        Some(schema) => format!("{name} {}", render_type(schema, Expand::Object, 0)),
+        None => name.to_owned(),
+    }
+}
+
+/// One-line summary of a description: up to the first `\n` or `\r`, control characters
+/// (U+0000–U+001F, U+007F–U+009F) removed, surrounding whitespace trimmed, and cut to 120 code
+/// points followed by `…` when longer.
+pub fn summarize_description(description: &str) -> String {
+    let first_line = description
+        .split(['\n', '\r'])
+        .next()
+        .unwrap_or(description);
+    let cleaned: String = first_line.chars().filter(|c| !c.is_control()).collect();
+    let trimmed = cleaned.trim();
+    match trimmed.char_indices().nth(MAX_SUMMARY_CHARS) {
+        Some((cut, _)) => format!("{}…", &trimmed[..cut]),
+        None => trimmed.to_owned(),
+    }
+}
+
+/// Whether an object schema at this position shows its properties or collapses to `{...}`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Expand {
+    /// A parameter's own schema, or the root of an output or payload schema.
+    Object,
+    /// Inside an object or as array items.
+    Collapsed,
+}
+
+fn render_params(input_schema: Option<&Value>) -> String {
+    let Some(schema) = input_schema else {
+        return String::new();
+    };
+    let Some(schema) = schema.as_object() else {
+        return "...".to_owned();
+    };
+    if !type_allows_object(schema) {
+        return "...".to_owned();
+    }
+    match schema.get("properties").and_then(Value::as_object) {
+        Some(properties) => render_properties(schema, properties, Expand::Object).join(", "),
+        None if additional_properties_false(schema) => String::new(),
+        None => "...".to_owned(),
+    }
+}
+
+/// True when `type` is `"object"` or an array containing `"object"`.
+fn type_allows_object(schema: &Map<String, Value>) -> bool {
+    match schema.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(types)) => types.iter().any(|t| t.as_str() == Some("object")),
+        _ => false,
+    }
+}
+
+fn additional_properties_false(schema: &Map<String, Value>) -> bool {
+    schema.get("additionalProperties") == Some(&Value::Bool(false))
+}
+
+/// `name: T` / `name?: T`, plus ` = <default>` for short defaults, in declared order.
+fn render_properties(
+    schema: &Map<String, Value>,
+    properties: &Map<String, Value>,
+    child_expand: Expand,
+) -> Vec<String> {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| names.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let mut out = render_property_name(name);
+            if !required.contains(&name.as_str()) {
+                out.push('?');
+            }
+            out.push_str(": ");
+            out.push_str(&render_type(property, child_expand, 0));
+            if let Some(default) = property.get("default") {
+                let (text, complete) = compact_json_prefix(default, MAX_DEFAULT_CHARS);
+                if complete {
+                    out.push_str(" = ");
+                    out.push_str(&text);
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// Identifiers as they are; anything else as a JSON string (`"x-id"`).
+fn render_property_name(name: &str) -> String {
+    let mut chars = name.chars();
+    let is_identifier = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+    if is_identifier {
+        return name.to_owned();
+    }
+    let (text, _) = compact_json_prefix(&Value::String(name.to_owned()), usize::MAX);
+    text
+}
+
+/// `T(schema)` of the table in 05 §7.5. `arrays` counts the arrays enclosing this schema.
+fn render_type(schema: &Value, expand: Expand, arrays: usize) -> String {
+    let Some(schema) = schema.as_object() else {
+        return "...".to_owned();
+    };
+    // An `enum` that is not a non-empty array cannot be read as literals; the type still can.
+    if let Some(literals) = schema.get("enum").and_then(Value::as_array)
+        && !literals.is_empty()
+    {
+        let mut parts: Vec<String> = literals
+            .iter()
+            .take(MAX_ENUM_LITERALS)
+            .map(render_literal)
+            .collect();
+        if literals.len() > MAX_ENUM_LITERALS {
+            parts.push("…".to_owned());
+        }
+        return parts.join(" | ");
+    }
+    if let Some(literal) = schema.get("const") {
+        return render_literal(literal);
+    }
+    if ["anyOf", "oneOf", "allOf", "not", "$ref"]
+        .iter()
+        .any(|key| schema.contains_key(*key))
+    {
+        return "...".to_owned();
+    }
+    match schema.get("type") {
+        Some(Value::String(t)) => render_named_type(schema, t, expand, arrays),
+        Some(Value::Array(types)) if !types.is_empty() => types
+            .iter()
+            .map(|t| match t.as_str() {
+                Some(t) => render_named_type(schema, t, expand, arrays),
+                None => "unknown".to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join(" | "),
+        _ => "unknown".to_owned(),
+    }
+}
+
+fn render_named_type(
+    schema: &Map<String, Value>,
+    type_name: &str,
+    expand: Expand,
+    arrays: usize,
+) -> String {
+    match type_name {
+        "string" => "string".to_owned(),
+        "number" => "number".to_owned(),
+        "integer" => "int".to_owned(),
+        "boolean" => "bool".to_owned(),
+        "null" => "null".to_owned(),
+        "array" if arrays >= MAX_ARRAY_DEPTH => "...[]".to_owned(),
+        "array" => match schema.get("items") {
+            Some(items) if items.is_object() => {
+                format!("{}[]", render_type(items, Expand::Collapsed, arrays + 1))
+            }
+            // Absent, or a form this renderer does not read (tuple arrays, boolean schemas).
+            _ => "unknown[]".to_owned(),
+        },
+        "object" if expand == Expand::Object => {
+            match schema.get("properties").and_then(Value::as_object) {
+                Some(properties) if properties.is_empty() => "{}".to_owned(),
+                Some(properties) => format!(
+                    "{{ {} }}",
+                    render_properties(schema, properties, Expand::Collapsed).join(", ")
+                ),
+                None if additional_properties_false(schema) => "{}".to_owned(),
+                None => "{...}".to_owned(),
+            }
+        }
+        "object" => "{...}".to_owned(),
+        _ => "unknown".to_owned(),
+    }
+}
+
+/// Compact JSON of an enum or const literal, cut to 40 code points followed by `…`.
+fn render_literal(literal: &Value) -> String {
+    let (mut text, complete) = compact_json_prefix(literal, MAX_LITERAL_CHARS);
+    if !complete {
+        text.push('…');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sig(input: Option<Value>, output: Option<Value>) -> String {
+        render_tool_signature("t", input.as_ref(), output.as_ref())
+    }
+
+    fn param(schema: Value) -> String {
+        sig(
+            Some(json!({"type": "object", "properties": {"p": schema}, "required": ["p"]})),
+            None,
+        )
+    }
+
+    // --- The example table of 05 §7.5 ---
+
+    #[test]
+    fn spec_example_no_input_no_output() {
+        assert_eq!(render_tool_signature("ping", None, None), "ping()");
+    }
+
+    #[test]
+    fn spec_example_sum() {
+        let input = json!({"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}},"required":["a","b"]});
+        let output = json!({"type":"object","properties":{"total":{"type":"number"}}});
+        assert_eq!(
+            render_tool_signature("sum", Some(&input), Some(&output)),
+            "sum(a: number, b: number) -> { total?: number }"
+        );
+    }
+
+    #[test]
+    fn spec_example_add_item_with_default() {
+        let input = json!({"type":"object","properties":{"sku":{"type":"string"},"qty":{"type":"integer","default":1}},"required":["sku"]});
+        assert_eq!(
+            render_tool_signature("add_item", Some(&input), None),
+            "add_item(sku: string, qty?: int = 1)"
+        );
+    }
+
+    #[test]
+    fn spec_example_echo_non_object_input() {
+        let input = json!({"type": "string"});
+        assert_eq!(
+            render_tool_signature("echo", Some(&input), None),
+            "echo(...)"
+        );
+    }
+
+    #[test]
+    fn spec_example_tag_array_and_nested_object() {
+        let input = json!({"type":"object","properties":{
+            "tags":{"type":"array","items":{"type":"string"}},
+            "meta":{"type":"object","properties":{"x":{"type":"object"}}}
+        }});
+        assert_eq!(
+            render_tool_signature("tag", Some(&input), None),
+            "tag(tags?: string[], meta?: { x?: {...} })"
+        );
+    }
+
+    #[test]
+    fn spec_example_cli_listing_lines() {
+        let pay = json!({"type":"object","properties":{"method":{"enum":["card","cash"]}},"required":["method"]});
+        let ok = json!({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]});
+        assert_eq!(
+            render_tool_signature("pay", Some(&pay), Some(&ok)),
+            r#"pay(method: "card" | "cash") -> { ok: bool }"#
+        );
+    }
+
+    // --- Params ---
+
+    #[test]
+    fn params_of_object_input_without_properties_follow_additional_properties() {
+        assert_eq!(sig(Some(json!({"type": "object"})), None), "t(...)");
+        assert_eq!(
+            sig(
+                Some(json!({"type": "object", "additionalProperties": false})),
+                None
+            ),
+            "t()"
+        );
+        assert_eq!(
+            sig(
+                Some(json!({"type": "object", "additionalProperties": true})),
+                None
+            ),
+            "t(...)"
+        );
+        // `properties` that is not an object counts as absent.
+        assert_eq!(
+            sig(Some(json!({"type": "object", "properties": null})), None),
+            "t(...)"
+        );
+        assert_eq!(
+            sig(Some(json!({"type": "object", "properties": {}})), None),
+            "t()"
+        );
+    }
+
+    #[test]
+    fn params_accept_a_type_array_containing_object() {
+        let input = json!({"type": ["null", "object"], "properties": {"a": {"type": "string"}}});
+        assert_eq!(sig(Some(input), None), "t(a?: string)");
+        assert_eq!(
+            sig(Some(json!({"type": ["null", "string"]})), None),
+            "t(...)"
+        );
+    }
+
+    #[test]
+    fn params_of_non_object_or_typeless_input_are_unreadable() {
+        assert_eq!(sig(Some(json!({})), None), "t(...)");
+        assert_eq!(sig(Some(json!(true)), None), "t(...)");
+        assert_eq!(sig(Some(json!("not a schema")), None), "t(...)");
+        assert_eq!(sig(Some(Value::Null), None), "t(...)");
+        assert_eq!(sig(Some(json!({"properties": {"a": {}}})), None), "t(...)");
+    }
+
+    #[test]
+    fn params_keep_declared_order_and_mark_optional_ones() {
+        let input = json!({"type":"object","properties":{"z":{"type":"string"},"a":{"type":"integer"},"m":{"type":"null"}},"required":["a"]});
+        assert_eq!(sig(Some(input), None), "t(z?: string, a: int, m?: null)");
+    }
+
+    #[test]
+    fn required_that_is_not_a_string_array_marks_nothing_required() {
+        let input = json!({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":"a"});
+        assert_eq!(sig(Some(input), None), "t(a?: string, b?: string)");
+        let input = json!({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":[1,"b"]});
+        assert_eq!(sig(Some(input), None), "t(a?: string, b: string)");
+    }
+
+    #[test]
+    fn defaults_show_only_when_their_compact_json_is_at_most_20_characters() {
+        let render = |default: Value| {
+            sig(
+                Some(
+                    json!({"type":"object","properties":{"d":{"type":"string","default": default}}}),
+                ),
+                None,
+            )
+        };
+        assert_eq!(render(json!("abc")), r#"t(d?: string = "abc")"#);
+        assert_eq!(render(json!(null)), "t(d?: string = null)");
+        // 20 characters exactly, counted in code points: quotes + 18 × 'é'.
+        assert_eq!(
+            render(json!("é".repeat(18))),
+            format!("t(d?: string = \"{}\")", "é".repeat(18))
+        );
+        assert_eq!(render(json!("é".repeat(19))), "t(d?: string)");
+        assert_eq!(render(json!(["a", "b", "c", "d", "e"])), "t(d?: string)");
+        assert_eq!(
+            render(json!({"k": [1, 2]})),
+            r#"t(d?: string = {"k":[1,2]})"#
+        );
+    }
+
+    #[test]
+    fn defaults_apply_to_required_parameters_and_inline_object_fields_too() {
+        let input = json!({"type":"object","properties":{
+            "n":{"type":"integer","default":5},
+            "o":{"type":"object","properties":{"f":{"type":"boolean","default":false}}}
+        },"required":["n"]});
+        assert_eq!(
+            sig(Some(input), None),
+            "t(n: int = 5, o?: { f?: bool = false })"
+        );
+    }
+
+    #[test]
+    fn non_identifier_property_names_are_json_strings() {
+        let input = json!({"type":"object","properties":{
+            "x-id":{"type":"string"}, "_ok$1":{"type":"string"}, "1st":{"type":"string"},
+            "":{"type":"string"}, "a b":{"type":"string"}, "q\"\n":{"type":"string"}, "é":{"type":"string"}
+        },"required":["_ok$1"]});
+        assert_eq!(
+            sig(Some(input), None),
+            r#"t("x-id"?: string, _ok$1: string, "1st"?: string, ""?: string, "a b"?: string, "q\"\n"?: string, "é"?: string)"#
+        );
+    }
+
+    // --- Types ---
+
+    #[test]
+    fn primitive_types_use_short_names() {
+        assert_eq!(param(json!({"type": "string"})), "t(p: string)");
+        assert_eq!(param(json!({"type": "number"})), "t(p: number)");
+        assert_eq!(param(json!({"type": "integer"})), "t(p: int)");
+        assert_eq!(param(json!({"type": "boolean"})), "t(p: bool)");
+        assert_eq!(param(json!({"type": "null"})), "t(p: null)");
+    }
+
+    #[test]
+    fn enum_literals_are_compact_json_joined_by_bars() {
+        assert_eq!(
+            param(json!({"enum": ["a", 1, null, true, {"k": "v"}]})),
+            r#"t(p: "a" | 1 | null | true | {"k":"v"})"#
+        );
+        // Enum wins over type.
+        assert_eq!(
+            param(json!({"type": "string", "enum": ["x"]})),
+            r#"t(p: "x")"#
+        );
+    }
+
+    #[test]
+    fn more_than_five_enum_literals_end_with_an_ellipsis() {
+        assert_eq!(
+            param(json!({"enum": [1, 2, 3, 4, 5]})),
+            "t(p: 1 | 2 | 3 | 4 | 5)"
+        );
+        assert_eq!(
+            param(json!({"enum": [1, 2, 3, 4, 5, 6]})),
+            "t(p: 1 | 2 | 3 | 4 | 5 | …)"
+        );
+    }
+
+    #[test]
+    fn long_literals_are_cut_to_40_characters() {
+        let exactly_40 = "x".repeat(38);
+        assert_eq!(
+            param(json!({"enum": [exactly_40]})),
+            format!("t(p: \"{exactly_40}\")")
+        );
+        let long = "y".repeat(100);
+        assert_eq!(
+            param(json!({"enum": [long, "z"]})),
+            format!("t(p: \"{}… | \"z\")", "y".repeat(39))
+        );
+        assert_eq!(
+            param(json!({"const": "é".repeat(50)})),
+            format!("t(p: \"{}…)", "é".repeat(39))
+        );
+    }
+
+    #[test]
+    fn unreadable_enum_falls_back_to_the_type() {
+        assert_eq!(
+            param(json!({"type": "string", "enum": {"not": "an array"}})),
+            "t(p: string)"
+        );
+        assert_eq!(param(json!({"type": "string", "enum": []})), "t(p: string)");
+    }
+
+    #[test]
+    fn const_renders_its_literal() {
+        assert_eq!(param(json!({"const": "strict"})), r#"t(p: "strict")"#);
+        assert_eq!(param(json!({"const": null})), "t(p: null)");
+        assert_eq!(param(json!({"const": 3, "type": "string"})), "t(p: 3)");
+    }
+
+    #[test]
+    fn composed_schemas_render_as_dots() {
+        for key in ["anyOf", "oneOf", "allOf", "not", "$ref"] {
+            let schema = json!({key: [{"type": "string"}], "type": "string"});
+            assert_eq!(param(schema), "t(p: ...)", "{key}");
+        }
+        assert_eq!(
+            sig(None, Some(json!({"anyOf": [{"type": "string"}]}))),
+            "t() -> ..."
+        );
+    }
+
+    #[test]
+    fn arrays_render_items_then_brackets() {
+        assert_eq!(
+            param(json!({"type": "array", "items": {"type": "integer"}})),
+            "t(p: int[])"
+        );
+        assert_eq!(param(json!({"type": "array"})), "t(p: unknown[])");
+        assert_eq!(
+            param(json!({"type": "array", "items": 3})),
+            "t(p: unknown[])"
+        );
+        assert_eq!(
+            param(json!({"type": "array", "items": [{"type": "string"}]})),
+            "t(p: unknown[])"
+        );
+        assert_eq!(
+            param(
+                json!({"type": "array", "items": {"type": "object", "properties": {"a": {"type": "string"}}}})
+            ),
+            "t(p: {...}[])"
+        );
+    }
+
+    #[test]
+    fn arrays_nested_deeper_than_four_collapse() {
+        let nest = |levels: usize| {
+            let mut schema = json!({"type": "string"});
+            for _ in 0..levels {
+                schema = json!({"type": "array", "items": schema});
+            }
+            param(schema)
+        };
+        assert_eq!(nest(4), "t(p: string[][][][])");
+        assert_eq!(nest(5), "t(p: ...[][][][][])");
+        assert_eq!(nest(9), "t(p: ...[][][][][])");
+    }
+
+    #[test]
+    fn objects_expand_only_as_a_parameter_or_a_root() {
+        assert_eq!(
+            param(
+                json!({"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "string"}}}}})
+            ),
+            "t(p: { a?: {...} })"
+        );
+        assert_eq!(param(json!({"type": "object"})), "t(p: {...})");
+        assert_eq!(
+            param(json!({"type": "object", "additionalProperties": false})),
+            "t(p: {})"
+        );
+        assert_eq!(
+            param(json!({"type": "object", "properties": {}})),
+            "t(p: {})"
+        );
+        assert_eq!(
+            param(
+                json!({"type": "object", "properties": {"x": {"type": "object", "additionalProperties": false}}})
+            ),
+            "t(p: { x?: {...} })"
+        );
+    }
+
+    #[test]
+    fn type_arrays_render_each_member() {
+        assert_eq!(
+            param(json!({"type": ["string", "null"]})),
+            "t(p: string | null)"
+        );
+        assert_eq!(
+            param(json!({"type": ["array", "null"], "items": {"type": "number"}})),
+            "t(p: number[] | null)"
+        );
+        assert_eq!(
+            param(json!({"type": ["object", "null"], "properties": {"a": {"type": "string"}}})),
+            "t(p: { a?: string } | null)"
+        );
+        assert_eq!(
+            param(json!({"type": ["string", 7, "bogus"]})),
+            "t(p: string | unknown | unknown)"
+        );
+        assert_eq!(param(json!({"type": []})), "t(p: unknown)");
+    }
+
+    #[test]
+    fn anything_else_is_unknown_or_dots() {
+        assert_eq!(param(json!({})), "t(p: unknown)");
+        assert_eq!(param(json!({"type": "date"})), "t(p: unknown)");
+        assert_eq!(param(json!({"type": 5})), "t(p: unknown)");
+        assert_eq!(param(json!(3)), "t(p: ...)");
+        assert_eq!(param(json!(true)), "t(p: ...)");
+        assert_eq!(param(Value::Null), "t(p: ...)");
+    }
+
+    // --- Output ---
+
+    #[test]
+    fn output_root_expands_objects_and_renders_other_types() {
+        assert_eq!(
+            sig(
+                Some(json!({"type": "object", "properties": {}})),
+                Some(
+                    json!({"type":"object","properties":{"added":{"type":"integer"},"cart":{"type":"object"}},"required":["added"]})
+                )
+            ),
+            "t() -> { added: int, cart?: {...} }"
+        );
+        assert_eq!(
+            sig(
+                None,
+                Some(json!({"type": "array", "items": {"type": "string"}}))
+            ),
+            "t() -> string[]"
+        );
+        assert_eq!(sig(None, Some(json!({"type": "object"}))), "t() -> {...}");
+        assert_eq!(
+            sig(
+                None,
+                Some(json!({"type": "object", "additionalProperties": false}))
+            ),
+            "t() -> {}"
+        );
+        assert_eq!(sig(None, Some(Value::Null)), "t() -> ...");
+    }
+
+    // --- Events ---
+
+    #[test]
+    fn event_signature_appends_the_payload_type() {
+        let payload = json!({"type":"object","properties":{"orderId":{"type":"string"}},"required":["orderId"]});
+        assert_eq!(
+            render_event_signature("checkout_completed", Some(&payload)),
+            "checkout_completed { orderId: string }"
+        );
+        assert_eq!(
+            render_event_signature("playground_ping", None),
+            "playground_ping"
+        );
+        assert_eq!(
+            render_event_signature("n", Some(&json!({"type": "number"}))),
+            "n number"
+        );
+        assert_eq!(
+            render_event_signature("n", Some(&json!({"type": "object"}))),
+            "n {...}"
+        );
+    }
+
+    // --- Summary ---
+
+    #[test]
+    fn summary_is_the_first_line_without_control_characters() {
+        assert_eq!(
+            summarize_description("Add an item to the cart.\nQuantities above 99 are rejected."),
+            "Add an item to the cart."
+        );
+        assert_eq!(summarize_description("first\rsecond"), "first");
+        assert_eq!(
+            summarize_description("  a\tb\u{1b}[31mc\u{7f}d\u{85}e\u{9f}  \n"),
+            "ab[31mcde"
+        );
+        assert_eq!(summarize_description("\nonly second line"), "");
+        assert_eq!(summarize_description(""), "");
+        // Non-control characters in the C1 neighbourhood survive.
+        assert_eq!(summarize_description("\u{a0}x\u{a0}é"), "x\u{a0}é");
+    }
+
+    #[test]
+    fn summary_is_cut_to_120_code_points_plus_an_ellipsis() {
+        let exactly = "é".repeat(120);
+        assert_eq!(summarize_description(&exactly), exactly);
+        let long = "😀".repeat(4_000);
+        let summary = summarize_description(&long);
+        assert_eq!(summary.chars().count(), 121);
+        assert_eq!(summary, format!("{}…", "😀".repeat(120)));
+        // Trimming happens before the cut.
+        let padded = format!("   {}   ", "a".repeat(121));
+        assert_eq!(
+            summarize_description(&padded),
+            format!("{}…", "a".repeat(120))
+        );
+    }
+
+    #[test]
+    fn deeply_nested_schemas_render_without_exhausting_the_stack() {
+        // Built by hand: `json!` and `clone` recurse and would overflow on this value.
+        let mut schema = json!({"type": "string"});
+        for _ in 0..50_000 {
+            let mut properties = Map::new();
+            properties.insert("a".to_owned(), schema);
+            let mut object = Map::new();
+            object.insert("type".to_owned(), json!("object"));
+            object.insert("properties".to_owned(), Value::Object(properties));
+            schema = Value::Object(object);
+        }
+        assert_eq!(
+            render_tool_signature("t", Some(&schema), Some(&schema)),
+            "t(a?: { a?: {...} }) -> { a?: {...} }"
+        );
+        assert_eq!(
+            render_event_signature("e", Some(&schema)),
+            "e { a?: {...} }"
+        );
+        // serde_json's Drop is recursive; take the value apart iteratively.
+        let mut stack = vec![schema];
+        while let Some(value) = stack.pop() {
+            match value {
+                Value::Object(map) => stack.extend(map.into_iter().map(|(_, v)| v)),
+                Value::Array(items) => stack.extend(items),
+                _ => {}
+            }
+        }
+    }
+}
