@@ -28,39 +28,8 @@ pub const DEFAULT_EVENT_BUFFER_SIZE: u32 = 256;
 pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 30;
 pub const DEFAULT_LOG_MAX_BYTES: u64 = 10_485_760;
 
-/// A policy decision (04 §7.1), serialised as `"allow"`, `"deny"` or `"prompt"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    Allow,
-    Deny,
-    Prompt,
-}
-
-impl Decision {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Allow => "allow",
-            Decision::Deny => "deny",
-            Decision::Prompt => "prompt",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Self> {
-        match s {
-            "allow" => Some(Decision::Allow),
-            "deny" => Some(Decision::Deny),
-            "prompt" => Some(Decision::Prompt),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for Decision {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// A policy decision (04 §7.1); the one wire enum lives in the protocol crate.
+pub use appduct_protocol::control::PolicyDecision as Decision;
 
 /// The `policy` key, in the shape `daemon.status.policy` reports it (03 §9.2): `tools` is
 /// omitted when no override is configured.
@@ -437,7 +406,7 @@ impl Validator {
     fn decision(&self, key: &str, value: &Value) -> Result<Decision, ConfigError> {
         value
             .as_str()
-            .and_then(Decision::parse)
+            .and_then(|s| s.parse::<Decision>().ok())
             .ok_or_else(|| self.invalid(key, DECISIONS, value))
     }
 

@@ -394,19 +394,7 @@ pub fn is_valid_cancel_reason(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
-/// One or two `/`-joined segments of `[a-zA-Z0-9_-]{1,64}` (03 §9.8).
-pub fn is_valid_group(s: &str) -> bool {
-    let segment = |seg: &str| {
-        (1..=limits::MAX_TOOL_NAME_LEN).contains(&seg.len())
-            && seg
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    };
-    let mut parts = s.split('/');
-    let first = parts.next().is_some_and(segment);
-    let second = parts.next().is_none_or(segment);
-    first && second && parts.next().is_none()
-}
+pub use crate::descriptor::is_valid_group;
 
 /// 64 lower-case hex digits (03 §9.14).
 pub fn is_valid_sha256_hex(s: &str) -> bool {
