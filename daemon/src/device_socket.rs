@@ -5,8 +5,9 @@
 //! Two implementations share these types: [`memory_device_pair`] (channels only, for socket-free
 //! engine tests) and [`from_websocket`] (an adapter over any tungstenite `WebSocketStream`, TLS or
 //! plain). Neither checks the 262144-byte message limit on text the engine receives; the engine
-//! does that itself (02 §8). The adapter additionally configures tungstenite with that limit, so
-//! that it never buffers more, and reports a refusal as [`Incoming::TooBig`].
+//! does that itself (02 §8). Streams built with [`websocket_config`] also carry that limit inside
+//! tungstenite, so nothing larger is ever buffered; the adapter reports such a refusal as
+//! [`Incoming::TooBig`] and closes `1009 message_too_big` itself.
 //!
 //! Lifecycle contract, identical for both implementations:
 //! - `close()` queues a close frame behind earlier messages; the transport then finishes the close
@@ -274,7 +275,7 @@ impl DeviceSocket {
 }
 
 /// Resolves when the flag is set; never if its sender is dropped first.
-async fn flag_set(rx: &mut watch::Receiver<bool>) {
+pub(crate) async fn flag_set(rx: &mut watch::Receiver<bool>) {
     if rx.wait_for(|set| *set).await.is_err() {
         std::future::pending::<()>().await;
     }

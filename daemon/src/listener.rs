@@ -29,7 +29,7 @@ use tokio_tungstenite::tungstenite::handshake::server::Request;
 use tokio_tungstenite::tungstenite::http::{self, HeaderValue, header};
 use tokio_tungstenite::tungstenite::protocol::Role;
 
-use crate::device_socket::{self, DeviceSocket};
+use crate::device_socket::{self, DeviceSocket, flag_set};
 
 /// Largest upgrade request head read before giving up on a connection.
 pub const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
@@ -269,13 +269,6 @@ fn serve(
     Ok(RunningListener { addrs, tasks })
 }
 
-/// Resolves when the flag is set; never if its sender is dropped first.
-async fn flag_set(rx: &mut watch::Receiver<bool>) {
-    if rx.wait_for(|set| *set).await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
 async fn accept_loop(listener: TcpListener, flavor: Arc<Flavor>, ctx: AcceptContext) {
     let mut shutdown = ctx.shutdown.clone();
     loop {
@@ -296,6 +289,8 @@ async fn accept_loop(listener: TcpListener, flavor: Arc<Flavor>, ctx: AcceptCont
             }
         };
         let accepted_at = Instant::now();
+        // IPv4 clients of the dual-stack socket appear as `::ffff:a.b.c.d`; report them as IPv4.
+        let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
         let Some(slot) = ctx.preclaim.try_acquire() else {
             tracing::debug!(%peer, "pre-claim limit reached; connection closed");
             drop(tcp);
@@ -625,5 +620,318 @@ pub fn is_loopback_origin(origin: &str) -> bool {
                 && port.bytes().all(|b| b.is_ascii_digit())
                 && port.parse::<u16>().is_ok()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PORT: u16 = 41234;
+
+    fn policy(origins: &[&str]) -> WebPolicy {
+        WebPolicy {
+            port: PORT,
+            origins: origins.iter().map(|o| (*o).to_owned()).collect(),
+        }
+    }
+
+    /// A valid web upgrade request plus extra headers.
+    fn request(extra: &[(&str, &str)]) -> Request {
+        let mut builder = http::Request::builder()
+            .method("GET")
+            .uri("/ignored?x=1")
+            .header("Host", format!("127.0.0.1:{PORT}"))
+            .header("Connection", "Upgrade")
+            .header("Upgrade", "websocket")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==");
+        for (name, value) in extra {
+            builder = builder.header(*name, *value);
+        }
+        builder
+            .body(())
+            .unwrap_or_else(|e| panic!("test request: {e}"))
+    }
+
+    fn without(mut request: Request, name: header::HeaderName) -> Request {
+        request.headers_mut().remove(name);
+        request
+    }
+
+    fn with(mut request: Request, name: header::HeaderName, value: &'static str) -> Request {
+        request
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+        request
+    }
+
+    #[test]
+    fn host_accepts_only_loopback_names_with_the_web_port() {
+        for ok in [
+            "127.0.0.1:41234",
+            "localhost:41234",
+            "LocalHost:41234",
+            "[::1]:41234",
+        ] {
+            assert!(host_allowed(ok, PORT), "{ok}");
+        }
+        for bad in [
+            "127.0.0.1",
+            "localhost",
+            "[::1]",
+            "127.0.0.1:41235",
+            "localhost:8443",
+            "evil.example:41234",
+            "localhost.evil.example:41234",
+            "0.0.0.0:41234",
+            "192.168.1.20:41234",
+            "::1:41234",
+            "127.0.0.1:041234",
+            "",
+        ] {
+            assert!(!host_allowed(bad, PORT), "{bad}");
+        }
+    }
+
+    #[test]
+    fn loopback_origins_are_exact() {
+        for ok in [
+            "http://localhost",
+            "http://localhost:3000",
+            "https://localhost:443",
+            "http://127.0.0.1",
+            "https://127.0.0.1:8080",
+            "http://[::1]",
+            "https://[::1]:5173",
+            "HTTP://LOCALHOST:3000",
+            "http://localhost:65535",
+        ] {
+            assert!(is_loopback_origin(ok), "{ok}");
+        }
+        for bad in [
+            "http://localhost.evil.example",
+            "http://localhost:3000/",
+            "http://localhost/path",
+            "http://localhost?x",
+            "http://localhost#f",
+            "http://user@localhost",
+            "http://localhost:",
+            "http://localhost:65536",
+            "http://localhost:123456",
+            "http://localhost:+80",
+            "ws://localhost",
+            "file://localhost",
+            "localhost:3000",
+            "http://127.0.0.2",
+            "http://[::1",
+            "http://[::2]:80",
+            "http://0.0.0.0",
+            "http://evil.example",
+            "null",
+            "",
+        ] {
+            assert!(!is_loopback_origin(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn origin_rules_follow_the_spec_order() {
+        let configured = vec!["http://devbox.lan:5173".to_owned()];
+        assert!(origin_allowed(&[], &configured), "absent");
+        assert!(origin_allowed(&["http://localhost:3000"], &configured));
+        assert!(origin_allowed(&["https://127.0.0.1"], &configured));
+        assert!(origin_allowed(&["http://devbox.lan:5173"], &configured));
+        assert!(origin_allowed(&["HTTP://DevBox.LAN:5173"], &configured));
+        assert!(!origin_allowed(&["http://devbox.lan:5174"], &configured));
+        assert!(!origin_allowed(&["http://devbox.lan:5173/"], &configured));
+        assert!(!origin_allowed(&["null"], &configured));
+        assert!(!origin_allowed(&["null"], &["null".to_owned()]));
+        assert!(!origin_allowed(&["https://evil.example"], &configured));
+        assert!(!origin_allowed(
+            &["http://localhost.evil.example"],
+            &configured
+        ));
+        assert!(
+            !origin_allowed(
+                &["http://localhost:3000", "http://localhost:3000"],
+                &configured
+            ),
+            "two Origin headers"
+        );
+        assert!(!origin_allowed(&["http://devbox.lan:5173"], &[]));
+    }
+
+    #[test]
+    fn web_upgrade_checks_run_in_order() {
+        let web = policy(&["http://devbox.lan:5173"]);
+        let web = Some(&web);
+        assert!(check_upgrade(&request(&[]), web).is_ok());
+        assert!(check_upgrade(&request(&[("Origin", "http://localhost:3000")]), web).is_ok());
+        assert!(check_upgrade(&request(&[("Origin", "http://devbox.lan:5173")]), web).is_ok());
+        // A subprotocol offer does not change the verdict (and is never selected).
+        assert!(check_upgrade(&request(&[("Sec-WebSocket-Protocol", "appduct")]), web).is_ok());
+        // `Connection` is a token list; `Upgrade` is compared case-insensitively.
+        let listed = with(request(&[]), header::CONNECTION, "keep-alive, Upgrade");
+        assert!(check_upgrade(&listed, web).is_ok());
+        let upper = with(request(&[]), header::UPGRADE, "WebSocket");
+        assert!(check_upgrade(&upper, web).is_ok());
+
+        // Step 1 before everything else: a plain GET with a bad Host and Origin is a 426.
+        let plain = without(
+            without(request(&[("Origin", "null")]), header::UPGRADE),
+            header::CONNECTION,
+        );
+        let plain = with(plain, header::HOST, "evil.example");
+        assert_eq!(check_upgrade(&plain, web), Err(Rejection::NotUpgrade));
+        let post = {
+            let mut r = request(&[]);
+            *r.method_mut() = http::Method::POST;
+            r
+        };
+        assert_eq!(check_upgrade(&post, web), Err(Rejection::NotUpgrade));
+        let http10 = {
+            let mut r = request(&[]);
+            *r.version_mut() = http::Version::HTTP_10;
+            r
+        };
+        assert_eq!(check_upgrade(&http10, web), Err(Rejection::NotUpgrade));
+        let no_connection_token = with(request(&[]), header::CONNECTION, "keep-alive");
+        assert_eq!(
+            check_upgrade(&no_connection_token, web),
+            Err(Rejection::NotUpgrade)
+        );
+        let wrong_upgrade = with(request(&[]), header::UPGRADE, "h2c");
+        assert_eq!(
+            check_upgrade(&wrong_upgrade, web),
+            Err(Rejection::NotUpgrade)
+        );
+
+        // Step 2 before step 3.
+        let bad_host = with(
+            request(&[("Origin", "null")]),
+            header::HOST,
+            "evil.example:41234",
+        );
+        assert_eq!(check_upgrade(&bad_host, web), Err(Rejection::Host));
+        assert_eq!(
+            check_upgrade(&without(request(&[]), header::HOST), web),
+            Err(Rejection::Host)
+        );
+        let two_hosts = request(&[("Host", "localhost:41234")]);
+        assert_eq!(check_upgrade(&two_hosts, web), Err(Rejection::Host));
+
+        // Step 3.
+        for origin in [
+            "null",
+            "https://evil.example",
+            "http://localhost.evil.example",
+        ] {
+            assert_eq!(
+                check_upgrade(&request(&[("Origin", origin)]), web),
+                Err(Rejection::Origin),
+                "{origin}"
+            );
+        }
+        let two_origins = request(&[
+            ("Origin", "http://localhost:3000"),
+            ("Origin", "http://localhost:3000"),
+        ]);
+        assert_eq!(check_upgrade(&two_origins, web), Err(Rejection::Origin));
+        let mut opaque = request(&[]);
+        opaque.headers_mut().insert(
+            header::ORIGIN,
+            HeaderValue::from_bytes(b"http://localhost:3000\xff").unwrap_or_else(|e| panic!("{e}")),
+        );
+        assert_eq!(check_upgrade(&opaque, web), Err(Rejection::Origin));
+
+        // Then the RFC 6455 handshake fields.
+        let old = with(
+            request(&[("Origin", "null")]),
+            header::SEC_WEBSOCKET_VERSION,
+            "8",
+        );
+        assert_eq!(check_upgrade(&old, web), Err(Rejection::Origin));
+        let old = with(request(&[]), header::SEC_WEBSOCKET_VERSION, "8");
+        assert_eq!(check_upgrade(&old, web), Err(Rejection::Version));
+        assert_eq!(
+            check_upgrade(&without(request(&[]), header::SEC_WEBSOCKET_KEY), web),
+            Err(Rejection::MissingKey)
+        );
+    }
+
+    #[test]
+    fn wss_upgrade_ignores_host_and_origin() {
+        let any = with(
+            request(&[("Origin", "https://evil.example"), ("Origin", "null")]),
+            header::HOST,
+            "192.168.1.20:8443",
+        );
+        assert!(check_upgrade(&any, None).is_ok());
+        let plain = without(request(&[]), header::UPGRADE);
+        assert_eq!(check_upgrade(&plain, None), Err(Rejection::NotUpgrade));
+    }
+
+    #[test]
+    fn refusals_carry_the_required_status_and_headers() {
+        assert_eq!(Rejection::NotUpgrade.status(), 426);
+        assert!(
+            Rejection::NotUpgrade
+                .response()
+                .starts_with("HTTP/1.1 426 Upgrade Required\r\n")
+        );
+        assert!(
+            Rejection::NotUpgrade
+                .response()
+                .contains("\r\nUpgrade: websocket\r\n")
+        );
+        for r in [Rejection::Host, Rejection::Origin] {
+            assert_eq!(r.status(), 403);
+            assert!(r.response().starts_with("HTTP/1.1 403 Forbidden\r\n"));
+        }
+        assert!(
+            Rejection::MissingKey
+                .response()
+                .starts_with("HTTP/1.1 400 ")
+        );
+        for r in [
+            Rejection::NotUpgrade,
+            Rejection::Host,
+            Rejection::Origin,
+            Rejection::Version,
+            Rejection::MissingKey,
+        ] {
+            assert!(r.response().ends_with("\r\n\r\n"));
+            assert!(
+                r.response()
+                    .starts_with(&format!("HTTP/1.1 {} ", r.status()))
+            );
+        }
+    }
+
+    #[test]
+    fn preclaim_limiter_counts_slots() {
+        let limiter = PreclaimLimiter::new(2);
+        let a = limiter.try_acquire();
+        let b = limiter.try_acquire();
+        assert!(a.is_some() && b.is_some());
+        assert!(limiter.try_acquire().is_none());
+        assert_eq!(limiter.in_use(), 2);
+        drop(a);
+        assert_eq!(limiter.in_use(), 1);
+        assert!(
+            limiter.clone().try_acquire().is_some(),
+            "clones share slots"
+        );
+        assert_eq!(
+            PreclaimLimiter::default().capacity(),
+            limits::MAX_PRECLAIM_CONNECTIONS
+        );
+    }
+
+    #[test]
+    fn transport_names() {
+        assert_eq!(Transport::Native.as_str(), "native");
+        assert_eq!(Transport::Web.as_str(), "web");
     }
 }
