@@ -37,22 +37,8 @@ const LISTEN_BACKLOG: u32 = 1024;
 /// Pause after a failed `accept` (e.g. out of descriptors) so the loop does not spin.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 
-/// The listener a connection arrived on (02 §2.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Transport {
-    Native,
-    Web,
-}
-
-impl Transport {
-    /// The wire name used by `link.create` and session records.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Native => "native",
-            Self::Web => "web",
-        }
-    }
-}
+/// The listener a connection arrived on (02 §2.3); the one wire enum lives in the protocol crate.
+pub use appduct_protocol::control::Transport;
 
 /// Bounds the connections in the pre-claim stage across both listeners (02 §8).
 #[derive(Debug, Clone)]
