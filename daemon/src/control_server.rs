@@ -1,1 +1,763 @@
-//! (filled by the daemon core issue)
+//! The control-socket server (03 §2–§4, 01 §8, §10.1): one task per connection with a line
+//! reader that dispatches each request concurrently, and a single writer fed by an ordered
+//! queue of whole lines with back-pressure accounting. The daemon core plugs in through
+//! [`ControlHandler`]; it receives validated [`ControlRequest`]s and a [`Connection`] handle.
+//!
+//! [`serve_connection`] is generic over the stream, so every behaviour except socket-file
+//! handling is testable over `tokio::io::duplex`; [`serve_unix`] is the Unix-socket accept loop.
+
+use std::collections::{HashSet, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use appduct_protocol::control::{ControlRequest, NotificationMethod};
+use appduct_protocol::jsonrpc::{
+    ErrorObject, Incoming, LineBuffer, Overflow, RequestId, Response, parse_incoming, to_line,
+};
+use appduct_protocol::limits;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::UnixListener;
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinSet;
+
+/// A boxed `Send` future, so handlers stay usable as trait objects.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs once when a connection closes (for example: cancel the `tools.call`s it issued with
+/// reason `connection_closed`, 04 §6.1).
+pub type CloseHook = Box<dyn FnOnce() + Send + 'static>;
+
+/// Decides whether a peer with this effective uid may use the socket (03 §2.2). `None` means
+/// the uid could not be read and must be refused by production checks.
+pub type PeerCheckFn = Arc<dyn Fn(Option<u32>) -> bool + Send + Sync>;
+
+/// Limits of one control connection. Defaults are the spec's values; tests lower them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerOptions {
+    /// Longest inbound line, excluding the terminator (03 §3).
+    pub line_cap: usize,
+    /// Queued unwritten bytes above which a subscriber is disconnected and per-call
+    /// notifications are skipped (03 §4.4).
+    pub subscriber_buffer_cap: usize,
+    /// How long a closing connection may take to flush its queue (after an over-long line or
+    /// at daemon shutdown) before it is closed anyway (project decision: a peer that stopped
+    /// reading must not hold up shutdown).
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            line_cap: limits::CONTROL_LINE_CAP_BYTES,
+            subscriber_buffer_cap: limits::SUBSCRIBER_BUFFER_CAP_BYTES,
+            drain_timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Identifies one accepted control connection for the daemon's lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnectionId(u64);
+
+impl ConnectionId {
+    fn next() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Self(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for ConnectionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "control#{}", self.0)
+    }
+}
+
+/// What a handler answers for one request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// Written as `result`.
+    Ok(Value),
+    /// Written as `error`.
+    Err(ErrorObject),
+    /// The handler already wrote the response with [`Connection::respond`] (for example
+    /// `events.subscribe`, whose response must precede the first event under the new filter).
+    AlreadySent,
+}
+
+impl Reply {
+    /// Serialises a typed result; a value that cannot be serialised is an internal error.
+    pub fn from_result<T: Serialize>(result: Result<T, ErrorObject>) -> Self {
+        match result {
+            Ok(v) => match serde_json::to_value(v) {
+                Ok(v) => Self::Ok(v),
+                Err(e) => Self::Err(ErrorObject::internal(format!(
+                    "The daemon could not serialise its result: {e}"
+                ))),
+            },
+            Err(e) => Self::Err(e),
+        }
+    }
+}
+
+/// The daemon side of the control plane: answers validated requests.
+pub trait ControlHandler: Send + Sync + 'static {
+    /// Handles one request. The future runs on its own task, so a slow request never delays
+    /// others. `conn` may be cloned and kept (subscriptions, per-call notifications).
+    fn handle(&self, conn: &Connection, id: RequestId, request: ControlRequest)
+    -> BoxFuture<'static, Reply>;
+
+    /// Called once after the connection closed and its close hooks ran.
+    fn on_close(&self, _conn: ConnectionId) {}
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connection handle
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Open,
+    /// No more reads or new messages; the writer flushes what is queued, then closes.
+    Draining,
+    Closed,
+}
+
+/// Whether a message may be skipped under back-pressure (03 §4.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Response,
+    Notification,
+}
+
+struct State {
+    phase: Phase,
+    queue: VecDeque<Arc<[u8]>>,
+    /// Bytes queued or being written, not yet fully written.
+    unwritten: usize,
+    /// The writer holds a popped line it has not finished writing.
+    writing: bool,
+    subscribed: bool,
+    in_flight: HashSet<RequestId>,
+    hooks: Vec<CloseHook>,
+    hooks_ran: bool,
+}
+
+struct Shared {
+    id: ConnectionId,
+    peer_pid: Option<u32>,
+    cap: usize,
+    state: Mutex<State>,
+    /// Wakes the writer: a line was queued or the phase changed.
+    wake_writer: Notify,
+    /// Wakes [`Connection::flushed`] waiters.
+    flushed: Notify,
+    /// `true` once closed; reader and writer stop at once.
+    closed: watch::Sender<bool>,
+}
+
+/// A cloneable handle on one control connection, given to the handler.
+#[derive(Clone)]
+pub struct Connection {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("id", &self.shared.id)
+            .field("peer_pid", &self.shared.peer_pid)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    // A panic while holding this lock leaves the state consistent enough to keep closing.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Connection {
+    fn new(peer_pid: Option<u32>, cap: usize) -> Self {
+        let (closed, _) = watch::channel(false);
+        Self {
+            shared: Arc::new(Shared {
+                id: ConnectionId::next(),
+                peer_pid,
+                cap,
+                state: Mutex::new(State {
+                    phase: Phase::Open,
+                    queue: VecDeque::new(),
+                    unwritten: 0,
+                    writing: false,
+                    subscribed: false,
+                    in_flight: HashSet::new(),
+                    hooks: Vec::new(),
+                    hooks_ran: false,
+                }),
+                wake_writer: Notify::new(),
+                flushed: Notify::new(),
+                closed,
+            }),
+        }
+    }
+
+    pub fn id(&self) -> ConnectionId {
+        self.shared.id
+    }
+
+    /// The peer's pid when the platform reported it (Unix sockets only).
+    pub fn peer_pid(&self) -> Option<u32> {
+        self.shared.peer_pid
+    }
+
+    /// True until the connection starts closing.
+    pub fn is_open(&self) -> bool {
+        lock(&self.shared.state).phase == Phase::Open
+    }
+
+    /// Marks the connection as having an active `events.subscribe` filter: from now on it is
+    /// closed when its unwritten bytes exceed the subscriber cap (03 §4.4). Returns `false`
+    /// when the connection is no longer open (or was closed by this check).
+    pub fn set_subscribed(&self) -> bool {
+        let mut st = lock(&self.shared.state);
+        if st.phase != Phase::Open {
+            return false;
+        }
+        st.subscribed = true;
+        if st.unwritten > self.shared.cap {
+            self.close_over_cap(&mut st);
+            return false;
+        }
+        true
+    }
+
+    /// Whether [`Connection::set_subscribed`] was called.
+    pub fn is_subscribed(&self) -> bool {
+        lock(&self.shared.state).subscribed
+    }
+
+    /// Queues one notification line (as produced by [`to_line`]; a missing `\n` is added).
+    ///
+    /// On a subscribed connection the line is always queued, and the connection is closed if
+    /// its unwritten bytes then exceed the cap. Without a subscription the line is skipped
+    /// while the unwritten bytes exceed the cap. Returns whether the line was queued.
+    pub fn send_notification(&self, line: impl Into<Arc<[u8]>>) -> bool {
+        self.enqueue(terminated(line.into()), Kind::Notification)
+    }
+
+    /// Serialises and queues a notification (see [`Connection::send_notification`]).
+    pub fn notify<N: NotificationMethod>(&self, params: &N::Params) -> bool {
+        match N::notification(params).and_then(|n| to_line(&n)) {
+            Ok(line) => self.send_notification(line),
+            Err(e) => {
+                tracing::error!(conn = %self.shared.id, "cannot serialise a {} notification: {e}", N::NAME);
+                false
+            }
+        }
+    }
+
+    /// Writes the response to request `id` now, ordered before anything queued later (for
+    /// example the first event under a new filter). The handler then returns
+    /// [`Reply::AlreadySent`]. Returns `false` when `id` is not in flight (already answered)
+    /// or the connection is no longer open.
+    pub fn respond(&self, id: &RequestId, outcome: Result<Value, ErrorObject>) -> bool {
+        let line = match to_line(&Response {
+            id: Some(id.clone()),
+            outcome,
+        }) {
+            Ok(line) => line,
+            Err(e) => {
+                tracing::error!(conn = %self.shared.id, "cannot serialise the response to {id}: {e}");
+                match to_line(&Response::error(
+                    Some(id.clone()),
+                    ErrorObject::internal("The daemon could not serialise its response"),
+                )) {
+                    Ok(line) => line,
+                    Err(_) => return false,
+                }
+            }
+        };
+        let mut st = lock(&self.shared.state);
+        if !st.in_flight.remove(id) {
+            return false;
+        }
+        self.push(&mut st, line.into(), Kind::Response)
+    }
+
+    /// Registers a hook that runs once when the connection closes. If it has already closed
+    /// and its hooks have run, `hook` runs at once on the calling thread.
+    pub fn on_close(&self, hook: impl FnOnce() + Send + 'static) {
+        let mut st = lock(&self.shared.state);
+        if st.hooks_ran {
+            drop(st);
+            hook();
+        } else {
+            st.hooks.push(Box::new(hook));
+        }
+    }
+
+    /// Closes the connection at once, dropping anything not yet written.
+    pub fn close(&self) {
+        let mut st = lock(&self.shared.state);
+        self.set_closed(&mut st);
+    }
+
+    /// Resolves once everything queued so far has been written (or the connection closed).
+    /// `daemon.shutdown` uses it to flush its response before teardown (03 §9.3).
+    pub async fn flushed(&self) {
+        loop {
+            let notified = self.shared.flushed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let st = lock(&self.shared.state);
+                if st.phase == Phase::Closed || (st.queue.is_empty() && !st.writing) {
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Resolves once the connection is closed.
+    pub async fn closed(&self) {
+        let mut rx = self.shared.closed.subscribe();
+        // The sender lives in `self.shared`, so `wait_for` cannot fail while we hold it.
+        let _ = rx.wait_for(|c| *c).await;
+    }
+
+    // -- internals ------------------------------------------------------------------------
+
+    fn enqueue(&self, line: Arc<[u8]>, kind: Kind) -> bool {
+        let mut st = lock(&self.shared.state);
+        self.push(&mut st, line, kind)
+    }
+
+    fn push(&self, st: &mut State, line: Arc<[u8]>, kind: Kind) -> bool {
+        if st.phase != Phase::Open {
+            return false;
+        }
+        let cap = self.shared.cap;
+        if kind == Kind::Notification && !st.subscribed && st.unwritten > cap {
+            tracing::warn!(
+                conn = %self.shared.id,
+                peer_pid = ?self.shared.peer_pid,
+                "skipping a per-call notification: {} bytes are waiting to be written (cap {cap})",
+                st.unwritten
+            );
+            return false;
+        }
+        st.unwritten += line.len();
+        st.queue.push_back(line);
+        if st.subscribed && st.unwritten > cap {
+            self.close_over_cap(st);
+            return false;
+        }
+        self.shared.wake_writer.notify_one();
+        true
+    }
+
+    fn close_over_cap(&self, st: &mut State) {
+        tracing::warn!(
+            conn = %self.shared.id,
+            peer_pid = ?self.shared.peer_pid,
+            "closing a subscriber that stopped reading: {} bytes are waiting to be written (cap {})",
+            st.unwritten,
+            self.shared.cap
+        );
+        self.set_closed(st);
+    }
+
+    fn set_closed(&self, st: &mut State) {
+        if st.phase == Phase::Closed {
+            return;
+        }
+        st.phase = Phase::Closed;
+        st.queue.clear();
+        st.unwritten = 0;
+        self.shared.closed.send_replace(true);
+        self.shared.wake_writer.notify_one();
+        self.shared.flushed.notify_waiters();
+    }
+
+    fn begin_drain(&self) {
+        let mut st = lock(&self.shared.state);
+        if st.phase == Phase::Open {
+            st.phase = Phase::Draining;
+            self.shared.wake_writer.notify_one();
+        }
+    }
+
+    /// Reserves `id` for a new request; `false` if it is already in flight (03 §4.1).
+    fn begin_request(&self, id: &RequestId) -> bool {
+        lock(&self.shared.state).in_flight.insert(id.clone())
+    }
+
+    fn in_flight(&self, id: &RequestId) -> bool {
+        lock(&self.shared.state).in_flight.contains(id)
+    }
+
+    /// Queues a response to a message that never became an in-flight request.
+    fn reply_now(&self, response: &Response) {
+        match to_line(response) {
+            Ok(line) => {
+                self.enqueue(line.into(), Kind::Response);
+            }
+            Err(e) => tracing::error!(conn = %self.shared.id, "cannot serialise an error response: {e}"),
+        }
+    }
+
+    /// Closes, runs the close hooks once, and reports whether this call ran them.
+    fn finish(&self) -> bool {
+        let hooks = {
+            let mut st = lock(&self.shared.state);
+            self.set_closed(&mut st);
+            if st.hooks_ran {
+                return false;
+            }
+            st.hooks_ran = true;
+            std::mem::take(&mut st.hooks)
+        };
+        for hook in hooks {
+            hook();
+        }
+        true
+    }
+}
+
+fn terminated(line: Arc<[u8]>) -> Arc<[u8]> {
+    if line.last() == Some(&b'\n') {
+        line
+    } else {
+        let mut v = line.to_vec();
+        v.push(b'\n');
+        v.into()
+    }
+}
+
+/// Answers `-32603` if a request task ends without a response (the handler panicked, or
+/// returned [`Reply::AlreadySent`] without responding).
+struct RespondGuard {
+    conn: Connection,
+    id: RequestId,
+}
+
+impl Drop for RespondGuard {
+    fn drop(&mut self) {
+        if self.conn.in_flight(&self.id) {
+            tracing::error!(conn = %self.conn.id(), "request {} ended without a response", self.id);
+            self.conn.respond(
+                &self.id,
+                Err(ErrorObject::internal(
+                    "The daemon failed while handling the request",
+                )),
+            );
+        }
+    }
+}
+
+/// Runs close hooks and `on_close` even if the connection future is dropped.
+struct FinishGuard {
+    conn: Connection,
+    handler: Arc<dyn ControlHandler>,
+}
+
+impl Drop for FinishGuard {
+    fn drop(&mut self) {
+        if self.conn.finish() {
+            self.handler.on_close(self.conn.id());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-connection tasks
+// ---------------------------------------------------------------------------------------------
+
+/// Serves one control connection until it closes (03 §3–§4): EOF or a read/write error closes
+/// it; an over-long line is answered with `-32600` and then the connection closes; a subscriber
+/// over the buffer cap is closed. Close hooks and [`ControlHandler::on_close`] run at the end.
+pub fn serve_connection<S>(
+    stream: S,
+    handler: Arc<dyn ControlHandler>,
+    opts: ServerOptions,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    run_connection(stream, handler, opts, None, None)
+}
+
+async fn run_connection<S>(
+    stream: S,
+    handler: Arc<dyn ControlHandler>,
+    opts: ServerOptions,
+    peer_pid: Option<u32>,
+    shutdown: Option<watch::Receiver<bool>>,
+) where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let conn = Connection::new(peer_pid, opts.subscriber_buffer_cap);
+    tracing::debug!(conn = %conn.id(), ?peer_pid, "control connection opened");
+    let _finish = FinishGuard {
+        conn: conn.clone(),
+        handler: handler.clone(),
+    };
+    let (reader, writer) = tokio::io::split(stream);
+    tokio::join!(
+        read_loop(reader, &conn, &handler, &opts, shutdown),
+        write_loop(writer, &conn),
+    );
+    tracing::debug!(conn = %conn.id(), "control connection closed");
+}
+
+async fn read_loop<S: AsyncRead>(
+    mut reader: ReadHalf<S>,
+    conn: &Connection,
+    handler: &Arc<dyn ControlHandler>,
+    opts: &ServerOptions,
+    shutdown: Option<watch::Receiver<bool>>,
+) {
+    let mut closed = conn.shared.closed.subscribe();
+    let mut shutdown = shutdown;
+    let mut framer = LineBuffer::new(opts.line_cap);
+    let mut buf = vec![0u8; 64 * 1024];
+    let drain = loop {
+        let n = tokio::select! {
+            r = reader.read(&mut buf) => r,
+            _ = closed.wait_for(|c| *c) => return,
+            _ = wait_shutdown(&mut shutdown) => break true,
+        };
+        match n {
+            Ok(0) => break false,
+            Ok(n) => framer.push(&buf[..n]),
+            Err(e) => {
+                tracing::debug!(conn = %conn.id(), "control read failed: {e}");
+                break false;
+            }
+        }
+        let mut overflowed = false;
+        while let Some(line) = framer.next_line() {
+            match line {
+                Ok(line) => dispatch(conn, handler, &line),
+                Err(Overflow { cap }) => {
+                    tracing::warn!(conn = %conn.id(), peer_pid = ?conn.peer_pid(), "request line longer than {cap} bytes; closing");
+                    conn.reply_now(&Response::error(None, ErrorObject::line_too_long(cap)));
+                    overflowed = true;
+                    break;
+                }
+            }
+        }
+        if overflowed {
+            break true;
+        }
+    };
+    if drain {
+        conn.begin_drain();
+        if tokio::time::timeout(opts.drain_timeout, closed.wait_for(|c| *c))
+            .await
+            .is_err()
+        {
+            tracing::warn!(conn = %conn.id(), "control connection did not flush in time; closing");
+        }
+    }
+    conn.close();
+}
+
+async fn wait_shutdown(rx: &mut Option<watch::Receiver<bool>>) {
+    match rx {
+        Some(rx) => {
+            if rx.wait_for(|s| *s).await.is_err() {
+                // The sender is gone: nobody can ask for shutdown any more.
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+fn dispatch(conn: &Connection, handler: &Arc<dyn ControlHandler>, line: &[u8]) {
+    let request = match parse_incoming(line) {
+        Incoming::Empty => return,
+        Incoming::Notification(n) => {
+            tracing::debug!(conn = %conn.id(), method = %n.method, "ignoring a client notification");
+            return;
+        }
+        Incoming::Invalid(response) => {
+            conn.reply_now(&response);
+            return;
+        }
+        Incoming::Request(r) => r,
+    };
+    if !conn.begin_request(&request.id) {
+        conn.reply_now(&Response::error(
+            Some(request.id.clone()),
+            ErrorObject::duplicate_id(&request.id),
+        ));
+        return;
+    }
+    let id = request.id;
+    let parsed = match ControlRequest::parse(&request.method, request.params.as_ref()) {
+        Ok(p) => p,
+        Err(e) => {
+            conn.respond(&id, Err(e));
+            return;
+        }
+    };
+    let conn = conn.clone();
+    let handler = handler.clone();
+    tokio::spawn(async move {
+        let guard = RespondGuard {
+            conn: conn.clone(),
+            id: id.clone(),
+        };
+        let reply = handler.handle(&conn, id.clone(), parsed).await;
+        match reply {
+            Reply::Ok(v) => {
+                conn.respond(&id, Ok(v));
+            }
+            Reply::Err(e) => {
+                conn.respond(&id, Err(e));
+            }
+            Reply::AlreadySent => {}
+        }
+        drop(guard);
+    });
+}
+
+async fn write_loop<S: AsyncWrite>(mut writer: WriteHalf<S>, conn: &Connection) {
+    let shared = &conn.shared;
+    let mut closed = shared.closed.subscribe();
+    loop {
+        enum Next {
+            Write(Arc<[u8]>),
+            Wait,
+            Drained,
+            Stop,
+        }
+        let next = {
+            let mut st = lock(&shared.state);
+            if st.phase == Phase::Closed {
+                Next::Stop
+            } else if let Some(line) = st.queue.pop_front() {
+                st.writing = true;
+                Next::Write(line)
+            } else if st.phase == Phase::Draining {
+                Next::Drained
+            } else {
+                Next::Wait
+            }
+        };
+        let line = match next {
+            Next::Write(line) => line,
+            Next::Stop => return,
+            Next::Wait => {
+                tokio::select! {
+                    _ = shared.wake_writer.notified() => {}
+                    _ = closed.wait_for(|c| *c) => return,
+                }
+                continue;
+            }
+            Next::Drained => {
+                // Everything queued was written.
+                let _ = writer.shutdown().await;
+                conn.close();
+                return;
+            }
+        };
+        let written = tokio::select! {
+            r = write_line(&mut writer, &line) => r,
+            _ = closed.wait_for(|c| *c) => return,
+        };
+        if let Err(e) = written {
+            tracing::debug!(conn = %conn.id(), "control write failed: {e}");
+            conn.close();
+            return;
+        }
+        let mut st = lock(&shared.state);
+        st.writing = false;
+        st.unwritten = st.unwritten.saturating_sub(line.len());
+        if st.queue.is_empty() {
+            shared.flushed.notify_waiters();
+        }
+    }
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> std::io::Result<()> {
+    w.write_all(line).await?;
+    w.flush().await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unix socket accept loop
+// ---------------------------------------------------------------------------------------------
+
+/// Accepts control connections until `shutdown` turns true (03 §2.2, 01 §6.6 step 5).
+///
+/// Each peer's effective uid is read from the socket; a peer refused by `peer_check` (or whose
+/// uid cannot be read, which `peer_check` sees as `None`) is closed without a reply. On
+/// shutdown the loop stops accepting, asks every open connection to flush and close, and
+/// returns once they have (each bounded by [`ServerOptions::drain_timeout`]).
+pub async fn serve_unix(
+    listener: UnixListener,
+    handler: Arc<dyn ControlHandler>,
+    opts: ServerOptions,
+    peer_check: PeerCheckFn,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            r = shutdown.wait_for(|s| *s) => {
+                if r.is_err() {
+                    tracing::warn!("control shutdown signal dropped; stopping the accept loop");
+                }
+                break;
+            }
+            // Reap finished connection tasks so the set does not grow without bound.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!("control socket accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let cred = stream.peer_cred().ok();
+        let euid = cred.map(|c| c.uid());
+        let pid = cred
+            .and_then(|c| c.pid())
+            .and_then(|p| u32::try_from(p).ok());
+        if !peer_check(euid) {
+            tracing::warn!(
+                ?euid,
+                peer_pid = ?pid,
+                "refusing a control connection from another user"
+            );
+            drop(stream);
+            continue;
+        }
+        connections.spawn(run_connection(
+            stream,
+            handler.clone(),
+            opts,
+            pid,
+            Some(shutdown.clone()),
+        ));
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+}
