@@ -113,8 +113,12 @@ impl Reply {
 pub trait ControlHandler: Send + Sync + 'static {
     /// Handles one request. The future runs on its own task, so a slow request never delays
     /// others. `conn` may be cloned and kept (subscriptions, per-call notifications).
-    fn handle(&self, conn: &Connection, id: RequestId, request: ControlRequest)
-    -> BoxFuture<'static, Reply>;
+    fn handle(
+        &self,
+        conn: &Connection,
+        id: RequestId,
+        request: ControlRequest,
+    ) -> BoxFuture<'static, Reply>;
 
     /// Called once after the connection closed and its close hooks ran.
     fn on_close(&self, _conn: ConnectionId) {}
@@ -412,7 +416,9 @@ impl Connection {
             Ok(line) => {
                 self.enqueue(line.into(), Kind::Response);
             }
-            Err(e) => tracing::error!(conn = %self.shared.id, "cannot serialise an error response: {e}"),
+            Err(e) => {
+                tracing::error!(conn = %self.shared.id, "cannot serialise an error response: {e}")
+            }
         }
     }
 

@@ -1,0 +1,308 @@
+//! A scripted `ControlHandler` and raw line helpers shared by the control-plane tests.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use appduct_daemon::control_server::{
+    BoxFuture, Connection, ConnectionId, ControlHandler, Reply, ServerOptions, serve_connection,
+};
+use appduct_protocol::control::{
+    ControlRequest, EventNotification, ToolCallProgressNotify, ToolCallProgressParams,
+    ToolCallStartedNotify, ToolCallStartedParams, features,
+};
+use appduct_protocol::errors::ErrorType;
+use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
+use tokio::sync::{mpsc, oneshot};
+
+/// Answers a few methods:
+/// - `daemon.hello`: `version` as configured (`None` → `-32601`, like an old daemon);
+/// - `daemon.status`: a minimal legacy status;
+/// - `sessions.list`: `[]`, at once;
+/// - `tools.cancel {callId}`: waits for the gate named `callId` if one was armed, then
+///   `{cancelled: <gate value>, extra: 1}` (an unknown key the client must ignore);
+/// - `tools.call`: registers a close hook, sends per-call notifications when `progress`, waits
+///   for the gate named by its `callId` if armed; name `"denied"` fails with `policy_denied`;
+/// - `events.subscribe`: marks the connection subscribed, responds early, then sends the events
+///   queued with `queue_subscribe_events`, and keeps the connection for `connections()`;
+/// - `daemon.shutdown`: counts, answers `{ok: true}`.
+#[derive(Default)]
+pub struct TestHandler {
+    pub version: Mutex<Option<String>>,
+    pub pending: Mutex<(usize, usize, usize)>,
+    gates: Mutex<HashMap<String, oneshot::Receiver<bool>>>,
+    subscribe_events: Mutex<Vec<Value>>,
+    conns: Mutex<Vec<Connection>>,
+    pub shutdowns: AtomicUsize,
+    pub hooks_ran: AtomicUsize,
+    hook_tx: Mutex<Option<mpsc::UnboundedSender<ConnectionId>>>,
+    closed_tx: Mutex<Option<mpsc::UnboundedSender<ConnectionId>>>,
+    conn_tx: Mutex<Option<mpsc::UnboundedSender<Connection>>>,
+}
+
+impl TestHandler {
+    pub fn new(version: Option<&str>) -> Arc<Self> {
+        let h = Self::default();
+        *h.version.lock().unwrap() = version.map(str::to_owned);
+        Arc::new(h)
+    }
+
+    /// Arms a gate: the request keyed `key` waits until the returned sender fires.
+    pub fn gate(&self, key: &str) -> oneshot::Sender<bool> {
+        let (tx, rx) = oneshot::channel();
+        self.gates.lock().unwrap().insert(key.to_owned(), rx);
+        tx
+    }
+
+    pub fn set_pending(&self, sessions: usize, links: usize, calls: usize) {
+        *self.pending.lock().unwrap() = (sessions, links, calls);
+    }
+
+    pub fn queue_subscribe_events(&self, events: Vec<Value>) {
+        *self.subscribe_events.lock().unwrap() = events;
+    }
+
+    pub fn connections(&self) -> Vec<Connection> {
+        self.conns.lock().unwrap().clone()
+    }
+
+    /// Receives the connection id each time a close hook runs.
+    pub fn watch_hooks(&self) -> mpsc::UnboundedReceiver<ConnectionId> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.hook_tx.lock().unwrap() = Some(tx);
+        rx
+    }
+
+    /// Receives the connection id each time `on_close` runs.
+    pub fn watch_closed(&self) -> mpsc::UnboundedReceiver<ConnectionId> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.closed_tx.lock().unwrap() = Some(tx);
+        rx
+    }
+
+    /// Receives each connection the handler keeps (`events.subscribe`, `sessions.describe`).
+    pub fn watch_connections(&self) -> mpsc::UnboundedReceiver<Connection> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        *self.conn_tx.lock().unwrap() = Some(tx);
+        rx
+    }
+
+    fn keep(&self, conn: &Connection) {
+        self.conns.lock().unwrap().push(conn.clone());
+        if let Some(tx) = self.conn_tx.lock().unwrap().as_ref() {
+            let _ = tx.send(conn.clone());
+        }
+    }
+
+    fn take_gate(&self, key: &str) -> Option<oneshot::Receiver<bool>> {
+        self.gates.lock().unwrap().remove(key)
+    }
+
+    fn hook(self: &Arc<Self>, conn: &Connection) {
+        let me = self.clone();
+        let id = conn.id();
+        conn.on_close(move || {
+            me.hooks_ran.fetch_add(1, Ordering::SeqCst);
+            if let Some(tx) = me.hook_tx.lock().unwrap().as_ref() {
+                let _ = tx.send(id);
+            }
+        });
+    }
+}
+
+/// `ControlHandler` is implemented on a newtype so the handler keeps an `Arc` to itself.
+pub struct Handler(pub Arc<TestHandler>);
+
+impl ControlHandler for Handler {
+    fn handle(
+        &self,
+        conn: &Connection,
+        id: RequestId,
+        request: ControlRequest,
+    ) -> BoxFuture<'static, Reply> {
+        let h = self.0.clone();
+        let conn = conn.clone();
+        match request {
+            ControlRequest::DaemonHello(_) => {
+                let version = h.version.lock().unwrap().clone();
+                let (s, l, c) = *h.pending.lock().unwrap();
+                Box::pin(async move {
+                    match version {
+                        Some(v) => Reply::Ok(json!({
+                            "version": v, "controlProtocol": 1, "minControlProtocol": 1,
+                            "pid": 1, "startedAt": "2026-11-30T09:12:03.120Z", "stateDir": "/x",
+                            "features": features::ALL, "sessionCount": s, "pendingLinks": l,
+                            "pendingCalls": c, "someFutureKey": true
+                        })),
+                        None => Reply::Err(ErrorObject::method_not_found("daemon.hello")),
+                    }
+                })
+            }
+            ControlRequest::DaemonStatus(_) => {
+                let (s, l, _) = *h.pending.lock().unwrap();
+                let sessions: Vec<Value> = (0..s).map(|i| json!({"sessionId": i})).collect();
+                Box::pin(async move {
+                    Reply::Ok(json!({"version": "0.0.1", "sessions": sessions, "pendingLinks": l}))
+                })
+            }
+            ControlRequest::SessionsList(_) => Box::pin(async { Reply::Ok(json!([])) }),
+            ControlRequest::ToolsCancel(p) => {
+                let gate = h.take_gate(&p.call_id);
+                Box::pin(async move {
+                    let cancelled = match gate {
+                        Some(rx) => rx.await.unwrap_or(false),
+                        None => false,
+                    };
+                    Reply::Ok(json!({"cancelled": cancelled, "extra": 1}))
+                })
+            }
+            ControlRequest::ToolsCall(p) => {
+                h.hook(&conn);
+                let call_id = p.call_id.clone().unwrap_or_else(|| "call_minted".into());
+                let gate = h.take_gate(&call_id);
+                Box::pin(async move {
+                    if p.progress {
+                        conn.notify::<ToolCallStartedNotify>(&ToolCallStartedParams {
+                            request_id: id.clone(),
+                            call_id: call_id.clone(),
+                            session_id: "q3VfZ0xkR2ptTnB4".into(),
+                            alias: "pixel-8".into(),
+                            name: p.name.clone(),
+                            deadline_ms: 5000,
+                            ts: 1,
+                        });
+                        for i in 1..=2u32 {
+                            conn.notify::<ToolCallProgressNotify>(&ToolCallProgressParams {
+                                request_id: id.clone(),
+                                call_id: call_id.clone(),
+                                session_id: "q3VfZ0xkR2ptTnB4".into(),
+                                progress: Some(i.into()),
+                                message: Some(format!("{} step {i}", p.name)),
+                                ts: 2,
+                            });
+                        }
+                    }
+                    if let Some(rx) = gate {
+                        let _ = rx.await;
+                    }
+                    if p.name == "denied" {
+                        return Reply::Err(
+                            ErrorObject::application(
+                                ErrorType::PolicyDenied,
+                                "Policy denies \"denied\"",
+                            )
+                            .with_call_id(call_id)
+                            .with_details(json!({"reason": "policy"})),
+                        );
+                    }
+                    Reply::Ok(json!({"result": {"name": p.name}, "callId": call_id,
+                        "sessionId": "q3VfZ0xkR2ptTnB4", "alias": "pixel-8", "durationMs": 3,
+                        "future": "ignored"}))
+                })
+            }
+            ControlRequest::EventsSubscribe(_) => {
+                h.keep(&conn);
+                let events = std::mem::take(&mut *h.subscribe_events.lock().unwrap());
+                conn.set_subscribed();
+                // The response goes out before any event under the new filter (03 §4.3).
+                conn.respond(&id, Ok(json!({"ok": true})));
+                for e in events {
+                    let line = serde_json::to_vec(
+                        &json!({"jsonrpc": "2.0", "method": "event", "params": e}),
+                    )
+                    .unwrap();
+                    conn.send_notification(line);
+                }
+                Box::pin(async { Reply::AlreadySent })
+            }
+            ControlRequest::DaemonShutdown(_) => {
+                h.shutdowns.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async { Reply::Ok(json!({"ok": true})) })
+            }
+            ControlRequest::SessionsDescribe(_) => {
+                // Keeps the connection so tests can push notifications on it.
+                h.keep(&conn);
+                Box::pin(async {
+                    Reply::Err(ErrorObject::application(ErrorType::NoSession, "No session"))
+                })
+            }
+            other => {
+                let m = other.method();
+                Box::pin(async move {
+                    Reply::Err(ErrorObject::internal(format!("{m} is not scripted")))
+                })
+            }
+        }
+    }
+
+    fn on_close(&self, conn: ConnectionId) {
+        if let Some(tx) = self.0.closed_tx.lock().unwrap().as_ref() {
+            let _ = tx.send(conn);
+        }
+    }
+}
+
+/// A valid `app_event` notification payload.
+pub fn app_event(seq: u64, name: &str) -> Value {
+    json!({"kind": "app_event", "sessionId": "q3VfZ0xkR2ptTnB4", "alias": "pixel-8", "ts": 10,
+           "seq": seq, "data": {"name": name, "payload": {"n": seq}, "ts": 9}})
+}
+
+pub fn decode_event(v: Value) -> EventNotification {
+    EventNotification::from_value(v).unwrap()
+}
+
+/// Starts `serve_connection` over a duplex pair and returns the client side and the task.
+pub fn serve(
+    handler: Arc<TestHandler>,
+    opts: ServerOptions,
+    buffer: usize,
+) -> (DuplexStream, tokio::task::JoinHandle<()>) {
+    let (client, server) = tokio::io::duplex(buffer);
+    let task = tokio::spawn(serve_connection(server, Arc::new(Handler(handler)), opts));
+    (client, task)
+}
+
+/// Raw line access to the client side of a connection.
+pub struct Raw {
+    pub reader: BufReader<ReadHalf<DuplexStream>>,
+    pub writer: WriteHalf<DuplexStream>,
+}
+
+impl Raw {
+    pub fn new(stream: DuplexStream) -> Self {
+        let (r, w) = tokio::io::split(stream);
+        Self {
+            reader: BufReader::new(r),
+            writer: w,
+        }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.writer.write_all(bytes).await.unwrap();
+    }
+
+    pub async fn send_line(&mut self, v: &Value) {
+        let mut line = serde_json::to_vec(v).unwrap();
+        line.push(b'\n');
+        self.send(&line).await;
+    }
+
+    /// The next line as JSON; `None` at EOF.
+    pub async fn recv(&mut self) -> Option<Value> {
+        let mut line = String::new();
+        let n = self.reader.read_line(&mut line).await.unwrap_or(0);
+        if n == 0 {
+            return None;
+        }
+        assert!(line.ends_with('\n'), "partial line {line:?}");
+        Some(serde_json::from_str(&line).unwrap())
+    }
+}
+
+pub fn request(id: impl Into<Value>, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id.into(), "method": method, "params": params})
+}
