@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use appduct_protocol::control::{
     ClientInfo, DaemonHello, DaemonShutdown, EventNotification, EventsSubscribe, HelloParams,
-    HelloResult, Method, ServerNotification, SubscribeParams, SubscribeResult,
+    HelloResult, Method, NoParams, ServerNotification, SubscribeParams, SubscribeResult,
     ToolCallProgressParams, ToolCallStartedParams, ToolsCall, ToolsCallParams, ToolsCallResult,
     clamp_timeout_ms,
 };
@@ -29,8 +29,15 @@ use appduct_protocol::limits;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
+
+use crate::config;
+use crate::pidfile::owner_alive;
+use crate::seams::{ReexecSpawner, SpawnRequest, SpawnedChild, Spawner};
+use crate::spawn_lock::{self, SpawnLock};
+use crate::state_dir::{self, StateDir};
 
 /// Default per-request timeout (03 §13).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -1187,5 +1194,325 @@ impl ControlClient {
     }
 }
 
-#[allow(dead_code)]
-fn _assert_path(_: &Path) {}
+// ---------------------------------------------------------------------------------------------
+// Connect-or-spawn (01 §6.4) and version replacement (03 §12 step 4)
+// ---------------------------------------------------------------------------------------------
+
+/// Poll interval while waiting for a daemon to become ready or to go away (01 §6.4, §7).
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+/// Longest wait for a spawned daemon to answer `daemon.hello` (01 §6.4 step 7).
+const READY_WAIT: Duration = Duration::from_secs(5);
+/// Longest wait for a replaced daemon's socket and pidfile to disappear (01 §7).
+const GONE_WAIT: Duration = Duration::from_secs(5);
+/// Lines of `daemon.log` reported with a failed spawn (01 §6.4 step 7).
+const LOG_TAIL_LINES: usize = 20;
+/// Only the end of `daemon.log` is read for its tail.
+const LOG_TAIL_BYTES: u64 = 64 * 1024;
+
+/// How [`ControlClient::connect`] reaches the daemon (01 §2.5).
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    pub state_dir: PathBuf,
+    /// Spawn the daemon when its socket is missing or refuses connections (default true).
+    pub auto_spawn: bool,
+    /// Per-request timeout (default 10 s).
+    pub request_timeout: Duration,
+    pub version_policy: VersionPolicy,
+    pub spawner: Arc<dyn Spawner>,
+    /// `daemon.hello` `client.name`: `appduct-cli` or `appduct-mcp`.
+    pub client_name: String,
+    /// This binary's version (the workspace version by default).
+    pub client_version: String,
+}
+
+impl ClientOptions {
+    pub fn new(state_dir: impl Into<PathBuf>, client_name: impl Into<String>) -> Self {
+        Self {
+            state_dir: state_dir.into(),
+            auto_spawn: true,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            version_policy: VersionPolicy::default(),
+            spawner: Arc::new(ReexecSpawner),
+            client_name: client_name.into(),
+            client_version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+}
+
+fn unreachable(
+    socket: &Path,
+    e: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> ClientError {
+    ClientError::Unreachable {
+        socket: socket.to_path_buf(),
+        source: io::Error::other(e),
+    }
+}
+
+/// `ENOENT` or `ECONNREFUSED`: nobody serves the socket (01 §6.4 step 3).
+fn is_absent(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused
+    )
+}
+
+/// The last [`LOG_TAIL_LINES`] lines of `daemon.log`, empty when it cannot be read.
+fn log_tail(path: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = state_dir::open_read(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)))
+        .is_err()
+    {
+        return String::new();
+    }
+    let mut bytes = Vec::new();
+    if f.read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    let mut tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+    if !tail.is_empty() {
+        tail.push('\n');
+    }
+    tail
+}
+
+impl ControlClient {
+    /// Connects to `<state-dir>/daemon.sock`, spawning the daemon when allowed (01 §6.4), then
+    /// runs the version check of 03 §12 (once per process and socket path).
+    pub async fn connect(opts: ClientOptions) -> Result<Self, ClientError> {
+        let fallback_socket = opts.state_dir.join(state_dir::SOCKET_FILE);
+        let dir = StateDir::new(&opts.state_dir).map_err(|e| unreachable(&fallback_socket, e))?;
+        let socket = dir.socket_path();
+        // Before anything touches the file system (03 §2.1).
+        state_dir::check_socket_path_len(&socket).map_err(|e| unreachable(&socket, e))?;
+        if opts.auto_spawn {
+            dir.prepare().map_err(|e| unreachable(&socket, e))?;
+        }
+        let client = match UnixStream::connect(&socket).await {
+            Ok(s) => Self::from_stream_with(s, opts.request_timeout),
+            Err(e) if opts.auto_spawn && is_absent(&e) => {
+                spawn_and_connect(&dir, &opts, opts.request_timeout).await?
+            }
+            Err(e) => return Err(ClientError::Unreachable { socket, source: e }),
+        };
+        client.check_version(&dir, &opts).await
+    }
+
+    async fn check_version(
+        self,
+        dir: &StateDir,
+        opts: &ClientOptions,
+    ) -> Result<Self, ClientError> {
+        let policy = &opts.version_policy;
+        let socket = dir.socket_path();
+        if policy.check == VersionCheck::Skip || checked().contains(&socket) {
+            return Ok(self);
+        }
+        let mut client = self;
+        loop {
+            let info = client
+                .handshake(&opts.client_name, &opts.client_version)
+                .await?;
+            let replaced = REPLACED.load(Ordering::SeqCst);
+            match decide_version(&info, &opts.client_version, policy, replaced) {
+                VersionDecision::Proceed => {
+                    if policy.check == VersionCheck::Enforce {
+                        checked().insert(socket);
+                    }
+                    return Ok(client);
+                }
+                VersionDecision::Notice(n) => {
+                    if policy.check == VersionCheck::Enforce {
+                        checked().insert(socket);
+                    }
+                    client.notice = Some(n);
+                    return Ok(client);
+                }
+                VersionDecision::Replace => {
+                    REPLACED.store(true, Ordering::SeqCst);
+                    tracing::info!(
+                        "replacing the appduct daemon {} with {}",
+                        info.version,
+                        opts.client_version
+                    );
+                    client = replace_daemon(client, dir, opts).await?;
+                }
+                VersionDecision::Fail(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Steps 4–7 of 01 §6.4: under the spawn lock, spawn unless a daemon is already starting, then
+/// wait until it answers `daemon.hello`.
+async fn spawn_and_connect(
+    dir: &StateDir,
+    opts: &ClientOptions,
+    request_timeout: Duration,
+) -> Result<ControlClient, ClientError> {
+    let socket = dir.socket_path();
+    let lock = SpawnLock::try_acquire(&dir.spawn_lock_path(), std::process::id())
+        .map_err(|e| unreachable(&socket, e))?;
+    let Some(lock) = lock else {
+        // Another process is spawning: do not spawn, only poll.
+        return wait_ready(dir, opts, None, request_timeout).await;
+    };
+    // Another racer may have finished meanwhile.
+    if let Ok(s) = UnixStream::connect(&socket).await {
+        drop(lock);
+        return Ok(ControlClient::from_stream_with(s, opts.request_timeout));
+    }
+    let child = spawn_if_no_owner(dir, opts)?;
+    let ready = wait_ready(dir, opts, child.as_ref(), request_timeout).await;
+    drop(lock);
+    ready
+}
+
+/// Spawns the daemon unless the pidfile lock is held (a daemon is still starting, 01 §6.4
+/// step 5): unlinks a stale socket and rotates `daemon.log` first.
+fn spawn_if_no_owner(
+    dir: &StateDir,
+    opts: &ClientOptions,
+) -> Result<Option<SpawnedChild>, ClientError> {
+    let socket = dir.socket_path();
+    if owner_alive(dir.path()) {
+        return Ok(None);
+    }
+    if dir
+        .remove_stale_socket()
+        .map_err(|e| unreachable(&socket, e))?
+    {
+        tracing::info!("removed the stale socket {}", socket.display());
+    }
+    let max = config::daemon_log_max_bytes_for_rotation(dir.path());
+    if let Err(e) = dir.rotate_daemon_log(max) {
+        tracing::warn!("cannot rotate daemon.log: {e}");
+    }
+    let spawn_failed = |reason: String| ClientError::SpawnFailed {
+        reason,
+        log_tail: log_tail(&dir.daemon_log_path()),
+    };
+    let req = SpawnRequest::daemon_run(dir.path())
+        .map_err(|e| spawn_failed(format!("cannot locate the appduct executable: {e}")))?;
+    let child = opts
+        .spawner
+        .spawn_daemon(req)
+        .map_err(|e| spawn_failed(format!("cannot start `appduct daemon run`: {e}")))?;
+    tracing::info!(pid = child.pid(), "spawned the appduct daemon");
+    Ok(Some(child))
+}
+
+/// Polls every 100 ms for up to 5 s until a `daemon.hello` round trip succeeds (any answer,
+/// `-32601` included), failing at once if the spawned child exits (01 §6.4 step 7).
+async fn wait_ready(
+    dir: &StateDir,
+    opts: &ClientOptions,
+    child: Option<&SpawnedChild>,
+    request_timeout: Duration,
+) -> Result<ControlClient, ClientError> {
+    let socket = dir.socket_path();
+    let deadline = tokio::time::Instant::now() + READY_WAIT;
+    let spawn_failed = |reason: String| ClientError::SpawnFailed {
+        reason,
+        log_tail: log_tail(&dir.daemon_log_path()),
+    };
+    loop {
+        if let Some(status) = child.and_then(SpawnedChild::try_wait) {
+            return Err(spawn_failed(format!(
+                "`appduct daemon run` exited ({status}) before it was ready; see {}",
+                dir.daemon_log_path().display()
+            )));
+        }
+        if let Ok(s) = UnixStream::connect(&socket).await {
+            let client = ControlClient::from_stream_with(s, opts.request_timeout);
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let hello = HelloParams {
+                client: Some(ClientInfo {
+                    name: opts.client_name.clone(),
+                    version: opts.client_version.clone(),
+                }),
+                control_protocol: Some(u64::from(limits::CONTROL_PROTOCOL)),
+            };
+            match client
+                .call_with_timeout::<DaemonHello>(
+                    hello,
+                    request_timeout.min(remaining.max(POLL_INTERVAL)),
+                )
+                .await
+            {
+                Ok(_) | Err(ClientError::Rpc { .. }) => return Ok(client),
+                Err(e) => tracing::debug!("daemon not ready yet: {e}"),
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(spawn_failed(format!(
+                "the daemon did not become ready within {} s; see {}",
+                READY_WAIT.as_secs(),
+                dir.daemon_log_path().display()
+            )));
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}
+
+/// Replaces an older daemon (03 §12 step 4): under the spawn lock, `daemon.shutdown`, wait
+/// until socket and pidfile are gone, spawn, wait ready. Requests use 3 s while the lock is held.
+async fn replace_daemon(
+    old: ControlClient,
+    dir: &StateDir,
+    opts: &ClientOptions,
+) -> Result<ControlClient, ClientError> {
+    let socket = dir.socket_path();
+    let lock = SpawnLock::try_acquire(&dir.spawn_lock_path(), std::process::id())
+        .map_err(|e| unreachable(&socket, e))?;
+    let Some(lock) = lock else {
+        // Another process is replacing or spawning it: wait for it to finish, then connect.
+        drop(old);
+        wait_lock_released(dir).await;
+        return match UnixStream::connect(&socket).await {
+            Ok(s) => Ok(ControlClient::from_stream_with(s, opts.request_timeout)),
+            Err(e) if is_absent(&e) => spawn_and_connect(dir, opts, LOCKED_REQUEST_TIMEOUT).await,
+            Err(e) => Err(ClientError::Unreachable { socket, source: e }),
+        };
+    };
+    match old
+        .call_with_timeout::<DaemonShutdown>(NoParams {}, LOCKED_REQUEST_TIMEOUT)
+        .await
+    {
+        // Closed: the daemon went away before its answer reached us, which is what we want.
+        Ok(_) | Err(ClientError::Closed) => {}
+        Err(e) => return Err(e),
+    }
+    drop(old);
+    let deadline = tokio::time::Instant::now() + GONE_WAIT;
+    while socket.exists() || dir.pid_path().exists() {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ClientError::SpawnFailed {
+                reason: format!(
+                    "the old daemon did not exit within {} s after daemon.shutdown",
+                    GONE_WAIT.as_secs()
+                ),
+                log_tail: log_tail(&dir.daemon_log_path()),
+            });
+        }
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+    let child = spawn_if_no_owner(dir, opts)?;
+    let ready = wait_ready(dir, opts, child.as_ref(), LOCKED_REQUEST_TIMEOUT).await;
+    drop(lock);
+    ready
+}
+
+/// Waits (polling, bounded by a stale lock's age) until another process's spawn lock is gone.
+async fn wait_lock_released(dir: &StateDir) {
+    let deadline = tokio::time::Instant::now() + spawn_lock::STALE_AFTER;
+    while dir.spawn_lock_path().exists() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(POLL_INTERVAL).await;
+    }
+}

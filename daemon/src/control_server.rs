@@ -26,16 +26,14 @@ use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
+use crate::seams::PeerCheck;
+
 /// A boxed `Send` future, so handlers stay usable as trait objects.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// Runs once when a connection closes (for example: cancel the `tools.call`s it issued with
 /// reason `connection_closed`, 04 §6.1).
 pub type CloseHook = Box<dyn FnOnce() + Send + 'static>;
-
-/// Decides whether a peer with this effective uid may use the socket (03 §2.2). `None` means
-/// the uid could not be read and must be refused by production checks.
-pub type PeerCheckFn = Arc<dyn Fn(Option<u32>) -> bool + Send + Sync>;
 
 /// Limits of one control connection. Defaults are the spec's values; tests lower them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -709,15 +707,15 @@ async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> std::io::R
 
 /// Accepts control connections until `shutdown` turns true (03 §2.2, 01 §6.6 step 5).
 ///
-/// Each peer's effective uid is read from the socket; a peer refused by `peer_check` (or whose
-/// uid cannot be read, which `peer_check` sees as `None`) is closed without a reply. On
+/// Each peer's effective uid is read from the socket; a peer refused by `peer_check` (which sees
+/// `None` when the uid cannot be read) is closed without a reply. On
 /// shutdown the loop stops accepting, asks every open connection to flush and close, and
 /// returns once they have (each bounded by [`ServerOptions::drain_timeout`]).
 pub async fn serve_unix(
     listener: UnixListener,
     handler: Arc<dyn ControlHandler>,
     opts: ServerOptions,
-    peer_check: PeerCheckFn,
+    peer_check: Arc<dyn PeerCheck>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut connections = JoinSet::new();
@@ -747,7 +745,7 @@ pub async fn serve_unix(
         let pid = cred
             .and_then(|c| c.pid())
             .and_then(|p| u32::try_from(p).ok());
-        if !peer_check(euid) {
+        if !peer_check.allow(euid) {
             tracing::warn!(
                 ?euid,
                 peer_pid = ?pid,

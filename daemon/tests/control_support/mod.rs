@@ -5,9 +5,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use appduct_daemon::control_server::serve_unix;
 use appduct_daemon::control_server::{
     BoxFuture, Connection, ConnectionId, ControlHandler, Reply, ServerOptions, serve_connection,
 };
+use appduct_daemon::seams::FixedPeerCheck;
 use appduct_protocol::control::{
     ControlRequest, EventNotification, ToolCallProgressNotify, ToolCallProgressParams,
     ToolCallStartedNotify, ToolCallStartedParams, features,
@@ -15,8 +17,10 @@ use appduct_protocol::control::{
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
 use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
-use tokio::sync::{mpsc, oneshot};
+use tokio::net::UnixListener;
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// Answers a few methods:
 /// - `daemon.hello`: `version` as configured (`None` → `-32601`, like an old daemon);
@@ -37,6 +41,8 @@ pub struct TestHandler {
     subscribe_events: Mutex<Vec<Value>>,
     conns: Mutex<Vec<Connection>>,
     pub shutdowns: AtomicUsize,
+    pub hellos: AtomicUsize,
+    shutdown_tx: Mutex<Option<watch::Sender<bool>>>,
     pub hooks_ran: AtomicUsize,
     hook_tx: Mutex<Option<mpsc::UnboundedSender<ConnectionId>>>,
     closed_tx: Mutex<Option<mpsc::UnboundedSender<ConnectionId>>>,
@@ -127,6 +133,7 @@ impl ControlHandler for Handler {
         let conn = conn.clone();
         match request {
             ControlRequest::DaemonHello(_) => {
+                h.hellos.fetch_add(1, Ordering::SeqCst);
                 let version = h.version.lock().unwrap().clone();
                 let (s, l, c) = *h.pending.lock().unwrap();
                 Box::pin(async move {
@@ -220,7 +227,16 @@ impl ControlHandler for Handler {
             }
             ControlRequest::DaemonShutdown(_) => {
                 h.shutdowns.fetch_add(1, Ordering::SeqCst);
-                Box::pin(async { Reply::Ok(json!({"ok": true})) })
+                // Like the daemon: answer, flush, then tear down (03 §9.3).
+                conn.respond(&id, Ok(json!({"ok": true})));
+                let stop = h.shutdown_tx.lock().unwrap().clone();
+                Box::pin(async move {
+                    conn.flushed().await;
+                    if let Some(tx) = stop {
+                        tx.send_replace(true);
+                    }
+                    Reply::AlreadySent
+                })
             }
             ControlRequest::SessionsDescribe(_) => {
                 // Keeps the connection so tests can push notifications on it.
@@ -305,4 +321,36 @@ impl Raw {
 
 pub fn request(id: impl Into<Value>, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id.into(), "method": method, "params": params})
+}
+
+/// A temporary state directory with a short path under /tmp (socket paths are limited).
+pub fn short_tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("ac")
+        .tempdir_in("/tmp")
+        .unwrap()
+}
+
+/// Serves `handler` on a Unix socket at `socket` like the daemon: `daemon.shutdown` stops the
+/// accept loop and removes the socket file. Must run inside a runtime.
+pub fn start_uds(
+    socket: &Path,
+    handler: Arc<TestHandler>,
+    allow: bool,
+) -> tokio::task::JoinHandle<()> {
+    let listener = UnixListener::bind(socket).unwrap();
+    let (tx, rx) = watch::channel(false);
+    *handler.shutdown_tx.lock().unwrap() = Some(tx);
+    let socket: PathBuf = socket.to_path_buf();
+    tokio::spawn(async move {
+        serve_unix(
+            listener,
+            Arc::new(Handler(handler)),
+            ServerOptions::default(),
+            Arc::new(FixedPeerCheck(allow)),
+            rx,
+        )
+        .await;
+        let _ = std::fs::remove_file(&socket);
+    })
 }
