@@ -9,7 +9,6 @@
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -28,8 +27,8 @@ use tokio::task::JoinSet;
 
 use crate::seams::PeerCheck;
 
-/// A boxed `Send` future, so handlers stay usable as trait objects.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+/// A boxed `Send` future (the seams' alias), so handlers stay usable as trait objects.
+pub use crate::seams::BoxFuture;
 
 /// Runs once when a connection closes (for example: cancel the `tools.call`s it issued with
 /// reason `connection_closed`, 04 §6.1).
