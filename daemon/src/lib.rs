@@ -3,8 +3,10 @@
 //! Module map: `ARCHITECTURE.md`; specification: `shared/spec/01-architecture.md` §3.4.
 
 pub mod address;
+pub mod audit;
 pub mod client;
 pub mod config;
+pub mod consent;
 pub mod control_server;
 pub mod device_socket;
 pub mod envflag;
@@ -12,6 +14,7 @@ pub mod events;
 pub mod links;
 pub mod listener;
 pub mod pidfile;
+pub mod policy;
 pub mod seams;
 pub mod sessions;
 pub mod spawn_lock;
