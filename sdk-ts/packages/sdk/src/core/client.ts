@@ -772,6 +772,11 @@ class Client implements AppductClient {
       });
     }
     conn.snapshotSent = true;
+    try {
+      conn.socket.startKeepalive?.(keepaliveS * 1000);
+    } catch (error) {
+      this.safeLog("warn", "appduct: starting keepalive failed:", error);
+    }
   }
 
   // ---- closes and retries (02 §16.2, §16.3) ----

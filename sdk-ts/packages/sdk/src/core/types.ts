@@ -153,6 +153,11 @@ export interface TransportSocket {
   onopen: (() => void) | null;
   onmessage: ((text: string) => void) | null;
   onclose: ((event: TransportCloseEvent) => void) | null;
+  /**
+   * Optional: transports that can ping start keepalive after the ack with the daemon's
+   * `keepalive_interval_s`; a ping unanswered by the next tick is socket loss (02 §16.7).
+   */
+  startKeepalive?(intervalMs: number): void;
 }
 
 export type TransportFactory = (target: TransportTarget) => TransportSocket;
