@@ -146,6 +146,8 @@ class Client implements AppductClient {
   private readonly leaseStore: LeaseStore;
   private readonly logger: Logger;
   private readonly defaultTransport: TransportKind;
+  private readonly allowedTransports: readonly TransportKind[];
+  private readonly unsupportedLinkHint: string;
   private device: DeviceFields;
   private dev: boolean;
   private trust: "pin" | "link" = "link";
@@ -179,6 +181,8 @@ class Client implements AppductClient {
     this.device = { ...options.device };
     this.dev = options.dev ?? false;
     this.defaultTransport = options.defaultTransport ?? "native";
+    this.allowedTransports = options.allowedTransports ?? ["native", "web"];
+    this.unsupportedLinkHint = options.unsupportedLinkHint ? ` ${options.unsupportedLinkHint}` : "";
   }
 
   // ---- registration (07 §7.3, §7.6) ----
@@ -458,10 +462,18 @@ class Client implements AppductClient {
       return { error: new AppductConnectError("expired_payload", "The link has expired; ask for a new one.") };
     }
     const transport = options?.transport ?? this.defaultTransport;
+    if (!this.allowedTransports.includes(transport)) {
+      return { error: new AppductConnectError("unsupported_link", `This platform cannot open ${transport}-transport connections.${this.unsupportedLinkHint}`) };
+    }
     let pins: readonly string[] = [];
     if (transport === "web") {
       if (payload.address !== "127.0.0.1") {
-        return { error: new AppductConnectError("unsupported_link", "A web-transport link must carry 127.0.0.1; the web listener is loopback only.") };
+        return {
+          error: new AppductConnectError(
+            "unsupported_link",
+            `A web-transport link must carry 127.0.0.1 (the daemon's loopback web listener); this one carries ${payload.address}.${this.unsupportedLinkHint}`,
+          ),
+        };
       }
     } else {
       const configured = options?.pins ?? (this.trust === "pin" ? this.pins : []);

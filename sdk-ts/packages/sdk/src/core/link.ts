@@ -108,23 +108,32 @@ export function parseLink(input: unknown): LinkParseResult {
   return { ok: true, link: { payloadText, payload, pin: isValidPin(rawPin) ? rawPin : null, form } };
 }
 
+/** The percent-decoded parameter names of a query or fragment component. */
+function parameterNames(component: string | null): string[] {
+  if (component === null || component === "") return [];
+  return component.split("&").map((pair) => {
+    const eq = pair.indexOf("=");
+    const raw = eq < 0 ? pair : pair.slice(0, eq);
+    try {
+      return decodeURIComponent(raw);
+    } catch {
+      return raw;
+    }
+  });
+}
+
 /** Whether a URL carries an `appduct` parameter in its query or fragment (02 §5.2). */
 export function hasAppductParameter(url: unknown): boolean {
   if (typeof url !== "string" || !SCHEME_PATTERN.test(url.trim())) {
     return false;
   }
   const { query, fragment } = splitUrl(url.trim());
-  const names = (component: string | null): string[] =>
-    component === null || component === "" ? [] : component.split("&").map((pair) => {
-      const eq = pair.indexOf("=");
-      const raw = eq < 0 ? pair : pair.slice(0, eq);
-      try {
-        return decodeURIComponent(raw);
-      } catch {
-        return raw;
-      }
-    });
-  return [...names(query), ...names(fragment)].includes("appduct");
+  return [...parameterNames(query), ...parameterNames(fragment)].includes("appduct");
+}
+
+/** Whether a fragment (with or without its `#`) carries an `appduct` parameter. */
+export function fragmentHasAppduct(fragment: string): boolean {
+  return parameterNames(fragment.replace(/^#/, "")).includes("appduct");
 }
 
 /**
@@ -132,20 +141,13 @@ export function hasAppductParameter(url: unknown): boolean {
  * the text after `#` (empty when nothing remains).
  */
 export function removeAppductFromFragment(fragment: string): string {
-  const text = fragment.startsWith("#") ? fragment.slice(1) : fragment;
+  const text = fragment.replace(/^#/, "");
   if (text === "") {
     return "";
   }
+  const names = parameterNames(text);
   return text
     .split("&")
-    .filter((pair) => {
-      const eq = pair.indexOf("=");
-      const raw = eq < 0 ? pair : pair.slice(0, eq);
-      try {
-        return decodeURIComponent(raw) !== "appduct";
-      } catch {
-        return true;
-      }
-    })
+    .filter((_pair, i) => names[i] !== "appduct")
     .join("&");
 }

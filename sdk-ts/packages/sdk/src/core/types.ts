@@ -173,6 +173,10 @@ export interface AppductClientOptions {
   dev?: boolean;
   /** The transport `connect(link)` uses when its options name none. Default `native`. */
   defaultTransport?: TransportKind;
+  /** Transports this platform can open; others are refused with `unsupported_link`. Default both. */
+  allowedTransports?: readonly TransportKind[];
+  /** Appended to `unsupported_link` messages: why this platform cannot follow such a link. */
+  unsupportedLinkHint?: string;
 }
 
 /** The resume lease (07 §7.7.2, §7.9), as stored. */
