@@ -4,12 +4,9 @@
 // the daemon's listeners; the real daemon is exercised by the end-to-end suite.
 
 import { once } from "node:events";
-import http from "node:http";
-import https from "node:https";
-import type { AddressInfo } from "node:net";
 
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { WebSocketServer, type WebSocket as ServerSocket } from "ws";
+import type { WebSocket as ServerSocket } from "ws";
 
 import { encodeBootstrapPayload } from "../src/core/bootstrap.js";
 import { createAppductClient } from "../src/core/client.js";
@@ -19,62 +16,16 @@ import { isNodeEntryEnabled, pinsFromEnv } from "../src/node/enabled.js";
 import { pinFromCertificateDer, pinFromPublicKey } from "../src/node/pin.js";
 import { createNodeTransport } from "../src/node/transport.js";
 import { makeSelfSignedCertificate } from "./support/cert.js";
+import { startDaemon, type Cleanup } from "./support/fake-daemon.js";
 import { ManualClock } from "./support/manual-clock.js";
 
 const OTHER_PIN = "sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 const quiet = { warn: () => undefined, error: () => undefined };
-const cleanups: (() => Promise<void> | void)[] = [];
+const cleanups: Cleanup[] = [];
 
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
 });
-
-interface FakeDaemon {
-  port: number;
-  pin?: string;
-  upgrades: number;
-  tcpConnections: number;
-  messages: Record<string, unknown>[];
-  origins: (string | undefined)[];
-  sockets: ServerSocket[];
-}
-
-/** A listener that acks every claim and records what reaches it. */
-async function startDaemon(kind: "tls" | "plain", options: { autoPong?: boolean } = {}): Promise<FakeDaemon> {
-  const cert = makeSelfSignedCertificate();
-  const server = kind === "tls" ? https.createServer({ key: cert.keyPem, cert: cert.certPem }) : http.createServer();
-  const daemon: FakeDaemon = { port: 0, upgrades: 0, tcpConnections: 0, messages: [], origins: [], sockets: [] };
-  if (kind === "tls") daemon.pin = pinFromCertificateDer(cert.der);
-  server.on("connection", () => daemon.tcpConnections++);
-  server.on("upgrade", (req: http.IncomingMessage) => {
-    daemon.upgrades++;
-    daemon.origins.push(req.headers.origin);
-  });
-  const wss = new WebSocketServer({ server, autoPong: options.autoPong ?? true });
-  wss.on("connection", (ws) => {
-    daemon.sockets.push(ws);
-    ws.on("message", (data) => {
-      const frame = JSON.parse(data.toString()) as Record<string, unknown>;
-      daemon.messages.push(frame);
-      if (frame.type === "session_claim" || frame.type === "session_resume") {
-        ws.send(
-          JSON.stringify({ type: "session_ack", session_id: frame.session_id, status: "ok", alias: "node-js", resume_token: "resume-1", keepalive_interval_s: 15, grace_s: 600, event_registry: true }),
-        );
-      }
-    });
-  });
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  daemon.port = (server.address() as AddressInfo).port;
-  cleanups.push(async () => {
-    for (const ws of daemon.sockets) ws.terminate();
-    wss.close();
-    server.close();
-    server.closeAllConnections?.();
-    await once(server, "close");
-  });
-  return daemon;
-}
 
 function link(port: number, pin?: string): string {
   const payload = encodeBootstrapPayload({
@@ -110,7 +61,7 @@ function nextState(client: AppductClient, state: ClientState): Promise<void> {
 
 describe("Node transport, native", () => {
   it("claims over wss:// when the leaf's pin is trusted", async () => {
-    const daemon = await startDaemon("tls");
+    const daemon = await startDaemon(cleanups, "tls");
     const client = nodeClient();
     await client.connect(link(daemon.port, daemon.pin));
     expect(client.getAppductState()).toBe("active");
@@ -120,7 +71,7 @@ describe("Node transport, native", () => {
   });
 
   it("a wrong pin ends in pin_mismatch before any HTTP upgrade reaches the listener", async () => {
-    const daemon = await startDaemon("tls");
+    const daemon = await startDaemon(cleanups, "tls");
     const client = nodeClient();
     client.configureAppduct({ pins: [OTHER_PIN] });
     const states: unknown[] = [];
@@ -142,7 +93,7 @@ describe("Node transport, native", () => {
   });
 
   it("an unanswered ping is socket loss: the session goes reconnecting", async () => {
-    const daemon = await startDaemon("tls", { autoPong: false });
+    const daemon = await startDaemon(cleanups, "tls", { autoPong: false });
     const clock = new ManualClock(0);
     const client = nodeClient(clock);
     await client.connect(link(daemon.port, daemon.pin));
@@ -157,7 +108,7 @@ describe("Node transport, native", () => {
   });
 
   it("keeps a connection whose pings are answered before the next tick", async () => {
-    const daemon = await startDaemon("tls");
+    const daemon = await startDaemon(cleanups, "tls");
     const clock = new ManualClock(0);
     const socket = createNodeTransport({ clock })({ url: `wss://127.0.0.1:${daemon.port}/`, transport: "native", pins: [daemon.pin as string] });
     const closes: TransportCloseEvent[] = [];
@@ -187,7 +138,7 @@ describe("Node transport, native", () => {
 
 describe("Node transport, web", () => {
   it("connects to ws://127.0.0.1 with no Origin header", async () => {
-    const daemon = await startDaemon("plain");
+    const daemon = await startDaemon(cleanups, "plain");
     const client = nodeClient();
     await client.connect(link(daemon.port), { transport: "web" });
     expect(client.getAppductState()).toBe("active");

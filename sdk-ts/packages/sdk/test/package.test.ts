@@ -1,6 +1,7 @@
 // The published package (07 §7.1): its version follows the appduct binary's, and the public
 // surface of every export-map subpath, under each condition, matches a committed snapshot.
-// Set UPDATE_EXPORT_SURFACE=1 to rewrite the snapshot after an intended change.
+// Set UPDATE_EXPORT_SURFACE=1 to rewrite the snapshot after an intended change. The build output
+// these tests import is produced by the global setup (test-global-setup.ts).
 
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
@@ -9,7 +10,7 @@ import { fileURLToPath } from "node:url";
 
 import { build as esbuild } from "esbuild";
 import { build as viteBuild } from "vite";
-import { beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 
 import { SDK_VERSION } from "../src/core/version.js";
 
@@ -66,13 +67,6 @@ describe("package", () => {
     expect(SDK_VERSION).toBe(pkg.version);
   });
 });
-
-// The export map points at the build output, so build it first.
-beforeAll(() => {
-  execFileSync(process.execPath, [path.join(REPO_ROOT, "sdk-ts/node_modules/typescript/bin/tsc"), "-p", path.join(PACKAGE_DIR, "tsconfig.build.json")], {
-    stdio: "pipe",
-  });
-}, 120_000);
 
 /** Runs an ES module script with Node under one export condition; returns its stdout. */
 function runNode(condition: string, script: string): string {
