@@ -93,6 +93,14 @@ describe("export surface", () => {
       writeFileSync(SNAPSHOT, `${JSON.stringify(surface, null, 2)}\n`);
     }
     expect(surface).toEqual(JSON.parse(readFileSync(SNAPSHOT, "utf8")));
+
+    // Inert entries expose the same names as the real ones (07 §7.8); the Node entry adds only
+    // its pin helper.
+    const inert = surface["./inert"]?.default;
+    expect(surface["./web"]?.development).toEqual(inert);
+    expect(surface["./web"]?.default).toEqual(inert);
+    expect(surface["./web/enabled"]?.default).toEqual(inert);
+    expect((surface["./node"]?.node as string[]).filter((n) => n !== "pinFromCertificateDer")).toEqual(inert);
   }, 60_000);
 
   it("imports without window (server-side rendering) without throwing, defining globals or connecting", () => {

@@ -235,7 +235,7 @@ class Client implements AppductClient {
   }
 
   getRegisteredTools(): WireToolDescriptor[] {
-    return Array.from(this.tools.values(), (entry) => structuredCloneJson(entry.wire));
+    return Array.from(this.tools.values(), (entry) => cloneJson(entry.wire));
   }
 
   /** Deltas go out only on an acked socket whose snapshots were sent (02 §16.4). */
@@ -1192,7 +1192,7 @@ export function parseLease(raw: string): ResumeLease | null {
   };
 }
 
-function structuredCloneJson<T>(value: T): T {
+function cloneJson<T>(value: T): T {
   return JSON.parse(JSON.stringify(value)) as T;
 }
 
