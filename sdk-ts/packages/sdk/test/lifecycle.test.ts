@@ -5,7 +5,8 @@
 import { describe, expect, it } from "vitest";
 
 import { encodeBootstrapPayload } from "../src/core/bootstrap.js";
-import { backoffDelayMs, createMemoryLeaseStore, parseLease } from "../src/core/client.js";
+import { backoffDelayMs } from "../src/core/client.js";
+import { createMemoryLeaseStore, parseLease } from "../src/core/lease.js";
 import { AppductConnectError } from "../src/core/errors.js";
 import { flush } from "./support/fake-transport.js";
 import { ack, activate, makeHarness, SESSION, START_MS, startClaim } from "./support/harness.js";

@@ -5,7 +5,8 @@ import { isBootstrapExpired } from "./bootstrap.js";
 import { isTerminalCloseCode } from "./close.js";
 import { isValidEventName, isValidGroup, type WireToolDescriptor } from "./descriptors.js";
 import { AppductConnectError, AppductRegistrationError } from "./errors.js";
-import { cutMessage, invokeTool, type ToolFailure, type ToolOutcome } from "./invoke.js";
+import { CallTable } from "./calls.js";
+import { createMemoryLeaseStore, parseLease } from "./lease.js";
 import { isPrivateLanAddress, parseIpv6 } from "./ip.js";
 import { hasAppductParameter, isValidPin, parseLink } from "./link.js";
 import { encodeFrame } from "./frame.js";
@@ -89,16 +90,6 @@ interface Connection {
   eventRegistry: boolean;
 }
 
-interface InFlightCall {
-  readonly id: string;
-  readonly name: string;
-  readonly conn: Connection;
-  readonly sessionId: string;
-  readonly controller: AbortController;
-  timer: unknown;
-  settled: boolean;
-}
-
 interface PendingConnect {
   resolve: () => void;
   reject: (error: AppductConnectError) => void;
@@ -111,20 +102,6 @@ const systemClock: Clock = {
   setTimeout: (fn, ms) => setTimeout(fn, ms),
   clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
 };
-
-/** The default lease store: process memory only (02 §16.3). */
-export function createMemoryLeaseStore(): LeaseStore {
-  let value: string | null = null;
-  return {
-    read: () => value,
-    write: (v) => {
-      value = v;
-    },
-    clear: () => {
-      value = null;
-    },
-  };
-}
 
 function endpointUrl(endpoint: Endpoint, transport: TransportKind): string {
   if (transport === "web") {
@@ -168,7 +145,7 @@ class Client implements AppductClient {
 
   private readonly tools = new Map<string, ToolEntry>();
   private readonly events = new Map<string, EventEntry>();
-  private readonly calls = new Map<string, InFlightCall>();
+  private readonly calls: CallTable<Connection>;
   private readonly listeners: ListenerMap = { stateChange: [], sessionChange: [], error: [] };
   private readonly warnedUndeclared = new Set<string>();
 
@@ -181,6 +158,13 @@ class Client implements AppductClient {
     this.device = { ...options.device };
     this.dev = options.dev ?? false;
     this.defaultTransport = options.defaultTransport ?? "native";
+    this.calls = new CallTable<Connection>({
+      clock: this.clock,
+      isLive: (conn) => this.conn === conn && conn.phase === "established" && this.state === "active",
+      sendFrame: (conn, frame) => this.sendFrame(conn, frame),
+      write: (conn, text) => this.write(conn, text),
+      log: (level, ...args) => this.safeLog(level, ...args),
+    });
     this.allowedTransports = options.allowedTransports ?? ["native", "web"];
     this.unsupportedLinkHint = options.unsupportedLinkHint ? ` ${options.unsupportedLinkHint}` : "";
   }
@@ -524,7 +508,7 @@ class Client implements AppductClient {
   /** Starts a claim, superseding any held or pending session (07 §7.7.2). */
   private beginClaim(claim: PendingClaim, pending: PendingConnect): void {
     const hadSession = this.session !== null;
-    const calls = this.takeCalls();
+    const calls = this.calls.takeAll();
     const previous = this.pendingConnect;
     this.closeConnection(1000, "superseded");
     this.clearTimers();
@@ -536,7 +520,7 @@ class Client implements AppductClient {
     const epoch = ++this.epoch;
     this.setState("connecting");
     if (hadSession) this.emit("sessionChange", { type: "lost", sessionId: null, alias: null, reason: "superseded" });
-    this.abortCalls(calls, "closed");
+    this.calls.abortAll(calls, "closed");
     previous?.reject(new AppductConnectError("superseded", "A newer link superseded this connection."));
     if (epoch !== this.epoch) return;
     this.openConnection();
@@ -590,7 +574,7 @@ class Client implements AppductClient {
       // Only a held session is suspended; a claim in progress keeps its backoff (02 §16.5).
       if (this.state !== "active" && this.state !== "reconnecting") return;
       const session = this.session as HeldSession;
-      const calls = this.takeCalls();
+      const calls = this.calls.takeAll();
       this.closeConnection(1001, "app_backgrounded");
       this.clearRetryTimer();
       if (session.lostAt === null) {
@@ -599,7 +583,7 @@ class Client implements AppductClient {
         this.startGraceTimer();
       }
       this.setState("reconnecting");
-      this.abortCalls(calls, "session_suspended");
+      this.calls.abortAll(calls, "session_suspended");
       return;
     }
     if (this.state !== "reconnecting" || this.conn) return;
@@ -722,10 +706,10 @@ class Client implements AppductClient {
         if (conn.phase === "handshake") this.handleAck(conn, frame);
         return;
       case "tool_call":
-        if (conn.phase === "established") this.handleToolCall(conn, frame);
+        if (conn.phase === "established") this.calls.receive(conn, (this.session as HeldSession).sessionId, frame, this.tools);
         return;
       case "tool_cancel":
-        if (conn.phase === "established") this.handleToolCancel(frame);
+        if (conn.phase === "established") this.calls.cancel(frame);
         return;
       default:
         return;
@@ -845,13 +829,13 @@ class Client implements AppductClient {
   /** An established socket was lost without 1000 or 1008: `reconnecting` (02 §16.2). */
   private suspend(): void {
     const session = this.session as HeldSession;
-    const calls = this.takeCalls();
+    const calls = this.calls.takeAll();
     session.lostAt = this.clock.now();
     this.writeLease();
     this.startGraceTimer();
     const epoch = ++this.epoch;
     this.setState("reconnecting");
-    this.abortCalls(calls, "session_suspended");
+    this.calls.abortAll(calls, "session_suspended");
     if (epoch !== this.epoch) return;
     if (this.foreground) this.scheduleRetry();
   }
@@ -927,7 +911,7 @@ class Client implements AppductClient {
     error: { code: string; message: string; closeReason?: string | undefined } | null,
   ): void {
     const hadSession = this.session !== null;
-    const calls = this.takeCalls();
+    const calls = this.calls.takeAll();
     const pending = this.pendingConnect;
     this.pendingConnect = null;
     this.closeConnection(1000, reason);
@@ -938,7 +922,7 @@ class Client implements AppductClient {
     ++this.epoch;
     this.setState("closed", reason);
     if (hadSession) this.emit("sessionChange", { type: "lost", sessionId: null, alias: null, reason } satisfies SessionChangeEvent);
-    this.abortCalls(calls, abortReason);
+    this.calls.abortAll(calls, abortReason);
     if (error && reason !== "closed_by_app") {
       const event: AppductErrorEvent = {
         phase: hadSession && reason !== "pin_mismatch" ? "socket" : "connect",
@@ -952,161 +936,6 @@ class Client implements AppductClient {
     if (pending) {
       const code = reason === "pin_mismatch" || reason === "closed_by_app" ? reason : "connect_error";
       pending.reject(new AppductConnectError(code, error?.message ?? `The session ended (${reason}).`, error?.closeReason));
-    }
-  }
-
-  // ---- calls (07 §7.5) ----
-
-  private handleToolCall(conn: Connection, frame: Record<string, unknown>): void {
-    const id = frame.id;
-    const name = frame.name;
-    if (!isStringWithin(id, 1, MAX_IDENTIFIER_LENGTH) || typeof name !== "string") return;
-    // A second tool_call with the id of a call in flight is ignored (07 §7.5.3).
-    if (this.calls.has(id)) return;
-    const session = this.session as HeldSession;
-    const tool = this.tools.get(name);
-    if (!tool) {
-      this.sendToolError(conn, session.sessionId, id, { type: "tool_not_found", message: `Tool "${name}" is not registered.` });
-      return;
-    }
-    const args = isJsonObject(frame.args) ? frame.args : {};
-    const call: InFlightCall = {
-      id,
-      name,
-      conn,
-      sessionId: session.sessionId,
-      controller: new AbortController(),
-      timer: null,
-      settled: false,
-    };
-    call.timer = this.clock.setTimeout(() => this.onDeadline(call, tool.deadlineMs), tool.deadlineMs);
-    this.calls.set(id, call);
-    const ctx = {
-      sessionId: session.sessionId,
-      invocationId: id,
-      receivedAt: new Date(this.clock.now()).toISOString(),
-      reportProgress: (progress?: number, message?: string) => this.reportProgress(call, progress, message),
-      signal: call.controller.signal,
-    };
-    invokeTool(tool, args, ctx).then(
-      (outcome) => this.settleCall(call, outcome),
-      (error: unknown) => this.settleCall(call, { ok: false, error: { type: "tool_execution_error", message: String(error) } }),
-    );
-  }
-
-  private handleToolCancel(frame: Record<string, unknown>): void {
-    const id = frame.id;
-    if (typeof id !== "string") return;
-    const call = this.calls.get(id);
-    if (!call || call.settled) return;
-    const reason = typeof frame.reason === "string" && frame.reason !== "" ? frame.reason : "cancelled";
-    this.endCall(call);
-    this.sendToolError(call.conn, call.sessionId, call.id, { type: "tool_cancelled", message: `Tool "${call.name}" was cancelled.` });
-    this.abortSignal(call, reason);
-  }
-
-  private onDeadline(call: InFlightCall, ms: number): void {
-    if (call.settled) return;
-    call.timer = null;
-    this.endCall(call);
-    if (this.conn === call.conn) {
-      this.sendToolError(call.conn, call.sessionId, call.id, { type: "tool_timeout", message: `Tool "${call.name}" did not respond within ${ms}ms.` });
-    }
-    this.abortSignal(call, "timeout");
-  }
-
-  private settleCall(call: InFlightCall, outcome: ToolOutcome): void {
-    // After a timeout, a cancel or a loss nothing more is sent for this id.
-    if (call.settled) return;
-    this.endCall(call);
-    if (this.conn !== call.conn || call.conn.phase !== "established") return;
-    if (!outcome.ok) {
-      this.sendToolError(call.conn, call.sessionId, call.id, outcome.error);
-      return;
-    }
-    const serializationError: ToolFailure = {
-      type: "tool_serialization_error",
-      message: `Tool "${call.name}" returned a value that is not JSON-serializable.`,
-    };
-    let resultText: string | undefined;
-    try {
-      resultText = JSON.stringify(outcome.result);
-    } catch {
-      resultText = undefined;
-    }
-    if (resultText === undefined) {
-      this.sendToolError(call.conn, call.sessionId, call.id, serializationError);
-      return;
-    }
-    const encoded = encodeFrame({ type: "tool_result", session_id: call.sessionId, id: call.id, result: outcome.result });
-    if (encoded.ok) {
-      this.write(call.conn, encoded.text);
-    } else if (encoded.reason === "too_large") {
-      this.sendToolError(call.conn, call.sessionId, call.id, {
-        type: "tool_serialization_error",
-        message: `Tool "${call.name}" returned ${encoded.bytes} bytes; the frame limit is ${MAX_FRAME_BYTES}.`,
-        details: { bytes: encoded.bytes, limitBytes: MAX_FRAME_BYTES },
-      });
-    } else {
-      this.sendToolError(call.conn, call.sessionId, call.id, serializationError);
-    }
-  }
-
-  /** Sends a `tool_error`; details that cannot be sent are dropped rather than the error. */
-  private sendToolError(conn: Connection, sessionId: string, id: string, error: ToolFailure): void {
-    const body: Record<string, unknown> = { type: error.type, message: cutMessage(error.message) };
-    const frame = { type: "tool_error", session_id: sessionId, id, error: body };
-    if (error.details !== undefined) {
-      body.details = error.details;
-      const encoded = encodeFrame(frame);
-      if (encoded.ok) {
-        this.write(conn, encoded.text);
-        return;
-      }
-      delete body.details;
-    }
-    this.sendFrame(conn, frame);
-  }
-
-  private reportProgress(call: InFlightCall, progress?: number, message?: string): Promise<void> {
-    try {
-      if (call.settled || this.conn !== call.conn || this.state !== "active") return Promise.resolve();
-      const frame: Record<string, unknown> = { type: "tool_call_progress", session_id: call.sessionId, id: call.id };
-      if (typeof progress === "number" && Number.isFinite(progress)) frame.progress = progress;
-      if (typeof message === "string") frame.message = cutMessage(message);
-      this.sendFrame(call.conn, frame);
-    } catch (error) {
-      this.safeLog("warn", "appduct: reportProgress failed:", error);
-    }
-    return Promise.resolve();
-  }
-
-  private endCall(call: InFlightCall): void {
-    call.settled = true;
-    if (call.timer !== null) {
-      this.clock.clearTimeout(call.timer);
-      call.timer = null;
-    }
-    if (this.calls.get(call.id) === call) this.calls.delete(call.id);
-  }
-
-  /** Removes every call in flight from the table; their signals abort later, after the events. */
-  private takeCalls(): InFlightCall[] {
-    const calls = Array.from(this.calls.values());
-    for (const call of calls) this.endCall(call);
-    return calls;
-  }
-
-  private abortCalls(calls: InFlightCall[], reason: string): void {
-    for (const call of calls) this.abortSignal(call, reason);
-  }
-
-  private abortSignal(call: InFlightCall, reason: string): void {
-    try {
-      call.controller.abort(reason);
-    } catch (error) {
-      // An abort listener threw; the call is over either way.
-      this.safeLog("error", "appduct: an abort listener threw:", error);
     }
   }
 
@@ -1153,43 +982,6 @@ class Client implements AppductClient {
     if (!lease) this.safeLeaseClear();
     return lease;
   }
-}
-
-export function parseLease(raw: string): ResumeLease | null {
-  let value: unknown;
-  try {
-    value = JSON.parse(raw);
-  } catch {
-    return null;
-  }
-  if (!isJsonObject(value) || value.v !== 1) return null;
-  const endpoint = value.endpoint;
-  if (
-    !isStringWithin(value.sessionId, 1, MAX_IDENTIFIER_LENGTH) ||
-    !isStringWithin(value.resumeToken, 1, MAX_IDENTIFIER_LENGTH) ||
-    typeof value.alias !== "string" ||
-    !isWireInteger(value.graceS) ||
-    value.graceS < 0 ||
-    !(value.lostAt === null || (typeof value.lostAt === "number" && Number.isFinite(value.lostAt))) ||
-    !isJsonObject(endpoint) ||
-    typeof endpoint.address !== "string" ||
-    !isWireInteger(endpoint.port) ||
-    endpoint.port < 1 ||
-    endpoint.port > 65535 ||
-    (value.transport !== "native" && value.transport !== "web")
-  ) {
-    return null;
-  }
-  return {
-    v: 1,
-    sessionId: value.sessionId,
-    resumeToken: value.resumeToken,
-    alias: value.alias,
-    graceS: value.graceS,
-    lostAt: value.lostAt,
-    endpoint: { address: endpoint.address, port: endpoint.port },
-    transport: value.transport,
-  };
 }
 
 function cloneJson<T>(value: T): T {

@@ -1,6 +1,7 @@
 // @appduct/sdk: the platform-free core. No side effects, no transport (07 §7.1.2).
 
-export { createAppductClient, createMemoryLeaseStore, backoffDelayMs } from "./client.js";
+export { createAppductClient, backoffDelayMs } from "./client.js";
+export { createMemoryLeaseStore } from "./lease.js";
 export {
   decodeBootstrapPayload,
   encodeBootstrapPayload,

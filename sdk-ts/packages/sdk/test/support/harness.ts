@@ -1,6 +1,7 @@
 // A client over the fake transport and a manual clock, with everything it reports recorded.
 
-import { createAppductClient, createMemoryLeaseStore } from "../../src/core/client.js";
+import { createAppductClient } from "../../src/core/client.js";
+import { createMemoryLeaseStore } from "../../src/core/lease.js";
 import type { AppductClient, AppductClientOptions, AppductErrorEvent, LeaseStore, SessionChangeEvent, StateChangeEvent } from "../../src/core/types.js";
 import { FakeTransport, flush, type FakeSocket } from "./fake-transport.js";
 import { ManualClock } from "./manual-clock.js";
