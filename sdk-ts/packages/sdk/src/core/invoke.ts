@@ -1,0 +1,108 @@
+// One tool invocation, from received args to the reply frame's content (07 §7.5.2).
+
+import { AppductToolError, type ToolErrorType } from "./errors.js";
+import type { ToolEntry } from "./registry.js";
+import type { Validation } from "./schema.js";
+import { MAX_FREE_TEXT_LENGTH, truncateUtf16 } from "./text.js";
+import type { ToolContext } from "./types.js";
+
+export interface ToolFailure {
+  type: ToolErrorType;
+  message: string;
+  details?: unknown;
+}
+
+export type ToolOutcome = { ok: true; result: unknown } | { ok: false; error: ToolFailure };
+
+const fail = (type: ToolErrorType, message: string, details?: unknown): ToolOutcome => ({
+  ok: false,
+  error: details === undefined ? { type, message } : { type, message, details },
+});
+
+/** Every message the SDK sends is cut to 4096 UTF-16 code units (02 §16.7). */
+export function cutMessage(message: string): string {
+  return truncateUtf16(message, MAX_FREE_TEXT_LENGTH);
+}
+
+async function runValidation(validate: (value: unknown) => Validation | Promise<Validation>, value: unknown): Promise<Validation> {
+  try {
+    return await validate(value);
+  } catch (error) {
+    return { ok: false, issues: [{ message: describeThrown(error).message }] };
+  }
+}
+
+/** The `message` and `name` a thrown value is reported with (07 §7.5.2). */
+export function describeThrown(value: unknown): { message: string; name: string } {
+  let name: string = typeof value;
+  let message: string;
+  if (typeof value === "object" && value !== null) {
+    const maybe = value as { name?: unknown; message?: unknown };
+    if (typeof maybe.name === "string") name = maybe.name;
+    if (typeof maybe.message === "string") {
+      return { message: maybe.message, name };
+    }
+  }
+  try {
+    message = String(value);
+  } catch {
+    // A null-prototype object has no toString.
+    message = Object.prototype.toString.call(value);
+  }
+  return { message, name };
+}
+
+/**
+ * Validates `args`, runs the handler and validates its output. Never rejects: every failure
+ * becomes a `ToolFailure`. Serialization is checked by the caller, which owns the frame.
+ */
+export async function invokeTool(tool: ToolEntry, args: Record<string, unknown>, ctx: ToolContext): Promise<ToolOutcome> {
+  const name = tool.name;
+  let input: unknown;
+  if (!tool.input) {
+    const keys = Object.keys(args);
+    if (keys.length > 0) {
+      return fail("tool_input_validation_error", `Tool "${name}" takes no arguments.`, {
+        issues: keys.map((key) => ({ message: "unexpected argument", path: [key] })),
+      });
+    }
+    input = undefined;
+  } else if (tool.input.validate) {
+    const checked = await runValidation(tool.input.validate, args);
+    if (!checked.ok) {
+      const first = checked.issues[0]?.message ?? "invalid arguments";
+      return fail("tool_input_validation_error", `Invalid arguments for tool "${name}": ${first}`, { issues: checked.issues });
+    }
+    input = checked.value;
+  } else {
+    input = args;
+  }
+
+  let output: unknown;
+  try {
+    output = await tool.handler(input, ctx);
+  } catch (error) {
+    if (error instanceof AppductToolError) {
+      return fail(error.type, error.message, error.details);
+    }
+    const { message, name: errorName } = describeThrown(error);
+    return fail("tool_execution_error", message, { name: errorName });
+  }
+
+  if (!tool.output) {
+    if (output === undefined) {
+      return { ok: true, result: null };
+    }
+    return fail("tool_output_validation_error", `Tool "${name}" returned a value but declares no output schema.`);
+  }
+  if (tool.output.validate) {
+    const checked = await runValidation(tool.output.validate, output);
+    if (!checked.ok) {
+      return fail("tool_output_validation_error", `Tool "${name}" returned a value that does not match its output schema.`, {
+        issues: checked.issues,
+      });
+    }
+    return { ok: true, result: checked.value };
+  }
+  return { ok: true, result: output };
+}

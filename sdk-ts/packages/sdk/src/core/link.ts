@@ -1,0 +1,153 @@
+// Link parsing (02 §5.2, §5.3): deep links `<scheme>:///?appduct=<payload>[&pin=<pin>]`, page
+// URLs carrying `#appduct=<payload>`, and bare payloads.
+
+import { decodeBootstrapPayload, type BootstrapPayload } from "./bootstrap.js";
+
+const PIN_PATTERN = /^sha256\/[A-Za-z0-9+/]{43}=$/;
+const SCHEME_PATTERN = /^[A-Za-z][A-Za-z0-9+.-]*:/;
+const BARE_PAYLOAD_PATTERN = /^[A-Za-z0-9_-]+$/;
+
+/** Whether `pin` has the SPKI pin text form `^sha256/[A-Za-z0-9+/]{43}=$` (02 §3.3). */
+export function isValidPin(pin: unknown): pin is string {
+  return typeof pin === "string" && PIN_PATTERN.test(pin);
+}
+
+export type LinkErrorCode = "invalid_url" | "missing_payload" | "invalid_payload";
+
+export interface ParsedLink {
+  /** The `appduct` value exactly as carried (base64url text). */
+  payloadText: string;
+  payload: BootstrapPayload;
+  /** The decoded `pin`, or `null` when absent or malformed (never forwarded then). */
+  pin: string | null;
+  /** Where the payload came from. */
+  form: "query" | "fragment" | "bare";
+}
+
+export type LinkParseResult = { ok: true; link: ParsedLink } | { ok: false; code: LinkErrorCode };
+
+interface Param {
+  name: string;
+  value: string;
+}
+
+/** Splits `a=b&c=d` into percent-decoded pairs; `+` stays `+` (02 §5.2). `null` on bad escapes. */
+function parseParams(component: string): Param[] | null {
+  if (component === "") {
+    return [];
+  }
+  const out: Param[] = [];
+  for (const pair of component.split("&")) {
+    const eq = pair.indexOf("=");
+    const rawName = eq < 0 ? pair : pair.slice(0, eq);
+    const rawValue = eq < 0 ? "" : pair.slice(eq + 1);
+    try {
+      out.push({ name: decodeURIComponent(rawName), value: decodeURIComponent(rawValue) });
+    } catch {
+      return null;
+    }
+  }
+  return out;
+}
+
+interface UrlParts {
+  query: string | null;
+  fragment: string | null;
+}
+
+/** Query (after the first `?`, up to the first `#`) and fragment (after the first `#`). */
+function splitUrl(url: string): UrlParts {
+  const hash = url.indexOf("#");
+  const beforeHash = hash < 0 ? url : url.slice(0, hash);
+  const question = beforeHash.indexOf("?");
+  return {
+    query: question < 0 ? null : beforeHash.slice(question + 1),
+    fragment: hash < 0 ? null : url.slice(hash + 1),
+  };
+}
+
+/** Parses a deep link, a page URL with an `appduct` fragment, or a bare base64url payload. */
+export function parseLink(input: unknown): LinkParseResult {
+  if (typeof input !== "string") {
+    return { ok: false, code: "invalid_url" };
+  }
+  const text = input.trim();
+  if (BARE_PAYLOAD_PATTERN.test(text)) {
+    const payload = decodeBootstrapPayload(text);
+    return payload ? { ok: true, link: { payloadText: text, payload, pin: null, form: "bare" } } : { ok: false, code: "invalid_payload" };
+  }
+  if (!SCHEME_PATTERN.test(text)) {
+    return { ok: false, code: "invalid_url" };
+  }
+  const { query, fragment } = splitUrl(text);
+  const queryParams = query === null ? [] : parseParams(query);
+  const fragmentParams = fragment === null ? [] : parseParams(fragment);
+  if (!queryParams || !fragmentParams) {
+    return { ok: false, code: "invalid_url" };
+  }
+  const inQuery = queryParams.filter((p) => p.name === "appduct");
+  const inFragment = fragmentParams.filter((p) => p.name === "appduct");
+  if (inQuery.length + inFragment.length === 0) {
+    return { ok: false, code: "missing_payload" };
+  }
+  if (inQuery.length + inFragment.length > 1) {
+    return { ok: false, code: "invalid_url" };
+  }
+  const form = inQuery.length === 1 ? "query" : "fragment";
+  const params = form === "query" ? queryParams : fragmentParams;
+  const pins = params.filter((p) => p.name === "pin");
+  if (pins.length > 1) {
+    return { ok: false, code: "invalid_url" };
+  }
+  const payloadText = ((form === "query" ? inQuery[0] : inFragment[0]) as Param).value;
+  const payload = decodeBootstrapPayload(payloadText);
+  if (!payload) {
+    return { ok: false, code: "invalid_payload" };
+  }
+  const rawPin = pins[0]?.value;
+  return { ok: true, link: { payloadText, payload, pin: isValidPin(rawPin) ? rawPin : null, form } };
+}
+
+/** The percent-decoded parameter names of a query or fragment component. */
+function parameterNames(component: string | null): string[] {
+  if (component === null || component === "") return [];
+  return component.split("&").map((pair) => {
+    const eq = pair.indexOf("=");
+    const raw = eq < 0 ? pair : pair.slice(0, eq);
+    try {
+      return decodeURIComponent(raw);
+    } catch {
+      return raw;
+    }
+  });
+}
+
+/** Whether a URL carries an `appduct` parameter in its query or fragment (02 §5.2). */
+export function hasAppductParameter(url: unknown): boolean {
+  if (typeof url !== "string" || !SCHEME_PATTERN.test(url.trim())) {
+    return false;
+  }
+  const { query, fragment } = splitUrl(url.trim());
+  return [...parameterNames(query), ...parameterNames(fragment)].includes("appduct");
+}
+
+/** Whether a fragment (with or without its `#`) carries an `appduct` parameter. */
+export function fragmentHasAppduct(fragment: string): boolean {
+  return parameterNames(fragment.replace(/^#/, "")).includes("appduct");
+}
+
+/**
+ * The fragment without its `appduct` parameter, other parameters kept in order (07 §7.9), as
+ * the text after `#` (empty when nothing remains).
+ */
+export function removeAppductFromFragment(fragment: string): string {
+  const text = fragment.replace(/^#/, "");
+  if (text === "") {
+    return "";
+  }
+  const names = parameterNames(text);
+  return text
+    .split("&")
+    .filter((_pair, i) => names[i] !== "appduct")
+    .join("&");
+}
