@@ -1,1 +1,1218 @@
-//! (filled by the daemon core issue)
+//! One device connection as the session engine sees it (01 §10.2): a receiver of [`Incoming`]
+//! items and a cloneable [`DeviceSender`] for outgoing text, pings, pongs and closes, plus
+//! `terminate()`.
+//!
+//! Two implementations share these types: [`memory_device_pair`] (channels only, for socket-free
+//! engine tests) and [`from_websocket`] (an adapter over any tungstenite `WebSocketStream`, TLS or
+//! plain). Neither checks the 262144-byte message limit on text the engine receives; the engine
+//! does that itself (02 §8). The adapter additionally configures tungstenite with that limit, so
+//! that it never buffers more, and reports a refusal as [`Incoming::TooBig`].
+//!
+//! Lifecycle contract, identical for both implementations:
+//! - `close()` queues a close frame behind earlier messages; the transport then finishes the close
+//!   handshake on its own (at most `CLOSE_HANDSHAKE_WAIT_MS`) and drops TCP. Later sends fail.
+//! - `terminate()` drops TCP at once, without a close frame; [`DeviceReceiver::recv`] then yields
+//!   `Ended(Terminated)` immediately.
+//! - Dropping every `DeviceSender` clone without a close is a terminate.
+//! - After `Ended(_)`, `recv` keeps returning the same end.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use appduct_protocol::close::CloseReason;
+use appduct_protocol::limits;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message};
+
+/// Items the engine has not consumed yet, per connection. When full, the adapter stops reading.
+pub const INCOMING_QUEUE: usize = 32;
+/// Outgoing messages not yet written, per connection.
+pub const OUTGOING_QUEUE: usize = 64;
+
+/// One WebSocket message as received from an app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WireMessage {
+    Text(String),
+    /// A binary message; only its length is kept since the engine rejects it anyway.
+    Binary(usize),
+    Ping(Vec<u8>),
+    Pong(Vec<u8>),
+    /// A close frame: code (absent for an empty frame) and reason.
+    Close(Option<u16>, String),
+}
+
+/// What the engine reads from a [`DeviceReceiver`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Incoming {
+    Message(WireMessage),
+    /// The WebSocket library refused a message larger than the limit before buffering it. The
+    /// adapter is already closing with `1009 message_too_big`; the engine handles this exactly like
+    /// an oversized text message (a further `close` is harmless).
+    TooBig {
+        size: usize,
+    },
+    /// The connection is gone; nothing follows.
+    Ended(ConnectionEnd),
+}
+
+/// Why a connection ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConnectionEnd {
+    /// A close frame was sent or received, and the connection is now gone.
+    Closed,
+    /// The daemon terminated the connection (or dropped every sender) without a close frame.
+    Terminated,
+    /// The connection broke without a close frame: TCP reset or EOF, TLS or protocol error.
+    Lost(String),
+    /// Writing failed; the transport tried `1011 send_failed` (best effort). Socket loss.
+    WriteFailed(String),
+}
+
+/// Why an outgoing message was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendError {
+    #[error("the device connection is closing or gone")]
+    Closed,
+    #[error("the outgoing queue of the device connection is full")]
+    Full,
+}
+
+/// Commands from the engine to the transport.
+#[derive(Debug)]
+enum Outgoing {
+    Text(String),
+    Ping(Vec<u8>),
+    Pong(Vec<u8>),
+    Close(CloseReason),
+}
+
+#[derive(Debug)]
+struct SenderShared {
+    /// Set once by `terminate()`; every part of the transport watches it.
+    terminated: watch::Sender<bool>,
+    /// Set by the first `close()`; later sends are refused.
+    closing: AtomicBool,
+}
+
+/// The sending half of a device connection. Clones share one queue, so keepalive and call code can
+/// send concurrently; messages of one clone keep their order.
+#[derive(Debug, Clone)]
+pub struct DeviceSender {
+    tx: mpsc::Sender<Outgoing>,
+    shared: Arc<SenderShared>,
+}
+
+impl DeviceSender {
+    fn check_open(&self) -> Result<(), SendError> {
+        if self.shared.closing.load(Ordering::Acquire) || *self.shared.terminated.borrow() {
+            Err(SendError::Closed)
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn enqueue(&self, item: Outgoing) -> Result<(), SendError> {
+        self.check_open()?;
+        self.tx.send(item).await.map_err(|_| SendError::Closed)
+    }
+
+    fn try_enqueue(&self, item: Outgoing) -> Result<(), SendError> {
+        self.check_open()?;
+        self.tx.try_send(item).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => SendError::Full,
+            mpsc::error::TrySendError::Closed(_) => SendError::Closed,
+        })
+    }
+
+    /// Queues a text message, waiting while the queue is full.
+    pub async fn send_text(&self, text: String) -> Result<(), SendError> {
+        self.enqueue(Outgoing::Text(text)).await
+    }
+
+    /// Queues a text message, or fails with [`SendError::Full`] at once.
+    pub fn try_send_text(&self, text: String) -> Result<(), SendError> {
+        self.try_enqueue(Outgoing::Text(text))
+    }
+
+    pub async fn ping(&self, payload: Vec<u8>) -> Result<(), SendError> {
+        self.enqueue(Outgoing::Ping(payload)).await
+    }
+
+    /// Queues a ping without waiting; keepalive uses this so a stuck peer cannot block it.
+    pub fn try_ping(&self, payload: Vec<u8>) -> Result<(), SendError> {
+        self.try_enqueue(Outgoing::Ping(payload))
+    }
+
+    /// Queues a pong. The adapter answers pings itself; this exists for completeness.
+    pub async fn pong(&self, payload: Vec<u8>) -> Result<(), SendError> {
+        self.enqueue(Outgoing::Pong(payload)).await
+    }
+
+    /// Queues a close frame behind earlier messages. Only the first close is sent; the transport
+    /// finishes the handshake and drops TCP by itself.
+    pub async fn close(&self, reason: CloseReason) -> Result<(), SendError> {
+        self.check_open()?;
+        if self.shared.closing.swap(true, Ordering::AcqRel) {
+            return Err(SendError::Closed);
+        }
+        self.tx
+            .send(Outgoing::Close(reason))
+            .await
+            .map_err(|_| SendError::Closed)
+    }
+
+    /// Like [`close`](Self::close) without waiting; on `Full` nothing changes, so the caller may
+    /// retry or terminate.
+    pub fn try_close(&self, reason: CloseReason) -> Result<(), SendError> {
+        self.check_open()?;
+        if self.shared.closing.swap(true, Ordering::AcqRel) {
+            return Err(SendError::Closed);
+        }
+        self.tx
+            .try_send(Outgoing::Close(reason))
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => {
+                    self.shared.closing.store(false, Ordering::Release);
+                    SendError::Full
+                }
+                mpsc::error::TrySendError::Closed(_) => SendError::Closed,
+            })
+    }
+
+    /// Drops the connection now, without a close frame (keepalive failure, shutdown fallback).
+    pub fn terminate(&self) {
+        self.shared.terminated.send_replace(true);
+    }
+
+    /// Whether messages can still be queued: no close, no terminate, transport alive.
+    pub fn is_open(&self) -> bool {
+        self.check_open().is_ok() && !self.tx.is_closed()
+    }
+
+    /// Resolves once the transport is gone or the connection was terminated.
+    pub async fn closed(&self) {
+        let mut terminated = self.shared.terminated.subscribe();
+        tokio::select! {
+            _ = self.tx.closed() => {}
+            _ = flag_set(&mut terminated) => {}
+        }
+    }
+}
+
+/// The receiving half of a device connection.
+#[derive(Debug)]
+pub struct DeviceReceiver {
+    rx: mpsc::Receiver<Incoming>,
+    terminated: watch::Receiver<bool>,
+    ended: Option<ConnectionEnd>,
+}
+
+impl DeviceReceiver {
+    /// The next item. Cancel-safe, so it can sit in a `select!` with timers.
+    pub async fn recv(&mut self) -> Incoming {
+        if let Some(end) = &self.ended {
+            return Incoming::Ended(end.clone());
+        }
+        let item = tokio::select! {
+            biased;
+            _ = flag_set(&mut self.terminated) => Incoming::Ended(ConnectionEnd::Terminated),
+            item = self.rx.recv() => item.unwrap_or_else(|| {
+                Incoming::Ended(ConnectionEnd::Lost("connection dropped".to_owned()))
+            }),
+        };
+        if let Incoming::Ended(end) = &item {
+            self.ended = Some(end.clone());
+        }
+        item
+    }
+}
+
+/// One device connection: both halves together.
+#[derive(Debug)]
+pub struct DeviceSocket {
+    receiver: DeviceReceiver,
+    sender: DeviceSender,
+}
+
+impl DeviceSocket {
+    fn new(rx: mpsc::Receiver<Incoming>, tx: mpsc::Sender<Outgoing>) -> Self {
+        let (terminated, terminated_rx) = watch::channel(false);
+        let shared = Arc::new(SenderShared {
+            terminated,
+            closing: AtomicBool::new(false),
+        });
+        Self {
+            receiver: DeviceReceiver {
+                rx,
+                terminated: terminated_rx,
+                ended: None,
+            },
+            sender: DeviceSender { tx, shared },
+        }
+    }
+
+    pub async fn recv(&mut self) -> Incoming {
+        self.receiver.recv().await
+    }
+
+    pub fn sender(&self) -> &DeviceSender {
+        &self.sender
+    }
+
+    pub fn split(self) -> (DeviceReceiver, DeviceSender) {
+        (self.receiver, self.sender)
+    }
+}
+
+/// Resolves when the flag is set; never if its sender is dropped first.
+async fn flag_set(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|set| *set).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-memory pair
+// ---------------------------------------------------------------------------------------------
+
+/// A connected pair: the daemon side and a test handle playing the app.
+pub fn memory_device_pair() -> (DeviceSocket, MemoryApp) {
+    let (in_tx, in_rx) = mpsc::channel(INCOMING_QUEUE);
+    let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
+    let socket = DeviceSocket::new(in_rx, out_tx);
+    let app = MemoryApp {
+        to_daemon: Some(in_tx),
+        from_daemon: out_rx,
+        terminated: socket.sender.shared.terminated.subscribe(),
+    };
+    (socket, app)
+}
+
+/// What the app side of a memory pair observes from the daemon.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AppEvent {
+    Text(String),
+    Ping(Vec<u8>),
+    Pong(Vec<u8>),
+    Close {
+        code: u16,
+        reason: String,
+    },
+    /// The daemon called `terminate()`: TCP dropped without a close frame.
+    Terminated,
+    /// The daemon dropped every sender (after a close: the normal end; without one: like a
+    /// terminate).
+    Gone,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the connection to the daemon is gone")]
+pub struct AppDisconnected;
+
+/// The app end of [`memory_device_pair`], for tests.
+#[derive(Debug)]
+pub struct MemoryApp {
+    to_daemon: Option<mpsc::Sender<Incoming>>,
+    from_daemon: mpsc::Receiver<Outgoing>,
+    terminated: watch::Receiver<bool>,
+}
+
+impl MemoryApp {
+    /// Delivers any item to the daemon side, e.g. `Incoming::TooBig` or a write failure.
+    pub async fn inject(&self, item: Incoming) -> Result<(), AppDisconnected> {
+        if *self.terminated.borrow() {
+            return Err(AppDisconnected);
+        }
+        let tx = self.to_daemon.as_ref().ok_or(AppDisconnected)?;
+        tx.send(item).await.map_err(|_| AppDisconnected)
+    }
+
+    pub async fn send(&self, message: WireMessage) -> Result<(), AppDisconnected> {
+        self.inject(Incoming::Message(message)).await
+    }
+
+    pub async fn send_text(&self, text: impl Into<String>) -> Result<(), AppDisconnected> {
+        self.send(WireMessage::Text(text.into())).await
+    }
+
+    pub async fn send_binary(&self, len: usize) -> Result<(), AppDisconnected> {
+        self.send(WireMessage::Binary(len)).await
+    }
+
+    pub async fn ping(&self, payload: impl Into<Vec<u8>>) -> Result<(), AppDisconnected> {
+        self.send(WireMessage::Ping(payload.into())).await
+    }
+
+    pub async fn pong(&self, payload: impl Into<Vec<u8>>) -> Result<(), AppDisconnected> {
+        self.send(WireMessage::Pong(payload.into())).await
+    }
+
+    /// Sends a close frame and ends the connection, as the adapter reports a peer close.
+    pub async fn close(&mut self, code: Option<u16>, reason: &str) -> Result<(), AppDisconnected> {
+        self.send(WireMessage::Close(code, reason.to_owned()))
+            .await?;
+        let sent = self.inject(Incoming::Ended(ConnectionEnd::Closed)).await;
+        self.to_daemon = None;
+        sent
+    }
+
+    /// Drops the connection without a close frame; the daemon side reads `Ended(Lost(_))`.
+    pub fn drop_connection(&mut self) {
+        self.to_daemon = None;
+    }
+
+    fn map(&self, out: Option<Outgoing>) -> AppEvent {
+        match out {
+            Some(Outgoing::Text(text)) => AppEvent::Text(text),
+            Some(Outgoing::Ping(payload)) => AppEvent::Ping(payload),
+            Some(Outgoing::Pong(payload)) => AppEvent::Pong(payload),
+            Some(Outgoing::Close(reason)) => AppEvent::Close {
+                code: reason.code(),
+                reason: reason.reason().to_owned(),
+            },
+            None if *self.terminated.borrow() => AppEvent::Terminated,
+            None => AppEvent::Gone,
+        }
+    }
+
+    /// The next thing the daemon did. Messages queued before a terminate are still reported
+    /// first, then `Terminated` (repeatedly).
+    pub async fn recv(&mut self) -> AppEvent {
+        let out = tokio::select! {
+            biased;
+            out = self.from_daemon.recv() => out,
+            _ = flag_set(&mut self.terminated) => return AppEvent::Terminated,
+        };
+        self.map(out)
+    }
+
+    /// Like [`recv`](Self::recv) without waiting: `None` when nothing happened yet.
+    pub fn try_recv(&mut self) -> Option<AppEvent> {
+        match self.from_daemon.try_recv() {
+            Ok(out) => Some(self.map(Some(out))),
+            Err(mpsc::error::TryRecvError::Disconnected) => Some(self.map(None)),
+            Err(mpsc::error::TryRecvError::Empty) => {
+                (*self.terminated.borrow()).then_some(AppEvent::Terminated)
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// tungstenite adapter
+// ---------------------------------------------------------------------------------------------
+
+/// WebSocket settings for device connections: message and frame size capped at the protocol
+/// limit (02 §8), so an oversized message is refused before it is buffered.
+pub fn websocket_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .max_message_size(Some(limits::MAX_MESSAGE_BYTES))
+        .max_frame_size(Some(limits::MAX_MESSAGE_BYTES))
+}
+
+/// Wraps an open server-side WebSocket (built with [`websocket_config`]) into a [`DeviceSocket`].
+/// Spawns one task on the current tokio runtime that owns the connection until it ends.
+pub fn from_websocket<S>(ws: WebSocketStream<S>) -> DeviceSocket
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (in_tx, in_rx) = mpsc::channel(INCOMING_QUEUE);
+    let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
+    let socket = DeviceSocket::new(in_rx, out_tx);
+    let terminated = socket.sender.shared.terminated.subscribe();
+    tokio::spawn(drive(ws, in_tx, out_rx, terminated));
+    socket
+}
+
+/// Signals shared by the read and write halves of one adapted connection.
+struct Control {
+    /// Either half ended (or the close wait expired): the other one stops too.
+    stop: watch::Sender<bool>,
+    terminated: watch::Receiver<bool>,
+    /// The reader saw a ping or close; the writer flushes tungstenite's automatic reply at once,
+    /// so pongs never wait for the engine (02 §8).
+    flush: Notify,
+}
+
+impl Control {
+    fn halt_signals(&self) -> (watch::Receiver<bool>, watch::Receiver<bool>) {
+        (self.stop.subscribe(), self.terminated.clone())
+    }
+}
+
+async fn halted(signals: &mut (watch::Receiver<bool>, watch::Receiver<bool>)) {
+    let (stop, terminated) = signals;
+    tokio::select! {
+        _ = flag_set(stop) => {}
+        _ = flag_set(terminated) => {}
+    }
+}
+
+#[derive(Debug)]
+enum ReadEnd {
+    Halted,
+    PeerClosed,
+    TooBig,
+    Lost(String),
+}
+
+#[derive(Debug)]
+enum WriteEnd {
+    Halted,
+    /// Every `DeviceSender` was dropped without a close.
+    SenderGone,
+    /// A close frame was written (the wait for the peer's close is over).
+    CloseSent,
+    Failed(String),
+}
+
+fn close_frame(reason: CloseReason) -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::from(reason.code()),
+        reason: reason.reason().into(),
+    }))
+}
+
+fn close_wait() -> Duration {
+    Duration::from_millis(limits::CLOSE_HANDSHAKE_WAIT_MS)
+}
+
+async fn drive<S>(
+    ws: WebSocketStream<S>,
+    in_tx: mpsc::Sender<Incoming>,
+    out_rx: mpsc::Receiver<Outgoing>,
+    terminated: watch::Receiver<bool>,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sink, stream) = ws.split();
+    let control = Control {
+        stop: watch::channel(false).0,
+        terminated,
+        flush: Notify::new(),
+    };
+    let ((stream, read_end), (sink, write_end)) = tokio::join!(
+        read_half(stream, in_tx.clone(), &control),
+        write_half(sink, out_rx, &control),
+    );
+    let terminated = *control.terminated.borrow();
+    let mut ws = stream.reunite(sink).ok();
+    let end = if terminated {
+        ConnectionEnd::Terminated
+    } else {
+        match (read_end, write_end) {
+            (_, WriteEnd::Failed(detail)) => {
+                if let Some(ws) = ws.as_mut() {
+                    let _ = tokio::time::timeout(
+                        close_wait(),
+                        ws.send(close_frame(CloseReason::SendFailed)),
+                    )
+                    .await;
+                }
+                ConnectionEnd::WriteFailed(detail)
+            }
+            (ReadEnd::TooBig, _) => {
+                if let Some(ws) = ws.as_mut() {
+                    let deadline = Instant::now() + close_wait();
+                    let sent = tokio::time::timeout_at(
+                        deadline,
+                        ws.send(close_frame(CloseReason::MessageTooBig)),
+                    )
+                    .await;
+                    // `SendAfterClosing`: the engine's own close went out first.
+                    if matches!(
+                        sent,
+                        Ok(Ok(())
+                            | Err(tungstenite::Error::Protocol(
+                                ProtocolError::SendAfterClosing
+                            )))
+                    ) {
+                        linger(ws.get_mut(), deadline).await;
+                    }
+                }
+                ConnectionEnd::Closed
+            }
+            (ReadEnd::PeerClosed, _) | (_, WriteEnd::CloseSent) => ConnectionEnd::Closed,
+            (_, WriteEnd::SenderGone) => ConnectionEnd::Terminated,
+            (ReadEnd::Lost(detail), _) => ConnectionEnd::Lost(detail),
+            (ReadEnd::Halted, WriteEnd::Halted) => {
+                ConnectionEnd::Lost("connection stopped".to_owned())
+            }
+        }
+    };
+    drop(ws);
+    let _ = in_tx.send(Incoming::Ended(end)).await;
+}
+
+/// After a close the peer may still be sending (an oversized message, typically): half-close and
+/// discard its bytes until it closes or the deadline passes, so that dropping the socket with
+/// unread data does not reset the connection before the peer has read our close frame.
+async fn linger<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, deadline: Instant) {
+    let _ = tokio::time::timeout_at(deadline, async {
+        let _ = stream.shutdown().await;
+        let mut scratch = [0u8; 8192];
+        while let Ok(n) = stream.read(&mut scratch).await {
+            if n == 0 {
+                break;
+            }
+        }
+    })
+    .await;
+}
+
+type WsRead<S> = SplitStream<WebSocketStream<S>>;
+type WsWrite<S> = SplitSink<WebSocketStream<S>, Message>;
+
+async fn read_half<S>(
+    mut stream: WsRead<S>,
+    in_tx: mpsc::Sender<Incoming>,
+    control: &Control,
+) -> (WsRead<S>, ReadEnd)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let end = read_loop(&mut stream, &in_tx, control).await;
+    control.stop.send_replace(true);
+    (stream, end)
+}
+
+async fn read_loop<S>(
+    stream: &mut WsRead<S>,
+    in_tx: &mpsc::Sender<Incoming>,
+    control: &Control,
+) -> ReadEnd
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut signals = control.halt_signals();
+    let mut peer_closed = false;
+    // False once the engine dropped its receiver: keep reading (close handshake) but discard.
+    let mut deliver = true;
+    loop {
+        let next = tokio::select! {
+            biased;
+            _ = halted(&mut signals) => return ReadEnd::Halted,
+            next = stream.next() => next,
+        };
+        let item = match next {
+            Some(Ok(message)) => match message {
+                Message::Text(text) => WireMessage::Text(text.as_str().to_owned()),
+                Message::Binary(data) => WireMessage::Binary(data.len()),
+                Message::Ping(payload) => {
+                    control.flush.notify_one();
+                    WireMessage::Ping(payload.to_vec())
+                }
+                Message::Pong(payload) => WireMessage::Pong(payload.to_vec()),
+                Message::Close(frame) => {
+                    peer_closed = true;
+                    control.flush.notify_one();
+                    match frame {
+                        Some(frame) => WireMessage::Close(
+                            Some(u16::from(frame.code)),
+                            frame.reason.to_string(),
+                        ),
+                        None => WireMessage::Close(None, String::new()),
+                    }
+                }
+                // Raw frames are only produced when writing.
+                Message::Frame(_) => continue,
+            },
+            Some(Err(tungstenite::Error::Capacity(CapacityError::MessageTooLong {
+                size, ..
+            }))) => {
+                // The stream cannot continue past a refused frame; the driver closes 1009.
+                if deliver {
+                    tokio::select! {
+                        biased;
+                        _ = halted(&mut signals) => {}
+                        _ = in_tx.send(Incoming::TooBig { size }) => {}
+                    }
+                }
+                return ReadEnd::TooBig;
+            }
+            None => {
+                return if peer_closed {
+                    ReadEnd::PeerClosed
+                } else {
+                    ReadEnd::Lost("connection closed without a close frame".to_owned())
+                };
+            }
+            Some(Err(error)) => return ReadEnd::Lost(error.to_string()),
+        };
+        if deliver {
+            tokio::select! {
+                biased;
+                _ = halted(&mut signals) => return ReadEnd::Halted,
+                permit = in_tx.reserve() => match permit {
+                    Ok(permit) => permit.send(Incoming::Message(item)),
+                    Err(_) => deliver = false,
+                },
+            }
+        }
+    }
+}
+
+async fn write_half<S>(
+    mut sink: WsWrite<S>,
+    mut out_rx: mpsc::Receiver<Outgoing>,
+    control: &Control,
+) -> (WsWrite<S>, WriteEnd)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let end = write_loop(&mut sink, &mut out_rx, control).await;
+    control.stop.send_replace(true);
+    (sink, end)
+}
+
+/// Errors after which writing stops quietly: the peer's close already ended the connection.
+fn is_finished(error: &tungstenite::Error) -> bool {
+    matches!(
+        error,
+        tungstenite::Error::ConnectionClosed
+            | tungstenite::Error::AlreadyClosed
+            | tungstenite::Error::Protocol(ProtocolError::SendAfterClosing)
+    )
+}
+
+async fn write_loop<S>(
+    sink: &mut WsWrite<S>,
+    out_rx: &mut mpsc::Receiver<Outgoing>,
+    control: &Control,
+) -> WriteEnd
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut signals = control.halt_signals();
+    loop {
+        let command = tokio::select! {
+            biased;
+            _ = halted(&mut signals) => return WriteEnd::Halted,
+            _ = control.flush.notified() => None,
+            command = out_rx.recv() => match command {
+                Some(command) => Some(command),
+                None => return WriteEnd::SenderGone,
+            },
+        };
+        let closing = matches!(command, Some(Outgoing::Close(_)));
+        let written = tokio::select! {
+            biased;
+            _ = halted(&mut signals) => return WriteEnd::Halted,
+            written = async {
+                match command {
+                    None => sink.flush().await,
+                    Some(Outgoing::Text(text)) => sink.send(Message::Text(text.into())).await,
+                    Some(Outgoing::Ping(payload)) => sink.send(Message::Ping(payload.into())).await,
+                    Some(Outgoing::Pong(payload)) => sink.send(Message::Pong(payload.into())).await,
+                    Some(Outgoing::Close(reason)) => sink.send(close_frame(reason)).await,
+                }
+            } => written,
+        };
+        match written {
+            Ok(()) => {}
+            Err(error) if is_finished(&error) => {}
+            Err(error) => return WriteEnd::Failed(error.to_string()),
+        }
+        if closing {
+            // Wait for the peer's close (the reader then stops us), at most the handshake wait.
+            tokio::select! {
+                _ = halted(&mut signals) => {}
+                _ = tokio::time::sleep(close_wait()) => {}
+            }
+            return WriteEnd::CloseSent;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use tokio::io::{DuplexStream, ReadBuf};
+    use tokio::time::timeout;
+    use tokio_tungstenite::tungstenite::protocol::Role;
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    const WAIT: Duration = Duration::from_secs(10);
+
+    async fn recv(socket: &mut DeviceSocket) -> Result<Incoming, tokio::time::error::Elapsed> {
+        timeout(WAIT, socket.recv()).await
+    }
+
+    async fn app_recv(app: &mut MemoryApp) -> Result<AppEvent, tokio::time::error::Elapsed> {
+        timeout(WAIT, app.recv()).await
+    }
+
+    fn text(t: &str) -> Incoming {
+        Incoming::Message(WireMessage::Text(t.to_owned()))
+    }
+
+    // ----- memory pair -----
+
+    #[tokio::test]
+    async fn memory_pair_carries_every_message_kind_both_ways() -> TestResult {
+        let (mut socket, mut app) = memory_device_pair();
+        app.send_text("{\"type\":\"session_claim\"}").await?;
+        app.send_binary(7).await?;
+        app.ping(b"p".to_vec()).await?;
+        app.pong(b"q".to_vec()).await?;
+        assert_eq!(
+            recv(&mut socket).await?,
+            text("{\"type\":\"session_claim\"}")
+        );
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Message(WireMessage::Binary(7))
+        );
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Message(WireMessage::Ping(b"p".to_vec()))
+        );
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Message(WireMessage::Pong(b"q".to_vec()))
+        );
+
+        let sender = socket.sender().clone();
+        sender.send_text("hello".to_owned()).await?;
+        sender.ping(b"k".to_vec()).await?;
+        sender.pong(b"r".to_vec()).await?;
+        assert_eq!(
+            app_recv(&mut app).await?,
+            AppEvent::Text("hello".to_owned())
+        );
+        assert_eq!(app_recv(&mut app).await?, AppEvent::Ping(b"k".to_vec()));
+        assert_eq!(app_recv(&mut app).await?, AppEvent::Pong(b"r".to_vec()));
+        assert_eq!(app.try_recv(), None);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn memory_close_is_observed_and_blocks_later_sends() -> TestResult {
+        let (socket, mut app) = memory_device_pair();
+        let sender = socket.sender().clone();
+        sender.send_text("before".to_owned()).await?;
+        sender.close(CloseReason::InvalidJson).await?;
+        assert_eq!(
+            sender.send_text("after".to_owned()).await,
+            Err(SendError::Closed)
+        );
+        assert_eq!(
+            sender.close(CloseReason::Revoked).await,
+            Err(SendError::Closed)
+        );
+        assert!(!sender.is_open());
+        assert_eq!(
+            app_recv(&mut app).await?,
+            AppEvent::Text("before".to_owned())
+        );
+        assert_eq!(
+            app_recv(&mut app).await?,
+            AppEvent::Close {
+                code: 1008,
+                reason: "invalid_json".to_owned()
+            }
+        );
+        assert_eq!(app.try_recv(), None, "only one close frame is sent");
+        drop(socket);
+        drop(sender);
+        assert_eq!(app_recv(&mut app).await?, AppEvent::Gone);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn memory_terminate_drops_without_close_on_both_sides() -> TestResult {
+        let (mut socket, mut app) = memory_device_pair();
+        app.send_text("queued").await?;
+        socket.sender().terminate();
+        assert_eq!(app_recv(&mut app).await?, AppEvent::Terminated);
+        assert_eq!(app.try_recv(), Some(AppEvent::Terminated));
+        assert_eq!(app.send_text("late").await, Err(AppDisconnected));
+        // Termination wins over queued input: the engine must not act on it any more.
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Terminated)
+        );
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Terminated)
+        );
+        assert_eq!(
+            socket.sender().send_text("x".to_owned()).await,
+            Err(SendError::Closed)
+        );
+        timeout(WAIT, socket.sender().closed()).await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn memory_app_close_then_end_is_sticky() -> TestResult {
+        let (mut socket, mut app) = memory_device_pair();
+        app.close(Some(1001), "app_backgrounded").await?;
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Message(WireMessage::Close(
+                Some(1001),
+                "app_backgrounded".to_owned()
+            ))
+        );
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Closed)
+        );
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Closed)
+        );
+        assert_eq!(app.send_text("late").await, Err(AppDisconnected));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn memory_dropped_app_is_a_lost_connection() -> TestResult {
+        let (mut socket, mut app) = memory_device_pair();
+        app.inject(Incoming::TooBig { size: 300_000 }).await?;
+        app.drop_connection();
+        assert_eq!(recv(&mut socket).await?, Incoming::TooBig { size: 300_000 });
+        assert!(matches!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Lost(_))
+        ));
+
+        let (socket, app) = memory_device_pair();
+        drop(app);
+        timeout(WAIT, socket.sender().closed()).await?;
+        assert_eq!(
+            socket.sender().send_text("x".to_owned()).await,
+            Err(SendError::Closed)
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn memory_queue_is_bounded() -> TestResult {
+        let (socket, mut app) = memory_device_pair();
+        let sender = socket.sender();
+        for i in 0..OUTGOING_QUEUE {
+            sender.try_send_text(i.to_string())?;
+        }
+        assert_eq!(
+            sender.try_send_text("over".to_owned()),
+            Err(SendError::Full)
+        );
+        assert_eq!(sender.try_ping(Vec::new()), Err(SendError::Full));
+        assert_eq!(
+            sender.try_close(CloseReason::InternalError),
+            Err(SendError::Full)
+        );
+        assert_eq!(app_recv(&mut app).await?, AppEvent::Text("0".to_owned()));
+        // A failed try_close leaves the connection closable.
+        sender.try_close(CloseReason::InternalError)?;
+        assert_eq!(
+            sender.try_close(CloseReason::InternalError),
+            Err(SendError::Closed)
+        );
+        Ok(())
+    }
+
+    // ----- tungstenite adapter over an in-process duplex stream -----
+
+    async fn adapter_pair<S>(
+        server: S,
+        client: DuplexStream,
+    ) -> (DeviceSocket, WebSocketStream<DuplexStream>)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let server =
+            WebSocketStream::from_raw_socket(server, Role::Server, Some(websocket_config())).await;
+        let client = WebSocketStream::from_raw_socket(client, Role::Client, None).await;
+        (from_websocket(server), client)
+    }
+
+    async fn duplex_pair() -> (DeviceSocket, WebSocketStream<DuplexStream>) {
+        let (server, client) = tokio::io::duplex(1 << 20);
+        adapter_pair(server, client).await
+    }
+
+    type ClientItem = Option<Result<Message, tungstenite::Error>>;
+
+    async fn client_next(
+        client: &mut WebSocketStream<DuplexStream>,
+    ) -> Result<ClientItem, tokio::time::error::Elapsed> {
+        timeout(WAIT, client.next()).await
+    }
+
+    /// The next message the client received; an error when the connection ended instead.
+    async fn client_message(
+        client: &mut WebSocketStream<DuplexStream>,
+    ) -> Result<Message, Box<dyn std::error::Error>> {
+        Ok(client_next(client).await?.ok_or("client stream ended")??)
+    }
+
+    #[tokio::test]
+    async fn adapter_round_trips_text_and_reports_binary_length() -> TestResult {
+        let (mut socket, mut client) = duplex_pair().await;
+        client.send(Message::Text("{\"a\":1}".into())).await?;
+        client.send(Message::Binary(vec![0u8; 12].into())).await?;
+        assert_eq!(recv(&mut socket).await?, text("{\"a\":1}"));
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Message(WireMessage::Binary(12))
+        );
+        socket.sender().send_text("{\"b\":2}".to_owned()).await?;
+        assert_eq!(
+            client_message(&mut client).await?,
+            Message::Text("{\"b\":2}".into())
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn adapter_answers_pings_while_the_engine_is_not_reading() -> TestResult {
+        let (mut socket, mut client) = duplex_pair().await;
+        client.send(Message::Ping(b"hb".to_vec().into())).await?;
+        // The engine has not called recv yet; the pong still arrives.
+        assert_eq!(
+            client_message(&mut client).await?,
+            Message::Pong(b"hb".to_vec().into())
+        );
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Message(WireMessage::Ping(b"hb".to_vec()))
+        );
+        client.send(Message::Pong(b"k".to_vec().into())).await?;
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Message(WireMessage::Pong(b"k".to_vec()))
+        );
+        socket.sender().ping(b"d".to_vec()).await?;
+        assert_eq!(
+            client_message(&mut client).await?,
+            Message::Ping(b"d".to_vec().into())
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn adapter_accepts_the_limit_and_closes_1009_above_it() -> TestResult {
+        let (mut socket, mut client) = duplex_pair().await;
+        let at_limit = "x".repeat(limits::MAX_MESSAGE_BYTES);
+        client.send(Message::Text(at_limit.clone().into())).await?;
+        assert_eq!(recv(&mut socket).await?, text(&at_limit));
+
+        client
+            .send(Message::Text(
+                "y".repeat(limits::MAX_MESSAGE_BYTES + 1).into(),
+            ))
+            .await?;
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::TooBig {
+                size: limits::MAX_MESSAGE_BYTES + 1
+            }
+        );
+        match client_next(&mut client).await? {
+            Some(Ok(Message::Close(Some(frame)))) => {
+                assert_eq!(u16::from(frame.code), 1009);
+                assert_eq!(frame.reason.as_str(), "message_too_big");
+            }
+            other => panic!("expected close 1009, got {other:?}"),
+        }
+        // The daemon half-closed after its close frame; the client then goes away.
+        assert!(client_next(&mut client).await?.is_none_or(|r| r.is_err()));
+        drop(client);
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Closed)
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn adapter_engine_close_completes_the_handshake() -> TestResult {
+        let (mut socket, mut client) = duplex_pair().await;
+        socket.sender().close(CloseReason::PreClaimTimeout).await?;
+        match client_next(&mut client).await? {
+            Some(Ok(Message::Close(Some(frame)))) => {
+                assert_eq!(u16::from(frame.code), 1008);
+                assert_eq!(frame.reason.as_str(), "pre_claim_timeout");
+            }
+            other => panic!("expected close 1008, got {other:?}"),
+        }
+        // The client's reading flushes its echo; the daemon then drops TCP.
+        assert!(client_next(&mut client).await?.is_none_or(|r| r.is_err()));
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Message(WireMessage::Close(
+                Some(1008),
+                "pre_claim_timeout".to_owned()
+            ))
+        );
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Closed)
+        );
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adapter_drops_tcp_one_second_after_an_unanswered_close() -> TestResult {
+        let (mut socket, mut client) = duplex_pair().await;
+        let started = Instant::now();
+        socket.sender().close(CloseReason::Revoked).await?;
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Closed)
+        );
+        assert!(started.elapsed() >= Duration::from_millis(limits::CLOSE_HANDSHAKE_WAIT_MS));
+        assert!(matches!(
+            client_next(&mut client).await?,
+            Some(Ok(Message::Close(Some(_))))
+        ));
+        assert!(client_next(&mut client).await?.is_none_or(|r| r.is_err()));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn adapter_reports_a_peer_close() -> TestResult {
+        let (mut socket, mut client) = duplex_pair().await;
+        client
+            .send(Message::Close(Some(CloseFrame {
+                code: CloseCode::from(1001),
+                reason: "app_backgrounded".into(),
+            })))
+            .await?;
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Message(WireMessage::Close(
+                Some(1001),
+                "app_backgrounded".to_owned()
+            ))
+        );
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Closed)
+        );
+        // The adapter echoed the close before dropping TCP.
+        assert!(matches!(
+            client_next(&mut client).await?,
+            Some(Ok(Message::Close(Some(_))))
+        ));
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn adapter_terminate_sends_no_close_frame() -> TestResult {
+        let (mut socket, mut client) = duplex_pair().await;
+        socket.sender().terminate();
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Terminated)
+        );
+        let next = client_next(&mut client).await?;
+        assert!(
+            !matches!(next, Some(Ok(_))),
+            "no frame after terminate: {next:?}"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn adapter_dropping_every_sender_terminates() -> TestResult {
+        let (socket, mut client) = duplex_pair().await;
+        let (mut receiver, sender) = socket.split();
+        drop(sender);
+        assert_eq!(
+            timeout(WAIT, receiver.recv()).await?,
+            Incoming::Ended(ConnectionEnd::Terminated)
+        );
+        let next = client_next(&mut client).await?;
+        assert!(
+            !matches!(next, Some(Ok(_))),
+            "no frame after the drop: {next:?}"
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn adapter_reports_a_vanished_peer_as_lost() -> TestResult {
+        let (mut socket, client) = duplex_pair().await;
+        drop(client);
+        assert!(matches!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Lost(_))
+        ));
+        timeout(WAIT, socket.sender().closed()).await?;
+        Ok(())
+    }
+
+    /// A stream whose writes fail once `broken` is set, while reads stay pending.
+    struct BreakableWrites {
+        inner: DuplexStream,
+        broken: Arc<AtomicBool>,
+    }
+
+    impl AsyncRead for BreakableWrites {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_read(cx, buf)
+        }
+    }
+
+    impl AsyncWrite for BreakableWrites {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            if self.broken.load(Ordering::SeqCst) {
+                return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+            }
+            Pin::new(&mut self.inner).poll_write(cx, buf)
+        }
+        fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_flush(cx)
+        }
+        fn poll_shutdown(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<std::io::Result<()>> {
+            Pin::new(&mut self.inner).poll_shutdown(cx)
+        }
+    }
+
+    #[tokio::test]
+    async fn adapter_surfaces_a_write_failure() -> TestResult {
+        let (server, client) = tokio::io::duplex(1 << 16);
+        let broken = Arc::new(AtomicBool::new(false));
+        let server = BreakableWrites {
+            inner: server,
+            broken: Arc::clone(&broken),
+        };
+        let (mut socket, _client) = adapter_pair(server, client).await;
+        socket.sender().send_text("fine".to_owned()).await?;
+        broken.store(true, Ordering::SeqCst);
+        socket.sender().send_text("lost".to_owned()).await?;
+        assert!(matches!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::WriteFailed(_))
+        ));
+        timeout(WAIT, socket.sender().closed()).await?;
+        Ok(())
+    }
+}
