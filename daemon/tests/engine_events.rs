@@ -528,9 +528,9 @@ fn replay_errors_leave_nothing_registered() {
 #[test]
 fn subscribe_with_replay_racing_emitters_loses_and_repeats_nothing() {
     for round in 0..20 {
-        let (bus, _) = bus(4096);
+        let (bus, _) = bus(32_768);
         bus.open_session(SID);
-        let total = 2000_u64;
+        let total = 20_000_u64;
         let emitter = {
             let bus = bus.clone();
             std::thread::spawn(move || {
@@ -540,7 +540,7 @@ fn subscribe_with_replay_racing_emitters_loses_and_repeats_nothing() {
             })
         };
         // Subscribe somewhere in the middle of the stream.
-        while bus.high_water_mark(SID).unwrap_or(0) < (round * 50) as u64 {
+        while bus.high_water_mark(SID).unwrap_or(0) < (round * 500) as u64 {
             std::thread::yield_now();
         }
         let got: Arc<Mutex<Vec<u64>>> = Arc::default();
