@@ -349,6 +349,7 @@ impl State {
     }
 }
 
+/// The engine behind every [`SessionManager`] clone.
 struct Inner {
     options: EngineOptions,
     bus: EventBus,

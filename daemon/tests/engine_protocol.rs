@@ -102,6 +102,41 @@ async fn pre_claim_rejections_in_validation_order() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_ack_that_cannot_be_queued_leaves_the_link_claimable() {
+    use appduct_daemon::device_socket::OUTGOING_QUEUE;
+    let mut h = Harness::new();
+    let (link, token) = h.link(json!({}));
+    let mut app = h.connect(Transport::Native);
+    // A peer that never reads: the engine's pongs fill its outgoing queue.
+    for _ in 0..=OUTGOING_QUEUE {
+        app.ping(Vec::new()).await.unwrap();
+    }
+    text(&app, claim_frame(&link.session_id, &token, None)).await;
+    // Still not reading: the last pong gives up after 1 s, the claim is processed, and the
+    // close cannot be queued either.
+    for _ in 0..4 {
+        tokio::time::advance(Duration::from_secs(1)).await;
+        settle().await;
+    }
+    let mut pongs = 0;
+    loop {
+        match tokio::time::timeout(WAIT, app.recv()).await.unwrap() {
+            AppEvent::Pong(_) => pongs += 1,
+            // Not even the 1011 send_failed close fits, so the connection is dropped.
+            AppEvent::Terminated => break,
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(pongs, OUTGOING_QUEUE);
+    assert_eq!(h.mgr.session_count(), 0);
+    assert_eq!(h.mgr.pending_links(), 1);
+    let mut app = h.connect(Transport::Native);
+    text(&app, claim_frame(&link.session_id, &token, None)).await;
+    assert_eq!(expect_text(&mut app).await["type"], "session_ack");
+    h.event_of(EventKind::SessionClaimed).await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_peer_that_leaves_before_claiming_changes_nothing() {
     let mut h = Harness::new();
     let (link, _) = h.link(json!({}));
