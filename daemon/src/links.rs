@@ -1,1 +1,647 @@
-//! (filled by the daemon core issue)
+//! Pending links (02 §5, §11.2 T1 and T3–T9, §12): minting a link for `link.create` (session id,
+//! claim token, `expiresAt`, endpoint and bootstrap payload), and the table of pending links and
+//! tombstones that claims are checked against.
+//!
+//! The table is plain data: the session engine keeps it under the same lock as the live
+//! sessions, so a claim checks links and sessions in one step and a new id never collides with
+//! either. The engine also runs the TTL timers (tokio time) and emits the bus events.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, OnceLock};
+
+use appduct_protocol::bootstrap::{BootstrapPayload, EncodeError};
+use appduct_protocol::control::{Endpoint, LinkCreateParams, LinkCreateResult, Transport};
+use appduct_protocol::ids::{ClaimToken, SessionId};
+use appduct_protocol::jsonrpc::ErrorObject;
+use appduct_protocol::limits::{MAX_FAILED_CLAIMS, SESSION_ID_BYTES, TOKEN_BYTES};
+use rustls::crypto::SecureRandom;
+use tokio::task::AbortHandle;
+
+use crate::address::AdvertisedAddress;
+use crate::seams::AddressSource;
+use crate::tls::TlsState;
+
+// ---------------------------------------------------------------------------------------------
+// Randomness
+// ---------------------------------------------------------------------------------------------
+
+/// The OS CSPRNG failed; no identifier or token can be minted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the operating system's random number generator failed")]
+pub struct RandomError;
+
+fn system_random() -> &'static dyn SecureRandom {
+    static RANDOM: OnceLock<&'static dyn SecureRandom> = OnceLock::new();
+    *RANDOM.get_or_init(|| rustls::crypto::ring::default_provider().secure_random)
+}
+
+/// `N` bytes from the OS CSPRNG (ring, through rustls). There is no RNG seam (01 §9.1).
+pub fn random_bytes<const N: usize>() -> Result<[u8; N], RandomError> {
+    let mut bytes = [0u8; N];
+    system_random().fill(&mut bytes).map_err(|_| RandomError)?;
+    Ok(bytes)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Where links point
+// ---------------------------------------------------------------------------------------------
+
+/// Why a link could not be minted. All of these are daemon faults (`internal_error`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LinkError {
+    #[error(transparent)]
+    Random(#[from] RandomError),
+    #[error("could not re-mint the leaf certificate: {0}")]
+    Tls(String),
+    #[error("could not encode the bootstrap payload: {0}")]
+    Encode(#[from] EncodeError),
+    #[error("could not mint a session id that is not already in use")]
+    IdSpace,
+}
+
+impl From<LinkError> for ErrorObject {
+    fn from(e: LinkError) -> Self {
+        ErrorObject::internal(format!("Could not create a link: {e}"))
+    }
+}
+
+/// What the daemon knows about its listeners when it mints a link.
+pub trait LinkEnvironment: Send + Sync + fmt::Debug {
+    /// The advertised address a native link carries (02 §6), after re-minting the leaf when the
+    /// address changed or the leaf is close to expiry (02 §3.2: checked on every `link.create`).
+    fn native_address(&self, now_unix_ms: u64) -> Result<IpAddr, LinkError>;
+    /// Bound port of the `wss://` listener.
+    fn wss_port(&self) -> u16;
+    /// Bound port of the loopback web listener.
+    fn web_port(&self) -> u16;
+    /// The pin of the host key (`sha256/…`).
+    fn pin(&self) -> String;
+}
+
+/// The production environment: the TLS identity, the address seam and the bound ports.
+#[derive(Debug)]
+pub struct DaemonLinkEnv {
+    tls: Arc<TlsState>,
+    addresses: Arc<dyn AddressSource>,
+    configured: Option<IpAddr>,
+    wss_port: u16,
+    web_port: u16,
+}
+
+impl DaemonLinkEnv {
+    /// `configured` is `advertisedIp` from `config.json`.
+    pub fn new(
+        tls: Arc<TlsState>,
+        addresses: Arc<dyn AddressSource>,
+        configured: Option<IpAddr>,
+        wss_port: u16,
+        web_port: u16,
+    ) -> Self {
+        Self {
+            tls,
+            addresses,
+            configured,
+            wss_port,
+            web_port,
+        }
+    }
+
+    /// What the next native link would carry (`daemon.status.advertisedAddress`).
+    pub fn advertised(&self) -> AdvertisedAddress {
+        AdvertisedAddress::choose(self.configured, self.addresses.as_ref())
+    }
+}
+
+impl LinkEnvironment for DaemonLinkEnv {
+    fn native_address(&self, now_unix_ms: u64) -> Result<IpAddr, LinkError> {
+        let address = self.advertised().address;
+        self.tls
+            .renew_if_needed(address, now_unix_ms)
+            .map_err(|e| LinkError::Tls(e.to_string()))?;
+        Ok(address)
+    }
+
+    fn wss_port(&self) -> u16 {
+        self.wss_port
+    }
+
+    fn web_port(&self) -> u16 {
+        self.web_port
+    }
+
+    fn pin(&self) -> String {
+        self.tls.pin().to_string()
+    }
+}
+
+/// A fixed environment for tests: no TLS, one address.
+#[derive(Debug, Clone)]
+pub struct StaticLinkEnv {
+    pub address: IpAddr,
+    pub wss_port: u16,
+    pub web_port: u16,
+    pub pin: String,
+}
+
+impl Default for StaticLinkEnv {
+    fn default() -> Self {
+        Self {
+            address: IpAddr::V4(Ipv4Addr::new(192, 168, 1, 20)),
+            wss_port: 8443,
+            web_port: 53120,
+            pin: "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".to_owned(),
+        }
+    }
+}
+
+impl LinkEnvironment for StaticLinkEnv {
+    fn native_address(&self, _now_unix_ms: u64) -> Result<IpAddr, LinkError> {
+        Ok(self.address)
+    }
+
+    fn wss_port(&self) -> u16 {
+        self.wss_port
+    }
+
+    fn web_port(&self) -> u16 {
+        self.web_port
+    }
+
+    fn pin(&self) -> String {
+        self.pin.clone()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pending links
+// ---------------------------------------------------------------------------------------------
+
+/// A minted, not yet claimed link (PENDING).
+pub struct PendingLink {
+    pub transport: Transport,
+    token: ClaimToken,
+    /// Unix seconds.
+    pub expires_at: u64,
+    /// Wall-clock mint time; a claimed session reports it as `createdAt`.
+    pub created_at_ms: u64,
+    failures: u32,
+    /// The TTL timer; aborted when the link leaves the table other than by expiring.
+    timer: Option<AbortHandle>,
+}
+
+impl fmt::Debug for PendingLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PendingLink")
+            .field("transport", &self.transport)
+            .field("expires_at", &self.expires_at)
+            .field("failures", &self.failures)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PendingLink {
+    /// Failed claims counted so far.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+}
+
+/// Outcome of checking a claim against the table (02 §11.3 steps 1–3). Only `Valid` leaves the
+/// link for the caller to [`take`](LinkTable::take); every other outcome is final.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimCheck {
+    /// Right listener and token; the link is still in the table.
+    Valid,
+    /// Neither pending nor tombstoned.
+    NotFound,
+    /// T7: the TTL passed; the tombstone stays.
+    Tombstone,
+    /// T5: not counted, the link stays claimable.
+    WrongTransport,
+    /// T3: counted, the link stays claimable.
+    InvalidToken,
+    /// T4: the 5th failure; the link is gone.
+    Burned,
+}
+
+/// Pending links and tombstones, by session id.
+#[derive(Debug, Default)]
+pub struct LinkTable {
+    pending: HashMap<String, PendingLink>,
+    tombstones: HashSet<String>,
+}
+
+impl LinkTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a freshly minted link.
+    pub fn insert(&mut self, id: String, link: PendingLink) {
+        self.pending.insert(id, link);
+    }
+
+    /// Attaches the TTL timer of a pending link (aborted if the link leaves early).
+    pub fn set_timer(&mut self, id: &str, timer: AbortHandle) {
+        match self.pending.get_mut(id) {
+            Some(link) => link.timer = Some(timer),
+            None => timer.abort(),
+        }
+    }
+
+    /// Whether `id` is pending or tombstoned (taken for minting purposes).
+    pub fn knows(&self, id: &str) -> bool {
+        self.pending.contains_key(id) || self.tombstones.contains(id)
+    }
+
+    pub fn is_pending(&self, id: &str) -> bool {
+        self.pending.contains_key(id)
+    }
+
+    pub fn get(&self, id: &str) -> Option<&PendingLink> {
+        self.pending.get(id)
+    }
+
+    /// Claimable links (`pendingLinks`): unexpired, so tombstones do not count.
+    pub fn pending_count(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Steps 1–3 of the claim algorithm (02 §11.3) for `token` (base64url) on `transport`. The
+    /// transport check comes before the token comparison and is not counted; a token that does
+    /// not decode to 32 bytes is a mismatch and counted.
+    pub fn check_claim(&mut self, id: &str, transport: Transport, token: &str) -> ClaimCheck {
+        let Some(link) = self.pending.get_mut(id) else {
+            return if self.tombstones.contains(id) {
+                ClaimCheck::Tombstone
+            } else {
+                ClaimCheck::NotFound
+            };
+        };
+        if link.transport != transport {
+            return ClaimCheck::WrongTransport;
+        }
+        if link.token.matches(token) {
+            return ClaimCheck::Valid;
+        }
+        link.failures += 1;
+        if link.failures >= MAX_FAILED_CLAIMS {
+            self.discard(id);
+            ClaimCheck::Burned
+        } else {
+            ClaimCheck::InvalidToken
+        }
+    }
+
+    /// Consumes a link for a successful claim (single use).
+    pub fn take(&mut self, id: &str) -> Option<PendingLink> {
+        self.discard(id)
+    }
+
+    /// T9: a pending link revoked by id. Later claims get `unknown_session`.
+    pub fn revoke(&mut self, id: &str) -> Option<PendingLink> {
+        self.discard(id)
+    }
+
+    fn discard(&mut self, id: &str) -> Option<PendingLink> {
+        let mut link = self.pending.remove(id)?;
+        if let Some(timer) = link.timer.take() {
+            timer.abort();
+        }
+        Some(link)
+    }
+
+    /// T6: the TTL elapsed; the link becomes a tombstone. `false` when it was no longer pending.
+    pub fn expire(&mut self, id: &str) -> bool {
+        if self.pending.remove(id).is_none() {
+            return false;
+        }
+        self.tombstones.insert(id.to_owned());
+        true
+    }
+
+    /// T8: the tombstone window elapsed; the id is forgotten.
+    pub fn forget(&mut self, id: &str) -> bool {
+        self.tombstones.remove(id)
+    }
+
+    /// Drops everything and stops every timer (daemon shutdown).
+    pub fn clear(&mut self) {
+        for (_, mut link) in self.pending.drain() {
+            if let Some(timer) = link.timer.take() {
+                timer.abort();
+            }
+        }
+        self.tombstones.clear();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Minting
+// ---------------------------------------------------------------------------------------------
+
+/// A freshly minted link: its id, the table entry and the `link.create` result.
+#[derive(Debug)]
+pub struct MintedLink {
+    pub id: String,
+    pub link: PendingLink,
+    pub result: LinkCreateResult,
+}
+
+/// Largest number of fresh ids tried before giving up (a collision is already ~2^-96).
+const MAX_ID_ATTEMPTS: usize = 64;
+
+/// Mints a link for validated `link.create` params (03 §9.4, 02 §12). `is_taken` reports ids
+/// that are pending, tombstoned or live; such ids and ids starting with `-` are re-rolled.
+/// `default_ttl` is `linkTtlSeconds`.
+pub fn mint(
+    params: &LinkCreateParams,
+    env: &dyn LinkEnvironment,
+    default_ttl: u32,
+    now_unix_ms: u64,
+    is_taken: impl Fn(&str) -> bool,
+) -> Result<MintedLink, LinkError> {
+    let transport = params.transport();
+    let (address, port) = match transport {
+        Transport::Native => {
+            // The re-mint check runs on every native `link.create`, override or not.
+            let advertised = env.native_address(now_unix_ms)?;
+            (
+                params.address_override.unwrap_or(advertised),
+                env.wss_port(),
+            )
+        }
+        // Web links always carry loopback and the web port (02 §5.3).
+        Transport::Web => (IpAddr::V4(Ipv4Addr::LOCALHOST), env.web_port()),
+    };
+    let id = mint_session_id(is_taken)?;
+    let token = ClaimToken::from_bytes(random_bytes::<TOKEN_BYTES>()?);
+    let ttl = u64::from(params.ttl_seconds.unwrap_or(default_ttl));
+    let expires_at = now_unix_ms / 1000 + ttl;
+    let payload = BootstrapPayload {
+        address,
+        port,
+        session_id: id.clone(),
+        token: token.clone(),
+        expires_at,
+    };
+    let deep_link_payload = payload.encode()?;
+    let result = LinkCreateResult {
+        session_id: id.clone(),
+        transport,
+        deep_link_payload,
+        endpoint: Endpoint {
+            // An IPv4-mapped address travels as IPv4 (02 §4.4); report what the payload holds.
+            address: address.to_canonical().to_string(),
+            port,
+            family: payload.family(),
+        },
+        expires_at,
+        pin: env.pin(),
+    };
+    let link = PendingLink {
+        transport,
+        token,
+        expires_at,
+        created_at_ms: now_unix_ms,
+        failures: 0,
+        timer: None,
+    };
+    Ok(MintedLink { id, link, result })
+}
+
+/// A fresh session id: 12 CSPRNG bytes, re-rolled when it starts with `-` or is taken.
+pub fn mint_session_id(is_taken: impl Fn(&str) -> bool) -> Result<String, LinkError> {
+    for _ in 0..MAX_ID_ATTEMPTS {
+        if let Some(id) = SessionId::from_random_bytes(random_bytes::<SESSION_ID_BYTES>()?)
+            && !is_taken(id.as_str())
+        {
+            return Ok(id.to_string());
+        }
+    }
+    Err(LinkError::IdSpace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use appduct_protocol::bootstrap;
+
+    fn params(v: serde_json::Value) -> LinkCreateParams {
+        LinkCreateParams::validate(Some(&v)).unwrap()
+    }
+
+    fn minted(v: serde_json::Value) -> MintedLink {
+        mint(
+            &params(v),
+            &StaticLinkEnv::default(),
+            300,
+            1_764_493_923_999,
+            |_| false,
+        )
+        .unwrap()
+    }
+
+    fn token_of(m: &MintedLink) -> String {
+        bootstrap::decode(&m.result.deep_link_payload)
+            .unwrap()
+            .token
+            .to_base64url()
+    }
+
+    #[test]
+    fn random_bytes_differ_between_calls() {
+        let a = random_bytes::<32>().unwrap();
+        let b = random_bytes::<32>().unwrap();
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn native_link_carries_the_advertised_address_and_wss_port() {
+        let m = minted(serde_json::json!({}));
+        let r = &m.result;
+        assert_eq!(r.session_id.len(), 16);
+        assert!(SessionId::parse(&r.session_id).is_ok());
+        assert_eq!(r.transport, Transport::Native);
+        assert_eq!(
+            r.expires_at,
+            1_764_493_923 + 300,
+            "floor(now_ms/1000) + ttl"
+        );
+        assert_eq!(
+            r.endpoint,
+            Endpoint {
+                address: "192.168.1.20".into(),
+                port: 8443,
+                family: 4
+            }
+        );
+        assert_eq!(r.pin, StaticLinkEnv::default().pin);
+        let decoded = bootstrap::decode(&r.deep_link_payload).unwrap();
+        assert_eq!(decoded.session_id, r.session_id);
+        assert_eq!(decoded.port, 8443);
+        assert_eq!(decoded.expires_at, r.expires_at);
+        assert_eq!(m.link.created_at_ms, 1_764_493_923_999);
+        assert!(!format!("{m:?}").contains(&token_of(&m)));
+    }
+
+    #[test]
+    fn override_ttl_and_web_transport() {
+        let m = minted(serde_json::json!({"ttlSeconds": 5, "addressOverride": "fd00::1"}));
+        assert_eq!(m.result.expires_at, 1_764_493_923 + 5);
+        assert_eq!(m.result.endpoint.address, "fd00::1");
+        assert_eq!(m.result.endpoint.family, 6);
+        let m = minted(serde_json::json!({"addressOverride": "::ffff:10.0.0.1"}));
+        assert_eq!(m.result.endpoint.address, "10.0.0.1");
+        assert_eq!(m.result.endpoint.family, 4);
+        let m = minted(serde_json::json!({"transport": "web"}));
+        assert_eq!(m.result.transport, Transport::Web);
+        assert_eq!(m.result.endpoint.address, "127.0.0.1");
+        assert_eq!(m.result.endpoint.port, 53120);
+        assert_eq!(m.link.transport, Transport::Web);
+    }
+
+    #[test]
+    fn taken_ids_are_rerolled_and_an_exhausted_space_fails() {
+        let first = mint_session_id(|_| false).unwrap();
+        let taken = first.clone();
+        let calls = std::cell::Cell::new(0);
+        let id = mint_session_id(|id| {
+            calls.set(calls.get() + 1);
+            calls.get() == 1 || id == taken
+        })
+        .unwrap();
+        assert_ne!(id, first);
+        assert!(calls.get() >= 2);
+        assert!(!id.starts_with('-'));
+        assert_eq!(mint_session_id(|_| true), Err(LinkError::IdSpace));
+    }
+
+    #[test]
+    fn wrong_transport_is_not_counted_and_the_fifth_failure_burns() {
+        let m = minted(serde_json::json!({}));
+        let token = token_of(&m);
+        let mut table = LinkTable::new();
+        table.insert(m.id.clone(), m.link);
+        let id = m.id.as_str();
+        assert_eq!(table.pending_count(), 1);
+        for _ in 0..10 {
+            assert_eq!(
+                table.check_claim(id, Transport::Web, &token),
+                ClaimCheck::WrongTransport
+            );
+        }
+        for n in 1..MAX_FAILED_CLAIMS {
+            assert_eq!(
+                table.check_claim(id, Transport::Native, "not-a-token"),
+                ClaimCheck::InvalidToken
+            );
+            assert_eq!(table.get(id).map(PendingLink::failures), Some(n));
+        }
+        assert_eq!(
+            table.check_claim(id, Transport::Native, &token),
+            ClaimCheck::Valid,
+            "the 1st to 4th failures leave it claimable"
+        );
+        assert_eq!(
+            table.check_claim(id, Transport::Native, "AAAA"),
+            ClaimCheck::Burned
+        );
+        assert_eq!(
+            table.check_claim(id, Transport::Native, &token),
+            ClaimCheck::NotFound
+        );
+        assert_eq!(table.pending_count(), 0);
+        assert!(!table.knows(id));
+    }
+
+    #[test]
+    fn expiry_tombstones_then_forgets() {
+        let m = minted(serde_json::json!({}));
+        let token = token_of(&m);
+        let mut table = LinkTable::new();
+        table.insert(m.id.clone(), m.link);
+        assert!(table.expire(&m.id));
+        assert!(!table.expire(&m.id));
+        assert_eq!(table.pending_count(), 0, "tombstones are not pending links");
+        assert!(table.knows(&m.id));
+        assert_eq!(
+            table.check_claim(&m.id, Transport::Native, &token),
+            ClaimCheck::Tombstone
+        );
+        assert!(table.forget(&m.id));
+        assert_eq!(
+            table.check_claim(&m.id, Transport::Native, &token),
+            ClaimCheck::NotFound
+        );
+    }
+
+    #[test]
+    fn daemon_env_remints_the_leaf_when_the_advertised_address_changes() {
+        use crate::seams::StaticAddresses;
+        use crate::tls::HostKey;
+        let dir = tempfile::tempdir().unwrap();
+        let (key, _) = HostKey::load_or_generate(&dir.path().join("key.pem"), true).unwrap();
+        let now = 1_764_493_923_000;
+        let first: IpAddr = "192.168.1.20".parse().unwrap();
+        let tls = Arc::new(TlsState::new(key, first, now).unwrap());
+        let addresses = StaticAddresses::new([first]);
+        let env = DaemonLinkEnv::new(
+            Arc::clone(&tls),
+            Arc::new(addresses.clone()),
+            None,
+            8443,
+            5000,
+        );
+        assert_eq!(env.pin(), tls.pin().to_string());
+        let leaf = tls.leaf();
+        let m = mint(&params(serde_json::json!({})), &env, 300, now, |_| false).unwrap();
+        assert_eq!(m.result.endpoint.address, "192.168.1.20");
+        assert!(Arc::ptr_eq(&leaf, &tls.leaf()), "same address: no re-mint");
+
+        let second: IpAddr = "10.0.0.7".parse().unwrap();
+        addresses.set([second]);
+        // Even a link with an override re-runs the check against the advertised address.
+        let m = mint(
+            &params(serde_json::json!({"addressOverride": "127.0.0.1"})),
+            &env,
+            300,
+            now,
+            |_| false,
+        )
+        .unwrap();
+        assert_eq!(m.result.endpoint.address, "127.0.0.1");
+        assert_eq!(tls.leaf().advertised_ip(), second);
+        assert_eq!(env.advertised().address, second);
+
+        // `advertisedIp` wins over detection; web links skip the check and use loopback.
+        let configured = DaemonLinkEnv::new(tls, Arc::new(addresses), Some(first), 8443, 5000);
+        assert_eq!(configured.native_address(now).unwrap(), first);
+        let web = mint(
+            &params(serde_json::json!({"transport": "web"})),
+            &configured,
+            300,
+            now,
+            |_| false,
+        )
+        .unwrap();
+        assert_eq!(web.result.endpoint.port, 5000);
+    }
+
+    #[test]
+    fn take_and_revoke_consume_the_link() {
+        let mut table = LinkTable::new();
+        let a = minted(serde_json::json!({}));
+        let b = minted(serde_json::json!({}));
+        let (ida, idb) = (a.id.clone(), b.id.clone());
+        table.insert(ida.clone(), a.link);
+        table.insert(idb.clone(), b.link);
+        assert!(table.take(&ida).is_some());
+        assert!(table.take(&ida).is_none());
+        assert!(table.revoke(&idb).is_some());
+        assert!(!table.is_pending(&idb));
+        assert!(!table.knows(&idb));
+    }
+}

@@ -1,1 +1,699 @@
-//! (filled by the daemon core issue)
+//! The session engine (02 §8–§15, 03 §7–§9): every device connection from accept to close, the
+//! session state machine (T1–T18), pending links, registries, aliases, and the queries the
+//! control plane answers from them.
+//!
+//! All state lives under one lock ([`Inner::state`]), so a claim sees links and sessions in one
+//! step and every transition is atomic with its bus event. Nothing awaits under the lock. Lock
+//! order: engine state → call router → bus. Timers (link TTL, tombstones, grace, keepalive,
+//! pre-claim) are tokio timers, so tests run them with a paused clock; wall-clock values
+//! (`createdAt`, `expiresAt`, event `ts`) come from the [`Clock`] seam.
+//!
+//! Calls are a separate module. It plugs in through [`CallRouter`], which receives the app's
+//! call frames and the transitions that end a session's in-flight calls, and writes frames with
+//! [`SessionManager::send_to_session`].
+
+mod alias;
+mod connection;
+mod transitions;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::Duration;
+
+use appduct_protocol::close::CloseReason;
+use appduct_protocol::control::{
+    Device, EventData, LinkCreateParams, LinkCreateResult, LinkCreatedData, PreviousState,
+    RevokeResult, RevokedKind, SessionRevokedData, SessionState, SessionSummary, SuspendReason,
+    Transport,
+};
+use appduct_protocol::descriptor::{EventDescriptor, ToolDescriptor};
+use appduct_protocol::errors::ErrorType;
+use appduct_protocol::frames::{
+    DaemonFrame, FrameTooLarge, ToolCallProgress, ToolError, ToolResult, check_outgoing_size,
+};
+use appduct_protocol::ids::ResumeToken;
+use appduct_protocol::jsonrpc::ErrorObject;
+use appduct_protocol::limits::{self};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, watch};
+use tokio::task::{AbortHandle, JoinHandle};
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::device_socket::{DeviceSender, DeviceSocket};
+use crate::events::EventBus;
+use crate::links::{self, LinkEnvironment, LinkTable};
+use crate::listener;
+use crate::seams::Clock;
+
+// ---------------------------------------------------------------------------------------------
+// Public types
+// ---------------------------------------------------------------------------------------------
+
+/// Engine settings taken from `config.json` (01 §5.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// `keepaliveIntervalSeconds`: ping period after the ack, sent in the ack.
+    pub keepalive_interval_s: u32,
+    /// `graceSeconds`: how long a suspended session waits for a resume, sent in the ack.
+    pub grace_s: u32,
+    /// `linkTtlSeconds`: default `ttlSeconds` of `link.create`.
+    pub link_ttl_s: u32,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            keepalive_interval_s: limits::DEFAULT_KEEPALIVE_INTERVAL_S,
+            grace_s: limits::DEFAULT_GRACE_S,
+            link_ttl_s: limits::DEFAULT_LINK_TTL_S,
+        }
+    }
+}
+
+impl EngineOptions {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            keepalive_interval_s: config.keepalive_interval_seconds,
+            grace_s: config.grace_seconds,
+            link_ttl_s: config.link_ttl_seconds,
+        }
+    }
+}
+
+impl From<listener::Transport> for Transport {
+    fn from(t: listener::Transport) -> Self {
+        match t {
+            listener::Transport::Native => Transport::Native,
+            listener::Transport::Web => Transport::Web,
+        }
+    }
+}
+
+/// An app frame about a call, matched by wire id in the calls module (03 §10.2).
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallFrame {
+    Result(ToolResult),
+    Error(ToolError),
+    Progress(ToolCallProgress),
+}
+
+impl CallFrame {
+    /// The wire id the frame names.
+    pub fn wire_id(&self) -> &str {
+        match self {
+            Self::Result(f) => &f.id,
+            Self::Error(f) => &f.id,
+            Self::Progress(f) => &f.id,
+        }
+    }
+}
+
+/// A transition that ends the in-flight calls of a session (02 §15, 04 §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallsEnded {
+    /// T10: `session_suspended`, with the background message for `app_backgrounded`.
+    Suspended(SuspendReason),
+    /// T11: a resume replaced the open socket; `session_suspended`.
+    Replaced,
+    /// T17: `unknown_session`.
+    Revoked,
+    /// T16: `unknown_session` (normally none remain).
+    Expired,
+    /// T18: `session_not_active`, reason `daemon_shutdown`.
+    Shutdown,
+}
+
+/// The calls module's hooks into the engine.
+///
+/// Both hooks run under the engine lock, right after the transition's bus event, so a call the
+/// router registered before [`SessionManager::send_to_session`] can never miss the transition
+/// that fails it. Implementations must therefore not call the [`SessionManager`] from a hook,
+/// and must not hold their own locks while calling it. With no router installed, call frames
+/// are dropped (they cannot match a call in flight).
+pub trait CallRouter: Send + Sync {
+    /// A `tool_result`, `tool_error` or `tool_call_progress` from the session's current socket.
+    fn on_call_frame(&self, session_id: &str, frame: CallFrame);
+    /// Every call in flight on `session_id` must now fail as `why` says.
+    fn on_session_ended_calls(&self, session_id: &str, why: CallsEnded);
+}
+
+/// Why [`SessionManager::send_to_session`] did not write a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SendFailure {
+    #[error("the session is not live")]
+    UnknownSession,
+    #[error("the session is suspended ({0})")]
+    Suspended(SuspendReason),
+    #[error("the session's socket closed before the frame was written")]
+    NotActive,
+    #[error(transparent)]
+    TooLarge(#[from] FrameTooLarge),
+}
+
+/// A live session a selector resolved to (03 §7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSession {
+    pub session_id: String,
+    pub alias: String,
+    pub state: SessionState,
+    /// Set while suspended.
+    pub suspend_reason: Option<SuspendReason>,
+}
+
+/// `2026-11-30T09:12:03.120Z`: ISO 8601 UTC with milliseconds (03 §8.1).
+pub fn format_timestamp_ms(unix_ms: u64) -> String {
+    let nanos = i128::from(unix_ms) * 1_000_000;
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// State
+// ---------------------------------------------------------------------------------------------
+
+/// Where a live session's socket stands.
+enum Socket {
+    /// ACTIVE: acked on connection `conn`.
+    Attached { conn: u64, sender: DeviceSender },
+    /// SUSPENDED: the grace timer runs; `epoch` tells a stale timer apart.
+    Suspended {
+        since_ms: u64,
+        reason: SuspendReason,
+        epoch: u64,
+        grace: AbortHandle,
+    },
+}
+
+struct Session {
+    alias: String,
+    transport: Transport,
+    device: Device,
+    created_at_ms: u64,
+    claimed_at_ms: u64,
+    resume_token: ResumeToken,
+    socket: Socket,
+    /// By name, so listings come out in code-point order.
+    tools: BTreeMap<String, ToolDescriptor>,
+    events: BTreeMap<String, EventDescriptor>,
+}
+
+impl Session {
+    fn is_attached(&self, conn: u64) -> bool {
+        matches!(self.socket, Socket::Attached { conn: c, .. } if c == conn)
+    }
+
+    fn state(&self) -> (SessionState, Option<SuspendReason>) {
+        match &self.socket {
+            Socket::Attached { .. } => (SessionState::Active, None),
+            Socket::Suspended { reason, .. } => (SessionState::Suspended, Some(*reason)),
+        }
+    }
+
+    fn summary(&self, id: &str) -> SessionSummary {
+        let (state, suspend_reason) = self.state();
+        let suspended_at = match &self.socket {
+            Socket::Suspended { since_ms, .. } => Some(format_timestamp_ms(*since_ms)),
+            Socket::Attached { .. } => None,
+        };
+        SessionSummary {
+            session_id: id.to_owned(),
+            alias: self.alias.clone(),
+            state,
+            transport: self.transport,
+            device: self.device.clone(),
+            created_at: format_timestamp_ms(self.created_at_ms),
+            claimed_at: format_timestamp_ms(self.claimed_at_ms),
+            suspended_at,
+            suspend_reason,
+            tool_count: self.tools.len() as u64,
+            event_count: self.events.len() as u64,
+        }
+    }
+
+    fn resolved(&self, id: &str) -> ResolvedSession {
+        let (state, suspend_reason) = self.state();
+        ResolvedSession {
+            session_id: id.to_owned(),
+            alias: self.alias.clone(),
+            state,
+            suspend_reason,
+        }
+    }
+}
+
+/// A connection's control: how others ask it to close, and its sender for a last terminate.
+struct ConnCtl {
+    stop: watch::Sender<Option<CloseReason>>,
+    sender: DeviceSender,
+}
+
+#[derive(Default)]
+struct State {
+    links: LinkTable,
+    sessions: HashMap<String, Session>,
+    conns: HashMap<u64, ConnCtl>,
+    /// Connection ids and suspension epochs.
+    next_id: u64,
+    shutting_down: bool,
+}
+
+impl State {
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn stop_connection(&self, conn: u64, reason: CloseReason) {
+        if let Some(ctl) = self.conns.get(&conn) {
+            ctl.stop.send_replace(Some(reason));
+        }
+    }
+
+    /// Live sessions in `sessions.list` order: `createdAt`, then session id (03 §9.5).
+    fn ordered(&self) -> Vec<(&String, &Session)> {
+        let mut all: Vec<_> = self.sessions.iter().collect();
+        all.sort_by(|(ia, a), (ib, b)| {
+            a.created_at_ms
+                .cmp(&b.created_at_ms)
+                .then_with(|| ia.cmp(ib))
+        });
+        all
+    }
+
+    /// Selector resolution of 03 §7 over live sessions.
+    fn resolve(&self, selector: Option<&str>) -> Result<(&String, &Session), ErrorObject> {
+        let Some(selector) = selector else {
+            let live = self.ordered();
+            return match live.as_slice() {
+                [] => Err(ErrorObject::application(
+                    ErrorType::NoSession,
+                    "No app session is connected; create a link and open it in the app first",
+                )),
+                [one] => Ok(*one),
+                many => {
+                    let aliases: Vec<&str> = many.iter().map(|(_, s)| s.alias.as_str()).collect();
+                    let sessions: Vec<Value> = many
+                        .iter()
+                        .map(|(id, s)| json!({"sessionId": id, "alias": s.alias}))
+                        .collect();
+                    Err(ErrorObject::application(
+                        ErrorType::AmbiguousSession,
+                        format!(
+                            "{} sessions are connected ({}); choose one with a selector",
+                            many.len(),
+                            aliases.join(", ")
+                        ),
+                    )
+                    .with_details(json!({ "sessions": sessions })))
+                }
+            };
+        };
+        let len = selector.chars().count();
+        if !(1..=appduct_protocol::control::MAX_SELECTOR_LEN).contains(&len) {
+            return Err(appduct_protocol::control::ParamError::invalid(
+                "selector",
+                "must be a string of 1 to 128 characters",
+            )
+            .into());
+        }
+        if let Some((id, session)) = self.sessions.get_key_value(selector) {
+            return Ok((id, session));
+        }
+        if let Some(found) = self.sessions.iter().find(|(_, s)| s.alias == selector) {
+            return Ok(found);
+        }
+        if self.links.is_pending(selector) {
+            return Err(ErrorObject::application(
+                ErrorType::UnknownSession,
+                format!("Session \"{selector}\" is a link that has not been claimed yet"),
+            )
+            .with_details(json!({"selector": selector, "pending": true})));
+        }
+        Err(ErrorObject::application(
+            ErrorType::UnknownSession,
+            format!("No connected session matches \"{selector}\""),
+        )
+        .with_details(json!({ "selector": selector })))
+    }
+}
+
+/// The engine behind every [`SessionManager`] clone.
+struct Inner {
+    options: EngineOptions,
+    bus: EventBus,
+    clock: Arc<dyn Clock>,
+    link_env: Arc<dyn LinkEnvironment>,
+    router: RwLock<Option<Arc<dyn CallRouter>>>,
+    state: Mutex<State>,
+    /// Notified whenever a connection ends (shutdown waits for all of them).
+    conn_ended: Notify,
+    this: Weak<Inner>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The manager
+// ---------------------------------------------------------------------------------------------
+
+/// Mint attempts in one `link.create` when a fresh id is taken between minting and inserting.
+const MAX_MINT_ROUNDS: usize = 8;
+
+/// The session engine. Cheap to clone; clones share one engine.
+#[derive(Clone)]
+pub struct SessionManager {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for SessionManager {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let st = self.inner.state();
+        f.debug_struct("SessionManager")
+            .field("options", &self.inner.options)
+            .field("sessions", &st.sessions.len())
+            .field("pending_links", &st.links.pending_count())
+            .field("connections", &st.conns.len())
+            .field("shutting_down", &st.shutting_down)
+            .finish()
+    }
+}
+
+impl SessionManager {
+    pub fn new(
+        options: EngineOptions,
+        bus: EventBus,
+        clock: Arc<dyn Clock>,
+        link_env: Arc<dyn LinkEnvironment>,
+    ) -> Self {
+        let inner = Arc::new_cyclic(|this| Inner {
+            options,
+            bus,
+            clock,
+            link_env,
+            router: RwLock::new(None),
+            state: Mutex::new(State::default()),
+            conn_ended: Notify::new(),
+            this: this.clone(),
+        });
+        Self { inner }
+    }
+
+    pub fn options(&self) -> EngineOptions {
+        self.inner.options
+    }
+
+    pub fn bus(&self) -> &EventBus {
+        &self.inner.bus
+    }
+
+    /// Installs (or replaces) the calls module's hooks.
+    pub fn set_router(&self, router: Arc<dyn CallRouter>) {
+        *self
+            .inner
+            .router
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(router);
+    }
+
+    /// Runs one accepted device connection until it ends: pre-claim deadline (an absolute
+    /// tokio instant: TCP accept plus the pre-claim timeout), claim or resume, frames,
+    /// keepalive, suspension. `preclaim_guard` (the listener's pre-claim slot) is dropped once
+    /// the first claim or resume has been processed or the connection ends.
+    pub async fn handle_connection<G: Send>(
+        &self,
+        socket: DeviceSocket,
+        transport: Transport,
+        claim_deadline: Instant,
+        preclaim_guard: G,
+    ) {
+        connection::run(
+            Arc::clone(&self.inner),
+            socket,
+            transport,
+            claim_deadline,
+            preclaim_guard,
+        )
+        .await;
+    }
+
+    /// [`handle_connection`](Self::handle_connection) on a new task.
+    pub fn spawn_connection<G: Send + 'static>(
+        &self,
+        socket: DeviceSocket,
+        transport: Transport,
+        claim_deadline: Instant,
+        preclaim_guard: G,
+    ) -> JoinHandle<()> {
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.handle_connection(socket, transport, claim_deadline, preclaim_guard)
+                .await;
+        })
+    }
+
+    /// `link.create` (03 §9.4, T1): mints a link, starts its TTL timer (then the tombstone
+    /// window) and emits `link_created`. Must be called within a tokio runtime.
+    pub fn create_link(&self, params: &LinkCreateParams) -> Result<LinkCreateResult, ErrorObject> {
+        let now = self.inner.clock.now_unix_ms();
+        for _ in 0..MAX_MINT_ROUNDS {
+            // Minting (and a possible leaf re-mint) runs outside the engine lock.
+            let minted = links::mint(
+                params,
+                self.inner.link_env.as_ref(),
+                self.inner.options.link_ttl_s,
+                now,
+                |id| self.inner.is_id_taken(id),
+            )?;
+            let mut st = self.inner.state();
+            if st.shutting_down {
+                return Err(ErrorObject::internal("The daemon is shutting down"));
+            }
+            if st.links.knows(&minted.id) || st.sessions.contains_key(&minted.id) {
+                // Taken between minting and now: mint again.
+                continue;
+            }
+            let id = minted.id;
+            let ttl = Duration::from_secs(minted.result.expires_at.saturating_sub(now / 1000));
+            st.links.insert(id.clone(), minted.link);
+            let weak = Arc::downgrade(&self.inner);
+            let timer_id = id.clone();
+            let timer = tokio::spawn(async move {
+                tokio::time::sleep(ttl).await;
+                match weak.upgrade() {
+                    Some(inner) if inner.expire_link(&timer_id) => {}
+                    _ => return,
+                }
+                tokio::time::sleep(ttl).await;
+                if let Some(inner) = weak.upgrade() {
+                    inner.forget_link(&timer_id);
+                }
+            });
+            st.links.set_timer(&id, timer.abort_handle());
+            self.inner.bus.emit(
+                Some(&id),
+                None,
+                EventData::LinkCreated(LinkCreatedData {
+                    expires_at: minted.result.expires_at,
+                    transport: minted.result.transport,
+                }),
+            );
+            return Ok(minted.result);
+        }
+        Err(links::LinkError::IdSpace.into())
+    }
+
+    /// `sessions.list`: live sessions by `createdAt`, then session id (03 §9.5).
+    pub fn list(&self) -> Vec<SessionSummary> {
+        let st = self.inner.state();
+        st.ordered()
+            .into_iter()
+            .map(|(id, s)| s.summary(id))
+            .collect()
+    }
+
+    /// Selector resolution (03 §7): `no_session`, `ambiguous_session` (with
+    /// `details.sessions`), or `unknown_session` (with `details.pending` for a pending link).
+    pub fn resolve(&self, selector: Option<&str>) -> Result<ResolvedSession, ErrorObject> {
+        let st = self.inner.state();
+        st.resolve(selector).map(|(id, s)| s.resolved(id))
+    }
+
+    /// `sessions.describe` (03 §9.6).
+    pub fn describe(&self, selector: Option<&str>) -> Result<SessionSummary, ErrorObject> {
+        let st = self.inner.state();
+        st.resolve(selector).map(|(id, s)| s.summary(id))
+    }
+
+    /// The summary of a live session by exact id.
+    pub fn summary(&self, session_id: &str) -> Option<SessionSummary> {
+        let st = self.inner.state();
+        st.sessions.get(session_id).map(|s| s.summary(session_id))
+    }
+
+    /// `sessions.revoke` (03 §9.7): T17 for a live session, T9 for a pending link named by its
+    /// exact id.
+    pub fn revoke(&self, selector: Option<&str>) -> Result<RevokeResult, ErrorObject> {
+        let mut st = self.inner.state();
+        let id = match st.resolve(selector) {
+            Ok((id, _)) => id.clone(),
+            Err(error) => {
+                let Some(link_id) = selector.filter(|s| st.links.is_pending(s)) else {
+                    return Err(error);
+                };
+                st.links.revoke(link_id);
+                self.inner.bus.emit(
+                    Some(link_id),
+                    None,
+                    EventData::SessionRevoked(SessionRevokedData {
+                        previous_state: PreviousState::Pending,
+                    }),
+                );
+                return Ok(RevokeResult {
+                    ok: true,
+                    session_id: link_id.to_owned(),
+                    alias: None,
+                    revoked: RevokedKind::Link,
+                });
+            }
+        };
+        let Some(session) = st.sessions.remove(&id) else {
+            return Err(ErrorObject::internal("The resolved session vanished"));
+        };
+        let previous_state = match session.socket {
+            Socket::Attached { conn, .. } => {
+                st.stop_connection(conn, CloseReason::Revoked);
+                PreviousState::Active
+            }
+            Socket::Suspended { grace, .. } => {
+                grace.abort();
+                PreviousState::Suspended
+            }
+        };
+        self.inner.bus.emit(
+            Some(&id),
+            Some(&session.alias),
+            EventData::SessionRevoked(SessionRevokedData { previous_state }),
+        );
+        self.inner.bus.close_session(&id);
+        self.inner.calls_ended(&id, CallsEnded::Revoked);
+        Ok(RevokeResult {
+            ok: true,
+            session_id: id,
+            alias: Some(session.alias),
+            revoked: RevokedKind::Session,
+        })
+    }
+
+    /// The session's tool registry by name (code-point order); also for suspended sessions.
+    pub fn tools_of(&self, session_id: &str) -> Option<Vec<ToolDescriptor>> {
+        let st = self.inner.state();
+        st.sessions
+            .get(session_id)
+            .map(|s| s.tools.values().cloned().collect())
+    }
+
+    /// One registered tool of a live session.
+    pub fn tool_of(&self, session_id: &str, name: &str) -> Option<ToolDescriptor> {
+        let st = self.inner.state();
+        st.sessions.get(session_id)?.tools.get(name).cloned()
+    }
+
+    /// The session's declared events by name (code-point order); also for suspended sessions.
+    pub fn events_of(&self, session_id: &str) -> Option<Vec<EventDescriptor>> {
+        let st = self.inner.state();
+        st.sessions
+            .get(session_id)
+            .map(|s| s.events.values().cloned().collect())
+    }
+
+    /// Live sessions (`sessionCount`).
+    pub fn session_count(&self) -> usize {
+        self.inner.state().sessions.len()
+    }
+
+    /// Claimable links (`pendingLinks`); tombstones do not count.
+    pub fn pending_links(&self) -> usize {
+        self.inner.state().links.pending_count()
+    }
+
+    /// Open device connections, claimed or not.
+    pub fn connection_count(&self) -> usize {
+        self.inner.state().conns.len()
+    }
+
+    /// Writes a daemon frame (`tool_call`, `tool_cancel`) to the session's current socket,
+    /// waiting for room in its queue. A frame over 262144 bytes is refused before anything is
+    /// sent (02 §9.4).
+    pub async fn send_to_session(
+        &self,
+        session_id: &str,
+        frame: &DaemonFrame,
+    ) -> Result<(), SendFailure> {
+        let text = frame.encode();
+        check_outgoing_size(&text)?;
+        let sender = {
+            let st = self.inner.state();
+            match st.sessions.get(session_id).map(|s| &s.socket) {
+                None => return Err(SendFailure::UnknownSession),
+                Some(Socket::Suspended { reason, .. }) => {
+                    return Err(SendFailure::Suspended(*reason));
+                }
+                Some(Socket::Attached { sender, .. }) => sender.clone(),
+            }
+        };
+        sender
+            .send_text(text)
+            .await
+            .map_err(|_| SendFailure::NotActive)
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.state().shutting_down
+    }
+
+    /// T18: refuses new connections and links, stops every link and grace timer, tells the
+    /// router, closes every device socket (claimed or not) with `1001 daemon_shutdown` and
+    /// waits at most 1 s for them to end; stragglers are terminated. All state is dropped and
+    /// no event is emitted.
+    pub async fn shutdown(&self) {
+        let deadline = Instant::now() + Duration::from_millis(limits::CLOSE_HANDSHAKE_WAIT_MS);
+        {
+            let mut st = self.inner.state();
+            st.shutting_down = true;
+            st.links.clear();
+            let sessions: Vec<(String, Session)> = st.sessions.drain().collect();
+            for ctl in st.conns.values() {
+                ctl.stop.send_replace(Some(CloseReason::DaemonShutdown));
+            }
+            for (id, session) in sessions {
+                if let Socket::Suspended { grace, .. } = session.socket {
+                    grace.abort();
+                }
+                self.inner.bus.close_session(&id);
+                self.inner.calls_ended(&id, CallsEnded::Shutdown);
+            }
+        }
+        loop {
+            let ended = self.inner.conn_ended.notified();
+            if self.inner.state().conns.is_empty() {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                break;
+            }
+        }
+        for ctl in self.inner.state().conns.values() {
+            ctl.sender.terminate();
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! One device connection from accept to close (02 §8, §9.5, §11): the pre-claim stage with its
+//! deadline, claim or resume, then the acked stage with keepalive, frame handling and every way
+//! the socket can end. Session state changes go through [`Inner`], under the engine lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use appduct_protocol::close::{self, CloseReason};
+use appduct_protocol::control::{SuspendReason, Transport};
+use appduct_protocol::frames::{AppFrame, Phase, decode_app_message};
+use appduct_protocol::limits::{CLOSE_HANDSHAKE_WAIT_MS, MAX_MISSED_PONGS};
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use super::Inner;
+use crate::device_socket::{
+    DeviceReceiver, DeviceSender, DeviceSocket, Incoming, SendError, WireMessage,
+};
+
+/// How long the engine waits for the peer's close (and for room to queue its own) after closing.
+const CLOSE_WAIT: Duration = Duration::from_millis(CLOSE_HANDSHAKE_WAIT_MS);
+
+/// Unregisters the connection when its task ends, however it ends.
+struct Registration {
+    inner: Arc<Inner>,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.inner.unregister_connection(self.id);
+    }
+}
+
+struct Connection {
+    inner: Arc<Inner>,
+    id: u64,
+    transport: Transport,
+    receiver: DeviceReceiver,
+    sender: DeviceSender,
+    /// Set by whoever takes the socket away (resume elsewhere, revoke, shutdown): the close to
+    /// send. The session is already detached from this connection by then.
+    stop: watch::Receiver<Option<CloseReason>>,
+}
+
+/// Runs one connection to its end. `guard` (the pre-claim slot) is dropped once the first
+/// message has been processed or the connection ends.
+pub(super) async fn run<G>(
+    inner: Arc<Inner>,
+    socket: DeviceSocket,
+    transport: Transport,
+    claim_deadline: Instant,
+    guard: G,
+) {
+    let (mut receiver, sender) = socket.split();
+    let Some((id, stop)) = inner.register_connection(&sender) else {
+        drop(guard);
+        close_and_drain(&sender, &mut receiver, CloseReason::DaemonShutdown).await;
+        return;
+    };
+    let _registration = Registration {
+        inner: Arc::clone(&inner),
+        id,
+    };
+    let mut conn = Connection {
+        inner,
+        id,
+        transport,
+        receiver,
+        sender,
+        stop,
+    };
+    let acked = conn.pre_ack(claim_deadline, guard).await;
+    if let Some(session_id) = acked {
+        conn.acked(&session_id).await;
+    }
+}
+
+/// Resolves with the close reason once a stop is requested; never if the control is gone.
+async fn stopped(stop: &mut watch::Receiver<Option<CloseReason>>) -> CloseReason {
+    loop {
+        if let Some(reason) = *stop.borrow_and_update() {
+            return reason;
+        }
+        if stop.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Queues a close frame, terminating instead when it cannot even be queued in time.
+async fn send_close(sender: &DeviceSender, reason: CloseReason) {
+    if tokio::time::timeout(CLOSE_WAIT, sender.close(reason))
+        .await
+        .is_err()
+    {
+        sender.terminate();
+    }
+}
+
+/// Sends a close frame, then waits at most [`CLOSE_WAIT`] for the peer's close before the
+/// connection is dropped (02 §8).
+async fn close_and_drain(
+    sender: &DeviceSender,
+    receiver: &mut DeviceReceiver,
+    reason: CloseReason,
+) {
+    send_close(sender, reason).await;
+    drain(receiver).await;
+}
+
+/// Discards input until the connection ends, at most [`CLOSE_WAIT`].
+async fn drain(receiver: &mut DeviceReceiver) {
+    let _ = tokio::time::timeout(CLOSE_WAIT, async {
+        while !matches!(receiver.recv().await, Incoming::Ended(_)) {}
+    })
+    .await;
+}
+
+impl Connection {
+    async fn close(&mut self, reason: CloseReason) {
+        close_and_drain(&self.sender, &mut self.receiver, reason).await;
+    }
+
+    /// Answers a ping without letting a peer that never reads stall this task for long.
+    async fn pong(&self, payload: Vec<u8>) {
+        let _ = tokio::time::timeout(CLOSE_WAIT, self.sender.pong(payload)).await;
+    }
+
+    /// Until a valid claim or resume is acked (`Some(session_id)`) or the connection is done.
+    /// The pre-claim slot is released as soon as the outcome is known, before any close wait.
+    async fn pre_ack<G>(&mut self, deadline: Instant, guard: G) -> Option<String> {
+        let mut guard = Some(guard);
+        loop {
+            let item = tokio::select! {
+                biased;
+                reason = stopped(&mut self.stop) => {
+                    drop(guard.take());
+                    self.close(reason).await;
+                    return None;
+                }
+                _ = tokio::time::sleep_until(deadline) => {
+                    drop(guard.take());
+                    self.close(CloseReason::PreClaimTimeout).await;
+                    return None;
+                }
+                item = self.receiver.recv() => item,
+            };
+            if !matches!(
+                item,
+                Incoming::Message(WireMessage::Ping(_) | WireMessage::Pong(_))
+            ) {
+                // The first message decides the outcome (or the connection ended).
+                drop(guard.take());
+            }
+            let rejected = match item {
+                Incoming::Message(WireMessage::Text(text)) => {
+                    let outcome = match decode_app_message(&text, Phase::PreAck) {
+                        Err(rejection) => Err(rejection.reason),
+                        Ok(AppFrame::SessionClaim(claim)) => {
+                            self.inner
+                                .claim(self.id, &self.sender, &claim, self.transport)
+                        }
+                        Ok(AppFrame::SessionResume(resume)) => {
+                            self.inner
+                                .resume(self.id, &self.sender, &resume, self.transport)
+                        }
+                        Ok(_) => Err(CloseReason::ExpectedClaimOrResume),
+                    };
+                    match outcome {
+                        Ok(session_id) => return Some(session_id),
+                        Err(reason) => reason,
+                    }
+                }
+                Incoming::Message(WireMessage::Binary(_)) => CloseReason::BinaryFrameNotSupported,
+                Incoming::TooBig { .. } => CloseReason::MessageTooBig,
+                Incoming::Message(WireMessage::Ping(payload)) => {
+                    self.pong(payload).await;
+                    continue;
+                }
+                Incoming::Message(WireMessage::Pong(_)) => continue,
+                Incoming::Message(WireMessage::Close(..)) => {
+                    drain(&mut self.receiver).await;
+                    return None;
+                }
+                Incoming::Ended(_) => return None,
+            };
+            self.close(rejected).await;
+            return None;
+        }
+    }
+
+    /// The acked stage: frames, keepalive, and suspension when the socket goes (T10).
+    async fn acked(&mut self, session_id: &str) {
+        let period = self.inner.keepalive_interval();
+        let mut ticker = tokio::time::interval_at(Instant::now() + period, period);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut awaiting_pong = false;
+        let mut missed = 0u32;
+        loop {
+            let item = tokio::select! {
+                biased;
+                reason = stopped(&mut self.stop) => {
+                    self.close(reason).await;
+                    return;
+                }
+                _ = ticker.tick() => {
+                    if awaiting_pong {
+                        missed += 1;
+                        if missed >= MAX_MISSED_PONGS {
+                            // No close frame: the peer is not answering anyway (02 §8).
+                            self.sender.terminate();
+                            self.suspend(session_id, SuspendReason::ConnectionLost);
+                            return;
+                        }
+                    }
+                    if let Err(SendError::Closed) = self.sender.try_ping(Vec::new()) {
+                        self.suspend(session_id, SuspendReason::ConnectionLost);
+                        return;
+                    }
+                    awaiting_pong = true;
+                    continue;
+                }
+                item = self.receiver.recv() => item,
+            };
+            let rejected = match item {
+                Incoming::Message(WireMessage::Text(text)) => {
+                    let phase = Phase::Acked { session_id };
+                    match decode_app_message(&text, phase) {
+                        Err(rejection) => rejection.reason,
+                        Ok(frame) => match self.inner.apply(self.id, session_id, frame) {
+                            Ok(()) => continue,
+                            Err(reason) => reason,
+                        },
+                    }
+                }
+                Incoming::Message(WireMessage::Binary(_)) => CloseReason::BinaryFrameNotSupported,
+                Incoming::TooBig { .. } => CloseReason::MessageTooBig,
+                Incoming::Message(WireMessage::Ping(payload)) => {
+                    self.pong(payload).await;
+                    continue;
+                }
+                Incoming::Message(WireMessage::Pong(_)) => {
+                    awaiting_pong = false;
+                    missed = 0;
+                    continue;
+                }
+                Incoming::Message(WireMessage::Close(code, reason)) => {
+                    let why = if code == Some(close::GOING_AWAY)
+                        && reason == CloseReason::AppBackgrounded.reason()
+                    {
+                        SuspendReason::AppBackgrounded
+                    } else {
+                        SuspendReason::ConnectionLost
+                    };
+                    self.suspend(session_id, why);
+                    drain(&mut self.receiver).await;
+                    return;
+                }
+                Incoming::Ended(_) => {
+                    self.suspend(session_id, SuspendReason::ConnectionLost);
+                    return;
+                }
+            };
+            // A daemon-side protocol close suspends the session like any socket loss.
+            send_close(&self.sender, rejected).await;
+            self.suspend(session_id, SuspendReason::ConnectionLost);
+            drain(&mut self.receiver).await;
+            return;
+        }
+    }
+
+    fn suspend(&self, session_id: &str, reason: SuspendReason) {
+        self.inner.suspend(self.id, session_id, reason);
+    }
+}

@@ -1,0 +1,425 @@
+//! The engine's state transitions under its lock (02 §11.3, §11.4, §9.5 step 7, T6, T8, T10,
+//! T16): claim, resume, applying frames, suspension, and the link and grace timers' effects.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use appduct_protocol::close::CloseReason;
+use appduct_protocol::control::{
+    Device, EventData, EventsChangedData, SessionClaimedData, SessionResumedData,
+    SessionSuspendedData, SuspendReason, ToolsChangedData, Transport,
+};
+use appduct_protocol::frames::{
+    AppFrame, DaemonFrame, EventDelta, SessionAck, SessionClaim, SessionResume, ToolDelta,
+};
+use appduct_protocol::ids::ResumeToken;
+use appduct_protocol::limits::{MAX_REGISTRY_ENTRIES, TOKEN_BYTES};
+use serde_json::Value;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use super::{
+    CallFrame, CallRouter, CallsEnded, ConnCtl, EngineOptions, Inner, Session, Socket, State, alias,
+};
+use crate::device_socket::DeviceSender;
+use crate::links::{ClaimCheck, random_bytes};
+
+fn ack_text(session_id: &str, alias: &str, token: &ResumeToken, options: &EngineOptions) -> String {
+    DaemonFrame::SessionAck(SessionAck {
+        session_id: session_id.to_owned(),
+        alias: alias.to_owned(),
+        resume_token: token.to_base64url(),
+        keepalive_interval_s: u64::from(options.keepalive_interval_s),
+        grace_s: u64::from(options.grace_s),
+        event_registry: true,
+    })
+    .encode()
+}
+
+impl Inner {
+    pub(super) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(super) fn router(&self) -> Option<Arc<dyn CallRouter>> {
+        self.router
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub(super) fn calls_ended(&self, session_id: &str, why: CallsEnded) {
+        if let Some(router) = self.router() {
+            router.on_session_ended_calls(session_id, why);
+        }
+    }
+
+    pub(super) fn keepalive_interval(&self) -> Duration {
+        Duration::from_secs(u64::from(self.options.keepalive_interval_s.max(1)))
+    }
+
+    pub(super) fn grace(&self) -> Duration {
+        Duration::from_secs(u64::from(self.options.grace_s))
+    }
+
+    /// A connection's id and stop signal; `None` once shutdown has begun.
+    pub(super) fn register_connection(
+        &self,
+        sender: &DeviceSender,
+    ) -> Option<(u64, watch::Receiver<Option<CloseReason>>)> {
+        let mut st = self.state();
+        if st.shutting_down {
+            return None;
+        }
+        let id = st.next_id();
+        let (stop, stop_rx) = watch::channel(None);
+        st.conns.insert(
+            id,
+            ConnCtl {
+                stop,
+                sender: sender.clone(),
+            },
+        );
+        Some((id, stop_rx))
+    }
+
+    pub(super) fn unregister_connection(&self, id: u64) {
+        self.state().conns.remove(&id);
+        self.conn_ended.notify_waiters();
+    }
+
+    /// The claim algorithm (02 §11.3). On success the ack is queued, the session is live and
+    /// `session_claimed` is emitted; the session id is returned.
+    pub(super) fn claim(
+        &self,
+        conn: u64,
+        sender: &DeviceSender,
+        claim: &SessionClaim,
+        transport: Transport,
+    ) -> Result<String, CloseReason> {
+        let token = ResumeToken::from_bytes(
+            random_bytes::<TOKEN_BYTES>().map_err(|_| CloseReason::InternalError)?,
+        );
+        let now = self.clock.now_unix_ms();
+        let id = claim.session_id.as_str();
+        let mut st = self.state();
+        if st.shutting_down {
+            return Err(CloseReason::DaemonShutdown);
+        }
+        match st.links.check_claim(id, transport, &claim.token) {
+            ClaimCheck::Valid => {}
+            ClaimCheck::NotFound if st.sessions.contains_key(id) => {
+                return Err(CloseReason::AlreadyClaimed);
+            }
+            ClaimCheck::NotFound => return Err(CloseReason::UnknownSession),
+            ClaimCheck::Tombstone => return Err(CloseReason::LinkExpired),
+            ClaimCheck::WrongTransport => return Err(CloseReason::WrongTransport),
+            ClaimCheck::InvalidToken => return Err(CloseReason::InvalidToken),
+            ClaimCheck::Burned => return Err(CloseReason::ClaimAttemptsExceeded),
+        }
+        let alias = alias::assign(
+            claim.device.model.as_deref(),
+            st.sessions.values().map(|s| s.alias.as_str()),
+        );
+        // Queued before the session becomes visible, so no tool_call can overtake the ack. A
+        // socket that cannot take it is gone; the link then stays claimable.
+        sender
+            .try_send_text(ack_text(id, &alias, &token, &self.options))
+            .map_err(|_| CloseReason::SendFailed)?;
+        let Some(link) = st.links.take(id) else {
+            return Err(CloseReason::UnknownSession);
+        };
+        let device = Device {
+            manufacturer: claim.device.manufacturer.clone(),
+            model: claim.device.model.clone(),
+            os: claim.device.os.clone(),
+        };
+        st.sessions.insert(
+            id.to_owned(),
+            Session {
+                alias: alias.clone(),
+                transport,
+                device: device.clone(),
+                created_at_ms: link.created_at_ms,
+                claimed_at_ms: now,
+                resume_token: token,
+                socket: Socket::Attached {
+                    conn,
+                    sender: sender.clone(),
+                },
+                tools: BTreeMap::new(),
+                events: BTreeMap::new(),
+            },
+        );
+        self.bus.open_session(id);
+        self.bus.emit(
+            Some(id),
+            Some(&alias),
+            EventData::SessionClaimed(SessionClaimedData { device, transport }),
+        );
+        Ok(id.to_owned())
+    }
+
+    /// The resume algorithm (02 §11.4): T11 or T12, or a close for T13/T14/unknown ids.
+    pub(super) fn resume(
+        &self,
+        conn: u64,
+        sender: &DeviceSender,
+        resume: &SessionResume,
+        transport: Transport,
+    ) -> Result<String, CloseReason> {
+        let token = ResumeToken::from_bytes(
+            random_bytes::<TOKEN_BYTES>().map_err(|_| CloseReason::InternalError)?,
+        );
+        let id = resume.session_id.as_str();
+        let mut st = self.state();
+        if st.shutting_down {
+            return Err(CloseReason::DaemonShutdown);
+        }
+        let Some(session) = st.sessions.get_mut(id) else {
+            // A pending link, an unknown or a forgotten id (project decision for pending).
+            return Err(CloseReason::UnknownSession);
+        };
+        if session.transport != transport {
+            return Err(CloseReason::WrongTransport);
+        }
+        if !session.resume_token.matches(&resume.resume_token) {
+            return Err(CloseReason::InvalidResumeToken);
+        }
+        sender
+            .try_send_text(ack_text(id, &session.alias, &token, &self.options))
+            .map_err(|_| CloseReason::SendFailed)?;
+        // The previous token stops working the moment the new one is issued.
+        session.resume_token = token;
+        let previous = std::mem::replace(
+            &mut session.socket,
+            Socket::Attached {
+                conn,
+                sender: sender.clone(),
+            },
+        );
+        let alias = session.alias.clone();
+        let replaced = match previous {
+            Socket::Attached { conn: old, .. } => {
+                st.stop_connection(old, CloseReason::SessionReplaced);
+                true
+            }
+            Socket::Suspended { grace, .. } => {
+                grace.abort();
+                false
+            }
+        };
+        self.bus.open_session(id);
+        self.bus.emit(
+            Some(id),
+            Some(&alias),
+            EventData::SessionResumed(SessionResumedData {
+                replaced_socket: replaced,
+            }),
+        );
+        if replaced {
+            self.calls_ended(id, CallsEnded::Replaced);
+        }
+        Ok(id.to_owned())
+    }
+
+    /// Step 7 of 02 §9.5 for a frame from connection `conn`. Frames from a connection that no
+    /// longer holds the session are dropped. `Err` is the close to send.
+    pub(super) fn apply(
+        &self,
+        conn: u64,
+        session_id: &str,
+        frame: AppFrame,
+    ) -> Result<(), CloseReason> {
+        let mut st = self.state();
+        let Some(session) = st.sessions.get_mut(session_id) else {
+            return Ok(());
+        };
+        if !session.is_attached(conn) {
+            return Ok(());
+        }
+        let alias = Some(session.alias.as_str());
+        match frame {
+            AppFrame::ToolRegistrySnapshot(snapshot) => {
+                session.tools = snapshot
+                    .tools
+                    .into_iter()
+                    .map(|t| (t.name.clone(), t))
+                    .collect();
+                self.tools_changed(session_id, session);
+            }
+            AppFrame::ToolRegistryDelta(delta) => {
+                match delta.change {
+                    ToolDelta::Upsert(tool) => {
+                        if !session.tools.contains_key(&tool.name)
+                            && session.tools.len() >= MAX_REGISTRY_ENTRIES
+                        {
+                            return Err(CloseReason::InvalidRegistry);
+                        }
+                        session.tools.insert(tool.name.clone(), tool);
+                    }
+                    ToolDelta::Remove { name } => {
+                        session.tools.remove(&name);
+                    }
+                }
+                self.tools_changed(session_id, session);
+            }
+            AppFrame::EventRegistrySnapshot(snapshot) => {
+                session.events = snapshot
+                    .events
+                    .into_iter()
+                    .map(|e| (e.name.clone(), e))
+                    .collect();
+                self.events_changed(session_id, session);
+            }
+            AppFrame::EventRegistryDelta(delta) => {
+                match delta.change {
+                    EventDelta::Upsert(event) => {
+                        if !session.events.contains_key(&event.name)
+                            && session.events.len() >= MAX_REGISTRY_ENTRIES
+                        {
+                            return Err(CloseReason::InvalidRegistry);
+                        }
+                        session.events.insert(event.name.clone(), event);
+                    }
+                    EventDelta::Remove { name } => {
+                        session.events.remove(&name);
+                    }
+                }
+                self.events_changed(session_id, session);
+            }
+            AppFrame::ToolResult(f) => self.call_frame(session_id, CallFrame::Result(f)),
+            AppFrame::ToolError(f) => self.call_frame(session_id, CallFrame::Error(f)),
+            AppFrame::ToolCallProgress(f) => self.call_frame(session_id, CallFrame::Progress(f)),
+            AppFrame::Event(event) => {
+                // Names and payloads are never checked against declarations (02 §9.5).
+                self.bus.emit_app_event(
+                    session_id,
+                    alias,
+                    event.name,
+                    event.payload.unwrap_or(Value::Null),
+                    event.ts,
+                );
+            }
+            // The acked decoder never yields these; treat them as the type error they are.
+            AppFrame::SessionClaim(_) | AppFrame::SessionResume(_) => {
+                return Err(CloseReason::UnknownMessageType);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn tools_changed(&self, id: &str, session: &Session) {
+        self.bus.emit(
+            Some(id),
+            Some(&session.alias),
+            EventData::ToolsChanged(ToolsChangedData {
+                tool_count: session.tools.len() as u64,
+            }),
+        );
+    }
+
+    pub(super) fn events_changed(&self, id: &str, session: &Session) {
+        self.bus.emit(
+            Some(id),
+            Some(&session.alias),
+            EventData::EventsChanged(EventsChangedData {
+                event_count: session.events.len() as u64,
+            }),
+        );
+    }
+
+    pub(super) fn call_frame(&self, session_id: &str, frame: CallFrame) {
+        if let Some(router) = self.router() {
+            router.on_call_frame(session_id, frame);
+        }
+    }
+
+    /// T10: the socket of `conn` is gone. A no-op when the connection no longer holds the
+    /// session (replaced, revoked, shut down).
+    pub(super) fn suspend(&self, conn: u64, session_id: &str, reason: SuspendReason) {
+        let now = self.clock.now_unix_ms();
+        let mut st = self.state();
+        if st.shutting_down {
+            return;
+        }
+        let epoch = st.next_id();
+        let Some(session) = st.sessions.get_mut(session_id) else {
+            return;
+        };
+        if !session.is_attached(conn) {
+            return;
+        }
+        let grace = self.spawn_grace_timer(session_id, epoch);
+        session.socket = Socket::Suspended {
+            since_ms: now,
+            reason,
+            epoch,
+            grace,
+        };
+        let alias = session.alias.clone();
+        self.bus.emit(
+            Some(session_id),
+            Some(&alias),
+            EventData::SessionSuspended(SessionSuspendedData { reason }),
+        );
+        self.calls_ended(session_id, CallsEnded::Suspended(reason));
+    }
+
+    pub(super) fn spawn_grace_timer(&self, session_id: &str, epoch: u64) -> AbortHandle {
+        let weak = self.this.clone();
+        let id = session_id.to_owned();
+        let grace = self.grace();
+        tokio::spawn(async move {
+            tokio::time::sleep(grace).await;
+            if let Some(inner) = weak.upgrade() {
+                inner.expire(&id, epoch);
+            }
+        })
+        .abort_handle()
+    }
+
+    /// T16: the grace window of suspension `epoch` elapsed.
+    pub(super) fn expire(&self, session_id: &str, epoch: u64) {
+        let mut st = self.state();
+        let current = matches!(
+            st.sessions.get(session_id).map(|s| &s.socket),
+            Some(Socket::Suspended { epoch: e, .. }) if *e == epoch
+        );
+        if !current {
+            return;
+        }
+        let Some(session) = st.sessions.remove(session_id) else {
+            return;
+        };
+        self.bus.emit(
+            Some(session_id),
+            Some(&session.alias),
+            EventData::SessionExpired(Default::default()),
+        );
+        self.bus.close_session(session_id);
+        self.calls_ended(session_id, CallsEnded::Expired);
+    }
+
+    /// T6: the link's TTL elapsed. `true` when it was still pending (now a tombstone).
+    pub(super) fn expire_link(&self, id: &str) -> bool {
+        let mut st = self.state();
+        if !st.links.expire(id) {
+            return false;
+        }
+        self.bus
+            .emit(Some(id), None, EventData::LinkExpired(Default::default()));
+        true
+    }
+
+    /// T8: the tombstone window elapsed.
+    pub(super) fn forget_link(&self, id: &str) {
+        self.state().links.forget(id);
+    }
+
+    pub(super) fn is_id_taken(&self, id: &str) -> bool {
+        let st = self.state();
+        st.links.knows(id) || st.sessions.contains_key(id)
+    }
+}
