@@ -44,7 +44,6 @@ use crate::config::Config;
 use crate::device_socket::{DeviceSender, DeviceSocket};
 use crate::events::EventBus;
 use crate::links::{self, LinkEnvironment, LinkTable};
-use crate::listener;
 use crate::seams::Clock;
 
 // ---------------------------------------------------------------------------------------------
@@ -78,15 +77,6 @@ impl EngineOptions {
             keepalive_interval_s: config.keepalive_interval_seconds,
             grace_s: config.grace_seconds,
             link_ttl_s: config.link_ttl_seconds,
-        }
-    }
-}
-
-impl From<listener::Transport> for Transport {
-    fn from(t: listener::Transport) -> Self {
-        match t {
-            listener::Transport::Native => Transport::Native,
-            listener::Transport::Web => Transport::Web,
         }
     }
 }
