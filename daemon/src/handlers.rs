@@ -1,1 +1,594 @@
-//! (filled by the daemon core issue)
+//! The daemon's [`ControlHandler`]: one function per control method of 03 §9, answering from the
+//! session engine, the event bus, the TLS identity and the configuration.
+//!
+//! `tools.list`, `tools.call`, `tools.cancel`, `consent.create` and `consent.take` belong to the
+//! calls module. They are routed to a [`CallsApi`] when one is installed; without one they are
+//! answered `-32603 internal_error` ("… is not available in this build") and the `daemon.hello`
+//! features that depend on them (`calls.callId`, `calls.progress`, `consent.records`,
+//! `tools.groups`) are not advertised. Reserved and unknown names never get here:
+//! [`ControlRequest::parse`] answers them `-32601` (03 §4.1, §9.15).
+//!
+//! Locking: the bus delivers subscriptions under its lock, so the subscription sinks built here
+//! only queue a line on their connection and return. A sink whose connection went over its
+//! buffer cap sees the connection close itself (a state flip inside `control_server`, which runs
+//! no hooks); the connection's own task then runs its close hooks and [`ControlHandler::on_close`],
+//! which unsubscribes. Lock order here: this handler's table → bus, never the reverse.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use appduct_protocol::control::{
+    self, AddressSource, AdvertisedAddress, AuditStatus, ControlRequest, EventNotify,
+    EventsListEntry, EventsListParams, EventsListResult, EventsLogStatus, EventsSinceParams,
+    EventsSinceResult, HelloParams, HelloResult, LinkCreateParams, LinkCreateResult, OkResult,
+    ParamError, PolicySummary, RevokeResult, SelectorParams, SessionSummary, StatusResult,
+    SubscribeParams, SubscribeResult,
+};
+use appduct_protocol::errors::ErrorType;
+use appduct_protocol::glob::Glob;
+use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
+use appduct_protocol::limits;
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::address::AddressOrigin;
+use crate::config::Policy;
+use crate::control_server::{BoxFuture, Connection, ConnectionId, ControlHandler, Reply};
+use crate::events::{EventBus, EventFilter, SinceQuery, SubscribeRequest, SubscriptionId};
+use crate::links::{DaemonLinkEnv, LinkEnvironment};
+use crate::sessions::SessionManager;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hooks for modules that plug in later
+// ---------------------------------------------------------------------------------------------
+
+/// The calls module as the control plane sees it: the five methods it owns, its counters, and
+/// its part in shutdown (04 §8.2).
+pub trait CallsApi: Send + Sync + 'static {
+    /// Handles `tools.list`, `tools.call`, `tools.cancel`, `consent.create` or `consent.take`.
+    /// Runs on the request's own task, like [`ControlHandler::handle`].
+    fn handle(
+        &self,
+        conn: &Connection,
+        id: RequestId,
+        request: ControlRequest,
+    ) -> BoxFuture<'static, Reply>;
+
+    /// Unsettled `tools.call` requests (`pendingCalls`).
+    fn pending_calls(&self) -> u64;
+
+    /// The `daemon.hello` features this module implements (from [`control::features`]).
+    fn features(&self) -> Vec<&'static str>;
+
+    /// Shutdown step 1: stop the module's own timers (deadlines, cancel grace, consent expiry).
+    fn stop_timers(&self) {}
+
+    /// Shutdown step 2: reject every pending call with `session_not_active`, reason
+    /// `daemon_shutdown`, settling each normally. Runs before the engine's own shutdown, which
+    /// then reports the same transition per session through the `CallRouter`.
+    fn reject_pending_for_shutdown(&self);
+
+    /// `daemon.status.audit`, when the module owns the audit writer.
+    fn audit_status(&self) -> Option<AuditStatus> {
+        None
+    }
+
+    /// Shutdown step 7: wait (at most `timeout`) until queued audit records are written.
+    fn flush_audit(&self, _timeout: Duration) -> BoxFuture<'static, bool> {
+        Box::pin(async { true })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shutdown switch
+// ---------------------------------------------------------------------------------------------
+
+/// Asks the daemon to stop; shared by `daemon.shutdown`, the daemon handle and signal handlers.
+#[derive(Debug, Clone)]
+pub struct ShutdownSwitch {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for ShutdownSwitch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl ShutdownSwitch {
+    pub fn new() -> Self {
+        let (tx, _) = watch::channel(false);
+        Self { tx: Arc::new(tx) }
+    }
+
+    /// Requests shutdown; idempotent.
+    pub fn request(&self) {
+        self.tx.send_replace(true);
+    }
+
+    pub fn is_requested(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    /// Resolves once shutdown was requested.
+    pub async fn requested(&self) {
+        let mut rx = self.tx.subscribe();
+        // The sender lives in `self`, so the wait cannot fail while we hold it.
+        let _ = rx.wait_for(|requested| *requested).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Context
+// ---------------------------------------------------------------------------------------------
+
+/// Facts about this daemon process reported by `daemon.hello` and `daemon.status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonIdentity {
+    pub version: String,
+    pub pid: u32,
+    /// ISO 8601 UTC with milliseconds (03 §8.1).
+    pub started_at: String,
+    pub state_dir: PathBuf,
+    /// `<state>/audit`, reported as `daemon.status.audit.path`.
+    pub audit_dir: PathBuf,
+    /// `auditRetentionDays`.
+    pub audit_retention_days: u32,
+    /// `<state>/events.log`, reported when no writer is attached.
+    pub events_log_path: PathBuf,
+}
+
+/// Everything the handlers answer from.
+pub struct HandlerContext {
+    pub identity: DaemonIdentity,
+    /// The `policy` key of `config.json`, reported by `daemon.status`.
+    pub policy: Policy,
+    pub sessions: SessionManager,
+    pub bus: EventBus,
+    /// Bound ports, advertised address and pin.
+    pub network: Arc<DaemonLinkEnv>,
+    pub calls: Option<Arc<dyn CallsApi>>,
+    pub shutdown: ShutdownSwitch,
+}
+
+impl fmt::Debug for HandlerContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerContext")
+            .field("identity", &self.identity)
+            .field("calls", &self.calls.is_some())
+            .field("shutdown", &self.shutdown.is_requested())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The features this file implements itself (03 §9.1).
+const OWN_FEATURES: &[&str] = &[
+    control::features::EVENTS_SUBSCRIBE_SINCE,
+    control::features::EVENTS_LIST,
+];
+
+// ---------------------------------------------------------------------------------------------
+// The handler
+// ---------------------------------------------------------------------------------------------
+
+/// Connections this handler has seen and their subscriptions.
+#[derive(Default)]
+struct Tracked {
+    connections: HashMap<ConnectionId, Connection>,
+    subscriptions: HashMap<ConnectionId, SubscriptionId>,
+}
+
+struct Inner {
+    ctx: HandlerContext,
+    tracked: Mutex<Tracked>,
+}
+
+/// The daemon's control handler. Cheap to clone; clones share one state.
+#[derive(Clone)]
+pub struct DaemonHandler {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for DaemonHandler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tracked = lock(&self.inner.tracked);
+        f.debug_struct("DaemonHandler")
+            .field("ctx", &self.inner.ctx)
+            .field("connections", &tracked.connections.len())
+            .field("subscriptions", &tracked.subscriptions.len())
+            .finish()
+    }
+}
+
+fn shutting_down() -> ErrorObject {
+    ErrorObject::internal("The daemon is shutting down")
+}
+
+fn not_available(method: &str) -> ErrorObject {
+    ErrorObject::internal(format!("{method} is not available in this build"))
+}
+
+fn unknown_session(session_id: &str) -> ErrorObject {
+    ErrorObject::application(
+        ErrorType::UnknownSession,
+        format!("Session {session_id} is not live (revoked or expired)"),
+    )
+    .with_details(json!({ "sessionId": session_id }))
+}
+
+fn glob(param: &str, source: Option<&str>) -> Result<Option<Glob>, ErrorObject> {
+    source
+        .map(Glob::new)
+        .transpose()
+        .map_err(|e| ParamError::invalid(param, e).into())
+}
+
+impl DaemonHandler {
+    pub fn new(ctx: HandlerContext) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                ctx,
+                tracked: Mutex::new(Tracked::default()),
+            }),
+        }
+    }
+
+    pub fn context(&self) -> &HandlerContext {
+        &self.inner.ctx
+    }
+
+    /// Open control connections that have sent at least one request.
+    pub fn connection_count(&self) -> usize {
+        lock(&self.inner.tracked).connections.len()
+    }
+
+    /// Connections with an active `events.subscribe` filter.
+    pub fn subscription_count(&self) -> usize {
+        lock(&self.inner.tracked).subscriptions.len()
+    }
+
+    /// Shutdown step 5 for every connection this handler has seen: wait (at most `drain` each,
+    /// concurrently) until what is queued is written, then close. Connections that never sent a
+    /// request have nothing queued; their owners close them.
+    pub async fn close_connections(&self, drain: Duration) {
+        let connections: Vec<Connection> = lock(&self.inner.tracked)
+            .connections
+            .values()
+            .cloned()
+            .collect();
+        let mut flushing = tokio::task::JoinSet::new();
+        for conn in connections {
+            flushing.spawn(async move {
+                if tokio::time::timeout(drain, conn.flushed()).await.is_err() {
+                    tracing::warn!(conn = %conn.id(), "control connection did not flush in time; closing");
+                }
+                conn.close();
+            });
+        }
+        while flushing.join_next().await.is_some() {}
+    }
+
+    /// Remembers `conn` so shutdown can flush and close it.
+    fn track(&self, conn: &Connection) {
+        let mut tracked = lock(&self.inner.tracked);
+        tracked
+            .connections
+            .entry(conn.id())
+            .or_insert_with(|| conn.clone());
+        drop(tracked);
+        // Closed meanwhile: `on_close` may already have run, so forget it here.
+        if !conn.is_open() {
+            self.forget(conn.id());
+        }
+    }
+
+    /// Drops everything about a closed connection and ends its subscription.
+    fn forget(&self, id: ConnectionId) {
+        let subscription = {
+            let mut tracked = lock(&self.inner.tracked);
+            tracked.connections.remove(&id);
+            tracked.subscriptions.remove(&id)
+        };
+        if let Some(subscription) = subscription {
+            self.inner.ctx.bus.unsubscribe(subscription);
+        }
+    }
+
+    async fn dispatch(self, conn: Connection, id: RequestId, request: ControlRequest) -> Reply {
+        let ctx = &self.inner.ctx;
+        if ctx.shutdown.is_requested() {
+            return match request {
+                // Asking twice is not an error.
+                ControlRequest::DaemonShutdown(_) => {
+                    Reply::from_result(Ok::<_, ErrorObject>(OkResult::default()))
+                }
+                _ => Reply::Err(shutting_down()),
+            };
+        }
+        match request {
+            ControlRequest::DaemonHello(p) => Reply::from_result(Ok(self.hello(&p))),
+            ControlRequest::DaemonStatus(_) => Reply::from_result(Ok(self.status())),
+            ControlRequest::DaemonShutdown(_) => self.shutdown(&conn, &id).await,
+            ControlRequest::LinkCreate(p) => Reply::from_result(self.link_create(&p)),
+            ControlRequest::SessionsList(_) => Reply::from_result(Ok(self.sessions_list())),
+            ControlRequest::SessionsDescribe(p) => Reply::from_result(self.sessions_describe(&p)),
+            ControlRequest::SessionsRevoke(p) => Reply::from_result(self.sessions_revoke(&p)),
+            ControlRequest::EventsList(p) => Reply::from_result(self.events_list(&p)),
+            ControlRequest::EventsSubscribe(p) => match self.events_subscribe(&conn, &id, &p) {
+                Ok(()) => Reply::AlreadySent,
+                Err(e) => Reply::Err(e),
+            },
+            ControlRequest::EventsSince(p) => Reply::from_result(self.events_since(&p)),
+            calls @ (ControlRequest::ToolsList(_)
+            | ControlRequest::ToolsCall(_)
+            | ControlRequest::ToolsCancel(_)
+            | ControlRequest::ConsentCreate(_)
+            | ControlRequest::ConsentTake(_)) => match &ctx.calls {
+                Some(api) => api.handle(&conn, id, calls).await,
+                None => Reply::Err(not_available(calls.method())),
+            },
+        }
+    }
+
+    // -- daemon.* ---------------------------------------------------------------------------
+
+    fn pending_calls(&self) -> u64 {
+        self.inner
+            .ctx
+            .calls
+            .as_ref()
+            .map_or(0, |calls| calls.pending_calls())
+    }
+
+    /// `features` in the order of 03 §9.1: ours plus whatever the calls module implements.
+    fn features(&self) -> Vec<String> {
+        let from_calls = self
+            .inner
+            .ctx
+            .calls
+            .as_ref()
+            .map(|calls| calls.features())
+            .unwrap_or_default();
+        control::features::ALL
+            .iter()
+            .filter(|f| OWN_FEATURES.contains(f) || from_calls.contains(f))
+            .map(|f| (*f).to_owned())
+            .collect()
+    }
+
+    /// `daemon.hello` (03 §9.1): touches no device and no file.
+    fn hello(&self, params: &HelloParams) -> HelloResult {
+        if let Some(client) = &params.client {
+            tracing::debug!(client = %client.name, version = %client.version, "daemon.hello");
+        }
+        let ctx = &self.inner.ctx;
+        HelloResult {
+            version: ctx.identity.version.clone(),
+            control_protocol: limits::CONTROL_PROTOCOL,
+            min_control_protocol: limits::MIN_CONTROL_PROTOCOL,
+            pid: ctx.identity.pid,
+            started_at: ctx.identity.started_at.clone(),
+            state_dir: ctx.identity.state_dir.display().to_string(),
+            features: self.features(),
+            session_count: ctx.sessions.session_count() as u64,
+            pending_links: ctx.sessions.pending_links() as u64,
+            pending_calls: self.pending_calls(),
+        }
+    }
+
+    /// `daemon.status` (03 §9.2).
+    fn status(&self) -> StatusResult {
+        let ctx = &self.inner.ctx;
+        let advertised = ctx.network.advertised();
+        let audit = ctx
+            .calls
+            .as_ref()
+            .and_then(|calls| calls.audit_status())
+            .unwrap_or_else(|| AuditStatus {
+                // No audit writer in this build: nothing was written or pruned, and the day
+                // files are not counted (omitted, never reported as 0).
+                path: ctx.identity.audit_dir.display().to_string(),
+                failed_writes: 0,
+                failed_prunes: 0,
+                retention_days: ctx.identity.audit_retention_days,
+                files: None,
+                bytes: None,
+            });
+        let events_log = ctx
+            .bus
+            .events_log_status()
+            .unwrap_or_else(|| EventsLogStatus {
+                path: ctx.identity.events_log_path.display().to_string(),
+                failed_writes: 0,
+            });
+        StatusResult {
+            version: ctx.identity.version.clone(),
+            control_protocol: limits::CONTROL_PROTOCOL,
+            pid: ctx.identity.pid,
+            started_at: ctx.identity.started_at.clone(),
+            state_dir: ctx.identity.state_dir.display().to_string(),
+            wss_port: ctx.network.wss_port(),
+            web_port: ctx.network.web_port(),
+            advertised_address: AdvertisedAddress {
+                address: advertised.address.to_string(),
+                family: advertised.family,
+                source: match advertised.source {
+                    AddressOrigin::Config => AddressSource::Config,
+                    AddressOrigin::Detected => AddressSource::Detected,
+                },
+            },
+            pinned_keys: vec![ctx.network.pin()],
+            sessions: ctx.sessions.list(),
+            pending_links: ctx.sessions.pending_links() as u64,
+            pending_calls: self.pending_calls(),
+            policy: PolicySummary {
+                default: ctx.policy.default,
+                destructive: ctx.policy.destructive,
+                tools: ctx.policy.tools.clone(),
+            },
+            audit,
+            events_log,
+        }
+    }
+
+    /// `daemon.shutdown` (03 §9.3): the reply is written and flushed before teardown starts.
+    async fn shutdown(&self, conn: &Connection, id: &RequestId) -> Reply {
+        let ok = match serde_json::to_value(OkResult::default()) {
+            Ok(ok) => ok,
+            Err(e) => return Reply::Err(ErrorObject::internal(e.to_string())),
+        };
+        if conn.respond(id, Ok(ok)) {
+            conn.flushed().await;
+        }
+        tracing::info!(conn = %conn.id(), "shutdown requested over the control socket");
+        self.inner.ctx.shutdown.request();
+        Reply::AlreadySent
+    }
+
+    // -- links and sessions -----------------------------------------------------------------
+
+    fn link_create(&self, params: &LinkCreateParams) -> Result<LinkCreateResult, ErrorObject> {
+        self.inner.ctx.sessions.create_link(params)
+    }
+
+    fn sessions_list(&self) -> Vec<SessionSummary> {
+        self.inner.ctx.sessions.list()
+    }
+
+    fn sessions_describe(&self, params: &SelectorParams) -> Result<SessionSummary, ErrorObject> {
+        self.inner.ctx.sessions.describe(params.selector.as_deref())
+    }
+
+    fn sessions_revoke(&self, params: &SelectorParams) -> Result<RevokeResult, ErrorObject> {
+        self.inner.ctx.sessions.revoke(params.selector.as_deref())
+    }
+
+    // -- events -----------------------------------------------------------------------------
+
+    /// `events.list` (03 §9.11): declared events by name, filtered by the glob, then paged.
+    fn events_list(&self, params: &EventsListParams) -> Result<EventsListResult, ErrorObject> {
+        let sessions = &self.inner.ctx.sessions;
+        let session = sessions.resolve(params.selector.as_deref())?;
+        let name = glob("name", params.name.as_deref())?;
+        let declared = sessions
+            .events_of(&session.session_id)
+            .ok_or_else(|| unknown_session(&session.session_id))?;
+        let matching: Vec<EventsListEntry> = declared
+            .into_iter()
+            .filter(|e| name.as_ref().is_none_or(|g| g.matches(&e.name)))
+            .map(|e| EventsListEntry {
+                name: e.name,
+                description: e.description,
+                payload_schema: e.payload_schema.map(serde_json::Value::Object),
+            })
+            .collect();
+        let total = matching.len() as u64;
+        let offset = params.offset.unwrap_or(0);
+        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+        let take = params
+            .limit
+            .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        let events: Vec<EventsListEntry> = matching.into_iter().skip(skip).take(take).collect();
+        let has_more = offset.saturating_add(events.len() as u64) < total;
+        Ok(EventsListResult {
+            events,
+            total,
+            has_more,
+            offset,
+        })
+    }
+
+    /// `events.subscribe` (03 §9.12, §4.3, §4.4). Under the bus lock, atomically: the previous
+    /// filter of this connection is replaced, the replay taken, the response written, then the
+    /// replay and live events follow. The response is written here, so the request answers
+    /// [`Reply::AlreadySent`] on success.
+    fn events_subscribe(
+        &self,
+        conn: &Connection,
+        id: &RequestId,
+        params: &SubscribeParams,
+    ) -> Result<(), ErrorObject> {
+        let ctx = &self.inner.ctx;
+        let bound = match params.session_selector.as_deref() {
+            Some(selector) => Some(ctx.sessions.resolve(Some(selector))?.session_id),
+            None => None,
+        };
+        let filter = EventFilter::from_params(params, bound.clone())?;
+        let sink_conn = conn.clone();
+        // Runs under the bus lock: queue one line and return. `notify` is false once the
+        // connection is closed, including when this line took it over its cap.
+        let sink = move |n: &control::EventNotification| sink_conn.notify::<EventNotify>(n);
+        let mut responded = false;
+        let subscription = {
+            let mut tracked = lock(&self.inner.tracked);
+            let replaces = tracked.subscriptions.get(&conn.id()).copied();
+            let request = SubscribeRequest {
+                filter,
+                since: params.since,
+                replaces,
+            };
+            let subscription = ctx.bus.subscribe(request, sink, |replay| {
+                // From here the connection counts as a subscriber for back-pressure (03 §4.4).
+                if !conn.set_subscribed() {
+                    return;
+                }
+                let result = SubscribeResult {
+                    ok: true,
+                    session_id: bound.clone(),
+                    replay,
+                };
+                responded = match serde_json::to_value(&result) {
+                    Ok(value) => conn.respond(id, Ok(value)),
+                    Err(e) => conn.respond(id, Err(ErrorObject::internal(e.to_string()))),
+                };
+            })?;
+            tracked.connections.insert(conn.id(), conn.clone());
+            tracked.subscriptions.insert(conn.id(), subscription);
+            subscription
+        };
+        if !conn.is_open() {
+            // Closed while subscribing: `on_close` may have run before the insert above.
+            self.forget(conn.id());
+        }
+        if !responded {
+            tracing::debug!(conn = %conn.id(), ?subscription, "subscription answered nothing: the connection closed");
+        }
+        Ok(())
+    }
+
+    /// `events.since` (03 §9.13): a page of the session's retained `app_event`s.
+    fn events_since(&self, params: &EventsSinceParams) -> Result<EventsSinceResult, ErrorObject> {
+        let ctx = &self.inner.ctx;
+        let session = ctx.sessions.resolve(params.selector.as_deref())?;
+        let query = SinceQuery {
+            since: params.since.unwrap_or(0),
+            limit: params.limit,
+            name: glob("name", params.name.as_deref())?,
+            payload_max_bytes: params.payload_max_bytes,
+        };
+        ctx.bus.events_since(&session.session_id, &query)
+    }
+}
+
+impl ControlHandler for DaemonHandler {
+    fn handle(
+        &self,
+        conn: &Connection,
+        id: RequestId,
+        request: ControlRequest,
+    ) -> BoxFuture<'static, Reply> {
+        self.track(conn);
+        Box::pin(self.clone().dispatch(conn.clone(), id, request))
+    }
+
+    fn on_close(&self, conn: ConnectionId) {
+        self.forget(conn);
+    }
+}
