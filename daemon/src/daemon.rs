@@ -121,10 +121,7 @@ impl DaemonOptions {
     /// OS interfaces, same-euid peer check, spec limits, and the crate version unless
     /// `APPDUCT_DAEMON_VERSION_OVERRIDE` is set (01 §7).
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {
-        let version = std::env::var(VERSION_OVERRIDE_ENV)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-            .unwrap_or_else(|| VERSION.to_owned());
+        let version = reported_version(std::env::var(VERSION_OVERRIDE_ENV).ok());
         Self::base(state_dir.into(), version)
     }
 
@@ -229,6 +226,14 @@ impl DaemonOptions {
             drain_timeout: self.control_drain_timeout,
         }
     }
+}
+
+/// The version a daemon reports: a non-blank `APPDUCT_DAEMON_VERSION_OVERRIDE`, else [`VERSION`].
+pub fn reported_version(override_value: Option<String>) -> String {
+    override_value
+        .map(|v| v.trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| VERSION.to_owned())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -957,5 +962,95 @@ impl DaemonHandle {
         let mut stopped = self.shared.stopped.clone();
         // A dropped supervisor (runtime shutting down) also means stopped.
         let _ = stopped.wait_for(|stopped| *stopped).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_override_wins_only_when_not_blank() {
+        assert_eq!(
+            reported_version(Some("9.0.0-test".to_owned())),
+            "9.0.0-test"
+        );
+        assert_eq!(reported_version(Some(" 1.2.3\n".to_owned())), "1.2.3");
+        assert_eq!(reported_version(Some("  ".to_owned())), VERSION);
+        assert_eq!(reported_version(None), VERSION);
+    }
+
+    #[test]
+    fn start_errors_map_to_the_exit_codes_of_daemon_run() {
+        let already = StartError::from(PidfileError::DaemonAlreadyRunning { pid: Some(42) });
+        assert!(matches!(
+            already,
+            StartError::AlreadyRunning { pid: Some(42) }
+        ));
+        assert_eq!(already.exit_code(), 70);
+        assert_eq!(already.running_pid(), Some(42));
+        assert_eq!(
+            already.to_string(),
+            "An appduct daemon is already running for this state directory (pid 42)"
+        );
+
+        let config = StartError::Config(ConfigError::NotObject {
+            path: PathBuf::from("/s/config.json"),
+        });
+        assert_eq!(config.error_type(), ErrorType::ValidationError);
+        assert_eq!(config.exit_code(), 65);
+
+        let loose = StartError::Key(KeyError::Permissions {
+            path: PathBuf::from("/s/key.pem"),
+            mode: 0o644,
+        });
+        assert_eq!(loose.exit_code(), 65);
+        let generate = StartError::Key(KeyError::Generate {
+            path: PathBuf::from("/s/key.pem"),
+            reason: "rng".to_owned(),
+        });
+        assert_eq!(generate.exit_code(), 1);
+
+        let foreign = StartError::StateDir(StateDirError::ForeignOwner {
+            path: PathBuf::from("/s"),
+            owner: 0,
+            euid: 1000,
+        });
+        assert_eq!(foreign.error_type(), ErrorType::ConnectionError);
+        let bind = StartError::Bind {
+            listener: "wss",
+            source: io::Error::from(io::ErrorKind::AddrInUse),
+        };
+        assert_eq!(bind.exit_code(), 1);
+        assert_eq!(bind.running_pid(), None);
+    }
+
+    #[test]
+    fn test_options_override_port_and_address_and_keep_spec_limits() {
+        let opts = DaemonOptions::for_tests("/tmp/x");
+        assert_eq!(
+            opts.overrides,
+            ConfigOverrides {
+                wss_port: Some(0),
+                advertised_ip: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            }
+        );
+        assert_eq!(opts.version, VERSION);
+        assert_eq!(opts.control_line_cap, limits::CONTROL_LINE_CAP_BYTES);
+        assert_eq!(
+            opts.subscriber_buffer_cap,
+            limits::SUBSCRIBER_BUFFER_CAP_BYTES
+        );
+        assert_eq!(
+            opts.max_preclaim_connections,
+            limits::MAX_PRECLAIM_CONNECTIONS
+        );
+        let opts = opts.detect_address().subscriber_buffer_cap(10);
+        assert_eq!(opts.overrides.advertised_ip, None);
+        assert_eq!(opts.server_options().subscriber_buffer_cap, 10);
+        assert_eq!(
+            DaemonOptions::new("/tmp/x").overrides,
+            ConfigOverrides::default()
+        );
     }
 }

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use appduct_daemon::client::{ClientOptions, ControlClient, VersionCheck};
+use appduct_daemon::client::{ClientOptions, ControlClient};
 use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions};
 use appduct_daemon::device_socket::{AppEvent, MemoryApp, memory_device_pair};
 use appduct_protocol::bootstrap;
@@ -37,11 +37,11 @@ pub async fn start(dir: &Path) -> DaemonHandle {
     Daemon::start(DaemonOptions::for_tests(dir)).await.unwrap()
 }
 
-/// A typed client over the real socket, never spawning.
+/// A typed client over the real socket, never spawning; the version handshake runs (and finds
+/// equal versions).
 pub async fn uds_client(dir: &Path) -> ControlClient {
     let mut opts = ClientOptions::new(dir, "appduct-cli");
     opts.auto_spawn = false;
-    opts.version_policy.check = VersionCheck::Skip;
     ControlClient::connect(opts).await.unwrap()
 }
 
