@@ -204,7 +204,6 @@ struct Keepalive {
 }
 
 /// A session the app holds: acked at least once, not yet lost.
-#[derive(Debug)]
 struct Held {
     session_id: String,
     alias: String,
@@ -217,6 +216,19 @@ struct Held {
     /// When the transport was first lost since the last ack (grace runs from here).
     lost_at: Option<u64>,
     keepalive: Option<Keepalive>,
+}
+
+// The resume token never reaches logs (02 §12).
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Held")
+            .field("session_id", &self.session_id)
+            .field("alias", &self.alias)
+            .field("resume_token", &"<redacted>")
+            .field("tries", &self.tries)
+            .field("lost_at", &self.lost_at)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Held {
@@ -1679,6 +1691,57 @@ mod tests {
         // Frames of the old connection are ignored from now on.
         c.on_text(T0, 1, &ack("r9", false));
         assert!(drain(&mut c).is_empty());
+    }
+
+    #[test]
+    fn an_ack_in_the_background_activates_without_a_close() {
+        let mut c = core(0.5);
+        c.connect_bootstrap(Bootstrap {
+            session_id: "s1".into(),
+            token: "tok".into(),
+            expires_at: u64::MAX,
+            endpoint: endpoint(),
+        });
+        let conn = opened(&drain(&mut c)).unwrap();
+        c.on_open(conn);
+        c.set_foreground(T0, false);
+        c.on_text(T0, conn, &ack("r1", false));
+        let out = drain(&mut c);
+        assert!(out.contains(&Output::State(ClientState::Active)));
+        assert!(!out.iter().any(|o| matches!(o, Output::Close { .. })));
+        // Returning to the foreground while active does nothing.
+        c.set_foreground(T0 + 1, true);
+        assert!(drain(&mut c).is_empty());
+    }
+
+    #[test]
+    fn foregrounding_after_the_grace_window_loses_the_session() {
+        let mut c = active_core(false);
+        c.set_foreground(T0, false);
+        let out = drain(&mut c);
+        assert_eq!(
+            out[0],
+            Output::Close {
+                conn: 1,
+                code: 1001,
+                reason: "app_backgrounded".into()
+            }
+        );
+        assert_eq!(out[1], Output::State(ClientState::Reconnecting));
+        // The driver may not have run timers while the app was suspended.
+        c.set_foreground(T0 + 10_000, true);
+        let out = drain(&mut c);
+        assert_eq!(
+            out[..2],
+            [
+                Output::State(ClientState::Closed {
+                    reason: "grace_expired".into()
+                }),
+                Output::Session(SessionEvent::Lost {
+                    reason: "grace_expired".into()
+                }),
+            ]
+        );
     }
 
     #[test]

@@ -58,8 +58,15 @@ enum Wire {
 enum App {
     State(ClientState),
     Session(SessionEvent),
-    Call { id: String, name: String, args: Value },
-    Cancel { call: String, reason: String },
+    Call {
+        id: String,
+        name: String,
+        args: Value,
+    },
+    Cancel {
+        call: String,
+        reason: String,
+    },
 }
 
 struct Harness {
@@ -106,7 +113,8 @@ impl Harness {
                     }
                 }
                 Output::Send { conn, text } => {
-                    let frame: Value = serde_json::from_str(&text).expect("frames are JSON");
+                    let frame: Value = serde_json::from_str(&text)
+                        .unwrap_or_else(|e| Value::String(format!("not JSON: {e}")));
                     if self.greeted.insert(conn) {
                         self.wire.push_back(Wire::Connect(frame));
                     } else {
@@ -137,7 +145,8 @@ impl Harness {
     }
 
     fn newest(&self) -> Result<ConnId, String> {
-        self.newest.ok_or_else(|| "no connection is open".to_owned())
+        self.newest
+            .ok_or_else(|| "no connection is open".to_owned())
     }
 
     /// Moves the clock forward, firing each timer at its own deadline.
@@ -173,7 +182,8 @@ impl Harness {
             }
             "receive" => {
                 let conn = self.newest()?;
-                self.core.on_text(self.now, conn, &field("frame")?.to_string());
+                self.core
+                    .on_text(self.now, conn, &field("frame")?.to_string());
             }
             "close" => {
                 let conn = self.newest()?;
@@ -268,7 +278,8 @@ impl Harness {
                 match (kind, &got) {
                     ("state", App::State(s)) => {
                         let same = named("state") == Some(json!(s.as_str()))
-                            && named("reason").is_none_or(|r| Some(&r) == s.reason().map(|x| json!(x)).as_ref());
+                            && named("reason")
+                                .is_none_or(|r| Some(&r) == s.reason().map(|x| json!(x)).as_ref());
                         same.then_some(()).ok_or_else(mismatch)
                     }
                     ("session", App::Session(e)) => {
@@ -326,7 +337,9 @@ fn run_scenario(scenario: &Value) -> Result<(), String> {
 
 fn run_scenario_file(file: &str) -> usize {
     let scenarios = load(file);
-    let scenarios = scenarios.as_array().expect("an array of scenarios");
+    let Some(scenarios) = scenarios.as_array() else {
+        panic!("{file} must hold an array of scenarios");
+    };
     assert!(!scenarios.is_empty(), "{file} holds no scenario");
     let failures: Vec<String> = scenarios
         .iter()
@@ -351,7 +364,8 @@ fn session_scenarios_background() {
 fn the_runner_fails_wrong_scenarios() {
     let ack = json!({"type": "session_ack", "session_id": "s", "status": "ok", "alias": "a",
                      "resume_token": "r", "keepalive_interval_s": 15, "grace_s": 10});
-    let connect = json!({"drive": "connect", "sessionId": "s", "token": "t", "expiresAt": 1_700_000_300u64});
+    let connect =
+        json!({"drive": "connect", "sessionId": "s", "token": "t", "expiresAt": 1_700_000_300u64});
     let claim = json!({"expect": "connect", "mode": "claim", "sessionId": "s", "token": "t"});
     let connecting = json!({"expect": "state", "state": "connecting"});
     let snapshot = json!({"expect": "send", "frame": {"type": "tool_registry_snapshot", "session_id": "s", "tools": []}});
@@ -364,7 +378,8 @@ fn the_runner_fails_wrong_scenarios() {
         json!({"expect": "session", "type": "claimed"}),
         snapshot.clone(),
     ];
-    let scenario = |steps: Vec<Value>| json!({"startMs": 1_700_000_000_000u64, "random": 0.5, "steps": steps});
+    let scenario =
+        |steps: Vec<Value>| json!({"startMs": 1_700_000_000_000u64, "random": 0.5, "steps": steps});
     assert_eq!(run_scenario(&scenario(good.clone())), Ok(()));
 
     let mut missing = good.clone();
@@ -403,7 +418,9 @@ fn active_harness(session_id: &str, event_registry: bool) -> Harness {
     let ack = json!({"type": "session_ack", "session_id": session_id, "status": "ok",
                      "alias": "phone", "resume_token": "resume-1", "keepalive_interval_s": 15,
                      "grace_s": 600, "event_registry": event_registry});
-    let conn = h.newest().expect("the claim opened");
+    let Ok(conn) = h.newest() else {
+        panic!("the claim did not open");
+    };
     h.core.on_text(h.now, conn, &ack.to_string());
     h.pump();
     assert_eq!(h.core.state(), &ClientState::Active);
@@ -422,7 +439,10 @@ fn run_event_registry_case(case: &Value) -> Result<(), String> {
     let session_id = case["sessionId"].as_str().ok_or("sessionId")?;
     // Declarations made before the ack go into the snapshot.
     let mut h = Harness::new(1_700_000_000_000, 0.5);
-    for d in case["declaredBeforeAck"].as_array().ok_or("declaredBeforeAck")? {
+    for d in case["declaredBeforeAck"]
+        .as_array()
+        .ok_or("declaredBeforeAck")?
+    {
         declare(&mut h, d)?;
     }
     h.core.connect_bootstrap(Bootstrap {
@@ -461,7 +481,11 @@ fn run_event_registry_case(case: &Value) -> Result<(), String> {
         .wire
         .iter()
         .filter_map(|w| match w {
-            Wire::Send(f) if f["type"].as_str().is_some_and(|t| t.starts_with("event_registry_")) => {
+            Wire::Send(f)
+                if f["type"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("event_registry_")) =>
+            {
                 Some(f.clone())
             }
             _ => None,
@@ -481,7 +505,11 @@ fn event_registry_frames() {
     assert!(!cases.is_empty());
     let failures: Vec<String> = cases
         .iter()
-        .filter_map(|c| run_event_registry_case(c).err().map(|e| format!("{}: {e}", c["name"])))
+        .filter_map(|c| {
+            run_event_registry_case(c)
+                .err()
+                .map(|e| format!("{}: {e}", c["name"]))
+        })
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
@@ -527,9 +555,10 @@ fn frame_limits() {
                 other => failures.push(format!("{name}: expected it sent, got {other:?}")),
             }
         } else {
-            let message_ok = h.errors.iter().any(|m| {
-                m.contains(&frame_bytes.to_string()) && m.contains("262144")
-            });
+            let message_ok = h
+                .errors
+                .iter()
+                .any(|m| m.contains(&frame_bytes.to_string()) && m.contains("262144"));
             if result.is_ok() || !on_wire.is_empty() || !message_ok {
                 failures.push(format!(
                     "{name}: expected a refusal naming {frame_bytes} and 262144, got {:?} / {:?}",
