@@ -95,7 +95,7 @@ async fn the_link_pin_is_trusted_in_link_mode_and_the_claim_is_sent() -> TestRes
     let mut daemon = FakeDaemon::wss().await?;
     let client = client()?;
     let pending = client.start_connect(&daemon.link(), ConnectOptions::default())?;
-    let Accepted::Upgraded { mut conn, path } = daemon.next().await? else {
+    let Accepted::Upgraded { mut conn, path, .. } = daemon.next().await? else {
         panic!("the right pin must pass");
     };
     assert_eq!(path, "/");
@@ -570,7 +570,11 @@ async fn the_web_transport_connects_over_plain_loopback_ws() -> TestResult {
         transport: Some(Transport::Web),
     };
     let pending = client.start_connect(&daemon.payload(support::now_s() + 300), options)?;
-    let mut conn = daemon.next_conn().await?;
+    let Accepted::Upgraded { mut conn, host, .. } = daemon.next().await? else {
+        panic!("the web listener must upgrade");
+    };
+    // The web listener accepts only Host 127.0.0.1:<webPort> (02 §2.2).
+    assert_eq!(host, format!("127.0.0.1:{}", daemon.addr.port()));
     conn.accept_claim(false).await?;
     timeout(WAIT, pending).await??;
     conn.frame_of("tool_registry_snapshot").await?;

@@ -42,8 +42,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 pub enum Accepted {
     /// The TLS handshake failed: no HTTP request was ever read.
     TlsFailed(String),
-    /// The WebSocket upgrade succeeded; `path` is the request target.
-    Upgraded { conn: Box<FakeConn>, path: String },
+    /// The WebSocket upgrade succeeded; `path` is the request target, `host` its Host header.
+    Upgraded {
+        conn: Box<FakeConn>,
+        path: String,
+        host: String,
+    },
 }
 
 pub struct FakeDaemon {
@@ -169,14 +173,22 @@ async fn accept(tcp: TcpStream, tls: Option<TlsAcceptor>) -> Accepted {
         None => Box::new(tcp),
     };
     let mut path = String::new();
+    let mut host = String::new();
     let callback = |req: &Request, resp: Response| {
         path = req.uri().to_string();
+        host = req
+            .headers()
+            .get("host")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
         Ok(resp)
     };
     match tokio_tungstenite::accept_hdr_async(io, callback).await {
         Ok(ws) => Accepted::Upgraded {
             conn: Box::new(FakeConn { ws }),
             path,
+            host,
         },
         Err(e) => Accepted::TlsFailed(format!("upgrade failed: {e}")),
     }
