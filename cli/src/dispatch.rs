@@ -3,6 +3,7 @@
 
 use crate::command::{Command, Invocation};
 use crate::error::CliError;
+use crate::init::{self, InitEnv};
 use crate::output::{Output, Success};
 use crate::{completions, keygen};
 
@@ -28,7 +29,18 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
     match &inv.command {
         Command::Keygen(req) => keygen::run(req, &inv.globals, out).map(Reply::Success),
         Command::Completions { shell } => completions::run(*shell).map(Reply::Success),
-        Command::Init(_) | Command::Doctor(_) => Err(CliError::internal(format!(
+        Command::Init(req) => {
+            let cwd = std::env::current_dir().map_err(|e| {
+                CliError::usage(format!("cannot determine the current directory: {e}"))
+            })?;
+            let env = InitEnv {
+                cwd,
+                state_dir: inv.globals.state_dir().ok().map(|d| d.path().to_path_buf()),
+                home: std::env::home_dir(),
+            };
+            init::run(req, &env).map(Reply::Success)
+        }
+        Command::Doctor(_) => Err(CliError::internal(format!(
             "appduct {} is not implemented in this build yet",
             inv.command.label()
         ))),

@@ -10,9 +10,11 @@ pub mod command;
 pub mod completions;
 pub mod dispatch;
 pub mod error;
+pub mod init;
 pub mod keygen;
 pub mod logging;
 pub mod output;
+pub mod project;
 pub mod render;
 
 use std::ffi::OsString;
