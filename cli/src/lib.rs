@@ -16,6 +16,7 @@ pub mod logging;
 pub mod output;
 pub mod project;
 pub mod render;
+pub mod views;
 
 use std::ffi::OsString;
 
