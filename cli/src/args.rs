@@ -222,12 +222,7 @@ pub struct ToolsCallArgs {
     #[command(flatten)]
     pub positionals: SelectorValueArgs,
     /// Arguments as a JSON object (default {})
-    #[arg(
-        long,
-        value_name = "JSON",
-        allow_hyphen_values = true,
-        conflicts_with = "input_file"
-    )]
+    #[arg(long, value_name = "JSON", conflicts_with = "input_file")]
     pub input: Option<String>,
     /// Read the JSON object from a file ("-" reads stdin)
     #[arg(long, value_name = "PATH")]
