@@ -1,5 +1,6 @@
 //! The audit log (04 §9): record shape, day files, modes, write failures, flush, retention and
 //! status.
+#![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};

@@ -1,5 +1,6 @@
 //! Policy evaluation, the call-time consent check and the exact `policy_denied` error
 //! (04 §7, 03 §5.2).
+#![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
 use std::path::Path;
