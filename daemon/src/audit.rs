@@ -21,7 +21,6 @@ use appduct_protocol::control::{
 };
 use appduct_protocol::errors::ErrorType;
 use serde::Serialize;
-use time::macros::format_description;
 use time::{Date, Month, OffsetDateTime, PrimitiveDateTime};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -126,11 +125,7 @@ fn to_utc(unix_ms: u64) -> OffsetDateTime {
 }
 
 /// ISO 8601 UTC with milliseconds, `2026-11-30T09:14:22.518Z` (03 §8.1).
-pub fn format_ts(unix_ms: u64) -> String {
-    let format =
-        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
-    to_utc(unix_ms).format(&format).unwrap_or_default()
-}
+pub use crate::timestamp::format_iso_ms as format_ts;
 
 fn format_date(date: Date) -> String {
     format!(

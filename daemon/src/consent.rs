@@ -197,10 +197,7 @@ fn digest_of(handle: &str) -> HandleDigest {
 
 /// `cr_` + base64url (no padding) of 32 CSPRNG bytes.
 fn new_handle() -> Result<String, ErrorObject> {
-    let mut bytes = [0u8; TOKEN_BYTES];
-    rustls::crypto::ring::default_provider()
-        .secure_random
-        .fill(&mut bytes)
+    let bytes = crate::random::random_bytes::<TOKEN_BYTES>()
         .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
     Ok(format!("{HANDLE_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
 }
