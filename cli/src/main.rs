@@ -1,13 +1,7 @@
-//! The `appduct` binary.
+//! The `appduct` binary; everything lives in the `appduct_cli` library.
 
-use clap::Parser;
+use std::process::ExitCode;
 
-/// Call functions inside running apps from agents, terminals and test runners.
-#[derive(Debug, Parser)]
-#[command(name = "appduct", version, about)]
-struct Cli {}
-
-fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    Ok(())
+fn main() -> ExitCode {
+    ExitCode::from(appduct_cli::main_with_args(std::env::args_os().collect()))
 }

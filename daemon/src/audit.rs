@@ -1,1 +1,613 @@
-//! (filled by the calls issue)
+//! The audit log (04 §9): one JSON line per audited `tools.call`, in day files
+//! `<state-dir>/audit/<YYYY-MM-DD>.jsonl` (UTC date of the record's `ts`), mode 0600.
+//!
+//! Recording never blocks or fails a call: [`AuditWriter::enqueue`] puts the record on a
+//! bounded queue (10 000 records; a full queue drops the record and counts a failed write) and
+//! one writer task appends records in enqueue order. File work runs in short `spawn_blocking`
+//! batches, which keeps the async runtime free and lets paused-time tests auto-advance around
+//! it. Pruning (04 §9.6) runs on the same queue, so it never races a write.
+
+use std::collections::HashMap;
+use std::fs::{File, Permissions};
+use std::io::{self, Write as _};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use appduct_protocol::control::{
+    AuditStatus, CallOutcome, Caller, Consent, DeniedReason, Settlement,
+};
+use appduct_protocol::errors::ErrorType;
+use serde::Serialize;
+use time::{Date, Month, OffsetDateTime, PrimitiveDateTime};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::seams::Clock;
+use crate::state_dir::{self, FILE_MODE, StateDir, StateDirError};
+
+/// Records the queue holds before new ones are dropped (04 §9.5).
+pub const AUDIT_QUEUE_CAPACITY: usize = 10_000;
+/// Interval between prunes after the one at start (04 §9.6).
+pub const PRUNE_PERIOD: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long shutdown waits for the queue to drain (04 §8.2 step 7).
+pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Records appended per blocking batch; bounds how long one batch holds a blocking thread.
+const MAX_BATCH: usize = 512;
+
+// ---------------------------------------------------------------------------------------------
+// Records
+
+/// One audit record (04 §9.3). Holds the arguments' hash only, never the arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// Settle instant, wall clock.
+    pub ts_unix_ms: u64,
+    pub call_id: String,
+    pub session_id: String,
+    /// The session's alias at call time.
+    pub alias: String,
+    /// The requested name, also when the tool was not found.
+    pub tool: String,
+    /// `appduct_protocol::canonical::args_sha256` of the defaulted arguments (04 §9.4).
+    pub args_sha256: String,
+    /// Gives `outcome`, and `errorType` / `deniedReason` exactly when the outcome carries them.
+    pub settlement: Settlement,
+    pub duration_ms: u64,
+    pub caller: Caller,
+    /// `Some` only when a `prompt` decision was satisfied by consent
+    /// ([`crate::policy::Permit::consent`]).
+    pub consent: Option<Consent>,
+}
+
+/// The wire line; field order is the table order of 04 §9.3 (stable diffs).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct AuditLine<'a> {
+    ts: String,
+    call_id: &'a str,
+    session_id: &'a str,
+    alias: &'a str,
+    tool: &'a str,
+    #[serde(rename = "argsSha256")]
+    args_sha256: &'a str,
+    outcome: CallOutcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_type: Option<ErrorType>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    denied_reason: Option<DeniedReason>,
+    duration_ms: u64,
+    caller: Caller,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    consent: Option<Consent>,
+}
+
+impl AuditRecord {
+    /// The compact JSON object followed by `\n`.
+    pub fn to_line(&self) -> String {
+        let (outcome, error_type, denied_reason) = self.settlement.fields();
+        let line = AuditLine {
+            ts: format_ts(self.ts_unix_ms),
+            call_id: &self.call_id,
+            session_id: &self.session_id,
+            alias: &self.alias,
+            tool: &self.tool,
+            args_sha256: &self.args_sha256,
+            outcome,
+            error_type,
+            denied_reason,
+            duration_ms: self.duration_ms,
+            caller: self.caller,
+            consent: self.consent,
+        };
+        // Strings, integers and unit enums only: serialising cannot fail.
+        let mut text = serde_json::to_string(&line).unwrap_or_default();
+        text.push('\n');
+        text
+    }
+
+    /// `<YYYY-MM-DD>.jsonl` for the UTC date of `ts`.
+    pub fn day_file_name(&self) -> String {
+        day_file_name(self.ts_unix_ms)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dates (private helpers: nothing shared formats instants yet)
+
+fn to_utc(unix_ms: u64) -> OffsetDateTime {
+    let nanos = i128::from(unix_ms) * 1_000_000;
+    // Past year 9999 (a broken clock) the latest representable instant is used.
+    OffsetDateTime::from_unix_timestamp_nanos(nanos)
+        .unwrap_or_else(|_| PrimitiveDateTime::MAX.assume_utc())
+}
+
+/// ISO 8601 UTC with milliseconds, `2026-11-30T09:14:22.518Z` (03 §8.1).
+pub use crate::timestamp::format_iso_ms as format_ts;
+
+fn format_date(date: Date) -> String {
+    format!(
+        "{:04}-{:02}-{:02}",
+        date.year(),
+        u8::from(date.month()),
+        date.day()
+    )
+}
+
+/// `<YYYY-MM-DD>.jsonl` for the UTC date of `unix_ms` (04 §9.1).
+pub fn day_file_name(unix_ms: u64) -> String {
+    format!("{}.jsonl", format_date(to_utc(unix_ms).date()))
+}
+
+/// The date of a name that is exactly `YYYY-MM-DD.jsonl` with a valid calendar date.
+fn parse_day_file_name(name: &str) -> Option<Date> {
+    let stem = name.strip_suffix(".jsonl")?;
+    let b = stem.as_bytes();
+    let shape_ok = b.len() == 10
+        && b[4] == b'-'
+        && b[7] == b'-'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit());
+    if !shape_ok {
+        return None;
+    }
+    let year: i32 = stem[0..4].parse().ok()?;
+    let month: u8 = stem[5..7].parse().ok()?;
+    let day: u8 = stem[8..10].parse().ok()?;
+    Date::from_calendar_date(year, Month::try_from(month).ok()?, day).ok()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writer
+
+/// What a prune did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneReport {
+    /// File names deleted, in directory order.
+    pub removed: Vec<String>,
+    /// Deletions that failed (each also counted in `failedPrunes`).
+    pub failed: u64,
+}
+
+/// Why [`AuditWriter::flush`] returned before the queue drained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FlushError {
+    #[error("the audit queue did not drain within {0:?}")]
+    Timeout(Duration),
+    #[error("the audit writer has stopped")]
+    Closed,
+}
+
+/// The audit writer has stopped (its runtime shut down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the audit writer has stopped")]
+pub struct WriterClosed;
+
+enum Command {
+    Record(Box<AuditRecord>),
+    Prune {
+        now_unix_ms: u64,
+        done: oneshot::Sender<PruneReport>,
+    },
+    Flush(oneshot::Sender<()>),
+}
+
+#[derive(Debug)]
+struct Shared {
+    dir: PathBuf,
+    retention_days: u32,
+    failed_writes: AtomicU64,
+    failed_prunes: AtomicU64,
+    /// Set while records are being dropped, so a full queue warns once per episode.
+    overflowing: AtomicBool,
+    /// Completed prune passes, for [`AuditWriter::prune_passes`].
+    prune_passes: watch::Sender<u64>,
+}
+
+/// Handle to the audit writer task. Clones share the queue and the counters.
+#[derive(Debug, Clone)]
+pub struct AuditWriter {
+    tx: mpsc::Sender<Command>,
+    shared: Arc<Shared>,
+}
+
+impl AuditWriter {
+    /// Creates `<state-dir>/audit/` (0700, 04 §9.1) and starts the writer. Must be called
+    /// inside a tokio runtime.
+    pub fn open(state_dir: &StateDir, retention_days: u32) -> Result<Self, StateDirError> {
+        let dir = state_dir.ensure_audit_dir()?;
+        Ok(Self::start(dir, retention_days))
+    }
+
+    /// Starts the writer on an existing directory. Must be called inside a tokio runtime.
+    pub fn start(dir: impl Into<PathBuf>, retention_days: u32) -> Self {
+        Self::start_with_capacity(dir, retention_days, AUDIT_QUEUE_CAPACITY)
+    }
+
+    /// [`AuditWriter::start`] with another queue bound (tests).
+    pub fn start_with_capacity(
+        dir: impl Into<PathBuf>,
+        retention_days: u32,
+        capacity: usize,
+    ) -> Self {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let shared = Arc::new(Shared {
+            dir: dir.into(),
+            retention_days,
+            failed_writes: AtomicU64::new(0),
+            failed_prunes: AtomicU64::new(0),
+            overflowing: AtomicBool::new(false),
+            prune_passes: watch::Sender::new(0),
+        });
+        tokio::spawn(run(rx, Arc::clone(&shared)));
+        AuditWriter { tx, shared }
+    }
+
+    /// The audit directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    pub fn retention_days(&self) -> u32 {
+        self.shared.retention_days
+    }
+
+    /// Queues `record` for writing (step 3 of settling, 04 §3.2). Never blocks and never fails
+    /// the call: a full or closed queue drops the record and counts a failed write.
+    pub fn enqueue(&self, record: AuditRecord) {
+        match self.tx.try_send(Command::Record(Box::new(record))) {
+            Ok(()) => self.shared.overflowing.store(false, Ordering::Relaxed),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.shared.failed_writes.fetch_add(1, Ordering::Relaxed);
+                if !self.shared.overflowing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "audit queue for {} is full; dropping audit records until it drains",
+                        self.shared.dir.display()
+                    );
+                }
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                self.shared.failed_writes.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "audit writer for {} has stopped; dropping an audit record",
+                    self.shared.dir.display()
+                );
+            }
+        }
+    }
+
+    /// Waits until every record enqueued before this call has been written (or has failed),
+    /// at most `timeout` (04 §9.5; shutdown uses [`SHUTDOWN_FLUSH_TIMEOUT`]).
+    pub async fn flush(&self, timeout: Duration) -> Result<(), FlushError> {
+        let drained = async {
+            let (done, wait) = oneshot::channel();
+            self.tx
+                .send(Command::Flush(done))
+                .await
+                .map_err(|_| FlushError::Closed)?;
+            wait.await.map_err(|_| FlushError::Closed)
+        };
+        tokio::time::timeout(timeout, drained)
+            .await
+            .map_err(|_| FlushError::Timeout(timeout))?
+    }
+
+    /// Runs one prune on the writer's queue for "today" = the UTC date of `now_unix_ms`
+    /// (04 §9.6) and waits for it.
+    pub async fn prune(&self, now_unix_ms: u64) -> Result<PruneReport, WriterClosed> {
+        let (done, wait) = oneshot::channel();
+        self.tx
+            .send(Command::Prune { now_unix_ms, done })
+            .await
+            .map_err(|_| WriterClosed)?;
+        wait.await.map_err(|_| WriterClosed)
+    }
+
+    /// Prunes now and then every 24 h (01 §6.5 step 10), reading "today" from `clock`. The
+    /// daemon stops the schedule first at shutdown (04 §8.2 step 1); dropping it stops it too.
+    pub fn spawn_prune_schedule(&self, clock: Arc<dyn Clock>) -> PruneSchedule {
+        let writer = self.clone();
+        let task = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(PRUNE_PERIOD);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                if writer.prune(clock.now_unix_ms()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        PruneSchedule { task }
+    }
+
+    /// The number of completed prune passes (scheduled or not), so tests and callers can wait
+    /// for the schedule instead of sleeping.
+    pub fn prune_passes(&self) -> watch::Receiver<u64> {
+        self.shared.prune_passes.subscribe()
+    }
+
+    pub fn failed_writes(&self) -> u64 {
+        self.shared.failed_writes.load(Ordering::Relaxed)
+    }
+
+    pub fn failed_prunes(&self) -> u64 {
+        self.shared.failed_prunes.load(Ordering::Relaxed)
+    }
+
+    /// `daemon.status.audit` (04 §9.7). Reads the directory: `files` and `bytes` count the day
+    /// files and are omitted when it cannot be read.
+    pub fn status(&self) -> AuditStatus {
+        let scan = scan_day_files(&self.shared.dir);
+        AuditStatus {
+            path: self.shared.dir.display().to_string(),
+            failed_writes: self.failed_writes(),
+            failed_prunes: self.failed_prunes(),
+            retention_days: self.shared.retention_days,
+            files: scan.map(|(files, _)| files),
+            bytes: scan.map(|(_, bytes)| bytes),
+        }
+    }
+}
+
+/// The running prune schedule; stopping or dropping it cancels future prunes.
+#[derive(Debug)]
+pub struct PruneSchedule {
+    task: JoinHandle<()>,
+}
+
+impl PruneSchedule {
+    pub fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for PruneSchedule {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
+    // A non-record command read while collecting a batch, handled right after that batch so
+    // the queue order holds.
+    let mut held: Option<Command> = None;
+    loop {
+        let command = match held.take() {
+            Some(command) => command,
+            None => match rx.recv().await {
+                Some(command) => command,
+                None => return,
+            },
+        };
+        match command {
+            Command::Record(first) => {
+                let mut batch = vec![*first];
+                while batch.len() < MAX_BATCH {
+                    match rx.try_recv() {
+                        Ok(Command::Record(record)) => batch.push(*record),
+                        Ok(other) => {
+                            held = Some(other);
+                            break;
+                        }
+                        Err(_) => break,
+                    }
+                }
+                let count = batch.len() as u64;
+                let dir = shared.dir.clone();
+                let failed = tokio::task::spawn_blocking(move || write_batch(&dir, &batch))
+                    .await
+                    .unwrap_or_else(|e| {
+                        tracing::warn!("audit batch for {} was lost: {e}", shared.dir.display());
+                        count
+                    });
+                shared.failed_writes.fetch_add(failed, Ordering::Relaxed);
+            }
+            Command::Prune { now_unix_ms, done } => {
+                let dir = shared.dir.clone();
+                let retention = shared.retention_days;
+                let report =
+                    tokio::task::spawn_blocking(move || prune_dir(&dir, now_unix_ms, retention))
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::warn!(
+                                "audit prune of {} did not run: {e}",
+                                shared.dir.display()
+                            );
+                            PruneReport {
+                                removed: Vec::new(),
+                                failed: 1,
+                            }
+                        });
+                shared
+                    .failed_prunes
+                    .fetch_add(report.failed, Ordering::Relaxed);
+                shared.prune_passes.send_modify(|n| *n += 1);
+                let _ = done.send(report);
+            }
+            Command::Flush(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+/// Appends each record to its day file; returns how many failed. Each failure logs one warning
+/// naming the path and the OS error.
+fn write_batch(dir: &Path, batch: &[AuditRecord]) -> u64 {
+    let mut open: HashMap<String, File> = HashMap::new();
+    let mut failed = 0;
+    for record in batch {
+        let name = record.day_file_name();
+        let path = dir.join(&name);
+        let file = match open.get_mut(&name) {
+            Some(file) => file,
+            None => match open_day_file(&path) {
+                Ok(file) => open.entry(name).or_insert(file),
+                Err(e) => {
+                    tracing::warn!("cannot open audit file {}: {e}", path.display());
+                    failed += 1;
+                    continue;
+                }
+            },
+        };
+        // The whole line in one buffer and one append, so lines never interleave.
+        if let Err(e) = file.write_all(record.to_line().as_bytes()) {
+            tracing::warn!("cannot append to audit file {}: {e}", path.display());
+            failed += 1;
+            continue;
+        }
+        if let Err(e) = enforce_file_mode(file) {
+            tracing::warn!("cannot chmod audit file {} to 0600: {e}", path.display());
+            failed += 1;
+        }
+    }
+    failed
+}
+
+/// Opens a day file for append like [`state_dir::open_append`] (0600, `O_NOFOLLOW`), plus
+/// `O_NONBLOCK`: a FIFO planted under a day file's name fails at once instead of hanging the
+/// writer (and with it the daemon's exit). Regular files ignore the flag.
+fn open_day_file(path: &Path) -> io::Result<File> {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    let mut opts = state_dir::private_open_options();
+    opts.create(true)
+        .append(true)
+        .custom_flags(flags.bits() as i32);
+    state_dir::open_with(&opts, path)
+}
+
+/// 0600 after every append (04 §9.1); through the descriptor, so no path race.
+fn enforce_file_mode(file: &File) -> io::Result<()> {
+    let mode = file.metadata()?.permissions().mode() & 0o7777;
+    if mode != FILE_MODE {
+        file.set_permissions(Permissions::from_mode(FILE_MODE))?;
+    }
+    Ok(())
+}
+
+/// Deletes regular day files dated before (today − `retention_days`) (04 §9.6). Anything else
+/// in the directory is left alone.
+fn prune_dir(dir: &Path, now_unix_ms: u64, retention_days: u32) -> PruneReport {
+    let mut report = PruneReport::default();
+    let today = to_utc(now_unix_ms).date();
+    let Some(cutoff) = today.checked_sub(time::Duration::days(i64::from(retention_days))) else {
+        // The cutoff is before the first representable date: nothing is old enough.
+        return report;
+    };
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::warn!(
+                "cannot read audit directory {} to prune it: {e}",
+                dir.display()
+            );
+            report.failed += 1;
+            return report;
+        }
+    };
+    for entry in entries.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Some(date) = parse_day_file_name(&name) else {
+            continue;
+        };
+        // `file_type` does not follow symlinks: a link named like a day file is kept.
+        if date >= cutoff || !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => report.removed.push(name),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(
+                    "cannot delete old audit file {}: {e}",
+                    entry.path().display()
+                );
+                report.failed += 1;
+            }
+        }
+    }
+    report
+}
+
+/// `(files, bytes)` of the regular day files, or `None` when the directory cannot be read.
+fn scan_day_files(dir: &Path) -> Option<(u64, u64)> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    let mut files = 0;
+    let mut bytes = 0;
+    for entry in entries.flatten() {
+        let is_day_file = entry
+            .file_name()
+            .to_str()
+            .and_then(parse_day_file_name)
+            .is_some();
+        if !is_day_file {
+            continue;
+        }
+        match entry.metadata() {
+            Ok(meta) if meta.is_file() => {
+                files += 1;
+                bytes += meta.len();
+            }
+            _ => {}
+        }
+    }
+    Some((files, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ts_is_iso_utc_with_milliseconds() {
+        assert_eq!(format_ts(0), "1970-01-01T00:00:00.000Z");
+        // 2026-11-30T09:14:22.518Z
+        assert_eq!(format_ts(1_796_030_062_518), "2026-11-30T09:14:22.518Z");
+        assert_eq!(format_ts(u64::MAX), "9999-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn day_file_names_follow_the_utc_date() {
+        assert_eq!(day_file_name(1_796_030_062_518), "2026-11-30.jsonl");
+        // One millisecond before and at UTC midnight.
+        assert_eq!(day_file_name(1_796_083_199_999), "2026-11-30.jsonl");
+        assert_eq!(day_file_name(1_796_083_200_000), "2026-12-01.jsonl");
+    }
+
+    #[test]
+    fn day_file_pattern_accepts_only_valid_calendar_dates() {
+        let ok = parse_day_file_name("2026-10-30.jsonl").unwrap();
+        assert_eq!(format_date(ok), "2026-10-30");
+        assert!(parse_day_file_name("2024-02-29.jsonl").is_some());
+        for bad in [
+            "2026-02-30.jsonl",
+            "2025-02-29.jsonl",
+            "2026-13-01.jsonl",
+            "2026-00-10.jsonl",
+            "2026-1-01.jsonl",
+            "2026-10-30.json",
+            "2026-10-30.jsonl.bak",
+            "x2026-10-30.jsonl",
+            "2026_10_30.jsonl",
+            "+026-10-30.jsonl",
+            "notes.txt",
+            "",
+        ] {
+            assert!(parse_day_file_name(bad).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn cutoff_overflow_prunes_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("2000-01-01.jsonl"), b"").unwrap();
+        let report = prune_dir(tmp.path(), 1_796_030_062_518, u32::MAX);
+        assert_eq!(report, PruneReport::default());
+        assert!(tmp.path().join("2000-01-01.jsonl").exists());
+    }
+}

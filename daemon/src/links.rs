@@ -9,14 +9,13 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use appduct_protocol::bootstrap::{BootstrapPayload, EncodeError};
 use appduct_protocol::control::{Endpoint, LinkCreateParams, LinkCreateResult, Transport};
 use appduct_protocol::ids::{ClaimToken, SessionId};
 use appduct_protocol::jsonrpc::ErrorObject;
 use appduct_protocol::limits::{MAX_FAILED_CLAIMS, SESSION_ID_BYTES, TOKEN_BYTES};
-use rustls::crypto::SecureRandom;
 use tokio::task::AbortHandle;
 
 use crate::address::AdvertisedAddress;
@@ -27,22 +26,7 @@ use crate::tls::TlsState;
 // Randomness
 // ---------------------------------------------------------------------------------------------
 
-/// The OS CSPRNG failed; no identifier or token can be minted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("the operating system's random number generator failed")]
-pub struct RandomError;
-
-fn system_random() -> &'static dyn SecureRandom {
-    static RANDOM: OnceLock<&'static dyn SecureRandom> = OnceLock::new();
-    *RANDOM.get_or_init(|| rustls::crypto::ring::default_provider().secure_random)
-}
-
-/// `N` bytes from the OS CSPRNG (ring, through rustls). There is no RNG seam (01 §9.1).
-pub fn random_bytes<const N: usize>() -> Result<[u8; N], RandomError> {
-    let mut bytes = [0u8; N];
-    system_random().fill(&mut bytes).map_err(|_| RandomError)?;
-    Ok(bytes)
-}
+pub use crate::random::{RandomError, random_bytes};
 
 // ---------------------------------------------------------------------------------------------
 // Where links point

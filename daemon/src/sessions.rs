@@ -153,21 +153,7 @@ pub struct ResolvedSession {
 }
 
 /// `2026-11-30T09:12:03.120Z`: ISO 8601 UTC with milliseconds (03 §8.1).
-pub fn format_timestamp_ms(unix_ms: u64) -> String {
-    let nanos = i128::from(unix_ms) * 1_000_000;
-    let t = time::OffsetDateTime::from_unix_timestamp_nanos(nanos)
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.millisecond()
-    )
-}
+pub use crate::timestamp::format_iso_ms as format_timestamp_ms;
 
 // ---------------------------------------------------------------------------------------------
 // State

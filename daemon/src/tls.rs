@@ -598,12 +598,7 @@ fn provider() -> CryptoProvider {
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N], TlsError> {
-    let mut bytes = [0u8; N];
-    provider()
-        .secure_random
-        .fill(&mut bytes)
-        .map_err(|_| TlsError::Random)?;
-    Ok(bytes)
+    crate::random::random_bytes().map_err(|_| TlsError::Random)
 }
 
 /// Creates a new EC P-256 PKCS#8 key at `path` with mode 0600, atomically (`appduct keygen`).

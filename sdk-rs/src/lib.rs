@@ -1,1 +1,55 @@
-//! (filled by a later issue; see ARCHITECTURE.md)
+//! `appduct-sdk`: the Rust SDK for apps (Tauri, Bevy, command-line tools) that expose tools to
+//! appduct (`shared/spec/01-architecture.md` §3.5, `02-device-protocol.md` §16).
+//!
+//! - [`Client`] parses and validates a link, connects (`wss://` with the daemon's SPKI pin
+//!   checked inside the TLS handshake, before any frame; or loopback `ws://` for the web
+//!   listener), claims, and resumes with full-jitter backoff within the grace window.
+//! - Tools ([`Client::register_tool`]) and events ([`Client::declare_event`],
+//!   [`Client::post_event`]) are sent as snapshots after every ack and as deltas after.
+//! - Handlers are async closures taking the call's `args` and a [`CallContext`] with a
+//!   cancellation token, progress reporting and the app-side deadline.
+//!
+//! Every protocol rule lives in the sans-IO [`core::Core`]; [`Client`] is its tokio driver.
+//! The wire itself (frames, descriptors, links, pins, limits) comes from `appduct-protocol`.
+//!
+//! ```no_run
+//! # async fn demo(link: &str) -> Result<(), Box<dyn std::error::Error>> {
+//! use appduct_sdk::{Client, ToolError};
+//! use serde_json::{json, Value};
+//!
+//! let client = Client::builder().device(None, Some("Playground"), Some("Linux")).build()?;
+//! client.register_tool(
+//!     &json!({"name": "echo", "description": "Echo the text back.",
+//!             "input_schema": {"type": "object"}, "output_schema": {"type": "object"}}),
+//!     |args: Value, _ctx| async move { Ok::<_, ToolError>(json!({"echo": args})) },
+//! )?;
+//! let session = client.connect(link).await?;
+//! println!("connected as {}", session.alias);
+//! # Ok(()) }
+//! ```
+
+pub mod cancel;
+pub mod client;
+pub mod clock;
+pub mod core;
+pub mod registry;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod transport;
+pub mod trust;
+pub mod types;
+
+pub use appduct_protocol::control::Transport;
+pub use appduct_protocol::frames::ToolErrorType;
+pub use appduct_protocol::pin::SpkiPin;
+pub use cancel::CancellationToken;
+pub use client::{
+    BuildError, CallContext, Client, ClientBuilder, ConnectOptions, EventRegistration,
+    HandlerFuture, PendingConnect, ToolHandler, ToolRegistration,
+};
+pub use clock::{Clock, TokioClock};
+pub use trust::{Trust, is_private_lan_address};
+pub use types::{
+    ClientEvent, ClientState, ConnectError, ErrorPhase, ErrorReport, EventError, RegistrationError,
+    SessionEvent, SessionInfo, ToolError,
+};

@@ -1,0 +1,54 @@
+//! The `appduct` command line (`shared/spec/05-cli.md`) as a library, so the binary stays a thin
+//! `main` and tests can reach the parser and renderers.
+//!
+//! - [`command`]: arguments → validated [`command::Invocation`] (or help, version, usage error).
+//! - [`output`] and [`render`]: the output contract of 05 §3 and the human helpers.
+//! - [`dispatch`]: runs an invocation; daemon-backed commands go through one function.
+
+pub mod args;
+pub mod command;
+pub mod completions;
+pub mod dispatch;
+pub mod error;
+pub mod init;
+pub mod keygen;
+pub mod logging;
+pub mod output;
+pub mod project;
+pub mod render;
+pub mod views;
+
+use std::ffi::OsString;
+
+use command::{Command, Early};
+use logging::{LogRole, LogSetup};
+use output::Output;
+
+/// Runs the command line `args` (program name first) and returns the process exit status.
+pub fn main_with_args(args: Vec<OsString>) -> u8 {
+    match command::parse(args) {
+        Err(Early::Print(text)) => {
+            output::write_stdout(&text);
+            0
+        }
+        Err(Early::Help(help)) => {
+            // Clap prints help to stdout with its own terminal styling.
+            let _ = help.print();
+            0
+        }
+        Err(Early::Usage(err, flags)) => Output::for_process(flags).print_failure(&err),
+        Ok(inv) => {
+            let mut out = Output::for_process(inv.globals.output);
+            out.set_command(inv.command.label());
+            let role = match inv.command {
+                Command::DaemonRun => LogRole::DaemonHost,
+                Command::Mcp { .. } => LogRole::McpHost,
+                _ => LogRole::Client,
+            };
+            let env = std::env::var(logging::LOG_ENV).ok();
+            LogSetup::choose(role, inv.globals.output.json, env.as_deref())
+                .install(out.stderr_paint.enabled);
+            dispatch::run(&inv, &out)
+        }
+    }
+}

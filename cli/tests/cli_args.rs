@@ -1,0 +1,482 @@
+//! The built `appduct` binary: help, version, argument errors, removed words, the output
+//! contract of failures, `keygen` and `completions` (05 §15). Every run uses its own short
+//! state dir under /tmp and a scrubbed environment; argument errors must leave that state dir
+//! untouched (no daemon spawned, no socket).
+
+// Helpers outside #[test] functions unwrap too; a failure there is a test failure.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use serde_json::Value;
+use tempfile::TempDir;
+
+struct Sandbox {
+    dir: TempDir,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("adc")
+            .tempdir_in("/tmp")
+            .unwrap();
+        Self { dir }
+    }
+
+    /// A state dir that does not exist yet.
+    fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("s")
+    }
+
+    fn home(&self) -> PathBuf {
+        self.dir.path().join("home")
+    }
+
+    /// `appduct --state-dir <sandbox>/s <args…>` with no `APPDUCT_*` variables and a private
+    /// home.
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_appduct"));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("APPDUCT_") {
+                cmd.env_remove(&key);
+            }
+        }
+        cmd.env_remove("NO_COLOR");
+        std::fs::create_dir_all(self.home()).unwrap();
+        cmd.env("HOME", self.home());
+        cmd.current_dir(self.dir.path());
+        cmd.arg("--state-dir").arg(self.state_dir());
+        cmd.args(args);
+        cmd
+    }
+
+    /// Runs and returns (status, stdout, stderr).
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self.cmd(args).output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    }
+
+    /// The state dir was never created: nothing contacted or spawned a daemon.
+    fn assert_untouched(&self, args: &[&str]) {
+        assert!(
+            !self.state_dir().exists(),
+            "{args:?} created the state dir {}",
+            self.state_dir().display()
+        );
+        assert!(
+            !self.home().join(".appduct").exists(),
+            "{args:?} used ~/.appduct"
+        );
+    }
+}
+
+const COMMAND_PATHS: &[&[&str]] = &[
+    &[],
+    &["sessions"],
+    &["sessions", "ls"],
+    &["sessions", "revoke"],
+    &["sessions", "link"],
+    &["tools"],
+    &["tools", "ls"],
+    &["tools", "describe"],
+    &["tools", "call"],
+    &["tools", "snapshot"],
+    &["events"],
+    &["events", "ls"],
+    &["events", "tail"],
+    &["events", "since"],
+    &["daemon"],
+    &["daemon", "run"],
+    &["daemon", "start"],
+    &["daemon", "stop"],
+    &["daemon", "status"],
+    &["init"],
+    &["keygen"],
+    &["mcp"],
+    &["doctor"],
+    &["completions"],
+];
+
+#[test]
+fn every_command_help_exits_zero_on_stdout() {
+    let sb = Sandbox::new();
+    for path in COMMAND_PATHS {
+        for flag in ["--help", "-h"] {
+            let mut args = path.to_vec();
+            args.push(flag);
+            // --json is ignored by --help.
+            args.push("--json");
+            let (code, stdout, stderr) = sb.run(&args);
+            assert_eq!(code, 0, "{args:?}: {stderr}");
+            assert!(stdout.contains("Usage: appduct"), "{args:?}: {stdout}");
+            assert_eq!(stderr, "", "{args:?}");
+            sb.assert_untouched(&args);
+        }
+    }
+}
+
+#[test]
+fn noun_help_lists_the_verbs() {
+    let sb = Sandbox::new();
+    let cases: &[(&str, &[&str])] = &[
+        ("sessions", &["ls", "revoke", "link"]),
+        ("tools", &["ls", "describe", "call", "snapshot"]),
+        ("events", &["ls", "tail", "since"]),
+        ("daemon", &["run", "start", "stop", "status"]),
+    ];
+    for (noun, verbs) in cases {
+        let (code, stdout, _) = sb.run(&[noun, "--help"]);
+        assert_eq!(code, 0);
+        for verb in *verbs {
+            assert!(
+                stdout.contains(&format!("\n  {verb} ")),
+                "{noun}: {verb}\n{stdout}"
+            );
+        }
+    }
+}
+
+#[test]
+fn completions_help_says_where_to_install() {
+    let sb = Sandbox::new();
+    let (code, stdout, _) = sb.run(&["completions", "--help"]);
+    assert_eq!(code, 0);
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        assert!(stdout.contains(&format!("  {shell} ")), "{shell}\n{stdout}");
+    }
+}
+
+#[test]
+fn bare_appduct_prints_help_and_exits_zero() {
+    let sb = Sandbox::new();
+    let (code, stdout, stderr) = sb.run(&[]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Usage: appduct"));
+    assert!(stdout.contains("sessions"));
+    assert_eq!(stderr, "");
+    sb.assert_untouched(&[]);
+}
+
+#[test]
+fn version_prints_name_and_version() {
+    let sb = Sandbox::new();
+    for args in [
+        &["--version"][..],
+        &["-V"],
+        &["--json", "--version"],
+        &["tools", "-V"],
+    ] {
+        let (code, stdout, stderr) = sb.run(args);
+        assert_eq!(code, 0, "{args:?}");
+        assert_eq!(stdout, format!("appduct {}\n", env!("CARGO_PKG_VERSION")));
+        assert_eq!(stderr, "");
+    }
+}
+
+/// The argument errors of 05 §15 (and a few more of §2.3, §6–§8).
+const ARGUMENT_ERRORS: &[&[&str]] = &[
+    &["tools", "ls", "--limit", "0"],
+    &["tools", "ls", "--limit", "-1"],
+    &["tools", "ls", "--offset", "abc"],
+    &["tools", "ls", "--filter"],
+    &["tools", "ls", "a", "b"],
+    &["tools", "call"],
+    &["sessions", "revoke", "a", "b"],
+    &["events", "tail", "a", "b"],
+    &["events", "since", "a", "-1"],
+    &["tools", "ls", "--groups", "--filter", "x"],
+    &["sessions", "link", "--device", "emulator-5554"],
+    &[
+        "sessions",
+        "link",
+        "--open",
+        "ios-sim",
+        "--app-id",
+        "com.example.app",
+    ],
+    &["sessions", "link", "--relaunch"],
+    &["sessions", "link", "--url", "https://example.com"],
+    &["sessions", "link", "--transport", "tcp"],
+    &[
+        "sessions",
+        "link",
+        "--transport",
+        "web",
+        "--open",
+        "ios-device",
+    ],
+    &[
+        "sessions",
+        "link",
+        "--transport",
+        "native",
+        "--open",
+        "web",
+        "--url",
+        "http://x",
+    ],
+    // Beyond the required list.
+    &["tools", "ls", "--group", "a/b/c"],
+    &["tools", "call", "a", "b", "c"],
+    &["tools", "describe", "--filter", "x", "sum"],
+    &["tools", "snapshot"],
+    &["tools", "call", "sum", "--timeout", "0"],
+    &["events", "ls", "--payload-max-bytes", "10"],
+    &["events", "since"],
+    &["events", "since", "a", "b", "c"],
+    &["sessions", "link", "--ttl", "0"],
+    &["sessions", "link", "--open", "tv"],
+    &["sessions", "link", "--open", "web"],
+    &["sessions", "link", "--scheme", "https"],
+    &["sessions", "ls", "extra"],
+    &["completions", "tcsh"],
+    &["doctor", "app.zip"],
+    &["init", "--scheme", "myapp://"],
+];
+
+#[test]
+fn argument_errors_exit_64_without_touching_the_state_dir() {
+    let sb = Sandbox::new();
+    for args in ARGUMENT_ERRORS {
+        let (code, stdout, stderr) = sb.run(args);
+        assert_eq!(code, 64, "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}");
+        assert!(
+            stderr.starts_with("Command failed\n  Type:     usage_error\n  Message:  "),
+            "{args:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains('\x1b'),
+            "no colour when stderr is not a terminal"
+        );
+        sb.assert_untouched(args);
+    }
+}
+
+#[test]
+fn argument_errors_under_json_are_one_envelope_line() {
+    let sb = Sandbox::new();
+    for args in ARGUMENT_ERRORS {
+        let mut with_json = args.to_vec();
+        with_json.push("--json");
+        let (code, stdout, stderr) = sb.run(&with_json);
+        assert_eq!(code, 64, "{with_json:?}");
+        assert_eq!(stderr, "", "{with_json:?}: no stderr prose under --json");
+        assert_eq!(stdout.matches('\n').count(), 1, "{with_json:?}: {stdout}");
+        assert!(stdout.ends_with('\n'));
+        let v: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["error"]["type"], "usage_error");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+        assert!(v.get("meta").is_none(), "no meta without --verbose");
+        sb.assert_untouched(&with_json);
+    }
+}
+
+#[test]
+fn input_that_is_not_a_json_object_exits_65() {
+    let sb = Sandbox::new();
+    let (code, stdout, _) = sb.run(&["--json", "tools", "call", "sum", "--input", "[1,2]"]);
+    assert_eq!(code, 65);
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["error"]["type"], "validation_error");
+    assert_eq!(v["error"]["details"]["param"], "--input");
+    let (code, _, _) = sb.run(&["tools", "call", "sum", "--input", "{nope"]);
+    assert_eq!(code, 65);
+    sb.assert_untouched(&["tools", "call"]);
+}
+
+#[test]
+fn text_flags_require_a_value() {
+    let sb = Sandbox::new();
+    for flag in ["--filter", "--group"] {
+        let (code, stdout, _) = sb.run(&["--json", "tools", "ls", flag]);
+        assert_eq!(code, 64);
+        let v: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(v["error"]["message"], format!("{flag} requires a value"));
+    }
+    let (code, stdout, _) = sb.run(&["--json", "events", "ls", "--name"]);
+    assert_eq!(code, 64);
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["error"]["message"], "--name requires a value");
+}
+
+#[test]
+fn removed_words_name_the_replacement() {
+    let sb = Sandbox::new();
+    for (word, replacement) in [
+        ("ls", "sessions ls"),
+        ("revoke", "sessions revoke"),
+        ("link", "sessions link"),
+        ("invoke", "tools call"),
+    ] {
+        let (code, stdout, stderr) = sb.run(&[word]);
+        assert_eq!(code, 64, "{word}");
+        assert_eq!(stdout, "");
+        assert!(
+            stderr.contains(&format!("\"appduct {replacement}\"")),
+            "{stderr}"
+        );
+        sb.assert_untouched(&[word]);
+    }
+}
+
+#[test]
+fn unknown_words_bare_nouns_and_unknown_verbs() {
+    let sb = Sandbox::new();
+    let (code, _, stderr) = sb.run(&["frobnicate"]);
+    assert_eq!(code, 64);
+    assert!(
+        stderr.contains("unknown command \"frobnicate\""),
+        "{stderr}"
+    );
+
+    for (args, verbs) in [
+        (&["tools"][..], "ls, describe, call, snapshot"),
+        (&["tools", "list"], "ls, describe, call, snapshot"),
+        (&["sessions"], "ls, revoke, link"),
+        (&["events", "follow"], "ls, tail, since"),
+        (&["daemon", "restart"], "run, start, stop, status"),
+    ] {
+        let (code, stdout, stderr) = sb.run(args);
+        assert_eq!(code, 64, "{args:?}");
+        assert_eq!(stdout, "");
+        assert!(stderr.contains(verbs), "{args:?}: {stderr}");
+        sb.assert_untouched(args);
+    }
+}
+
+#[test]
+fn pretty_failure_is_multi_line_json() {
+    let sb = Sandbox::new();
+    let (code, stdout, stderr) = sb.run(&["tools", "ls", "--limit", "0", "--json", "--pretty"]);
+    assert_eq!(code, 64);
+    assert_eq!(stderr, "");
+    assert!(stdout.lines().count() > 3, "{stdout}");
+    assert!(
+        stdout.starts_with("{\n  \"ok\": false,\n  \"error\": {\n"),
+        "{stdout}"
+    );
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["error"]["type"], "usage_error");
+}
+
+#[test]
+fn verbose_parse_errors_have_meta_command_cli() {
+    let sb = Sandbox::new();
+    for args in [
+        &["--verbose", "--json", "tools", "ls", "--limit", "0"][..],
+        &["--verbose", "--json", "tools", "ls", "--bogus"],
+        &["--verbose", "--json", "frobnicate"],
+        &["frobnicate", "--verbose", "--json"],
+    ] {
+        let (code, stdout, _) = sb.run(args);
+        assert_eq!(code, 64, "{args:?}");
+        let v: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(v["meta"]["command"], "cli", "{args:?}");
+        assert!(v["meta"]["durationMs"].is_u64());
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["ok", "error", "meta"]);
+    }
+    // Human mode: the meta block follows the error block on stderr.
+    let (_, stdout, stderr) = sb.run(&["--verbose", "tools", "ls", "--limit", "0"]);
+    assert_eq!(stdout, "");
+    assert!(stderr.contains("\nMeta\n  Command:    cli\n"), "{stderr}");
+}
+
+fn mode(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn keygen_creates_a_private_key_and_prints_the_pin() {
+    let sb = Sandbox::new();
+    let (code, stdout, stderr) = sb.run(&["keygen"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stderr, "");
+    let key = sb.state_dir().join("key.pem");
+    assert_eq!(mode(&key), 0o600);
+    assert_eq!(mode(&sb.state_dir()), 0o700);
+    assert!(
+        std::fs::read_to_string(&key)
+            .unwrap()
+            .starts_with("-----BEGIN PRIVATE KEY-----")
+    );
+    assert!(stdout.starts_with("Key ready\n"), "{stdout}");
+    assert!(stdout.contains(&format!("  Path:       {}\n", key.display())));
+    assert!(stdout.contains("  Algorithm:  EC P-256\n"));
+    let pin_line = stdout.lines().find(|l| l.starts_with("  Pin:")).unwrap();
+    let pin = pin_line.trim_start_matches("  Pin:").trim();
+    assert!(pin.starts_with("sha256/") && pin.ends_with('='), "{pin}");
+    assert!(!sb.state_dir().join("daemon.sock").exists());
+
+    // Again without --force: exit 64 naming --force, key untouched.
+    let before = std::fs::read(&key).unwrap();
+    let (code, _, stderr) = sb.run(&["keygen"]);
+    assert_eq!(code, 64);
+    assert!(stderr.contains("--force"), "{stderr}");
+    assert_eq!(std::fs::read(&key).unwrap(), before);
+
+    // With --force and --json: a new key, `replaced: true`, a different pin.
+    let (code, stdout, stderr) = sb.run(&["keygen", "--force", "--json"]);
+    assert_eq!(code, 0);
+    assert_eq!(stderr, "");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["data"]["path"], key.display().to_string());
+    assert_eq!(v["data"]["algorithm"], "ec-p256");
+    assert_eq!(v["data"]["replaced"], true);
+    assert_ne!(v["data"]["pin"], pin);
+    assert_eq!(mode(&key), 0o600);
+}
+
+#[test]
+fn keygen_out_needs_an_existing_directory() {
+    let sb = Sandbox::new();
+    let target = sb.dir.path().join("missing").join("k.pem");
+    let (code, _, _) = sb.run(&["keygen", "--out", target.to_str().unwrap()]);
+    assert_eq!(code, 64);
+    assert!(!target.exists());
+
+    let (code, stdout, _) = sb.run(&["--json", "keygen", "--out", "rel.pem"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    // A relative --out is resolved against the current directory.
+    assert_eq!(
+        v["data"]["path"],
+        sb.dir.path().join("rel.pem").display().to_string()
+    );
+    assert_eq!(mode(&sb.dir.path().join("rel.pem")), 0o600);
+    sb.assert_untouched(&["keygen", "--out"]);
+}
+
+#[test]
+fn completions_print_a_script() {
+    let sb = Sandbox::new();
+    let (code, stdout, stderr) = sb.run(&["completions", "bash"]);
+    assert_eq!(code, 0);
+    assert_eq!(stderr, "");
+    assert!(stdout.len() > 100);
+    assert!(stdout.contains("appduct"));
+    let (code, stdout, _) = sb.run(&["completions", "zsh", "--json"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["data"]["shell"], "zsh");
+    assert!(
+        v["data"]["script"]
+            .as_str()
+            .is_some_and(|s| s.contains("#compdef appduct"))
+    );
+    sb.assert_untouched(&["completions"]);
+}
