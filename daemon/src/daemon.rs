@@ -28,6 +28,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::address::AdvertisedAddress;
+use crate::audit::{AuditWriter, PruneSchedule};
 use crate::config::{Config, ConfigError};
 use crate::control_server::{self, ControlHandler, ServerOptions};
 use crate::device_socket::DeviceSocket;
@@ -36,11 +37,13 @@ use crate::handlers::{CallsApi, DaemonHandler, DaemonIdentity, HandlerContext, S
 use crate::links::{DaemonLinkEnv, LinkEnvironment, LinkError};
 use crate::listener::{self, AcceptContext, AcceptedDevice, PreclaimLimiter, RunningListener};
 use crate::pidfile::{PidfileError, PidfileLock, PidfileOptions};
+use crate::policy::PolicyEngine;
 use crate::seams::{
     AddressSource, Clock, OsAddresses, PeerCheck, SameEuid, SystemClock, VERSION_OVERRIDE_ENV,
 };
-use crate::sessions::{EngineOptions, SessionManager, format_timestamp_ms};
+use crate::sessions::{EngineOptions, SessionManager};
 use crate::state_dir::{self, FILE_MODE, StateDir, StateDirError};
+use crate::timestamp::format_iso_ms;
 use crate::tls::{HostKey, KeyError, KeySource, TlsError, TlsState};
 
 /// The daemon's own version (the workspace version).
@@ -86,6 +89,9 @@ pub struct CallsContext {
     pub clock: Arc<dyn Clock>,
     pub config: Arc<Config>,
     pub state_dir: StateDir,
+    pub policy: PolicyEngine,
+    /// Audit records of settled calls go here (04 §9).
+    pub audit: AuditWriter,
 }
 
 /// Starts the calls module (call manager, policy, audit writer) at startup step 6. It installs
@@ -467,6 +473,7 @@ impl Drop for StartupGuard {
 /// What the supervisor owns until teardown.
 struct Running {
     pidfile: PidfileLock,
+    prune: PruneSchedule,
     timers: Vec<JoinHandle<()>>,
     device_pump: JoinHandle<()>,
     listener_stop: watch::Sender<bool>,
@@ -485,6 +492,7 @@ struct Shared {
     bus: EventBus,
     sessions: SessionManager,
     tls: Arc<TlsState>,
+    audit: AuditWriter,
     wss_addr: SocketAddr,
     web_addr: SocketAddr,
     handler: DaemonHandler,
@@ -512,7 +520,7 @@ impl Daemon {
     pub async fn start(opts: DaemonOptions) -> Result<DaemonHandle, StartError> {
         let pid = std::process::id();
         let clock = Arc::clone(&opts.clock);
-        let started_at = format_timestamp_ms(clock.now_unix_ms());
+        let started_at = format_iso_ms(clock.now_unix_ms());
 
         // 1. State directory and configuration.
         let dir = StateDir::new(&opts.state_dir)?;
@@ -550,8 +558,8 @@ impl Daemon {
         guard.pidfile = Some(pidfile);
         take_over_socket(&socket_path).await?;
 
-        // 4. The audit directory (the audit writer comes with the calls module) and events.log.
-        dir.ensure_audit_dir()?;
+        // 4. The audit writer (it creates `audit/`, 0700) and the events.log writer.
+        let audit = AuditWriter::open(&dir, config.audit_retention_days)?;
         let events_log = EventsLog::start(
             dir.events_log_path(),
             dir.events_log_rotated_path(),
@@ -567,7 +575,9 @@ impl Daemon {
         let advertised = AdvertisedAddress::choose(config.advertised_ip, opts.addresses.as_ref());
         let tls = Arc::new(TlsState::new(key, advertised.address, clock.now_unix_ms())?);
 
-        // 6. Link registry and session manager (one engine), then the calls module.
+        // 6. Link registry and session manager (one engine), the policy engine, then the calls
+        //    module (call manager).
+        let policy = PolicyEngine::from_config(&config);
         let late_env = Arc::new(LateLinkEnv::default());
         let sessions = SessionManager::new(
             EngineOptions::from_config(&config),
@@ -582,6 +592,8 @@ impl Daemon {
                 clock: Arc::clone(&clock),
                 config: Arc::clone(&config),
                 state_dir: dir.clone(),
+                policy: policy.clone(),
+                audit: audit.clone(),
             })
         });
         let (accepted, accepted_rx) = mpsc::channel(ACCEPTED_QUEUE);
@@ -626,11 +638,10 @@ impl Daemon {
                 pid,
                 started_at,
                 state_dir: dir.path().to_owned(),
-                audit_dir: dir.audit_dir(),
-                audit_retention_days: config.audit_retention_days,
                 events_log_path: dir.events_log_path(),
             },
-            policy: config.policy.clone(),
+            policy,
+            audit: audit.clone(),
             sessions: sessions.clone(),
             bus: bus.clone(),
             network: Arc::clone(&network),
@@ -667,7 +678,8 @@ impl Daemon {
             "daemon ready"
         );
 
-        // 10. Timers: the leaf renewal check (the audit prune comes with the audit writer).
+        // 10. Timers: the audit prune (now, then every 24 h) and the hourly leaf renewal check.
+        let prune = audit.spawn_prune_schedule(Arc::clone(&clock));
         let timers = vec![tokio::spawn(renew_leaf_hourly(
             Arc::clone(&tls),
             Arc::clone(&network),
@@ -709,6 +721,7 @@ impl Daemon {
         let web_addr = web.local_addr();
         let running = Running {
             pidfile,
+            prune,
             timers,
             device_pump,
             listener_stop,
@@ -726,6 +739,7 @@ impl Daemon {
             bus,
             sessions,
             tls,
+            audit,
             wss_addr,
             web_addr,
             handler,
@@ -759,6 +773,7 @@ async fn teardown(shared: &Shared, running: Running) {
     tracing::info!("daemon shutting down");
     let Running {
         pidfile,
+        prune,
         timers,
         device_pump,
         listener_stop,
@@ -769,8 +784,10 @@ async fn teardown(shared: &Shared, running: Running) {
         stopped: _,
     } = running;
 
-    // 1. Timers. Control requests are refused from here on (the handler sees the switch). The
-    //    engine's link, grace and keepalive timers stop as the first part of step 3.
+    // 1. Timers: the audit prune first, then leaf renewal and the calls module's. Control
+    //    requests are refused from here on (the handler sees the switch). The engine's link,
+    //    grace and keepalive timers stop as the first part of step 3.
+    prune.stop();
     for timer in timers {
         timer.abort();
     }
@@ -811,14 +828,16 @@ async fn teardown(shared: &Shared, running: Running) {
         tracing::warn!("{e}");
     }
 
-    // 7. Audit and events.log queues, at most 5 s.
-    let audit_flushed = match &shared.calls {
-        Some(calls) => calls.flush_audit(LOG_FLUSH_WAIT).await,
-        None => true,
-    };
-    let events_flushed = shared.bus.flush(LOG_FLUSH_WAIT).await;
-    if !(audit_flushed && events_flushed) {
-        tracing::warn!("some audit or events.log records were not written before shutdown");
+    // 7. Audit and events.log queues, at most 5 s together.
+    let (audit_flushed, events_flushed) = tokio::join!(
+        shared.audit.flush(LOG_FLUSH_WAIT),
+        shared.bus.flush(LOG_FLUSH_WAIT)
+    );
+    if let Err(e) = audit_flushed {
+        tracing::warn!("audit records may be missing: {e}");
+    }
+    if !events_flushed {
+        tracing::warn!("some events.log records were not written before shutdown");
     }
     tracing::info!("daemon stopped");
     // 8. The hosting binary exits 0 once `wait()` resolves.
@@ -878,6 +897,11 @@ impl DaemonHandle {
     /// The event bus (`subscribe_all()` to synchronise on events, never on sleeps).
     pub fn events(&self) -> &EventBus {
         &self.shared.bus
+    }
+
+    /// The audit writer.
+    pub fn audit(&self) -> &AuditWriter {
+        &self.shared.audit
     }
 
     /// The session engine.

@@ -21,11 +21,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use appduct_protocol::control::{
-    self, AddressSource, AdvertisedAddress, AuditStatus, ControlRequest, EventNotify,
-    EventsListEntry, EventsListParams, EventsListResult, EventsLogStatus, EventsSinceParams,
-    EventsSinceResult, HelloParams, HelloResult, LinkCreateParams, LinkCreateResult, OkResult,
-    ParamError, PolicySummary, RevokeResult, SelectorParams, SessionSummary, StatusResult,
-    SubscribeParams, SubscribeResult,
+    self, AddressSource, AdvertisedAddress, ControlRequest, EventNotify, EventsListEntry,
+    EventsListParams, EventsListResult, EventsLogStatus, EventsSinceParams, EventsSinceResult,
+    HelloParams, HelloResult, LinkCreateParams, LinkCreateResult, OkResult, ParamError,
+    RevokeResult, SelectorParams, SessionSummary, StatusResult, SubscribeParams, SubscribeResult,
 };
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::glob::Glob;
@@ -35,10 +34,11 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::address::AddressOrigin;
-use crate::config::Policy;
+use crate::audit::AuditWriter;
 use crate::control_server::{BoxFuture, Connection, ConnectionId, ControlHandler, Reply};
 use crate::events::{EventBus, EventFilter, SinceQuery, SubscribeRequest, SubscriptionId};
 use crate::links::{DaemonLinkEnv, LinkEnvironment};
+use crate::policy::PolicyEngine;
 use crate::sessions::SessionManager;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -74,16 +74,6 @@ pub trait CallsApi: Send + Sync + 'static {
     /// `daemon_shutdown`, settling each normally. Runs before the engine's own shutdown, which
     /// then reports the same transition per session through the `CallRouter`.
     fn reject_pending_for_shutdown(&self);
-
-    /// `daemon.status.audit`, when the module owns the audit writer.
-    fn audit_status(&self) -> Option<AuditStatus> {
-        None
-    }
-
-    /// Shutdown step 7: wait (at most `timeout`) until queued audit records are written.
-    fn flush_audit(&self, _timeout: Duration) -> BoxFuture<'static, bool> {
-        Box::pin(async { true })
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,10 +127,6 @@ pub struct DaemonIdentity {
     /// ISO 8601 UTC with milliseconds (03 §8.1).
     pub started_at: String,
     pub state_dir: PathBuf,
-    /// `<state>/audit`, reported as `daemon.status.audit.path`.
-    pub audit_dir: PathBuf,
-    /// `auditRetentionDays`.
-    pub audit_retention_days: u32,
     /// `<state>/events.log`, reported when no writer is attached.
     pub events_log_path: PathBuf,
 }
@@ -148,8 +134,10 @@ pub struct DaemonIdentity {
 /// Everything the handlers answer from.
 pub struct HandlerContext {
     pub identity: DaemonIdentity,
-    /// The `policy` key of `config.json`, reported by `daemon.status`.
-    pub policy: Policy,
+    /// Reported by `daemon.status.policy`.
+    pub policy: PolicyEngine,
+    /// Reported by `daemon.status.audit`.
+    pub audit: AuditWriter,
     pub sessions: SessionManager,
     pub bus: EventBus,
     /// Bound ports, advertised address and pin.
@@ -387,20 +375,6 @@ impl DaemonHandler {
     fn status(&self) -> StatusResult {
         let ctx = &self.inner.ctx;
         let advertised = ctx.network.advertised();
-        let audit = ctx
-            .calls
-            .as_ref()
-            .and_then(|calls| calls.audit_status())
-            .unwrap_or_else(|| AuditStatus {
-                // No audit writer in this build: nothing was written or pruned, and the day
-                // files are not counted (omitted, never reported as 0).
-                path: ctx.identity.audit_dir.display().to_string(),
-                failed_writes: 0,
-                failed_prunes: 0,
-                retention_days: ctx.identity.audit_retention_days,
-                files: None,
-                bytes: None,
-            });
         let events_log = ctx
             .bus
             .events_log_status()
@@ -428,12 +402,9 @@ impl DaemonHandler {
             sessions: ctx.sessions.list(),
             pending_links: ctx.sessions.pending_links() as u64,
             pending_calls: self.pending_calls(),
-            policy: PolicySummary {
-                default: ctx.policy.default,
-                destructive: ctx.policy.destructive,
-                tools: ctx.policy.tools.clone(),
-            },
-            audit,
+            policy: ctx.policy.summary(),
+            // Counts the day files; `files`/`bytes` are omitted when the directory is unreadable.
+            audit: ctx.audit.status(),
             events_log,
         }
     }

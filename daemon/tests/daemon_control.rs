@@ -63,7 +63,12 @@ async fn hello_and_status_over_the_real_socket() {
         dir.path().join("audit").display().to_string()
     );
     assert_eq!(status.audit.retention_days, 30);
-    assert_eq!((status.audit.files, status.audit.bytes), (None, None));
+    assert_eq!(
+        (status.audit.failed_writes, status.audit.failed_prunes),
+        (0, 0)
+    );
+    // The directory is readable and holds no day file yet.
+    assert_eq!((status.audit.files, status.audit.bytes), (Some(0), Some(0)));
     assert_eq!(
         status.events_log.path,
         dir.path().join("events.log").display().to_string()
@@ -76,6 +81,7 @@ async fn exact_wire_shapes_over_an_in_memory_connection() {
     let dir = state_dir();
     let mut config = Config::defaults(dir.path());
     config.policy.destructive = Decision::Prompt;
+    config.audit_retention_days = 7;
     config
         .policy
         .tools
@@ -124,7 +130,8 @@ async fn exact_wire_shapes_over_an_in_memory_connection() {
     assert_eq!(
         status["audit"],
         json!({"path": dir.path().join("audit").display().to_string(),
-               "failedWrites": 0, "failedPrunes": 0, "retentionDays": 30})
+               "failedWrites": 0, "failedPrunes": 0, "retentionDays": 7,
+               "files": 0, "bytes": 0})
     );
     assert_eq!(status["eventsLog"]["failedWrites"], 0);
     assert_eq!(

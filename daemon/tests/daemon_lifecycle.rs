@@ -46,6 +46,12 @@ async fn startup_creates_socket_pidfile_and_key_and_a_second_start_is_refused() 
     );
     assert_eq!(mode(&key), 0o600);
     assert_eq!(mode(&dir.path().join("audit")), 0o700);
+    // The audit prune ran once at start (01 §6.5 step 10).
+    let mut prunes = daemon.audit().prune_passes();
+    tokio::time::timeout(WAIT, prunes.wait_for(|passes| *passes >= 1))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(mode(dir.path()), 0o700);
     assert_ne!(daemon.wss_addr().port(), 0);
     assert_ne!(daemon.web_addr().port(), 0);
