@@ -51,7 +51,7 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Period of the leaf renewal check (02 §3.2, 01 §6.5 step 10).
 pub const LEAF_RENEWAL_INTERVAL: Duration = Duration::from_secs(3600);
 /// Longest wait for the audit and `events.log` queues at shutdown (01 §6.6 step 7).
-pub const LOG_FLUSH_WAIT: Duration = Duration::from_secs(5);
+pub const LOG_FLUSH_WAIT: Duration = crate::audit::SHUTDOWN_FLUSH_TIMEOUT;
 /// Buffer of each in-memory control connection (01 §10.1).
 pub const MEMORY_CONTROL_BUFFER: usize = 64 * 1024;
 /// Opened device connections waiting for the engine.
