@@ -4,6 +4,7 @@
 
 pub mod address;
 pub mod audit;
+pub mod calls;
 pub mod client;
 pub mod config;
 pub mod consent;
