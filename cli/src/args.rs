@@ -78,6 +78,8 @@ pub enum TopCommand {
     Doctor(DoctorArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
+    /// Run the playground: a demo app connected to the daemon, to try every command on
+    Playground(PlaygroundArgs),
     #[command(external_subcommand)]
     Unknown(Vec<OsString>),
 }
@@ -387,6 +389,13 @@ pub struct DoctorArgs {
     /// Fail (exit 3) unless the native module is absent
     #[arg(long)]
     pub assert_absent: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PlaygroundArgs {
+    /// Run a short scripted tour of the commands against the playground, then exit
+    #[arg(long)]
+    pub tour: bool,
 }
 
 #[derive(Debug, Args)]

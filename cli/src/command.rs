@@ -141,6 +141,10 @@ pub enum Command {
     Completions {
         shell: Shell,
     },
+    /// `playground`: the in-process demo device; `--tour` runs the scripted tour and exits.
+    Playground {
+        tour: bool,
+    },
 }
 
 impl Command {
@@ -166,6 +170,7 @@ impl Command {
             Command::Mcp { .. } => "mcp",
             Command::Doctor(_) => "doctor",
             Command::Completions { .. } => "completions",
+            Command::Playground { .. } => "playground",
         }
     }
 
@@ -617,6 +622,7 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         })),
         TopCommand::Mcp(a) => Ok(Command::Mcp { scheme: a.scheme }),
         TopCommand::Doctor(a) => Ok(Command::Doctor(doctor(a)?)),
+        TopCommand::Playground(a) => Ok(Command::Playground { tour: a.tour }),
         TopCommand::Completions(a) => match a.shell {
             Some(shell) => Ok(Command::Completions { shell }),
             None => Err(CliError::usage(

@@ -5,7 +5,9 @@ use crate::command::{Command, Invocation};
 use crate::error::CliError;
 use crate::init::{self, InitEnv};
 use crate::output::{Output, Success};
-use crate::{completions, keygen};
+use crate::signals::{INTERRUPTED, Interrupts};
+use crate::{completions, events, host, keygen, lifecycle, playground, sessions, snapshot, tools};
+use appduct_daemon::seams::TokioCommandRunner;
 
 /// What a command produced.
 #[derive(Debug)]
@@ -48,15 +50,66 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
     }
 }
 
-/// The daemon-backed commands: `sessions *`, `tools *`, `events *`, `daemon *` and `mcp`
-/// (05 §2.4). Arguments are already validated; `inv.globals.state_dir()` and
-/// `inv.globals.restart_choice()` give the connection settings.
-///
-/// PLACEHOLDER until the typed control client (`appduct_daemon::client`) is wired in: every
-/// daemon-backed command fails with `connection_error` (exit 70).
+/// The daemon-backed commands: `sessions *`, `tools *`, `events *`, `daemon *`, `playground`
+/// and `mcp` (05 §2.4), on a multi-thread tokio runtime. `daemon run` hosts the daemon;
+/// `tools call`, `events tail` and `playground` handle SIGINT and SIGTERM themselves; every
+/// other command ends with exit 130 and no envelope when interrupted (05 §4).
 pub fn run_daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
-    let _ = (inv, out);
-    Err(CliError::connection(
-        "this appduct build cannot reach the daemon yet",
-    ))
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::internal(format!("cannot start the async runtime: {e}")))?;
+    let result = match &inv.command {
+        Command::DaemonRun => inv
+            .globals
+            .state_dir()
+            .map(|dir| Reply::Done(host::run(&runtime, dir.path(), out))),
+        _ => runtime.block_on(daemon_command(inv, out)),
+    };
+    // Nothing left on the runtime may delay the exit (connection tasks, a cancel in flight).
+    runtime.shutdown_background();
+    result
+}
+
+async fn daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
+    let g = &inv.globals;
+    match &inv.command {
+        Command::ToolsCall(c) => tools::call(g, out, c).await.map(Reply::Success),
+        Command::EventsTail(p) => events::tail(g, out, p).await,
+        Command::Playground { tour } => playground::run(g, out, *tour).await,
+        _ => {
+            let mut signals = Interrupts::new(false)
+                .map_err(|e| CliError::internal(format!("cannot install signal handlers: {e}")))?;
+            tokio::select! {
+                r = interruptible_command(inv, out) => r,
+                _ = signals.recv() => Ok(Reply::Done(INTERRUPTED)),
+            }
+        }
+    }
+}
+
+async fn interruptible_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
+    let g = &inv.globals;
+    if let Command::ToolsSnapshot { selector, mode } = &inv.command {
+        return snapshot::run(g, out, selector.as_deref(), mode).await;
+    }
+    let success = match &inv.command {
+        Command::SessionsLs => sessions::ls(g, out).await,
+        Command::SessionsRevoke { selector } => sessions::revoke(g, out, selector.as_deref()).await,
+        Command::SessionsLink(req) => sessions::link(g, out, req, &TokioCommandRunner::new()).await,
+        Command::ToolsLs(req) => tools::ls(g, out, req).await,
+        Command::ToolsDescribe { selector, name } => {
+            tools::describe(g, out, selector.as_deref(), name).await
+        }
+        Command::EventsLs(p) => events::ls(g, out, p).await,
+        Command::EventsSince(p) => events::since(g, out, p).await,
+        Command::DaemonStart => lifecycle::start(g, out).await,
+        Command::DaemonStop => lifecycle::stop(g, out).await,
+        Command::DaemonStatus => lifecycle::status(g, out).await,
+        other => Err(CliError::internal(format!(
+            "appduct {} is not implemented in this build yet",
+            other.label()
+        ))),
+    };
+    success.map(Reply::Success)
 }

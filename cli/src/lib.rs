@@ -8,14 +8,27 @@
 pub mod args;
 pub mod command;
 pub mod completions;
+pub mod connect;
+pub mod delivery;
 pub mod dispatch;
 pub mod error;
+pub mod events;
+pub mod host;
 pub mod init;
 pub mod keygen;
+pub mod lifecycle;
 pub mod logging;
 pub mod output;
+pub mod playground;
+pub mod progress;
 pub mod project;
+pub mod qr;
 pub mod render;
+pub mod resolve;
+pub mod sessions;
+pub mod signals;
+pub mod snapshot;
+pub mod tools;
 pub mod views;
 
 use std::ffi::OsString;

@@ -1,0 +1,281 @@
+//! The `tools call` progress display on stderr (05 §7.3): a spinner while calling, elapsed and
+//! deadline once started, a bar while every progress value is within [0, 1], a spinner with the
+//! raw value after any value outside it, the latest message, `Cancelling…` after Ctrl-C.
+//!
+//! [`Display`] is pure state plus a line renderer; [`Terminal`] writes it with `\r` and
+//! erase-line, at most 10 times per second, and clears it before anything else is printed.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use appduct_daemon::client::CallProgress;
+use serde_json::Number;
+
+/// The display appears this long after the request if no response arrived.
+pub const APPEAR_AFTER: Duration = Duration::from_millis(250);
+/// Minimum time between two redraws (10 per second).
+pub const REDRAW_EVERY: Duration = Duration::from_millis(100);
+/// Width of the bar in cells.
+pub const BAR_WIDTH: usize = 10;
+
+const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+
+/// What the display shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Display {
+    name: String,
+    /// The selector the user gave, until `tool_call_started` names the alias.
+    target: String,
+    started: Option<Started>,
+    progress: Option<f64>,
+    /// A value outside [0, 1] was seen: spinner with `progress {value}` for the rest.
+    unbounded: Option<String>,
+    message: Option<String>,
+    cancelling: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Started {
+    alias: String,
+    deadline_ms: u64,
+}
+
+fn number_text(n: &Number) -> String {
+    n.to_string()
+}
+
+impl Display {
+    pub fn new(name: &str, selector: Option<&str>) -> Self {
+        Self {
+            name: name.to_owned(),
+            target: selector.unwrap_or("the session").to_owned(),
+            started: None,
+            progress: None,
+            unbounded: None,
+            message: None,
+            cancelling: false,
+        }
+    }
+
+    /// Applies one per-call notification.
+    pub fn update(&mut self, item: &CallProgress) {
+        match item {
+            CallProgress::Started(s) => {
+                self.started = Some(Started {
+                    alias: s.alias.clone(),
+                    deadline_ms: s.deadline_ms,
+                });
+            }
+            CallProgress::Progress(p) => {
+                if let Some(n) = &p.progress {
+                    match n.as_f64() {
+                        Some(v) if self.unbounded.is_none() && (0.0..=1.0).contains(&v) => {
+                            self.progress = Some(v);
+                        }
+                        _ => self.unbounded = Some(number_text(n)),
+                    }
+                }
+                if let Some(m) = &p.message {
+                    self.message = Some(m.clone());
+                }
+            }
+        }
+    }
+
+    pub fn set_cancelling(&mut self) {
+        self.cancelling = true;
+    }
+
+    /// The line for `elapsed` since the request and spinner frame `frame`.
+    pub fn line(&self, elapsed: Duration, frame: usize) -> String {
+        let spin = SPINNER[frame % SPINNER.len()];
+        let mut line = match &self.started {
+            None => format!("{spin} Calling {} on {}…", self.name, self.target),
+            Some(s) => {
+                format!(
+                    "{} on {}  {:.1}s / {:.1}s",
+                    self.name,
+                    s.alias,
+                    elapsed.as_secs_f64(),
+                    s.deadline_ms as f64 / 1000.0
+                )
+            }
+        };
+        if self.started.is_some() {
+            let indicator = match (&self.unbounded, self.progress) {
+                (Some(v), _) => format!("{spin} progress {v}"),
+                (None, Some(p)) => bar(p),
+                (None, None) => spin.to_string(),
+            };
+            line = format!("{indicator} {line}");
+        }
+        if let Some(m) = &self.message {
+            line.push_str("  ");
+            line.push_str(&single_line(m));
+        }
+        if self.cancelling {
+            line.push_str("  Cancelling…");
+        }
+        line
+    }
+}
+
+/// `[######----] 66%`.
+pub fn bar(p: f64) -> String {
+    let p = p.clamp(0.0, 1.0);
+    let filled = ((p * BAR_WIDTH as f64).round() as usize).min(BAR_WIDTH);
+    format!(
+        "[{}{}] {}%",
+        "#".repeat(filled),
+        "-".repeat(BAR_WIDTH - filled),
+        (p * 100.0).floor() as u32
+    )
+}
+
+fn single_line(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(120)
+        .collect()
+}
+
+/// Draws a [`Display`] on stderr when it is active.
+#[derive(Debug)]
+pub struct Terminal {
+    active: bool,
+    shown: bool,
+    requested: Instant,
+    last_draw: Option<Instant>,
+    frame: usize,
+    pub display: Display,
+}
+
+impl Terminal {
+    /// `active` is false without a terminal, under `--json` or with `--no-progress`.
+    pub fn new(active: bool, display: Display) -> Self {
+        Self {
+            active,
+            shown: false,
+            requested: Instant::now(),
+            last_draw: None,
+            frame: 0,
+            display,
+        }
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.requested.elapsed()
+    }
+
+    /// Redraws when the display is due (after [`APPEAR_AFTER`], at most every
+    /// [`REDRAW_EVERY`]).
+    pub fn tick(&mut self) {
+        if !self.active || self.elapsed() < APPEAR_AFTER {
+            return;
+        }
+        if self.last_draw.is_some_and(|at| at.elapsed() < REDRAW_EVERY) {
+            return;
+        }
+        self.frame = self.frame.wrapping_add(1);
+        let line = self.display.line(self.elapsed(), self.frame);
+        write_err(&format!("\r\x1b[2K{line}"));
+        self.shown = true;
+        self.last_draw = Some(Instant::now());
+    }
+
+    /// Erases the line so other output starts clean.
+    pub fn clear(&mut self) {
+        if self.shown {
+            write_err("\r\x1b[2K");
+            self.shown = false;
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+fn write_err(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use appduct_protocol::control::{ToolCallProgressParams, ToolCallStartedParams};
+    use appduct_protocol::jsonrpc::RequestId;
+
+    fn started() -> CallProgress {
+        CallProgress::Started(ToolCallStartedParams {
+            request_id: RequestId::Number(1),
+            call_id: "cli-1".into(),
+            session_id: "s".into(),
+            alias: "pixel-8".into(),
+            name: "sum".into(),
+            deadline_ms: 5000,
+            ts: 0,
+        })
+    }
+
+    fn progress(v: Option<f64>, m: Option<&str>) -> CallProgress {
+        CallProgress::Progress(ToolCallProgressParams {
+            request_id: RequestId::Number(1),
+            call_id: "cli-1".into(),
+            session_id: "s".into(),
+            progress: v.and_then(Number::from_f64),
+            message: m.map(str::to_owned),
+            ts: 0,
+        })
+    }
+
+    #[test]
+    fn calling_then_started_then_bar() {
+        let mut d = Display::new("sum", Some("pixel-8"));
+        assert!(
+            d.line(Duration::ZERO, 0)
+                .ends_with("Calling sum on pixel-8…")
+        );
+        d.update(&started());
+        let line = d.line(Duration::from_millis(1500), 0);
+        assert!(line.contains("sum on pixel-8  1.5s / 5.0s"), "{line}");
+        d.update(&progress(Some(0.66), Some("almost there")));
+        let line = d.line(Duration::from_millis(1500), 0);
+        assert!(line.starts_with("[#######---] 66%"), "{line}");
+        assert!(line.ends_with("almost there"), "{line}");
+    }
+
+    #[test]
+    fn a_value_outside_the_unit_interval_switches_to_a_spinner_for_good() {
+        let mut d = Display::new("sync", None);
+        d.update(&started());
+        d.update(&progress(Some(42.0), None));
+        assert!(d.line(Duration::ZERO, 0).contains("progress 42"));
+        d.update(&progress(Some(0.5), None));
+        assert!(d.line(Duration::ZERO, 0).contains("progress 42"));
+        d.set_cancelling();
+        assert!(d.line(Duration::ZERO, 0).ends_with("Cancelling…"));
+    }
+
+    #[test]
+    fn bars() {
+        assert_eq!(bar(0.0), "[----------] 0%");
+        assert_eq!(bar(1.0), "[##########] 100%");
+        assert_eq!(bar(0.33), "[###-------] 33%");
+    }
+
+    #[test]
+    fn an_inactive_terminal_never_draws() {
+        let mut t = Terminal::new(false, Display::new("sum", None));
+        t.tick();
+        assert!(!t.shown);
+    }
+}

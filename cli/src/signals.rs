@@ -1,0 +1,56 @@
+//! Interrupts as the commands see them (05 §4, 01 §6.6): SIGINT and SIGTERM, and SIGHUP for
+//! `daemon run`. Once a command listens, the default action (dying by the signal) is replaced,
+//! so each command decides its own exit status.
+
+use std::io;
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+/// Which signal arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    Int,
+    Term,
+    Hup,
+}
+
+/// Exit status of a command ended by SIGINT or SIGTERM (05 §4).
+pub const INTERRUPTED: u8 = 130;
+
+/// SIGINT and SIGTERM, and SIGHUP when asked. Must be created inside a tokio runtime.
+#[derive(Debug)]
+pub struct Interrupts {
+    int: Signal,
+    term: Signal,
+    hup: Option<Signal>,
+}
+
+impl Interrupts {
+    pub fn new(with_hup: bool) -> io::Result<Self> {
+        Ok(Self {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+            hup: if with_hup {
+                Some(signal(SignalKind::hangup())?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// The next signal.
+    pub async fn recv(&mut self) -> Interrupt {
+        let Self { int, term, hup } = self;
+        let hup = async {
+            match hup {
+                Some(s) => s.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = int.recv() => Interrupt::Int,
+            _ = term.recv() => Interrupt::Term,
+            _ = hup => Interrupt::Hup,
+        }
+    }
+}
