@@ -66,6 +66,8 @@ impl Drop for FakeDaemon {
     }
 }
 
+pub const PIN: &str = "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
+
 pub fn session(id: &str, alias: &str) -> SessionSummary {
     SessionSummary {
         session_id: id.to_owned(),
@@ -253,6 +255,31 @@ impl FakeDaemon {
                 }
             },
             ControlRequest::ToolsCancel(_) => ready(Reply::Ok(json!({"cancelled": true}))),
+            ControlRequest::LinkCreate(p) => {
+                let web = p.transport() == Transport::Web;
+                let view = appduct_protocol::bootstrap::Decoded {
+                    family: 4,
+                    address: if web {
+                        "127.0.0.1".into()
+                    } else {
+                        "192.168.1.20".into()
+                    },
+                    port: if web { 53120 } else { 8443 },
+                    session_id: "Zk3pQ0mX8sL1vB2n".into(),
+                    token_base64url: "A".repeat(43),
+                    expires_at: 1_764_494_223,
+                };
+                let payload = appduct_protocol::bootstrap::BootstrapPayload::try_from(&view)
+                    .unwrap()
+                    .encode()
+                    .unwrap();
+                ready(Reply::Ok(json!({
+                    "sessionId": "Zk3pQ0mX8sL1vB2n", "transport": if web { "web" } else { "native" },
+                    "deepLinkPayload": payload,
+                    "endpoint": {"address": view.address, "port": view.port, "family": 4},
+                    "expiresAt": 1_764_494_223u64, "pin": PIN,
+                })))
+            }
             ControlRequest::ConsentCreate(p) => {
                 if self.resolve(Some(&p.session_id)).is_err() {
                     return ready(rpc(ErrorType::UnknownSession, "no such session", json!({})));
