@@ -65,3 +65,27 @@ impl BridgeOptions {
             .clamp(limits::MIN_CALL_TIMEOUT_MS, limits::MAX_CALL_TIMEOUT_MS)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_env_overrides_apply_only_when_set_and_stay_in_range() {
+        let o = BridgeOptions::default().with_test_env(|_| None);
+        assert_eq!(o, BridgeOptions::default());
+        let o = BridgeOptions::default().with_test_env(|k| match k {
+            CONSENT_TIMEOUT_ENV => Some("250".into()),
+            MRTR_TTL_ENV => Some("5".into()),
+            _ => None,
+        });
+        assert_eq!(o.consent_timeout, Duration::from_millis(250));
+        assert_eq!(
+            o.mrtr_ttl_ms(),
+            1_000,
+            "clamped into consent.create's ttlMs range"
+        );
+        let o = BridgeOptions::default().with_test_env(|_| Some("nope".into()));
+        assert_eq!(o, BridgeOptions::default());
+    }
+}

@@ -462,3 +462,42 @@ pub fn project_app_ids(dir: &Path, env: &ProjectEnv, state_dir: Option<&Path>) -
     }
     Value::Object(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_are_parsed_leniently_and_deduplicated() {
+        let v = json!({"roots": [
+            {"uri": "file:///tmp/a%20b/./c/.."},
+            {"uri": "file:///tmp/a%20b"},
+            {"uri": "https://example.com"},
+            {"name": "no uri"},
+            {"uri": "file://relative"},
+            {"uri": "file:///bad%zz"},
+        ]});
+        assert_eq!(parse_roots(&v), vec![PathBuf::from("/tmp/a b")]);
+        assert!(parse_roots(&json!({"roots": "x"})).is_empty());
+    }
+
+    #[test]
+    fn app_json_scheme_forms() {
+        assert_eq!(
+            scheme_from_app_json(&json!({"expo": {"scheme": "a"}})).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            scheme_from_app_json(&json!({"expo": {"scheme": ["b", "c"]}})).as_deref(),
+            Some("b")
+        );
+        assert_eq!(scheme_from_app_json(&json!({"expo": {"scheme": 5}})), None);
+    }
+
+    #[test]
+    fn the_argument_must_be_absolute_and_exist() {
+        assert!(argument_dir("relative/dir").is_err());
+        assert!(argument_dir("/definitely/not/a/dir").is_err());
+        assert!(argument_dir(&std::env::temp_dir().display().to_string()).is_ok());
+    }
+}

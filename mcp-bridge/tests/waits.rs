@@ -315,3 +315,101 @@ async fn connect_mints_and_composes_links() {
     assert_eq!(r["script"], web_script(&web_payload).unwrap());
     assert!(r.get("cwdSource").is_none());
 }
+
+#[tokio::test]
+async fn roots_pick_the_project_and_are_read_once() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let uri = |p: &std::path::Path| format!("file://{}", p.display());
+    // Undeclared roots: never asked.
+    let plain = v2025();
+    let h = start(FakeDaemon::new(&[]), plain.clone()).await;
+    let r = structured(&h.call(catalog::STATUS, json!({})).await);
+    assert_eq!(r["project"]["cwdSource"], "server");
+    assert_eq!(
+        plain.roots_reads.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    // One root (plus a non-file root that is ignored) → client-root, cached.
+    let mut client = v2025();
+    client.roots = Some(vec![uri(a.path()), "https://example.com/x".into()]);
+    let h = start(FakeDaemon::new(&[]), client.clone()).await;
+    for _ in 0..2 {
+        let r = structured(&h.call(catalog::STATUS, json!({})).await);
+        assert_eq!(r["project"]["cwdSource"], "client-root");
+        assert_eq!(
+            r["project"]["dir"],
+            std::fs::canonicalize(a.path())
+                .unwrap()
+                .display()
+                .to_string()
+        );
+        // The only note is the unresolved scheme; no "pass cwd" for a client root.
+        assert!(!r["project"]["note"].as_str().unwrap().contains("pass cwd"));
+    }
+    assert_eq!(
+        client.roots_reads.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    // The argument beats roots.
+    let r = structured(
+        &h.call(
+            catalog::STATUS,
+            json!({"cwd": b.path().display().to_string()}),
+        )
+        .await,
+    );
+    assert_eq!(r["project"]["cwdSource"], "argument");
+    // Several roots with different project records → invalid_request asking for cwd.
+    for d in [a.path(), b.path()] {
+        std::fs::create_dir_all(d.join(".appduct")).unwrap();
+        std::fs::write(d.join(".appduct/config.json"), "{}").unwrap();
+    }
+    let mut client = v2025();
+    client.roots = Some(vec![uri(a.path()), uri(b.path())]);
+    let h = start(FakeDaemon::new(&[]), client).await;
+    let r = h.call(catalog::STATUS, json!({})).await;
+    assert_eq!(error_type(&r), "invalid_request");
+    assert!(error_message(&r).contains("cwd"));
+    // Several roots, only one with a record → that one.
+    std::fs::remove_dir_all(b.path().join(".appduct")).unwrap();
+    let mut client = v2025();
+    client.roots = Some(vec![uri(b.path()), uri(a.path())]);
+    let h = start(FakeDaemon::new(&[]), client).await;
+    let r = structured(&h.call(catalog::STATUS, json!({})).await);
+    assert_eq!(
+        r["project"]["dir"],
+        std::fs::canonicalize(a.path())
+            .unwrap()
+            .display()
+            .to_string()
+    );
+}
+
+#[tokio::test]
+async fn no_progress_without_a_token() {
+    let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
+    fake.add_session(
+        session(ID, "pixel-8"),
+        vec![tool(
+            json!({"name": "t", "description": ""}),
+            PolicyDecision::Allow,
+        )],
+    );
+    let mut raw = RawClient::start(fake.clone());
+    raw.initialize("2025-11-25", json!({})).await;
+    let (r, notes) = raw
+        .request(
+            1,
+            "tools/call",
+            json!({"name": "appduct_call_tool", "arguments": {"name": "t"}}),
+        )
+        .await;
+    assert_eq!(r["result"]["structuredContent"], json!({"ok": true}));
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(
+        fake.requests("tools.call")[0].get("progress"),
+        None,
+        "progress: false is omitted"
+    );
+}

@@ -445,6 +445,9 @@ pub struct TestClient {
     pub progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     pub progress_seen: Arc<Notify>,
     pub list_changed: Arc<AtomicUsize>,
+    /// Declared `roots` and the URIs `roots/list` answers with.
+    pub roots: Option<Vec<String>>,
+    pub roots_reads: Arc<AtomicUsize>,
 }
 
 impl TestClient {
@@ -455,6 +458,8 @@ impl TestClient {
             progress: Arc::default(),
             progress_seen: Arc::default(),
             list_changed: Arc::default(),
+            roots: None,
+            roots_reads: Arc::default(),
         }
     }
 
@@ -476,6 +481,9 @@ impl ClientHandler for TestClient {
         let mut caps = ClientCapabilities::default();
         if self.elicitation.is_some() {
             caps.elicitation = Some(Default::default());
+        }
+        if self.roots.is_some() {
+            caps.roots = Some(Default::default());
         }
         let mut config = ClientConfig::new(caps, Implementation::new("test-client", "1.0.0"));
         config.protocol_version = self.version.clone();
@@ -510,6 +518,23 @@ impl ClientHandler for TestClient {
             };
             Ok(ElicitResult::new(action))
         }
+    }
+
+    // Roots are deprecated on 2026-07-28 only; the two older revisions still use them.
+    #[allow(deprecated)]
+    fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> impl Future<Output = Result<rmcp::model::ListRootsResult, ErrorData>> + Send + '_ {
+        self.roots_reads.fetch_add(1, Ordering::SeqCst);
+        let roots = self
+            .roots
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(rmcp::model::Root::new)
+            .collect();
+        std::future::ready(Ok(rmcp::model::ListRootsResult::new(roots)))
     }
 
     fn on_progress(
