@@ -1,1 +1,47 @@
-//! (filled by a later issue; see ARCHITECTURE.md)
+//! The appduct MCP bridge (`appduct mcp`, spec 06): a stdio MCP server on rmcp that is a thin
+//! client of the daemon. It adds the MCP surface (nine built-ins and one resource), argument
+//! hygiene, the error contract, consent (elicitation / MRTR), progress and cancellation
+//! mapping, and project resolution.
+//!
+//! Entry points: [`serve`] runs the bridge over any rmcp transport with an injected
+//! [`DaemonConnector`]; [`run_stdio`] is the whole `appduct mcp` host except logging setup.
+
+pub mod args;
+mod builtins;
+mod call;
+pub mod catalog;
+mod connect;
+pub mod connector;
+pub mod error;
+pub mod options;
+pub mod progress;
+pub mod project;
+pub mod server;
+mod status;
+pub mod stdio;
+mod wait;
+
+pub use connector::{DaemonConnector, SocketConnector};
+pub use error::{PUBLISHED_ERROR_TYPES, ToolFailure};
+pub use options::BridgeOptions;
+pub use server::Bridge;
+pub use stdio::{StdioOptions, run_stdio};
+
+use std::sync::Arc;
+
+use rmcp::RoleServer;
+use rmcp::service::{RunningService, ServerInitializeError, serve_server};
+use rmcp::transport::IntoTransport;
+
+/// Serves the bridge over `transport` until the client goes away (06 §6.1).
+pub async fn serve<T, E, A>(
+    transport: T,
+    connector: Arc<dyn DaemonConnector>,
+    options: BridgeOptions,
+) -> Result<RunningService<RoleServer, Bridge>, ServerInitializeError>
+where
+    T: IntoTransport<RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    serve_server(Bridge::new(connector, options), transport).await
+}

@@ -1,0 +1,540 @@
+//! `appduct_call_tool` (06 §6.8.5): resolve once, look up, check the deadline, ask for consent
+//! (elicitation or MRTR, 06 §6.10), call with a bridge-chosen callId, forward progress by that
+//! callId (06 §6.11) and cancel exactly that call (06 §6.12).
+
+use appduct_daemon::client::{CallProgress, ClientError, ControlClient, ToolCallError};
+use appduct_daemon::random::random_bytes;
+use appduct_protocol::canonical::args_sha256;
+use appduct_protocol::control::{
+    Caller, Consent, ConsentCreate, ConsentCreateParams, ConsentRecord, ConsentTake,
+    ConsentTakeParams, PolicyDecision, SelectorParams, SessionState, SessionSummary,
+    SessionsDescribe, ToolsCallParams, ToolsCallResult, ToolsCancel, ToolsCancelParams,
+};
+use appduct_protocol::errors::ErrorType;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use rmcp::RoleServer;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ClientResult, ElicitRequest, ElicitRequestParams,
+    ElicitResult, ElicitationAction, InputRequest, InputRequests, InputRequiredResult,
+    ServerRequest,
+};
+use rmcp::service::{PeerRequestOptions, RequestContext};
+use serde_json::{Map, Value, json};
+use std::sync::atomic::Ordering;
+use tokio::time::Instant;
+
+use crate::args::Args;
+use crate::builtins::{deadline_ms, lookup};
+use crate::error::{ToolFailure, success};
+use crate::progress::{Progress, until};
+use crate::server::{ConsentChannel, Inner, is_2026};
+
+/// The `inputRequests` key of the MRTR consent request (06 §6.10.4).
+pub const CONSENT_INPUT_KEY: &str = "appduct_consent";
+/// `tools.cancel` reason for an MCP client's cancel (04 §6.1).
+pub const CANCEL_REASON: &str = "mcp_client_cancelled";
+/// Longest argument text in a consent message, in characters (06 §6.10.2).
+pub const MAX_PROMPT_ARGS_CHARS: usize = 2_048;
+
+/// A fresh callId: `mcp_` + base64url of 16 CSPRNG bytes (06 §6.8.5 step 6).
+pub fn new_call_id() -> Result<String, ToolFailure> {
+    let bytes = random_bytes::<16>()
+        .map_err(|e| ToolFailure::new(ErrorType::InternalError, e.to_string()))?;
+    Ok(format!("mcp_{}", URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+/// The consent prompt (06 §6.10.2).
+pub fn prompt_message(
+    name: &str,
+    session: &SessionSummary,
+    args: &Map<String, Value>,
+    destructive: bool,
+) -> String {
+    let compact = serde_json::to_string(args).unwrap_or_else(|_| "{}".to_owned());
+    let shown = match compact.char_indices().nth(MAX_PROMPT_ARGS_CHARS) {
+        Some((cut, _)) => format!("{}…", &compact[..cut]),
+        None => compact,
+    };
+    let mut text = format!(
+        "appduct wants to run \"{name}\" on {} (session {}).\nArguments: {shown}\n",
+        session.alias, session.session_id
+    );
+    if destructive {
+        text.push_str("The app marks this tool as destructive.\n");
+    }
+    text.push_str("Allow this call?");
+    text
+}
+
+fn elicit_params(message: String) -> Result<ElicitRequestParams, ToolFailure> {
+    serde_json::from_value(json!({
+        "mode": "form",
+        "message": message,
+        "requestedSchema": {"type": "object", "properties": {}},
+    }))
+    .map_err(|e| {
+        ToolFailure::new(
+            ErrorType::InternalError,
+            format!("cannot build the consent request: {e}"),
+        )
+    })
+}
+
+/// The call as validated, before routing.
+struct Planned<'a> {
+    name: &'a str,
+    args: Map<String, Value>,
+    /// The caller's raw `timeoutMs`.
+    timeout_ms: Option<u64>,
+    /// The caller's raw `selector`.
+    selector: Option<&'a str>,
+}
+
+pub async fn run(
+    inner: &Inner,
+    context: &RequestContext<RoleServer>,
+    request: &CallToolRequestParams,
+    args: &Args,
+) -> CallToolResponse {
+    let planned = Planned {
+        name: args.str("name").unwrap_or_default(),
+        args: args.object("args").cloned().unwrap_or_default(),
+        timeout_ms: args.u64("timeoutMs"),
+        selector: args.str("selector"),
+    };
+    let outcome = if is_2026(context) && request.request_state.is_some() {
+        mrtr_retry(inner, context, request, &planned).await
+    } else {
+        first_round(inner, context, &planned).await
+    };
+    match outcome {
+        Ok(response) => response,
+        Err(f) => f.into_result().into(),
+    }
+}
+
+/// Steps 2–5 of 06 §6.8.5 for a request without a valid `requestState`.
+async fn first_round(
+    inner: &Inner,
+    context: &RequestContext<RoleServer>,
+    planned: &Planned<'_>,
+) -> Result<CallToolResponse, ToolFailure> {
+    let client = inner.control().await?;
+    let session = inner.resolve(&client, planned.selector).await?;
+    let (effective, entry) = checked_tool(&client, &session, planned).await?;
+    let destructive = entry
+        .descriptor
+        .get("annotations")
+        .and_then(|a| a.get("destructiveHint"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    let mut progress = Progress::for_request(context);
+    let mut consent = None;
+    if entry.policy == PolicyDecision::Prompt && session.state == SessionState::Active {
+        match inner.consent_channel(context).await {
+            ConsentChannel::None => {}
+            ConsentChannel::InputRequired => {
+                return input_required(inner, &client, &session, planned, destructive).await;
+            }
+            ConsentChannel::Elicitation => {
+                let message = prompt_message(planned.name, &session, &planned.args, destructive);
+                // `None`: the request failed, which counts as no channel (06 §6.10.3).
+                if let Some(()) =
+                    elicit(inner, context, message, planned.name, progress.as_mut()).await?
+                {
+                    consent = Some(Consent::Elicitation);
+                }
+            }
+        }
+    }
+    call(
+        inner, context, &client, &session, planned, effective, consent, progress,
+    )
+    .await
+}
+
+/// Steps 3 and 4: the tool is registered, and `timeoutMs` fits its deadline. Returns the
+/// effective deadline.
+async fn checked_tool(
+    client: &ControlClient,
+    session: &SessionSummary,
+    planned: &Planned<'_>,
+) -> Result<(u64, appduct_protocol::control::ToolsListEntry), ToolFailure> {
+    let entry = lookup(client, session, planned.name).await?;
+    let deadline = deadline_ms(&entry);
+    if let Some(t) = planned.timeout_ms
+        && t > deadline
+    {
+        return Err(ToolFailure::invalid_request(format!(
+            "\"timeoutMs\" {t} is larger than the tool's deadlineMs {deadline}; the app stops \"{}\" at its own deadline, so pass at most {deadline}",
+            planned.name
+        ))
+        .with_details(json!({"param": "timeoutMs", "deadlineMs": deadline})));
+    }
+    Ok((planned.timeout_ms.unwrap_or(deadline), entry))
+}
+
+/// Elicitation (06 §6.10.3). `Ok(Some(()))` = accepted, `Ok(None)` = no channel after all.
+async fn elicit(
+    inner: &Inner,
+    context: &RequestContext<RoleServer>,
+    message: String,
+    name: &str,
+    mut progress: Option<&mut Progress>,
+) -> Result<Option<()>, ToolFailure> {
+    let params = elicit_params(message)?;
+    let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+    let handle = match context
+        .peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::info!("elicitation/create could not be sent: {e}");
+            return Ok(None);
+        }
+    };
+    let peer = handle.peer.clone();
+    let id = handle.id.clone();
+    let cancel_elicitation = |reason: &'static str| {
+        let peer = peer.clone();
+        let id = id.clone();
+        async move {
+            let param =
+                rmcp::model::CancelledNotificationParam::new(Some(id), Some(reason.to_owned()));
+            let _ = peer.notify_cancelled(param).await;
+        }
+    };
+    let mut rx = handle.rx;
+    let started = Instant::now();
+    let deadline = started + inner.options.consent_timeout;
+    let beat = inner.options.heartbeat_interval;
+    let mut next_beat = started + beat;
+    loop {
+        tokio::select! {
+            answer = &mut rx => {
+                let answer = match answer {
+                    Ok(Ok(ClientResult::ElicitResult(r))) => r,
+                    Ok(Ok(other)) => {
+                        tracing::info!("elicitation/create got a malformed answer: {other:?}");
+                        inner.elicitation_broken.store(true, Ordering::Relaxed);
+                        return Ok(None);
+                    }
+                    Ok(Err(e)) => {
+                        tracing::info!("elicitation/create failed: {e}");
+                        inner.elicitation_broken.store(true, Ordering::Relaxed);
+                        return Ok(None);
+                    }
+                    Err(_) => return Ok(None),
+                };
+                return decide(answer, name).map(Some);
+            }
+            () = tokio::time::sleep_until(deadline) => {
+                cancel_elicitation("timed out").await;
+                return Err(declined(
+                    "timed_out",
+                    format!("the user did not answer the consent request for \"{name}\" within {} s; call again to ask again", inner.options.consent_timeout.as_secs()),
+                ));
+            }
+            () = context.ct.cancelled() => {
+                cancel_elicitation("the tool call was cancelled").await;
+                return Err(ToolFailure::new(ErrorType::ToolCancelled, format!("the call of \"{name}\" was cancelled while asking for consent")));
+            }
+            () = tokio::time::sleep_until(next_beat), if progress.is_some() => {
+                next_beat += beat;
+                if let Some(p) = progress.as_deref_mut() {
+                    let elapsed = started.elapsed().as_secs();
+                    p.report(None, Some(format!("waiting for the user to allow \"{name}\" ({elapsed} s)"))).await;
+                }
+            }
+        }
+    }
+}
+
+fn declined(reason: &str, message: String) -> ToolFailure {
+    ToolFailure::new(ErrorType::ConsentDeclined, message).with_details(json!({"reason": reason}))
+}
+
+fn decide(answer: ElicitResult, name: &str) -> Result<(), ToolFailure> {
+    match answer.action {
+        ElicitationAction::Accept => Ok(()),
+        ElicitationAction::Decline => Err(declined(
+            "declined",
+            format!("the user declined the call of \"{name}\""),
+        )),
+        _ => Err(declined(
+            "cancelled",
+            format!("the user dismissed the consent request for \"{name}\""),
+        )),
+    }
+}
+
+/// MRTR first round (06 §6.10.4): record the call in the daemon, return `input_required`.
+async fn input_required(
+    inner: &Inner,
+    client: &ControlClient,
+    session: &SessionSummary,
+    planned: &Planned<'_>,
+    destructive: bool,
+) -> Result<CallToolResponse, ToolFailure> {
+    let created = client
+        .call::<ConsentCreate>(ConsentCreateParams {
+            session_id: session.session_id.clone(),
+            name: planned.name.to_owned(),
+            args_sha256: args_sha256(&Value::Object(planned.args.clone())),
+            selector: planned.selector.map(str::to_owned),
+            timeout_ms: planned.timeout_ms,
+            ttl_ms: Some(inner.options.mrtr_ttl_ms()),
+        })
+        .await
+        .map_err(|e| ToolFailure::from_client(&e))?;
+    let message = prompt_message(planned.name, session, &planned.args, destructive);
+    let mut requests = InputRequests::new();
+    requests.insert(
+        CONSENT_INPUT_KEY.to_owned(),
+        InputRequest::Elicitation(ElicitRequest::new(elicit_params(message)?)),
+    );
+    Ok(InputRequiredResult::new(Some(requests), Some(created.handle)).into())
+}
+
+/// An MRTR retry (06 §6.10.4): take the record, compare, route to its session id.
+async fn mrtr_retry(
+    inner: &Inner,
+    context: &RequestContext<RoleServer>,
+    request: &CallToolRequestParams,
+    planned: &Planned<'_>,
+) -> Result<CallToolResponse, ToolFailure> {
+    let handle = request.request_state.clone().unwrap_or_default();
+    let client = inner.control().await?;
+    let record = match client
+        .call::<ConsentTake>(ConsentTakeParams { handle })
+        .await
+    {
+        Ok(r) => r,
+        Err(ClientError::Rpc {
+            error_type: ErrorType::InvalidRequest,
+            ..
+        }) => {
+            return Err(declined(
+                "expired",
+                format!(
+                    "the consent request for \"{}\" expired or was already answered; call appduct_call_tool again",
+                    planned.name
+                ),
+            ));
+        }
+        Err(e) => return Err(ToolFailure::from_client(&e)),
+    };
+    if !record_matches(&record, planned) {
+        return Err(declined(
+            "mismatch",
+            format!(
+                "the retry of \"{}\" does not match the call the user was asked about; call appduct_call_tool again",
+                planned.name
+            ),
+        ));
+    }
+    // Routed to the record's session id; the selector is not resolved again.
+    let session = client
+        .call::<SessionsDescribe>(SelectorParams {
+            selector: Some(record.session_id.clone()),
+        })
+        .await
+        .map_err(|e| ToolFailure::from_client(&e))?;
+    if session.session_id != record.session_id {
+        return Err(ToolFailure::new(
+            ErrorType::UnknownSession,
+            format!("session {} is gone", record.session_id),
+        )
+        .with_details(json!({"selector": record.session_id})));
+    }
+    let (effective, entry) = checked_tool(&client, &session, planned).await?;
+    let destructive = entry
+        .descriptor
+        .get("annotations")
+        .and_then(|a| a.get("destructiveHint"))
+        .and_then(Value::as_bool)
+        == Some(true);
+    let response = request
+        .input_responses
+        .as_ref()
+        .and_then(|r| r.get(CONSENT_INPUT_KEY));
+    let Some(response) = response else {
+        // No answer to our request: ask again with a new handle (the old one was consumed).
+        return input_required(inner, &client, &session, planned, destructive).await;
+    };
+    let action = response.get("action").and_then(Value::as_str);
+    match action {
+        Some("accept") => {}
+        Some("decline") => {
+            return Err(declined(
+                "declined",
+                format!("the user declined the call of \"{}\"", planned.name),
+            ));
+        }
+        _ => {
+            return Err(declined(
+                "cancelled",
+                format!(
+                    "the user dismissed the consent request for \"{}\"",
+                    planned.name
+                ),
+            ));
+        }
+    }
+    let progress = Progress::for_request(context);
+    call(
+        inner,
+        context,
+        &client,
+        &session,
+        planned,
+        effective,
+        Some(Consent::Elicitation),
+        progress,
+    )
+    .await
+}
+
+fn record_matches(record: &ConsentRecord, planned: &Planned<'_>) -> bool {
+    record.name == planned.name
+        && record.args_sha256 == args_sha256(&Value::Object(planned.args.clone()))
+        && record.timeout_ms == planned.timeout_ms
+        && record.selector.as_deref() == planned.selector
+}
+
+fn call_meta(call_id: &str, session: &SessionSummary, duration_ms: Option<u64>) -> Value {
+    let mut m = json!({
+        "callId": call_id,
+        "sessionId": session.session_id,
+        "alias": session.alias,
+    });
+    if let Some(d) = duration_ms {
+        m["durationMs"] = json!(d);
+    }
+    m
+}
+
+fn is_call_id_in_use(e: &ToolCallError) -> bool {
+    matches!(&e.error, ClientError::Rpc { error_type: ErrorType::InvalidRequest, details: Some(d), .. }
+        if d.get("reason").and_then(Value::as_str) == Some("call_id_in_use"))
+}
+
+/// Step 6–7: `tools.call` with an explicit timeout and our callId, then the mapping.
+#[allow(clippy::too_many_arguments)]
+async fn call(
+    _inner: &Inner,
+    context: &RequestContext<RoleServer>,
+    client: &ControlClient,
+    session: &SessionSummary,
+    planned: &Planned<'_>,
+    effective: u64,
+    consent: Option<Consent>,
+    mut progress: Option<Progress>,
+) -> Result<CallToolResponse, ToolFailure> {
+    if context.ct.is_cancelled() {
+        return Err(ToolFailure::new(
+            ErrorType::ToolCancelled,
+            "cancelled before the call was sent",
+        ));
+    }
+    let mut retried = false;
+    loop {
+        let call_id = new_call_id()?;
+        let params = ToolsCallParams {
+            selector: Some(session.session_id.clone()),
+            name: planned.name.to_owned(),
+            args: planned.args.clone(),
+            timeout_ms: Some(effective),
+            caller: Some(Caller::Mcp),
+            consent,
+            call_id: Some(call_id.clone()),
+            progress: progress.is_some(),
+        };
+        let outcome = run_call(context, client, params, &call_id, progress.as_mut()).await;
+        if let Some(p) = progress.as_mut() {
+            p.flush().await;
+        }
+        match outcome {
+            CallOutcome::Done(Ok(r)) => {
+                let meta = call_meta(&r.call_id, session, Some(r.duration_ms));
+                return Ok(success(r.result, Some(meta)).into());
+            }
+            CallOutcome::Done(Err(e)) if !retried && is_call_id_in_use(&e) => {
+                retried = true;
+            }
+            CallOutcome::Done(Err(e)) => {
+                let id = e.call_id.clone().unwrap_or(call_id);
+                return Err(
+                    ToolFailure::from_tool_call(&e).with_call(call_meta(&id, session, None))
+                );
+            }
+            CallOutcome::Cancelled => {
+                let cancel = client
+                    .call::<ToolsCancel>(ToolsCancelParams {
+                        call_id: call_id.clone(),
+                        selector: Some(session.session_id.clone()),
+                        reason: Some(CANCEL_REASON.to_owned()),
+                    })
+                    .await;
+                if let Err(e) = cancel {
+                    tracing::debug!("tools.cancel for {call_id} failed: {e}");
+                }
+                // Never written: rmcp drops the response of a cancelled request.
+                return Err(ToolFailure::new(
+                    ErrorType::ToolCancelled,
+                    format!(
+                        "the call of \"{}\" was cancelled by the client",
+                        planned.name
+                    ),
+                )
+                .with_call(call_meta(&call_id, session, None)));
+            }
+        }
+    }
+}
+
+enum CallOutcome {
+    Done(Result<ToolsCallResult, ToolCallError>),
+    Cancelled,
+}
+
+async fn run_call(
+    context: &RequestContext<RoleServer>,
+    client: &ControlClient,
+    params: ToolsCallParams,
+    call_id: &str,
+    progress: Option<&mut Progress>,
+) -> CallOutcome {
+    let Some(progress) = progress else {
+        let pending = client.call_tool(params);
+        tokio::pin!(pending);
+        return tokio::select! {
+            r = &mut pending => CallOutcome::Done(r),
+            () = context.ct.cancelled() => CallOutcome::Cancelled,
+        };
+    };
+    let (mut stream, pending) = client.call_tool_with_progress(params);
+    let result = pending.result();
+    tokio::pin!(result);
+    let mut stream_open = true;
+    loop {
+        tokio::select! {
+            biased;
+            () = context.ct.cancelled() => return CallOutcome::Cancelled,
+            item = stream.next(), if stream_open => match item {
+                // Routed by request id in the client; checked again by our callId.
+                Some(CallProgress::Progress(p)) if p.call_id == call_id => {
+                    let value = p.progress.as_ref().and_then(serde_json::Number::as_f64);
+                    progress.report(value, p.message.clone()).await;
+                }
+                Some(_) => {}
+                None => stream_open = false,
+            },
+            () = until(progress.flush_at()) => progress.flush().await,
+            r = &mut result => return CallOutcome::Done(r),
+        }
+    }
+}

@@ -1,0 +1,503 @@
+//! Project directory resolution (06 §6.13) and the scheme and app-id rules of 05 §5.1–§5.3
+//! applied to it.
+//!
+//! Duplication note: 01 §3.4 places scheme/app-id resolution and the static probes in a
+//! client-side `appduct_daemon::project` module shared with the CLI. That module does not
+//! exist yet (the CLI keeps its probes in `cli/src/project.rs`, which this crate cannot depend
+//! on), so this file holds the small part the bridge needs: the project-config walk, the
+//! state-dir config, and the `app.json` probe. The native probes (Gradle, manifest, plist,
+//! XcodeGen) are not duplicated here; they join when the shared module lands.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use appduct_protocol::link::validate_scheme;
+use rmcp::RoleServer;
+use rmcp::model::{ClientResult, ProtocolVersion, ServerRequest};
+use rmcp::service::{Peer, RequestContext};
+use serde_json::{Value, json};
+
+use crate::error::ToolFailure;
+
+/// Where the project directory came from (`cwdSource`, 06 §6.13).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CwdSource {
+    Argument,
+    ClientRoot,
+    ClaudeProjectDir,
+    Server,
+}
+
+impl CwdSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Argument => "argument",
+            Self::ClientRoot => "client-root",
+            Self::ClaudeProjectDir => "claude-project-dir",
+            Self::Server => "server",
+        }
+    }
+
+    /// The two sources after which the agent should pass `cwd`.
+    pub fn needs_cwd_note(self) -> bool {
+        matches!(self, Self::ClaudeProjectDir | Self::Server)
+    }
+}
+
+/// The resolved project directory D.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectDir {
+    pub dir: PathBuf,
+    pub source: CwdSource,
+    /// The client's roots when they were consulted.
+    pub roots: Option<Vec<PathBuf>>,
+}
+
+/// Process-wide inputs of resolution (injectable for tests).
+#[derive(Debug, Clone, Default)]
+pub struct ProjectEnv {
+    /// `APPDUCT_SCHEME`.
+    pub scheme_env: Option<String>,
+    /// `CLAUDE_PROJECT_DIR`.
+    pub claude_project_dir: Option<String>,
+    /// The bridge process's own working directory.
+    pub server_cwd: Option<PathBuf>,
+    /// The home directory (its `.appduct` is skipped when walking up).
+    pub home: Option<PathBuf>,
+}
+
+impl ProjectEnv {
+    pub fn from_process() -> Self {
+        Self {
+            scheme_env: std::env::var("APPDUCT_SCHEME").ok(),
+            claude_project_dir: std::env::var("CLAUDE_PROJECT_DIR").ok(),
+            server_cwd: std::env::current_dir().ok(),
+            home: std::env::home_dir(),
+        }
+    }
+}
+
+/// The roots answer cache (06 §6.13): read once, dropped by `notifications/roots/list_changed`;
+/// a failed read keeps the last good list.
+#[derive(Debug, Default)]
+pub struct RootsCache {
+    state: Mutex<RootsState>,
+}
+
+#[derive(Debug, Default)]
+struct RootsState {
+    last_good: Option<Vec<PathBuf>>,
+    /// A read happened since the last list-changed notification.
+    fresh: bool,
+}
+
+impl RootsCache {
+    /// `notifications/roots/list_changed`: the next resolution reads again.
+    pub fn invalidate(&self) {
+        self.lock().fresh = false;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RootsState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn roots(&self, peer: &Peer<RoleServer>, timeout: Duration) -> Vec<PathBuf> {
+        {
+            let st = self.lock();
+            if st.fresh {
+                return st.last_good.clone().unwrap_or_default();
+            }
+        }
+        let read = read_roots(peer, timeout).await;
+        let mut st = self.lock();
+        st.fresh = true;
+        match read {
+            Some(list) => {
+                st.last_good = Some(list.clone());
+                list
+            }
+            None => st.last_good.clone().unwrap_or_default(),
+        }
+    }
+}
+
+#[allow(deprecated)]
+async fn read_roots(peer: &Peer<RoleServer>, timeout: Duration) -> Option<Vec<PathBuf>> {
+    let request = ServerRequest::ListRootsRequest(Default::default());
+    let answer = tokio::time::timeout(timeout, peer.send_request(request)).await;
+    let value = match answer {
+        Ok(Ok(ClientResult::ListRootsResult(r))) => serde_json::to_value(r).ok()?,
+        Ok(Ok(ClientResult::CustomResult(c))) => c.0,
+        Ok(other) => {
+            tracing::debug!("roots/list gave no usable answer: {other:?}");
+            return None;
+        }
+        Err(_) => {
+            tracing::debug!("roots/list timed out");
+            return None;
+        }
+    };
+    Some(parse_roots(&value))
+}
+
+/// Reads `{roots: [{uri}]}` leniently: only `file://` URIs count, bad entries are skipped, two
+/// spellings of one directory count once.
+pub fn parse_roots(value: &Value) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let Some(items) = value.get("roots").and_then(Value::as_array) else {
+        return out;
+    };
+    for item in items {
+        let Some(uri) = item.get("uri").and_then(Value::as_str) else {
+            continue;
+        };
+        let Some(path) = file_uri_to_path(uri) else {
+            continue;
+        };
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// `file:///a/b%20c` → `/a/b c`, normalised (`.`/`..` removed, symlinks resolved where the
+/// path exists). Non-file URIs and non-absolute paths are `None`.
+pub fn file_uri_to_path(uri: &str) -> Option<PathBuf> {
+    let rest = uri
+        .strip_prefix("file://")
+        .or_else(|| uri.strip_prefix("FILE://"))?;
+    // `file://localhost/x` and `file:///x` both name `/x`.
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    let decoded = percent_decode(rest)?;
+    let path = Path::new(&decoded);
+    if !path.is_absolute() {
+        return None;
+    }
+    Some(normalise(path))
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Lexical normalisation, then `canonicalize` when the path exists.
+fn normalise(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    std::fs::canonicalize(&out).unwrap_or(out)
+}
+
+/// Whether the request's protocol revision still has roots (the older two, 06 §6.13).
+fn roots_allowed(version: Option<&ProtocolVersion>) -> bool {
+    version.is_none_or(|v| v.as_str() < ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// Resolves D (06 §6.13): the `cwd` argument, the client's roots, `CLAUDE_PROJECT_DIR`, the
+/// server's own directory.
+pub async fn resolve_dir(
+    cwd: Option<&str>,
+    context: &RequestContext<RoleServer>,
+    cache: &RootsCache,
+    env: &ProjectEnv,
+    state_dir: Option<&Path>,
+    roots_timeout: Duration,
+) -> Result<ProjectDir, ToolFailure> {
+    if let Some(cwd) = cwd {
+        return argument_dir(cwd).map(|dir| ProjectDir {
+            dir,
+            source: CwdSource::Argument,
+            roots: None,
+        });
+    }
+    let declared = context
+        .client_capabilities()
+        .is_some_and(|c| c.roots.is_some());
+    if declared && roots_allowed(context.protocol_version().as_ref()) {
+        let roots = cache.roots(&context.peer, roots_timeout).await;
+        if let Some(dir) = dir_from_roots(&roots, env, state_dir)? {
+            return Ok(ProjectDir {
+                dir,
+                source: CwdSource::ClientRoot,
+                roots: Some(roots),
+            });
+        }
+    }
+    if let Some(p) = env.claude_project_dir.as_deref().map(Path::new)
+        && p.is_absolute()
+        && p.is_dir()
+    {
+        return Ok(ProjectDir {
+            dir: normalise(p),
+            source: CwdSource::ClaudeProjectDir,
+            roots: None,
+        });
+    }
+    let dir = env.server_cwd.clone().ok_or_else(|| {
+        ToolFailure::invalid_request("cannot determine the server's directory; pass cwd")
+    })?;
+    Ok(ProjectDir {
+        dir,
+        source: CwdSource::Server,
+        roots: None,
+    })
+}
+
+/// The `cwd` argument: an absolute path to an existing directory.
+pub fn argument_dir(cwd: &str) -> Result<PathBuf, ToolFailure> {
+    let p = Path::new(cwd);
+    if !p.is_absolute() {
+        return Err(ToolFailure::invalid_request(format!(
+            "\"cwd\" must be an absolute path, not {cwd:?}"
+        ))
+        .with_details(json!({"param": "cwd"})));
+    }
+    if !p.is_dir() {
+        return Err(ToolFailure::invalid_request(format!(
+            "\"cwd\" must name an existing directory; {cwd:?} is not one"
+        ))
+        .with_details(json!({"param": "cwd"})));
+    }
+    Ok(normalise(p))
+}
+
+/// One root → that root. Several → they must share one project record (nearest
+/// `.appduct/config.json`); none with a record → nothing; different records → error.
+fn dir_from_roots(
+    roots: &[PathBuf],
+    env: &ProjectEnv,
+    state_dir: Option<&Path>,
+) -> Result<Option<PathBuf>, ToolFailure> {
+    match roots {
+        [] => Ok(None),
+        [one] => Ok(Some(one.clone())),
+        many => {
+            let mut chosen: Option<(PathBuf, PathBuf)> = None;
+            for root in many {
+                let Some(record) = nearest_record(root, env, state_dir) else {
+                    continue;
+                };
+                match &chosen {
+                    None => chosen = Some((root.clone(), record)),
+                    Some((_, r)) if *r == record => {}
+                    Some(_) => {
+                        let list: Vec<String> =
+                            many.iter().map(|r| r.display().to_string()).collect();
+                        return Err(ToolFailure::invalid_request(format!(
+                            "the client's workspace roots belong to different appduct projects ({}); pass cwd to choose one",
+                            list.join(", ")
+                        ))
+                        .with_details(json!({"param": "cwd", "roots": list})));
+                    }
+                }
+            }
+            Ok(chosen.map(|(root, _)| root))
+        }
+    }
+}
+
+fn skipped_dirs(env: &ProjectEnv, state_dir: Option<&Path>) -> Vec<PathBuf> {
+    let mut skip = Vec::new();
+    if let Some(h) = &env.home {
+        skip.push(normalise(&h.join(".appduct")));
+    }
+    if let Some(s) = state_dir {
+        skip.push(normalise(s));
+    }
+    skip
+}
+
+/// Project config files walking up from `dir`, nearest first, skipping `~/.appduct` and the
+/// active state dir.
+fn project_configs(dir: &Path, env: &ProjectEnv, state_dir: Option<&Path>) -> Vec<PathBuf> {
+    let skip = skipped_dirs(env, state_dir);
+    dir.ancestors()
+        .filter_map(|a| {
+            let appduct = a.join(".appduct");
+            let file = appduct.join("config.json");
+            (file.is_file() && !skip.contains(&normalise(&appduct))).then_some(file)
+        })
+        .collect()
+}
+
+/// The nearest project record (an unreadable one still counts).
+fn nearest_record(dir: &Path, env: &ProjectEnv, state_dir: Option<&Path>) -> Option<PathBuf> {
+    project_configs(dir, env, state_dir)
+        .into_iter()
+        .next()
+        .map(|p| normalise(&p))
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>, ToolFailure> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Ok(None);
+    };
+    serde_json::from_str(&text).map(Some).map_err(|e| {
+        ToolFailure::invalid_request(format!("{} is not valid JSON: {e}", path.display()))
+            .with_details(json!({"path": path.display().to_string()}))
+    })
+}
+
+/// Where the scheme came from (`schemeSource`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scheme {
+    pub scheme: String,
+    pub source: &'static str,
+    pub origin: Option<PathBuf>,
+}
+
+/// The places tried, for the failure message (05 §5.1 step 6).
+const SCHEME_PLACES: &str = "--scheme, APPDUCT_SCHEME, .appduct/config.json (walking up from the project directory; create it with `appduct init`), <state-dir>/config.json, app.json";
+
+/// The scheme for D (05 §5.1 with the CLI's directory replaced by D).
+pub fn resolve_scheme(
+    dir: &Path,
+    flag: Option<&str>,
+    env: &ProjectEnv,
+    state_dir: Option<&Path>,
+) -> Result<Scheme, ToolFailure> {
+    let checked = |s: &str, source: &'static str, origin: Option<PathBuf>| {
+        validate_scheme(s)
+            .map(|()| Scheme {
+                scheme: s.to_owned(),
+                source,
+                origin,
+            })
+            .map_err(|e| ToolFailure::invalid_request(format!("{e} (from {source})")))
+    };
+    if let Some(s) = flag {
+        return checked(s, "flag", None);
+    }
+    if let Some(s) = env.scheme_env.as_deref().filter(|s| !s.is_empty()) {
+        return checked(s, "env", None);
+    }
+    for file in project_configs(dir, env, state_dir) {
+        if let Some(s) = read_json(&file)?
+            .as_ref()
+            .and_then(|v| v.get("scheme"))
+            .and_then(Value::as_str)
+        {
+            return checked(s, "project-config", Some(file));
+        }
+    }
+    if let Some(sd) = state_dir {
+        let file = sd.join("config.json");
+        if let Ok(Some(v)) = read_json(&file)
+            && let Some(s) = v.get("scheme").and_then(Value::as_str)
+        {
+            return checked(s, "state-config", Some(file));
+        }
+    }
+    let app_json = dir.join("app.json");
+    if let Ok(Some(v)) = read_json(&app_json)
+        && let Some(s) = scheme_from_app_json(&v)
+    {
+        return checked(&s, "app.json", Some(app_json));
+    }
+    Err(ToolFailure::invalid_request(format!(
+        "no deep-link scheme found for {}; tried {SCHEME_PLACES}. Run `appduct init` in the project or pass --scheme to appduct mcp",
+        dir.display()
+    ))
+    .with_details(json!({"param": "scheme", "projectDir": dir.display().to_string()})))
+}
+
+/// `expo.scheme` as a string, or the first element of an array of strings (05 §5.3).
+fn scheme_from_app_json(v: &Value) -> Option<String> {
+    match v.get("expo")?.get("scheme")? {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(items) => items.first()?.as_str().map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// `appId.android` / `appId.ios` from the nearest project config that has it (05 §5.2).
+pub fn project_app_id(
+    dir: &Path,
+    platform: &str,
+    env: &ProjectEnv,
+    state_dir: Option<&Path>,
+) -> Result<Option<String>, ToolFailure> {
+    for file in project_configs(dir, env, state_dir) {
+        if let Some(id) = read_json(&file)?
+            .as_ref()
+            .and_then(|v| v.get("appId"))
+            .and_then(|a| a.get(platform))
+            .and_then(Value::as_str)
+        {
+            return Ok(Some(id.to_owned()));
+        }
+    }
+    Ok(None)
+}
+
+/// `appId` for `status`: whichever platforms the project config names.
+pub fn project_app_ids(dir: &Path, env: &ProjectEnv, state_dir: Option<&Path>) -> Value {
+    let mut out = serde_json::Map::new();
+    for platform in ["android", "ios"] {
+        if let Ok(Some(id)) = project_app_id(dir, platform, env, state_dir) {
+            out.insert(platform.into(), json!(id));
+        }
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_are_parsed_leniently_and_deduplicated() {
+        let v = json!({"roots": [
+            {"uri": "file:///tmp/a%20b/./c/.."},
+            {"uri": "file:///tmp/a%20b"},
+            {"uri": "https://example.com"},
+            {"name": "no uri"},
+            {"uri": "file://relative"},
+            {"uri": "file:///bad%zz"},
+        ]});
+        assert_eq!(parse_roots(&v), vec![PathBuf::from("/tmp/a b")]);
+        assert!(parse_roots(&json!({"roots": "x"})).is_empty());
+    }
+
+    #[test]
+    fn app_json_scheme_forms() {
+        assert_eq!(
+            scheme_from_app_json(&json!({"expo": {"scheme": "a"}})).as_deref(),
+            Some("a")
+        );
+        assert_eq!(
+            scheme_from_app_json(&json!({"expo": {"scheme": ["b", "c"]}})).as_deref(),
+            Some("b")
+        );
+        assert_eq!(scheme_from_app_json(&json!({"expo": {"scheme": 5}})), None);
+    }
+
+    #[test]
+    fn the_argument_must_be_absolute_and_exist() {
+        assert!(argument_dir("relative/dir").is_err());
+        assert!(argument_dir("/definitely/not/a/dir").is_err());
+        assert!(argument_dir(&std::env::temp_dir().display().to_string()).is_ok());
+    }
+}

@@ -1,0 +1,381 @@
+//! The MCP handler (06 §6.1–§6.3): `ServerHandler` implemented by hand, dispatching the nine
+//! built-ins, the `appduct://sessions` resource and the roots cache.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use appduct_daemon::client::{ClientError, ControlClient};
+use appduct_protocol::control::features;
+use appduct_protocol::control::{SelectorParams, SessionSummary, SessionsDescribe, SessionsList};
+use appduct_protocol::errors::ErrorType;
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, ErrorData, InitializeResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    ResourceContents, ServerConfig,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{RoleServer, ServerHandler};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+use crate::catalog;
+use crate::connector::DaemonConnector;
+use crate::error::ToolFailure;
+use crate::options::BridgeOptions;
+use crate::project::{ProjectEnv, RootsCache};
+use crate::{args, builtins, call, connect, status, wait};
+
+/// URI of the one resource (06 §6.9).
+pub const SESSIONS_URI: &str = "appduct://sessions";
+/// `ttlMs` of the fixed lists on 2026-07-28 (06 §6.2.2).
+pub const LIST_TTL_MS: u64 = 3_600_000;
+
+/// The supported protocol revisions, exactly (06 §6.2.1).
+pub fn supported_versions() -> Vec<ProtocolVersion> {
+    vec![
+        ProtocolVersion::V_2025_06_18,
+        ProtocolVersion::V_2025_11_25,
+        ProtocolVersion::V_2026_07_28,
+    ]
+}
+
+/// Whether a request runs on 2026-07-28 (or later).
+pub fn is_2026(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// The consent channel a request would use (06 §6.10.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConsentChannel {
+    Elicitation,
+    InputRequired,
+    None,
+}
+
+impl ConsentChannel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Elicitation => "elicitation",
+            Self::InputRequired => "input_required",
+            Self::None => "none",
+        }
+    }
+}
+
+/// Form-mode elicitation declared in this request's capabilities: `elicitation: {}` or
+/// `elicitation.form`; url-only means no channel (06 §6.2.2).
+pub fn declares_form_elicitation(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .and_then(|c| c.elicitation)
+        .is_some_and(|e| e.form.is_some() || e.url.is_none())
+}
+
+pub(crate) struct Inner {
+    pub connector: Arc<dyn DaemonConnector>,
+    pub options: BridgeOptions,
+    pub env: ProjectEnv,
+    pub roots: RootsCache,
+    control: Mutex<Option<Control>>,
+    /// A client that failed an `elicitation/create` has no consent channel (06 §6.2.2).
+    pub elicitation_broken: AtomicBool,
+}
+
+struct Control {
+    client: ControlClient,
+    /// `daemon.hello` features, learned on first need.
+    features: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bridge")
+            .field("connector", &self.connector)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inner {
+    /// The persistent control connection, reconnecting (connect-or-spawn) when it closed.
+    pub async fn control(&self) -> Result<ControlClient, ToolFailure> {
+        let mut slot = self.control.lock().await;
+        if let Some(c) = slot.as_ref()
+            && c.client.is_open()
+        {
+            return Ok(c.client.clone());
+        }
+        let client = self
+            .connector
+            .connect(true)
+            .await
+            .map_err(|e| ToolFailure::from_client(&e))?;
+        *slot = Some(Control {
+            client: client.clone(),
+            features: None,
+        });
+        Ok(client)
+    }
+
+    /// Whether the daemon advertises MRTR consent records (`consent.records`).
+    pub async fn has_consent_records(&self) -> bool {
+        let Ok(client) = self.control().await else {
+            return false;
+        };
+        {
+            let slot = self.control.lock().await;
+            if let Some(f) = slot.as_ref().and_then(|c| c.features.as_ref()) {
+                return f.iter().any(|f| f == features::CONSENT_RECORDS);
+            }
+        }
+        let found = match client
+            .handshake("appduct-mcp", catalog::SERVER_VERSION)
+            .await
+        {
+            Ok(info) => info.features,
+            Err(e) => {
+                tracing::debug!("daemon.hello failed: {e}");
+                Vec::new()
+            }
+        };
+        let has = found.iter().any(|f| f == features::CONSENT_RECORDS);
+        if let Some(c) = self.control.lock().await.as_mut() {
+            c.features = Some(found);
+        }
+        has
+    }
+
+    /// The channel for a `"prompt"` tool in this request (06 §6.10.1).
+    pub async fn consent_channel(&self, context: &RequestContext<RoleServer>) -> ConsentChannel {
+        if !declares_form_elicitation(context) {
+            return ConsentChannel::None;
+        }
+        if is_2026(context) {
+            if self.has_consent_records().await {
+                ConsentChannel::InputRequired
+            } else {
+                ConsentChannel::None
+            }
+        } else if self.elicitation_broken.load(Ordering::Relaxed) {
+            ConsentChannel::None
+        } else {
+            ConsentChannel::Elicitation
+        }
+    }
+
+    /// Resolves a selector once (06 §6.7).
+    pub async fn resolve(
+        &self,
+        client: &ControlClient,
+        selector: Option<&str>,
+    ) -> Result<SessionSummary, ToolFailure> {
+        client
+            .call::<SessionsDescribe>(SelectorParams {
+                selector: selector.map(str::to_owned),
+            })
+            .await
+            .map_err(|e| ToolFailure::from_client(&e))
+    }
+}
+
+/// The bridge: an rmcp server handler over an injected daemon connector.
+#[derive(Clone, Debug)]
+pub struct Bridge {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Bridge {
+    pub fn new(connector: Arc<dyn DaemonConnector>, options: BridgeOptions) -> Self {
+        Self::with_env(connector, options, ProjectEnv::from_process())
+    }
+
+    /// [`Bridge::new`] with explicit process inputs (tests).
+    pub fn with_env(
+        connector: Arc<dyn DaemonConnector>,
+        options: BridgeOptions,
+        env: ProjectEnv,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                connector,
+                options,
+                env,
+                roots: RootsCache::default(),
+                control: Mutex::new(None),
+                elicitation_broken: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// Installs an already open control connection (the host's startup connection).
+    pub async fn set_control(&self, client: ControlClient) {
+        *self.inner.control.lock().await = Some(Control {
+            client,
+            features: None,
+        });
+    }
+
+    async fn dispatch(
+        &self,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> CallToolResponse {
+        let name = request.name.as_ref();
+        let Some(builtin) = catalog::builtin(name) else {
+            return not_a_builtin(name).into_result().into();
+        };
+        let args = match args::validate(&builtin.input_schema, request.arguments.as_ref()) {
+            Ok(a) => a,
+            Err(f) => return f.into_result().into(),
+        };
+        let inner = &self.inner;
+        let outcome = match name {
+            catalog::CONNECT => connect::run(inner, context, &args).await,
+            catalog::WAIT_FOR_SESSION => wait::for_session(inner, context, &args).await,
+            catalog::LIST_TOOLS => builtins::list_tools(inner, &args).await,
+            catalog::DESCRIBE_TOOL => builtins::describe_tool(inner, &args).await,
+            catalog::CALL_TOOL => return call::run(inner, context, request, &args).await,
+            catalog::LIST_EVENTS => builtins::list_events(inner, &args).await,
+            catalog::EVENTS => builtins::events(inner, &args).await,
+            catalog::WAIT_FOR_EVENT => wait::for_event(inner, context, &args).await,
+            catalog::STATUS => status::run(inner, context, &args).await,
+            _ => Err(not_a_builtin(name)),
+        };
+        match outcome {
+            Ok(value) => crate::error::success(value, None).into(),
+            Err(f) => f.into_result().into(),
+        }
+    }
+}
+
+/// Any name that is not a built-in (06 §6.6).
+fn not_a_builtin(name: &str) -> ToolFailure {
+    ToolFailure::new(
+        ErrorType::ToolNotFound,
+        format!(
+            "\"{name}\" is not an appduct MCP tool. App tools are not MCP tools: find them with appduct_list_tools and run them with appduct_call_tool"
+        ),
+    )
+    .with_details(json!({ "name": name }))
+}
+
+fn sessions_resource() -> Resource {
+    Resource::new(SESSIONS_URI, "sessions")
+        .with_title("Live sessions")
+        .with_description("Sessions the appduct daemon holds, as JSON.")
+        .with_mime_type("application/json")
+}
+
+impl ServerHandler for Bridge {
+    fn get_info(&self) -> ServerConfig {
+        InitializeResult::new(catalog::capabilities())
+            .with_server_info(catalog::server_info())
+            .with_instructions(catalog::INSTRUCTIONS)
+            .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Owned(supported_versions())
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        check_cursor(request.as_ref())?;
+        let mut result = ListToolsResult::with_all_items(catalog::tools());
+        if is_2026(&context) {
+            result = result
+                .with_ttl_ms(LIST_TTL_MS)
+                .with_cache_scope(CacheScope::Public);
+        }
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        Ok(self.dispatch(&request, &context).await)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        check_cursor(request.as_ref())?;
+        let mut result = ListResourcesResult::with_all_items(vec![sessions_resource()]);
+        if is_2026(&context) {
+            result = result
+                .with_ttl_ms(LIST_TTL_MS)
+                .with_cache_scope(CacheScope::Public);
+        }
+        Ok(result)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        if request.uri != SESSIONS_URI {
+            // rmcp turns -32002 into -32602 on 2026-07-28 (06 §6.9).
+            return Err(ErrorData::resource_not_found(
+                format!("unknown resource {}", request.uri),
+                Some(json!({"uri": request.uri})),
+            ));
+        }
+        let unreachable = |e: &ClientError| {
+            ErrorData::internal_error(
+                format!("cannot read {SESSIONS_URI}: {e}"),
+                Some(json!({"type": "connection_error"})),
+            )
+        };
+        let client = match self.inner.control().await {
+            Ok(c) => c,
+            Err(f) => {
+                return Err(ErrorData::internal_error(
+                    format!("cannot read {SESSIONS_URI}: {}", f.message),
+                    Some(json!({"type": "connection_error"})),
+                ));
+            }
+        };
+        let sessions = client
+            .call::<SessionsList>(Default::default())
+            .await
+            .map_err(|e| unreachable(&e))?;
+        let text = serde_json::to_string(&sessions).unwrap_or_else(|_| "[]".to_owned());
+        let mut result = ReadResourceResult::new(vec![ResourceContents::TextResourceContents {
+            uri: SESSIONS_URI.to_owned(),
+            mime_type: Some("application/json".to_owned()),
+            text,
+            meta: None,
+        }]);
+        if is_2026(&context) {
+            result = result.with_ttl_ms(0).with_cache_scope(CacheScope::Private);
+        }
+        Ok(result.into())
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        self.inner.roots.invalidate();
+    }
+}
+
+/// A list cursor other than `""` is `-32602` (06 §6.3): the lists have one page.
+fn check_cursor(request: Option<&PaginatedRequestParams>) -> Result<(), ErrorData> {
+    match request.and_then(|r| r.cursor.as_deref()) {
+        None | Some("") => Ok(()),
+        Some(c) => Err(ErrorData::invalid_params(
+            format!("unknown cursor {c:?}: this list has one page"),
+            None,
+        )),
+    }
+}
