@@ -2,12 +2,17 @@
 //! [`run_daemon_command`].
 
 use crate::command::{Command, Invocation};
+use crate::connect::{self, Contact};
 use crate::error::CliError;
 use crate::init::{self, InitEnv};
 use crate::output::{Output, Success};
 use crate::signals::{INTERRUPTED, Interrupts};
 use crate::{completions, events, host, keygen, lifecycle, playground, sessions, snapshot, tools};
 use appduct_daemon::seams::TokioCommandRunner;
+use appduct_mcp::{BridgeOptions, StdioOptions};
+
+/// `daemon.hello` `client.name` of `appduct mcp`.
+pub const MCP_CLIENT_NAME: &str = "appduct-mcp";
 
 /// What a command produced.
 #[derive(Debug)]
@@ -77,6 +82,20 @@ async fn daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliErro
         Command::ToolsCall(c) => tools::call(g, out, c).await.map(Reply::Success),
         Command::EventsTail(p) => events::tail(g, out, p).await,
         Command::Playground { tour } => playground::run(g, out, *tour).await,
+        Command::Mcp { scheme } => {
+            let dir = g.state_dir()?;
+            let mut client = connect::options(g, &dir, Contact::Full);
+            client.client_name = MCP_CLIENT_NAME.to_owned();
+            let bridge = BridgeOptions {
+                scheme: scheme.clone(),
+                state_dir: Some(dir.path().to_path_buf()),
+                ..BridgeOptions::default()
+            }
+            .with_test_env(|name| std::env::var(name).ok());
+            Ok(Reply::Done(
+                appduct_mcp::run_stdio(StdioOptions { client, bridge }).await,
+            ))
+        }
         _ => {
             let mut signals = Interrupts::new(false)
                 .map_err(|e| CliError::internal(format!("cannot install signal handlers: {e}")))?;
