@@ -102,6 +102,7 @@ const COMMAND_PATHS: &[&[&str]] = &[
     &["mcp"],
     &["doctor"],
     &["completions"],
+    &["playground"],
 ];
 
 #[test]
