@@ -19,7 +19,7 @@ use serde_json::{Map, Number, Value};
 use crate::errors::ErrorType;
 use crate::jsonrpc::{ErrorObject, Notification, RequestId};
 use crate::limits;
-use crate::text::{as_finite, as_integer};
+use crate::text::{as_finite, as_integer, json_depth};
 
 // ---------------------------------------------------------------------------------------------
 // Method trait and dispatch
@@ -142,6 +142,10 @@ pub mod features {
         TOOLS_GROUPS,
     ];
 }
+
+/// What `Debug` prints in place of a secret (claim tokens inside link payloads, consent
+/// handles).
+const REDACTED: &str = "<redacted>";
 
 /// Default `tools.cancel` reason (03 §9.10).
 pub const DEFAULT_CANCEL_REASON: &str = "client_cancelled";
@@ -313,6 +317,15 @@ impl<'a> Obj<'a> {
                 Ok(Some(s.clone()))
             }
             Some(_) => Err(ParamError::invalid(&self.name(key), rule_len(min, max))),
+        }
+    }
+
+    /// A string of any length, the empty one included.
+    fn any_string(&self, key: &str) -> Result<Option<String>, ParamError> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(ParamError::invalid(&self.name(key), "must be a string")),
         }
     }
 
@@ -677,8 +690,9 @@ impl ConsentCreateParams {
                 "ttlMs",
             ],
         )?;
-        // An id that names no live session is `unknown_session`, decided by the daemon.
-        let session_id = p.string("sessionId", 1, limits::MAX_IDENTIFIER_LEN)?;
+        // Any string is looked up as it is: an id that names no live session (the empty string
+        // included) is `unknown_session`, decided by the daemon (03 §9.14).
+        let session_id = p.any_string("sessionId")?;
         let name = p.string("name", 1, limits::MAX_TOOL_NAME_LEN)?;
         let args_sha256 = p.pattern(
             "argsSha256",
@@ -714,9 +728,18 @@ impl ConsentCreateParams {
 }
 
 /// `consent.take` params (03 §9.14).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConsentTakeParams {
+    /// A bearer secret: whoever holds it consumes the consent.
     pub handle: String,
+}
+
+impl Debug for ConsentTakeParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsentTakeParams")
+            .field("handle", &REDACTED)
+            .finish()
+    }
 }
 
 impl ConsentTakeParams {
@@ -831,6 +854,17 @@ impl ToolsCallParams {
                         ),
                     )
                     .with_detail("maxArgsBytes", limits::MAX_ARGS_BYTES));
+                }
+                // The `tool_call` frame carries `args` as one of its values (02 §9.6).
+                if json_depth(v) > limits::MAX_JSON_DEPTH {
+                    return Err(ParamError::invalid(
+                        "args",
+                        format!(
+                            "must nest at most {} levels of arrays and objects",
+                            limits::MAX_JSON_DEPTH
+                        ),
+                    )
+                    .with_detail("maxDepth", limits::MAX_JSON_DEPTH));
                 }
                 m.clone()
             }
@@ -1323,11 +1357,12 @@ pub struct Endpoint {
 }
 
 /// `link.create` result (03 §9.4).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LinkCreateResult {
     pub session_id: String,
     pub transport: Transport,
+    /// The bootstrap payload, claim token included: redacted from `Debug`.
     pub deep_link_payload: String,
     pub endpoint: Endpoint,
     /// Unix seconds.
@@ -1335,13 +1370,36 @@ pub struct LinkCreateResult {
     pub pin: String,
 }
 
+impl Debug for LinkCreateResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LinkCreateResult")
+            .field("session_id", &self.session_id)
+            .field("transport", &self.transport)
+            .field("deep_link_payload", &REDACTED)
+            .field("endpoint", &self.endpoint)
+            .field("expires_at", &self.expires_at)
+            .field("pin", &self.pin)
+            .finish()
+    }
+}
+
 /// `consent.create` result (03 §9.14).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConsentCreateResult {
+    /// A bearer secret: redacted from `Debug`.
     pub handle: String,
     /// Unix seconds: `floor((now_ms + ttlMs) / 1000)`.
     pub expires_at: u64,
+}
+
+impl Debug for ConsentCreateResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConsentCreateResult")
+            .field("handle", &REDACTED)
+            .field("expires_at", &self.expires_at)
+            .finish()
+    }
 }
 
 /// The stored consent record, returned by `consent.take` (03 §9.14).

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
 use crate::close::CloseReason;
@@ -15,10 +16,10 @@ use crate::descriptor::{
     EventDescriptor, ToolDescriptor, json_kind, validate_event_descriptor, validate_tool_descriptor,
 };
 use crate::limits::{
-    MAX_DEVICE_FIELD_LEN, MAX_FREE_TEXT_LEN, MAX_IDENTIFIER_LEN, MAX_MESSAGE_BYTES,
+    MAX_DEVICE_FIELD_LEN, MAX_FREE_TEXT_LEN, MAX_IDENTIFIER_LEN, MAX_JSON_DEPTH, MAX_MESSAGE_BYTES,
     MAX_REGISTRY_ENTRIES, MIN_IDENTIFIER_LEN,
 };
-use crate::text::{as_finite, as_integer, truncate_utf16, utf16_len, utf16_len_within};
+use crate::text::{as_finite, as_integer, json_depth, truncate_utf16, utf16_len, utf16_len_within};
 
 /// The only `protocol_version` of claims and resumes (02 §9.3).
 pub const PROTOCOL_VERSION: i64 = 2;
@@ -132,7 +133,11 @@ fn surrogate_escape_at(bytes: &[u8], i: usize) -> Option<Surrogate> {
 
 /// Parses one message as a JSON object, reading lone surrogates as U+FFFD.
 fn parse_object(text: &str) -> Result<Map<String, Value>, String> {
-    match serde_json::from_str::<Value>(&sanitize_lone_surrogates(text)) {
+    parse_sanitized_object(&sanitize_lone_surrogates(text))
+}
+
+fn parse_sanitized_object(text: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
         Ok(other) => Err(format!(
             "the top level must be a JSON object, not {}",
@@ -907,18 +912,32 @@ enum AckedType {
 }
 
 impl AckedType {
+    const ALL: [Self; 8] = [
+        Self::ToolRegistrySnapshot,
+        Self::ToolRegistryDelta,
+        Self::EventRegistrySnapshot,
+        Self::EventRegistryDelta,
+        Self::ToolResult,
+        Self::ToolError,
+        Self::ToolCallProgress,
+        Self::Event,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::ToolRegistrySnapshot => "tool_registry_snapshot",
+            Self::ToolRegistryDelta => "tool_registry_delta",
+            Self::EventRegistrySnapshot => "event_registry_snapshot",
+            Self::EventRegistryDelta => "event_registry_delta",
+            Self::ToolResult => "tool_result",
+            Self::ToolError => "tool_error",
+            Self::ToolCallProgress => "tool_call_progress",
+            Self::Event => "event",
+        }
+    }
+
     fn from_wire(s: &str) -> Option<Self> {
-        Some(match s {
-            "tool_registry_snapshot" => Self::ToolRegistrySnapshot,
-            "tool_registry_delta" => Self::ToolRegistryDelta,
-            "event_registry_snapshot" => Self::EventRegistrySnapshot,
-            "event_registry_delta" => Self::EventRegistryDelta,
-            "tool_result" => Self::ToolResult,
-            "tool_error" => Self::ToolError,
-            "tool_call_progress" => Self::ToolCallProgress,
-            "event" => Self::Event,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|kind| kind.as_str() == s)
     }
 
     fn is_registry(self) -> bool {
@@ -930,36 +949,290 @@ impl AckedType {
                 | Self::EventRegistryDelta
         )
     }
+}
 
-    fn guard(self, m: &Map<String, Value>) -> Guarded<AppFrame> {
+/// The field guard a message meets once steps 1 to 5 of 02 §9.5 have passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    Claim,
+    Resume,
+    Acked(AckedType),
+}
+
+impl Guard {
+    fn type_name(self) -> &'static str {
         match self {
-            Self::ToolRegistrySnapshot => guard_tool_snapshot(m),
-            Self::ToolRegistryDelta => guard_tool_delta(m),
-            Self::EventRegistrySnapshot => guard_event_snapshot(m),
-            Self::EventRegistryDelta => guard_event_delta(m),
-            Self::ToolResult => guard_tool_result(m),
-            Self::ToolError => guard_tool_error(m),
-            Self::ToolCallProgress => guard_progress(m),
-            Self::Event => guard_event(m),
+            Self::Claim => "session_claim",
+            Self::Resume => "session_resume",
+            Self::Acked(kind) => kind.as_str(),
+        }
+    }
+
+    /// The close when the guard fails: before the ack anything but a valid claim or resume is
+    /// `expected_claim_or_resume`; after it, registry frames fail as `invalid_registry`.
+    fn reason(self) -> CloseReason {
+        match self {
+            Self::Claim | Self::Resume => CloseReason::ExpectedClaimOrResume,
+            Self::Acked(kind) if kind.is_registry() => CloseReason::InvalidRegistry,
+            Self::Acked(_) => CloseReason::InvalidMessage,
+        }
+    }
+
+    fn run(self, m: &Map<String, Value>) -> Guarded<AppFrame> {
+        match self {
+            Self::Claim => guard_claim(m),
+            Self::Resume => guard_resume(m),
+            Self::Acked(AckedType::ToolRegistrySnapshot) => guard_tool_snapshot(m),
+            Self::Acked(AckedType::ToolRegistryDelta) => guard_tool_delta(m),
+            Self::Acked(AckedType::EventRegistrySnapshot) => guard_event_snapshot(m),
+            Self::Acked(AckedType::EventRegistryDelta) => guard_event_delta(m),
+            Self::Acked(AckedType::ToolResult) => guard_tool_result(m),
+            Self::Acked(AckedType::ToolError) => guard_tool_error(m),
+            Self::Acked(AckedType::ToolCallProgress) => guard_progress(m),
+            Self::Acked(AckedType::Event) => guard_event(m),
+        }
+    }
+
+    fn reject(self, problem: impl fmt::Display) -> Rejection {
+        Rejection::new(self.reason(), format!("{}: {problem}", self.type_name()))
+    }
+}
+
+/// A frame's `type` field as routing sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TypeField<'a> {
+    Missing,
+    Str(&'a str),
+    /// Not a string: the JSON kind it has instead.
+    Other(&'static str),
+}
+
+impl<'a> TypeField<'a> {
+    fn of(v: Option<&'a Value>) -> Self {
+        match v {
+            None => Self::Missing,
+            Some(Value::String(s)) => Self::Str(s),
+            Some(other) => Self::Other(json_kind(other)),
+        }
+    }
+
+    fn as_str(self) -> Option<&'a str> {
+        match self {
+            Self::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// How the type reads in a detail.
+    fn describe(self) -> String {
+        match self {
+            Self::Missing => "a frame without `type`".to_owned(),
+            Self::Str(s) => format!("type {}", quoted(s)),
+            Self::Other(kind) => format!("a `type` that is {kind}"),
         }
     }
 }
 
-/// How a frame's `type` reads in a detail.
-fn describe_type(v: Option<&Value>) -> String {
-    match v {
-        None => "a frame without `type`".to_owned(),
-        Some(Value::String(s)) => format!("type {}", quoted(s)),
-        Some(other) => format!("a `type` that is {}", json_kind(other)),
+/// Steps 3 to 5 of 02 §9.5: the guard for a message with this `type` and (string)
+/// `session_id`, or the rejection that comes before any guard.
+fn select_guard(
+    ty: TypeField<'_>,
+    sent_session_id: Option<&str>,
+    phase: Phase<'_>,
+) -> Result<Guard, Rejection> {
+    match phase {
+        Phase::PreAck => match ty.as_str() {
+            Some("session_claim") => Ok(Guard::Claim),
+            Some("session_resume") => Ok(Guard::Resume),
+            _ => Err(Rejection::new(
+                CloseReason::ExpectedClaimOrResume,
+                format!(
+                    "the first message must be session_claim or session_resume, not {}",
+                    ty.describe()
+                ),
+            )),
+        },
+        Phase::Acked { session_id } => {
+            let Some(kind) = ty.as_str().and_then(AckedType::from_wire) else {
+                return Err(Rejection::new(
+                    CloseReason::UnknownMessageType,
+                    format!("{} is not accepted after the ack", ty.describe()),
+                ));
+            };
+            // A non-string or missing `session_id` is left to the guard (step 6).
+            if sent_session_id.is_some_and(|sent| sent != session_id) {
+                return Err(Rejection::new(
+                    CloseReason::SessionMismatch,
+                    "`session_id` does not name this connection's session",
+                ));
+            }
+            Ok(Guard::Acked(kind))
+        }
+    }
+}
+
+/// Deepest a frame may nest: every value inside it at most [`MAX_JSON_DEPTH`] levels, plus the
+/// frame object itself.
+const MAX_FRAME_DEPTH: usize = MAX_JSON_DEPTH + 1;
+
+fn too_deep() -> String {
+    format!("a value nests more than {MAX_JSON_DEPTH} levels of arrays and objects")
+}
+
+/// Deepest nesting of arrays and objects in a JSON text, counting brackets outside strings.
+/// Exact for valid JSON; for anything else the parse that follows decides.
+fn text_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in text.bytes() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// What routing needs of a message too deep to parse into a [`Value`]: its `type` and
+/// `session_id`. Reading it walks the rest of the text without building anything (serde_json
+/// skips ignored values iteratively), which also checks that the text is JSON.
+#[derive(Default)]
+struct FrameHead {
+    ty: Option<HeadField>,
+    session_id: Option<HeadField>,
+}
+
+/// A top-level field: its text when it is a string, else its JSON kind.
+struct HeadField(Result<String, &'static str>);
+
+impl FrameHead {
+    fn type_field(&self) -> TypeField<'_> {
+        match &self.ty {
+            None => TypeField::Missing,
+            Some(HeadField(Ok(s))) => TypeField::Str(s),
+            Some(HeadField(Err(kind))) => TypeField::Other(kind),
+        }
+    }
+
+    fn session_id(&self) -> Option<&str> {
+        match &self.session_id {
+            Some(HeadField(Ok(s))) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for FrameHead {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct HeadVisitor;
+        impl<'de> Visitor<'de> for HeadVisitor {
+            type Value = FrameHead;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<FrameHead, A::Error> {
+                let mut head = FrameHead::default();
+                // A repeated key keeps its last value, as when parsing into a `Value`.
+                while let Some(key) = map.next_key::<String>()? {
+                    match key.as_str() {
+                        "type" => head.ty = Some(map.next_value()?),
+                        "session_id" => head.session_id = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(head)
+            }
+        }
+        d.deserialize_map(HeadVisitor)
+    }
+}
+
+impl<'de> Deserialize<'de> for HeadField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct FieldVisitor;
+        impl<'de> Visitor<'de> for FieldVisitor {
+            type Value = HeadField;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E>(self, s: &str) -> Result<HeadField, E> {
+                Ok(HeadField(Ok(s.to_owned())))
+            }
+            fn visit_unit<E>(self) -> Result<HeadField, E> {
+                Ok(HeadField(Err("null")))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<HeadField, E> {
+                Ok(HeadField(Err("a boolean")))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<HeadField, E> {
+                Ok(HeadField(Err("a number")))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<HeadField, E> {
+                Ok(HeadField(Err("a number")))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<HeadField, E> {
+                Ok(HeadField(Err("a number")))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<HeadField, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(HeadField(Err("an array")))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<HeadField, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(HeadField(Err("an object")))
+            }
+        }
+        d.deserialize_any(FieldVisitor)
+    }
+}
+
+/// The rejection of a message nested deeper than [`MAX_FRAME_DEPTH`]: `invalid_json` only when
+/// it is not a JSON object at all, else whatever routing or the type's guard gives.
+fn reject_too_deep(text: &str, phase: Phase<'_>) -> Rejection {
+    let head = match serde_json::from_str::<FrameHead>(text) {
+        Ok(head) => head,
+        Err(e) => {
+            return Rejection::new(CloseReason::InvalidJson, format!("not a JSON object: {e}"));
+        }
+    };
+    match select_guard(head.type_field(), head.session_id(), phase) {
+        Ok(guard) => guard.reject(too_deep()),
+        Err(rejection) => rejection,
     }
 }
 
 /// Decodes one text message from an app, in the validation order of 02 §9.5 (steps 1 to 6;
 /// binary messages never reach here, see [`Rejection::binary_frame`]). `Ok` is a frame that
 /// passed its guard; `Err` names the close to send.
+///
+/// Nesting deeper than [`MAX_JSON_DEPTH`] fails the type's guard (step 6), however deep: the
+/// text is measured before parsing, so a frame beyond the parser's own limit is still routed by
+/// its `type` instead of being called invalid JSON.
 pub fn decode_app_message(text: &str, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
     check_incoming_size(text.len())?;
-    let map = parse_object(text).map_err(|d| Rejection::new(CloseReason::InvalidJson, d))?;
+    let text = sanitize_lone_surrogates(text);
+    if text_depth(&text) > MAX_FRAME_DEPTH {
+        return Err(reject_too_deep(&text, phase));
+    }
+    let map =
+        parse_sanitized_object(&text).map_err(|d| Rejection::new(CloseReason::InvalidJson, d))?;
     decode_app_object(&map, phase)
 }
 
@@ -978,53 +1251,12 @@ pub fn decode_app_value(value: &Value, phase: Phase<'_>) -> Result<AppFrame, Rej
 }
 
 fn decode_app_object(m: &Map<String, Value>, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
-    let ty = m.get("type");
-    match phase {
-        Phase::PreAck => {
-            let (name, guarded) = match ty.and_then(Value::as_str) {
-                Some("session_claim") => ("session_claim", guard_claim(m)),
-                Some("session_resume") => ("session_resume", guard_resume(m)),
-                _ => {
-                    return Err(Rejection::new(
-                        CloseReason::ExpectedClaimOrResume,
-                        format!(
-                            "the first message must be session_claim or session_resume, not {}",
-                            describe_type(ty)
-                        ),
-                    ));
-                }
-            };
-            guarded.map_err(|e| {
-                Rejection::new(CloseReason::ExpectedClaimOrResume, format!("{name}: {e}"))
-            })
-        }
-        Phase::Acked { session_id } => {
-            let Some(kind) = ty.and_then(Value::as_str).and_then(AckedType::from_wire) else {
-                return Err(Rejection::new(
-                    CloseReason::UnknownMessageType,
-                    format!("{} is not accepted after the ack", describe_type(ty)),
-                ));
-            };
-            // A non-string or missing `session_id` is left to the guard (step 6).
-            if let Some(Value::String(sent)) = m.get("session_id")
-                && sent != session_id
-            {
-                return Err(Rejection::new(
-                    CloseReason::SessionMismatch,
-                    "`session_id` does not name this connection's session",
-                ));
-            }
-            kind.guard(m).map_err(|e| {
-                let reason = if kind.is_registry() {
-                    CloseReason::InvalidRegistry
-                } else {
-                    CloseReason::InvalidMessage
-                };
-                let ty = ty.and_then(Value::as_str).unwrap_or_default();
-                Rejection::new(reason, format!("{ty}: {e}"))
-            })
-        }
+    let sent_session_id = m.get("session_id").and_then(Value::as_str);
+    let guard = select_guard(TypeField::of(m.get("type")), sent_session_id, phase)?;
+    if m.values().any(|v| json_depth(v) > MAX_JSON_DEPTH) {
+        return Err(guard.reject(too_deep()));
     }
+    guard.run(m).map_err(|e| guard.reject(e))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1394,6 +1626,147 @@ mod tests {
         assert_eq!(reason(r), CloseReason::InvalidMessage);
         let r = acked(json!({"type": "tool_registry_snapshot", "session_id": 5, "tools": []}));
         assert_eq!(reason(r), CloseReason::InvalidRegistry);
+    }
+
+    // --- step 6: nesting depth ---
+
+    /// JSON text of `n` nested arrays around `1` (`[[1]]` for 2), built as text so even depths
+    /// no parser accepts can be sent.
+    fn nested_text(n: usize) -> String {
+        format!("{}1{}", "[".repeat(n), "]".repeat(n))
+    }
+
+    fn with_field(head: &str, field: &str, n: usize) -> String {
+        format!("{{{head},\"{field}\":{}}}", nested_text(n))
+    }
+
+    const RESULT_HEAD: &str = r#""type":"tool_result","session_id":"Qm9vdHN0cmFwSWQx","id":"c""#;
+
+    #[test]
+    fn values_nested_up_to_the_cap_pass_the_guard() {
+        let text = with_field(RESULT_HEAD, "result", MAX_JSON_DEPTH);
+        let frame = decode_app_message(&text, ACKED).unwrap();
+        let AppFrame::ToolResult(result) = &frame else {
+            panic!("{frame:?}");
+        };
+        assert_eq!(json_depth(&result.result), MAX_JSON_DEPTH);
+        // Brackets inside strings are not nesting.
+        let text = format!("{{{RESULT_HEAD},\"result\":\"{}\"}}", "[{".repeat(1_000));
+        assert!(decode_app_message(&text, ACKED).is_ok());
+        // The same frame as a parsed value.
+        assert!(decode_app_value(&parsed(&with_field(RESULT_HEAD, "result", 64)), ACKED).is_ok());
+        // `tools` is the value: array, descriptor and schema take three of its 64 levels.
+        let registry = |n: usize| {
+            format!(
+                r#"{{"type":"tool_registry_snapshot","session_id":"{SID}","tools":[{{"name":"a","description":"d","input_schema":{{"type":"object","default":{}}}}}]}}"#,
+                nested_text(n)
+            )
+        };
+        assert!(decode_app_message(&registry(MAX_JSON_DEPTH - 3), ACKED).is_ok());
+        assert_eq!(
+            reason(decode_app_message(&registry(MAX_JSON_DEPTH - 2), ACKED)),
+            CloseReason::InvalidRegistry
+        );
+        let claim = with_field(&CLAIM[1..CLAIM.len() - 1], "extra", MAX_JSON_DEPTH);
+        assert!(decode_app_message(&claim, Phase::PreAck).is_ok());
+    }
+
+    #[test]
+    fn values_nested_past_the_cap_fail_the_types_guard_not_the_json_step() {
+        // 65 is one past the cap; 127 still parses with serde_json's default limit; 200 and
+        // 100000 do not, and are still routed by their type.
+        for depth in [MAX_JSON_DEPTH + 1, 127, 200, 100_000] {
+            let result = with_field(RESULT_HEAD, "result", depth);
+            let r = decode_app_message(&result, ACKED).unwrap_err();
+            assert_eq!(
+                r.reason,
+                CloseReason::InvalidMessage,
+                "{depth}: {}",
+                r.detail
+            );
+            assert!(r.detail.starts_with("tool_result: "), "{}", r.detail);
+            assert!(r.detail.contains("64 levels"), "{}", r.detail);
+
+            let event_head = r#""type":"event","session_id":"Qm9vdHN0cmFwSWQx","name":"e","ts":1"#;
+            let event = with_field(event_head, "payload", depth);
+            assert_eq!(
+                reason(decode_app_message(&event, ACKED)),
+                CloseReason::InvalidMessage,
+                "{depth}"
+            );
+
+            let registry = format!(
+                r#"{{"type":"tool_registry_snapshot","session_id":"{SID}","tools":[{{"name":"a","description":"d","input_schema":{{"type":"object","default":{}}}}}]}}"#,
+                nested_text(depth)
+            );
+            assert_eq!(
+                reason(decode_app_message(&registry, ACKED)),
+                CloseReason::InvalidRegistry,
+                "{depth}"
+            );
+
+            // Before the ack the only guard is the claim's.
+            let claim = with_field(&CLAIM[1..CLAIM.len() - 1], "extra", depth);
+            assert_eq!(
+                reason(decode_app_message(&claim, Phase::PreAck)),
+                CloseReason::ExpectedClaimOrResume,
+                "{depth}"
+            );
+        }
+        // The parsed-value entry point agrees.
+        let v = parsed(&with_field(RESULT_HEAD, "result", MAX_JSON_DEPTH + 1));
+        assert_eq!(
+            reason(decode_app_value(&v, ACKED)),
+            CloseReason::InvalidMessage
+        );
+        let v = parsed(&with_field(&CLAIM[1..CLAIM.len() - 1], "extra", 100));
+        assert_eq!(
+            reason(decode_app_value(&v, Phase::PreAck)),
+            CloseReason::ExpectedClaimOrResume
+        );
+    }
+
+    #[test]
+    fn deep_frames_keep_the_earlier_steps_of_the_order() {
+        for depth in [MAX_JSON_DEPTH + 1, 5_000] {
+            // Step 4: type. Step 5: session id. Both come before the depth guard.
+            let unknown = with_field(
+                r#""type":"nope","session_id":"Qm9vdHN0cmFwSWQx""#,
+                "x",
+                depth,
+            );
+            assert_eq!(
+                reason(decode_app_message(&unknown, ACKED)),
+                CloseReason::UnknownMessageType
+            );
+            let typeless = format!(r#"{{"type":{}}}"#, nested_text(depth));
+            assert_eq!(
+                reason(decode_app_message(&typeless, ACKED)),
+                CloseReason::UnknownMessageType
+            );
+            let other = with_field(
+                r#""type":"tool_result","session_id":"other","id":"c""#,
+                "result",
+                depth,
+            );
+            assert_eq!(
+                reason(decode_app_message(&other, ACKED)),
+                CloseReason::SessionMismatch
+            );
+            // Not a JSON object at all is still invalid JSON.
+            for text in [
+                nested_text(depth),
+                format!("{{{RESULT_HEAD},\"result\":{}", "[".repeat(depth)),
+                format!("{} trailing", with_field(RESULT_HEAD, "result", depth)),
+            ] {
+                assert_eq!(
+                    reason(decode_app_message(&text, ACKED)),
+                    CloseReason::InvalidJson,
+                    "{}",
+                    &text[..40]
+                );
+            }
+        }
     }
 
     // --- step 6: registry frames ---

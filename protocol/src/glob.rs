@@ -6,14 +6,14 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::limits::MAX_GLOB_LEN;
-use crate::text::{utf16_len, utf16_len_within};
 
 /// Why a string is not a valid glob.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum GlobError {
     #[error("glob must not be empty")]
     Empty,
-    /// Length is counted in UTF-16 code units, like every wire string (02 §1).
+    /// Length is counted in characters (Unicode scalar values), the control plane's rule for
+    /// strings (03 §6), so `Glob::new` and params validation agree.
     #[error("glob is {len} characters long; at most {max} are allowed", max = MAX_GLOB_LEN)]
     TooLong { len: usize },
 }
@@ -33,10 +33,9 @@ impl Glob {
         if source.is_empty() {
             return Err(GlobError::Empty);
         }
-        if !utf16_len_within(source, 1, MAX_GLOB_LEN) {
-            return Err(GlobError::TooLong {
-                len: utf16_len(source),
-            });
+        let len = source.chars().count();
+        if len > MAX_GLOB_LEN {
+            return Err(GlobError::TooLong { len });
         }
         Ok(Self {
             source: source.to_owned(),
@@ -182,7 +181,7 @@ mod tests {
     }
 
     #[test]
-    fn length_is_bounded_in_utf16_units() {
+    fn length_is_bounded_in_characters() {
         assert_eq!(Glob::new(""), Err(GlobError::Empty));
         assert!(Glob::new(&"a".repeat(MAX_GLOB_LEN)).is_ok());
         assert_eq!(
@@ -191,9 +190,18 @@ mod tests {
                 len: MAX_GLOB_LEN + 1
             })
         );
-        // 2,048 astral characters are 4,096 UTF-16 units; one more is too long.
-        assert!(Glob::new(&"😀".repeat(MAX_GLOB_LEN / 2)).is_ok());
-        assert!(Glob::new(&"😀".repeat(MAX_GLOB_LEN / 2 + 1)).is_err());
+        // 2,049 characters (4,097 UTF-16 units): within the 4,096-character bound of 03 §11.5,
+        // as params validation counts it.
+        let astral = format!("{}*", "😀".repeat(2_048));
+        let g = Glob::new(&astral).unwrap_or_else(|e| panic!("{e}"));
+        assert!(g.matches(&"😀".repeat(2_048)));
+        assert!(Glob::new(&"😀".repeat(MAX_GLOB_LEN)).is_ok());
+        assert_eq!(
+            Glob::new(&"😀".repeat(MAX_GLOB_LEN + 1)),
+            Err(GlobError::TooLong {
+                len: MAX_GLOB_LEN + 1
+            })
+        );
     }
 
     #[test]

@@ -79,5 +79,11 @@ pub const MAX_GLOB_LEN: usize = 4_096;
 pub const MAX_CONSENT_RECORDS: usize = 256;
 pub const DEFAULT_CONSENT_TTL_MS: u64 = 600_000;
 
+/// Deepest nesting of arrays and objects in any value inside a frame (`result`, `payload`, a
+/// schema, …) and in `tools.call` `args`, the value itself being level 1 (project decision).
+/// The daemon wraps app values in JSON-RPC envelopes a few levels deep; this cap keeps every
+/// line it writes well inside serde_json's default recursion limit of 128.
+pub const MAX_JSON_DEPTH: usize = 64;
+
 /// Largest integer every JSON implementation represents exactly (02 §1).
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;

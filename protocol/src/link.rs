@@ -165,23 +165,37 @@ impl std::fmt::Debug for ParsedLink {
 }
 
 /// Parses a deep link (02 §5.2): the `appduct` and `pin` parameters of its query.
+///
+/// Project decisions shared with the TypeScript SDK's parser: ASCII whitespace around the link
+/// is trimmed first ([`trim_link`]); a query or fragment with a bad percent escape or a repeated
+/// `appduct` or `pin` is `invalid_url` wherever the payload is; and a link whose query and
+/// fragment both carry `appduct` is ambiguous, so `invalid_url`.
 pub fn parse(url: &str) -> Result<ParsedLink, LinkError> {
-    let parts = UrlParts::split(url)?;
-    finish(read_params(parts.query.unwrap_or_default())?)
+    let link = LinkParams::read(url)?;
+    finish(link.query)
 }
 
 /// Parses a web link (02 §5.3): the `appduct` parameter of the URL's fragment
 /// (`…#appduct=<payload>`, possibly among other fragment parameters). Same rules as [`parse`].
 pub fn parse_web_link(url: &str) -> Result<ParsedLink, LinkError> {
-    let parts = UrlParts::split(url)?;
-    finish(read_params(parts.fragment.unwrap_or_default())?)
+    let link = LinkParams::read(url)?;
+    finish(link.fragment)
 }
 
 /// Parses what an SDK's `connect` accepts (07 §7.2): a bare base64url payload, a deep link, or
-/// a page URL carrying `#appduct=`. The query wins when both carry a payload.
+/// a page URL carrying `#appduct=`, under the rules of [`parse`]. The TypeScript SDK's
+/// `parseLink` gives the same answer for every input.
+///
+/// Text without a scheme is a bare payload when it is base64url-shaped (else `invalid_url`, it
+/// is neither a URL nor a payload); a URL takes the payload from whichever of its query and
+/// fragment carries one.
 pub fn parse_connect_input(input: &str) -> Result<ParsedLink, LinkError> {
+    let input = trim_link(input);
     // Base64url has no ':', so text without a scheme can only be meant as a bare payload.
     if scheme_end(input).is_none() {
+        if input.is_empty() || !input.bytes().all(is_base64url_byte) {
+            return Err(LinkError::InvalidUrl);
+        }
         let decoded = bootstrap::decode(input).map_err(LinkError::InvalidPayload)?;
         return Ok(ParsedLink {
             payload: input.to_owned(),
@@ -189,17 +203,19 @@ pub fn parse_connect_input(input: &str) -> Result<ParsedLink, LinkError> {
             pin: None,
         });
     }
-    match parse(input) {
-        Err(LinkError::MissingPayload) => parse_web_link(input),
-        other => other,
+    let link = LinkParams::read(input)?;
+    if link.fragment.payload.is_some() {
+        finish(link.fragment)
+    } else {
+        finish(link.query)
     }
 }
 
 /// True iff `url` is a URL whose query or fragment carries an `appduct` parameter (02 §5.2),
 /// i.e. [`parse_connect_input`] will not answer `missing_payload`. Other defects of the link
-/// are left for the parse to report.
+/// are left for the parse to report. Surrounding ASCII whitespace is trimmed, as in [`parse`].
 pub fn handle_url(url: &str) -> bool {
-    let Ok(parts) = UrlParts::split(url) else {
+    let Ok(parts) = UrlParts::split(trim_link(url)) else {
         return false;
     };
     [parts.query, parts.fragment]
@@ -210,6 +226,35 @@ pub fn handle_url(url: &str) -> bool {
             let name = pair.split_once('=').map_or(pair, |(name, _)| name);
             percent_decode(name).as_deref() == Some(PAYLOAD_PARAM)
         })
+}
+
+/// `input` without the ASCII whitespace (tab, line feed, form feed, carriage return, space)
+/// around it: links pasted from terminals and chat often carry a trailing newline. Whitespace
+/// inside a link still makes it `invalid_url`.
+pub fn trim_link(input: &str) -> &str {
+    input.trim_matches(|c: char| c.is_ascii_whitespace())
+}
+
+fn is_base64url_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
+}
+
+/// The parameters of both components of a link, read under the same rules.
+struct LinkParams {
+    query: Params,
+    fragment: Params,
+}
+
+impl LinkParams {
+    fn read(url: &str) -> Result<Self, LinkError> {
+        let parts = UrlParts::split(trim_link(url))?;
+        let query = read_params(parts.query.unwrap_or_default())?;
+        let fragment = read_params(parts.fragment.unwrap_or_default())?;
+        if query.payload.is_some() && fragment.payload.is_some() {
+            return Err(LinkError::InvalidUrl);
+        }
+        Ok(Self { query, fragment })
+    }
 }
 
 /// The query and fragment of a URL-shaped string.
@@ -624,16 +669,108 @@ mod tests {
         assert_eq!(parse_connect_input(&web).unwrap().payload, WEB_PAYLOAD);
         assert_eq!(parse_connect_input(PAYLOAD).unwrap().payload, PAYLOAD);
         assert_eq!(
-            parse_connect_input("not a payload").map(|p| p.payload),
-            Err(LinkError::InvalidPayload(DecodeError::NotBase64url))
-        );
-        assert_eq!(
             parse_connect_input("http://localhost/").map(|p| p.payload),
             Err(LinkError::MissingPayload)
         );
-        // The query wins over the fragment.
+    }
+
+    #[test]
+    fn connect_input_without_a_scheme_is_a_bare_payload_or_not_a_link() {
+        // Base64url-shaped text is a payload, good or bad.
+        assert!(matches!(
+            parse_connect_input("AAAA").map(|p| p.payload),
+            Err(LinkError::InvalidPayload(_))
+        ));
+        // Anything else is neither a URL nor a payload.
+        for input in ["not a payload", "", "   ", "AgT+AA", "a/b", "%41"] {
+            assert_eq!(
+                parse_connect_input(input).map(|p| p.payload),
+                Err(LinkError::InvalidUrl),
+                "{input:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_payload_in_both_query_and_fragment_is_ambiguous() {
         let both = format!("myapp:///?appduct={PAYLOAD}#appduct={WEB_PAYLOAD}");
-        assert_eq!(parse_connect_input(&both).unwrap().payload, PAYLOAD);
+        assert_eq!(
+            parse_connect_input(&both).map(|p| p.payload),
+            Err(LinkError::InvalidUrl)
+        );
+        assert_eq!(parse(&both).map(|p| p.payload), Err(LinkError::InvalidUrl));
+        assert_eq!(
+            parse_web_link(&both).map(|p| p.payload),
+            Err(LinkError::InvalidUrl)
+        );
+        // Even when one of them is not a valid payload.
+        let both = format!("http://localhost/?appduct=x#appduct={WEB_PAYLOAD}");
+        assert_eq!(
+            parse_connect_input(&both).map(|p| p.payload),
+            Err(LinkError::InvalidUrl)
+        );
+        // A payload in one and other parameters in the other is fine.
+        let page = format!("http://localhost/?tab=2&pin=x#appduct={WEB_PAYLOAD}");
+        let parsed = parse_connect_input(&page).unwrap();
+        assert_eq!((parsed.payload.as_str(), parsed.pin), (WEB_PAYLOAD, None));
+    }
+
+    #[test]
+    fn both_components_follow_the_same_rules_wherever_the_payload_is() {
+        for url in [
+            format!("myapp:///?appduct={PAYLOAD}#x=%zz"),
+            format!("myapp:///?appduct={PAYLOAD}#pin=a&pin=b"),
+            format!("http://localhost/?x=%zz#appduct={WEB_PAYLOAD}"),
+            format!("http://localhost/?pin=a&pin=b#appduct={WEB_PAYLOAD}"),
+        ] {
+            assert_eq!(
+                parse_connect_input(&url).map(|p| p.payload),
+                Err(LinkError::InvalidUrl),
+                "{url}"
+            );
+        }
+        // The pin comes from the component that carries the payload.
+        let url = format!("myapp:///?appduct={PAYLOAD}#pin={PIN}");
+        assert_eq!(parse_connect_input(&url).unwrap().pin, None);
+    }
+
+    #[test]
+    fn surrounding_ascii_whitespace_is_trimmed() {
+        let padded = format!(" \t{EXAMPLE_LINK}\r\n\x0c ");
+        assert_eq!(parse(&padded).unwrap().payload, PAYLOAD);
+        assert_eq!(parse_connect_input(&padded).unwrap().pin, pin_text());
+        assert!(handle_url(&padded));
+        let web = format!("\nhttp://localhost:5173/#appduct={WEB_PAYLOAD}\n");
+        assert_eq!(parse_web_link(&web).unwrap().payload, WEB_PAYLOAD);
+        assert_eq!(parse_connect_input(&web).unwrap().payload, WEB_PAYLOAD);
+        let bare = format!("  {PAYLOAD}\n");
+        assert_eq!(parse_connect_input(&bare).unwrap().payload, PAYLOAD);
+        assert_eq!(trim_link("\t a b \n"), "a b");
+    }
+
+    #[test]
+    fn other_whitespace_still_makes_a_link_invalid() {
+        // Inside the link.
+        let inner = format!("myapp:///?appduct={PAYLOAD}&x=a b");
+        assert_eq!(parse(&inner).map(|p| p.payload), Err(LinkError::InvalidUrl));
+        assert_eq!(
+            parse_connect_input(&inner).map(|p| p.payload),
+            Err(LinkError::InvalidUrl)
+        );
+        // Non-ASCII whitespace and vertical tab around it are not trimmed.
+        for padded in [
+            format!("\u{a0}{EXAMPLE_LINK}"),
+            format!("{EXAMPLE_LINK}\u{2028}"),
+            format!("{EXAMPLE_LINK}\u{b}"),
+            format!("\u{feff}{PAYLOAD}"),
+        ] {
+            assert_eq!(
+                parse_connect_input(&padded).map(|p| p.payload),
+                Err(LinkError::InvalidUrl),
+                "{padded:?}"
+            );
+            assert!(!handle_url(&padded), "{padded:?}");
+        }
     }
 
     #[test]

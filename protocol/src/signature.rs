@@ -4,14 +4,27 @@
 //! total: whatever cannot be read renders as `...` or `unknown`. Recursion is bounded by the
 //! rules themselves (objects expand at most one level below a parameter or a root, arrays nest
 //! at most four deep), so no schema, however deep, can exhaust the stack.
+//!
+//! Cost is bounded too (project decisions on top of 05 §7.5, which only says the renderer never
+//! fails): a `type` array renders each distinct type once and at most
+//! [`MAX_TYPE_MEMBERS`] of them, then ` | …`, so a schema node is rendered at most once; and a
+//! signature is at most [`MAX_SIGNATURE_CHARS`] characters: once that many are written, the last
+//! one becomes `…` and rendering stops descending. Work is therefore linear in the schema and
+//! output is bounded, whatever the schema.
+
+use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
 use crate::canonical::compact_json_prefix;
 
+/// Longest signature, in code points; a longer one is cut and ends with `…`.
+pub const MAX_SIGNATURE_CHARS: usize = 4_096;
+/// Distinct members of a `type` array shown before ` | …`.
+pub const MAX_TYPE_MEMBERS: usize = 5;
 /// Longest `default` (compact JSON, code points) shown after a parameter.
 const MAX_DEFAULT_CHARS: usize = 20;
-/// Longest enum or const literal (compact JSON, code points) before it is cut with `…`.
+/// Longest enum literal (compact JSON, code points) before it is cut with `…`.
 const MAX_LITERAL_CHARS: usize = 40;
 /// Enum literals shown before ` | …`.
 const MAX_ENUM_LITERALS: usize = 5;
@@ -28,21 +41,28 @@ pub fn render_tool_signature(
     input_schema: Option<&Value>,
     output_schema: Option<&Value>,
 ) -> String {
-    let mut out = format!("{name}({})", render_params(input_schema));
+    let mut out = Output::new(MAX_SIGNATURE_CHARS);
+    out.push(name);
+    out.push("(");
+    render_params(&mut out, input_schema);
+    out.push(")");
     if let Some(output) = output_schema {
-        out.push_str(" -> ");
-        out.push_str(&render_type(output, Expand::Object, 0));
+        out.push(" -> ");
+        render_type(&mut out, output, Expand::Object, 0);
     }
-    out
+    out.text
 }
 
 /// The event name, then a space and `T(payload_schema)` when a payload schema is declared:
 /// `checkout_completed { orderId: string }`.
 pub fn render_event_signature(name: &str, payload_schema: Option<&Value>) -> String {
-    match payload_schema {
-        Some(schema) => format!("{name} {}", render_type(schema, Expand::Object, 0)),
-        None => name.to_owned(),
+    let mut out = Output::new(MAX_SIGNATURE_CHARS);
+    out.push(name);
+    if let Some(schema) = payload_schema {
+        out.push(" ");
+        render_type(&mut out, schema, Expand::Object, 0);
     }
+    out.text
 }
 
 /// One-line summary of a description: up to the first `\n` or `\r`, control characters
@@ -61,6 +81,46 @@ pub fn summarize_description(description: &str) -> String {
     }
 }
 
+/// The signature being written, with its character budget.
+struct Output {
+    text: String,
+    /// Characters that may still be written.
+    room: usize,
+    /// The budget ran out: the text ends with `…` and nothing more is written.
+    full: bool,
+}
+
+impl Output {
+    fn new(limit: usize) -> Self {
+        Self {
+            text: String::new(),
+            room: limit,
+            full: false,
+        }
+    }
+
+    /// Appends `s`, or as much of it as fits, replacing the last character with `…` when it
+    /// does not fit. Costs at most `room + 1` characters of scanning.
+    fn push(&mut self, s: &str) {
+        if self.full {
+            return;
+        }
+        match s.char_indices().nth(self.room) {
+            None => {
+                self.room -= s.chars().count();
+                self.text.push_str(s);
+            }
+            Some((cut, _)) => {
+                self.text.push_str(&s[..cut]);
+                self.text.pop();
+                self.text.push('…');
+                self.room = 0;
+                self.full = true;
+            }
+        }
+    }
+}
+
 /// Whether an object schema at this position shows its properties or collapses to `{...}`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Expand {
@@ -70,20 +130,20 @@ enum Expand {
     Collapsed,
 }
 
-fn render_params(input_schema: Option<&Value>) -> String {
+fn render_params(out: &mut Output, input_schema: Option<&Value>) {
     let Some(schema) = input_schema else {
-        return String::new();
+        return;
     };
     let Some(schema) = schema.as_object() else {
-        return "...".to_owned();
+        return out.push("...");
     };
     if !type_allows_object(schema) {
-        return "...".to_owned();
+        return out.push("...");
     }
     match schema.get("properties").and_then(Value::as_object) {
-        Some(properties) => render_properties(schema, properties, Expand::Object).join(", "),
-        None if additional_properties_false(schema) => String::new(),
-        None => "...".to_owned(),
+        Some(properties) => render_properties(out, schema, properties, Expand::Object),
+        None if additional_properties_false(schema) => {}
+        None => out.push("..."),
     }
 }
 
@@ -100,137 +160,198 @@ fn additional_properties_false(schema: &Map<String, Value>) -> bool {
     schema.get("additionalProperties") == Some(&Value::Bool(false))
 }
 
-/// `name: T` / `name?: T`, plus ` = <default>` for short defaults, in declared order.
+/// `name: T` / `name?: T`, plus ` = <default>` for short defaults, in declared order, joined
+/// by `, `.
 fn render_properties(
+    out: &mut Output,
     schema: &Map<String, Value>,
     properties: &Map<String, Value>,
     child_expand: Expand,
-) -> Vec<String> {
-    let required: Vec<&str> = schema
+) {
+    let required: HashSet<&str> = schema
         .get("required")
         .and_then(Value::as_array)
         .map(|names| names.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
-    properties
-        .iter()
-        .map(|(name, property)| {
-            let mut out = render_property_name(name);
-            if !required.contains(&name.as_str()) {
-                out.push('?');
+    for (i, (name, property)) in properties.iter().enumerate() {
+        if out.full {
+            return;
+        }
+        if i > 0 {
+            out.push(", ");
+        }
+        render_property_name(out, name);
+        if !required.contains(name.as_str()) {
+            out.push("?");
+        }
+        out.push(": ");
+        render_type(out, property, child_expand, 0);
+        if let Some(default) = property.get("default") {
+            let (text, complete) = compact_json_prefix(default, MAX_DEFAULT_CHARS);
+            if complete {
+                out.push(" = ");
+                out.push(&text);
             }
-            out.push_str(": ");
-            out.push_str(&render_type(property, child_expand, 0));
-            if let Some(default) = property.get("default") {
-                let (text, complete) = compact_json_prefix(default, MAX_DEFAULT_CHARS);
-                if complete {
-                    out.push_str(" = ");
-                    out.push_str(&text);
-                }
-            }
-            out
-        })
-        .collect()
+        }
+    }
 }
 
 /// Identifiers as they are; anything else as a JSON string (`"x-id"`).
-fn render_property_name(name: &str) -> String {
+fn render_property_name(out: &mut Output, name: &str) {
     let mut chars = name.chars();
     let is_identifier = chars
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
     if is_identifier {
-        return name.to_owned();
+        return out.push(name);
     }
-    let (text, _) = compact_json_prefix(&Value::String(name.to_owned()), usize::MAX);
-    text
+    // One character past the room is enough for `push` to see the overflow.
+    let (text, _) = compact_json_prefix(&Value::String(name.to_owned()), out.room + 1);
+    out.push(&text);
 }
 
 /// `T(schema)` of the table in 05 §7.5. `arrays` counts the arrays enclosing this schema.
-fn render_type(schema: &Value, expand: Expand, arrays: usize) -> String {
+fn render_type(out: &mut Output, schema: &Value, expand: Expand, arrays: usize) {
+    if out.full {
+        return;
+    }
+    // A schema that is not an object (`true`, `3`, `null`) matches no row but the last.
     let Some(schema) = schema.as_object() else {
-        return "...".to_owned();
+        return out.push("unknown");
     };
-    // An `enum` that is not a non-empty array cannot be read as literals; the type still can.
-    if let Some(literals) = schema.get("enum").and_then(Value::as_array)
-        && !literals.is_empty()
-    {
-        let mut parts: Vec<String> = literals
-            .iter()
-            .take(MAX_ENUM_LITERALS)
-            .map(render_literal)
-            .collect();
-        if literals.len() > MAX_ENUM_LITERALS {
-            parts.push("…".to_owned());
-        }
-        return parts.join(" | ");
+    if let Some(literals) = schema.get("enum") {
+        return render_enum(out, literals);
     }
     if let Some(literal) = schema.get("const") {
-        return render_literal(literal);
+        // Shown whole (only enum literals are cut); the signature budget still applies.
+        let (text, _) = compact_json_prefix(literal, out.room + 1);
+        return out.push(&text);
     }
     if ["anyOf", "oneOf", "allOf", "not", "$ref"]
         .iter()
         .any(|key| schema.contains_key(*key))
     {
-        return "...".to_owned();
+        return out.push("...");
     }
     match schema.get("type") {
-        Some(Value::String(t)) => render_named_type(schema, t, expand, arrays),
-        Some(Value::Array(types)) if !types.is_empty() => types
-            .iter()
-            .map(|t| match t.as_str() {
-                Some(t) => render_named_type(schema, t, expand, arrays),
-                None => "unknown".to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join(" | "),
-        _ => "unknown".to_owned(),
+        Some(Value::String(t)) => render_named_type(out, schema, TypeName::of(t), expand, arrays),
+        Some(Value::Array(types)) if !types.is_empty() => {
+            // Each distinct type once: repeating a member would repeat its whole rendering.
+            let mut distinct: Vec<TypeName> = Vec::new();
+            let mut more = false;
+            for member in types {
+                let name = member.as_str().map_or(TypeName::Unknown, TypeName::of);
+                if distinct.contains(&name) {
+                    continue;
+                }
+                if distinct.len() == MAX_TYPE_MEMBERS {
+                    more = true;
+                    break;
+                }
+                distinct.push(name);
+            }
+            for (i, name) in distinct.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(" | ");
+                }
+                render_named_type(out, schema, name, expand, arrays);
+            }
+            if more {
+                out.push(" | …");
+            }
+        }
+        _ => out.push("unknown"),
+    }
+}
+
+/// Literals as compact JSON joined by ` | `, each cut to 40 characters with `…`, at most five
+/// then ` | …`. An `enum` that is not a non-empty array has no literals to show.
+fn render_enum(out: &mut Output, literals: &Value) {
+    let literals = match literals.as_array() {
+        Some(literals) if !literals.is_empty() => literals,
+        _ => return out.push("..."),
+    };
+    for (i, literal) in literals.iter().take(MAX_ENUM_LITERALS).enumerate() {
+        if i > 0 {
+            out.push(" | ");
+        }
+        let (text, complete) = compact_json_prefix(literal, MAX_LITERAL_CHARS);
+        out.push(&text);
+        if !complete {
+            out.push("…");
+        }
+    }
+    if literals.len() > MAX_ENUM_LITERALS {
+        out.push(" | …");
+    }
+}
+
+/// The `type` names the table distinguishes; every other value reads as `Unknown`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TypeName {
+    String,
+    Number,
+    Integer,
+    Boolean,
+    Null,
+    Array,
+    Object,
+    Unknown,
+}
+
+impl TypeName {
+    fn of(name: &str) -> Self {
+        match name {
+            "string" => Self::String,
+            "number" => Self::Number,
+            "integer" => Self::Integer,
+            "boolean" => Self::Boolean,
+            "null" => Self::Null,
+            "array" => Self::Array,
+            "object" => Self::Object,
+            _ => Self::Unknown,
+        }
     }
 }
 
 fn render_named_type(
+    out: &mut Output,
     schema: &Map<String, Value>,
-    type_name: &str,
+    type_name: TypeName,
     expand: Expand,
     arrays: usize,
-) -> String {
+) {
     match type_name {
-        "string" => "string".to_owned(),
-        "number" => "number".to_owned(),
-        "integer" => "int".to_owned(),
-        "boolean" => "bool".to_owned(),
-        "null" => "null".to_owned(),
-        "array" if arrays >= MAX_ARRAY_DEPTH => "...[]".to_owned(),
-        "array" => match schema.get("items") {
-            Some(items) if items.is_object() => {
-                format!("{}[]", render_type(items, Expand::Collapsed, arrays + 1))
+        TypeName::String => out.push("string"),
+        TypeName::Number => out.push("number"),
+        TypeName::Integer => out.push("int"),
+        TypeName::Boolean => out.push("bool"),
+        TypeName::Null => out.push("null"),
+        TypeName::Array if arrays >= MAX_ARRAY_DEPTH => out.push("...[]"),
+        TypeName::Array => {
+            match schema.get("items") {
+                // A non-object `items` (tuple form, boolean schema) renders as `unknown`.
+                Some(items) => render_type(out, items, Expand::Collapsed, arrays + 1),
+                None => out.push("unknown"),
             }
-            // Absent, or a form this renderer does not read (tuple arrays, boolean schemas).
-            _ => "unknown[]".to_owned(),
-        },
-        "object" if expand == Expand::Object => {
+            out.push("[]");
+        }
+        TypeName::Object if expand == Expand::Object => {
             match schema.get("properties").and_then(Value::as_object) {
-                Some(properties) if properties.is_empty() => "{}".to_owned(),
-                Some(properties) => format!(
-                    "{{ {} }}",
-                    render_properties(schema, properties, Expand::Collapsed).join(", ")
-                ),
-                None if additional_properties_false(schema) => "{}".to_owned(),
-                None => "{...}".to_owned(),
+                Some(properties) if properties.is_empty() => out.push("{}"),
+                Some(properties) => {
+                    out.push("{ ");
+                    render_properties(out, schema, properties, Expand::Collapsed);
+                    out.push(" }");
+                }
+                None if additional_properties_false(schema) => out.push("{}"),
+                None => out.push("{...}"),
             }
         }
-        "object" => "{...}".to_owned(),
-        _ => "unknown".to_owned(),
+        TypeName::Object => out.push("{...}"),
+        TypeName::Unknown => out.push("unknown"),
     }
-}
-
-/// Compact JSON of an enum or const literal, cut to 40 code points followed by `…`.
-fn render_literal(literal: &Value) -> String {
-    let (mut text, complete) = compact_json_prefix(literal, MAX_LITERAL_CHARS);
-    if !complete {
-        text.push('…');
-    }
-    text
 }
 
 #[cfg(test)]
@@ -466,19 +587,29 @@ mod tests {
             param(json!({"enum": [long, "z"]})),
             format!("t(p: \"{}… | \"z\")", "y".repeat(39))
         );
+    }
+
+    #[test]
+    fn const_literals_are_never_cut() {
+        // The 40-character cut of 05 §7.5 is for enum literals only.
+        let long = "é".repeat(50);
+        assert_eq!(param(json!({"const": long})), format!("t(p: \"{long}\")"));
+        let object = json!({"const": {"k": "v".repeat(60), "n": [1, 2, 3]}});
         assert_eq!(
-            param(json!({"const": "é".repeat(50)})),
-            format!("t(p: \"{}…)", "é".repeat(39))
+            param(object),
+            format!("t(p: {{\"k\":\"{}\",\"n\":[1,2,3]}})", "v".repeat(60))
         );
     }
 
     #[test]
-    fn unreadable_enum_falls_back_to_the_type() {
+    fn unreadable_enum_renders_as_dots() {
+        // "has `enum`" is the first row; an enum without literals cannot be read.
         assert_eq!(
             param(json!({"type": "string", "enum": {"not": "an array"}})),
-            "t(p: string)"
+            "t(p: ...)"
         );
-        assert_eq!(param(json!({"type": "string", "enum": []})), "t(p: string)");
+        assert_eq!(param(json!({"type": "string", "enum": []})), "t(p: ...)");
+        assert_eq!(param(json!({"enum": null})), "t(p: ...)");
     }
 
     #[test]
@@ -577,20 +708,63 @@ mod tests {
             "t(p: { a?: string } | null)"
         );
         assert_eq!(
-            param(json!({"type": ["string", 7, "bogus"]})),
-            "t(p: string | unknown | unknown)"
+            param(json!({"type": ["string", 7]})),
+            "t(p: string | unknown)"
         );
         assert_eq!(param(json!({"type": []})), "t(p: unknown)");
     }
 
     #[test]
-    fn anything_else_is_unknown_or_dots() {
+    fn type_arrays_render_each_distinct_type_once() {
+        assert_eq!(
+            param(json!({"type": ["string", "null", "string", "null"]})),
+            "t(p: string | null)"
+        );
+        // Unrecognised names and non-strings all read as `unknown`, shown once.
+        assert_eq!(
+            param(json!({"type": ["string", 7, "bogus", null]})),
+            "t(p: string | unknown)"
+        );
+        assert_eq!(
+            param(json!({"type": ["array", "array"], "items": {"type": "integer"}})),
+            "t(p: int[])"
+        );
+    }
+
+    #[test]
+    fn type_arrays_show_at_most_five_members() {
+        assert_eq!(
+            param(json!({"type": ["string", "number", "integer", "boolean", "null"]})),
+            "t(p: string | number | int | bool | null)"
+        );
+        assert_eq!(
+            param(json!({"type": ["string", "number", "integer", "boolean", "null", "object"]})),
+            "t(p: string | number | int | bool | null | …)"
+        );
+        // Duplicates do not count towards the five.
+        assert_eq!(
+            param(
+                json!({"type": ["string", "string", "number", "number", "null", "boolean", "integer"]})
+            ),
+            "t(p: string | number | null | bool | int)"
+        );
+    }
+
+    #[test]
+    fn anything_else_is_unknown() {
         assert_eq!(param(json!({})), "t(p: unknown)");
         assert_eq!(param(json!({"type": "date"})), "t(p: unknown)");
         assert_eq!(param(json!({"type": 5})), "t(p: unknown)");
-        assert_eq!(param(json!(3)), "t(p: ...)");
-        assert_eq!(param(json!(true)), "t(p: ...)");
-        assert_eq!(param(Value::Null), "t(p: ...)");
+        // Non-object schemas fall through to the catch-all row, wherever they appear.
+        assert_eq!(param(json!(3)), "t(p: unknown)");
+        assert_eq!(param(json!(true)), "t(p: unknown)");
+        assert_eq!(param(Value::Null), "t(p: unknown)");
+        assert_eq!(
+            param(json!({"type": "array", "items": true})),
+            "t(p: unknown[])"
+        );
+        assert_eq!(sig(None, Some(json!(true))), "t() -> unknown");
+        assert_eq!(render_event_signature("e", Some(&json!("x"))), "e unknown");
     }
 
     // --- Output ---
@@ -621,7 +795,7 @@ mod tests {
             ),
             "t() -> {}"
         );
-        assert_eq!(sig(None, Some(Value::Null)), "t() -> ...");
+        assert_eq!(sig(None, Some(Value::Null)), "t() -> unknown");
     }
 
     // --- Events ---
@@ -680,6 +854,84 @@ mod tests {
             summarize_description(&padded),
             format!("{}…", "a".repeat(120))
         );
+    }
+
+    // --- Cost bounds ---
+
+    /// `{"type": ["array" × n], "items": inner}`.
+    fn array_union(n: usize, items: Value) -> Value {
+        json!({"type": vec!["array"; n], "items": items})
+    }
+
+    #[test]
+    fn repeated_array_members_do_not_multiply_the_output() {
+        // Four levels of 64 `array` members: rendering every member re-rendered `items`, so
+        // the output grew as 64^4 and the process aborted allocating gigabytes.
+        let mut schema = json!({"type": "string"});
+        for _ in 0..4 {
+            schema = array_union(64, schema);
+        }
+        let rendered = param(schema);
+        assert_eq!(rendered, "t(p: string[][][][])");
+    }
+
+    #[test]
+    fn repeated_object_members_with_many_properties_stay_within_the_budget() {
+        let mut properties = Map::new();
+        for i in 0..2_000 {
+            properties.insert(format!("field_{i}"), json!({"type": "string"}));
+        }
+        let output = json!({"type": vec!["object"; 2_000], "properties": properties});
+        let rendered = sig(None, Some(output.clone()));
+        assert!(rendered.chars().count() <= MAX_SIGNATURE_CHARS);
+        assert!(rendered.starts_with("t() -> { field_0?: string, field_1?: string"));
+        assert!(rendered.ends_with('…'), "{rendered}");
+        let event = render_event_signature("e", Some(&output));
+        assert!(event.chars().count() <= MAX_SIGNATURE_CHARS);
+        assert!(event.ends_with('…'));
+    }
+
+    #[test]
+    fn the_budget_cuts_long_parameter_lists_and_names() {
+        let mut properties = Map::new();
+        for i in 0..1_000 {
+            properties.insert(format!("p{i}"), json!({"type": "integer"}));
+        }
+        let input = json!({"type": "object", "properties": properties});
+        let rendered = sig(Some(input), Some(json!({"type": "string"})));
+        assert_eq!(rendered.chars().count(), MAX_SIGNATURE_CHARS);
+        assert!(rendered.ends_with('…'));
+        assert!(!rendered.contains(" -> "));
+        // One long property name, quoted, and one long const.
+        let long_name = "-".repeat(10_000);
+        let input =
+            json!({"type": "object", "properties": {long_name: {"const": "x".repeat(10_000)}}});
+        let rendered = sig(Some(input), None);
+        assert_eq!(rendered.chars().count(), MAX_SIGNATURE_CHARS);
+        assert!(rendered.starts_with("t(\"---"));
+        // A huge tool name alone is cut the same way.
+        let rendered = render_tool_signature(&"n".repeat(5_000), None, None);
+        assert_eq!(rendered.chars().count(), MAX_SIGNATURE_CHARS);
+        assert!(rendered.ends_with("n…"));
+    }
+
+    #[test]
+    fn a_signature_of_exactly_the_budget_is_not_cut() {
+        // Name + `()` exactly MAX_SIGNATURE_CHARS long.
+        let name = "n".repeat(MAX_SIGNATURE_CHARS - 2);
+        let rendered = render_tool_signature(&name, None, None);
+        assert_eq!(rendered, format!("{name}()"));
+        let name = "n".repeat(MAX_SIGNATURE_CHARS - 1);
+        let rendered = render_tool_signature(&name, None, None);
+        assert_eq!(rendered.chars().count(), MAX_SIGNATURE_CHARS);
+        assert!(rendered.ends_with("n…"));
+    }
+
+    #[test]
+    fn large_required_lists_are_read_once() {
+        let required: Vec<String> = (0..5_000).map(|i| format!("r{i}")).collect();
+        let input = json!({"type": "object", "properties": {"r4999": {"type": "string"}, "x": {"type": "string"}}, "required": required});
+        assert_eq!(sig(Some(input), None), "t(r4999: string, x?: string)");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Shared value rules of the wire: string lengths in UTF-16 code units and JSON integers
-//! (02 §1). Every bound in frames and descriptors goes through these helpers so the Rust and
+//! Shared value rules of the wire: string lengths in UTF-16 code units, JSON integers (02 §1)
+//! and JSON nesting depth (`limits::MAX_JSON_DEPTH`). Every bound in frames and descriptors goes through these helpers so the Rust and
 //! TypeScript implementations count identically.
 
 use serde_json::Value;
@@ -62,6 +62,29 @@ pub fn truncate_utf16(s: &str, max: usize) -> &str {
     s
 }
 
+/// Nesting depth of a JSON value: 0 for a scalar, 1 for an array or object holding only
+/// scalars, one more per level of arrays and objects inside. Measured with an explicit stack,
+/// so no value is too deep to measure.
+pub fn json_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    // Each entry: a value and the depth it has if it is an array or an object.
+    let mut stack = vec![(value, 1)];
+    while let Some((value, depth)) = stack.pop() {
+        match value {
+            Value::Array(items) => {
+                deepest = deepest.max(depth);
+                stack.extend(items.iter().map(|item| (item, depth + 1)));
+            }
+            Value::Object(map) => {
+                deepest = deepest.max(depth);
+                stack.extend(map.values().map(|item| (item, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +120,32 @@ mod tests {
         assert_eq!(truncate_utf16("ab😀c", 3), "ab");
         assert_eq!(truncate_utf16("ab😀c", 4), "ab😀");
         assert_eq!(truncate_utf16("abc", 10), "abc");
+    }
+
+    #[test]
+    fn json_depth_counts_levels_of_arrays_and_objects() {
+        assert_eq!(json_depth(&json!(1)), 0);
+        assert_eq!(json_depth(&json!("[[[")), 0);
+        assert_eq!(json_depth(&json!([])), 1);
+        assert_eq!(json_depth(&json!({"a": 1, "b": "x"})), 1);
+        assert_eq!(json_depth(&json!({"a": [1, {"b": []}], "c": {}})), 4);
+        assert_eq!(json_depth(&json!({"a": [1, {"b": 2}], "c": {}})), 3);
+        assert_eq!(json_depth(&json!([[], [[[]]], {}])), 4);
+    }
+
+    #[test]
+    fn json_depth_measures_values_deeper_than_the_stack() {
+        let mut value = json!(null);
+        for _ in 0..100_000 {
+            value = Value::Array(vec![value]);
+        }
+        assert_eq!(json_depth(&value), 100_000);
+        // serde_json's Drop recurses; take the value apart iteratively.
+        let mut stack = vec![value];
+        while let Some(v) = stack.pop() {
+            if let Value::Array(items) = v {
+                stack.extend(items);
+            }
+        }
     }
 }

@@ -5,10 +5,12 @@
 use std::fmt::Debug;
 
 use appduct_protocol::control::*;
-use appduct_protocol::errors::ErrorType;
+use appduct_protocol::errors::{ErrorType, ToolErrorType};
+use appduct_protocol::frames::{AppFrame, Phase, decode_app_message};
+use appduct_protocol::glob::Glob;
 use appduct_protocol::jsonrpc::{
-    ErrorObject, Incoming, LineBuffer, Notification, Overflow, RequestId, Response, ServerMessage,
-    parse_incoming, parse_server_message, to_line,
+    ErrorObject, Incoming, LineBuffer, MessageError, Notification, Overflow, RequestId, Response,
+    ServerMessage, parse_incoming, parse_server_message, to_line,
 };
 use appduct_protocol::limits;
 use serde::Serialize;
@@ -173,7 +175,17 @@ fn consent_create_params() {
         Some(json!({"sessionId": "s", "name": "n", "argsSha256": sha}))
     );
 
+    // Any string is an id to look up; the daemon answers `unknown_session` for one that names
+    // no live session, the empty string and overlong ones included.
+    for id in [String::new(), "s".repeat(300), "not an id!".to_owned()] {
+        let p = valid::<ConsentCreate>(json!({"sessionId": id, "name": "n", "argsSha256": sha}));
+        assert_eq!(p.session_id, id);
+    }
     invalid::<ConsentCreate>(json!({"name": "n", "argsSha256": sha}), "sessionId");
+    invalid::<ConsentCreate>(
+        json!({"sessionId": 7, "name": "n", "argsSha256": sha}),
+        "sessionId",
+    );
     invalid::<ConsentCreate>(json!({"sessionId": "s", "argsSha256": sha}), "name");
     invalid::<ConsentCreate>(
         json!({"sessionId": "s", "name": "n".repeat(65), "argsSha256": sha}),
@@ -323,6 +335,178 @@ fn tools_call_args_cap_is_on_compact_bytes() {
     assert_eq!(
         e.details().and_then(|d| d.get("maxArgsBytes").cloned()),
         Some(json!(261_120))
+    );
+}
+
+/// `n` nested arrays around `1`.
+fn nested(n: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 0..n {
+        v = Value::Array(vec![v]);
+    }
+    v
+}
+
+#[test]
+fn tools_call_args_nest_at_most_max_json_depth_levels() {
+    // `args` itself is level 1.
+    let at_cap = json!({"k": nested(limits::MAX_JSON_DEPTH - 1)});
+    let p = valid::<ToolsCall>(json!({"name": "x", "args": at_cap}));
+    assert_eq!(Value::Object(p.args), at_cap);
+
+    for depth in [limits::MAX_JSON_DEPTH, 120] {
+        let e = invalid::<ToolsCall>(json!({"name": "x", "args": {"k": nested(depth)}}), "args");
+        assert_eq!(
+            e.details().and_then(|d| d.get("maxDepth").cloned()),
+            Some(json!(64))
+        );
+    }
+}
+
+#[test]
+fn app_values_at_the_depth_cap_reach_clients_intact() {
+    const SID: &str = "q3VfZ0xkR2ptTnB4";
+    let acked = Phase::Acked { session_id: SID };
+    let value = nested(limits::MAX_JSON_DEPTH);
+
+    // A tool result at the cap passes the frame guard...
+    let frame = json!({"type": "tool_result", "session_id": SID, "id": "c", "result": value});
+    let Ok(AppFrame::ToolResult(result)) = decode_app_message(&frame.to_string(), acked) else {
+        panic!("the frame guard refused a result at the cap");
+    };
+    // ...and the daemon's response line carrying it parses on the client side.
+    let call = ToolsCallResult {
+        result: result.result,
+        call_id: "a".into(),
+        session_id: SID.into(),
+        alias: "pixel-8".into(),
+        duration_ms: 1,
+    };
+    let response = Response::success(
+        RequestId::Number(1),
+        serde_json::to_value(&call).unwrap_or_default(),
+    );
+    let line = to_line(&response).unwrap_or_default();
+    match parse_server_message(&line) {
+        Ok(ServerMessage::Response(Response { outcome: Ok(r), .. })) => {
+            let back: ToolsCallResult = serde_json::from_value(r).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(back, call);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // The same for an app event payload read back through `events.since`, the deepest
+    // envelope the daemon writes around an app value.
+    let frame = json!({"type": "event", "session_id": SID, "name": "e", "payload": value, "ts": 1});
+    let Ok(AppFrame::Event(event)) = decode_app_message(&frame.to_string(), acked) else {
+        panic!("the frame guard refused a payload at the cap");
+    };
+    let since = json!({"events": [{"kind": "app_event", "sessionId": SID, "alias": "pixel-8",
+        "ts": 2, "seq": 1, "data": {"name": "e", "payload": event.payload.unwrap_or_default(), "ts": 1}}],
+        "cursor": 1, "dropped": 0, "remaining": 0});
+    let line = to_line(&Response::success(RequestId::Number(2), since)).unwrap_or_default();
+    match parse_server_message(&line) {
+        Ok(ServerMessage::Response(Response { outcome: Ok(r), .. })) => {
+            let back: EventsSinceResult =
+                serde_json::from_value(r).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(back.events.len(), 1);
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // And tool error details, one level down inside `error`.
+    let frame = json!({"type": "tool_error", "session_id": SID, "id": "c",
+        "error": {"type": "tool_execution_error", "message": "m", "details": nested(limits::MAX_JSON_DEPTH - 1)}});
+    let Ok(AppFrame::ToolError(error)) = decode_app_message(&frame.to_string(), acked) else {
+        panic!("the frame guard refused details at the cap");
+    };
+    let e =
+        ErrorObject::app_tool_error(ToolErrorType::ToolExecutionError, "m", error.error.details);
+    let line = to_line(&Response::error(Some(RequestId::Number(3)), e)).unwrap_or_default();
+    assert!(matches!(
+        parse_server_message(&line),
+        Ok(ServerMessage::Response(Response {
+            outcome: Err(_),
+            ..
+        }))
+    ));
+}
+
+#[test]
+fn values_the_guard_refuses_are_those_clients_could_not_read() {
+    // Why the cap exists: a result nested 126 deep fits serde_json's limit inside a frame but
+    // not inside the response line around it.
+    let deep = nested(126);
+    let frame = json!({"type": "tool_result", "session_id": "s", "id": "c", "result": deep});
+    assert!(decode_app_message(&frame.to_string(), Phase::Acked { session_id: "s" }).is_err());
+    let response = Response::success(
+        RequestId::Number(1),
+        json!({"result": frame["result"], "callId": "a", "sessionId": "s", "alias": "a", "durationMs": 1}),
+    );
+    let line = to_line(&response).unwrap_or_default();
+    assert!(matches!(
+        parse_server_message(&line),
+        Err(MessageError::Json(_))
+    ));
+}
+
+#[test]
+fn glob_params_and_glob_new_count_length_alike() {
+    // 2,048 astral characters and a `*`: 2,049 characters, 4,097 UTF-16 units.
+    let name = format!("{}*", "😀".repeat(2_048));
+    let p = valid::<EventsList>(json!({"name": name}));
+    assert_eq!(p.name.as_deref(), Some(name.as_str()));
+    assert!(Glob::new(&name).is_ok());
+    let p = valid::<EventsSince>(json!({"name": "😀".repeat(4_096)}));
+    assert!(Glob::new(p.name.as_deref().unwrap_or_default()).is_ok());
+    let too_long = "😀".repeat(4_097);
+    invalid::<EventsList>(json!({"name": too_long}), "name");
+    assert!(Glob::new(&too_long).is_err());
+}
+
+#[test]
+fn secrets_never_reach_debug_output() {
+    const PAYLOAD: &str = "AgTAqAEUIPsQWmszcFEwbVg4c0wxdkIybjSECRET";
+    const HANDLE: &str = "cr_7hV0k1lX4dZ8Qm2sN6pR9tB3wY5cE1aF0gH2jK4mL6o";
+    let link = LinkCreateResult {
+        session_id: "Zk3pQ0mX8sL1vB2n".into(),
+        transport: Transport::Native,
+        deep_link_payload: PAYLOAD.into(),
+        endpoint: Endpoint {
+            address: "192.168.1.20".into(),
+            port: 8443,
+            family: 4,
+        },
+        expires_at: 1_764_494_223,
+        pin: "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".into(),
+    };
+    let text = format!("{link:?} {link:#?}");
+    assert!(!text.contains("SECRET"), "{text}");
+    assert!(
+        text.contains("<redacted>") && text.contains("Zk3pQ0mX8sL1vB2n"),
+        "{text}"
+    );
+
+    let created = ConsentCreateResult {
+        handle: HANDLE.into(),
+        expires_at: 1,
+    };
+    let take = ConsentTakeParams {
+        handle: HANDLE.into(),
+    };
+    let request = ControlRequest::ConsentTake(take.clone());
+    for text in [
+        format!("{created:?}"),
+        format!("{take:?}"),
+        format!("{request:?}"),
+    ] {
+        assert!(!text.contains("7hV0k1lX"), "{text}");
+        assert!(text.contains("<redacted>"), "{text}");
+    }
+    // Serialisation is untouched: the wire still carries the secrets.
+    assert_eq!(
+        serde_json::to_value(&take).unwrap_or_default()["handle"],
+        json!(HANDLE)
     );
 }
 

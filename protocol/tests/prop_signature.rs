@@ -1,8 +1,9 @@
 //! The signature renderer (05 §7.5) is total: arbitrary JSON in any schema position renders
-//! without panicking, and the summary always honours its length cap.
+//! without panicking and within the signature budget, and the summary always honours its
+//! length cap.
 
 use appduct_protocol::signature::{
-    render_event_signature, render_tool_signature, summarize_description,
+    MAX_SIGNATURE_CHARS, render_event_signature, render_tool_signature, summarize_description,
 };
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -84,22 +85,28 @@ proptest! {
     #[test]
     fn never_panics_on_arbitrary_json(input in proptest::option::of(json_value()), output in proptest::option::of(json_value()), name in "\\PC{0,20}") {
         let rendered = render_tool_signature(&name, input.as_ref(), output.as_ref());
+        prop_assert!(rendered.chars().count() <= MAX_SIGNATURE_CHARS);
         let head = format!("{name}(");
         prop_assert!(rendered.starts_with(&head), "{}", rendered);
-        if output.is_none() {
-            prop_assert!(rendered.ends_with(')'));
-        } else {
-            prop_assert!(rendered.contains(") -> "));
+        // A signature cut by the budget ends with `…` instead.
+        if !rendered.ends_with('…') {
+            if output.is_none() {
+                prop_assert!(rendered.ends_with(')'));
+            } else {
+                prop_assert!(rendered.contains(") -> "));
+            }
         }
         let event = render_event_signature(&name, output.as_ref());
+        prop_assert!(event.chars().count() <= MAX_SIGNATURE_CHARS);
         prop_assert!(event.starts_with(&name));
     }
 
     #[test]
     fn never_panics_on_object_schemas(input in object_schema(), output in object_schema()) {
         let rendered = render_tool_signature("t", Some(&input), Some(&output));
+        prop_assert!(rendered.chars().count() <= MAX_SIGNATURE_CHARS);
         prop_assert!(rendered.starts_with("t("));
-        prop_assert!(rendered.contains(") -> {"), "{}", rendered);
+        prop_assert!(rendered.contains(") -> {") || rendered.ends_with('…'), "{}", rendered);
     }
 
     #[test]

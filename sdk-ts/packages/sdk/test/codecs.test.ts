@@ -11,7 +11,7 @@ import { isTerminalCloseCode } from "../src/core/close.js";
 import { validateEventDescriptor, validateToolDescriptor } from "../src/core/descriptors.js";
 import { encodeFrame, fitsFrameLimit } from "../src/core/frame.js";
 import { formatIpv6, isPrivateLanAddress, parseIpv6 } from "../src/core/ip.js";
-import { hasAppductParameter, isValidPin, parseLink, removeAppductFromFragment } from "../src/core/link.js";
+import { hasAppductParameter, isValidPin, parseLink, removeAppductFromFragment, trimLink } from "../src/core/link.js";
 import { isWireInteger, truncateUtf16, utf8ByteLength } from "../src/core/text.js";
 import { decodeUtf8Strict, encodeUtf8 } from "../src/core/utf8.js";
 import { pinFromCertificateDer, pinFromPublicKey, pinMatches } from "../src/node/pin.js";
@@ -169,6 +169,57 @@ describe("links", () => {
     expect(parseLink("myapp:///?appduct=AAAA")).toEqual({ ok: false, code: "invalid_payload" });
     expect(parseLink("myapp:///?appduct=")).toEqual({ ok: false, code: "invalid_payload" });
     expect(parseLink("AAAA")).toEqual({ ok: false, code: "invalid_payload" });
+  });
+
+  // The same decisions as the Rust `link::parse_connect_input` (PROTOCOL.md, links); its tests
+  // use the same cases.
+  describe("rules shared with the Rust parser", () => {
+    const EXAMPLE_LINK = `shopdemo:///?appduct=${WORKED_EXAMPLE}&pin=${encodeURIComponent(PIN)}`;
+
+    it("trims ASCII whitespace around a link, and only that", () => {
+      const padded = ` \t${EXAMPLE_LINK}\r\n\f `;
+      expect(parseLink(padded)).toMatchObject({ ok: true, link: { payloadText: WORKED_EXAMPLE, pin: PIN } });
+      expect(hasAppductParameter(padded)).toBe(true);
+      expect(parseLink(`\nhttp://localhost:5173/#appduct=${WEB_PAYLOAD}\n`)).toMatchObject({ ok: true, link: { form: "fragment" } });
+      expect(parseLink(`  ${WORKED_EXAMPLE}\n`)).toMatchObject({ ok: true, link: { form: "bare", payloadText: WORKED_EXAMPLE } });
+      expect(trimLink("\t a b \n")).toBe("a b");
+      for (const padded of [`\u00a0${EXAMPLE_LINK}`, `${EXAMPLE_LINK}\u2028`, `${EXAMPLE_LINK}\u000b`, `\ufeff${WORKED_EXAMPLE}`]) {
+        expect(parseLink(padded)).toEqual({ ok: false, code: "invalid_url" });
+        expect(hasAppductParameter(padded)).toBe(false);
+      }
+    });
+
+    it("refuses whitespace or control characters inside a link", () => {
+      expect(parseLink(`myapp:///?appduct=${WORKED_EXAMPLE}&x=a b`)).toEqual({ ok: false, code: "invalid_url" });
+      expect(parseLink(`myapp:///?appduct=${WORKED_EXAMPLE}&x=a\u0007`)).toEqual({ ok: false, code: "invalid_url" });
+      expect(hasAppductParameter("myapp:///?appduct=x y")).toBe(false);
+    });
+
+    it("reads text without a scheme as a bare payload only when it is base64url-shaped", () => {
+      expect(parseLink("AAAA")).toEqual({ ok: false, code: "invalid_payload" });
+      for (const input of ["not a payload", "", "   ", "AgT+AA", "a/b", "%41"]) {
+        expect(parseLink(input)).toEqual({ ok: false, code: "invalid_url" });
+      }
+    });
+
+    it("treats a payload in both the query and the fragment as ambiguous", () => {
+      expect(parseLink(`myapp:///?appduct=${WORKED_EXAMPLE}#appduct=${WEB_PAYLOAD}`)).toEqual({ ok: false, code: "invalid_url" });
+      expect(parseLink(`http://localhost/?appduct=x#appduct=${WEB_PAYLOAD}`)).toEqual({ ok: false, code: "invalid_url" });
+      expect(parseLink(`http://localhost/?tab=2&pin=x#appduct=${WEB_PAYLOAD}`)).toMatchObject({ ok: true, link: { payloadText: WEB_PAYLOAD, pin: null } });
+    });
+
+    it("reads the query and the fragment under the same rules wherever the payload is", () => {
+      for (const url of [
+        `myapp:///?appduct=${WORKED_EXAMPLE}#x=%zz`,
+        `myapp:///?appduct=${WORKED_EXAMPLE}#pin=a&pin=b`,
+        `http://localhost/?x=%zz#appduct=${WEB_PAYLOAD}`,
+        `http://localhost/?pin=a&pin=b#appduct=${WEB_PAYLOAD}`,
+      ]) {
+        expect(parseLink(url)).toEqual({ ok: false, code: "invalid_url" });
+      }
+      // The pin comes from the component that carries the payload.
+      expect(parseLink(`myapp:///?appduct=${WORKED_EXAMPLE}#pin=${encodeURIComponent(PIN)}`)).toMatchObject({ ok: true, link: { pin: null } });
+    });
   });
 
   it("does not check expiry while parsing", () => {

@@ -6,6 +6,27 @@ import { decodeBootstrapPayload, type BootstrapPayload } from "./bootstrap.js";
 const PIN_PATTERN = /^sha256\/[A-Za-z0-9+/]{43}=$/;
 const SCHEME_PATTERN = /^[A-Za-z][A-Za-z0-9+.-]*:/;
 const BARE_PAYLOAD_PATTERN = /^[A-Za-z0-9_-]+$/;
+/** ASCII whitespace (tab, line feed, form feed, carriage return, space) around a link. */
+const SURROUNDING_ASCII_WHITESPACE = /^[\t\n\f\r ]+|[\t\n\f\r ]+$/g;
+/**
+ * A White_Space or Cc character anywhere: no link contains one. Spelled out instead of
+ * `\p{...}` so every JavaScript engine the SDK runs on reads it the same.
+ */
+const WHITESPACE_OR_CONTROL = /[\u0000-\u0020\u007F-\u00A0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000]/;
+
+/**
+ * The link without the ASCII whitespace around it (project decision, shared with the Rust
+ * parser): links pasted from terminals and chat often carry a trailing newline. Other
+ * whitespace, and whitespace inside a link, still make it `invalid_url`.
+ */
+export function trimLink(input: string): string {
+  return input.replace(SURROUNDING_ASCII_WHITESPACE, "");
+}
+
+/** A scheme followed by `:`, and no whitespace or control character anywhere. */
+function isUrlShaped(text: string): boolean {
+  return SCHEME_PATTERN.test(text) && !WHITESPACE_OR_CONTROL.test(text);
+}
 
 /** Whether `pin` has the SPKI pin text form `^sha256/[A-Za-z0-9+/]{43}=$` (02 §3.3). */
 export function isValidPin(pin: unknown): pin is string {
@@ -66,23 +87,36 @@ function splitUrl(url: string): UrlParts {
   };
 }
 
-/** Parses a deep link, a page URL with an `appduct` fragment, or a bare base64url payload. */
+/**
+ * Parses a deep link, a page URL with an `appduct` fragment, or a bare base64url payload.
+ *
+ * Same answer as the Rust `link::parse_connect_input` for every input (project decisions):
+ * surrounding ASCII whitespace is trimmed; text without a scheme is a bare payload when it is
+ * base64url-shaped, else `invalid_url`; a URL with whitespace or a control character inside is
+ * `invalid_url`; the query and the fragment are read under the same rules (a bad percent escape,
+ * a repeated `appduct` or a repeated `pin` in either is `invalid_url`); and a payload in both
+ * the query and the fragment is ambiguous, so `invalid_url`.
+ */
 export function parseLink(input: unknown): LinkParseResult {
   if (typeof input !== "string") {
     return { ok: false, code: "invalid_url" };
   }
-  const text = input.trim();
+  const text = trimLink(input);
   if (BARE_PAYLOAD_PATTERN.test(text)) {
     const payload = decodeBootstrapPayload(text);
     return payload ? { ok: true, link: { payloadText: text, payload, pin: null, form: "bare" } } : { ok: false, code: "invalid_payload" };
   }
-  if (!SCHEME_PATTERN.test(text)) {
+  if (!isUrlShaped(text)) {
     return { ok: false, code: "invalid_url" };
   }
   const { query, fragment } = splitUrl(text);
   const queryParams = query === null ? [] : parseParams(query);
   const fragmentParams = fragment === null ? [] : parseParams(fragment);
   if (!queryParams || !fragmentParams) {
+    return { ok: false, code: "invalid_url" };
+  }
+  const count = (params: Param[], name: string) => params.filter((p) => p.name === name).length;
+  if ([queryParams, fragmentParams].some((params) => count(params, "appduct") > 1 || count(params, "pin") > 1)) {
     return { ok: false, code: "invalid_url" };
   }
   const inQuery = queryParams.filter((p) => p.name === "appduct");
@@ -96,9 +130,6 @@ export function parseLink(input: unknown): LinkParseResult {
   const form = inQuery.length === 1 ? "query" : "fragment";
   const params = form === "query" ? queryParams : fragmentParams;
   const pins = params.filter((p) => p.name === "pin");
-  if (pins.length > 1) {
-    return { ok: false, code: "invalid_url" };
-  }
   const payloadText = ((form === "query" ? inQuery[0] : inFragment[0]) as Param).value;
   const payload = decodeBootstrapPayload(payloadText);
   if (!payload) {
@@ -124,10 +155,14 @@ function parameterNames(component: string | null): string[] {
 
 /** Whether a URL carries an `appduct` parameter in its query or fragment (02 §5.2). */
 export function hasAppductParameter(url: unknown): boolean {
-  if (typeof url !== "string" || !SCHEME_PATTERN.test(url.trim())) {
+  if (typeof url !== "string") {
     return false;
   }
-  const { query, fragment } = splitUrl(url.trim());
+  const text = trimLink(url);
+  if (!isUrlShaped(text)) {
+    return false;
+  }
+  const { query, fragment } = splitUrl(text);
   return [...parameterNames(query), ...parameterNames(fragment)].includes("appduct");
 }
 
