@@ -259,7 +259,7 @@ pub async fn run(globals: &Globals, out: &Output, tour: bool) -> Result<Reply, C
             _ = signals.recv() => Ok(Reply::Done(crate::signals::INTERRUPTED)),
         }
     } else {
-        serve(out, &playground, &mut signals).await
+        serve(&client, out, &playground, &mut signals).await
     };
     stop_device(&client, &playground).await;
     result
@@ -276,7 +276,12 @@ const TRY_COMMANDS: &[&str] = &[
 ];
 
 /// Stays connected until SIGINT or SIGTERM; stdin lines post `playground_ping`.
-async fn serve(out: &Output, p: &Playground, signals: &mut Interrupts) -> Result<Reply, CliError> {
+async fn serve(
+    client: &ControlClient,
+    out: &Output,
+    p: &Playground,
+    signals: &mut Interrupts,
+) -> Result<Reply, CliError> {
     let mut human = views_block(
         "Playground connected",
         &[
@@ -301,9 +306,18 @@ async fn serve(out: &Output, p: &Playground, signals: &mut Interrupts) -> Result
     let mut state = p.device.watch_state();
     let mut stdin = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut stdin_open = true;
+    // The control connection only closes when the daemon goes away; the device would keep
+    // retrying until its grace window ends, so the playground ends with the daemon instead.
+    let mut daemon_check = tokio::time::interval(Duration::from_secs(1));
     loop {
         tokio::select! {
             _ = signals.recv() => return Ok(Reply::Done(0)),
+            _ = daemon_check.tick() => {
+                if !client.is_open() {
+                    out.notice("The appduct daemon stopped; the playground ends.");
+                    return Ok(Reply::Done(0));
+                }
+            }
             changed = state.changed() => {
                 let now = state.borrow().clone();
                 if changed.is_err() {

@@ -417,3 +417,90 @@ fn a_missing_delivery_tool_is_a_connection_error_naming_it() {
     assert!(hint.contains("xcrun"), "{doc}");
     let _: Value = doc;
 }
+
+/// One JSON-RPC request on a fresh control connection; its response.
+fn raw_request(sb: &Sandbox, line: &str) -> Value {
+    use std::io::{BufRead as _, Write as _};
+    let mut stream = std::os::unix::net::UnixStream::connect(sb.socket()).unwrap();
+    stream.write_all(format!("{line}\n").as_bytes()).unwrap();
+    let mut reader = std::io::BufReader::new(stream);
+    let mut response = String::new();
+    reader.read_line(&mut response).unwrap();
+    serde_json::from_str(&response).unwrap()
+}
+
+/// A `daemon run` child reporting `version` (the test seam of 01 §7).
+fn host_with_version(sb: &Sandbox, version: &str) -> std::process::Child {
+    let mut cmd = sb.command(&["--json", "daemon", "run"]);
+    cmd.env("APPDUCT_DAEMON_VERSION_OVERRIDE", version)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let ready: Value = serde_json::from_str(line.trim_end()).unwrap();
+    assert_eq!(ready["data"]["daemon"]["version"], version);
+    child
+}
+
+#[test]
+fn a_newer_daemon_gets_a_human_notice_and_a_status_warning_never_json_prose() {
+    let sb = Sandbox::new();
+    let mut host = host_with_version(&sb, "99.0.0");
+    let (code, _, stderr) = sb.run(&["sessions", "ls"]);
+    assert_eq!(code, 0);
+    assert!(
+        stderr.contains("99.0.0") && stderr.contains("newer"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = sb.run(&["--json", "sessions", "ls"]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (0, "{\"ok\":true,\"data\":[]}\n", "")
+    );
+    let status = sb.ok(&["daemon", "status"]);
+    assert!(
+        status["warning"].as_str().unwrap().contains("99.0.0"),
+        "{status}"
+    );
+    let (_, human, _) = sb.run(&["daemon", "status"]);
+    assert!(human.contains("\nWarning: "), "{human}");
+    signal(host.id() as i32, Signal::TERM);
+    assert_eq!(wait_child(&mut host, Duration::from_secs(15)), 0);
+}
+
+#[test]
+fn an_older_busy_daemon_is_kept_unless_a_restart_is_forced() {
+    let sb = Sandbox::new();
+    let mut host = host_with_version(&sb, "0.0.1");
+    // A pending link makes the old daemon busy; minted over a raw control connection, since
+    // every CLI command that mints one would first replace the idle daemon.
+    let created = raw_request(
+        &sb,
+        r#"{"jsonrpc":"2.0","id":1,"method":"link.create","params":{}}"#,
+    );
+    assert!(created["result"]["sessionId"].is_string(), "{created}");
+    // `daemon status` never replaces.
+    assert_eq!(sb.ok(&["daemon", "status"])["daemon"]["version"], "0.0.1");
+
+    let (code, doc) = sb.json(&["sessions", "ls"]);
+    assert_eq!(code, 70, "{doc}");
+    let details = &doc["error"]["details"];
+    assert_eq!(details["daemonVersion"], "0.0.1");
+    assert_eq!(details["clientVersion"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(details["pendingLinkCount"], 1);
+    let (code, _) = sb.json(&["--no-daemon-restart", "sessions", "ls"]);
+    assert_eq!(code, 70);
+
+    assert_eq!(sb.ok(&["--daemon-restart", "sessions", "ls"]), json!([]));
+    // The old host was shut down and exits 0; a new daemon of this version serves.
+    assert_eq!(wait_child(&mut host, Duration::from_secs(15)), 0);
+    assert_eq!(
+        sb.ok(&["daemon", "status"])["daemon"]["version"],
+        env!("CARGO_PKG_VERSION")
+    );
+}

@@ -129,8 +129,15 @@ impl Sandbox {
     /// Starts `appduct <args>` with stdout piped and reads its first line (the ready line of
     /// `daemon run --json` or `playground --json`).
     pub fn spawn_until_line(&self, args: &[&str]) -> (Child, Value) {
+        self.spawn_until_line_with(args, Stdio::null())
+    }
+
+    /// [`Sandbox::spawn_until_line`] with the given stdin (piped for the playground's pings).
+    pub fn spawn_until_line_with(&self, args: &[&str], stdin: Stdio) -> (Child, Value) {
         let mut cmd = self.command(args);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
         let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut reader = BufReader::new(stdout);

@@ -1,0 +1,284 @@
+//! `appduct playground` and the commands that need an app, against the built binary: the
+//! playground device connects over the daemon's real wss listener, a second client lists,
+//! describes and calls its tools, tails its events, snapshots its surface, and interrupts
+//! calls (05 §7, §8, 07 §7.14).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::Write as _;
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use rustix::process::Signal;
+use serde_json::{Value, json};
+use support::{Sandbox, signal, wait_child};
+
+/// A running playground; SIGINT and a bounded wait for exit 0 when dropped.
+struct Playground {
+    child: Child,
+    ready: Value,
+}
+
+impl Playground {
+    fn start(sb: &Sandbox) -> Self {
+        let (child, ready) = sb.spawn_until_line_with(&["--json", "playground"], Stdio::piped());
+        assert_eq!(ready["ok"], true, "{ready}");
+        Self { child, ready }
+    }
+
+    fn alias(&self) -> String {
+        self.ready["data"]["alias"].as_str().unwrap().to_owned()
+    }
+
+    fn stop(mut self) -> i32 {
+        signal(self.child.id() as i32, Signal::INT);
+        wait_child(&mut self.child, Duration::from_secs(15))
+    }
+}
+
+impl Drop for Playground {
+    /// A failed test still ends its playground.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn pending_calls(sb: &Sandbox) -> u64 {
+    sb.ok(&["daemon", "status"])["daemon"]["pendingCalls"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn the_playground_serves_the_contract_to_a_second_client() {
+    let sb = Sandbox::new();
+    let mut pg = Playground::start(&sb);
+    let data = &pg.ready["data"];
+    assert_eq!(
+        data["tools"],
+        json!([
+            "sum",
+            "call_count",
+            "reset_counter",
+            "slow_task",
+            "throwing_tool"
+        ])
+    );
+    let sessions = sb.ok(&["sessions", "ls"]);
+    assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
+    assert_eq!(sessions[0]["toolCount"], 5);
+    assert_eq!(sessions[0]["alias"], data["alias"]);
+
+    // A ping line on stdin posts playground_ping.
+    let mut stdin = pg.child.stdin.take().unwrap();
+    stdin.write_all(b"ping\n").unwrap();
+    stdin.flush().unwrap();
+    sb.wait_for("playground_ping", || {
+        let since = sb.ok(&["events", "since", "0"]);
+        since["events"].as_array().unwrap().iter().any(|e| {
+            e["data"]["name"] == "playground_ping" && e["data"]["payload"]["at"].is_number()
+        })
+    });
+    let events = sb.ok(&["events", "ls"]);
+    assert_eq!(events["events"][0]["name"], "playground_ping");
+
+    let result = sb.ok(&["tools", "call", "sum", "--input", r#"{"a": 1.5, "b": 2}"#]);
+    assert_eq!(result, json!({"total": 3.5}));
+    let result = sb.ok(&["tools", "call", "sum", "--input", r#"{"a": 1, "b": 2}"#]);
+    assert_eq!(result.to_string(), r#"{"total":3}"#);
+    assert_eq!(sb.ok(&["tools", "call", "call_count"]), json!({"count": 2}));
+
+    let (code, human, err) = sb.run(&[
+        "tools",
+        "call",
+        &pg.alias(),
+        "sum",
+        "--input",
+        r#"{"a":2,"b":2}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        human.starts_with(&format!("Result (sum on {}, ", pg.alias())),
+        "{human}"
+    );
+    assert!(human.ends_with("  {\n    \"total\": 4\n  }\n"), "{human}");
+
+    let (code, doc) = sb.json(&["tools", "call", "throwing_tool"]);
+    assert_eq!(code, 72, "{doc}");
+    assert_eq!(doc["error"]["type"], "tool_execution_error");
+    assert_eq!(
+        doc["error"]["message"],
+        "throwing_tool always fails on purpose."
+    );
+
+    let (code, doc) = sb.json(&["tools", "call", "sum2"]);
+    assert_eq!(code, 72, "{doc}");
+    assert_eq!(doc["error"]["type"], "tool_not_found");
+
+    drop(stdin);
+    assert_eq!(pg.stop(), 0);
+    assert_eq!(
+        sb.ok(&["sessions", "ls"]),
+        json!([]),
+        "the playground revokes its session"
+    );
+}
+
+#[test]
+fn listing_describing_and_snapshotting_the_playground() {
+    let sb = Sandbox::new();
+    let pg = Playground::start(&sb);
+    let listed = sb.ok(&["tools", "ls"]);
+    assert_eq!(listed["total"], 5);
+    assert_eq!(listed["hasMore"], false);
+    assert!(
+        listed.get("limit").is_none(),
+        "JSON has no default limit: {listed}"
+    );
+    let (code, human, _) = sb.run(&["tools", "ls"]);
+    assert_eq!(code, 0);
+    assert!(
+        human.starts_with(&format!("Tools on {}\n", pg.alias())),
+        "{human}"
+    );
+    assert!(
+        human.contains("sum(a: number, b: number) -> { total: number }"),
+        "{human}"
+    );
+
+    let described = sb.ok(&["tools", "describe", "slow_task"]);
+    assert_eq!(described["group"], "diagnostics/progress");
+    assert_eq!(described["timeout_ms"], 5000);
+    assert_eq!(described["signature"], "slow_task() -> { done: bool }");
+    let (code, doc) = sb.json(&["tools", "describe", "nope"]);
+    assert_eq!(code, 72, "{doc}");
+    assert_eq!(
+        doc["error"]["details"]["available"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+
+    let file = sb.cwd().join("tools.snapshot.json");
+    let written = sb.ok(&["tools", "snapshot", "--write", "tools.snapshot.json"]);
+    assert_eq!(
+        written,
+        json!({"path": "tools.snapshot.json", "tools": 5, "events": 1, "changed": true})
+    );
+    let checked = sb.ok(&["tools", "snapshot", "--check", "tools.snapshot.json"]);
+    assert_eq!(checked["matches"], true);
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replace("Adds a and b", "Adds b and a")).unwrap();
+    let (code, doc) = sb.json(&["tools", "snapshot", "--check", "tools.snapshot.json"]);
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(doc["error"]["details"]["changed"]["tools"], json!(["sum"]));
+    let (code, _, _) = sb.run(&["tools", "snapshot", "--write", "-"]);
+    assert_eq!(code, 0);
+    assert_eq!(pg.stop(), 0);
+}
+
+#[test]
+fn ctrl_c_cancels_a_call_and_sigterm_settles_it_locally() {
+    let sb = Sandbox::new();
+    let pg = Playground::start(&sb);
+
+    let mut call = sb.command(&["--json", "tools", "call", "slow_task"]);
+    call.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = call.spawn().unwrap();
+    sb.wait_for("the call to be pending", || pending_calls(&sb) == 1);
+    signal(child.id() as i32, Signal::INT);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(72));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["type"], "tool_cancelled", "{doc}");
+    assert!(out.stderr.is_empty(), "no stderr prose under --json");
+    // The cancelled slow_task did not count.
+    assert_eq!(sb.ok(&["tools", "call", "call_count"]), json!({"count": 0}));
+
+    let mut call = sb.command(&["--json", "tools", "call", "slow_task"]);
+    call.stdout(Stdio::piped()).stderr(Stdio::null());
+    let child = call.spawn().unwrap();
+    sb.wait_for("the call to be pending", || pending_calls(&sb) == 1);
+    signal(child.id() as i32, Signal::TERM);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(72));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["error"]["message"],
+        "Call cancelled; the daemon did not confirm in time"
+    );
+    assert_eq!(doc["error"]["details"]["settledBy"], "cli");
+    assert_eq!(doc["error"]["details"]["reason"], "client_cancelled");
+    // The closed connection cancels the call in the daemon.
+    sb.wait_for("the call to settle", || pending_calls(&sb) == 0);
+    assert_eq!(pg.stop(), 0);
+}
+
+#[test]
+fn events_tail_streams_app_events_until_sigint() {
+    let sb = Sandbox::new();
+    let mut pg = Playground::start(&sb);
+    let mut tail = sb.command(&["--json", "events", "tail"]);
+    tail.stdout(Stdio::piped()).stderr(Stdio::null());
+    let mut child = tail.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = std::io::BufReader::new(stdout);
+        let mut line = String::new();
+        while std::io::BufRead::read_line(&mut reader, &mut line).is_ok_and(|n| n > 0) {
+            let _ = tx.send(line.clone());
+            line.clear();
+        }
+    });
+    let mut stdin = pg.child.stdin.take().unwrap();
+    // The subscription may start after a ping; keep pinging until one arrives.
+    let line = loop {
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+        if let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
+            break line;
+        }
+    };
+    let event: Value = serde_json::from_str(line.trim_end()).unwrap();
+    assert_eq!(event["kind"], "app_event");
+    assert_eq!(event["data"]["name"], "playground_ping");
+    signal(child.id() as i32, Signal::INT);
+    assert_eq!(wait_child(&mut child, Duration::from_secs(10)), 0);
+    drop(stdin);
+    assert_eq!(pg.stop(), 0);
+}
+
+#[test]
+fn the_tour_runs_every_step_and_exits_zero() {
+    let sb = Sandbox::new();
+    let (code, out, err) = sb.run(&["playground", "--tour"]);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
+    for step in [
+        "$ appduct sessions ls",
+        "tools describe",
+        "throwing_tool",
+        "Tour complete.",
+    ] {
+        assert!(out.contains(step), "{step} missing: {out}");
+    }
+    assert!(out.contains("[###-------] 33% warming up"), "{out}");
+    assert!(out.contains("tool_cancelled"), "{out}");
+
+    let data = sb.ok(&["playground", "--tour"]);
+    assert_eq!(data["ok"], true);
+    let codes: Vec<u64> = data["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["exitCode"].as_u64().unwrap())
+        .collect();
+    assert_eq!(codes, [0, 0, 0, 0, 0, 72, 72]);
+    assert_eq!(sb.ok(&["sessions", "ls"]), json!([]));
+}
