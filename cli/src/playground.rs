@@ -226,11 +226,42 @@ async fn start_device(client: &ControlClient, dir: &StateDir) -> Result<Playgrou
         ))
         .with_detail("code", e.code())
     })?;
-    Ok(Playground {
+    let playground = Playground {
         device,
         session_id: session.session_id,
         alias: session.alias,
-    })
+    };
+    wait_registered(client, dir, &playground.session_id).await?;
+    Ok(playground)
+}
+
+/// How long the playground waits for the daemon to hold its tools and event.
+const REGISTRATION_WAIT: Duration = Duration::from_secs(5);
+const REGISTRATION_POLL: Duration = Duration::from_millis(20);
+
+/// The claim is acked before the registry snapshots arrive; wait (bounded polling) until the
+/// daemon lists the whole contract, so the ready line and the tour see every tool.
+async fn wait_registered(
+    client: &ControlClient,
+    dir: &StateDir,
+    session_id: &str,
+) -> Result<(), CliError> {
+    let tools = tool_descriptors().len() as u64;
+    let deadline = tokio::time::Instant::now() + REGISTRATION_WAIT;
+    loop {
+        let s = describe_session(client, dir, Some(session_id)).await?;
+        if s.tool_count == tools && s.event_count == 1 {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(CliError::connection(format!(
+                "the daemon lists {} of the playground's {tools} tools after {} s",
+                s.tool_count,
+                REGISTRATION_WAIT.as_secs()
+            )));
+        }
+        tokio::time::sleep(REGISTRATION_POLL).await;
+    }
 }
 
 /// Ends the playground's session: a clean disconnect, then the revoke so nothing lingers.
@@ -253,6 +284,22 @@ pub async fn run(globals: &Globals, out: &Output, tour: bool) -> Result<Reply, C
         p = start_device(&client, &dir) => p?,
         _ = signals.recv() => return Ok(Reply::Done(crate::signals::INTERRUPTED)),
     };
+    // `None`: interrupted while waiting.
+    let ready = tokio::select! {
+        r = wait_registered(&client, &dir, &playground.session_id) => Some(r),
+        _ = signals.recv() => None,
+    };
+    match ready {
+        Some(Ok(())) => {}
+        Some(Err(e)) => {
+            stop_device(&client, &playground).await;
+            return Err(e);
+        }
+        None => {
+            stop_device(&client, &playground).await;
+            return Ok(Reply::Done(crate::signals::INTERRUPTED));
+        }
+    }
     let result = if tour {
         tokio::select! {
             r = run_tour(&client, &dir, out, &playground) => r,
