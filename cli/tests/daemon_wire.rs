@@ -504,3 +504,95 @@ fn an_older_busy_daemon_is_kept_unless_a_restart_is_forced() {
         env!("CARGO_PKG_VERSION")
     );
 }
+
+#[test]
+fn web_transport_to_android_reverses_the_web_port_and_drops_the_pin() {
+    let mut sb = Sandbox::new();
+    let log = fake_adb(&mut sb, "emulator-5554\\tdevice\\n", false);
+    let link = sb.ok(&[
+        "sessions",
+        "link",
+        "--open",
+        "android",
+        "--transport",
+        "web",
+        "--app-id",
+        "com.x",
+        "--scheme",
+        "myapp",
+    ]);
+    let web_port = sb.ok(&["daemon", "status"])["daemon"]["webPort"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(link["transport"], "web");
+    assert_eq!(
+        link["endpoint"],
+        json!({"address": "127.0.0.1", "port": web_port, "family": 4})
+    );
+    let deep = link["deepLink"].as_str().unwrap();
+    assert!(!deep.contains("pin="), "{deep}");
+    assert!(link.get("pin").is_none());
+    let lines = log_lines(&log);
+    assert_eq!(
+        lines[1],
+        format!("-s|emulator-5554|reverse|tcp:{web_port}|tcp:{web_port}")
+    );
+    assert!(lines[2].contains(&format!("|-d|'{deep}'|")), "{lines:?}");
+}
+
+#[test]
+fn ios_simulator_delivery_opens_the_link_on_the_booted_simulator() {
+    let mut sb = Sandbox::new();
+    let bin = sb.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = sb.dir.path().join("xcrun.log");
+    write_script(
+        &bin.join("xcrun"),
+        &format!(
+            "IFS='|'; echo \"$*\" >> '{}'\nif [ \"$2\" = list ]; then echo '{{\"devices\":{{\"ios-18\":[{{\"udid\":\"AAAA-1111\",\"state\":\"Booted\"}}]}}}}'; fi\nexit 0\n",
+            log.display()
+        ),
+    );
+    sb.path_prefix = Some(bin);
+    let link = sb.ok(&["sessions", "link", "--open", "ios-sim", "--scheme", "myapp"]);
+    assert_eq!(link["device"], "AAAA-1111");
+    assert_eq!(link["target"], "ios-sim");
+    let deep = link["deepLink"].as_str().unwrap();
+    assert!(deep.contains("&pin=sha256%2F"));
+    assert_eq!(
+        log_lines(&log),
+        vec![
+            "simctl|list|devices|booted|--json".to_owned(),
+            format!("simctl|openurl|AAAA-1111|{deep}"),
+        ]
+    );
+    // A --device that is not booted: listed, nothing minted.
+    let (code, doc) = sb.json(&[
+        "sessions", "link", "--open", "ios-sim", "--scheme", "myapp", "--device", "BBBB",
+    ]);
+    assert_eq!(code, 64, "{doc}");
+    assert_eq!(doc["error"]["details"]["devices"], json!(["AAAA-1111"]));
+}
+
+#[test]
+fn ios_device_refuses_a_loopback_address_before_minting() {
+    let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#);
+    let (code, doc) = sb.json(&[
+        "sessions",
+        "link",
+        "--open",
+        "ios-device",
+        "--app-id",
+        "com.x",
+        "--scheme",
+        "myapp",
+    ]);
+    assert_eq!(code, 64, "{doc}");
+    assert!(
+        doc["error"]["details"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("advertisedIp")
+    );
+    assert_eq!(pending_links(&sb), 0);
+}

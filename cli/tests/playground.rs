@@ -178,8 +178,30 @@ fn listing_describing_and_snapshotting_the_playground() {
     let (code, doc) = sb.json(&["tools", "snapshot", "--check", "tools.snapshot.json"]);
     assert_eq!(code, 3, "{doc}");
     assert_eq!(doc["error"]["details"]["changed"]["tools"], json!(["sum"]));
-    let (code, _, _) = sb.run(&["tools", "snapshot", "--write", "-"]);
+    let (code, stdout, _) = sb.run(&["--json", "tools", "snapshot", "--write", "-"]);
     assert_eq!(code, 0);
+    assert!(
+        stdout.starts_with("{\n  \"events\": ["),
+        "no envelope: {stdout}"
+    );
+
+    // `--groups <word>` where the word is no session suggests --group.
+    let (code, doc) = sb.json(&["tools", "ls", "--groups", "counter"]);
+    assert_eq!(code, 64, "{doc}");
+    assert!(
+        doc["error"]["details"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("--group counter")
+    );
+    let groups = sb.ok(&["tools", "ls", "--groups"]);
+    assert_eq!(groups["total"], 5);
+
+    // Without a terminal the progress display stays off: nothing on stderr.
+    let (code, stdout, stderr) = sb.run(&["tools", "call", "slow_task"]);
+    assert_eq!(code, 0);
+    assert!(stdout.starts_with("Result (slow_task on "), "{stdout}");
+    assert_eq!(stderr, "");
     assert_eq!(pg.stop(), 0);
 }
 
