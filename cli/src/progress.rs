@@ -259,8 +259,10 @@ mod tests {
         d.update(&started());
         d.update(&progress(Some(42.0), None));
         assert!(d.line(Duration::ZERO, 0).contains("progress 42"));
+        // In range again: still the spinner, now with the latest value.
         d.update(&progress(Some(0.5), None));
-        assert!(d.line(Duration::ZERO, 0).contains("progress 42"));
+        let line = d.line(Duration::ZERO, 0);
+        assert!(line.contains("progress 0.5") && !line.contains('['), "{line}");
         d.set_cancelling();
         assert!(d.line(Duration::ZERO, 0).ends_with("Cancelling…"));
     }
