@@ -86,6 +86,18 @@ pub fn client_error(e: &ClientError, dir: &StateDir) -> CliError {
     let mut err = CliError::new(error_type, e.to_string());
     err.details = e.details();
     if let ClientError::SpawnFailed { .. } = e {
+        // The message names the socket and the log (05 §2.4); the tail stays last.
+        let (first, rest) = err.message.split_once('\n').unwrap_or((&err.message, ""));
+        let mut message = format!(
+            "{first} (socket {}; log {})",
+            dir.socket_path().display(),
+            dir.daemon_log_path().display()
+        );
+        if !rest.is_empty() {
+            message.push('\n');
+            message.push_str(rest);
+        }
+        err.message = message;
         err = err
             .with_detail(
                 "socketPath",

@@ -262,7 +262,10 @@ mod tests {
         // In range again: still the spinner, now with the latest value.
         d.update(&progress(Some(0.5), None));
         let line = d.line(Duration::ZERO, 0);
-        assert!(line.contains("progress 0.5") && !line.contains('['), "{line}");
+        assert!(
+            line.contains("progress 0.5") && !line.contains('['),
+            "{line}"
+        );
         d.set_cancelling();
         assert!(d.line(Duration::ZERO, 0).ends_with("Cancelling…"));
     }

@@ -596,3 +596,23 @@ fn ios_device_refuses_a_loopback_address_before_minting() {
     );
     assert_eq!(pending_links(&sb), 0);
 }
+
+#[test]
+fn a_failed_auto_spawn_names_the_socket_and_the_log_tail() {
+    let sb = Sandbox::with_config(r#"{"wssPort": "eighty"}"#);
+    let (code, doc) = sb.json(&["sessions", "ls"]);
+    assert_eq!(code, 70, "{doc}");
+    assert_eq!(doc["error"]["type"], "connection_error");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&sb.socket().display().to_string()),
+        "{message}"
+    );
+    assert!(message.contains("daemon.log"), "{message}");
+    assert!(
+        message.contains("wssPort"),
+        "the log tail names the problem: {message}"
+    );
+    let (code, _) = sb.json(&["daemon", "start"]);
+    assert_eq!(code, 70);
+}
