@@ -27,10 +27,10 @@ use std::time::Duration;
 use appduct_protocol::canonical::args_sha256;
 use appduct_protocol::control::{
     self, Caller, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest, EventData,
-    SessionState, Settlement, ToolCallFinishedData, ToolCallProgressData,
-    ToolCallProgressNotify, ToolCallProgressParams, ToolCallStartedData, ToolCallStartedNotify,
-    ToolCallStartedParams, ToolsCallParams, ToolsCallResult, ToolsCancelParams, ToolsCancelResult,
-    ToolsListParams, ToolsListResult,
+    SessionState, Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
+    ToolCallProgressParams, ToolCallStartedData, ToolCallStartedNotify, ToolCallStartedParams,
+    ToolsCallParams, ToolsCallResult, ToolsCancelParams, ToolsCancelResult, ToolsListParams,
+    ToolsListResult,
 };
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::frames::{DaemonFrame, ToolCall, ToolCallProgress, ToolCancel};
@@ -373,7 +373,10 @@ impl Inner {
         let registry = self.sessions.tools_of(&session.session_id).ok_or_else(|| {
             ErrorObject::application(
                 ErrorType::UnknownSession,
-                format!("Session {} is not live (revoked or expired)", session.session_id),
+                format!(
+                    "Session {} is not live (revoked or expired)",
+                    session.session_id
+                ),
             )
             .with_details(json!({ "sessionId": session.session_id }))
         })?;
@@ -395,10 +398,9 @@ impl Inner {
         &self,
         params: &ConsentCreateParams,
     ) -> Result<ConsentCreateResult, ErrorObject> {
-        self.consent
-            .create(params, self.clock.now_unix_ms(), |id| {
-                self.sessions.summary(id).is_some()
-            })
+        self.consent.create(params, self.clock.now_unix_ms(), |id| {
+            self.sessions.summary(id).is_some()
+        })
     }
 
     // -- tools.call ---------------------------------------------------------------------------
@@ -425,7 +427,9 @@ impl Inner {
         let args = Value::Object(args);
         let sha = args_sha256(&args);
         let Value::Object(args) = args else {
-            return Reply::Err(ErrorObject::internal("The arguments stopped being an object"));
+            return Reply::Err(ErrorObject::internal(
+                "The arguments stopped being an object",
+            ));
         };
 
         // 2. The callId.
@@ -607,8 +611,7 @@ impl Inner {
         // Re-rolled in the unlikely case it collides with an unsettled wire id or callId.
         let wire_id = loop {
             let minted = mint_wire_id()?;
-            if !table.by_wire_id.contains_key(&minted) && !table.by_call_id.contains_key(&minted)
-            {
+            if !table.by_wire_id.contains_key(&minted) && !table.by_call_id.contains_key(&minted) {
                 break minted;
             }
         };
@@ -703,15 +706,16 @@ impl Inner {
             }),
         );
         if call.progress {
-            call.conn.notify::<ToolCallStartedNotify>(&ToolCallStartedParams {
-                request_id: call.request_id.clone(),
-                call_id: call.call_id.clone(),
-                session_id: target.session_id.clone(),
-                alias: target.alias.clone(),
-                name: call.name.clone(),
-                deadline_ms: call.deadline_ms,
-                ts: self.clock.now_unix_ms(),
-            });
+            call.conn
+                .notify::<ToolCallStartedNotify>(&ToolCallStartedParams {
+                    request_id: call.request_id.clone(),
+                    call_id: call.call_id.clone(),
+                    session_id: target.session_id.clone(),
+                    alias: target.alias.clone(),
+                    name: call.name.clone(),
+                    deadline_ms: call.deadline_ms,
+                    ts: self.clock.now_unix_ms(),
+                });
         }
     }
 
@@ -734,9 +738,11 @@ impl Inner {
             let alias = call.target.as_ref().map_or("", |t| t.alias.as_str());
             Some(match (&call.cancel, kind) {
                 // After a cancel request, the grace or the deadline ends the call as cancelled.
-                (Some(cancel), _) => {
-                    Outcome::error(errors::cancelled_by_daemon(&call.name, alias, &cancel.reason))
-                }
+                (Some(cancel), _) => Outcome::error(errors::cancelled_by_daemon(
+                    &call.name,
+                    alias,
+                    &cancel.reason,
+                )),
                 (None, TimerKind::Deadline) => {
                     timed_out = call
                         .target

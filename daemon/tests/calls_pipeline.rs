@@ -24,7 +24,10 @@ async fn a_call_round_trips_with_its_call_id_and_is_audited_and_emitted() {
     assert_eq!(frame["args"], args);
 
     let started = next_of(&mut f.events, EventKind::ToolCallStarted).await;
-    assert_eq!(started.session_id.as_deref(), Some(f.device.session_id.as_str()));
+    assert_eq!(
+        started.session_id.as_deref(),
+        Some(f.device.session_id.as_str())
+    );
     assert_eq!(started.alias.as_deref(), Some("pixel-8"));
     assert_eq!(started.seq, 0);
     // Without a caller callId the minted callId is the wire id.
@@ -88,7 +91,11 @@ async fn a_call_round_trips_with_its_call_id_and_is_audited_and_emitted() {
 async fn raw_arguments_never_reach_the_audit_log_or_events_log() {
     let mut f = Fixture::new().await;
     f.wire
-        .send(1, "tools.call", json!({"name": "echo", "args": {"password": "hunter2-secret"}}))
+        .send(
+            1,
+            "tools.call",
+            json!({"name": "echo", "args": {"password": "hunter2-secret"}}),
+        )
         .await;
     let (wire_id, _) = f.device.tool_call().await;
     f.device.result(&wire_id, Value::Null).await;
@@ -96,9 +103,7 @@ async fn raw_arguments_never_reach_the_audit_log_or_events_log() {
     // `null` results pass through verbatim.
     assert_eq!(response["result"]["result"], Value::Null);
     // An omitted `args` is `{}`: the first vector of 04 §9.4.
-    f.wire
-        .send(2, "tools.call", json!({"name": "echo"}))
-        .await;
+    f.wire.send(2, "tools.call", json!({"name": "echo"})).await;
     let (wire_id, frame) = f.device.tool_call().await;
     assert_eq!(frame["args"], json!({}));
     f.device.result(&wire_id, json!(1)).await;
@@ -161,10 +166,7 @@ async fn two_concurrent_calls_of_one_tool_never_cross() {
     assert_eq!(started_b["params"]["requestId"], 2);
 
     f.device.progress(&wire_b, 0.33, "a third").await;
-    let progress_b = f
-        .wire
-        .notification("tool_call_progress", |_| true)
-        .await;
+    let progress_b = f.wire.notification("tool_call_progress", |_| true).await;
     assert_eq!(progress_b["params"]["callId"], "b");
     assert_eq!(progress_b["params"]["requestId"], 2);
     assert_eq!(progress_b["params"]["progress"], 0.33);
@@ -272,13 +274,19 @@ async fn three_concurrent_calls_answered_out_of_order_each_get_their_own_result(
 async fn progress_is_forwarded_in_order_and_never_after_the_response() {
     let mut f = Fixture::new().await;
     f.wire
-        .send(7, "tools.call", json!({"name": "slow_task", "progress": true}))
+        .send(
+            7,
+            "tools.call",
+            json!({"name": "slow_task", "progress": true}),
+        )
         .await;
     let (wire, _) = f.device.tool_call().await;
     f.device.progress(&wire, 0.25, "step 1").await;
     f.device
-        .send(json!({"type": "tool_call_progress", "session_id": f.device.session_id,
-                     "id": wire}))
+        .send(
+            json!({"type": "tool_call_progress", "session_id": f.device.session_id,
+                     "id": wire}),
+        )
         .await;
     f.device.progress(&wire, 0.75, "step 3").await;
     f.device.result(&wire, json!("done")).await;
@@ -408,13 +416,21 @@ async fn parameter_and_call_id_failures_are_neither_audited_nor_sent() {
     // Step 1: params.
     let bad = f
         .wire
-        .request(1, "tools.call", json!({"name": "echo", "callId": "has space"}))
+        .request(
+            1,
+            "tools.call",
+            json!({"name": "echo", "callId": "has space"}),
+        )
         .await;
     assert_eq!(bad["error"]["code"], -32602);
     assert_eq!(bad["error"]["data"]["details"]["param"], "callId");
     let bad = f
         .wire
-        .request(2, "tools.call", json!({"name": "echo", "consent": "operator"}))
+        .request(
+            2,
+            "tools.call",
+            json!({"name": "echo", "consent": "operator"}),
+        )
         .await;
     assert_eq!(bad["error"]["code"], -32602);
     let bad = f
@@ -427,20 +443,32 @@ async fn parameter_and_call_id_failures_are_neither_audited_nor_sent() {
     assert_eq!(filler(261_121).to_string().len(), 261_121);
     let big = f
         .wire
-        .request(4, "tools.call", json!({"name": "echo", "args": filler(261_121)}))
+        .request(
+            4,
+            "tools.call",
+            json!({"name": "echo", "args": filler(261_121)}),
+        )
         .await;
     assert_eq!(big["error"]["code"], -32602);
     assert_eq!(big["error"]["data"]["type"], "invalid_request");
     assert_eq!(big["error"]["data"]["details"]["maxArgsBytes"], 261_120);
     f.device.assert_no_frame();
     f.wire
-        .send(5, "tools.call", json!({"name": "echo", "args": filler(261_120)}))
+        .send(
+            5,
+            "tools.call",
+            json!({"name": "echo", "args": filler(261_120)}),
+        )
         .await;
     let (wire, _) = f.device.tool_call().await;
 
     // Step 2: the callId is reserved daemon-wide while unsettled.
     f.wire
-        .send(6, "tools.call", json!({"name": "slow_task", "callId": "held"}))
+        .send(
+            6,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "held"}),
+        )
         .await;
     let (held_wire, _) = f.device.tool_call().await;
     let clash = f
@@ -488,11 +516,20 @@ async fn selector_failures_carry_the_call_id_and_are_not_audited() {
     assert_eq!(none["error"]["data"]["type"], "no_session");
     assert_eq!(none["error"]["data"]["callId"], "n1");
     let unknown = wire
-        .request(2, "tools.call", json!({"name": "echo", "selector": "nobody"}))
+        .request(
+            2,
+            "tools.call",
+            json!({"name": "echo", "selector": "nobody"}),
+        )
         .await;
     assert_eq!(unknown["error"]["data"]["type"], "unknown_session");
-    assert_eq!(unknown["error"]["data"]["details"], json!({"selector": "nobody"}));
-    assert!(is_wire_id(unknown["error"]["data"]["callId"].as_str().unwrap()));
+    assert_eq!(
+        unknown["error"]["data"]["details"],
+        json!({"selector": "nobody"})
+    );
+    assert!(is_wire_id(
+        unknown["error"]["data"]["callId"].as_str().unwrap()
+    ));
 
     let one = connect_device(&daemon, "Pixel 8").await;
     let two = connect_device(&daemon, "Pixel 8").await;
@@ -521,7 +558,11 @@ async fn suspended_and_not_found_fail_at_once_audited_without_a_frame() {
         json!({"name": "nope", "sessionId": f.device.session_id, "alias": "pixel-8"})
     );
     let message = error["message"].as_str().unwrap();
-    assert!(message.contains("\"nope\"") && message.contains("pixel-8") && message.contains("tools.list"));
+    assert!(
+        message.contains("\"nope\"")
+            && message.contains("pixel-8")
+            && message.contains("tools.list")
+    );
     f.device.assert_no_frame();
     let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
     assert_eq!(
@@ -532,7 +573,11 @@ async fn suspended_and_not_found_fail_at_once_audited_without_a_frame() {
     );
 
     // Step 4: suspended, backgrounded.
-    f.device.app.close(Some(1001), "app_backgrounded").await.unwrap();
+    f.device
+        .app
+        .close(Some(1001), "app_backgrounded")
+        .await
+        .unwrap();
     next_of(&mut f.events, EventKind::SessionSuspended).await;
     let suspended = f
         .wire
@@ -589,8 +634,14 @@ async fn hello_advertises_the_calls_features_and_counts_pending_calls() {
     let hello = f.wire.request(2, "daemon.hello", json!({})).await;
     assert_eq!(
         hello["result"]["features"],
-        json!(["calls.callId", "calls.progress", "consent.records",
-               "events.subscribe.since", "events.list", "tools.groups"])
+        json!([
+            "calls.callId",
+            "calls.progress",
+            "consent.records",
+            "events.subscribe.since",
+            "events.list",
+            "tools.groups"
+        ])
     );
     assert_eq!(hello["result"]["pendingCalls"], 1);
     f.device.result(&wire, json!(null)).await;

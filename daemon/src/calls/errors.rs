@@ -51,7 +51,10 @@ pub fn tool_not_found(name: &str, session_id: &str, alias: &str) -> ErrorObject 
 pub fn call_id_in_use(call_id: &str) -> ErrorObject {
     ErrorObject::application(
         ErrorType::InvalidRequest,
-        format!("callId {} is already used by a call that has not settled", quoted(call_id)),
+        format!(
+            "callId {} is already used by a call that has not settled",
+            quoted(call_id)
+        ),
     )
     .with_details(json!({"reason": "call_id_in_use", "callId": call_id}))
 }
@@ -230,7 +233,10 @@ mod tests {
             json!({"name": "nope", "sessionId": "S", "alias": "pixel-8"})
         );
         let e = call_id_in_use("a");
-        assert_eq!((e.code, e.error_type()), (-32000, ErrorType::InvalidRequest));
+        assert_eq!(
+            (e.code, e.error_type()),
+            (-32000, ErrorType::InvalidRequest)
+        );
         assert_eq!(
             details(&e),
             json!({"reason": "call_id_in_use", "callId": "a"})

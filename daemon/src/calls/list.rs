@@ -96,7 +96,8 @@ pub fn list_tools(
         })
         .filter(|t| {
             filter.as_deref().is_none_or(|f| {
-                simple_lowercase(&t.name).contains(f) || simple_lowercase(&t.description).contains(f)
+                simple_lowercase(&t.name).contains(f)
+                    || simple_lowercase(&t.description).contains(f)
             })
         })
         .collect();

@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 use std::path::Path;
 
 use appduct_daemon::client::ControlClient;
+use appduct_daemon::config::Config;
 use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions};
 use appduct_daemon::device_socket::{AppEvent, MemoryApp, memory_device_pair};
 use appduct_protocol::control::{
@@ -75,7 +76,11 @@ impl Wire {
             return self.backlog.remove(pos).unwrap();
         }
         loop {
-            let message = self.raw.next().await.expect("EOF on the control connection");
+            let message = self
+                .raw
+                .next()
+                .await
+                .expect("EOF on the control connection");
             self.log.push(message.clone());
             if pred(&message) {
                 return message;
@@ -171,30 +176,38 @@ impl Device {
     /// Replaces the tool registry and waits until the engine holds it.
     pub async fn register(&self, daemon: &DaemonHandle, tools: Value) {
         let count = tools.as_array().map_or(0, Vec::len);
-        self.send(json!({"type": "tool_registry_snapshot", "session_id": self.session_id,
-                         "tools": tools}))
-            .await;
+        self.send(
+            json!({"type": "tool_registry_snapshot", "session_id": self.session_id,
+                         "tools": tools}),
+        )
+        .await;
         let sessions = daemon.sessions().clone();
         let id = self.session_id.clone();
         until(move || sessions.tools_of(&id).is_some_and(|t| t.len() == count)).await;
     }
 
     pub async fn result(&self, wire_id: &str, result: Value) {
-        self.send(json!({"type": "tool_result", "session_id": self.session_id, "id": wire_id,
-                         "result": result}))
-            .await;
+        self.send(
+            json!({"type": "tool_result", "session_id": self.session_id, "id": wire_id,
+                         "result": result}),
+        )
+        .await;
     }
 
     pub async fn error(&self, wire_id: &str, error: Value) {
-        self.send(json!({"type": "tool_error", "session_id": self.session_id, "id": wire_id,
-                         "error": error}))
-            .await;
+        self.send(
+            json!({"type": "tool_error", "session_id": self.session_id, "id": wire_id,
+                         "error": error}),
+        )
+        .await;
     }
 
     pub async fn progress(&self, wire_id: &str, progress: f64, message: &str) {
-        self.send(json!({"type": "tool_call_progress", "session_id": self.session_id,
-                         "id": wire_id, "progress": progress, "message": message}))
-            .await;
+        self.send(
+            json!({"type": "tool_call_progress", "session_id": self.session_id,
+                         "id": wire_id, "progress": progress, "message": message}),
+        )
+        .await;
     }
 
     /// The next `tool_call` frame, checked for its exact shape; returns `(wire id, frame)`.
@@ -313,12 +326,16 @@ pub struct Fixture {
 
 impl Fixture {
     pub async fn new() -> Self {
-        Self::with(|o| o, standard_tools()).await
+        Self::with(|o, _| o, standard_tools()).await
     }
 
-    pub async fn with(options: impl FnOnce(DaemonOptions) -> DaemonOptions, tools: Value) -> Self {
+    /// A daemon started with `options(for_tests(dir), dir)`, a claimed device with `tools`.
+    pub async fn with(
+        options: impl FnOnce(DaemonOptions, &Path) -> DaemonOptions,
+        tools: Value,
+    ) -> Self {
         let dir = state_dir();
-        let daemon = Daemon::start(options(DaemonOptions::for_tests(dir.path())))
+        let daemon = Daemon::start(options(DaemonOptions::for_tests(dir.path()), dir.path()))
             .await
             .unwrap();
         let device = connect_device(&daemon, "Pixel 8").await;
@@ -332,6 +349,19 @@ impl Fixture {
             device,
             events,
         }
+    }
+
+    /// A daemon whose configuration `edit` adjusted (policy, for example).
+    pub async fn with_config(edit: impl FnOnce(&mut Config), tools: Value) -> Self {
+        Self::with(
+            |options, dir| {
+                let mut config = Config::defaults(dir);
+                edit(&mut config);
+                options.config(config)
+            },
+            tools,
+        )
+        .await
     }
 
     /// Shuts the daemon down, answering the device's close; returns the state directory (kept
