@@ -188,3 +188,127 @@ async fn shutdown_rejects_pending_calls_writes_their_responses_and_audits_them()
     assert_eq!(audit[0]["callId"], "z1");
     assert_eq!(audit[0]["errorType"], "session_not_active");
 }
+
+/// A small deterministic generator, so a failing interleaving can be replayed from its seed.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Across seeded interleavings of claims, drops, revokes (freeing aliases for reuse) and calls
+/// by alias or by id, a call's frame reaches exactly the session its selector resolved to, and
+/// nothing reaches any other device.
+#[tokio::test]
+async fn calls_only_ever_reach_the_resolved_session() {
+    for seed in [0x9e37_79b9_7f4a_7c15u64, 0x2545_f491_4f6c_dd1d, 7] {
+        let dir = state_dir();
+        let daemon = appduct_daemon::daemon::Daemon::start(
+            appduct_daemon::daemon::DaemonOptions::for_tests(dir.path()),
+        )
+        .await
+        .unwrap();
+        let mut wire = Wire::new(&daemon);
+        let mut rng = XorShift(seed);
+        // Live devices (active or suspended) and their state.
+        let mut devices: Vec<(Device, bool)> = Vec::new();
+        let mut id = 0i64;
+        let mut routed = 0;
+        for _ in 0..40 {
+            id += 1;
+            match rng.below(6) {
+                0 if devices.len() < 4 => {
+                    let model = ["Pixel 8", "Galaxy S24"][rng.below(2)];
+                    let device = connect_device(&daemon, model).await;
+                    device.register(&daemon, standard_tools()).await;
+                    devices.push((device, true));
+                }
+                1 if !devices.is_empty() => {
+                    let i = rng.below(devices.len());
+                    if devices[i].1 {
+                        devices[i].0.app.drop_connection();
+                        devices[i].1 = false;
+                        let sessions = daemon.sessions().clone();
+                        let sid = devices[i].0.session_id.clone();
+                        daemon_support::until(move || {
+                            sessions.summary(&sid).is_some_and(|s| {
+                                s.state == appduct_protocol::control::SessionState::Suspended
+                            })
+                        })
+                        .await;
+                    }
+                }
+                2 if !devices.is_empty() => {
+                    let i = rng.below(devices.len());
+                    let (device, _) = devices.remove(i);
+                    let r = wire
+                        .request(
+                            id,
+                            "sessions.revoke",
+                            json!({"selector": device.session_id}),
+                        )
+                        .await;
+                    assert_eq!(r["result"]["revoked"], "session");
+                }
+                _ if !devices.is_empty() => {
+                    let i = rng.below(devices.len());
+                    let selector = if rng.below(2) == 0 {
+                        devices[i].0.alias.clone()
+                    } else {
+                        devices[i].0.session_id.clone()
+                    };
+                    let described = wire
+                        .request(id, "sessions.describe", json!({"selector": selector}))
+                        .await;
+                    let resolved = described["result"]["sessionId"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned();
+                    id += 1;
+                    wire.send(
+                        id,
+                        "tools.call",
+                        json!({"selector": selector, "name": "echo"}),
+                    )
+                    .await;
+                    let target = devices
+                        .iter()
+                        .position(|(d, _)| d.session_id == resolved)
+                        .unwrap();
+                    if devices[target].1 {
+                        let (wire_id, _) = devices[target].0.tool_call().await;
+                        devices[target].0.result(&wire_id, json!("here")).await;
+                        let response = wire.response(id).await;
+                        assert_eq!(response["result"]["sessionId"], resolved.as_str());
+                        routed += 1;
+                    } else {
+                        let response = wire.response(id).await;
+                        assert_eq!(response["error"]["data"]["type"], "session_suspended");
+                    }
+                    for (device, active) in &mut devices {
+                        if *active {
+                            device.assert_no_frame();
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(routed >= 3, "seed {seed:#x} routed only {routed} calls");
+        let mut closing = Vec::new();
+        for (device, active) in devices {
+            if active {
+                closing.push(device.answer_close());
+            }
+        }
+        daemon.shutdown().await;
+        for closed in closing {
+            closed.await.unwrap();
+        }
+    }
+}
