@@ -524,16 +524,18 @@ impl Inner {
         // 7. The deadline.
         let deadline_ms = effective_deadline_ms(tool.timeout_ms, timeout_ms);
 
-        // 8. Register as sending (unless cancelled or shutting down meanwhile), then write.
-        let go = {
+        // 8. Register as sending (unless settled, cancelled or shutting down meanwhile), then
+        //    write.
+        let stopped = {
             let mut table = self.table();
             let shutting_down = table.shutting_down;
-            let stop = match table.calls.get_mut(&key) {
-                None => None,
+            match table.calls.get_mut(&key) {
+                // Settled meanwhile (a transition or shutdown): nothing is sent.
+                None => Some(None),
                 Some(call) => {
                     call.deadline_ms = deadline_ms;
                     call.consent = permit.consent;
-                    if shutting_down {
+                    let stop = if shutting_down {
                         Some(Outcome::error(errors::daemon_shutdown()))
                     } else if let Some(cancel) = &call.cancel {
                         Some(Outcome::error(errors::cancelled_by_daemon(
@@ -544,16 +546,15 @@ impl Inner {
                     } else {
                         call.phase = Phase::Sending;
                         None
-                    }
+                    };
+                    stop.map(|outcome| table.remove(key).map(|call| (call, outcome)))
                 }
-            };
-            match stop {
-                Some(outcome) => table.remove(key).map(|call| (call, outcome)),
-                None => None,
             }
         };
-        if let Some((call, outcome)) = go {
-            self.finish(call, outcome);
+        if let Some(settled) = stopped {
+            if let Some((call, outcome)) = settled {
+                self.finish(call, outcome);
+            }
             return finished.await;
         }
         let frame = DaemonFrame::ToolCall(ToolCall {
