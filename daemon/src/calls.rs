@@ -1,1 +1,1134 @@
-//! (filled by the calls issue)
+//! The calls module (03 §9.8–§9.10, §9.14, §10; 04): `tools.list`, the `tools.call` pipeline,
+//! deadlines, progress, cancellation, policy, consent records and the audit trail of every
+//! settled call. It is the one execution path for app tools (04 §2).
+//!
+//! Every `tools.call` gets an entry in one daemon-wide table from step 2 (its callId reserved)
+//! until it settles. The entry is found by callId (`tools.cancel`), by the daemon-minted wire id
+//! (the app's `tool_result` / `tool_error` / `tool_call_progress`) and by session (transitions).
+//! A call settles exactly once: whoever removes the entry from the table (an app answer, a
+//! timer, a transition, shutdown, or the pipeline itself) emits `tool_call_finished`, enqueues
+//! the audit record and writes the response (04 §3.2).
+//!
+//! Locking: the table lock is never held while calling the [`SessionManager`] (the engine calls
+//! the [`CallRouter`] hooks under its own lock), so lock order is engine → table → bus /
+//! connection queues. Progress is forwarded under the table lock while the entry exists, and the
+//! response is written only after the entry was removed, so no per-call notification can follow
+//! the response (03 §4.3). A call is registered before its frame is written, so a transition
+//! during the write still fails it.
+
+mod errors;
+mod list;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use appduct_protocol::canonical::args_sha256;
+use appduct_protocol::control::{
+    self, Caller, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest, EventData,
+    SessionState, Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
+    ToolCallProgressParams, ToolCallStartedData, ToolCallStartedNotify, ToolCallStartedParams,
+    ToolsCallParams, ToolsCallResult, ToolsCancelParams, ToolsCancelResult, ToolsListParams,
+    ToolsListResult,
+};
+use appduct_protocol::errors::ErrorType;
+use appduct_protocol::frames::{DaemonFrame, ToolCall, ToolCallProgress, ToolCancel};
+use appduct_protocol::ids::CallId;
+use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
+use appduct_protocol::limits;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use crate::audit::{AuditRecord, AuditWriter};
+use crate::consent::ConsentStore;
+use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply};
+use crate::daemon::{CallsContext, CallsFactory};
+use crate::events::EventBus;
+use crate::handlers::CallsApi;
+use crate::policy::PolicyEngine;
+use crate::random::random_bytes;
+use crate::seams::Clock;
+use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
+
+pub use list::{ToolsPage, group_totals, in_group, list_tools, simple_lowercase};
+
+/// How long the daemon waits for the app after sending `tool_cancel` (04 §6.2).
+pub const CANCEL_GRACE: Duration = Duration::from_millis(limits::CANCEL_GRACE_MS);
+/// `tool_cancel.reason` when the issuing control connection closes (04 §6.1).
+pub const CONNECTION_CLOSED: &str = "connection_closed";
+/// `tool_cancel.reason` when the daemon's deadline fires (04 §4.2).
+pub const TIMEOUT_REASON: &str = "timeout";
+
+/// The effective deadline of 04 §4.1: the tool's `timeout_ms` clamped to [1000, 600000] (10000
+/// when absent), shortened by the caller's `timeoutMs` (clamped the same way) but never
+/// lengthened.
+pub fn effective_deadline_ms(tool_timeout_ms: Option<u64>, caller_timeout_ms: Option<u64>) -> u64 {
+    let clamp = |t: u64| t.clamp(limits::MIN_CALL_TIMEOUT_MS, limits::MAX_CALL_TIMEOUT_MS);
+    let tool = tool_timeout_ms.map_or(limits::DEFAULT_CALL_TIMEOUT_MS, clamp);
+    caller_timeout_ms.map_or(tool, |caller| clamp(caller).min(tool))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table of unsettled calls
+// ---------------------------------------------------------------------------------------------
+
+/// Where a call is between reservation and settling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Steps 2–7: callId reserved, no frame written yet.
+    Preparing,
+    /// Step 8: the `tool_call` frame is being written.
+    Sending,
+    /// Steps 9–10: the frame was written; a pending call (04 §1).
+    Sent,
+}
+
+/// A cancel requested for a call (04 §6.2).
+#[derive(Debug)]
+struct CancelRequest {
+    reason: String,
+    /// The one `tool_cancel` frame of this call was sent, or is being sent.
+    frame_sent: bool,
+}
+
+/// The session a call was resolved to (step 3), as it was at call time.
+#[derive(Debug, Clone)]
+struct Target {
+    session_id: String,
+    alias: String,
+}
+
+struct Call {
+    call_id: String,
+    wire_id: String,
+    request_id: RequestId,
+    conn: Connection,
+    name: String,
+    caller: Caller,
+    args_sha256: String,
+    progress: bool,
+    t0: Instant,
+    target: Option<Target>,
+    /// Set once policy let the call through (step 6).
+    consent: Option<Consent>,
+    deadline_ms: u64,
+    phase: Phase,
+    cancel: Option<CancelRequest>,
+    /// `tool_call_started` (event and notification) went out.
+    started: bool,
+    timers: Vec<AbortHandle>,
+    /// Wakes the request task once the response is written (or dropped).
+    done: Option<oneshot::Sender<()>>,
+}
+
+#[derive(Default)]
+struct Table {
+    next_key: u64,
+    calls: HashMap<u64, Call>,
+    by_call_id: HashMap<String, u64>,
+    by_wire_id: HashMap<String, u64>,
+    /// Control connections whose close hook is registered.
+    hooked: HashSet<ConnectionId>,
+    shutting_down: bool,
+    timers_stopped: bool,
+}
+
+impl Table {
+    /// Step 1 of settling: the entry leaves the table with its wire id and callId, and its
+    /// timers stop.
+    fn remove(&mut self, key: u64) -> Option<Call> {
+        let call = self.calls.remove(&key)?;
+        self.by_call_id.remove(&call.call_id);
+        self.by_wire_id.remove(&call.wire_id);
+        for timer in &call.timers {
+            timer.abort();
+        }
+        Some(call)
+    }
+
+    /// The call with wire id `wire_id` on `session_id`; frames from another session never match.
+    fn by_wire(&self, session_id: &str, wire_id: &str) -> Option<u64> {
+        let key = *self.by_wire_id.get(wire_id)?;
+        let call = self.calls.get(&key)?;
+        call.target
+            .as_ref()
+            .is_some_and(|t| t.session_id == session_id)
+            .then_some(key)
+    }
+
+    fn keys_where(&self, pred: impl Fn(&Call) -> bool) -> Vec<u64> {
+        self.calls
+            .iter()
+            .filter(|(_, c)| pred(c))
+            .map(|(k, _)| *k)
+            .collect()
+    }
+}
+
+/// How a call settles.
+enum Outcome {
+    /// The app's `tool_result.result`, verbatim.
+    Result(Value),
+    Failed(ErrorObject, Settlement),
+}
+
+impl Outcome {
+    fn error(e: ErrorObject) -> Self {
+        let settlement = Settlement::from_error(e.error_type());
+        Self::Failed(e, settlement)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum TimerKind {
+    Deadline,
+    CancelGrace,
+}
+
+/// What step 2 hands the rest of the pipeline.
+struct Reserved {
+    key: u64,
+    call_id: String,
+    wire_id: String,
+    done: oneshot::Receiver<()>,
+}
+
+fn lock(m: &Mutex<Table>) -> MutexGuard<'_, Table> {
+    // Every section leaves the table consistent; keep serving it after a panic elsewhere.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A fresh wire id: `call_` + base64url of 16 CSPRNG bytes (02 §12).
+fn mint_wire_id() -> Result<String, ErrorObject> {
+    let bytes = random_bytes::<{ limits::CALL_WIRE_ID_BYTES }>()
+        .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
+    Ok(CallId::from_random_bytes(bytes).as_str().to_owned())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The module
+// ---------------------------------------------------------------------------------------------
+
+struct Inner {
+    sessions: SessionManager,
+    bus: EventBus,
+    clock: Arc<dyn Clock>,
+    policy: PolicyEngine,
+    audit: AuditWriter,
+    consent: ConsentStore,
+    table: Mutex<Table>,
+    this: Weak<Inner>,
+}
+
+/// The calls module: the control-plane side ([`CallsApi`]) and the engine side ([`CallRouter`],
+/// installed on the session engine by [`Calls::start`]). Cheap to clone.
+#[derive(Clone)]
+pub struct Calls {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Calls {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let table = lock(&self.inner.table);
+        f.debug_struct("Calls")
+            .field("pending", &table.calls.len())
+            .field("shutting_down", &table.shutting_down)
+            .field("consent", &self.inner.consent)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The [`CallsFactory`] `DaemonOptions` installs by default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CallsModule;
+
+impl CallsFactory for CallsModule {
+    fn start(&self, ctx: &CallsContext) -> Arc<dyn CallsApi> {
+        Arc::new(Calls::start(ctx))
+    }
+}
+
+/// The engine keeps its router for its lifetime; a weak reference avoids a cycle through the
+/// module's own handle on the engine.
+struct Router(Weak<Inner>);
+
+impl CallRouter for Router {
+    fn on_call_frame(&self, session_id: &str, frame: CallFrame) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.on_call_frame(session_id, frame);
+        }
+    }
+
+    fn on_session_ended_calls(&self, session_id: &str, why: CallsEnded) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.on_session_ended(session_id, why);
+        }
+    }
+}
+
+impl Calls {
+    /// Builds the module from the daemon's parts and installs its router on the engine.
+    pub fn start(ctx: &CallsContext) -> Self {
+        let inner = Arc::new_cyclic(|this| Inner {
+            sessions: ctx.sessions.clone(),
+            bus: ctx.bus.clone(),
+            clock: Arc::clone(&ctx.clock),
+            policy: ctx.policy.clone(),
+            audit: ctx.audit.clone(),
+            consent: ConsentStore::new(),
+            table: Mutex::new(Table::default()),
+            this: this.clone(),
+        });
+        ctx.sessions
+            .set_router(Arc::new(Router(Arc::downgrade(&inner))));
+        Self { inner }
+    }
+
+    /// Unsettled `tools.call` requests.
+    pub fn pending(&self) -> usize {
+        lock(&self.inner.table).calls.len()
+    }
+}
+
+impl CallsApi for Calls {
+    fn handle(
+        &self,
+        conn: &Connection,
+        id: RequestId,
+        request: ControlRequest,
+    ) -> BoxFuture<'static, Reply> {
+        // t0 of 04 §3: the request line was parsed just before this.
+        let t0 = Instant::now();
+        let inner = Arc::clone(&self.inner);
+        let conn = conn.clone();
+        Box::pin(async move {
+            match request {
+                ControlRequest::ToolsList(p) => Reply::from_result(inner.tools_list(&p)),
+                ControlRequest::ToolsCall(p) => inner.tools_call(conn, id, p, t0).await,
+                ControlRequest::ToolsCancel(p) => Reply::from_result(inner.tools_cancel(&p).await),
+                ControlRequest::ConsentCreate(p) => Reply::from_result(inner.consent_create(&p)),
+                ControlRequest::ConsentTake(p) => Reply::from_result(inner.consent.take(&p.handle)),
+                other => Reply::Err(ErrorObject::internal(format!(
+                    "{} is not a calls method",
+                    other.method()
+                ))),
+            }
+        })
+    }
+
+    fn pending_calls(&self) -> u64 {
+        self.pending() as u64
+    }
+
+    fn features(&self) -> Vec<&'static str> {
+        vec![
+            control::features::CALLS_CALL_ID,
+            control::features::CALLS_PROGRESS,
+            control::features::CONSENT_RECORDS,
+            control::features::TOOLS_GROUPS,
+        ]
+    }
+
+    fn stop_timers(&self) {
+        let mut table = lock(&self.inner.table);
+        table.timers_stopped = true;
+        for call in table.calls.values_mut() {
+            for timer in call.timers.drain(..) {
+                timer.abort();
+            }
+        }
+    }
+
+    fn reject_pending_for_shutdown(&self) {
+        let calls: Vec<Call> = {
+            let mut table = lock(&self.inner.table);
+            table.shutting_down = true;
+            let keys = table.keys_where(|_| true);
+            keys.into_iter().filter_map(|k| table.remove(k)).collect()
+        };
+        for call in calls {
+            self.inner
+                .finish(call, Outcome::error(errors::daemon_shutdown()));
+        }
+    }
+}
+
+impl Inner {
+    fn table(&self) -> MutexGuard<'_, Table> {
+        lock(&self.table)
+    }
+
+    // -- tools.list ---------------------------------------------------------------------------
+
+    /// `tools.list` (03 §9.8), also for suspended sessions.
+    fn tools_list(&self, params: &ToolsListParams) -> Result<ToolsListResult, ErrorObject> {
+        let session = self.sessions.resolve(params.selector.as_deref())?;
+        let registry = self.sessions.tools_of(&session.session_id).ok_or_else(|| {
+            ErrorObject::application(
+                ErrorType::UnknownSession,
+                format!(
+                    "Session {} is not live (revoked or expired)",
+                    session.session_id
+                ),
+            )
+            .with_details(json!({ "sessionId": session.session_id }))
+        })?;
+        let page = list_tools(&registry, params, |tool| {
+            self.policy.evaluate(&session.alias, tool).decision
+        });
+        Ok(ToolsListResult {
+            tools: page.tools,
+            total: page.total,
+            has_more: page.has_more,
+            offset: page.offset,
+            groups: page.groups,
+        })
+    }
+
+    // -- consent records ----------------------------------------------------------------------
+
+    fn consent_create(
+        &self,
+        params: &ConsentCreateParams,
+    ) -> Result<ConsentCreateResult, ErrorObject> {
+        self.consent.create(params, self.clock.now_unix_ms(), |id| {
+            self.sessions.summary(id).is_some()
+        })
+    }
+
+    // -- tools.call ---------------------------------------------------------------------------
+
+    /// The pipeline of 04 §3. Step 1 (params) already ran in `ControlRequest::parse`. Failures
+    /// before step 4 answer directly; everything from step 4 on settles through the table.
+    async fn tools_call(
+        self: Arc<Self>,
+        conn: Connection,
+        id: RequestId,
+        params: ToolsCallParams,
+        t0: Instant,
+    ) -> Reply {
+        let ToolsCallParams {
+            selector,
+            name,
+            args,
+            timeout_ms,
+            caller,
+            consent,
+            call_id,
+            progress,
+        } = params;
+        let args = Value::Object(args);
+        let sha = args_sha256(&args);
+        let Value::Object(args) = args else {
+            return Reply::Err(ErrorObject::internal(
+                "The arguments stopped being an object",
+            ));
+        };
+
+        // 2. The callId.
+        let reserved = match self.reserve(
+            &conn,
+            &id,
+            call_id,
+            name.clone(),
+            caller.unwrap_or(Caller::Cli),
+            sha,
+            progress,
+            t0,
+        ) {
+            Ok(r) => r,
+            Err(e) => return Reply::Err(e),
+        };
+        let Reserved {
+            key,
+            call_id,
+            wire_id,
+            done,
+        } = reserved;
+        let finished = async move {
+            // The sender lives in the entry; it is dropped unsent only if the entry vanished
+            // without settling, which the request guard then answers as an internal error.
+            let _ = done.await;
+            Reply::AlreadySent
+        };
+
+        // 3. The session, once; everything below routes by its id.
+        let session = match self.sessions.resolve(selector.as_deref()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.table().remove(key);
+                return Reply::Err(e.with_call_id(call_id));
+            }
+        };
+        let (session_id, alias) = (session.session_id.clone(), session.alias.clone());
+        let attached = match self.table().calls.get_mut(&key) {
+            Some(call) => {
+                call.target = Some(Target {
+                    session_id: session_id.clone(),
+                    alias: alias.clone(),
+                });
+                true
+            }
+            // Settled meanwhile (shutdown).
+            None => false,
+        };
+        if !attached {
+            return finished.await;
+        }
+
+        // 4. Active only; a suspended session fails at once.
+        if session.state == SessionState::Suspended {
+            let reason = session
+                .suspend_reason
+                .unwrap_or(control::SuspendReason::ConnectionLost);
+            self.settle(key, |_| {
+                Some(Outcome::error(errors::session_suspended(
+                    &session_id,
+                    &alias,
+                    reason,
+                )))
+            });
+            return finished.await;
+        }
+
+        // 5. The registry as it is now.
+        let Some(tool) = self.sessions.tool_of(&session_id, &name) else {
+            self.settle(key, |_| {
+                Some(Outcome::error(errors::tool_not_found(
+                    &name,
+                    &session_id,
+                    &alias,
+                )))
+            });
+            return finished.await;
+        };
+
+        // 6. Policy.
+        let permit = match self.policy.check(&alias, &tool, consent) {
+            Ok(permit) => permit,
+            Err(denial) => {
+                self.settle(key, |_| {
+                    Some(Outcome::Failed(denial.to_error(), denial.settlement()))
+                });
+                return finished.await;
+            }
+        };
+
+        // 7. The deadline.
+        let deadline_ms = effective_deadline_ms(tool.timeout_ms, timeout_ms);
+
+        // 8. Register as sending (unless settled, cancelled or shutting down meanwhile), then
+        //    write.
+        let stopped = {
+            let mut table = self.table();
+            let shutting_down = table.shutting_down;
+            match table.calls.get_mut(&key) {
+                // Settled meanwhile (a transition or shutdown): nothing is sent.
+                None => Some(None),
+                Some(call) => {
+                    call.deadline_ms = deadline_ms;
+                    call.consent = permit.consent;
+                    let stop = if shutting_down {
+                        Some(Outcome::error(errors::daemon_shutdown()))
+                    } else if let Some(cancel) = &call.cancel {
+                        Some(Outcome::error(errors::cancelled_by_daemon(
+                            &name,
+                            &alias,
+                            &cancel.reason,
+                        )))
+                    } else {
+                        call.phase = Phase::Sending;
+                        None
+                    };
+                    stop.map(|outcome| table.remove(key).map(|call| (call, outcome)))
+                }
+            }
+        };
+        if let Some(settled) = stopped {
+            if let Some((call, outcome)) = settled {
+                self.finish(call, outcome);
+            }
+            return finished.await;
+        }
+        let frame = DaemonFrame::ToolCall(ToolCall {
+            session_id: session_id.clone(),
+            id: wire_id,
+            name,
+            args,
+        });
+        match self.sessions.send_to_session(&session_id, &frame).await {
+            Ok(()) => self.frame_written(key).await,
+            Err(SendFailure::TooLarge(too_large)) => {
+                self.settle(key, |_| {
+                    Some(Outcome::error(errors::frame_too_large(too_large.bytes)))
+                });
+            }
+            Err(failure) => {
+                tracing::debug!(%call_id, %session_id, "tool_call not sent: {failure}");
+                self.settle(key, |_| {
+                    Some(Outcome::error(errors::session_not_active(
+                        &session_id,
+                        &alias,
+                    )))
+                });
+            }
+        }
+
+        // 10–11. Wait for the settling input; the settler writes the response.
+        finished.await
+    }
+
+    /// Step 2: reserves the caller's callId (or mints one) and a fresh wire id, and registers
+    /// the connection's close hook the first time it issues a call.
+    #[allow(clippy::too_many_arguments)]
+    fn reserve(
+        &self,
+        conn: &Connection,
+        request_id: &RequestId,
+        call_id: Option<String>,
+        name: String,
+        caller: Caller,
+        args_sha256: String,
+        progress: bool,
+        t0: Instant,
+    ) -> Result<Reserved, ErrorObject> {
+        let (tx, rx) = oneshot::channel();
+        let mut table = self.table();
+        if table.shutting_down {
+            return Err(errors::daemon_shutdown());
+        }
+        if let Some(id) = &call_id
+            && table.by_call_id.contains_key(id)
+        {
+            return Err(errors::call_id_in_use(id));
+        }
+        // Re-rolled in the unlikely case it collides with an unsettled wire id or callId.
+        let wire_id = loop {
+            let minted = mint_wire_id()?;
+            if !table.by_wire_id.contains_key(&minted) && !table.by_call_id.contains_key(&minted) {
+                break minted;
+            }
+        };
+        let call_id = call_id.unwrap_or_else(|| wire_id.clone());
+        let key = table.next_key;
+        table.next_key += 1;
+        table.by_call_id.insert(call_id.clone(), key);
+        table.by_wire_id.insert(wire_id.clone(), key);
+        table.calls.insert(
+            key,
+            Call {
+                call_id: call_id.clone(),
+                wire_id: wire_id.clone(),
+                request_id: request_id.clone(),
+                conn: conn.clone(),
+                name,
+                caller,
+                args_sha256,
+                progress,
+                t0,
+                target: None,
+                consent: None,
+                deadline_ms: 0,
+                phase: Phase::Preparing,
+                cancel: None,
+                started: false,
+                timers: Vec::new(),
+                done: Some(tx),
+            },
+        );
+        let hook = table.hooked.insert(conn.id());
+        drop(table);
+        if hook {
+            self.hook_connection(conn);
+        }
+        Ok(Reserved {
+            key,
+            call_id,
+            wire_id,
+            done: rx,
+        })
+    }
+
+    /// Step 9: the frame is written. Starts the deadline, emits `tool_call_started`, and sends
+    /// a cancel that was requested while the frame was on its way.
+    async fn frame_written(&self, key: u64) {
+        let pending_cancel = {
+            let mut table = self.table();
+            let timers_stopped = table.timers_stopped;
+            let Some(call) = table.calls.get_mut(&key) else {
+                return;
+            };
+            call.phase = Phase::Sent;
+            if !timers_stopped {
+                let after = Duration::from_millis(call.deadline_ms);
+                call.timers
+                    .push(self.spawn_timer(key, after, TimerKind::Deadline));
+            }
+            self.announce_start(call);
+            match (&mut call.cancel, &call.target) {
+                (Some(cancel), Some(target)) if !cancel.frame_sent => {
+                    cancel.frame_sent = true;
+                    Some(cancel_frame(target, &call.wire_id, &cancel.reason))
+                }
+                _ => None,
+            }
+        };
+        if let Some(frame) = pending_cancel {
+            self.send_cancel(key, &frame).await;
+        }
+    }
+
+    /// `tool_call_started`: the bus event and, with `progress: true`, the per-call notification.
+    /// Exactly once, before any progress; runs under the table lock.
+    fn announce_start(&self, call: &mut Call) {
+        if call.started || call.target.is_none() {
+            return;
+        }
+        call.started = true;
+        let Some(target) = &call.target else {
+            return;
+        };
+        self.bus.emit(
+            Some(&target.session_id),
+            Some(&target.alias),
+            EventData::ToolCallStarted(ToolCallStartedData {
+                name: call.name.clone(),
+                call_id: call.call_id.clone(),
+                wire_id: call.wire_id.clone(),
+                caller: call.caller,
+                deadline_ms: call.deadline_ms,
+            }),
+        );
+        if call.progress {
+            call.conn
+                .notify::<ToolCallStartedNotify>(&ToolCallStartedParams {
+                    request_id: call.request_id.clone(),
+                    call_id: call.call_id.clone(),
+                    session_id: target.session_id.clone(),
+                    alias: target.alias.clone(),
+                    name: call.name.clone(),
+                    deadline_ms: call.deadline_ms,
+                    ts: self.clock.now_unix_ms(),
+                });
+        }
+    }
+
+    fn spawn_timer(&self, key: u64, after: Duration, kind: TimerKind) -> AbortHandle {
+        let weak = self.this.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            if let Some(inner) = weak.upgrade() {
+                inner.on_timer(key, kind);
+            }
+        })
+        .abort_handle()
+    }
+
+    /// A deadline or cancel grace fired. Runs on the timer's own task, which settling aborts,
+    /// so it never awaits: the timeout's `tool_cancel` goes out on a new task.
+    fn on_timer(&self, key: u64, kind: TimerKind) {
+        let mut timed_out = None;
+        self.settle(key, |call| {
+            let alias = call.target.as_ref().map_or("", |t| t.alias.as_str());
+            Some(match (&call.cancel, kind) {
+                // After a cancel request, the grace or the deadline ends the call as cancelled.
+                (Some(cancel), _) => Outcome::error(errors::cancelled_by_daemon(
+                    &call.name,
+                    alias,
+                    &cancel.reason,
+                )),
+                (None, TimerKind::Deadline) => {
+                    timed_out = call
+                        .target
+                        .as_ref()
+                        .map(|t| cancel_frame(t, &call.wire_id, TIMEOUT_REASON));
+                    Outcome::error(errors::tool_timeout(&call.name, alias, call.deadline_ms))
+                }
+                // A grace timer only exists after a cancel request.
+                (None, TimerKind::CancelGrace) => return None,
+            })
+        });
+        if let Some(frame) = timed_out {
+            // The call is settled: the app's answer to this cancel is dropped (02 §9.4).
+            let sessions = self.sessions.clone();
+            tokio::spawn(async move {
+                let session_id = frame.session_id().to_owned();
+                if let Err(e) = sessions.send_to_session(&session_id, &frame).await {
+                    tracing::debug!(%session_id, "tool_cancel (timeout) not sent: {e}");
+                }
+            });
+        }
+    }
+
+    // -- settling -----------------------------------------------------------------------------
+
+    /// Settles call `key` if `decide` returns an outcome, deciding and removing under one lock
+    /// so no other input can slip in between. Returns whether this call settled it.
+    fn settle(&self, key: u64, decide: impl FnOnce(&mut Call) -> Option<Outcome>) -> bool {
+        let taken = {
+            let mut table = self.table();
+            let outcome = match table.calls.get_mut(&key) {
+                Some(call) => decide(call),
+                None => None,
+            };
+            match outcome {
+                Some(outcome) => table.remove(key).map(|call| (call, outcome)),
+                None => None,
+            }
+        };
+        match taken {
+            Some((call, outcome)) => {
+                self.finish(call, outcome);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Steps 2–4 of 04 §3.2 for a call already removed from the table (step 1): the
+    /// `tool_call_finished` event and the audit record when a session was resolved, then the
+    /// response if the issuing connection is still open.
+    fn finish(&self, mut call: Call, outcome: Outcome) {
+        let duration_ms = millis(call.t0.elapsed());
+        let settlement = match &outcome {
+            Outcome::Result(_) => Settlement::Ok,
+            Outcome::Failed(_, settlement) => *settlement,
+        };
+        if let Some(target) = &call.target {
+            self.bus.emit(
+                Some(&target.session_id),
+                Some(&target.alias),
+                EventData::ToolCallFinished(ToolCallFinishedData::new(
+                    call.name.clone(),
+                    call.call_id.clone(),
+                    call.caller,
+                    duration_ms,
+                    settlement,
+                )),
+            );
+            self.audit.enqueue(AuditRecord {
+                ts_unix_ms: self.clock.now_unix_ms(),
+                call_id: call.call_id.clone(),
+                session_id: target.session_id.clone(),
+                alias: target.alias.clone(),
+                tool: call.name.clone(),
+                args_sha256: call.args_sha256.clone(),
+                settlement,
+                duration_ms,
+                caller: call.caller,
+                consent: call.consent,
+            });
+        }
+        let response = match (outcome, &call.target) {
+            (Outcome::Result(result), Some(target)) => serde_json::to_value(ToolsCallResult {
+                result,
+                call_id: call.call_id.clone(),
+                session_id: target.session_id.clone(),
+                alias: target.alias.clone(),
+                duration_ms,
+            })
+            .map_err(|e| {
+                ErrorObject::internal(format!("The daemon could not serialise the result: {e}"))
+                    .with_call_id(call.call_id.clone())
+            }),
+            (Outcome::Result(_), None) => Err(ErrorObject::internal(
+                "A call without a session produced a result",
+            )
+            .with_call_id(call.call_id.clone())),
+            (Outcome::Failed(error, _), _) => Err(error.with_call_id(call.call_id.clone())),
+        };
+        tracing::debug!(
+            call_id = %call.call_id,
+            wire_id = %call.wire_id,
+            tool = %call.name,
+            duration_ms,
+            ?settlement,
+            "call settled"
+        );
+        // A closed connection drops the response (04 §3.2 step 4).
+        call.conn.respond(&call.request_id, response);
+        if let Some(done) = call.done.take() {
+            let _ = done.send(());
+        }
+    }
+
+    // -- app frames and transitions (engine lock held) ---------------------------------------
+
+    fn on_call_frame(&self, session_id: &str, frame: CallFrame) {
+        match frame {
+            CallFrame::Progress(progress) => self.forward_progress(session_id, &progress),
+            CallFrame::Result(result) => {
+                self.settle_by_wire(session_id, &result.id, Outcome::Result(result.result));
+            }
+            CallFrame::Error(error) => {
+                let body = error.error;
+                let outcome = Outcome::error(ErrorObject::app_tool_error(
+                    body.error_type,
+                    body.message,
+                    body.details,
+                ));
+                self.settle_by_wire(session_id, &error.id, outcome);
+            }
+        }
+    }
+
+    /// A `tool_result` or `tool_error`; unknown and settled wire ids are dropped silently.
+    fn settle_by_wire(&self, session_id: &str, wire_id: &str, outcome: Outcome) {
+        let Some(key) = self.table().by_wire(session_id, wire_id) else {
+            tracing::debug!(%session_id, %wire_id, "dropping an answer for no call in flight");
+            return;
+        };
+        self.settle(key, |call| {
+            // The answer proves the frame reached the app, even if the write has not returned.
+            self.announce_start(call);
+            Some(outcome)
+        });
+    }
+
+    /// 04 §5: the bus event and, with `progress: true`, the per-call notification, in the
+    /// order the app sent them, while the call is unsettled.
+    fn forward_progress(&self, session_id: &str, progress: &ToolCallProgress) {
+        let mut table = self.table();
+        let Some(key) = table.by_wire(session_id, &progress.id) else {
+            return;
+        };
+        let Some(call) = table.calls.get_mut(&key) else {
+            return;
+        };
+        self.announce_start(call);
+        let Some(target) = &call.target else {
+            return;
+        };
+        self.bus.emit(
+            Some(&target.session_id),
+            Some(&target.alias),
+            EventData::ToolCallProgress(ToolCallProgressData {
+                call_id: call.call_id.clone(),
+                progress: progress.progress.clone(),
+                message: progress.message.clone(),
+            }),
+        );
+        if call.progress {
+            call.conn
+                .notify::<ToolCallProgressNotify>(&ToolCallProgressParams {
+                    request_id: call.request_id.clone(),
+                    call_id: call.call_id.clone(),
+                    session_id: target.session_id.clone(),
+                    progress: progress.progress.clone(),
+                    message: progress.message.clone(),
+                    ts: self.clock.now_unix_ms(),
+                });
+        }
+    }
+
+    /// 04 §8.1: every call resolved to the session fails; no `tool_cancel` is sent.
+    fn on_session_ended(&self, session_id: &str, why: CallsEnded) {
+        let calls: Vec<Call> = {
+            let mut table = self.table();
+            let keys = table.keys_where(|c| {
+                c.target
+                    .as_ref()
+                    .is_some_and(|t| t.session_id == session_id)
+            });
+            keys.into_iter().filter_map(|k| table.remove(k)).collect()
+        };
+        for call in calls {
+            let alias = call.target.as_ref().map_or("", |t| t.alias.as_str());
+            let error = errors::session_ended(why, session_id, alias);
+            self.finish(call, Outcome::error(error));
+        }
+    }
+
+    // -- cancellation -------------------------------------------------------------------------
+
+    /// `tools.cancel` (03 §9.10).
+    async fn tools_cancel(
+        &self,
+        params: &ToolsCancelParams,
+    ) -> Result<ToolsCancelResult, ErrorObject> {
+        let session = match params.selector.as_deref() {
+            Some(selector) => Some(self.sessions.resolve(Some(selector))?.session_id),
+            None => None,
+        };
+        let key = {
+            let table = self.table();
+            table
+                .by_call_id
+                .get(&params.call_id)
+                .copied()
+                .filter(|key| match (&session, table.calls.get(key)) {
+                    (None, Some(_)) => true,
+                    (Some(wanted), Some(call)) => call
+                        .target
+                        .as_ref()
+                        .is_some_and(|t| &t.session_id == wanted),
+                    (_, None) => false,
+                })
+        };
+        let cancelled = match key {
+            Some(key) => self.cancel(key, params.reason()).await,
+            None => false,
+        };
+        Ok(ToolsCancelResult { cancelled })
+    }
+
+    /// The cancel procedure of 04 §6.2 for call `key`; the result is `cancelled`.
+    async fn cancel(&self, key: u64, reason: &str) -> bool {
+        // 1–2, and a call whose frame is not written yet: record the request; the pipeline
+        // stops before the write, or sends the cancel right after it.
+        let session_id = {
+            let mut table = self.table();
+            let Some(call) = table.calls.get_mut(&key) else {
+                return false;
+            };
+            if call.cancel.is_some() {
+                return true;
+            }
+            match (&call.target, call.phase) {
+                (Some(target), Phase::Sent) => target.session_id.clone(),
+                _ => {
+                    call.cancel = Some(CancelRequest {
+                        reason: reason.to_owned(),
+                        frame_sent: false,
+                    });
+                    return true;
+                }
+            }
+        };
+        // 3. No socket: the transition settles the call.
+        let active = self
+            .sessions
+            .summary(&session_id)
+            .is_some_and(|s| s.state == SessionState::Active);
+        if !active {
+            return false;
+        }
+        // 4. Recorded before the frame goes out, so a concurrent cancel sends nothing more.
+        let frame = {
+            let mut table = self.table();
+            let Some(call) = table.calls.get_mut(&key) else {
+                return false;
+            };
+            if call.cancel.is_some() {
+                return true;
+            }
+            call.cancel = Some(CancelRequest {
+                reason: reason.to_owned(),
+                frame_sent: true,
+            });
+            match &call.target {
+                Some(target) => cancel_frame(target, &call.wire_id, reason),
+                None => return true,
+            }
+        };
+        // 5–6.
+        self.send_cancel(key, &frame).await
+    }
+
+    /// Writes a call's one `tool_cancel` and starts its cancel grace. `false` when the session
+    /// had no socket for it (the transition then settles the call).
+    async fn send_cancel(&self, key: u64, frame: &DaemonFrame) -> bool {
+        if let Err(e) = self
+            .sessions
+            .send_to_session(frame.session_id(), frame)
+            .await
+        {
+            tracing::debug!(session_id = %frame.session_id(), "tool_cancel not sent: {e}");
+            return false;
+        }
+        let mut table = self.table();
+        if !table.timers_stopped
+            && let Some(call) = table.calls.get_mut(&key)
+        {
+            call.timers
+                .push(self.spawn_timer(key, CANCEL_GRACE, TimerKind::CancelGrace));
+        }
+        true
+    }
+
+    /// Registers the close hook of a connection that issued a call: its unsettled calls are
+    /// cancelled with reason `connection_closed`; their responses are dropped.
+    fn hook_connection(&self, conn: &Connection) {
+        let weak = self.this.clone();
+        let conn_id = conn.id();
+        conn.on_close(move || {
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            let keys = {
+                let mut table = inner.table();
+                table.hooked.remove(&conn_id);
+                table.keys_where(|c| c.conn.id() == conn_id)
+            };
+            if keys.is_empty() {
+                return;
+            }
+            // Close hooks are synchronous; the cancels write frames, so they run on tasks.
+            let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+                return;
+            };
+            for key in keys {
+                let inner = Arc::clone(&inner);
+                runtime.spawn(async move {
+                    inner.cancel(key, CONNECTION_CLOSED).await;
+                });
+            }
+        });
+    }
+}
+
+fn cancel_frame(target: &Target, wire_id: &str, reason: &str) -> DaemonFrame {
+    DaemonFrame::ToolCancel(ToolCancel {
+        session_id: target.session_id.clone(),
+        id: wire_id.to_owned(),
+        reason: reason.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use appduct_protocol::control::clamp_timeout_ms;
+
+    /// The table of 04 §4.1; the caller's value goes through the params clamp first.
+    #[test]
+    fn the_deadline_table_of_4_1() {
+        let rows: [(Option<u64>, Option<f64>, u64); 8] = [
+            (None, None, 10_000),
+            (Some(20_000), None, 20_000),
+            (Some(700_000), None, 600_000),
+            (Some(5_000), Some(30_000.0), 5_000),
+            (None, Some(3_000.0), 3_000),
+            (None, Some(999.0), 1_000),
+            (None, Some(1_500.7), 1_500),
+            (Some(20_000), Some(600_001.0), 20_000),
+        ];
+        for (tool, caller, want) in rows {
+            let caller = caller.map(clamp_timeout_ms);
+            assert_eq!(
+                effective_deadline_ms(tool, caller),
+                want,
+                "tool {tool:?}, caller {caller:?}"
+            );
+        }
+        // A tool below the floor is raised to it; a caller can never lengthen.
+        assert_eq!(effective_deadline_ms(Some(1), None), 1_000);
+        assert_eq!(effective_deadline_ms(Some(2_000), Some(9_000)), 2_000);
+    }
+
+    #[test]
+    fn wire_ids_are_fresh_and_well_formed() {
+        let a = mint_wire_id().unwrap_or_default();
+        let b = mint_wire_id().unwrap_or_default();
+        assert_ne!(a, b);
+        assert!(CallId::parse(&a).is_ok(), "{a}");
+        assert_eq!(a.len(), 27);
+    }
+}

@@ -119,6 +119,7 @@ pub struct DaemonOptions {
     /// Reported by `daemon.hello`, `daemon.status` and `daemon_started`.
     pub version: String,
     pub pidfile: PidfileOptions,
+    /// The calls module; [`crate::calls::CallsModule`] unless replaced or removed.
     pub calls: Option<Arc<dyn CallsFactory>>,
 }
 
@@ -159,7 +160,7 @@ impl DaemonOptions {
             control_drain_timeout: server.drain_timeout,
             version,
             pidfile: PidfileOptions::default(),
-            calls: None,
+            calls: Some(Arc::new(crate::calls::CallsModule)),
         }
     }
 
@@ -222,6 +223,12 @@ impl DaemonOptions {
 
     pub fn calls(mut self, factory: Arc<dyn CallsFactory>) -> Self {
         self.calls = Some(factory);
+        self
+    }
+
+    /// Starts without a calls module (its methods then answer `internal_error`).
+    pub fn without_calls(mut self) -> Self {
+        self.calls = None;
         self
     }
 

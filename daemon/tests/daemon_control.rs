@@ -31,13 +31,8 @@ async fn hello_and_status_over_the_real_socket() {
     assert_eq!((hello.control_protocol, hello.min_control_protocol), (1, 1));
     assert_eq!(hello.pid, std::process::id());
     assert_eq!(hello.state_dir, dir.path().display().to_string());
-    assert_eq!(
-        hello.features,
-        [
-            control::features::EVENTS_SUBSCRIBE_SINCE,
-            control::features::EVENTS_LIST
-        ]
-    );
+    // The calls module is installed by default: every feature of 03 §9.1.
+    assert_eq!(hello.features, control::features::ALL);
     assert!(hello.is_idle());
     assert_eq!(hello.started_at.len(), "2026-11-30T09:12:03.120Z".len());
     assert!(hello.started_at.ends_with('Z'));
@@ -158,7 +153,9 @@ async fn exact_wire_shapes_over_an_in_memory_connection() {
 #[tokio::test]
 async fn reserved_and_unknown_methods_are_not_found_and_calls_methods_are_unavailable() {
     let dir = state_dir();
-    let daemon = start(dir.path()).await;
+    let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()).without_calls())
+        .await
+        .unwrap();
     let mut raw = RawControl::new(&daemon);
     let mut id = 0;
     for method in [

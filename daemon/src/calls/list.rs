@@ -1,0 +1,358 @@
+//! `tools.list` semantics (03 §9.8) as pure functions over a registry, so every rule is tested
+//! without a daemon: group narrowing, the case-insensitive filter, code-point order, paging and
+//! the `groups` tree.
+
+use std::collections::BTreeMap;
+
+use appduct_protocol::control::{GroupTotal, PolicyDecision, ToolsListEntry, ToolsListParams};
+use appduct_protocol::descriptor::ToolDescriptor;
+
+/// One page of `tools.list` before serialisation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolsPage {
+    pub tools: Vec<ToolsListEntry>,
+    pub total: u64,
+    pub has_more: bool,
+    pub offset: u64,
+    pub groups: Vec<GroupTotal>,
+}
+
+/// Unicode simple lowercasing, one character at a time. `char::to_lowercase` is the full
+/// mapping; the only character whose full lowercase has more than one character (U+0130) has
+/// the simple mapping as its first character, so the first character is the simple mapping.
+pub fn simple_lowercase(s: &str) -> String {
+    s.chars()
+        .map(|c| c.to_lowercase().next().unwrap_or(c))
+        .collect()
+}
+
+/// Whether a tool of `group` falls under the `wanted` group: equal, or a subgroup of it.
+/// Case-sensitive; `checkout` does not match `checkoutx`.
+pub fn in_group(group: Option<&str>, wanted: &str) -> bool {
+    group.is_some_and(|g| {
+        g == wanted
+            || g.strip_prefix(wanted)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+/// `groups` over the whole registry, in tree order: each top-level group (counting its
+/// subgroups' tools too) followed by its subgroups, tops and subgroups each in code-point order,
+/// then `{group: null}` when a tool has no group. An empty registry gives `[]`.
+pub fn group_totals(tools: &[ToolDescriptor]) -> Vec<GroupTotal> {
+    // top -> (tools in it or below, subgroup -> tools)
+    let mut tops: BTreeMap<&str, (u64, BTreeMap<&str, u64>)> = BTreeMap::new();
+    let mut ungrouped = 0u64;
+    for tool in tools {
+        let Some(group) = tool.group.as_deref() else {
+            ungrouped += 1;
+            continue;
+        };
+        let (top, sub) = match group.split_once('/') {
+            Some((top, _)) => (top, Some(group)),
+            None => (group, None),
+        };
+        let entry = tops.entry(top).or_default();
+        entry.0 += 1;
+        if let Some(sub) = sub {
+            *entry.1.entry(sub).or_default() += 1;
+        }
+    }
+    let mut rows = Vec::new();
+    for (top, (total, subs)) in tops {
+        rows.push(GroupTotal {
+            group: Some(top.to_owned()),
+            total,
+        });
+        rows.extend(subs.into_iter().map(|(sub, total)| GroupTotal {
+            group: Some(sub.to_owned()),
+            total,
+        }));
+    }
+    if ungrouped > 0 {
+        rows.push(GroupTotal {
+            group: None,
+            total: ungrouped,
+        });
+    }
+    rows
+}
+
+/// Steps 2–6 of 03 §9.8 over `registry` (the session's current tools, in any order).
+/// `policy` gives each listed entry its effective decision.
+pub fn list_tools(
+    registry: &[ToolDescriptor],
+    params: &ToolsListParams,
+    policy: impl Fn(&ToolDescriptor) -> PolicyDecision,
+) -> ToolsPage {
+    let filter = params.filter.as_deref().map(simple_lowercase);
+    let mut matching: Vec<&ToolDescriptor> = registry
+        .iter()
+        .filter(|t| {
+            params
+                .group
+                .as_deref()
+                .is_none_or(|g| in_group(t.group.as_deref(), g))
+        })
+        .filter(|t| {
+            filter.as_deref().is_none_or(|f| {
+                simple_lowercase(&t.name).contains(f)
+                    || simple_lowercase(&t.description).contains(f)
+            })
+        })
+        .collect();
+    // `str` order is byte order, which for UTF-8 is code-point order.
+    matching.sort_by(|a, b| a.name.cmp(&b.name));
+    let total = matching.len() as u64;
+    let offset = params.offset.unwrap_or(0);
+    let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+    let take = params
+        .limit
+        .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+    let tools: Vec<ToolsListEntry> = matching
+        .into_iter()
+        .skip(skip)
+        .take(take)
+        .map(|t| ToolsListEntry::from_descriptor(&t.to_map(), policy(t)))
+        .collect();
+    let has_more = offset.saturating_add(tools.len() as u64) < total;
+    ToolsPage {
+        tools,
+        total,
+        has_more,
+        offset,
+        groups: group_totals(registry),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use serde_json::json;
+
+    fn tool(name: &str, description: &str, group: Option<&str>) -> ToolDescriptor {
+        ToolDescriptor {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            input_schema: None,
+            output_schema: None,
+            annotations: None,
+            timeout_ms: None,
+            group: group.map(str::to_owned),
+        }
+    }
+
+    fn names(page: &ToolsPage) -> Vec<&str> {
+        page.tools.iter().map(ToolsListEntry::name).collect()
+    }
+
+    fn allow(_: &ToolDescriptor) -> PolicyDecision {
+        PolicyDecision::Allow
+    }
+
+    fn registry() -> Vec<ToolDescriptor> {
+        vec![
+            tool("pay", "Pay the order.", Some("checkout/payment")),
+            tool("add_item", "Add an item to the cart.", Some("checkout")),
+            tool("refund", "Refund a payment.", Some("checkout/payment")),
+            tool("x_tool", "Odd one.", Some("checkoutx")),
+            tool("a_first", "Tree order check.", Some("a")),
+            tool("ax", "Tree order check.", Some("a/x")),
+            tool("ab", "Tree order check.", Some("a-b")),
+            tool("increment", "Add one to the counter.", Some("counter")),
+            tool("reset_counter", "Set the counter to ZERO.", None),
+        ]
+    }
+
+    #[test]
+    fn groups_come_in_tree_order_with_the_null_row_last() {
+        let rows = group_totals(&registry());
+        let got: Vec<(Option<&str>, u64)> =
+            rows.iter().map(|r| (r.group.as_deref(), r.total)).collect();
+        assert_eq!(
+            got,
+            [
+                (Some("a"), 2),
+                (Some("a/x"), 1),
+                (Some("a-b"), 1),
+                (Some("checkout"), 3),
+                (Some("checkout/payment"), 2),
+                (Some("checkoutx"), 1),
+                (Some("counter"), 1),
+                (None, 1),
+            ]
+        );
+        assert_eq!(
+            serde_json::to_value(&rows[7]).unwrap(),
+            json!({"group": null, "total": 1})
+        );
+        assert!(group_totals(&[]).is_empty());
+        // No ungrouped tool, no null row; a subgroup without direct tools still has its top row.
+        let rows = group_totals(&[tool("t", "d", Some("top/sub"))]);
+        assert_eq!(
+            rows,
+            [
+                GroupTotal {
+                    group: Some("top".into()),
+                    total: 1
+                },
+                GroupTotal {
+                    group: Some("top/sub".into()),
+                    total: 1
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn group_narrowing_takes_subgroups_and_never_prefixes() {
+        let params = ToolsListParams {
+            group: Some("checkout".into()),
+            ..Default::default()
+        };
+        let page = list_tools(&registry(), &params, allow);
+        assert_eq!(names(&page), ["add_item", "pay", "refund"]);
+        assert_eq!(page.total, 3);
+        // `groups` ignores the narrowing.
+        assert_eq!(page.groups.len(), 8);
+
+        let sub = ToolsListParams {
+            group: Some("checkout/payment".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            names(&list_tools(&registry(), &sub, allow)),
+            ["pay", "refund"]
+        );
+        let unknown = ToolsListParams {
+            group: Some("nope".into()),
+            ..Default::default()
+        };
+        let page = list_tools(&registry(), &unknown, allow);
+        assert!(page.tools.is_empty());
+        assert_eq!((page.total, page.has_more), (0, false));
+        assert!(!in_group(Some("checkoutx"), "checkout"));
+        assert!(!in_group(Some("Checkout"), "checkout"));
+        assert!(!in_group(None, "checkout"));
+    }
+
+    #[test]
+    fn the_filter_is_a_case_insensitive_substring_of_name_or_description() {
+        let params = ToolsListParams {
+            filter: Some("ZERO".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            names(&list_tools(&registry(), &params, allow)),
+            ["reset_counter"]
+        );
+        let params = ToolsListParams {
+            filter: Some("COUNTER".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            names(&list_tools(&registry(), &params, allow)),
+            ["increment", "reset_counter"]
+        );
+        let params = ToolsListParams {
+            filter: Some("no such text".into()),
+            ..Default::default()
+        };
+        assert_eq!(list_tools(&registry(), &params, allow).total, 0);
+    }
+
+    #[test]
+    fn simple_lowercasing_maps_one_character_to_one() {
+        assert_eq!(simple_lowercase("ÉCOLE Straße"), "école straße");
+        // Full lowercasing would give "i̇" (two characters); the simple mapping is "i".
+        assert_eq!(simple_lowercase("\u{130}"), "i");
+        assert_eq!(simple_lowercase("ΣΑΣ"), "σασ");
+        let registry = [tool("tool", "Élan vital", None)];
+        let params = ToolsListParams {
+            filter: Some("éLAN".into()),
+            ..Default::default()
+        };
+        assert_eq!(list_tools(&registry, &params, allow).total, 1);
+    }
+
+    #[test]
+    fn paging_counts_before_skipping_and_reports_has_more() {
+        let all = list_tools(&registry(), &ToolsListParams::default(), allow);
+        assert_eq!(all.total, 9);
+        assert!(!all.has_more);
+        assert_eq!(
+            names(&all),
+            [
+                "a_first",
+                "ab",
+                "add_item",
+                "ax",
+                "increment",
+                "pay",
+                "refund",
+                "reset_counter",
+                "x_tool"
+            ]
+        );
+        let page = list_tools(
+            &registry(),
+            &ToolsListParams {
+                limit: Some(2),
+                offset: Some(3),
+                ..Default::default()
+            },
+            allow,
+        );
+        assert_eq!(names(&page), ["ax", "increment"]);
+        assert_eq!((page.total, page.has_more, page.offset), (9, true, 3));
+        let last = list_tools(
+            &registry(),
+            &ToolsListParams {
+                limit: Some(2),
+                offset: Some(7),
+                ..Default::default()
+            },
+            allow,
+        );
+        assert_eq!(names(&last), ["reset_counter", "x_tool"]);
+        assert!(!last.has_more);
+        let past = list_tools(
+            &registry(),
+            &ToolsListParams {
+                offset: Some(100),
+                ..Default::default()
+            },
+            allow,
+        );
+        assert!(past.tools.is_empty());
+        assert_eq!((past.total, past.has_more, past.offset), (9, false, 100));
+    }
+
+    #[test]
+    fn entries_carry_group_and_policy() {
+        let mut destructive = tool("wipe", "Wipe.", None);
+        destructive.annotations = Some(appduct_protocol::descriptor::Annotations {
+            destructive_hint: Some(true),
+            ..Default::default()
+        });
+        let registry = [destructive, tool("look", "Look.", Some("g"))];
+        let page = list_tools(&registry, &ToolsListParams::default(), |t| {
+            if t.is_destructive() {
+                PolicyDecision::Deny
+            } else {
+                PolicyDecision::Allow
+            }
+        });
+        let value = serde_json::to_value(&page.tools).unwrap();
+        assert_eq!(
+            value,
+            json!([
+                {"name": "look", "description": "Look.", "group": "g", "policy": "allow"},
+                {"name": "wipe", "description": "Wipe.", "annotations": {"destructiveHint": true},
+                 "group": null, "policy": "deny"}
+            ])
+        );
+    }
+}
