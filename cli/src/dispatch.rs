@@ -1,6 +1,9 @@
 //! Runs a validated [`Invocation`]: the local commands here, the daemon-backed ones through
 //! [`run_daemon_command`].
 
+use appduct_daemon::seams::TokioCommandRunner;
+use appduct_mcp::{BridgeOptions, StdioOptions};
+
 use crate::command::{Command, Invocation};
 use crate::connect::{self, Contact};
 use crate::error::CliError;
@@ -8,8 +11,6 @@ use crate::init::{self, InitEnv};
 use crate::output::{Output, Success};
 use crate::signals::{INTERRUPTED, Interrupts};
 use crate::{completions, events, host, keygen, lifecycle, playground, sessions, snapshot, tools};
-use appduct_daemon::seams::TokioCommandRunner;
-use appduct_mcp::{BridgeOptions, StdioOptions};
 
 /// `daemon.hello` `client.name` of `appduct mcp`.
 pub const MCP_CLIENT_NAME: &str = "appduct-mcp";
@@ -123,7 +124,7 @@ async fn interruptible_command(inv: &Invocation, out: &Output) -> Result<Reply, 
         Command::EventsLs(p) => events::ls(g, out, p).await,
         Command::EventsSince(p) => events::since(g, out, p).await,
         Command::DaemonStart => lifecycle::start(g, out).await,
-        Command::DaemonStop => lifecycle::stop(g, out).await,
+        Command::DaemonStop => lifecycle::stop(g).await,
         Command::DaemonStatus => lifecycle::status(g, out).await,
         other => Err(CliError::internal(format!(
             "appduct {} is not implemented in this build yet",

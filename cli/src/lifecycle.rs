@@ -4,7 +4,7 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use appduct_daemon::client::{ClientError, ControlClient};
+use appduct_daemon::client::ControlClient;
 use appduct_daemon::pidfile::{owner_alive, read_pid};
 use appduct_daemon::seams::{OsProcessProbe, ProcessProbe as _};
 use appduct_daemon::state_dir::StateDir;
@@ -68,7 +68,7 @@ fn not_running() -> CliError {
 /// `daemon stop`: `daemon.shutdown` without spawning or version check, then wait until the
 /// socket and the pidfile are gone. If the request cannot be delivered and the pidfile lock is
 /// held, SIGTERM the pid in the file; never signal a pid that does not hold the lock (01 §6.3).
-pub async fn stop(globals: &Globals, out: &Output) -> Result<Success, CliError> {
+pub async fn stop(globals: &Globals) -> Result<Success, CliError> {
     let dir = globals.state_dir()?;
     let opts = connect::options(globals, &dir, Contact::Existing);
     let delivered = match ControlClient::connect(opts).await {
@@ -90,7 +90,6 @@ pub async fn stop(globals: &Globals, out: &Output) -> Result<Success, CliError> 
             None
         }
     };
-    let _ = out;
     let (pid, method) = match delivered {
         Some(pid) => (pid, StopMethod::Rpc),
         None => {
@@ -121,10 +120,7 @@ async fn hello_pid(client: &ControlClient) -> Option<u32> {
         client: None,
         control_protocol: None,
     };
-    match client.call::<DaemonHello>(params).await {
-        Ok(h) => Some(h.pid),
-        Err(ClientError::Rpc { .. }) | Err(_) => None,
-    }
+    client.call::<DaemonHello>(params).await.ok().map(|h| h.pid)
 }
 
 fn exists(path: &Path) -> bool {

@@ -616,3 +616,17 @@ fn a_failed_auto_spawn_names_the_socket_and_the_log_tail() {
     let (code, _) = sb.json(&["daemon", "start"]);
     assert_eq!(code, 70);
 }
+
+#[test]
+fn stop_falls_back_to_sigterm_when_the_socket_is_gone_but_the_lock_is_held() {
+    let sb = Sandbox::new();
+    let (mut child, _) = sb.spawn_until_line(&["--json", "daemon", "run"]);
+    std::fs::remove_file(sb.socket()).unwrap();
+    let stopped = sb.ok(&["daemon", "stop"]);
+    assert_eq!(
+        stopped,
+        json!({"daemon": {"ok": true, "method": "sigterm", "pid": child.id()}})
+    );
+    assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
+    assert!(!exists(&sb.pidfile()));
+}
