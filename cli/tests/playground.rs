@@ -261,12 +261,15 @@ fn events_tail_streams_app_events_until_sigint() {
     });
     let mut stdin = pg.child.stdin.take().unwrap();
     // The subscription may start after a ping; keep pinging until one arrives.
+    let mut tries = 0;
     let line = loop {
         stdin.write_all(b"\n").unwrap();
         stdin.flush().unwrap();
         if let Ok(line) = rx.recv_timeout(Duration::from_millis(300)) {
             break line;
         }
+        tries += 1;
+        assert!(tries < 50, "no app event reached events tail");
     };
     let event: Value = serde_json::from_str(line.trim_end()).unwrap();
     assert_eq!(event["kind"], "app_event");
