@@ -3,7 +3,13 @@
 //!
 //! - [`command`]: arguments → validated [`command::Invocation`] (or help, version, usage error).
 //! - [`output`] and [`render`]: the output contract of 05 §3 and the human helpers.
-//! - [`dispatch`]: runs an invocation; daemon-backed commands go through one function.
+//! - [`dispatch`]: runs an invocation; daemon-backed commands go through one function, on a
+//!   tokio runtime, with exit 130 on SIGINT/SIGTERM unless the command handles them itself.
+//! - [`connect`]: the typed control client per command (auto-spawn, version policy, notices)
+//!   and the mapping of client failures onto CLI errors.
+//! - [`host`] (`daemon run`), [`lifecycle`] (`daemon start | stop | status`), [`sessions`]
+//!   (with [`resolve`], [`delivery`], [`qr`]), [`tools`] (with [`progress`]), [`snapshot`],
+//!   [`events`], [`playground`] (the SDK-backed demo device and its tour).
 
 pub mod args;
 pub mod command;
