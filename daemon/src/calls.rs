@@ -213,6 +213,28 @@ fn mint_wire_id() -> Result<String, ErrorObject> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Test seam
+// ---------------------------------------------------------------------------------------------
+
+/// Places in the `tools.call` pipeline where a [`PipelineProbe`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// Step 3 resolved the session; the call does not carry it yet.
+    Resolved,
+    /// Step 6: policy let the call through.
+    PolicyPassed,
+    /// Step 8: the `tool_call` frame is in the device queue; the call is not marked sent yet.
+    FrameQueued,
+}
+
+/// A test seam: runs synchronously on the request's task at each [`Checkpoint`], with no lock
+/// held, so a test can land a transition, a shutdown or a cancel exactly between two steps
+/// that otherwise run back to back.
+pub trait PipelineProbe: Send + Sync {
+    fn reached(&self, call_id: &str, at: Checkpoint);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The module
 // ---------------------------------------------------------------------------------------------
 
@@ -224,6 +246,7 @@ struct Inner {
     audit: AuditWriter,
     consent: ConsentStore,
     table: Mutex<Table>,
+    probe: Option<Arc<dyn PipelineProbe>>,
     this: Weak<Inner>,
 }
 
@@ -276,6 +299,15 @@ impl CallRouter for Router {
 impl Calls {
     /// Builds the module from the daemon's parts and installs its router on the engine.
     pub fn start(ctx: &CallsContext) -> Self {
+        Self::build(ctx, None)
+    }
+
+    /// [`start`](Self::start) with a [`PipelineProbe`] (tests).
+    pub fn start_with_probe(ctx: &CallsContext, probe: Arc<dyn PipelineProbe>) -> Self {
+        Self::build(ctx, Some(probe))
+    }
+
+    fn build(ctx: &CallsContext, probe: Option<Arc<dyn PipelineProbe>>) -> Self {
         let inner = Arc::new_cyclic(|this| Inner {
             sessions: ctx.sessions.clone(),
             bus: ctx.bus.clone(),
@@ -284,6 +316,7 @@ impl Calls {
             audit: ctx.audit.clone(),
             consent: ConsentStore::new(),
             table: Mutex::new(Table::default()),
+            probe,
             this: this.clone(),
         });
         ctx.sessions
@@ -363,6 +396,12 @@ impl CallsApi for Calls {
 impl Inner {
     fn table(&self) -> MutexGuard<'_, Table> {
         lock(&self.table)
+    }
+
+    fn checkpoint(&self, call_id: &str, at: Checkpoint) {
+        if let Some(probe) = &self.probe {
+            probe.reached(call_id, at);
+        }
     }
 
     // -- tools.list ---------------------------------------------------------------------------
@@ -467,6 +506,7 @@ impl Inner {
                 return Reply::Err(e.with_call_id(call_id));
             }
         };
+        self.checkpoint(&call_id, Checkpoint::Resolved);
         let (session_id, alias) = (session.session_id.clone(), session.alias.clone());
         let attached = match self.table().calls.get_mut(&key) {
             Some(call) => {
@@ -520,9 +560,14 @@ impl Inner {
                 return finished.await;
             }
         };
-
-        // 7. The deadline.
+        // 7. The deadline. Both are on the call from here, so whoever settles it next (a
+        //    transition, shutdown) audits the consent and reports the deadline.
         let deadline_ms = effective_deadline_ms(tool.timeout_ms, timeout_ms);
+        if let Some(call) = self.table().calls.get_mut(&key) {
+            call.consent = permit.consent;
+            call.deadline_ms = deadline_ms;
+        }
+        self.checkpoint(&call_id, Checkpoint::PolicyPassed);
 
         // 8. Register as sending (unless settled, cancelled or shutting down meanwhile), then
         //    write.
@@ -533,8 +578,6 @@ impl Inner {
                 // Settled meanwhile (a transition or shutdown): nothing is sent.
                 None => Some(None),
                 Some(call) => {
-                    call.deadline_ms = deadline_ms;
-                    call.consent = permit.consent;
                     let stop = if shutting_down {
                         Some(Outcome::error(errors::daemon_shutdown()))
                     } else if let Some(cancel) = &call.cancel {
@@ -564,7 +607,10 @@ impl Inner {
             args,
         });
         match self.sessions.send_to_session(&session_id, &frame).await {
-            Ok(()) => self.frame_written(key).await,
+            Ok(()) => {
+                self.checkpoint(&call_id, Checkpoint::FrameQueued);
+                self.frame_written(key).await;
+            }
             Err(SendFailure::TooLarge(too_large)) => {
                 self.settle(key, |_| {
                     Some(Outcome::error(errors::frame_too_large(too_large.bytes)))
