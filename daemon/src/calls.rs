@@ -383,7 +383,10 @@ impl CallsApi for Calls {
         let calls: Vec<Call> = {
             let mut table = lock(&self.inner.table);
             table.shutting_down = true;
-            let keys = table.keys_where(|_| true);
+            // A call without a session is inside steps 2–3 on its request task, which runs
+            // them without yielding; it settles itself (audited) as soon as it attaches the
+            // session it resolved, or answers a selector error unaudited.
+            let keys = table.keys_where(|c| c.target.is_some());
             keys.into_iter().filter_map(|k| table.remove(k)).collect()
         };
         for call in calls {
@@ -508,18 +511,28 @@ impl Inner {
         };
         self.checkpoint(&call_id, Checkpoint::Resolved);
         let (session_id, alias) = (session.session_id.clone(), session.alias.clone());
-        let attached = match self.table().calls.get_mut(&key) {
-            Some(call) => {
-                call.target = Some(Target {
-                    session_id: session_id.clone(),
-                    alias: alias.clone(),
-                });
-                true
+        // Shutdown step 2 leaves a call without a session to this task (see
+        // `reject_pending_for_shutdown`), so a call that passed step 3 is always audited.
+        let shut_down = {
+            let mut table = self.table();
+            let shutting_down = table.shutting_down;
+            match table.calls.get_mut(&key) {
+                Some(call) => {
+                    call.target = Some(Target {
+                        session_id: session_id.clone(),
+                        alias: alias.clone(),
+                    });
+                    if shutting_down {
+                        table.remove(key)
+                    } else {
+                        None
+                    }
+                }
+                None => None,
             }
-            // Settled meanwhile (shutdown).
-            None => false,
         };
-        if !attached {
+        if let Some(call) = shut_down {
+            self.finish(call, Outcome::error(errors::daemon_shutdown()));
             return finished.await;
         }
 

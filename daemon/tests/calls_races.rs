@@ -143,3 +143,33 @@ async fn a_transition_after_policy_still_audits_the_consent() {
     assert_eq!(f.device.close_frame().await, (1000, "revoked".to_owned()));
     f.daemon.shutdown().await;
 }
+
+/// 04 §8.2 step 2, §9.2: shutdown landing between step 3 (resolved) and the call carrying its
+/// session still settles the call normally: audited, `tool_call_finished`, the response.
+#[tokio::test]
+async fn shutdown_right_after_resolving_audits_the_call() {
+    let (mut f, probe) = probed().await;
+    probe.arm("s1", Checkpoint::Resolved, |calls, _| {
+        calls.reject_pending_for_shutdown();
+    });
+    let response = f
+        .wire
+        .request(1, "tools.call", json!({"name": "echo", "callId": "s1"}))
+        .await;
+    assert_eq!(probe.fired(), [("s1".to_owned(), Checkpoint::Resolved)]);
+    assert_eq!(
+        response["error"],
+        json!({"code": -32000, "message": "The daemon is shutting down",
+               "data": {"type": "session_not_active", "callId": "s1",
+                        "details": {"reason": "daemon_shutdown"}}})
+    );
+    let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
+    assert_eq!(data(&finished)["callId"], "s1");
+    assert_eq!(data(&finished)["errorType"], "session_not_active");
+    let audit = audit_lines(&f.daemon).await;
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0]["callId"], "s1");
+    assert_eq!(audit[0]["errorType"], "session_not_active");
+    f.device.assert_no_frame();
+    f.stop().await;
+}
