@@ -38,7 +38,7 @@ use appduct_protocol::ids::CallId;
 use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
 use appduct_protocol::limits;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
@@ -120,6 +120,9 @@ struct Call {
     consent: Option<Consent>,
     deadline_ms: u64,
     phase: Phase,
+    /// Wakes the write of step 8 when a cancel was requested meanwhile; the write then stops
+    /// without queueing the frame.
+    stop_write: Arc<Notify>,
     cancel: Option<CancelRequest>,
     /// `tool_call_started` (event and notification) went out.
     started: bool,
@@ -584,12 +587,12 @@ impl Inner {
 
         // 8. Register as sending (unless settled, cancelled or shutting down meanwhile), then
         //    write.
-        let stopped = {
+        let registered = {
             let mut table = self.table();
             let shutting_down = table.shutting_down;
             match table.calls.get_mut(&key) {
                 // Settled meanwhile (a transition or shutdown): nothing is sent.
-                None => Some(None),
+                None => Err(None),
                 Some(call) => {
                     let stop = if shutting_down {
                         Some(Outcome::error(errors::daemon_shutdown()))
@@ -603,23 +606,58 @@ impl Inner {
                         call.phase = Phase::Sending;
                         None
                     };
-                    stop.map(|outcome| table.remove(key).map(|call| (call, outcome)))
+                    match stop {
+                        None => Ok(Arc::clone(&call.stop_write)),
+                        Some(outcome) => Err(table.remove(key).map(|call| (call, outcome))),
+                    }
                 }
             }
         };
-        if let Some(settled) = stopped {
-            if let Some((call, outcome)) = settled {
-                self.finish(call, outcome);
+        let stop_write = match registered {
+            Ok(stop_write) => stop_write,
+            Err(settled) => {
+                if let Some((call, outcome)) = settled {
+                    self.finish(call, outcome);
+                }
+                return finished.await;
             }
-            return finished.await;
-        }
+        };
         let frame = DaemonFrame::ToolCall(ToolCall {
             session_id: session_id.clone(),
             id: wire_id,
-            name,
+            name: name.clone(),
             args,
         });
-        match self.sessions.send_to_session(&session_id, &frame).await {
+        // A full device queue makes the write wait; a cancel (or the issuing connection
+        // closing) meanwhile stops it. `mpsc` sends are cancel-safe: a write dropped before it
+        // finished queued nothing, so no frame reaches the app (04 §6.2).
+        let written = {
+            let write = self.sessions.send_to_session(&session_id, &frame);
+            tokio::pin!(write);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = stop_write.notified() => {
+                        if self.cancel_requested(key) {
+                            break None;
+                        }
+                    }
+                    written = &mut write => break Some(written),
+                }
+            }
+        };
+        let Some(written) = written else {
+            self.settle(key, |call| {
+                let cancel = call.cancel.as_ref()?;
+                Some(Outcome::error(errors::cancelled_by_daemon(
+                    &name,
+                    &alias,
+                    &cancel.reason,
+                )))
+            });
+            return finished.await;
+        };
+        match written {
             Ok(()) => {
                 self.checkpoint(&call_id, Checkpoint::FrameQueued);
                 self.frame_written(key).await;
@@ -642,6 +680,14 @@ impl Inner {
 
         // 10–11. Wait for the settling input; the settler writes the response.
         finished.await
+    }
+
+    /// Whether a cancel was requested for call `key` (which is still in the table).
+    fn cancel_requested(&self, key: u64) -> bool {
+        self.table()
+            .calls
+            .get(&key)
+            .is_some_and(|call| call.cancel.is_some())
     }
 
     /// Step 2: reserves the caller's callId (or mints one) and a fresh wire id, and registers
@@ -696,6 +742,7 @@ impl Inner {
                 consent: None,
                 deadline_ms: 0,
                 phase: Phase::Preparing,
+                stop_write: Arc::new(Notify::new()),
                 cancel: None,
                 started: false,
                 timers: Vec::new(),
@@ -1057,6 +1104,7 @@ impl Inner {
                         reason: reason.to_owned(),
                         frame_sent: false,
                     });
+                    call.stop_write.notify_one();
                     return true;
                 }
             }

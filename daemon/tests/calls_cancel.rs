@@ -348,27 +348,33 @@ async fn closing_the_issuing_connection_cancels_with_connection_closed() {
     f.stop().await;
 }
 
-/// A cancel recorded before the `tool_call` frame is written (04 §6.2): the device queue holds
-/// 64 frames and the app reads none, so the 65th call waits for room. The cancel answers
-/// `true` at once and the call still gets at most one `tool_cancel`, right after its frame.
-#[tokio::test]
-async fn a_cancel_before_the_frame_is_written_follows_the_frame() {
-    let mut f = Fixture::new().await;
+/// Fills the app's 64-frame device queue with `echo` calls `q1`…`q64` (request ids 1–64)
+/// that the app does not read yet.
+async fn fill_device_queue(f: &mut Fixture) {
     for id in 1..=64 {
-        f.wire.send(id, "tools.call", json!({"name": "echo"})).await;
+        f.wire
+            .send(
+                id,
+                "tools.call",
+                json!({"name": "echo", "callId": format!("q{id}")}),
+            )
+            .await;
     }
     for _ in 0..64 {
         next_of(&mut f.events, EventKind::ToolCallStarted).await;
     }
-    f.wire
-        .send(
-            100,
-            "tools.call",
-            json!({"name": "slow_task", "callId": "blocked"}),
-        )
-        .await;
-    // On this single-threaded runtime the pipeline runs from reservation to the blocked write
-    // without yielding, so once the call counts as pending its frame is waiting for room.
+}
+
+/// Sends `tools.call` `request` (callId `call_id`) on `wire` after the queue was filled, and
+/// returns once its `tool_call` write is waiting for room. On this single-threaded runtime
+/// the pipeline runs from reservation to the blocked write without yielding, so once the call
+/// counts as pending its frame is waiting.
+async fn blocked_call(f: &mut Fixture, wire: Option<&mut Wire>, request: i64, call_id: &str) {
+    let params = json!({"name": "slow_task", "callId": call_id});
+    match wire {
+        Some(wire) => wire.send(request, "tools.call", params).await,
+        None => f.wire.send(request, "tools.call", params).await,
+    }
     let mut id = 200;
     loop {
         id += 1;
@@ -377,36 +383,86 @@ async fn a_cancel_before_the_frame_is_written_follows_the_frame() {
             break;
         }
     }
+}
+
+/// Reads the 64 queued `echo` frames and answers them.
+async fn drain_device_queue(f: &mut Fixture) {
+    let mut wires = Vec::new();
+    for _ in 0..64 {
+        let (wire, frame) = f.device.tool_call().await;
+        assert_eq!(frame["name"], "echo");
+        wires.push(wire);
+    }
+    for wire in &wires {
+        f.device.result(wire, json!(null)).await;
+    }
+}
+
+/// A cancel recorded before the `tool_call` frame is written (04 §6.2): the device queue holds
+/// 64 frames and the app reads none, so the 65th call waits for room. The cancel answers
+/// `true` at once, the write stops, the call settles `tool_cancelled` by the daemon, and no
+/// frame of it ever reaches the app.
+#[tokio::test]
+async fn a_cancel_before_the_frame_is_written_stops_the_write() {
+    let mut f = Fixture::new().await;
+    fill_device_queue(&mut f).await;
+    blocked_call(&mut f, None, 100, "blocked").await;
     let r = f
         .wire
         .request(300, "tools.cancel", json!({"callId": "blocked"}))
         .await;
     assert_eq!(r["result"], json!({"cancelled": true}));
-    let mut wires = Vec::new();
-    for _ in 0..64 {
-        wires.push(f.device.tool_call().await.0);
-    }
-    for wire in &wires {
-        f.device.result(wire, json!(null)).await;
-    }
+    // Settled while the app still reads nothing.
+    let response = f.wire.response(100).await;
+    assert_eq!(
+        response["error"],
+        json!({"code": -32000,
+               "message": "Call to \"slow_task\" on pixel-8 was cancelled (client_cancelled)",
+               "data": {"type": "tool_cancelled", "callId": "blocked",
+                        "details": {"reason": "client_cancelled", "settledBy": "daemon"}}})
+    );
+    let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
+    assert_eq!(data(&finished)["callId"], "blocked");
+    assert_eq!(data(&finished)["outcome"], "cancelled");
+    // Its frame never went out: the queue holds the 64 echoes and nothing after them.
+    drain_device_queue(&mut f).await;
     for id in 1..=64 {
         assert!(f.wire.response(id).await["result"].is_object());
     }
-    let (wire, frame) = f.device.tool_call().await;
-    assert_eq!(frame["name"], "slow_task");
-    assert_eq!(
-        f.device.tool_cancel().await,
-        (wire.clone(), "client_cancelled".to_owned())
-    );
-    f.device
-        .error(
-            &wire,
-            json!({"type": "tool_cancelled", "message": "stopped"}),
-        )
-        .await;
-    let response = f.wire.response(100).await;
-    assert_eq!(response["error"]["data"]["type"], "tool_cancelled");
-    assert_eq!(response["error"]["data"]["callId"], "blocked");
     f.device.assert_no_frame();
+    let started: Vec<_> = drain(&mut f.events)
+        .iter()
+        .filter(|e| e.kind() == EventKind::ToolCallStarted)
+        .map(|e| data(e)["callId"].clone())
+        .collect();
+    assert!(!started.contains(&json!("blocked")), "{started:?}");
+    let audit = audit_lines(&f.daemon).await;
+    let blocked: Vec<_> = audit.iter().filter(|r| r["callId"] == "blocked").collect();
+    assert_eq!(blocked.len(), 1);
+    assert_eq!(blocked[0]["outcome"], "cancelled");
+    f.stop().await;
+}
+
+/// The same when the issuing connection closes during the blocked write (04 §6.1): the call
+/// settles `tool_cancelled` (reason `connection_closed`), audited, and its frame is never sent.
+#[tokio::test]
+async fn closing_the_issuer_during_a_blocked_write_sends_no_frame() {
+    let mut f = Fixture::new().await;
+    fill_device_queue(&mut f).await;
+    let mut issuer = Wire::new(&f.daemon);
+    blocked_call(&mut f, Some(&mut issuer), 1, "closer").await;
+    issuer.close();
+    let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
+    assert_eq!(data(&finished)["callId"], "closer");
+    assert_eq!(data(&finished)["outcome"], "cancelled");
+    drain_device_queue(&mut f).await;
+    for id in 1..=64 {
+        assert!(f.wire.response(id).await["result"].is_object());
+    }
+    f.device.assert_no_frame();
+    let audit = audit_lines(&f.daemon).await;
+    let closer: Vec<_> = audit.iter().filter(|r| r["callId"] == "closer").collect();
+    assert_eq!(closer.len(), 1);
+    assert_eq!(closer[0]["errorType"], "tool_cancelled");
     f.stop().await;
 }
