@@ -80,14 +80,38 @@ fn millis(d: Duration) -> u64 {
 // ---------------------------------------------------------------------------------------------
 
 /// Where a call is between reservation and settling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Steps 2–7: callId reserved, no frame written yet.
     Preparing,
-    /// Step 8: the `tool_call` frame is being written.
-    Sending,
+    /// Step 8: the `tool_call` frame is being written by the request's task, which holds the
+    /// other (strong) reference.
+    Sending(Weak<Writing>),
     /// Steps 9–10: the frame was written; a pending call (04 §1).
     Sent,
+}
+
+/// What the task writing a call's `tool_call` (step 8) shares with the call's other inputs.
+///
+/// Whether the frame went out is known only to that task, once its write returns, so a call
+/// settled meanwhile (a transition, shutdown) is handed over to it rather than finished by the
+/// settler: the task emits `tool_call_started` first exactly when the frame was queued, then
+/// finishes the call (04 §3.2, 03 §11.1 ordering).
+#[derive(Default)]
+struct Writing {
+    /// Wakes the write when a cancel was requested or the call was settled meanwhile; the
+    /// write then stops without queueing the frame if it has not finished.
+    wake: Notify,
+    /// The call, removed from the table, and how it settled.
+    settled: Mutex<Option<(Call, Outcome)>>,
+}
+
+impl Writing {
+    fn take_settled(&self) -> Option<(Call, Outcome)> {
+        self.settled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
 }
 
 /// A cancel requested for a call (04 §6.2).
@@ -120,9 +144,6 @@ struct Call {
     consent: Option<Consent>,
     deadline_ms: u64,
     phase: Phase,
-    /// Wakes the write of step 8 when a cancel was requested meanwhile; the write then stops
-    /// without queueing the frame.
-    stop_write: Arc<Notify>,
     cancel: Option<CancelRequest>,
     /// `tool_call_started` (event and notification) went out.
     started: bool,
@@ -154,6 +175,27 @@ impl Table {
             timer.abort();
         }
         Some(call)
+    }
+
+    /// Step 1 of settling call `key` as `outcome`. Returns the call for the caller to finish,
+    /// unless its frame is being written: then it goes to the writing task (see [`Writing`]).
+    fn take(&mut self, key: u64, outcome: Outcome) -> Option<(Call, Outcome)> {
+        let call = self.remove(key)?;
+        let writing = match &call.phase {
+            Phase::Sending(writing) => writing.upgrade(),
+            Phase::Preparing | Phase::Sent => None,
+        };
+        match writing {
+            Some(writing) => {
+                *writing
+                    .settled
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some((call, outcome));
+                writing.wake.notify_one();
+                None
+            }
+            None => Some((call, outcome)),
+        }
     }
 
     /// The call with wire id `wire_id` on `session_id`; frames from another session never match.
@@ -383,18 +425,21 @@ impl CallsApi for Calls {
     }
 
     fn reject_pending_for_shutdown(&self) {
-        let calls: Vec<Call> = {
+        let calls: Vec<(Call, Outcome)> = {
             let mut table = lock(&self.inner.table);
             table.shutting_down = true;
             // A call without a session is inside steps 2–3 on its request task, which runs
             // them without yielding; it settles itself (audited) as soon as it attaches the
             // session it resolved, or answers a selector error unaudited.
+            // A call whose frame is being written settles on its request task as soon as the
+            // write stops, which this wakes it for.
             let keys = table.keys_where(|c| c.target.is_some());
-            keys.into_iter().filter_map(|k| table.remove(k)).collect()
+            keys.into_iter()
+                .filter_map(|k| table.take(k, Outcome::error(errors::daemon_shutdown())))
+                .collect()
         };
-        for call in calls {
-            self.inner
-                .finish(call, Outcome::error(errors::daemon_shutdown()));
+        for (call, outcome) in calls {
+            self.inner.finish(call, outcome);
         }
     }
 }
@@ -603,18 +648,21 @@ impl Inner {
                             &cancel.reason,
                         )))
                     } else {
-                        call.phase = Phase::Sending;
                         None
                     };
                     match stop {
-                        None => Ok(Arc::clone(&call.stop_write)),
+                        None => {
+                            let writing = Arc::new(Writing::default());
+                            call.phase = Phase::Sending(Arc::downgrade(&writing));
+                            Ok(writing)
+                        }
                         Some(outcome) => Err(table.remove(key).map(|call| (call, outcome))),
                     }
                 }
             }
         };
-        let stop_write = match registered {
-            Ok(stop_write) => stop_write,
+        let writing = match registered {
+            Ok(writing) => writing,
             Err(settled) => {
                 if let Some((call, outcome)) = settled {
                     self.finish(call, outcome);
@@ -625,20 +673,20 @@ impl Inner {
         let frame = DaemonFrame::ToolCall(ToolCall {
             session_id: session_id.clone(),
             id: wire_id,
-            name: name.clone(),
+            name,
             args,
         });
-        // A full device queue makes the write wait; a cancel (or the issuing connection
-        // closing) meanwhile stops it. `mpsc` sends are cancel-safe: a write dropped before it
-        // finished queued nothing, so no frame reaches the app (04 §6.2).
+        // A full device queue makes the write wait; a cancel, the issuing connection closing
+        // or the call settling meanwhile stops it. `mpsc` sends are cancel-safe: a write
+        // dropped before it finished queued nothing, so no frame reaches the app (04 §6.2).
         let written = {
             let write = self.sessions.send_to_session(&session_id, &frame);
             tokio::pin!(write);
             loop {
                 tokio::select! {
                     biased;
-                    () = stop_write.notified() => {
-                        if self.cancel_requested(key) {
+                    () = writing.wake.notified() => {
+                        if self.write_must_stop(key) {
                             break None;
                         }
                     }
@@ -646,48 +694,100 @@ impl Inner {
                 }
             }
         };
-        let Some(written) = written else {
-            self.settle(key, |call| {
-                let cancel = call.cancel.as_ref()?;
-                Some(Outcome::error(errors::cancelled_by_daemon(
-                    &name,
-                    &alias,
-                    &cancel.reason,
-                )))
-            });
-            return finished.await;
-        };
-        match written {
-            Ok(()) => {
-                self.checkpoint(&call_id, Checkpoint::FrameQueued);
-                self.frame_written(key).await;
-            }
-            Err(SendFailure::TooLarge(too_large)) => {
-                self.settle(key, |_| {
-                    Some(Outcome::error(errors::frame_too_large(too_large.bytes)))
-                });
-            }
-            Err(failure) => {
-                tracing::debug!(%call_id, %session_id, "tool_call not sent: {failure}");
-                self.settle(key, |_| {
-                    Some(Outcome::error(errors::session_not_active(
-                        &session_id,
-                        &alias,
-                    )))
-                });
-            }
+        if let Some(Ok(())) = &written {
+            self.checkpoint(&call_id, Checkpoint::FrameQueued);
+        } else if let Some(Err(failure)) = &written {
+            tracing::debug!(%call_id, %session_id, "tool_call not sent: {failure}");
         }
+        self.after_write(key, &writing, written).await;
 
         // 10–11. Wait for the settling input; the settler writes the response.
         finished.await
     }
 
-    /// Whether a cancel was requested for call `key` (which is still in the table).
-    fn cancel_requested(&self, key: u64) -> bool {
+    /// Whether the step-8 write of call `key` must stop: the call settled or a cancel was
+    /// requested.
+    fn write_must_stop(&self, key: u64) -> bool {
         self.table()
             .calls
             .get(&key)
-            .is_some_and(|call| call.cancel.is_some())
+            .is_none_or(|call| call.cancel.is_some())
+    }
+
+    /// After the step-8 write returned (`Some`) or was stopped (`None`). A call settled during
+    /// the write was handed over here (see [`Writing`]) and is finished, announced first if
+    /// its frame went out. Otherwise a written frame makes it pending (step 9), and an unsent
+    /// one settles it: cancelled, too large, or no usable socket.
+    async fn after_write(
+        &self,
+        key: u64,
+        writing: &Writing,
+        written: Option<Result<(), SendFailure>>,
+    ) {
+        if let Some(frame) = self.after_write_locked(key, writing, written) {
+            self.send_cancel(key, &frame).await;
+        }
+    }
+
+    /// [`after_write`](Self::after_write) up to the cancel a written call still has to get.
+    fn after_write_locked(
+        &self,
+        key: u64,
+        writing: &Writing,
+        written: Option<Result<(), SendFailure>>,
+    ) -> Option<DaemonFrame> {
+        let queued = matches!(written, Some(Ok(())));
+        let mut table = self.table();
+        // Calls are handed over under the table lock; once this finds none, the phase changes
+        // below (still under it), so none can be any more.
+        if let Some((mut call, outcome)) = writing.take_settled() {
+            drop(table);
+            if queued {
+                self.announce_start(&mut call);
+            }
+            self.finish(call, outcome);
+            return None;
+        }
+        let timers_stopped = table.timers_stopped;
+        let call = table.calls.get_mut(&key)?;
+        let target = call.target.clone().unwrap_or(Target {
+            session_id: String::new(),
+            alias: String::new(),
+        });
+        let error = match written {
+            Some(Ok(())) => {
+                // 9. The deadline, `tool_call_started`, and a cancel requested meanwhile.
+                call.phase = Phase::Sent;
+                if !timers_stopped {
+                    let after = Duration::from_millis(call.deadline_ms);
+                    call.timers
+                        .push(self.spawn_timer(key, after, TimerKind::Deadline));
+                }
+                self.announce_start(call);
+                return match &mut call.cancel {
+                    Some(cancel) if !cancel.frame_sent => {
+                        cancel.frame_sent = true;
+                        Some(cancel_frame(&target, &call.wire_id, &cancel.reason))
+                    }
+                    _ => None,
+                };
+            }
+            None => {
+                let reason = call
+                    .cancel
+                    .as_ref()
+                    .map_or(control::DEFAULT_CANCEL_REASON, |c| c.reason.as_str());
+                errors::cancelled_by_daemon(&call.name, &target.alias, reason)
+            }
+            Some(Err(SendFailure::TooLarge(too_large))) => errors::frame_too_large(too_large.bytes),
+            Some(Err(_)) => errors::session_not_active(&target.session_id, &target.alias),
+        };
+        let call = table.remove(key);
+        drop(table);
+        if let Some(call) = call {
+            self.finish(call, Outcome::error(error));
+        }
+        None
     }
 
     /// Step 2: reserves the caller's callId (or mints one) and a fresh wire id, and registers
@@ -742,7 +842,6 @@ impl Inner {
                 consent: None,
                 deadline_ms: 0,
                 phase: Phase::Preparing,
-                stop_write: Arc::new(Notify::new()),
                 cancel: None,
                 started: false,
                 timers: Vec::new(),
@@ -760,35 +859,6 @@ impl Inner {
             wire_id,
             done: rx,
         })
-    }
-
-    /// Step 9: the frame is written. Starts the deadline, emits `tool_call_started`, and sends
-    /// a cancel that was requested while the frame was on its way.
-    async fn frame_written(&self, key: u64) {
-        let pending_cancel = {
-            let mut table = self.table();
-            let timers_stopped = table.timers_stopped;
-            let Some(call) = table.calls.get_mut(&key) else {
-                return;
-            };
-            call.phase = Phase::Sent;
-            if !timers_stopped {
-                let after = Duration::from_millis(call.deadline_ms);
-                call.timers
-                    .push(self.spawn_timer(key, after, TimerKind::Deadline));
-            }
-            self.announce_start(call);
-            match (&mut call.cancel, &call.target) {
-                (Some(cancel), Some(target)) if !cancel.frame_sent => {
-                    cancel.frame_sent = true;
-                    Some(cancel_frame(target, &call.wire_id, &cancel.reason))
-                }
-                _ => None,
-            }
-        };
-        if let Some(frame) = pending_cancel {
-            self.send_cancel(key, &frame).await;
-        }
     }
 
     /// `tool_call_started`: the bus event and, with `progress: true`, the per-call notification.
@@ -885,7 +955,7 @@ impl Inner {
                 None => None,
             };
             match outcome {
-                Some(outcome) => table.remove(key).map(|call| (call, outcome)),
+                Some(outcome) => table.take(key, outcome),
                 None => None,
             }
         };
@@ -1036,19 +1106,23 @@ impl Inner {
 
     /// 04 §8.1: every call resolved to the session fails; no `tool_cancel` is sent.
     fn on_session_ended(&self, session_id: &str, why: CallsEnded) {
-        let calls: Vec<Call> = {
+        let calls: Vec<(Call, Outcome)> = {
             let mut table = self.table();
             let keys = table.keys_where(|c| {
                 c.target
                     .as_ref()
                     .is_some_and(|t| t.session_id == session_id)
             });
-            keys.into_iter().filter_map(|k| table.remove(k)).collect()
+            keys.into_iter()
+                .filter_map(|k| {
+                    let alias = table.calls.get(&k)?.target.as_ref()?.alias.clone();
+                    let error = errors::session_ended(why, session_id, &alias);
+                    table.take(k, Outcome::error(error))
+                })
+                .collect()
         };
-        for call in calls {
-            let alias = call.target.as_ref().map_or("", |t| t.alias.as_str());
-            let error = errors::session_ended(why, session_id, alias);
-            self.finish(call, Outcome::error(error));
+        for (call, outcome) in calls {
+            self.finish(call, outcome);
         }
     }
 
@@ -1097,14 +1171,18 @@ impl Inner {
             if call.cancel.is_some() {
                 return true;
             }
-            match (&call.target, call.phase) {
+            match (&call.target, &call.phase) {
                 (Some(target), Phase::Sent) => target.session_id.clone(),
-                _ => {
+                (_, phase) => {
                     call.cancel = Some(CancelRequest {
                         reason: reason.to_owned(),
                         frame_sent: false,
                     });
-                    call.stop_write.notify_one();
+                    if let Phase::Sending(writing) = phase
+                        && let Some(writing) = writing.upgrade()
+                    {
+                        writing.wake.notify_one();
+                    }
                     return true;
                 }
             }

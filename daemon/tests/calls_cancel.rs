@@ -348,56 +348,6 @@ async fn closing_the_issuing_connection_cancels_with_connection_closed() {
     f.stop().await;
 }
 
-/// Fills the app's 64-frame device queue with `echo` calls `q1`…`q64` (request ids 1–64)
-/// that the app does not read yet.
-async fn fill_device_queue(f: &mut Fixture) {
-    for id in 1..=64 {
-        f.wire
-            .send(
-                id,
-                "tools.call",
-                json!({"name": "echo", "callId": format!("q{id}")}),
-            )
-            .await;
-    }
-    for _ in 0..64 {
-        next_of(&mut f.events, EventKind::ToolCallStarted).await;
-    }
-}
-
-/// Sends `tools.call` `request` (callId `call_id`) on `wire` after the queue was filled, and
-/// returns once its `tool_call` write is waiting for room. On this single-threaded runtime
-/// the pipeline runs from reservation to the blocked write without yielding, so once the call
-/// counts as pending its frame is waiting.
-async fn blocked_call(f: &mut Fixture, wire: Option<&mut Wire>, request: i64, call_id: &str) {
-    let params = json!({"name": "slow_task", "callId": call_id});
-    match wire {
-        Some(wire) => wire.send(request, "tools.call", params).await,
-        None => f.wire.send(request, "tools.call", params).await,
-    }
-    let mut id = 200;
-    loop {
-        id += 1;
-        let hello = f.wire.request(id, "daemon.hello", json!({})).await;
-        if hello["result"]["pendingCalls"] == 65 {
-            break;
-        }
-    }
-}
-
-/// Reads the 64 queued `echo` frames and answers them.
-async fn drain_device_queue(f: &mut Fixture) {
-    let mut wires = Vec::new();
-    for _ in 0..64 {
-        let (wire, frame) = f.device.tool_call().await;
-        assert_eq!(frame["name"], "echo");
-        wires.push(wire);
-    }
-    for wire in &wires {
-        f.device.result(wire, json!(null)).await;
-    }
-}
-
 /// A cancel recorded before the `tool_call` frame is written (04 §6.2): the device queue holds
 /// 64 frames and the app reads none, so the 65th call waits for room. The cancel answers
 /// `true` at once, the write stops, the call settles `tool_cancelled` by the daemon, and no
@@ -405,8 +355,8 @@ async fn drain_device_queue(f: &mut Fixture) {
 #[tokio::test]
 async fn a_cancel_before_the_frame_is_written_stops_the_write() {
     let mut f = Fixture::new().await;
-    fill_device_queue(&mut f).await;
-    blocked_call(&mut f, None, 100, "blocked").await;
+    f.fill_device_queue().await;
+    f.blocked_call(None, 100, "blocked").await;
     let r = f
         .wire
         .request(300, "tools.cancel", json!({"callId": "blocked"}))
@@ -425,7 +375,7 @@ async fn a_cancel_before_the_frame_is_written_stops_the_write() {
     assert_eq!(data(&finished)["callId"], "blocked");
     assert_eq!(data(&finished)["outcome"], "cancelled");
     // Its frame never went out: the queue holds the 64 echoes and nothing after them.
-    drain_device_queue(&mut f).await;
+    f.drain_device_queue().await;
     for id in 1..=64 {
         assert!(f.wire.response(id).await["result"].is_object());
     }
@@ -448,14 +398,14 @@ async fn a_cancel_before_the_frame_is_written_stops_the_write() {
 #[tokio::test]
 async fn closing_the_issuer_during_a_blocked_write_sends_no_frame() {
     let mut f = Fixture::new().await;
-    fill_device_queue(&mut f).await;
+    f.fill_device_queue().await;
     let mut issuer = Wire::new(&f.daemon);
-    blocked_call(&mut f, Some(&mut issuer), 1, "closer").await;
+    f.blocked_call(Some(&mut issuer), 1, "closer").await;
     issuer.close();
     let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
     assert_eq!(data(&finished)["callId"], "closer");
     assert_eq!(data(&finished)["outcome"], "cancelled");
-    drain_device_queue(&mut f).await;
+    f.drain_device_queue().await;
     for id in 1..=64 {
         assert!(f.wire.response(id).await["result"].is_object());
     }

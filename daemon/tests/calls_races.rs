@@ -173,3 +173,46 @@ async fn shutdown_right_after_resolving_audits_the_call() {
     f.device.assert_no_frame();
     f.stop().await;
 }
+
+/// 03 §11.1, 04 §3.2: a transition that lands after the `tool_call` frame was queued but
+/// before the call was marked sent still yields `tool_call_started`, before
+/// `tool_call_finished`.
+#[tokio::test]
+async fn a_transition_right_after_the_frame_was_queued_still_announces_the_call() {
+    let (mut f, probe) = probed().await;
+    let session_id = f.device.session_id.clone();
+    probe.arm("f1", Checkpoint::FrameQueued, move |_, sessions| {
+        sessions.revoke(Some(&session_id)).unwrap();
+    });
+    let response = f
+        .wire
+        .request(
+            1,
+            "tools.call",
+            json!({"name": "echo", "callId": "f1", "progress": true}),
+        )
+        .await;
+    assert_eq!(probe.fired(), [("f1".to_owned(), Checkpoint::FrameQueued)]);
+    assert_eq!(response["error"]["data"]["type"], "unknown_session");
+    // The per-call notification came before the response.
+    let started = f
+        .wire
+        .log
+        .iter()
+        .position(|m| m["method"] == "tool_call_started");
+    let answered = f.wire.log.iter().position(|m| m["id"] == 1);
+    assert!(started.is_some() && started < answered, "{:?}", f.wire.log);
+    // Both were emitted before the response was written.
+    let events = drain(&mut f.events);
+    let kinds: Vec<EventKind> = call_events(&events, "f1").iter().map(|(k, _)| *k).collect();
+    assert_eq!(
+        kinds,
+        [EventKind::ToolCallStarted, EventKind::ToolCallFinished]
+    );
+    assert_eq!(audit_lines(&f.daemon).await.len(), 1);
+    // The frame was queued, so the app got it before the revoke's close.
+    let (_, frame) = f.device.tool_call().await;
+    assert_eq!(frame["name"], "echo");
+    assert_eq!(f.device.close_frame().await, (1000, "revoked".to_owned()));
+    f.daemon.shutdown().await;
+}
