@@ -90,6 +90,18 @@ enum Phase {
     Sent,
 }
 
+/// How the step-8 write of a `tool_call` ended.
+enum Written {
+    /// The frame is in the device queue.
+    Queued,
+    /// A cancel was requested or the call settled; nothing was queued.
+    Stopped,
+    /// No usable socket, or the frame is too large; nothing was queued.
+    Failed(SendFailure),
+    /// The queue stayed full for the whole effective deadline; nothing was queued.
+    TimedOut,
+}
+
 /// What the task writing a call's `tool_call` (step 8) shares with the call's other inputs.
 ///
 /// Whether the frame went out is known only to that task, once its write returns, so a call
@@ -679,25 +691,37 @@ impl Inner {
         // A full device queue makes the write wait; a cancel, the issuing connection closing
         // or the call settling meanwhile stops it. `mpsc` sends are cancel-safe: a write
         // dropped before it finished queued nothing, so no frame reaches the app (04 §6.2).
+        // An app that reads nothing for the whole effective deadline gets no frame either:
+        // the caller hears `session_not_active` well before its watchdog (04 §4.3).
         let written = {
             let write = self.sessions.send_to_session(&session_id, &frame);
-            tokio::pin!(write);
+            let give_up = tokio::time::sleep(Duration::from_millis(deadline_ms));
+            tokio::pin!(write, give_up);
             loop {
                 tokio::select! {
                     biased;
                     () = writing.wake.notified() => {
                         if self.write_must_stop(key) {
-                            break None;
+                            break Written::Stopped;
                         }
                     }
-                    written = &mut write => break Some(written),
+                    written = &mut write => break match written {
+                        Ok(()) => Written::Queued,
+                        Err(failure) => Written::Failed(failure),
+                    },
+                    () = &mut give_up => break Written::TimedOut,
                 }
             }
         };
-        if let Some(Ok(())) = &written {
-            self.checkpoint(&call_id, Checkpoint::FrameQueued);
-        } else if let Some(Err(failure)) = &written {
-            tracing::debug!(%call_id, %session_id, "tool_call not sent: {failure}");
+        match &written {
+            Written::Queued => self.checkpoint(&call_id, Checkpoint::FrameQueued),
+            Written::Failed(failure) => {
+                tracing::debug!(%call_id, %session_id, "tool_call not sent: {failure}");
+            }
+            Written::TimedOut => {
+                tracing::debug!(%call_id, %session_id, "tool_call not sent: the app read nothing within {deadline_ms} ms");
+            }
+            Written::Stopped => {}
         }
         self.after_write(key, &writing, written).await;
 
@@ -714,18 +738,13 @@ impl Inner {
             .is_none_or(|call| call.cancel.is_some())
     }
 
-    /// After the step-8 write returned (`Some`) or was stopped (`None`). A call settled during
+    /// After the step-8 write ended. A call settled during
     /// the write was handed over here (see [`Writing`]) and is finished, announced first if
     /// its frame went out. Otherwise a written frame makes it pending (step 9), and an unsent
     /// one settles it: cancelled, too large, or no usable socket.
-    async fn after_write(
-        &self,
-        key: u64,
-        writing: &Writing,
-        written: Option<Result<(), SendFailure>>,
-    ) {
+    async fn after_write(&self, key: u64, writing: &Writing, written: Written) {
         if let Some(frame) = self.after_write_locked(key, writing, written) {
-            self.send_cancel(key, &frame).await;
+            self.send_cancel(key, frame).await;
         }
     }
 
@@ -734,9 +753,9 @@ impl Inner {
         &self,
         key: u64,
         writing: &Writing,
-        written: Option<Result<(), SendFailure>>,
+        written: Written,
     ) -> Option<DaemonFrame> {
-        let queued = matches!(written, Some(Ok(())));
+        let queued = matches!(written, Written::Queued);
         let mut table = self.table();
         // Calls are handed over under the table lock; once this finds none, the phase changes
         // below (still under it), so none can be any more.
@@ -755,7 +774,7 @@ impl Inner {
             alias: String::new(),
         });
         let error = match written {
-            Some(Ok(())) => {
+            Written::Queued => {
                 // 9. The deadline, `tool_call_started`, and a cancel requested meanwhile.
                 call.phase = Phase::Sent;
                 if !timers_stopped {
@@ -772,15 +791,19 @@ impl Inner {
                     _ => None,
                 };
             }
-            None => {
+            Written::Stopped => {
                 let reason = call
                     .cancel
                     .as_ref()
                     .map_or(control::DEFAULT_CANCEL_REASON, |c| c.reason.as_str());
                 errors::cancelled_by_daemon(&call.name, &target.alias, reason)
             }
-            Some(Err(SendFailure::TooLarge(too_large))) => errors::frame_too_large(too_large.bytes),
-            Some(Err(_)) => errors::session_not_active(&target.session_id, &target.alias),
+            Written::Failed(SendFailure::TooLarge(too_large)) => {
+                errors::frame_too_large(too_large.bytes)
+            }
+            Written::Failed(_) | Written::TimedOut => {
+                errors::session_not_active(&target.session_id, &target.alias)
+            }
         };
         let call = table.remove(key);
         drop(table);
@@ -1214,17 +1237,44 @@ impl Inner {
             }
         };
         // 5–6.
-        self.send_cancel(key, &frame).await
+        self.send_cancel(key, frame).await
     }
 
-    /// Writes a call's one `tool_cancel` and starts its cancel grace. `false` when the session
-    /// had no socket for it (the transition then settles the call).
-    async fn send_cancel(&self, key: u64, frame: &DaemonFrame) -> bool {
-        if let Err(e) = self
-            .sessions
-            .send_to_session(frame.session_id(), frame)
-            .await
-        {
+    /// Queues a call's one `tool_cancel` without waiting for room in the device queue
+    /// (03 §9.10: `tools.cancel` returns immediately): tried once here, and when the queue is
+    /// full the send goes on on its own task. The cancel grace starts once the frame is
+    /// queued. `false` when it could not be queued at once for lack of a usable socket (the
+    /// transition then settles the call).
+    async fn send_cancel(&self, key: u64, frame: DaemonFrame) -> bool {
+        let sessions = self.sessions.clone();
+        let mut send = Box::pin(async move {
+            let sent = sessions.send_to_session(frame.session_id(), &frame).await;
+            (frame, sent)
+        });
+        // `mpsc` sends are cancel-safe, so polling once and moving on loses nothing.
+        let at_once = tokio::select! {
+            biased;
+            done = &mut send => Some(done),
+            () = std::future::ready(()) => None,
+        };
+        match at_once {
+            Some((frame, sent)) => self.cancel_sent(key, &frame, sent),
+            None => {
+                let weak = self.this.clone();
+                tokio::spawn(async move {
+                    let (frame, sent) = send.await;
+                    if let Some(inner) = weak.upgrade() {
+                        inner.cancel_sent(key, &frame, sent);
+                    }
+                });
+                true
+            }
+        }
+    }
+
+    /// The `tool_cancel` of call `key` was queued (its cancel grace starts) or not.
+    fn cancel_sent(&self, key: u64, frame: &DaemonFrame, sent: Result<(), SendFailure>) -> bool {
+        if let Err(e) = sent {
             tracing::debug!(session_id = %frame.session_id(), "tool_cancel not sent: {e}");
             return false;
         }

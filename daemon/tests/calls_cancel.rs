@@ -356,7 +356,8 @@ async fn closing_the_issuing_connection_cancels_with_connection_closed() {
 async fn a_cancel_before_the_frame_is_written_stops_the_write() {
     let mut f = Fixture::new().await;
     f.fill_device_queue().await;
-    f.blocked_call(None, 100, "blocked").await;
+    f.blocked_call(None, 100, json!({"name": "slow_task", "callId": "blocked"}))
+        .await;
     let r = f
         .wire
         .request(300, "tools.cancel", json!({"callId": "blocked"}))
@@ -400,7 +401,12 @@ async fn closing_the_issuer_during_a_blocked_write_sends_no_frame() {
     let mut f = Fixture::new().await;
     f.fill_device_queue().await;
     let mut issuer = Wire::new(&f.daemon);
-    f.blocked_call(Some(&mut issuer), 1, "closer").await;
+    f.blocked_call(
+        Some(&mut issuer),
+        1,
+        json!({"name": "slow_task", "callId": "closer"}),
+    )
+    .await;
     issuer.close();
     let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
     assert_eq!(data(&finished)["callId"], "closer");
@@ -414,5 +420,82 @@ async fn closing_the_issuer_during_a_blocked_write_sends_no_frame() {
     let closer: Vec<_> = audit.iter().filter(|r| r["callId"] == "closer").collect();
     assert_eq!(closer.len(), 1);
     assert_eq!(closer[0]["errorType"], "tool_cancelled");
+    f.stop().await;
+}
+
+/// 03 §9.10: `tools.cancel` returns immediately even when the app's queue is full; its
+/// `tool_cancel` follows the queued frames, and the cancel grace runs from when it was queued.
+#[tokio::test(start_paused = true)]
+async fn tools_cancel_answers_at_once_while_the_device_queue_is_full() {
+    let mut f = Fixture::new().await;
+    f.fill_device_queue().await;
+    let asked = Instant::now();
+    let r = f
+        .wire
+        .request(100, "tools.cancel", json!({"callId": "q1"}))
+        .await;
+    assert_eq!(r["result"], json!({"cancelled": true}));
+    assert_eq!(asked.elapsed(), Duration::ZERO);
+    let mut wires = Vec::new();
+    for _ in 0..64 {
+        wires.push(f.device.tool_call().await.0);
+    }
+    let (cancelled, reason) = f.device.tool_cancel().await;
+    assert_eq!(reason, "client_cancelled");
+    assert!(wires.contains(&cancelled));
+    for wire in wires.iter().filter(|w| **w != cancelled) {
+        f.device.result(wire, json!(null)).await;
+    }
+    let response = f.wire.response(1).await;
+    assert_eq!(response["error"]["data"]["type"], "tool_cancelled");
+    assert_eq!(response["error"]["data"]["details"]["settledBy"], "daemon");
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2000) && waited < Duration::from_millis(2100),
+        "{waited:?}"
+    );
+    for id in 2..=64 {
+        assert!(f.wire.response(id).await["result"].is_object());
+    }
+    f.device.assert_no_frame();
+    f.stop().await;
+}
+
+/// 04 §3 step 8, §4.3: a `tool_call` the app never makes room for is given up at the
+/// effective deadline: `session_not_active` with `{sessionId, alias}`, audited, no
+/// `tool_call_started`, and the frame is never sent.
+#[tokio::test(start_paused = true)]
+async fn a_write_the_app_never_makes_room_for_ends_at_the_deadline() {
+    let mut f = Fixture::new().await;
+    f.fill_device_queue().await;
+    let sent = Instant::now();
+    f.blocked_call(
+        None,
+        100,
+        json!({"name": "slow_task", "callId": "stuck", "timeoutMs": 1000}),
+    )
+    .await;
+    let response = f.wire.response(100).await;
+    assert_eq!(sent.elapsed(), Duration::from_millis(1000));
+    assert_eq!(
+        response["error"]["data"],
+        json!({"type": "session_not_active", "callId": "stuck",
+               "details": {"sessionId": f.device.session_id, "alias": "pixel-8"}})
+    );
+    let stuck: Vec<EventKind> = drain(&mut f.events)
+        .iter()
+        .filter(|e| data(e)["callId"] == "stuck")
+        .map(|e| e.kind())
+        .collect();
+    assert_eq!(stuck, [EventKind::ToolCallFinished]);
+    f.drain_device_queue().await;
+    for id in 1..=64 {
+        assert!(f.wire.response(id).await["result"].is_object());
+    }
+    f.device.assert_no_frame();
+    let audit = audit_lines(&f.daemon).await;
+    let stuck: Vec<_> = audit.iter().filter(|r| r["callId"] == "stuck").collect();
+    assert_eq!(stuck.len(), 1);
+    assert_eq!(stuck[0]["errorType"], "session_not_active");
     f.stop().await;
 }

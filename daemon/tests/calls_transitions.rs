@@ -320,7 +320,8 @@ async fn calls_only_ever_reach_the_resolved_session() {
 async fn a_revoke_during_a_blocked_write_sends_no_frame() {
     let mut f = Fixture::new().await;
     f.fill_device_queue().await;
-    f.blocked_call(None, 100, "blocked").await;
+    f.blocked_call(None, 100, json!({"name": "slow_task", "callId": "blocked"}))
+        .await;
     let mut admin = Wire::new(&f.daemon);
     let revoked = admin
         .request(1, "sessions.revoke", json!({"selector": "pixel-8"}))

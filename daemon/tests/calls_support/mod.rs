@@ -381,13 +381,12 @@ impl Fixture {
         }
     }
 
-    /// After [`fill_device_queue`](Self::fill_device_queue): sends `slow_task` as request
-    /// `request` with callId `call_id` on `wire` (the fixture's when `None`), and returns once
-    /// its `tool_call` write is waiting for room. On a single-threaded runtime the pipeline
-    /// runs from reservation to the blocked write without yielding, so once the call counts
-    /// as pending its frame is waiting.
-    pub async fn blocked_call(&mut self, wire: Option<&mut Wire>, request: i64, call_id: &str) {
-        let params = json!({"name": "slow_task", "callId": call_id});
+    /// After [`fill_device_queue`](Self::fill_device_queue): sends `tools.call` `params` as
+    /// request `request` on `wire` (the fixture's when `None`), and returns once its
+    /// `tool_call` write is waiting for room. On a single-threaded runtime the pipeline runs
+    /// from reservation to the blocked write without yielding, so once the call counts as
+    /// pending its frame is waiting.
+    pub async fn blocked_call(&mut self, wire: Option<&mut Wire>, request: i64, params: Value) {
         match wire {
             Some(wire) => wire.send(request, "tools.call", params).await,
             None => self.wire.send(request, "tools.call", params).await,
