@@ -1272,13 +1272,21 @@ impl Inner {
         }
     }
 
-    /// The `tool_cancel` of call `key` was queued (its cancel grace starts) or not.
+    /// The `tool_cancel` of call `key` was queued (its cancel grace starts) or not. A cancel
+    /// that was not sent is forgotten, so the call is not reported as being cancelled: a later
+    /// `tools.cancel` tries again (and answers `false` without a socket), and the deadline
+    /// settles it as `tool_timeout`.
     fn cancel_sent(&self, key: u64, frame: &DaemonFrame, sent: Result<(), SendFailure>) -> bool {
+        let mut table = self.table();
         if let Err(e) = sent {
             tracing::debug!(session_id = %frame.session_id(), "tool_cancel not sent: {e}");
+            if let Some(call) = table.calls.get_mut(&key)
+                && call.cancel.as_ref().is_some_and(|c| c.frame_sent)
+            {
+                call.cancel = None;
+            }
             return false;
         }
-        let mut table = self.table();
         if !table.timers_stopped
             && let Some(call) = table.calls.get_mut(&key)
         {

@@ -9,7 +9,7 @@ mod daemon_support;
 
 use std::time::Duration;
 
-use appduct_protocol::control::EventKind;
+use appduct_protocol::control::{EventKind, SessionState};
 use calls_support::*;
 use serde_json::json;
 use tokio::time::Instant;
@@ -497,5 +497,44 @@ async fn a_write_the_app_never_makes_room_for_ends_at_the_deadline() {
     let stuck: Vec<_> = audit.iter().filter(|r| r["callId"] == "stuck").collect();
     assert_eq!(stuck.len(), 1);
     assert_eq!(stuck[0]["errorType"], "session_not_active");
+    f.stop().await;
+}
+
+/// 03 §9.10, 04 §6.2: a cancel whose `tool_cancel` could not be queued is not left recorded
+/// as requested, so a later `tools.cancel` answers from the facts (`false`: no usable socket)
+/// rather than "already under way". The window: the app broke the protocol while its queue
+/// was full, so the daemon's close waits for room (at most 1 s) with the socket already
+/// refusing frames and the session still active.
+#[tokio::test]
+async fn a_cancel_that_could_not_be_sent_is_not_kept_as_requested() {
+    let mut f = Fixture::new().await;
+    f.fill_device_queue().await;
+    f.device.app.send_binary(1).await.unwrap();
+    // Cancels queued before the daemon handled the binary frame wait for room (`true`); the
+    // first `false` is a cancel the closing socket refused.
+    let mut refused = None;
+    for k in 1..=64 {
+        let r = f
+            .wire
+            .request(300 + k, "tools.cancel", json!({"callId": format!("q{k}")}))
+            .await;
+        if r["result"] == json!({"cancelled": false}) {
+            refused = Some(k);
+            break;
+        }
+        assert_eq!(r["result"], json!({"cancelled": true}));
+    }
+    let k = refused.expect("the closing socket never refused a cancel");
+    let summary = f.daemon.sessions().summary(&f.device.session_id).unwrap();
+    assert_eq!(
+        summary.state,
+        SessionState::Active,
+        "still inside the window"
+    );
+    let again = f
+        .wire
+        .request(400, "tools.cancel", json!({"callId": format!("q{k}")}))
+        .await;
+    assert_eq!(again["result"], json!({"cancelled": false}));
     f.stop().await;
 }
