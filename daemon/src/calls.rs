@@ -7,7 +7,13 @@
 //! (the app's `tool_result` / `tool_error` / `tool_call_progress`) and by session (transitions).
 //! A call settles exactly once: whoever removes the entry from the table (an app answer, a
 //! timer, a transition, shutdown, or the pipeline itself) emits `tool_call_finished`, enqueues
-//! the audit record and writes the response (04 §3.2).
+//! the audit record and writes the response (04 §3.2). The one exception is a call whose
+//! `tool_call` is being written: only the writing task learns whether the frame went out, so
+//! the settler hands the removed call to it (see [`Writing`]).
+//!
+//! Nothing on a request path waits for room in a device queue indefinitely: the `tool_call`
+//! write stops on a cancel, on settling and at the effective deadline, and a `tool_cancel` is
+//! queued without waiting (03 §9.10).
 //!
 //! Locking: the table lock is never held while calling the [`SessionManager`] (the engine calls
 //! the [`CallRouter`] hooks under its own lock), so lock order is engine → table → bus /
@@ -443,8 +449,9 @@ impl CallsApi for Calls {
             // A call without a session is inside steps 2–3 on its request task, which runs
             // them without yielding; it settles itself (audited) as soon as it attaches the
             // session it resolved, or answers a selector error unaudited.
-            // A call whose frame is being written settles on its request task as soon as the
-            // write stops, which this wakes it for.
+            //
+            // A call whose frame is being written is handed to its request task, which this
+            // wakes, and settles there as soon as the write stops.
             let keys = table.keys_where(|c| c.target.is_some());
             keys.into_iter()
                 .filter_map(|k| table.take(k, Outcome::error(errors::daemon_shutdown())))
@@ -653,14 +660,14 @@ impl Inner {
                 Some(call) => {
                     let stop = if shutting_down {
                         Some(Outcome::error(errors::daemon_shutdown()))
-                    } else if let Some(cancel) = &call.cancel {
-                        Some(Outcome::error(errors::cancelled_by_daemon(
-                            &name,
-                            &alias,
-                            &cancel.reason,
-                        )))
                     } else {
-                        None
+                        call.cancel.as_ref().map(|cancel| {
+                            Outcome::error(errors::cancelled_by_daemon(
+                                &name,
+                                &alias,
+                                &cancel.reason,
+                            ))
+                        })
                     };
                     match stop {
                         None => {
@@ -723,7 +730,8 @@ impl Inner {
             }
             Written::Stopped => {}
         }
-        self.after_write(key, &writing, written).await;
+        let target = Target { session_id, alias };
+        self.after_write(key, &target, &writing, written).await;
 
         // 10–11. Wait for the settling input; the settler writes the response.
         finished.await
@@ -738,12 +746,12 @@ impl Inner {
             .is_none_or(|call| call.cancel.is_some())
     }
 
-    /// After the step-8 write ended. A call settled during
-    /// the write was handed over here (see [`Writing`]) and is finished, announced first if
-    /// its frame went out. Otherwise a written frame makes it pending (step 9), and an unsent
-    /// one settles it: cancelled, too large, or no usable socket.
-    async fn after_write(&self, key: u64, writing: &Writing, written: Written) {
-        if let Some(frame) = self.after_write_locked(key, writing, written) {
+    /// After the step-8 write of call `key` to `target` ended. A call settled during the write
+    /// was handed over here (see [`Writing`]) and is finished, announced first if its frame
+    /// went out. Otherwise a written frame makes it pending (step 9), and an unsent one
+    /// settles it: cancelled, too large, or no usable socket.
+    async fn after_write(&self, key: u64, target: &Target, writing: &Writing, written: Written) {
+        if let Some(frame) = self.after_write_locked(key, target, writing, written) {
             self.send_cancel(key, frame).await;
         }
     }
@@ -752,6 +760,7 @@ impl Inner {
     fn after_write_locked(
         &self,
         key: u64,
+        target: &Target,
         writing: &Writing,
         written: Written,
     ) -> Option<DaemonFrame> {
@@ -769,10 +778,6 @@ impl Inner {
         }
         let timers_stopped = table.timers_stopped;
         let call = table.calls.get_mut(&key)?;
-        let target = call.target.clone().unwrap_or(Target {
-            session_id: String::new(),
-            alias: String::new(),
-        });
         let error = match written {
             Written::Queued => {
                 // 9. The deadline, `tool_call_started`, and a cancel requested meanwhile.
@@ -786,7 +791,7 @@ impl Inner {
                 return match &mut call.cancel {
                     Some(cancel) if !cancel.frame_sent => {
                         cancel.frame_sent = true;
-                        Some(cancel_frame(&target, &call.wire_id, &cancel.reason))
+                        Some(cancel_frame(target, &call.wire_id, &cancel.reason))
                     }
                     _ => None,
                 };
