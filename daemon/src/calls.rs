@@ -7,7 +7,13 @@
 //! (the app's `tool_result` / `tool_error` / `tool_call_progress`) and by session (transitions).
 //! A call settles exactly once: whoever removes the entry from the table (an app answer, a
 //! timer, a transition, shutdown, or the pipeline itself) emits `tool_call_finished`, enqueues
-//! the audit record and writes the response (04 §3.2).
+//! the audit record and writes the response (04 §3.2). The one exception is a call whose
+//! `tool_call` is being written: only the writing task learns whether the frame went out, so
+//! the settler hands the removed call to it (see [`Writing`]).
+//!
+//! Nothing on a request path waits for room in a device queue indefinitely: the `tool_call`
+//! write stops on a cancel, on settling and at the effective deadline, and a `tool_cancel` is
+//! queued without waiting (03 §9.10).
 //!
 //! Locking: the table lock is never held while calling the [`SessionManager`] (the engine calls
 //! the [`CallRouter`] hooks under its own lock), so lock order is engine → table → bus /
@@ -38,7 +44,7 @@ use appduct_protocol::ids::CallId;
 use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
 use appduct_protocol::limits;
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
@@ -80,14 +86,50 @@ fn millis(d: Duration) -> u64 {
 // ---------------------------------------------------------------------------------------------
 
 /// Where a call is between reservation and settling.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Steps 2–7: callId reserved, no frame written yet.
     Preparing,
-    /// Step 8: the `tool_call` frame is being written.
-    Sending,
+    /// Step 8: the `tool_call` frame is being written by the request's task, which holds the
+    /// other (strong) reference.
+    Sending(Weak<Writing>),
     /// Steps 9–10: the frame was written; a pending call (04 §1).
     Sent,
+}
+
+/// How the step-8 write of a `tool_call` ended.
+enum Written {
+    /// The frame is in the device queue.
+    Queued,
+    /// A cancel was requested or the call settled; nothing was queued.
+    Stopped,
+    /// No usable socket, or the frame is too large; nothing was queued.
+    Failed(SendFailure),
+    /// The queue stayed full for the whole effective deadline; nothing was queued.
+    TimedOut,
+}
+
+/// What the task writing a call's `tool_call` (step 8) shares with the call's other inputs.
+///
+/// Whether the frame went out is known only to that task, once its write returns, so a call
+/// settled meanwhile (a transition, shutdown) is handed over to it rather than finished by the
+/// settler: the task emits `tool_call_started` first exactly when the frame was queued, then
+/// finishes the call (04 §3.2, 03 §11.1 ordering).
+#[derive(Default)]
+struct Writing {
+    /// Wakes the write when a cancel was requested or the call was settled meanwhile; the
+    /// write then stops without queueing the frame if it has not finished.
+    wake: Notify,
+    /// The call, removed from the table, and how it settled.
+    settled: Mutex<Option<(Call, Outcome)>>,
+}
+
+impl Writing {
+    fn take_settled(&self) -> Option<(Call, Outcome)> {
+        self.settled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
 }
 
 /// A cancel requested for a call (04 §6.2).
@@ -153,6 +195,27 @@ impl Table {
         Some(call)
     }
 
+    /// Step 1 of settling call `key` as `outcome`. Returns the call for the caller to finish,
+    /// unless its frame is being written: then it goes to the writing task (see [`Writing`]).
+    fn take(&mut self, key: u64, outcome: Outcome) -> Option<(Call, Outcome)> {
+        let call = self.remove(key)?;
+        let writing = match &call.phase {
+            Phase::Sending(writing) => writing.upgrade(),
+            Phase::Preparing | Phase::Sent => None,
+        };
+        match writing {
+            Some(writing) => {
+                *writing
+                    .settled
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some((call, outcome));
+                writing.wake.notify_one();
+                None
+            }
+            None => Some((call, outcome)),
+        }
+    }
+
     /// The call with wire id `wire_id` on `session_id`; frames from another session never match.
     fn by_wire(&self, session_id: &str, wire_id: &str) -> Option<u64> {
         let key = *self.by_wire_id.get(wire_id)?;
@@ -213,6 +276,28 @@ fn mint_wire_id() -> Result<String, ErrorObject> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Test seam
+// ---------------------------------------------------------------------------------------------
+
+/// Places in the `tools.call` pipeline where a [`PipelineProbe`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checkpoint {
+    /// Step 3 resolved the session; the call does not carry it yet.
+    Resolved,
+    /// Step 6: policy let the call through.
+    PolicyPassed,
+    /// Step 8: the `tool_call` frame is in the device queue; the call is not marked sent yet.
+    FrameQueued,
+}
+
+/// A test seam: runs synchronously on the request's task at each [`Checkpoint`], with no lock
+/// held, so a test can land a transition, a shutdown or a cancel exactly between two steps
+/// that otherwise run back to back.
+pub trait PipelineProbe: Send + Sync {
+    fn reached(&self, call_id: &str, at: Checkpoint);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The module
 // ---------------------------------------------------------------------------------------------
 
@@ -224,6 +309,7 @@ struct Inner {
     audit: AuditWriter,
     consent: ConsentStore,
     table: Mutex<Table>,
+    probe: Option<Arc<dyn PipelineProbe>>,
     this: Weak<Inner>,
 }
 
@@ -276,6 +362,15 @@ impl CallRouter for Router {
 impl Calls {
     /// Builds the module from the daemon's parts and installs its router on the engine.
     pub fn start(ctx: &CallsContext) -> Self {
+        Self::build(ctx, None)
+    }
+
+    /// [`start`](Self::start) with a [`PipelineProbe`] (tests).
+    pub fn start_with_probe(ctx: &CallsContext, probe: Arc<dyn PipelineProbe>) -> Self {
+        Self::build(ctx, Some(probe))
+    }
+
+    fn build(ctx: &CallsContext, probe: Option<Arc<dyn PipelineProbe>>) -> Self {
         let inner = Arc::new_cyclic(|this| Inner {
             sessions: ctx.sessions.clone(),
             bus: ctx.bus.clone(),
@@ -284,6 +379,7 @@ impl Calls {
             audit: ctx.audit.clone(),
             consent: ConsentStore::new(),
             table: Mutex::new(Table::default()),
+            probe,
             this: this.clone(),
         });
         ctx.sessions
@@ -347,15 +443,22 @@ impl CallsApi for Calls {
     }
 
     fn reject_pending_for_shutdown(&self) {
-        let calls: Vec<Call> = {
+        let calls: Vec<(Call, Outcome)> = {
             let mut table = lock(&self.inner.table);
             table.shutting_down = true;
-            let keys = table.keys_where(|_| true);
-            keys.into_iter().filter_map(|k| table.remove(k)).collect()
+            // A call without a session is inside steps 2–3 on its request task, which runs
+            // them without yielding; it settles itself (audited) as soon as it attaches the
+            // session it resolved, or answers a selector error unaudited.
+            //
+            // A call whose frame is being written is handed to its request task, which this
+            // wakes, and settles there as soon as the write stops.
+            let keys = table.keys_where(|c| c.target.is_some());
+            keys.into_iter()
+                .filter_map(|k| table.take(k, Outcome::error(errors::daemon_shutdown())))
+                .collect()
         };
-        for call in calls {
-            self.inner
-                .finish(call, Outcome::error(errors::daemon_shutdown()));
+        for (call, outcome) in calls {
+            self.inner.finish(call, outcome);
         }
     }
 }
@@ -363,6 +466,12 @@ impl CallsApi for Calls {
 impl Inner {
     fn table(&self) -> MutexGuard<'_, Table> {
         lock(&self.table)
+    }
+
+    fn checkpoint(&self, call_id: &str, at: Checkpoint) {
+        if let Some(probe) = &self.probe {
+            probe.reached(call_id, at);
+        }
     }
 
     // -- tools.list ---------------------------------------------------------------------------
@@ -467,19 +576,30 @@ impl Inner {
                 return Reply::Err(e.with_call_id(call_id));
             }
         };
+        self.checkpoint(&call_id, Checkpoint::Resolved);
         let (session_id, alias) = (session.session_id.clone(), session.alias.clone());
-        let attached = match self.table().calls.get_mut(&key) {
-            Some(call) => {
-                call.target = Some(Target {
-                    session_id: session_id.clone(),
-                    alias: alias.clone(),
-                });
-                true
+        // Shutdown step 2 leaves a call without a session to this task (see
+        // `reject_pending_for_shutdown`), so a call that passed step 3 is always audited.
+        let shut_down = {
+            let mut table = self.table();
+            let shutting_down = table.shutting_down;
+            match table.calls.get_mut(&key) {
+                Some(call) => {
+                    call.target = Some(Target {
+                        session_id: session_id.clone(),
+                        alias: alias.clone(),
+                    });
+                    if shutting_down {
+                        table.remove(key)
+                    } else {
+                        None
+                    }
+                }
+                None => None,
             }
-            // Settled meanwhile (shutdown).
-            None => false,
         };
-        if !attached {
+        if let Some(call) = shut_down {
+            self.finish(call, Outcome::error(errors::daemon_shutdown()));
             return finished.await;
         }
 
@@ -520,69 +640,182 @@ impl Inner {
                 return finished.await;
             }
         };
-
-        // 7. The deadline.
+        // 7. The deadline. Both are on the call from here, so whoever settles it next (a
+        //    transition, shutdown) audits the consent and reports the deadline.
         let deadline_ms = effective_deadline_ms(tool.timeout_ms, timeout_ms);
+        if let Some(call) = self.table().calls.get_mut(&key) {
+            call.consent = permit.consent;
+            call.deadline_ms = deadline_ms;
+        }
+        self.checkpoint(&call_id, Checkpoint::PolicyPassed);
 
         // 8. Register as sending (unless settled, cancelled or shutting down meanwhile), then
         //    write.
-        let stopped = {
+        let registered = {
             let mut table = self.table();
             let shutting_down = table.shutting_down;
             match table.calls.get_mut(&key) {
                 // Settled meanwhile (a transition or shutdown): nothing is sent.
-                None => Some(None),
+                None => Err(None),
                 Some(call) => {
-                    call.deadline_ms = deadline_ms;
-                    call.consent = permit.consent;
                     let stop = if shutting_down {
                         Some(Outcome::error(errors::daemon_shutdown()))
-                    } else if let Some(cancel) = &call.cancel {
-                        Some(Outcome::error(errors::cancelled_by_daemon(
-                            &name,
-                            &alias,
-                            &cancel.reason,
-                        )))
                     } else {
-                        call.phase = Phase::Sending;
-                        None
+                        call.cancel.as_ref().map(|cancel| {
+                            Outcome::error(errors::cancelled_by_daemon(
+                                &name,
+                                &alias,
+                                &cancel.reason,
+                            ))
+                        })
                     };
-                    stop.map(|outcome| table.remove(key).map(|call| (call, outcome)))
+                    match stop {
+                        None => {
+                            let writing = Arc::new(Writing::default());
+                            call.phase = Phase::Sending(Arc::downgrade(&writing));
+                            Ok(writing)
+                        }
+                        Some(outcome) => Err(table.remove(key).map(|call| (call, outcome))),
+                    }
                 }
             }
         };
-        if let Some(settled) = stopped {
-            if let Some((call, outcome)) = settled {
-                self.finish(call, outcome);
+        let writing = match registered {
+            Ok(writing) => writing,
+            Err(settled) => {
+                if let Some((call, outcome)) = settled {
+                    self.finish(call, outcome);
+                }
+                return finished.await;
             }
-            return finished.await;
-        }
+        };
         let frame = DaemonFrame::ToolCall(ToolCall {
             session_id: session_id.clone(),
             id: wire_id,
             name,
             args,
         });
-        match self.sessions.send_to_session(&session_id, &frame).await {
-            Ok(()) => self.frame_written(key).await,
-            Err(SendFailure::TooLarge(too_large)) => {
-                self.settle(key, |_| {
-                    Some(Outcome::error(errors::frame_too_large(too_large.bytes)))
-                });
+        // A full device queue makes the write wait; a cancel, the issuing connection closing
+        // or the call settling meanwhile stops it. `mpsc` sends are cancel-safe: a write
+        // dropped before it finished queued nothing, so no frame reaches the app (04 §6.2).
+        // An app that reads nothing for the whole effective deadline gets no frame either:
+        // the caller hears `session_not_active` well before its watchdog (04 §4.3).
+        let written = {
+            let write = self.sessions.send_to_session(&session_id, &frame);
+            let give_up = tokio::time::sleep(Duration::from_millis(deadline_ms));
+            tokio::pin!(write, give_up);
+            loop {
+                tokio::select! {
+                    biased;
+                    () = writing.wake.notified() => {
+                        if self.write_must_stop(key) {
+                            break Written::Stopped;
+                        }
+                    }
+                    written = &mut write => break match written {
+                        Ok(()) => Written::Queued,
+                        Err(failure) => Written::Failed(failure),
+                    },
+                    () = &mut give_up => break Written::TimedOut,
+                }
             }
-            Err(failure) => {
+        };
+        match &written {
+            Written::Queued => self.checkpoint(&call_id, Checkpoint::FrameQueued),
+            Written::Failed(failure) => {
                 tracing::debug!(%call_id, %session_id, "tool_call not sent: {failure}");
-                self.settle(key, |_| {
-                    Some(Outcome::error(errors::session_not_active(
-                        &session_id,
-                        &alias,
-                    )))
-                });
             }
+            Written::TimedOut => {
+                tracing::debug!(%call_id, %session_id, "tool_call not sent: the app read nothing within {deadline_ms} ms");
+            }
+            Written::Stopped => {}
         }
+        let target = Target { session_id, alias };
+        self.after_write(key, &target, &writing, written).await;
 
         // 10–11. Wait for the settling input; the settler writes the response.
         finished.await
+    }
+
+    /// Whether the step-8 write of call `key` must stop: the call settled or a cancel was
+    /// requested.
+    fn write_must_stop(&self, key: u64) -> bool {
+        self.table()
+            .calls
+            .get(&key)
+            .is_none_or(|call| call.cancel.is_some())
+    }
+
+    /// After the step-8 write of call `key` to `target` ended. A call settled during the write
+    /// was handed over here (see [`Writing`]) and is finished, announced first if its frame
+    /// went out. Otherwise a written frame makes it pending (step 9), and an unsent one
+    /// settles it: cancelled, too large, or no usable socket.
+    async fn after_write(&self, key: u64, target: &Target, writing: &Writing, written: Written) {
+        if let Some(frame) = self.after_write_locked(key, target, writing, written) {
+            self.send_cancel(key, frame).await;
+        }
+    }
+
+    /// [`after_write`](Self::after_write) up to the cancel a written call still has to get.
+    fn after_write_locked(
+        &self,
+        key: u64,
+        target: &Target,
+        writing: &Writing,
+        written: Written,
+    ) -> Option<DaemonFrame> {
+        let queued = matches!(written, Written::Queued);
+        let mut table = self.table();
+        // Calls are handed over under the table lock; once this finds none, the phase changes
+        // below (still under it), so none can be any more.
+        if let Some((mut call, outcome)) = writing.take_settled() {
+            drop(table);
+            if queued {
+                self.announce_start(&mut call);
+            }
+            self.finish(call, outcome);
+            return None;
+        }
+        let timers_stopped = table.timers_stopped;
+        let call = table.calls.get_mut(&key)?;
+        let error = match written {
+            Written::Queued => {
+                // 9. The deadline, `tool_call_started`, and a cancel requested meanwhile.
+                call.phase = Phase::Sent;
+                if !timers_stopped {
+                    let after = Duration::from_millis(call.deadline_ms);
+                    call.timers
+                        .push(self.spawn_timer(key, after, TimerKind::Deadline));
+                }
+                self.announce_start(call);
+                return match &mut call.cancel {
+                    Some(cancel) if !cancel.frame_sent => {
+                        cancel.frame_sent = true;
+                        Some(cancel_frame(target, &call.wire_id, &cancel.reason))
+                    }
+                    _ => None,
+                };
+            }
+            Written::Stopped => {
+                let reason = call
+                    .cancel
+                    .as_ref()
+                    .map_or(control::DEFAULT_CANCEL_REASON, |c| c.reason.as_str());
+                errors::cancelled_by_daemon(&call.name, &target.alias, reason)
+            }
+            Written::Failed(SendFailure::TooLarge(too_large)) => {
+                errors::frame_too_large(too_large.bytes)
+            }
+            Written::Failed(_) | Written::TimedOut => {
+                errors::session_not_active(&target.session_id, &target.alias)
+            }
+        };
+        let call = table.remove(key);
+        drop(table);
+        if let Some(call) = call {
+            self.finish(call, Outcome::error(error));
+        }
+        None
     }
 
     /// Step 2: reserves the caller's callId (or mints one) and a fresh wire id, and registers
@@ -654,35 +887,6 @@ impl Inner {
             wire_id,
             done: rx,
         })
-    }
-
-    /// Step 9: the frame is written. Starts the deadline, emits `tool_call_started`, and sends
-    /// a cancel that was requested while the frame was on its way.
-    async fn frame_written(&self, key: u64) {
-        let pending_cancel = {
-            let mut table = self.table();
-            let timers_stopped = table.timers_stopped;
-            let Some(call) = table.calls.get_mut(&key) else {
-                return;
-            };
-            call.phase = Phase::Sent;
-            if !timers_stopped {
-                let after = Duration::from_millis(call.deadline_ms);
-                call.timers
-                    .push(self.spawn_timer(key, after, TimerKind::Deadline));
-            }
-            self.announce_start(call);
-            match (&mut call.cancel, &call.target) {
-                (Some(cancel), Some(target)) if !cancel.frame_sent => {
-                    cancel.frame_sent = true;
-                    Some(cancel_frame(target, &call.wire_id, &cancel.reason))
-                }
-                _ => None,
-            }
-        };
-        if let Some(frame) = pending_cancel {
-            self.send_cancel(key, &frame).await;
-        }
     }
 
     /// `tool_call_started`: the bus event and, with `progress: true`, the per-call notification.
@@ -779,7 +983,7 @@ impl Inner {
                 None => None,
             };
             match outcome {
-                Some(outcome) => table.remove(key).map(|call| (call, outcome)),
+                Some(outcome) => table.take(key, outcome),
                 None => None,
             }
         };
@@ -930,19 +1134,23 @@ impl Inner {
 
     /// 04 §8.1: every call resolved to the session fails; no `tool_cancel` is sent.
     fn on_session_ended(&self, session_id: &str, why: CallsEnded) {
-        let calls: Vec<Call> = {
+        let calls: Vec<(Call, Outcome)> = {
             let mut table = self.table();
             let keys = table.keys_where(|c| {
                 c.target
                     .as_ref()
                     .is_some_and(|t| t.session_id == session_id)
             });
-            keys.into_iter().filter_map(|k| table.remove(k)).collect()
+            keys.into_iter()
+                .filter_map(|k| {
+                    let alias = table.calls.get(&k)?.target.as_ref()?.alias.clone();
+                    let error = errors::session_ended(why, session_id, &alias);
+                    table.take(k, Outcome::error(error))
+                })
+                .collect()
         };
-        for call in calls {
-            let alias = call.target.as_ref().map_or("", |t| t.alias.as_str());
-            let error = errors::session_ended(why, session_id, alias);
-            self.finish(call, Outcome::error(error));
+        for (call, outcome) in calls {
+            self.finish(call, outcome);
         }
     }
 
@@ -991,13 +1199,18 @@ impl Inner {
             if call.cancel.is_some() {
                 return true;
             }
-            match (&call.target, call.phase) {
+            match (&call.target, &call.phase) {
                 (Some(target), Phase::Sent) => target.session_id.clone(),
-                _ => {
+                (_, phase) => {
                     call.cancel = Some(CancelRequest {
                         reason: reason.to_owned(),
                         frame_sent: false,
                     });
+                    if let Phase::Sending(writing) = phase
+                        && let Some(writing) = writing.upgrade()
+                    {
+                        writing.wake.notify_one();
+                    }
                     return true;
                 }
             }
@@ -1029,21 +1242,56 @@ impl Inner {
             }
         };
         // 5–6.
-        self.send_cancel(key, &frame).await
+        self.send_cancel(key, frame).await
     }
 
-    /// Writes a call's one `tool_cancel` and starts its cancel grace. `false` when the session
-    /// had no socket for it (the transition then settles the call).
-    async fn send_cancel(&self, key: u64, frame: &DaemonFrame) -> bool {
-        if let Err(e) = self
-            .sessions
-            .send_to_session(frame.session_id(), frame)
-            .await
-        {
+    /// Queues a call's one `tool_cancel` without waiting for room in the device queue
+    /// (03 §9.10: `tools.cancel` returns immediately): tried once here, and when the queue is
+    /// full the send goes on on its own task. The cancel grace starts once the frame is
+    /// queued. `false` when it could not be queued at once for lack of a usable socket (the
+    /// transition then settles the call).
+    async fn send_cancel(&self, key: u64, frame: DaemonFrame) -> bool {
+        let sessions = self.sessions.clone();
+        let mut send = Box::pin(async move {
+            let sent = sessions.send_to_session(frame.session_id(), &frame).await;
+            (frame, sent)
+        });
+        // `mpsc` sends are cancel-safe, so polling once and moving on loses nothing.
+        let at_once = tokio::select! {
+            biased;
+            done = &mut send => Some(done),
+            () = std::future::ready(()) => None,
+        };
+        match at_once {
+            Some((frame, sent)) => self.cancel_sent(key, &frame, sent),
+            None => {
+                let weak = self.this.clone();
+                tokio::spawn(async move {
+                    let (frame, sent) = send.await;
+                    if let Some(inner) = weak.upgrade() {
+                        inner.cancel_sent(key, &frame, sent);
+                    }
+                });
+                true
+            }
+        }
+    }
+
+    /// The `tool_cancel` of call `key` was queued (its cancel grace starts) or not. A cancel
+    /// that was not sent is forgotten, so the call is not reported as being cancelled: a later
+    /// `tools.cancel` tries again (and answers `false` without a socket), and the deadline
+    /// settles it as `tool_timeout`.
+    fn cancel_sent(&self, key: u64, frame: &DaemonFrame, sent: Result<(), SendFailure>) -> bool {
+        let mut table = self.table();
+        if let Err(e) = sent {
             tracing::debug!(session_id = %frame.session_id(), "tool_cancel not sent: {e}");
+            if let Some(call) = table.calls.get_mut(&key)
+                && call.cancel.as_ref().is_some_and(|c| c.frame_sent)
+            {
+                call.cancel = None;
+            }
             return false;
         }
-        let mut table = self.table();
         if !table.timers_stopped
             && let Some(call) = table.calls.get_mut(&key)
         {

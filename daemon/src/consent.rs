@@ -4,6 +4,11 @@
 //! memory only, are single use, expire `ttlMs` after creation (tokio time, so paused-clock tests
 //! drive it), and at most 256 are open (the oldest is evicted). Handles are secrets: the store
 //! keeps only their SHA-256, and neither records nor handles are ever logged.
+//!
+//! Lookup (03 §9.14): the map is keyed by the first 16 bytes of the handle's SHA-256 and each
+//! entry keeps the whole 32-byte digest, which `take` compares in constant time. The map's
+//! variable-time hashing and `==` only ever see a prefix of a digest of the caller's own input,
+//! which says nothing about any stored handle; the full digest decides, without an early exit.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
@@ -26,8 +31,11 @@ pub const HANDLE_PREFIX: &str = "cr_";
 
 type HandleDigest = [u8; 32];
 
+/// The first half of a [`HandleDigest`]: what the map is keyed by.
+type LookupKey = [u8; 16];
+
 struct Entry {
-    /// Kept to compare in constant time after the map lookup.
+    /// The full digest, compared in constant time after the lookup by its first half.
     digest: HandleDigest,
     record: ConsentRecord,
     expires: Instant,
@@ -35,25 +43,25 @@ struct Entry {
 
 #[derive(Default)]
 struct Records {
-    by_digest: HashMap<HandleDigest, Entry>,
-    /// Digests in creation order, oldest first, for eviction.
-    order: VecDeque<HandleDigest>,
+    by_key: HashMap<LookupKey, Entry>,
+    /// Keys in creation order, oldest first, for eviction.
+    order: VecDeque<LookupKey>,
 }
 
 impl Records {
-    fn remove(&mut self, digest: &HandleDigest) -> Option<Entry> {
-        let entry = self.by_digest.remove(digest)?;
-        self.order.retain(|d| d != digest);
+    fn remove(&mut self, key: &LookupKey) -> Option<Entry> {
+        let entry = self.by_key.remove(key)?;
+        self.order.retain(|k| k != key);
         Some(entry)
     }
 
     /// Drops expired records, so they never count against the cap.
     fn purge_expired(&mut self, now: Instant) {
-        let by_digest = &mut self.by_digest;
-        self.order.retain(|digest| match by_digest.get(digest) {
+        let by_key = &mut self.by_key;
+        self.order.retain(|key| match by_key.get(key) {
             Some(entry) if entry.expires > now => true,
             _ => {
-                by_digest.remove(digest);
+                by_key.remove(key);
                 false
             }
         });
@@ -139,20 +147,21 @@ impl ConsentStore {
         while records.order.len() >= self.capacity {
             match records.order.pop_front() {
                 Some(oldest) => {
-                    records.by_digest.remove(&oldest);
+                    records.by_key.remove(&oldest);
                 }
                 None => break,
             }
         }
-        records.by_digest.insert(
-            digest,
+        let key = lookup_key(&digest);
+        records.by_key.insert(
+            key,
             Entry {
                 digest,
                 record: params.record(),
                 expires: now + Duration::from_millis(ttl_ms),
             },
         );
-        records.order.push_back(digest);
+        records.order.push_back(key);
         drop(records);
 
         Ok(ConsentCreateResult {
@@ -165,18 +174,19 @@ impl ConsentStore {
     /// expired or already taken → `-32000` `invalid_request` with `details.reason: "expired"`.
     pub fn take(&self, handle: &str) -> Result<ConsentRecord, ErrorObject> {
         let digest = digest_of(handle);
+        let key = lookup_key(&digest);
         let now = Instant::now();
         let mut records = self.lock();
-        // Looked up by the handle's hash, then compared in constant time: the time taken says
-        // nothing about other handles (03 §9.14).
+        // Found by half of the handle's hash, accepted only if the whole hash matches in
+        // constant time (see the module docs). A mismatch leaves the other record in place.
         let matches = records
-            .by_digest
-            .get(&digest)
+            .by_key
+            .get(&key)
             .is_some_and(|entry| bool::from(entry.digest.ct_eq(&digest)));
         if !matches {
             return Err(expired());
         }
-        match records.remove(&digest) {
+        match records.remove(&key) {
             Some(entry) if entry.expires > now => Ok(entry.record),
             _ => Err(expired()),
         }
@@ -195,9 +205,77 @@ fn digest_of(handle: &str) -> HandleDigest {
     Sha256::digest(handle.as_bytes()).into()
 }
 
+fn lookup_key(digest: &HandleDigest) -> LookupKey {
+    let mut key = [0; 16];
+    key.copy_from_slice(&digest[..16]);
+    key
+}
+
 /// `cr_` + base64url (no padding) of 32 CSPRNG bytes.
 fn new_handle() -> Result<String, ErrorObject> {
     let bytes = crate::random::random_bytes::<TOKEN_BYTES>()
         .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
     Ok(format!("{HANDLE_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params() -> ConsentCreateParams {
+        ConsentCreateParams {
+            session_id: "q3VfZ0xkR2ptTnB4".into(),
+            name: "reset_counter".into(),
+            args_sha256: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a".into(),
+            selector: None,
+            timeout_ms: None,
+            ttl_ms: None,
+        }
+    }
+
+    /// The lookup key only finds a candidate; the full digest decides. A handle whose digest
+    /// shares the stored entry's first half but not the rest is refused, and the record stays.
+    #[tokio::test]
+    async fn a_lookup_key_match_is_not_enough() {
+        let store = ConsentStore::new();
+        let created = store
+            .create(&params(), 0, |_| true)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let real = digest_of(&created.handle);
+        let probe = "cr_someone-elses-guess";
+        let probe_digest = digest_of(probe);
+        {
+            // Move the record under the probe's lookup key, keeping its own full digest, as if
+            // the two digests shared their first half.
+            let mut records = store.lock();
+            let entry = records
+                .remove(&lookup_key(&real))
+                .unwrap_or_else(|| panic!("the record is stored under its lookup key"));
+            assert_ne!(entry.digest, probe_digest);
+            records.by_key.insert(lookup_key(&probe_digest), entry);
+            records.order.push_back(lookup_key(&probe_digest));
+        }
+        let refused = store.take(probe);
+        assert!(refused.is_err());
+        assert_eq!(store.len(), 1, "a failed take must not consume the record");
+
+        // The entry's own digest is what matches: put it back and the real handle works.
+        {
+            let mut records = store.lock();
+            let entry = records
+                .remove(&lookup_key(&probe_digest))
+                .unwrap_or_else(|| panic!("still stored"));
+            records.by_key.insert(lookup_key(&real), entry);
+            records.order.push_back(lookup_key(&real));
+        }
+        assert!(store.take(&created.handle).is_ok());
+        assert!(store.is_empty());
+    }
+
+    #[test]
+    fn the_lookup_key_is_the_first_half_of_the_digest() {
+        let digest = digest_of("cr_x");
+        assert_eq!(lookup_key(&digest)[..], digest[..16]);
+        assert_ne!(lookup_key(&digest_of("cr_y")), lookup_key(&digest));
+    }
 }

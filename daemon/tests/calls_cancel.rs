@@ -9,7 +9,7 @@ mod daemon_support;
 
 use std::time::Duration;
 
-use appduct_protocol::control::EventKind;
+use appduct_protocol::control::{EventKind, SessionState};
 use calls_support::*;
 use serde_json::json;
 use tokio::time::Instant;
@@ -350,63 +350,191 @@ async fn closing_the_issuing_connection_cancels_with_connection_closed() {
 
 /// A cancel recorded before the `tool_call` frame is written (04 §6.2): the device queue holds
 /// 64 frames and the app reads none, so the 65th call waits for room. The cancel answers
-/// `true` at once and the call still gets at most one `tool_cancel`, right after its frame.
+/// `true` at once, the write stops, the call settles `tool_cancelled` by the daemon, and no
+/// frame of it ever reaches the app.
 #[tokio::test]
-async fn a_cancel_before_the_frame_is_written_follows_the_frame() {
+async fn a_cancel_before_the_frame_is_written_stops_the_write() {
     let mut f = Fixture::new().await;
-    for id in 1..=64 {
-        f.wire.send(id, "tools.call", json!({"name": "echo"})).await;
-    }
-    for _ in 0..64 {
-        next_of(&mut f.events, EventKind::ToolCallStarted).await;
-    }
-    f.wire
-        .send(
-            100,
-            "tools.call",
-            json!({"name": "slow_task", "callId": "blocked"}),
-        )
+    f.fill_device_queue().await;
+    f.blocked_call(None, 100, json!({"name": "slow_task", "callId": "blocked"}))
         .await;
-    // On this single-threaded runtime the pipeline runs from reservation to the blocked write
-    // without yielding, so once the call counts as pending its frame is waiting for room.
-    let mut id = 200;
-    loop {
-        id += 1;
-        let hello = f.wire.request(id, "daemon.hello", json!({})).await;
-        if hello["result"]["pendingCalls"] == 65 {
-            break;
-        }
-    }
     let r = f
         .wire
         .request(300, "tools.cancel", json!({"callId": "blocked"}))
         .await;
     assert_eq!(r["result"], json!({"cancelled": true}));
+    // Settled while the app still reads nothing.
+    let response = f.wire.response(100).await;
+    assert_eq!(
+        response["error"],
+        json!({"code": -32000,
+               "message": "Call to \"slow_task\" on pixel-8 was cancelled (client_cancelled)",
+               "data": {"type": "tool_cancelled", "callId": "blocked",
+                        "details": {"reason": "client_cancelled", "settledBy": "daemon"}}})
+    );
+    let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
+    assert_eq!(data(&finished)["callId"], "blocked");
+    assert_eq!(data(&finished)["outcome"], "cancelled");
+    // Its frame never went out: the queue holds the 64 echoes and nothing after them.
+    f.drain_device_queue().await;
+    for id in 1..=64 {
+        assert!(f.wire.response(id).await["result"].is_object());
+    }
+    f.device.assert_no_frame();
+    let started: Vec<_> = drain(&mut f.events)
+        .iter()
+        .filter(|e| e.kind() == EventKind::ToolCallStarted)
+        .map(|e| data(e)["callId"].clone())
+        .collect();
+    assert!(!started.contains(&json!("blocked")), "{started:?}");
+    let audit = audit_lines(&f.daemon).await;
+    let blocked: Vec<_> = audit.iter().filter(|r| r["callId"] == "blocked").collect();
+    assert_eq!(blocked.len(), 1);
+    assert_eq!(blocked[0]["outcome"], "cancelled");
+    f.stop().await;
+}
+
+/// The same when the issuing connection closes during the blocked write (04 §6.1): the call
+/// settles `tool_cancelled` (reason `connection_closed`), audited, and its frame is never sent.
+#[tokio::test]
+async fn closing_the_issuer_during_a_blocked_write_sends_no_frame() {
+    let mut f = Fixture::new().await;
+    f.fill_device_queue().await;
+    let mut issuer = Wire::new(&f.daemon);
+    f.blocked_call(
+        Some(&mut issuer),
+        1,
+        json!({"name": "slow_task", "callId": "closer"}),
+    )
+    .await;
+    issuer.close();
+    let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
+    assert_eq!(data(&finished)["callId"], "closer");
+    assert_eq!(data(&finished)["outcome"], "cancelled");
+    f.drain_device_queue().await;
+    for id in 1..=64 {
+        assert!(f.wire.response(id).await["result"].is_object());
+    }
+    f.device.assert_no_frame();
+    let audit = audit_lines(&f.daemon).await;
+    let closer: Vec<_> = audit.iter().filter(|r| r["callId"] == "closer").collect();
+    assert_eq!(closer.len(), 1);
+    assert_eq!(closer[0]["errorType"], "tool_cancelled");
+    f.stop().await;
+}
+
+/// 03 §9.10: `tools.cancel` returns immediately even when the app's queue is full; its
+/// `tool_cancel` follows the queued frames, and the cancel grace runs from when it was queued.
+#[tokio::test(start_paused = true)]
+async fn tools_cancel_answers_at_once_while_the_device_queue_is_full() {
+    let mut f = Fixture::new().await;
+    f.fill_device_queue().await;
+    let asked = Instant::now();
+    let r = f
+        .wire
+        .request(100, "tools.cancel", json!({"callId": "q1"}))
+        .await;
+    assert_eq!(r["result"], json!({"cancelled": true}));
+    assert_eq!(asked.elapsed(), Duration::ZERO);
     let mut wires = Vec::new();
     for _ in 0..64 {
         wires.push(f.device.tool_call().await.0);
     }
-    for wire in &wires {
+    let (cancelled, reason) = f.device.tool_cancel().await;
+    assert_eq!(reason, "client_cancelled");
+    assert!(wires.contains(&cancelled));
+    for wire in wires.iter().filter(|w| **w != cancelled) {
         f.device.result(wire, json!(null)).await;
     }
+    let response = f.wire.response(1).await;
+    assert_eq!(response["error"]["data"]["type"], "tool_cancelled");
+    assert_eq!(response["error"]["data"]["details"]["settledBy"], "daemon");
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2000) && waited < Duration::from_millis(2100),
+        "{waited:?}"
+    );
+    for id in 2..=64 {
+        assert!(f.wire.response(id).await["result"].is_object());
+    }
+    f.device.assert_no_frame();
+    f.stop().await;
+}
+
+/// 04 §3 step 8, §4.3: a `tool_call` the app never makes room for is given up at the
+/// effective deadline: `session_not_active` with `{sessionId, alias}`, audited, no
+/// `tool_call_started`, and the frame is never sent.
+#[tokio::test(start_paused = true)]
+async fn a_write_the_app_never_makes_room_for_ends_at_the_deadline() {
+    let mut f = Fixture::new().await;
+    f.fill_device_queue().await;
+    let sent = Instant::now();
+    f.blocked_call(
+        None,
+        100,
+        json!({"name": "slow_task", "callId": "stuck", "timeoutMs": 1000}),
+    )
+    .await;
+    let response = f.wire.response(100).await;
+    assert_eq!(sent.elapsed(), Duration::from_millis(1000));
+    assert_eq!(
+        response["error"]["data"],
+        json!({"type": "session_not_active", "callId": "stuck",
+               "details": {"sessionId": f.device.session_id, "alias": "pixel-8"}})
+    );
+    let stuck: Vec<EventKind> = drain(&mut f.events)
+        .iter()
+        .filter(|e| data(e)["callId"] == "stuck")
+        .map(|e| e.kind())
+        .collect();
+    assert_eq!(stuck, [EventKind::ToolCallFinished]);
+    f.drain_device_queue().await;
     for id in 1..=64 {
         assert!(f.wire.response(id).await["result"].is_object());
     }
-    let (wire, frame) = f.device.tool_call().await;
-    assert_eq!(frame["name"], "slow_task");
-    assert_eq!(
-        f.device.tool_cancel().await,
-        (wire.clone(), "client_cancelled".to_owned())
-    );
-    f.device
-        .error(
-            &wire,
-            json!({"type": "tool_cancelled", "message": "stopped"}),
-        )
-        .await;
-    let response = f.wire.response(100).await;
-    assert_eq!(response["error"]["data"]["type"], "tool_cancelled");
-    assert_eq!(response["error"]["data"]["callId"], "blocked");
     f.device.assert_no_frame();
+    let audit = audit_lines(&f.daemon).await;
+    let stuck: Vec<_> = audit.iter().filter(|r| r["callId"] == "stuck").collect();
+    assert_eq!(stuck.len(), 1);
+    assert_eq!(stuck[0]["errorType"], "session_not_active");
+    f.stop().await;
+}
+
+/// 03 §9.10, 04 §6.2: a cancel whose `tool_cancel` could not be queued is not left recorded
+/// as requested, so a later `tools.cancel` answers from the facts (`false`: no usable socket)
+/// rather than "already under way". The window: the app broke the protocol while its queue
+/// was full, so the daemon's close waits for room (at most 1 s) with the socket already
+/// refusing frames and the session still active.
+#[tokio::test]
+async fn a_cancel_that_could_not_be_sent_is_not_kept_as_requested() {
+    let mut f = Fixture::new().await;
+    f.fill_device_queue().await;
+    f.device.app.send_binary(1).await.unwrap();
+    // Cancels queued before the daemon handled the binary frame wait for room (`true`); the
+    // first `false` is a cancel the closing socket refused.
+    let mut refused = None;
+    for k in 1..=64 {
+        let r = f
+            .wire
+            .request(300 + k, "tools.cancel", json!({"callId": format!("q{k}")}))
+            .await;
+        if r["result"] == json!({"cancelled": false}) {
+            refused = Some(k);
+            break;
+        }
+        assert_eq!(r["result"], json!({"cancelled": true}));
+    }
+    let k = refused.expect("the closing socket never refused a cancel");
+    let summary = f.daemon.sessions().summary(&f.device.session_id).unwrap();
+    assert_eq!(
+        summary.state,
+        SessionState::Active,
+        "still inside the window"
+    );
+    let again = f
+        .wire
+        .request(400, "tools.cancel", json!({"callId": format!("q{k}")}))
+        .await;
+    assert_eq!(again["result"], json!({"cancelled": false}));
     f.stop().await;
 }

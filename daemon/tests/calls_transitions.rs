@@ -312,3 +312,36 @@ async fn calls_only_ever_reach_the_resolved_session() {
         }
     }
 }
+
+/// 04 §8.1, 03 §11.1: a revoke while the call's `tool_call` write waits for room in the
+/// device queue settles it `unknown_session` and stops the write: no `tool_call_started`,
+/// and its frame never reaches the app.
+#[tokio::test]
+async fn a_revoke_during_a_blocked_write_sends_no_frame() {
+    let mut f = Fixture::new().await;
+    f.fill_device_queue().await;
+    f.blocked_call(None, 100, json!({"name": "slow_task", "callId": "blocked"}))
+        .await;
+    let mut admin = Wire::new(&f.daemon);
+    let revoked = admin
+        .request(1, "sessions.revoke", json!({"selector": "pixel-8"}))
+        .await;
+    assert_eq!(revoked["result"]["revoked"], "session");
+    let response = f.wire.response(100).await;
+    assert_eq!(response["error"]["data"]["type"], "unknown_session");
+    let blocked: Vec<EventKind> = drain(&mut f.events)
+        .iter()
+        .filter(|e| data(e)["callId"] == "blocked")
+        .map(|e| e.kind())
+        .collect();
+    assert_eq!(blocked, [EventKind::ToolCallFinished]);
+    // The app reads the 64 queued echoes, then the revoke's close: nothing else.
+    for _ in 0..64 {
+        let (_, frame) = f.device.tool_call().await;
+        assert_eq!(frame["name"], "echo");
+    }
+    assert_eq!(f.device.close_frame().await, (1000, "revoked".to_owned()));
+    let audit = audit_lines(&f.daemon).await;
+    assert_eq!(audit.len(), 65);
+    f.daemon.shutdown().await;
+}

@@ -364,6 +364,56 @@ impl Fixture {
         .await
     }
 
+    /// Fills the app's 64-frame device queue with `echo` calls `q1`…`q64` (request ids 1–64)
+    /// that the app does not read yet.
+    pub async fn fill_device_queue(&mut self) {
+        for id in 1..=64 {
+            self.wire
+                .send(
+                    id,
+                    "tools.call",
+                    json!({"name": "echo", "callId": format!("q{id}")}),
+                )
+                .await;
+        }
+        for _ in 0..64 {
+            next_of(&mut self.events, EventKind::ToolCallStarted).await;
+        }
+    }
+
+    /// After [`fill_device_queue`](Self::fill_device_queue): sends `tools.call` `params` as
+    /// request `request` on `wire` (the fixture's when `None`), and returns once its
+    /// `tool_call` write is waiting for room. On a single-threaded runtime the pipeline runs
+    /// from reservation to the blocked write without yielding, so once the call counts as
+    /// pending its frame is waiting.
+    pub async fn blocked_call(&mut self, wire: Option<&mut Wire>, request: i64, params: Value) {
+        match wire {
+            Some(wire) => wire.send(request, "tools.call", params).await,
+            None => self.wire.send(request, "tools.call", params).await,
+        }
+        let mut id = 200;
+        loop {
+            id += 1;
+            let hello = self.wire.request(id, "daemon.hello", json!({})).await;
+            if hello["result"]["pendingCalls"] == 65 {
+                break;
+            }
+        }
+    }
+
+    /// Reads the 64 queued `echo` frames and answers them.
+    pub async fn drain_device_queue(&mut self) {
+        let mut wires = Vec::new();
+        for _ in 0..64 {
+            let (wire, frame) = self.device.tool_call().await;
+            assert_eq!(frame["name"], "echo");
+            wires.push(wire);
+        }
+        for wire in &wires {
+            self.device.result(wire, json!(null)).await;
+        }
+    }
+
     /// Shuts the daemon down, answering the device's close; returns the state directory (kept
     /// until the caller drops it).
     pub async fn stop(self) -> TempDir {
