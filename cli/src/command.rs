@@ -9,7 +9,9 @@ use std::ffi::OsString;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
+use appduct_daemon::delivery::DeviceTarget;
 use appduct_daemon::envflag;
+use appduct_daemon::project::{APP_ID_PATTERN, is_valid_app_id};
 use appduct_daemon::state_dir::{StateDir, StateDirError};
 use appduct_protocol::control::{
     EventKind, EventsListParams, EventsSinceParams, MAX_SELECTOR_LEN, SubscribeParams,
@@ -213,6 +215,16 @@ pub enum OpenTarget {
 }
 
 impl OpenTarget {
+    /// The delivery target of `--open`; `web` opens nothing.
+    pub fn device_target(self) -> Option<DeviceTarget> {
+        match self {
+            OpenTarget::Android => Some(DeviceTarget::Android),
+            OpenTarget::IosSim => Some(DeviceTarget::IosSim),
+            OpenTarget::IosDevice => Some(DeviceTarget::IosDevice),
+            OpenTarget::Web => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             OpenTarget::Android => "android",
@@ -739,20 +751,12 @@ fn scheme(raw: String) -> Result<String, CliError> {
         .map_err(|e| CliError::usage(e.to_string()).with_detail("scheme", raw.as_str()))
 }
 
-/// `^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$` (05 §5.2).
-pub fn is_valid_app_id(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    s.len() <= 255
-        && bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
-        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
 fn app_id(flag: &str, raw: String) -> Result<String, CliError> {
     if is_valid_app_id(&raw) {
         Ok(raw)
     } else {
         Err(CliError::usage(format!(
-            "{flag} must match ^[A-Za-z0-9][A-Za-z0-9._-]{{0,254}}$ (got \"{raw}\")"
+            "{flag} must match {APP_ID_PATTERN} (got \"{raw}\")"
         )))
     }
 }
@@ -1482,12 +1486,8 @@ mod tests {
 
     #[test]
     fn app_id_and_url_patterns() {
+        // The app-id rule itself is tested with `appduct_daemon::project`.
         assert!(is_valid_app_id("com.example.app"));
-        assert!(is_valid_app_id("A"));
-        assert!(is_valid_app_id(&"a".repeat(255)));
-        assert!(!is_valid_app_id(&"a".repeat(256)));
-        assert!(!is_valid_app_id(""));
-        assert!(!is_valid_app_id(".com"));
         assert!(!is_valid_app_id("com;rm"));
         assert!(is_http_url("https://example.com/x?y#z"));
         assert!(is_http_url("HTTP://localhost:5173"));

@@ -6,13 +6,13 @@ use std::io::{self, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
+use appduct_daemon::project::{self, PROBED_FILES};
 use appduct_protocol::link::validate_scheme;
 use serde_json::{Map, Value, json};
 
 use crate::command::InitRequest;
 use crate::error::CliError;
 use crate::output::Success;
-use crate::project::{self, PROBED_FILES};
 use crate::render::{self, Row, Section};
 
 const DIR_NAME: &str = ".appduct";

@@ -8,14 +8,15 @@
 //! - [`connect`]: the typed control client per command (auto-spawn, version policy, notices)
 //!   and the mapping of client failures onto CLI errors.
 //! - [`host`] (`daemon run`), [`lifecycle`] (`daemon start | stop | status`), [`sessions`]
-//!   (with [`resolve`], [`delivery`], [`qr`]), [`tools`] (with [`progress`]), [`snapshot`],
-//!   [`events`], [`playground`] (the SDK-backed demo device and its tour).
+//!   (scheme and app-id resolution, delivery and the terminal QR code come from the daemon
+//!   crate's client-side `project`, `delivery` and `qr` modules, shared with the MCP bridge),
+//!   [`tools`] (with [`progress`]), [`snapshot`], [`events`], [`playground`] (the SDK-backed
+//!   demo device and its tour).
 
 pub mod args;
 pub mod command;
 pub mod completions;
 pub mod connect;
-pub mod delivery;
 pub mod dispatch;
 pub mod error;
 pub mod events;
@@ -27,10 +28,7 @@ pub mod logging;
 pub mod output;
 pub mod playground;
 pub mod progress;
-pub mod project;
-pub mod qr;
 pub mod render;
-pub mod resolve;
 pub mod sessions;
 pub mod signals;
 pub mod snapshot;

@@ -1,18 +1,14 @@
-//! Project directory resolution (06 §6.13) and the scheme and app-id rules of 05 §5.1–§5.3
-//! applied to it.
-//!
-//! Duplication note: 01 §3.4 places scheme/app-id resolution and the static probes in a
-//! client-side `appduct_daemon::project` module shared with the CLI. That module does not
-//! exist yet (the CLI keeps its probes in `cli/src/project.rs`, which this crate cannot depend
-//! on), so this file holds the small part the bridge needs: the project-config walk, the
-//! state-dir config, and the `app.json` probe. The native probes (Gradle, manifest, plist,
-//! XcodeGen) are not duplicated here; they join when the shared module lands.
+//! Project directory resolution (06 §6.13): the bridge-specific part, finding D from the `cwd`
+//! argument, the client's roots, `CLAUDE_PROJECT_DIR` or the server's own directory. Scheme
+//! and app ids are then resolved in D by the shared client-side resolver,
+//! `appduct_daemon::project` (05 §5.1–§5.3), exactly as the CLI resolves them in its current
+//! directory; its errors become `invalid_request` with the same message.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use appduct_protocol::link::validate_scheme;
+use appduct_daemon::project::{self as shared, Platform, ProjectError, ResolveEnv, ResolvedScheme};
 use rmcp::RoleServer;
 use rmcp::model::{ClientResult, ProtocolVersion, ServerRequest};
 use rmcp::service::{Peer, RequestContext};
@@ -65,15 +61,31 @@ pub struct ProjectEnv {
     pub server_cwd: Option<PathBuf>,
     /// The home directory (its `.appduct` is skipped when walking up).
     pub home: Option<PathBuf>,
+    /// `ANDROID_SERIAL`: the Android device when `device` is not given (02 §7).
+    pub android_serial: Option<String>,
+    /// Whether booted iOS simulators are auto-detected (macOS only, 06 §6.8.1).
+    pub detects_simulators: bool,
 }
 
 impl ProjectEnv {
     pub fn from_process() -> Self {
         Self {
-            scheme_env: std::env::var("APPDUCT_SCHEME").ok(),
+            scheme_env: std::env::var(shared::SCHEME_ENV).ok(),
             claude_project_dir: std::env::var("CLAUDE_PROJECT_DIR").ok(),
             server_cwd: std::env::current_dir().ok(),
             home: std::env::home_dir(),
+            android_serial: std::env::var(appduct_daemon::delivery::ANDROID_SERIAL_ENV).ok(),
+            detects_simulators: cfg!(target_os = "macos"),
+        }
+    }
+
+    /// The shared resolver's inputs for project directory `dir`.
+    pub fn resolve_env(&self, dir: &Path, state_dir: Option<&Path>) -> ResolveEnv {
+        ResolveEnv {
+            dir: dir.to_path_buf(),
+            home: self.home.clone(),
+            state_dir: state_dir.map(Path::to_path_buf),
+            env_scheme: self.scheme_env.clone(),
         }
     }
 }
@@ -318,146 +330,51 @@ fn dir_from_roots(
     }
 }
 
-fn skipped_dirs(env: &ProjectEnv, state_dir: Option<&Path>) -> Vec<PathBuf> {
-    let mut skip = Vec::new();
-    if let Some(h) = &env.home {
-        skip.push(normalise(&h.join(".appduct")));
-    }
-    if let Some(s) = state_dir {
-        skip.push(normalise(s));
-    }
-    skip
-}
-
-/// Project config files walking up from `dir`, nearest first, skipping `~/.appduct` and the
-/// active state dir.
-fn project_configs(dir: &Path, env: &ProjectEnv, state_dir: Option<&Path>) -> Vec<PathBuf> {
-    let skip = skipped_dirs(env, state_dir);
-    dir.ancestors()
-        .filter_map(|a| {
-            let appduct = a.join(".appduct");
-            let file = appduct.join("config.json");
-            (file.is_file() && !skip.contains(&normalise(&appduct))).then_some(file)
-        })
-        .collect()
-}
-
-/// The nearest project record (an unreadable one still counts).
+/// The nearest project record of `dir` (an unreadable one still counts).
 fn nearest_record(dir: &Path, env: &ProjectEnv, state_dir: Option<&Path>) -> Option<PathBuf> {
-    project_configs(dir, env, state_dir)
-        .into_iter()
-        .next()
-        .map(|p| normalise(&p))
+    env.resolve_env(dir, state_dir).nearest_project_config()
 }
 
-fn read_json(path: &Path) -> Result<Option<Value>, ToolFailure> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Ok(None);
+/// A resolution failure as the bridge reports it: `invalid_request` with the CLI's message
+/// (06 §6.13), the shared details and hint, and the parameter it concerns.
+pub fn project_failure(e: &ProjectError) -> ToolFailure {
+    let param = match e {
+        ProjectError::InvalidScheme { .. }
+        | ProjectError::NoScheme { .. }
+        | ProjectError::ProbeConflict(_) => Some("scheme"),
+        ProjectError::InvalidAppId { .. } | ProjectError::NoAppId { .. } => Some("appId"),
+        _ => None,
     };
-    serde_json::from_str(&text).map(Some).map_err(|e| {
-        ToolFailure::invalid_request(format!("{} is not valid JSON: {e}", path.display()))
-            .with_details(json!({"path": path.display().to_string()}))
-    })
+    let mut f = ToolFailure::invalid_request(e.to_string());
+    if let Some(d) = e.details() {
+        f = f.merge_details(d);
+    }
+    if let Some(p) = param {
+        f = f.merge_details(json!({"param": p}));
+    }
+    if let Some(h) = e.hint() {
+        f = f.merge_details(json!({"hint": h}));
+    }
+    f
 }
 
-/// Where the scheme came from (`schemeSource`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scheme {
-    pub scheme: String,
-    pub source: &'static str,
-    pub origin: Option<PathBuf>,
-}
-
-/// The places tried, for the failure message (05 §5.1 step 6).
-const SCHEME_PLACES: &str = "--scheme, APPDUCT_SCHEME, .appduct/config.json (walking up from the project directory; create it with `appduct init`), <state-dir>/config.json, app.json";
-
-/// The scheme for D (05 §5.1 with the CLI's directory replaced by D).
+/// The scheme for D (05 §5.1 with the CLI's directory replaced by D, 06 §6.13).
 pub fn resolve_scheme(
     dir: &Path,
     flag: Option<&str>,
     env: &ProjectEnv,
     state_dir: Option<&Path>,
-) -> Result<Scheme, ToolFailure> {
-    let checked = |s: &str, source: &'static str, origin: Option<PathBuf>| {
-        validate_scheme(s)
-            .map(|()| Scheme {
-                scheme: s.to_owned(),
-                source,
-                origin,
-            })
-            .map_err(|e| ToolFailure::invalid_request(format!("{e} (from {source})")))
-    };
-    if let Some(s) = flag {
-        return checked(s, "flag", None);
-    }
-    if let Some(s) = env.scheme_env.as_deref().filter(|s| !s.is_empty()) {
-        return checked(s, "env", None);
-    }
-    for file in project_configs(dir, env, state_dir) {
-        if let Some(s) = read_json(&file)?
-            .as_ref()
-            .and_then(|v| v.get("scheme"))
-            .and_then(Value::as_str)
-        {
-            return checked(s, "project-config", Some(file));
-        }
-    }
-    if let Some(sd) = state_dir {
-        let file = sd.join("config.json");
-        if let Ok(Some(v)) = read_json(&file)
-            && let Some(s) = v.get("scheme").and_then(Value::as_str)
-        {
-            return checked(s, "state-config", Some(file));
-        }
-    }
-    let app_json = dir.join("app.json");
-    if let Ok(Some(v)) = read_json(&app_json)
-        && let Some(s) = scheme_from_app_json(&v)
-    {
-        return checked(&s, "app.json", Some(app_json));
-    }
-    Err(ToolFailure::invalid_request(format!(
-        "no deep-link scheme found for {}; tried {SCHEME_PLACES}. Run `appduct init` in the project or pass --scheme to appduct mcp",
-        dir.display()
-    ))
-    .with_details(json!({"param": "scheme", "projectDir": dir.display().to_string()})))
-}
-
-/// `expo.scheme` as a string, or the first element of an array of strings (05 §5.3).
-fn scheme_from_app_json(v: &Value) -> Option<String> {
-    match v.get("expo")?.get("scheme")? {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(items) => items.first()?.as_str().map(str::to_owned),
-        _ => None,
-    }
-}
-
-/// `appId.android` / `appId.ios` from the nearest project config that has it (05 §5.2).
-pub fn project_app_id(
-    dir: &Path,
-    platform: &str,
-    env: &ProjectEnv,
-    state_dir: Option<&Path>,
-) -> Result<Option<String>, ToolFailure> {
-    for file in project_configs(dir, env, state_dir) {
-        if let Some(id) = read_json(&file)?
-            .as_ref()
-            .and_then(|v| v.get("appId"))
-            .and_then(|a| a.get(platform))
-            .and_then(Value::as_str)
-        {
-            return Ok(Some(id.to_owned()));
-        }
-    }
-    Ok(None)
+) -> Result<ResolvedScheme, ToolFailure> {
+    shared::resolve_scheme(flag, &env.resolve_env(dir, state_dir)).map_err(|e| project_failure(&e))
 }
 
 /// `appId` for `status`: whichever platforms the project config names.
 pub fn project_app_ids(dir: &Path, env: &ProjectEnv, state_dir: Option<&Path>) -> Value {
+    let renv = env.resolve_env(dir, state_dir);
     let mut out = serde_json::Map::new();
-    for platform in ["android", "ios"] {
-        if let Ok(Some(id)) = project_app_id(dir, platform, env, state_dir) {
-            out.insert(platform.into(), json!(id));
+    for platform in [Platform::Android, Platform::Ios] {
+        if let Ok(Some(id)) = shared::project_app_id(platform, &renv) {
+            out.insert(platform.key().into(), json!(id));
         }
     }
     Value::Object(out)
@@ -482,22 +399,40 @@ mod tests {
     }
 
     #[test]
-    fn app_json_scheme_forms() {
-        assert_eq!(
-            scheme_from_app_json(&json!({"expo": {"scheme": "a"}})).as_deref(),
-            Some("a")
-        );
-        assert_eq!(
-            scheme_from_app_json(&json!({"expo": {"scheme": ["b", "c"]}})).as_deref(),
-            Some("b")
-        );
-        assert_eq!(scheme_from_app_json(&json!({"expo": {"scheme": 5}})), None);
-    }
-
-    #[test]
     fn the_argument_must_be_absolute_and_exist() {
         assert!(argument_dir("relative/dir").is_err());
         assert!(argument_dir("/definitely/not/a/dir").is_err());
         assert!(argument_dir(&std::env::temp_dir().display().to_string()).is_ok());
+    }
+
+    #[test]
+    fn resolution_errors_are_invalid_requests_naming_their_parameter() {
+        let dir = tempfile::tempdir().unwrap();
+        let env = ProjectEnv::default();
+        let f = resolve_scheme(dir.path(), None, &env, None).unwrap_err();
+        assert_eq!(
+            f.error_type,
+            appduct_protocol::errors::ErrorType::InvalidRequest
+        );
+        let details = f.details.as_deref().unwrap();
+        assert_eq!(details["param"], "scheme");
+        assert!(details["hint"].as_str().unwrap().contains("appduct init"));
+        assert!(f.message.contains("APPDUCT_SCHEME"), "{}", f.message);
+        // The native probes count in D too.
+        std::fs::create_dir_all(dir.path().join("android/app")).unwrap();
+        std::fs::write(
+            dir.path().join("android/app/build.gradle"),
+            r#"manifestPlaceholders = [appductScheme: "gradle-app"]"#,
+        )
+        .unwrap();
+        let s = resolve_scheme(dir.path(), None, &env, None).unwrap();
+        assert_eq!(
+            (s.scheme.as_str(), s.source.as_str()),
+            ("gradle-app", "android-gradle")
+        );
+        let f = project_failure(&ProjectError::NoAppId {
+            platform: Platform::Ios,
+        });
+        assert_eq!(f.details.as_deref().unwrap()["param"], "appId");
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use appduct_daemon::client::{ClientError, ControlClient};
+use appduct_daemon::seams::{CommandRunner, TokioCommandRunner};
 use appduct_protocol::control::features;
 use appduct_protocol::control::{SelectorParams, SessionSummary, SessionsDescribe, SessionsList};
 use appduct_protocol::errors::ErrorType;
@@ -79,6 +80,8 @@ pub(crate) struct Inner {
     pub connector: Arc<dyn DaemonConnector>,
     pub options: BridgeOptions,
     pub env: ProjectEnv,
+    /// Runs `adb` and `xcrun` for `appduct_connect` (01 §9.1).
+    pub runner: Arc<dyn CommandRunner>,
     pub roots: RootsCache,
     control: Mutex<Option<Control>>,
     /// A client that failed an `elicitation/create` has no consent channel (06 §6.2.2).
@@ -96,6 +99,7 @@ impl std::fmt::Debug for Inner {
         f.debug_struct("Bridge")
             .field("connector", &self.connector)
             .field("options", &self.options)
+            .field("runner", &self.runner)
             .finish_non_exhaustive()
     }
 }
@@ -199,11 +203,22 @@ impl Bridge {
         options: BridgeOptions,
         env: ProjectEnv,
     ) -> Self {
+        Self::with_runner(connector, options, env, Arc::new(TokioCommandRunner::new()))
+    }
+
+    /// [`Bridge::with_env`] with the runner of delivery commands injected (tests script it).
+    pub fn with_runner(
+        connector: Arc<dyn DaemonConnector>,
+        options: BridgeOptions,
+        env: ProjectEnv,
+        runner: Arc<dyn CommandRunner>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 connector,
                 options,
                 env,
+                runner,
                 roots: RootsCache::default(),
                 control: Mutex::new(None),
                 elicitation_broken: AtomicBool::new(false),

@@ -71,7 +71,7 @@ pub async fn run(
     ) {
         Ok(s) => {
             project.insert("scheme".into(), json!(s.scheme));
-            project.insert("schemeSource".into(), json!(s.source));
+            project.insert("schemeSource".into(), json!(s.source.as_str()));
         }
         Err(f) => {
             project.insert("scheme".into(), Value::Null);

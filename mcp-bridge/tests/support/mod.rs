@@ -14,6 +14,7 @@ use appduct_daemon::client::{ClientError, ControlClient};
 use appduct_daemon::control_server::{
     BoxFuture, Connection, ControlHandler, Reply, ServerOptions, serve_connection,
 };
+use appduct_daemon::seams::{CommandRunner, ScriptedCommandRunner};
 use appduct_mcp::project::ProjectEnv;
 use appduct_mcp::{Bridge, BridgeOptions, DaemonConnector};
 use appduct_protocol::control::{
@@ -41,6 +42,8 @@ pub struct FakeState {
     pub tools: HashMap<String, Vec<ToolsListEntry>>,
     pub consent: HashMap<String, Value>,
     pub next_handle: usize,
+    /// `daemon.status` `advertisedAddress.address`; `192.168.1.20` when unset.
+    pub advertised: Option<String>,
 }
 
 /// The fake daemon. Dropping it panics if any unregistered method was called.
@@ -255,6 +258,36 @@ impl FakeDaemon {
                 }
             },
             ControlRequest::ToolsCancel(_) => ready(Reply::Ok(json!({"cancelled": true}))),
+            ControlRequest::SessionsRevoke(p) => {
+                let id = p.selector.unwrap_or_default();
+                self.state
+                    .lock()
+                    .unwrap()
+                    .pending_links
+                    .retain(|l| *l != id);
+                ready(Reply::Ok(
+                    json!({"ok": true, "sessionId": id, "alias": null, "revoked": "link"}),
+                ))
+            }
+            ControlRequest::DaemonStatus(_) => {
+                let address = self
+                    .state
+                    .lock()
+                    .unwrap()
+                    .advertised
+                    .clone()
+                    .unwrap_or_else(|| "192.168.1.20".into());
+                ready(Reply::Ok(json!({
+                    "version": env!("CARGO_PKG_VERSION"), "controlProtocol": 1, "pid": 1,
+                    "startedAt": "2026-11-30T09:12:03.120Z", "stateDir": "/tmp/x",
+                    "wssPort": 8443, "webPort": 53120,
+                    "advertisedAddress": {"address": address, "family": 4, "source": "detected"},
+                    "pinnedKeys": [], "sessions": [], "pendingLinks": 0, "pendingCalls": 0,
+                    "policy": {"default": "allow", "destructive": "prompt"},
+                    "audit": {"path": "/tmp/x/audit", "failedWrites": 0, "failedPrunes": 0, "retentionDays": 30},
+                    "eventsLog": {"path": "/tmp/x/events.log", "failedWrites": 0},
+                })))
+            }
             ControlRequest::LinkCreate(p) => {
                 let web = p.transport() == Transport::Web;
                 let view = appduct_protocol::bootstrap::Decoded {
@@ -368,6 +401,7 @@ impl ControlHandler for FakeHandler {
             ControlRequest::EventsSince(p) => serde_json::to_value(p).unwrap(),
             ControlRequest::EventsList(p) => serde_json::to_value(p).unwrap(),
             ControlRequest::LinkCreate(p) => serde_json::to_value(p).unwrap(),
+            ControlRequest::SessionsRevoke(p) => serde_json::to_value(p).unwrap(),
             _ => Value::Null,
         };
         let fake = self.0.clone();
@@ -570,10 +604,8 @@ pub fn test_options() -> BridgeOptions {
 
 pub fn test_env() -> ProjectEnv {
     ProjectEnv {
-        scheme_env: None,
-        claude_project_dir: None,
         server_cwd: Some(std::env::temp_dir()),
-        home: None,
+        ..ProjectEnv::default()
     }
 }
 
@@ -583,12 +615,31 @@ pub async fn start_with(
     options: BridgeOptions,
     env: ProjectEnv,
 ) -> Harness {
+    // An empty script: any helper process a test did not plan for fails as not found.
+    start_with_runner(
+        fake,
+        client,
+        options,
+        env,
+        Arc::new(ScriptedCommandRunner::new()),
+    )
+    .await
+}
+
+/// [`start_with`] with the runner of `adb` / `xcrun` given.
+pub async fn start_with_runner(
+    fake: Arc<FakeDaemon>,
+    client: TestClient,
+    options: BridgeOptions,
+    env: ProjectEnv,
+    runner: Arc<dyn CommandRunner>,
+) -> Harness {
     let (server_io, client_io) = tokio::io::duplex(1 << 20);
     let connector = Arc::new(FakeConnector {
         fake: FakeRef(fake.clone()),
         no_daemon_without_spawn: true,
     });
-    let bridge = Bridge::with_env(connector, options, env);
+    let bridge = Bridge::with_runner(connector, options, env, runner);
     let server = tokio::spawn(async move {
         let running = rmcp::serve_server(bridge, server_io)
             .await
@@ -682,7 +733,12 @@ impl RawClient {
             fake: FakeRef(fake.clone()),
             no_daemon_without_spawn: true,
         });
-        let bridge = Bridge::with_env(connector, test_options(), test_env());
+        let bridge = Bridge::with_runner(
+            connector,
+            test_options(),
+            test_env(),
+            Arc::new(ScriptedCommandRunner::new()),
+        );
         tokio::spawn(async move {
             if let Ok(running) = rmcp::serve_server(bridge, server_io).await {
                 let _ = running.waiting().await;

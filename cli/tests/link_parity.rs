@@ -1,0 +1,268 @@
+//! The CLI and the MCP bridge produce byte-identical deep links, and run identical delivery
+//! argument vectors, for the same inputs (02 §5.1, §7): `sessions link` (its planning and
+//! minting code) and `appduct_connect` (through an MCP client) against one fake daemon whose
+//! `link.create` always answers the same link, with the same scripted `adb` / `xcrun`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+
+use appduct_cli::command::{LinkRequest, OpenTarget};
+use appduct_cli::sessions;
+use appduct_daemon::client::{ClientError, ControlClient};
+use appduct_daemon::control_server::{
+    BoxFuture, Connection, ControlHandler, Reply, ServerOptions, serve_connection,
+};
+use appduct_daemon::project::ResolveEnv;
+use appduct_daemon::seams::{CommandOutput, ScriptedCommandRunner};
+use appduct_daemon::state_dir::StateDir;
+use appduct_mcp::project::ProjectEnv;
+use appduct_mcp::{Bridge, BridgeOptions, DaemonConnector};
+use appduct_protocol::bootstrap::{BootstrapPayload, Decoded};
+use appduct_protocol::control::{ControlRequest, Transport};
+use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
+use rmcp::ServiceExt as _;
+use rmcp::model::CallToolRequestParams;
+use serde_json::{Value, json};
+
+const SESSION: &str = "Zk3pQ0mX8sL1vB2n";
+const PIN: &str = "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
+
+/// Answers `link.create` with one fixed link per transport and logs its params.
+#[derive(Debug, Default)]
+struct FixedLinks {
+    minted: Mutex<Vec<Value>>,
+}
+
+impl ControlHandler for FixedLinks {
+    fn handle(
+        &self,
+        _conn: &Connection,
+        _id: RequestId,
+        request: ControlRequest,
+    ) -> BoxFuture<'static, Reply> {
+        let reply = match request {
+            ControlRequest::LinkCreate(p) => {
+                self.minted
+                    .lock()
+                    .unwrap()
+                    .push(serde_json::to_value(&p).unwrap());
+                let web = p.transport() == Transport::Web;
+                let (address, port) = if web {
+                    ("127.0.0.1", 53120)
+                } else {
+                    ("192.168.1.20", 8443)
+                };
+                let payload = BootstrapPayload::try_from(&Decoded {
+                    family: 4,
+                    address: address.into(),
+                    port,
+                    session_id: SESSION.into(),
+                    token_base64url: "A".repeat(43),
+                    expires_at: 1_764_494_223,
+                })
+                .unwrap()
+                .encode()
+                .unwrap();
+                Reply::Ok(json!({
+                    "sessionId": SESSION, "transport": if web { "web" } else { "native" },
+                    "deepLinkPayload": payload,
+                    "endpoint": {"address": address, "port": port, "family": 4},
+                    "expiresAt": 1_764_494_223u64, "pin": PIN,
+                }))
+            }
+            other => Reply::Err(ErrorObject::method_not_found(other.method())),
+        };
+        Box::pin(async move { reply })
+    }
+}
+
+fn serve(handler: Arc<FixedLinks>) -> ControlClient {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(serve_connection(a, handler, ServerOptions::default()));
+    ControlClient::from_stream(b)
+}
+
+#[derive(Debug)]
+struct Connector(Arc<FixedLinks>);
+
+impl DaemonConnector for Connector {
+    fn connect(&self, _spawn: bool) -> BoxFuture<'_, Result<ControlClient, ClientError>> {
+        let client = serve(self.0.clone());
+        Box::pin(async move { Ok(client) })
+    }
+}
+
+/// `adb` / `xcrun` answers: detection output, then successful delivery commands.
+fn runner(detection: &str) -> Arc<ScriptedCommandRunner> {
+    let r = Arc::new(ScriptedCommandRunner::new());
+    for stdout in [detection, "", ""] {
+        r.push_output(CommandOutput {
+            code: Some(0),
+            stdout: stdout.into(),
+            stderr: String::new(),
+        });
+    }
+    r
+}
+
+fn argv(r: &ScriptedCommandRunner) -> Vec<Vec<String>> {
+    r.invocations()
+        .into_iter()
+        .map(|i| std::iter::once(i.program).chain(i.args).collect())
+        .collect()
+}
+
+/// One case: `sessions link --open <open> [--transport web]` vs `appduct_connect`.
+struct Case {
+    open: Option<OpenTarget>,
+    transport: Transport,
+    detection: &'static str,
+    /// `appduct_connect` arguments besides `cwd`.
+    connect: Value,
+    /// Commands each side must run (detection included).
+    commands: usize,
+}
+
+struct Outcome {
+    deep_link: String,
+    argv: Vec<Vec<String>>,
+    minted: Vec<Value>,
+}
+
+async fn via_cli(case: &Case, project: &std::path::Path, state: &std::path::Path) -> Outcome {
+    let fake = Arc::new(FixedLinks::default());
+    let client = serve(fake.clone());
+    let req = LinkRequest {
+        ttl_seconds: Some(120),
+        qr: false,
+        scheme: None,
+        open: case.open,
+        transport: case.transport,
+        device: None,
+        app_id: None,
+        relaunch: false,
+        url: None,
+    };
+    let env = ResolveEnv {
+        dir: project.to_path_buf(),
+        home: None,
+        state_dir: Some(state.to_path_buf()),
+        env_scheme: None,
+    };
+    let plan = sessions::plan(&req, &env, None).unwrap();
+    let r = runner(case.detection);
+    let dir = StateDir::new(state).unwrap();
+    let success = sessions::mint_and_deliver(&client, &dir, &req, &plan, r.as_ref())
+        .await
+        .unwrap();
+    let minted = fake.minted.lock().unwrap().clone();
+    Outcome {
+        deep_link: success.data["deepLink"].as_str().unwrap().to_owned(),
+        argv: argv(&r),
+        minted,
+    }
+}
+
+async fn via_bridge(case: &Case, project: &std::path::Path, state: &std::path::Path) -> Outcome {
+    let fake = Arc::new(FixedLinks::default());
+    let r = runner(case.detection);
+    let options = BridgeOptions {
+        state_dir: Some(state.to_path_buf()),
+        ..BridgeOptions::default()
+    };
+    let env = ProjectEnv {
+        server_cwd: Some(project.to_path_buf()),
+        ..ProjectEnv::default()
+    };
+    let bridge = Bridge::with_runner(Arc::new(Connector(fake.clone())), options, env, r.clone());
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = rmcp::serve_server(bridge, server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let client = ().serve(client_io).await.unwrap();
+    let mut args = case.connect.clone();
+    args["cwd"] = json!(project.display().to_string());
+    args["ttlSeconds"] = json!(120);
+    let result = client
+        .peer()
+        .call_tool(
+            CallToolRequestParams::new("appduct_connect")
+                .with_arguments(args.as_object().unwrap().clone()),
+        )
+        .await
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    let data = result.structured_content.unwrap();
+    let minted = fake.minted.lock().unwrap().clone();
+    Outcome {
+        deep_link: data["deepLink"].as_str().unwrap().to_owned(),
+        argv: argv(&r),
+        minted,
+    }
+}
+
+#[tokio::test]
+async fn cli_and_bridge_compose_identical_links_and_run_identical_argv() {
+    let project = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(project.path().join(".appduct")).unwrap();
+    std::fs::write(
+        project.path().join(".appduct/config.json"),
+        r#"{"scheme": "shopapp", "appId": {"android": "com.example.shop"}}"#,
+    )
+    .unwrap();
+    let adb = "List of devices attached\nemulator-5554\tdevice\n";
+    let sim = r#"{"devices":{"ios-18":[{"udid":"AAAA-1111","state":"Booted"}]}}"#;
+    let cases = [
+        Case {
+            open: Some(OpenTarget::Android),
+            transport: Transport::Native,
+            detection: adb,
+            connect: json!({"target": "android"}),
+            commands: 3,
+        },
+        Case {
+            open: Some(OpenTarget::Android),
+            transport: Transport::Web,
+            detection: adb,
+            connect: json!({"target": "android", "transport": "web"}),
+            commands: 3,
+        },
+        Case {
+            open: Some(OpenTarget::IosSim),
+            transport: Transport::Native,
+            detection: sim,
+            connect: json!({"target": "ios-sim"}),
+            commands: 2,
+        },
+        Case {
+            open: None,
+            transport: Transport::Native,
+            detection: "",
+            connect: json!({"target": "none"}),
+            commands: 0,
+        },
+    ];
+    for case in &cases {
+        let cli = via_cli(case, project.path(), state.path()).await;
+        let bridge = via_bridge(case, project.path(), state.path()).await;
+        let what = &case.connect;
+        assert!(cli.deep_link.starts_with("shopapp:///?appduct="), "{what}");
+        assert_eq!(
+            cli.deep_link, bridge.deep_link,
+            "deep links differ for {what}"
+        );
+        assert_eq!(cli.argv.len(), case.commands, "{what}: {:?}", cli.argv);
+        assert_eq!(cli.argv, bridge.argv, "argument vectors differ for {what}");
+        assert_eq!(
+            cli.minted, bridge.minted,
+            "link.create params differ for {what}"
+        );
+        assert_eq!(
+            appduct_daemon::qr::terminal_qr(&cli.deep_link).unwrap(),
+            appduct_daemon::qr::terminal_qr(&bridge.deep_link).unwrap()
+        );
+    }
+}
