@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use appduct_protocol::link;
 use appduct_protocol::pin::SpkiPin;
-use appduct_sdk::Transport;
+use appduct_sdk::{CallContext, Client, ToolError, Transport};
 use appduct_sdk::core::Endpoint;
 use appduct_sdk::testing::{RawFrame, RawMessage, RawSocket};
 use serde_json::{Value, json};
@@ -243,4 +243,47 @@ impl RawDevice {
                                "error": {"type": error_type, "message": message}}))
             .await
     }
+}
+
+/// An SDK device (`appduct-sdk` [`Client`]) trusting `link`'s pin, with model `model` and two
+/// tools: `whoami` returns `{"device": tag}`, `echo` returns `{"device": tag, "args": args}`.
+/// Build it inside a tokio runtime.
+pub fn sdk_device(link: &Link, model: &str, tag: &str) -> Result<Client, HarnessError> {
+    let mut builder = Client::builder().device(Some("E2E"), Some(model), Some("Linux"));
+    if let Some(pin) = &link.pin {
+        builder = builder.pins([pin.clone()]);
+    }
+    let client = builder
+        .build()
+        .map_err(|e| HarnessError::Io(e.to_string()))?;
+    let tag = Value::String(tag.to_owned());
+    let who = tag.clone();
+    client
+        .register_tool(
+            &json!({"name": "whoami", "description": "Names the device.",
+                    "input_schema": {"type": "object"}, "output_schema": {"type": "object"}}),
+            move |_args: Value, _ctx: CallContext| {
+                let who = who.clone();
+                async move { Ok::<_, ToolError>(json!({"device": who})) }
+            },
+        )
+        .map_err(|e| HarnessError::Io(e.to_string()))?;
+    client
+        .register_tool(
+            &json!({"name": "echo", "description": "Returns its arguments.",
+                    "input_schema": {"type": "object"}, "output_schema": {"type": "object"}}),
+            move |args: Value, _ctx: CallContext| {
+                let tag = tag.clone();
+                async move { Ok::<_, ToolError>(json!({"device": tag, "args": args})) }
+            },
+        )
+        .map_err(|e| HarnessError::Io(e.to_string()))?;
+    Ok(client)
+}
+
+/// Mints a link with `sessions link --scheme e2e <extra…>` and decodes it.
+pub fn mint(sb: &crate::harness::Sandbox, extra: &[&str]) -> Result<Link, HarnessError> {
+    let mut args = vec!["sessions", "link", "--scheme", "e2e"];
+    args.extend_from_slice(extra);
+    Link::from_data(&sb.data(&args)?)
 }

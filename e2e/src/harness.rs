@@ -242,6 +242,19 @@ impl Sandbox {
             .collect()
     }
 
+    /// `sessions ls --json` data (the `SessionSummary` array).
+    pub fn sessions(&self) -> Result<Vec<Value>, HarnessError> {
+        match self.data(&["sessions", "ls"])? {
+            Value::Array(list) => Ok(list),
+            other => Err(HarnessError::Output(format!("not an array: {other}"))),
+        }
+    }
+
+    /// Polls `sessions ls` (at most `limit`) until `check` holds for the list.
+    pub fn wait_sessions(&self, limit: Duration, check: impl Fn(&[Value]) -> bool) -> bool {
+        Self::wait_until(limit, || self.sessions().is_ok_and(|list| check(&list)))
+    }
+
     /// The pid in the pidfile, if any.
     pub fn daemon_pid(&self) -> Option<u32> {
         let text = std::fs::read_to_string(self.pidfile()).ok()?;
