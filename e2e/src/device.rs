@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use appduct_protocol::link;
 use appduct_protocol::pin::SpkiPin;
-use appduct_sdk::{CallContext, Client, ToolError, Transport};
 use appduct_sdk::core::Endpoint;
 use appduct_sdk::testing::{RawFrame, RawMessage, RawSocket};
+use appduct_sdk::{CallContext, Client, ToolError, Transport};
 use serde_json::{Value, json};
 
 use crate::harness::HarnessError;

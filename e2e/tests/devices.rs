@@ -109,7 +109,10 @@ async fn same_model_devices_get_numbered_aliases_and_calls_follow_the_alias() {
     // The freed alias goes to the next device of the same model.
     let link_c = blocking(|| mint(&sb, &[])).or_fail();
     let c = sdk_device(&link_c, "Pixel 8", "c").or_fail();
-    assert_eq!(c.connect(&link_c.deep_link).await.or_fail().alias, "pixel-8");
+    assert_eq!(
+        c.connect(&link_c.deep_link).await.or_fail().alias,
+        "pixel-8"
+    );
     for device in [&a, &b, &c] {
         device.disconnect();
     }
@@ -150,7 +153,11 @@ async fn a_dropped_app_is_suspended_and_resumes_with_its_id_and_alias() {
     assert_eq!(ack["type"], "session_ack");
     assert_eq!(ack["session_id"], json!(link.session_id));
     assert_eq!(ack["alias"], "galaxy-s24");
-    assert_ne!(ack["resume_token"], json!(token), "the resume token must rotate");
+    assert_ne!(
+        ack["resume_token"],
+        json!(token),
+        "the resume token must rotate"
+    );
     let list = blocking(|| sb.sessions()).or_fail();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0]["state"], "active");
@@ -162,7 +169,9 @@ async fn a_dropped_app_is_suspended_and_resumes_with_its_id_and_alias() {
     let (_stale, refused) = RawDevice::resume(&link.endpoint(), &link.session_id, &token)
         .await
         .or_fail();
-    let closed = refused.err().unwrap_or_else(|| panic!("the rotated token resumed"));
+    let closed = refused
+        .err()
+        .unwrap_or_else(|| panic!("the rotated token resumed"));
     assert_eq!(
         (closed.code, closed.reason.as_str()),
         (Some(1008), "invalid_resume_token")
@@ -173,7 +182,9 @@ async fn a_dropped_app_is_suspended_and_resumes_with_its_id_and_alias() {
         .register(json!([{"name": "ping", "description": "Answers pong."}]))
         .await
         .or_fail();
-    assert!(blocking(|| sb.wait_sessions(WAIT, |l| l[0]["toolCount"] == 1)));
+    assert!(blocking(
+        || sb.wait_sessions(WAIT, |l| l[0]["toolCount"] == 1)
+    ));
     let app = tokio::spawn(async move {
         let frame = device.expect_frame("tool_call").await.or_fail();
         device.reply(&frame, json!("pong")).await.or_fail();
@@ -191,7 +202,9 @@ async fn a_backgrounded_app_fails_calls_until_it_returns_to_the_foreground() {
     let link = blocking(|| mint(&sb, &[])).or_fail();
     let device = sdk_device(&link, "iPhone 15", "phone").or_fail();
     let session = device.connect(&link.deep_link).await.or_fail();
-    assert!(blocking(|| sb.wait_sessions(WAIT, |l| l.len() == 1 && l[0]["toolCount"] == 2)));
+    assert!(blocking(
+        || sb.wait_sessions(WAIT, |l| l.len() == 1 && l[0]["toolCount"] == 2)
+    ));
 
     device.background();
     let suspended = blocking(|| {
@@ -238,7 +251,10 @@ async fn revoke_closes_the_device_socket_with_1000_revoked() {
         json!({"ok": true, "sessionId": link.session_id, "alias": "pixel-8", "revoked": "session"})
     );
     let closed = device.expect_close().await.or_fail();
-    assert_eq!((closed.code, closed.reason.as_str()), (Some(1000), "revoked"));
+    assert_eq!(
+        (closed.code, closed.reason.as_str()),
+        (Some(1000), "revoked")
+    );
     assert_eq!(blocking(|| sb.sessions()).or_fail(), Vec::<Value>::new());
 
     // The session is gone for good: its resume token opens nothing.
@@ -246,7 +262,9 @@ async fn revoke_closes_the_device_socket_with_1000_revoked() {
     let (_d, refused) = RawDevice::resume(&link.endpoint(), &link.session_id, token)
         .await
         .or_fail();
-    let closed = refused.err().unwrap_or_else(|| panic!("a revoked session resumed"));
+    let closed = refused
+        .err()
+        .unwrap_or_else(|| panic!("a revoked session resumed"));
     assert_eq!(
         (closed.code, closed.reason.as_str()),
         (Some(1008), "unknown_session")
@@ -269,22 +287,37 @@ async fn a_web_device_claims_a_web_link_on_the_web_listener_only() {
     // SEC-21: each link on the other listener closes wrong_transport and stays claimable.
     let mut pinned = native.endpoint_on(Transport::Native, wss_port);
     let mut wrong = RawDevice::open(&pinned).await.or_fail();
-    wrong.send_text(web.claim_frame(&web.token, "Browser")).await.or_fail();
+    wrong
+        .send_text(web.claim_frame(&web.token, "Browser"))
+        .await
+        .or_fail();
     let closed = wrong.expect_close().await.or_fail();
-    assert_eq!((closed.code, closed.reason.as_str()), (Some(1008), "wrong_transport"));
+    assert_eq!(
+        (closed.code, closed.reason.as_str()),
+        (Some(1008), "wrong_transport")
+    );
     pinned.transport = Transport::Web;
     pinned.port = web_port;
     pinned.pins.clear();
     let mut wrong = RawDevice::open(&pinned).await.or_fail();
-    wrong.send_text(native.claim_frame(&native.token, "Phone")).await.or_fail();
+    wrong
+        .send_text(native.claim_frame(&native.token, "Phone"))
+        .await
+        .or_fail();
     let closed = wrong.expect_close().await.or_fail();
-    assert_eq!((closed.code, closed.reason.as_str()), (Some(1008), "wrong_transport"));
+    assert_eq!(
+        (closed.code, closed.reason.as_str()),
+        (Some(1008), "wrong_transport")
+    );
 
     let browser = sdk_device(&web, "Chrome", "web").or_fail();
     let options = ConnectOptions {
         transport: Some(Transport::Web),
     };
-    let session = browser.connect_with(&web.deep_link, options).await.or_fail();
+    let session = browser
+        .connect_with(&web.deep_link, options)
+        .await
+        .or_fail();
     assert_eq!(session.session_id, web.session_id);
     let (_phone, ack) = RawDevice::claim(&native, "Phone").await.or_fail();
     assert_eq!(ack["alias"], "phone");
@@ -295,10 +328,16 @@ async fn a_web_device_claims_a_web_link_on_the_web_listener_only() {
     let list = blocking(|| sb.sessions()).or_fail();
     let entry = find(&list, "chrome").unwrap_or_else(|| panic!("{list:?}"));
     assert_eq!(entry["transport"], "web");
-    assert_eq!(find(&list, "phone").map(|s| &s["transport"]), Some(&json!("native")));
+    assert_eq!(
+        find(&list, "phone").map(|s| &s["transport"]),
+        Some(&json!("native"))
+    );
     assert_eq!(
         call(&sb, &["chrome", "echo", "--input", r#"{"x":[1,"two"]}"#]),
-        (0, json!({"ok": true, "data": {"device": "web", "args": {"x": [1, "two"]}}}))
+        (
+            0,
+            json!({"ok": true, "data": {"device": "web", "args": {"x": [1, "two"]}}})
+        )
     );
     browser.disconnect();
 }
@@ -338,7 +377,8 @@ fn http(port: u16, host: &str, upgrade: bool, origins: &[&str]) -> (u16, String)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_listener_checks_upgrade_host_and_origin() {
-    let config = r#"{"wssPort": 0, "advertisedIp": "127.0.0.1", "webOrigins": ["http://devbox.lan:5173"]}"#;
+    let config =
+        r#"{"wssPort": 0, "advertisedIp": "127.0.0.1", "webOrigins": ["http://devbox.lan:5173"]}"#;
     let sb = Sandbox::with_config(config).or_fail();
     let web = blocking(|| mint(&sb, &["--transport", "web"])).or_fail();
     let port = web.port;
@@ -347,8 +387,14 @@ async fn the_web_listener_checks_upgrade_host_and_origin() {
     // SEC-27: not an upgrade → 426 naming websocket; a foreign Host → 403.
     let (code, head) = http(port, &host, false, &[]);
     assert_eq!(code, 426, "{head}");
-    assert!(head.to_ascii_lowercase().contains("upgrade: websocket"), "{head}");
-    assert_eq!(http(port, &format!("evil.example:{port}"), true, &[]).0, 403);
+    assert!(
+        head.to_ascii_lowercase().contains("upgrade: websocket"),
+        "{head}"
+    );
+    assert_eq!(
+        http(port, &format!("evil.example:{port}"), true, &[]).0,
+        403
+    );
 
     // SEC-25: refused origins.
     for origins in [
@@ -373,7 +419,10 @@ async fn the_web_listener_checks_upgrade_host_and_origin() {
 
     // A refused upgrade consumed nothing: the link is still claimable.
     let mut device = RawDevice::open(&web.endpoint()).await.or_fail();
-    device.send_text(web.claim_frame(&web.token, "Firefox")).await.or_fail();
+    device
+        .send_text(web.claim_frame(&web.token, "Firefox"))
+        .await
+        .or_fail();
     let ack = device.expect_frame("session_ack").await.or_fail();
     assert_eq!(ack["alias"], "firefox");
 }
