@@ -39,6 +39,11 @@ impl Control {
         })
     }
 
+    /// A second handle on the socket, for writing from another thread.
+    pub fn try_clone_writer(&self) -> std::io::Result<UnixStream> {
+        self.writer.try_clone()
+    }
+
     /// Writes bytes as they are (no terminator added).
     pub fn send_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.writer.write_all(bytes)
