@@ -4,6 +4,8 @@
 //! child as the device sees them, and the audit records all of it leaves behind.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use appduct_e2e::control::Control;
@@ -60,8 +62,8 @@ fn wait_audit(dir: &Path, count: usize) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_call_exit_codes_envelopes_policy_and_audit() {
-    let config =
-        r#"{"wssPort": 0, "advertisedIp": "127.0.0.1", "policy": {"destructive": "deny"}}"#;
+    let config = r#"{"wssPort": 0, "advertisedIp": "127.0.0.1",
+        "policy": {"destructive": "deny", "tools": {"pixel-8/guarded": "prompt"}}}"#;
     let sb = Sandbox::with_config(config).or_fail();
     let sock = sb.state_dir().join("daemon.sock");
 
@@ -87,16 +89,24 @@ async fn tools_call_exit_codes_envelopes_policy_and_audit() {
 
     let link = blocking(|| mint(&sb, &[])).or_fail();
     let device = sdk_device(&link, "Pixel 8", "p8").or_fail();
-    device
-        .register_tool(
-            &json!({"name": "wipe", "description": "Erases everything.",
-                    "annotations": {"destructiveHint": true}}),
-            |_args: Value, _ctx: CallContext| async move { Ok::<_, ToolError>(Value::Null) },
-        )
-        .or_fail();
+    // SEC-44: denied tools never run; these handlers count their runs.
+    let runs = Arc::new(AtomicUsize::new(0));
+    for descriptor in [
+        json!({"name": "wipe", "description": "Erases everything.",
+               "annotations": {"destructiveHint": true}}),
+        json!({"name": "guarded", "description": "Needs a person's consent."}),
+    ] {
+        let runs = runs.clone();
+        device
+            .register_tool(&descriptor, move |_args: Value, _ctx: CallContext| {
+                runs.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, ToolError>(Value::Null) }
+            })
+            .or_fail();
+    }
     device.connect(&link.deep_link).await.or_fail();
     assert!(blocking(
-        || sb.wait_sessions(WAIT, |l| l.len() == 1 && l[0]["toolCount"] == 3)
+        || sb.wait_sessions(WAIT, |l| l.len() == 1 && l[0]["toolCount"] == 4)
     ));
 
     // Success: exactly {ok, data}, data verbatim.
@@ -175,11 +185,26 @@ async fn tools_call_exit_codes_envelopes_policy_and_audit() {
         human.stderr
     );
 
+    // `prompt` without a consent channel fails closed for the CLI.
+    let ran = run(&sb, &["--json", "tools", "call", "guarded"]);
+    assert_eq!(ran.code, 77, "{ran:?}");
+    let error = ran.json().or_fail()["error"].clone();
+    assert_eq!(error["type"], "policy_denied");
+    assert_eq!(error["details"]["reason"], "no_consent_channel", "{error}");
+    assert_eq!(error["details"]["decision"], "prompt");
+    assert_eq!(
+        error["details"]["source"],
+        r#"policy.tools["pixel-8/guarded"]"#
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "a denied tool ran");
+
     // SEC-44/45: one record per resolved call; hashes, never raw arguments.
-    let records = wait_audit(&sb.state_dir(), 5);
-    assert_eq!(records.len(), 5, "{records:#?}");
+    let records = wait_audit(&sb.state_dir(), 6);
+    assert_eq!(records.len(), 6, "{records:#?}");
     let tools: Vec<&str> = records.iter().filter_map(|r| r["tool"].as_str()).collect();
-    assert_eq!(tools, ["echo", "echo", "nope", "wipe", "wipe"]);
+    assert_eq!(tools, ["echo", "echo", "nope", "wipe", "wipe", "guarded"]);
+    assert_eq!(records[5]["outcome"], "denied");
+    assert_eq!(records[5]["deniedReason"], "no_consent_channel");
     let first = &records[0];
     assert_eq!(
         keys(first),
