@@ -88,19 +88,48 @@ impl Mcp {
         }
     }
 
+    /// Reads until a server→client request for `method` (kept messages are skipped over);
+    /// returns it.
+    pub fn wait_server_request(&mut self, method: &str) -> Result<Value, HarnessError> {
+        let deadline = Instant::now() + REPLY_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let msg = self.next_message(left)?;
+            if msg["method"] == method && msg.get("id").is_some() {
+                return Ok(msg);
+            }
+            self.pending.push(msg);
+        }
+    }
+
+    /// Answers a server→client request.
+    pub fn respond(&mut self, request: &Value, result: Value) -> Result<(), HarnessError> {
+        self.send(&json!({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+    }
+
     /// A request and its whole response.
     pub fn request(&mut self, method: &str, params: Value) -> Result<Value, HarnessError> {
         let id = self.send_request(method, params)?;
         self.wait_response(id)
     }
 
-    /// `initialize` with `version`, then `notifications/initialized`; returns the result.
+    /// `initialize` with `version` and no client capabilities, then
+    /// `notifications/initialized`; returns the result.
     pub fn initialize(&mut self, version: &str) -> Result<Value, HarnessError> {
+        self.initialize_with(version, json!({}))
+    }
+
+    /// [`Mcp::initialize`] declaring `capabilities` (for example `{"elicitation": {}}`).
+    pub fn initialize_with(
+        &mut self,
+        version: &str,
+        capabilities: Value,
+    ) -> Result<Value, HarnessError> {
         let response = self.request(
             "initialize",
             json!({
                 "protocolVersion": version,
-                "capabilities": {},
+                "capabilities": capabilities,
                 "clientInfo": {"name": "appduct-e2e", "version": "0.0.0"},
             }),
         )?;

@@ -1,15 +1,18 @@
-//! `appduct mcp` as a child process with its own state dir (06 §6.2, §6.3, §6.5, §6.6, §6.11,
-//! §6.12, §6.15; SEC-49): MCP JSON-RPC over stdio on two protocol versions, exactly the nine
-//! built-ins, list/describe/call against a playground process, progress, the error contract,
-//! cancellation as a raw device sees it, a second device leaving `tools/list` unchanged, stdout
-//! purity, and exit on end of stdin.
+//! `appduct mcp` as a child process with its own state dir (06 §6.2, §6.3, §6.5, §6.6, §6.10,
+//! §6.11, §6.12, §6.15; SEC-49): MCP JSON-RPC over stdio on two protocol versions, exactly the
+//! nine built-ins, list/describe/call against a playground process, progress, the error
+//! contract, elicitation consent (decline, accept), cancellation as a raw device sees it, a
+//! second device leaving `tools/list` unchanged, stdout purity, and exit on end of stdin.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use appduct_e2e::device::{RawDevice, mint};
+use appduct_e2e::device::{RawDevice, mint, sdk_device};
 use appduct_e2e::harness::Sandbox;
 use appduct_e2e::mcp::Mcp;
 use appduct_e2e::{OrFail as _, blocking};
+use appduct_sdk::{CallContext, ToolError};
 use serde_json::{Value, json};
 
 const BUILT_INS: [&str; 9] = [
@@ -247,18 +250,10 @@ fn list_describe_call_progress_and_errors_against_a_playground() {
 }
 
 fn audit_callers(sb: &Sandbox) -> Vec<String> {
-    std::fs::read_dir(sb.state_dir().join("audit"))
-        .map(|d| {
-            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-                .flat_map(|t| {
-                    t.lines()
-                        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                        .filter_map(|r| r["caller"].as_str().map(str::to_owned))
-                        .collect::<Vec<_>>()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+    audit_records(sb)
+        .iter()
+        .filter_map(|r| r["caller"].as_str().map(str::to_owned))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,4 +345,104 @@ async fn an_mcp_cancel_reaches_the_device_and_a_second_device_leaves_tools_list_
             .starts_with("mcp_"),
         "{record}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_tool_asks_through_elicitation_and_runs_only_when_accepted() {
+    let config = r#"{"wssPort": 0, "advertisedIp": "127.0.0.1",
+                     "policy": {"tools": {"pixel-8/guarded": "prompt"}}}"#;
+    let sb = Sandbox::with_config(config).or_fail();
+    let link = blocking(|| mint(&sb, &[])).or_fail();
+    let device = sdk_device(&link, "Pixel 8", "p8").or_fail();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    device
+        .register_tool(
+            &json!({"name": "guarded", "description": "Needs consent.",
+                    "input_schema": {"type": "object"}, "output_schema": {"type": "object"},
+                    "annotations": {"destructiveHint": true}}),
+            move |_args: Value, _ctx: CallContext| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, ToolError>(json!({"ran": true})) }
+            },
+        )
+        .or_fail();
+    let session = device.connect(&link.deep_link).await.or_fail();
+    assert!(blocking(|| sb
+        .wait_sessions(Duration::from_secs(10), |l| {
+            l.len() == 1 && l[0]["toolCount"] == 3
+        })));
+
+    let mut mcp = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| mcp.initialize_with("2025-06-18", json!({"elicitation": {}}))).or_fail();
+    let call = json!({"name": "appduct_call_tool",
+                      "arguments": {"name": "guarded", "args": {"n": 1}}});
+
+    // Decline: nothing reaches the app.
+    let id = blocking(|| mcp.send_request("tools/call", call.clone())).or_fail();
+    let prompt = blocking(|| mcp.wait_server_request("elicitation/create")).or_fail();
+    let message = prompt["params"]["message"].as_str().unwrap_or_default();
+    assert_eq!(
+        message,
+        format!(
+            "appduct wants to run \"guarded\" on pixel-8 (session {}).\nArguments: \
+             {{\"n\":1}}\nThe app marks this tool as destructive.\nAllow this call?",
+            session.session_id
+        )
+    );
+    assert_eq!(
+        prompt["params"]["requestedSchema"],
+        json!({"type": "object", "properties": {}})
+    );
+    blocking(|| mcp.respond(&prompt, json!({"action": "decline"}))).or_fail();
+    let declined = blocking(|| mcp.wait_response(id)).or_fail();
+    assert_error(&declined["result"], "consent_declined");
+    assert_eq!(
+        declined["result"]["_meta"]["appduct/error"]["details"]["reason"],
+        "declined"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    // Accept: the call runs once, audited with the consent.
+    let id = blocking(|| mcp.send_request("tools/call", call.clone())).or_fail();
+    let prompt = blocking(|| mcp.wait_server_request("elicitation/create")).or_fail();
+    blocking(|| mcp.respond(&prompt, json!({"action": "accept", "content": {}}))).or_fail();
+    let accepted = blocking(|| mcp.wait_response(id)).or_fail();
+    assert_eq!(
+        accepted["result"]["structuredContent"],
+        json!({"ran": true}),
+        "{accepted}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    blocking(|| finish(mcp));
+
+    let mut records = Vec::new();
+    blocking(|| {
+        Sandbox::wait_until(Duration::from_secs(10), || {
+            records = audit_records(&sb);
+            !records.is_empty()
+        })
+    });
+    assert_eq!(
+        records.len(),
+        1,
+        "a declined prompt is not audited: {records:?}"
+    );
+    assert_eq!(records[0]["outcome"], "ok");
+    assert_eq!(records[0]["consent"], "elicitation");
+    device.disconnect();
+}
+
+fn audit_records(sb: &Sandbox) -> Vec<Value> {
+    std::fs::read_dir(sb.state_dir().join("audit"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .flat_map(|t| {
+                    t.lines()
+                        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
