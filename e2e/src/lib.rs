@@ -5,12 +5,15 @@
 //!   drop, bounded polling instead of sleeps).
 //! - [`control`]: a raw JSON-RPC line client for the daemon's control socket.
 //! - [`mcp`]: `appduct mcp` as a child spoken to over stdio.
-//! - [`device`]: decoded links and a raw-frame fake device (the SDK's `testing` feature).
+//! - [`device`]: decoded links, SDK devices and a raw-frame fake device (the SDK's `testing`
+//!   feature).
+//! - [`node`]: the TypeScript SDK's Node playground as a device process.
 
 pub mod control;
 pub mod device;
 pub mod harness;
 pub mod mcp;
+pub mod node;
 
 /// Runs blocking work (a CLI command, a bounded poll) from a multi-thread tokio test without
 /// stalling the tasks of in-process SDK devices.
