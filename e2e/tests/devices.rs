@@ -426,3 +426,33 @@ async fn the_web_listener_checks_upgrade_host_and_origin() {
     let ack = device.expect_frame("session_ack").await.or_fail();
     assert_eq!(ack["alias"], "firefox");
 }
+
+#[test]
+fn the_web_listener_is_not_reachable_on_the_advertised_lan_address() {
+    // No advertisedIp: the daemon detects the LAN address it advertises.
+    let sb = Sandbox::new().or_fail();
+    let status = sb.status().or_fail();
+    let daemon = &status["daemon"];
+    let web = daemon["webPort"].as_u64().unwrap_or(0) as u16;
+    let wss = daemon["wssPort"].as_u64().unwrap_or(0) as u16;
+    // SEC-28 on loopback first: the web listener answers there.
+    assert!(TcpStream::connect(("127.0.0.1", web)).is_ok());
+    let address: std::net::IpAddr = daemon["advertisedAddress"]["address"]
+        .as_str()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no advertised address: {status}"));
+    if address.is_loopback() {
+        // A machine without a LAN address has nothing more to check.
+        eprintln!("note: advertised address is loopback; LAN reachability not checked");
+        return;
+    }
+    // The wss listener is reachable on the LAN address, the web listener is not.
+    assert!(
+        TcpStream::connect((address, wss)).is_ok(),
+        "{address}:{wss}"
+    );
+    assert!(
+        TcpStream::connect((address, web)).is_err(),
+        "the web listener answers on {address}:{web}"
+    );
+}

@@ -315,3 +315,21 @@ fn an_older_busy_daemon_is_kept_unless_a_restart_is_forced() {
     sb.track_pid(new_pid);
     assert_ne!(new_pid, old_pid);
 }
+
+#[test]
+fn a_newer_daemon_is_used_with_a_notice_only_in_human_mode() {
+    let sb = Sandbox::new().or_fail();
+    let (mut newer, pid) = old_daemon(&sb, "99.0.0");
+    let json_run = sb.run(&["--json", "sessions", "ls"]).or_fail();
+    assert_eq!(json_run.code, 0, "{json_run:?}");
+    assert_eq!(json_run.stdout, "{\"ok\":true,\"data\":[]}\n");
+    assert_eq!(json_run.stderr, "", "no stderr prose under --json");
+    let human = sb.run(&["sessions", "ls"]).or_fail();
+    assert_eq!(human.code, 0, "{human:?}");
+    assert!(human.stderr.contains("99.0.0"), "{human:?}");
+    assert_eq!(human.stderr.lines().count(), 1, "{human:?}");
+    assert!(human.stdout.starts_with("No sessions."), "{human:?}");
+    // Never replaced.
+    assert_eq!(newer.wait_exit(Duration::ZERO), None);
+    assert_eq!(sb.daemon_pid(), Some(pid));
+}

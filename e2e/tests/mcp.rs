@@ -446,3 +446,51 @@ fn audit_records(sb: &Sandbox) -> Vec<Value> {
         })
         .unwrap_or_default()
 }
+
+/// A `daemon run` reporting `version`, kept alive by the returned guard.
+fn daemon_reporting(sb: &Sandbox, version: &str) -> appduct_e2e::harness::Proc {
+    let mut cmd = sb.command(&["--json", "daemon", "run"]);
+    cmd.env("APPDUCT_DAEMON_VERSION_OVERRIDE", version);
+    let (proc, ready) = sb.spawn_ready_with(cmd).or_fail();
+    if let Some(pid) = ready["data"]["daemon"]["pid"].as_u64() {
+        sb.track_pid(pid as u32);
+    }
+    proc
+}
+
+#[test]
+fn version_drift_never_reaches_stdout() {
+    // A newer daemon: served, with the notice on stderr only.
+    let sb = Sandbox::new().or_fail();
+    let _newer = daemon_reporting(&sb, "99.0.0");
+    let mut mcp = Mcp::spawn(&sb).or_fail();
+    mcp.initialize("2025-11-25").or_fail();
+    let status = mcp.call_tool("appduct_status", json!({})).or_fail();
+    assert!(status.get("isError").is_none(), "{status}");
+    let stderr = mcp.stderr();
+    finish(mcp);
+    assert!(stderr.contains("99.0.0"), "{stderr}");
+
+    // An older busy daemon: one stderr line naming both versions, exit 70, nothing served.
+    let sb = Sandbox::new().or_fail();
+    let mut older = daemon_reporting(&sb, "0.0.1");
+    let mut control = appduct_e2e::control::Control::connect(
+        &sb.state_dir().join("daemon.sock"),
+        Duration::from_secs(10),
+    )
+    .or_fail();
+    control.result("link.create", json!({})).or_fail();
+    let mut mcp = Mcp::spawn(&sb).or_fail();
+    assert_eq!(mcp.proc().wait_exit(Duration::from_secs(10)), Some(70));
+    assert_eq!(mcp.stdout_lines(), Vec::<String>::new());
+    let stderr = mcp.stderr();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("0.0.1"), "{stderr}");
+    assert!(lines[0].contains(env!("CARGO_PKG_VERSION")), "{stderr}");
+    assert_eq!(
+        older.wait_exit(Duration::ZERO),
+        None,
+        "the busy daemon was replaced"
+    );
+}
