@@ -122,6 +122,11 @@ impl Sandbox {
         Ok(sb)
     }
 
+    /// The binary under test.
+    pub fn bin(&self) -> &Path {
+        &self.bin
+    }
+
     pub fn state_dir(&self) -> PathBuf {
         self.dir.path().join("s")
     }

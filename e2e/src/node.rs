@@ -1,7 +1,10 @@
-//! The TypeScript SDK as a device process: `appduct-playground-node` (07 §7.14.3), built from
-//! `sdk-ts/` with `npm ci && npm run build` the first time a test needs it. One JSON line on
-//! its stdout per `stateChange`, `sessionChange` and `error`; a `ping` line on stdin posts
-//! `playground_ping`; end of stdin disconnects and exits 0.
+//! Node.js processes of the suite.
+//!
+//! - The TypeScript SDK as a device process: `appduct-playground-node` (07 §7.14.3), built from
+//!   `sdk-ts/` with `npm ci && npm run build` the first time a test needs it. One JSON line on
+//!   its stdout per `stateChange`, `sessionChange` and `error`; a `ping` line on stdin posts
+//!   `playground_ping`; end of stdin disconnects and exits 0.
+//! - The official MCP TypeScript client (`e2e/mcp-client/`), driving `appduct mcp`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -61,29 +64,60 @@ pub fn node_playground() -> Result<PathBuf, HarnessError> {
     }
 }
 
-/// A running `appduct-playground-node`.
+/// `e2e/mcp-client/client.mjs`, the official MCP TypeScript client driver, with its
+/// dependencies installed (`npm ci` when `node_modules` is absent).
+pub fn official_mcp_client() -> Result<PathBuf, HarnessError> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp-client");
+    let _guard = BUILD
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !dir.join("node_modules").is_dir() {
+        npm(&dir, &["ci", "--no-audit", "--no-fund"])?;
+    }
+    Ok(dir.join("client.mjs"))
+}
+
+/// `node <args…>` with `APPDUCT_*` scrubbed, in the sandbox's working directory and home,
+/// stdin piped.
+pub fn node_command(sb: &Sandbox) -> Command {
+    let mut cmd = Command::new("node");
+    for (key, _) in std::env::vars_os() {
+        if key.to_string_lossy().starts_with("APPDUCT_") {
+            cmd.env_remove(&key);
+        }
+    }
+    cmd.current_dir(sb.cwd())
+        .env("HOME", sb.home())
+        .stdin(Stdio::piped());
+    cmd
+}
+
+/// A running Node process that talks in JSON lines on stdout.
 #[derive(Debug)]
-pub struct NodeDevice {
+pub struct NodeProc {
     proc: Proc,
 }
 
-impl NodeDevice {
-    /// Starts the Node playground on `link` with extra arguments (`--pins …`,
+impl NodeProc {
+    /// Starts `appduct-playground-node` on `link` with extra arguments (`--pins …`,
     /// `--transport web`), in the sandbox's working directory with `APPDUCT_*` scrubbed.
-    pub fn spawn(sb: &Sandbox, link: &str, extra: &[&str]) -> Result<Self, HarnessError> {
+    pub fn playground(sb: &Sandbox, link: &str, extra: &[&str]) -> Result<Self, HarnessError> {
         let main = node_playground()?;
-        let mut cmd = Command::new("node");
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("APPDUCT_") {
-                cmd.env_remove(&key);
-            }
-        }
-        cmd.arg(main)
-            .arg(link)
-            .args(extra)
-            .current_dir(sb.cwd())
-            .env("HOME", sb.home())
-            .stdin(Stdio::piped());
+        let mut cmd = node_command(sb);
+        cmd.arg(main).arg(link).args(extra);
+        Ok(Self {
+            proc: Proc::spawn(cmd)?,
+        })
+    }
+
+    /// Starts the official MCP client driver against the sandbox's `appduct mcp`.
+    pub fn official_mcp_client(sb: &Sandbox) -> Result<Self, HarnessError> {
+        let script = official_mcp_client()?;
+        let mut cmd = node_command(sb);
+        cmd.arg(script)
+            .arg(sb.bin())
+            .arg(sb.state_dir())
+            .arg(sb.home());
         Ok(Self {
             proc: Proc::spawn(cmd)?,
         })

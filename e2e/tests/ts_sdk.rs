@@ -7,7 +7,7 @@ use std::time::Duration;
 use appduct_e2e::OrFail as _;
 use appduct_e2e::device::mint;
 use appduct_e2e::harness::Sandbox;
-use appduct_e2e::node::NodeDevice;
+use appduct_e2e::node::NodeProc;
 use serde_json::{Value, json};
 
 const CONFIG: &str = r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#;
@@ -26,7 +26,7 @@ fn the_node_sdk_claims_a_pinned_link_serves_calls_and_posts_events() {
         .as_ref()
         .map(ToString::to_string)
         .unwrap_or_default();
-    let mut device = NodeDevice::spawn(&sb, &link.deep_link, &["--pins", &pin]).or_fail();
+    let mut device = NodeProc::playground(&sb, &link.deep_link, &["--pins", &pin]).or_fail();
     let claim = device.wait_line(WAIT, claimed).or_fail();
     assert_eq!(claim["sessionId"], json!(link.session_id));
     let alias = claim["alias"].as_str().unwrap_or_default().to_owned();
@@ -75,7 +75,7 @@ fn the_node_sdk_refuses_a_daemon_with_another_pin_before_any_upgrade() {
     let sb = Sandbox::with_config(CONFIG).or_fail();
     let link = mint(&sb, &[]).or_fail();
     let other = "sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
-    let device = NodeDevice::spawn(&sb, &link.deep_link, &["--pins", other]).or_fail();
+    let device = NodeProc::playground(&sb, &link.deep_link, &["--pins", other]).or_fail();
     let closed = device
         .wait_line(WAIT, |l| {
             l["listener"] == "stateChange" && l["state"] == "closed"
@@ -90,7 +90,7 @@ fn the_node_sdk_refuses_a_daemon_with_another_pin_before_any_upgrade() {
         .as_ref()
         .map(ToString::to_string)
         .unwrap_or_default();
-    let good = NodeDevice::spawn(&sb, &link.deep_link, &["--pins", &pin]).or_fail();
+    let good = NodeProc::playground(&sb, &link.deep_link, &["--pins", &pin]).or_fail();
     good.wait_line(WAIT, claimed).or_fail();
 }
 
@@ -98,7 +98,7 @@ fn the_node_sdk_refuses_a_daemon_with_another_pin_before_any_upgrade() {
 fn the_node_sdk_claims_a_web_link_on_the_loopback_listener() {
     let sb = Sandbox::with_config(CONFIG).or_fail();
     let link = mint(&sb, &["--transport", "web"]).or_fail();
-    let device = NodeDevice::spawn(&sb, &link.deep_link, &["--transport", "web"]).or_fail();
+    let device = NodeProc::playground(&sb, &link.deep_link, &["--transport", "web"]).or_fail();
     let claim = device.wait_line(WAIT, claimed).or_fail();
     let alias = claim["alias"].as_str().unwrap_or_default().to_owned();
     assert!(sb.wait_sessions(WAIT, |l| l.len() == 1 && l[0]["toolCount"] == 5));
