@@ -43,15 +43,17 @@ fn npm(dir: &Path, args: &[&str]) -> Result<(), HarnessError> {
     }
 }
 
-/// `playground/dist/node/main.js`, building the TypeScript workspace first when it is missing
-/// (`npm ci` only when `node_modules` is absent).
+/// `playground/dist/node/main.js`, building the TypeScript workspace first when it or the SDK's
+/// Node entry is missing (`npm ci` only when `node_modules` is absent). An existing build is
+/// used as is, even if older than the sources.
 pub fn node_playground() -> Result<PathBuf, HarnessError> {
     let dir = sdk_ts_dir();
     let main = dir.join("playground/dist/node/main.js");
+    let entry = dir.join("packages/sdk/dist/node/index.js");
     let _guard = BUILD
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !main.is_file() {
+    if !main.is_file() || !entry.is_file() {
         if !dir.join("node_modules").is_dir() {
             npm(&dir, &["ci", "--no-audit", "--no-fund"])?;
         }
