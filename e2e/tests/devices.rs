@@ -456,3 +456,58 @@ fn the_web_listener_is_not_reachable_on_the_advertised_lan_address() {
         "the web listener answers on {address}:{web}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_on_the_other_listener_is_refused_and_the_token_still_works() {
+    let sb = Sandbox::with_config(CONFIG).or_fail();
+    let web_port = blocking(|| sb.status()).or_fail()["daemon"]["webPort"]
+        .as_u64()
+        .unwrap_or(0) as u16;
+    let link = blocking(|| mint(&sb, &[])).or_fail();
+    let (device, ack) = RawDevice::claim(&link, "Pixel 8").await.or_fail();
+    let token = ack["resume_token"].as_str().unwrap_or_default().to_owned();
+    drop(device);
+    assert!(blocking(
+        || sb.wait_sessions(WAIT, |l| l.len() == 1 && l[0]["state"] == "suspended")
+    ));
+
+    // SEC-22: the web listener refuses the native session's resume without rotating the token.
+    let other = link.endpoint_on(Transport::Web, web_port);
+    let (_wrong, refused) = RawDevice::resume(&other, &link.session_id, &token)
+        .await
+        .or_fail();
+    let closed = refused
+        .err()
+        .unwrap_or_else(|| panic!("resumed on the web listener"));
+    assert_eq!(
+        (closed.code, closed.reason.as_str()),
+        (Some(1008), "wrong_transport")
+    );
+    let (_device, first) = RawDevice::resume(&link.endpoint(), &link.session_id, &token)
+        .await
+        .or_fail();
+    let ack = first.unwrap_or_else(|closed| panic!("the token stopped working: {closed:?}"));
+    let rotated = ack["resume_token"].as_str().unwrap_or_default().to_owned();
+
+    // SEC-24: no token or payload in the logs, the session list or the status.
+    let secrets = [link.token.as_str(), token.as_str(), rotated.as_str()];
+    let payload = link.deep_link.split("appduct=").nth(1).unwrap_or_default();
+    let payload = payload.split('&').next().unwrap_or_default().to_owned();
+    let mut texts = vec![
+        blocking(|| sb.run(&["--json", "sessions", "ls"]))
+            .or_fail()
+            .stdout,
+        blocking(|| sb.run(&["--json", "daemon", "status"]))
+            .or_fail()
+            .stdout,
+    ];
+    for name in ["daemon.log", "events.log"] {
+        texts.push(std::fs::read_to_string(sb.state_dir().join(name)).unwrap_or_default());
+    }
+    for text in &texts {
+        for secret in secrets.iter().copied().chain([payload.as_str()]) {
+            assert!(!secret.is_empty());
+            assert!(!text.contains(secret), "a secret leaked into: {text}");
+        }
+    }
+}

@@ -321,3 +321,31 @@ fn the_control_socket_rejects_an_oversized_line_and_keeps_serving() {
     // Other clients are unaffected.
     assert_eq!(sb.status().or_fail()["daemon"]["pid"], pid);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_link_is_tombstoned_for_one_more_ttl_then_forgotten() {
+    // SEC-19 with a 1 s TTL.
+    let sb = Sandbox::with_config(CONFIG).or_fail();
+    let link = blocking(|| mint(&sb, &["--ttl", "1"])).or_fail();
+    let expired = blocking(|| {
+        Sandbox::wait_until(WAIT, || {
+            sb.status().is_ok_and(|s| s["daemon"]["pendingLinks"] == 0)
+        })
+    });
+    assert!(expired, "the link never expired");
+    assert_eq!(
+        claim_with(&link, &link.token).await.err(),
+        Some(closed(1008, "link_expired"))
+    );
+    // A tombstone answers link_expired until its second TTL, then the id is unknown.
+    let deadline = Instant::now() + WAIT;
+    let mut last = None;
+    while Instant::now() < deadline {
+        last = claim_with(&link, &link.token).await.err();
+        if last != Some(closed(1008, "link_expired")) {
+            break;
+        }
+    }
+    assert_eq!(last, Some(closed(1008, "unknown_session")));
+    assert_eq!(blocking(|| sb.sessions()).or_fail(), Vec::<Value>::new());
+}

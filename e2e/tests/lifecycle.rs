@@ -333,3 +333,28 @@ fn a_newer_daemon_is_used_with_a_notice_only_in_human_mode() {
     assert_eq!(newer.wait_exit(Duration::ZERO), None);
     assert_eq!(sb.daemon_pid(), Some(pid));
 }
+
+#[test]
+fn daemon_stop_never_signals_a_pid_that_holds_no_lock() {
+    // SEC-50: a pidfile naming a live process that is not a daemon.
+    let sb = Sandbox::new().or_fail();
+    let bystander = Proc::spawn({
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30");
+        cmd
+    })
+    .or_fail();
+    std::fs::write(sb.pidfile(), format!("{}\n", bystander.pid())).or_fail();
+    std::fs::set_permissions(sb.pidfile(), std::fs::Permissions::from_mode(0o600)).or_fail();
+    let ran = sb.run(&["--json", "daemon", "stop"]).or_fail();
+    assert_eq!(ran.code, 70, "{ran:?}");
+    assert_eq!(ran.json().or_fail()["error"]["type"], "connection_error");
+    assert!(
+        is_alive(bystander.pid()),
+        "daemon stop signalled a stranger"
+    );
+    assert!(
+        sb.daemon_processes().is_empty(),
+        "daemon stop spawned a daemon"
+    );
+}
