@@ -8,6 +8,7 @@ use std::fmt;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -94,6 +95,7 @@ impl Ran {
 pub struct Sandbox {
     bin: PathBuf,
     dir: TempDir,
+    pids: Mutex<Vec<u32>>,
 }
 
 impl Sandbox {
@@ -108,12 +110,21 @@ impl Sandbox {
             .prefix("ade")
             .tempdir_in("/tmp")
             .map_err(io)?;
-        let sb = Self { bin, dir };
+        let sb = Self {
+            bin,
+            dir,
+            pids: Mutex::new(Vec::new()),
+        };
         for d in [sb.state_dir(), sb.home(), sb.cwd()] {
             std::fs::create_dir_all(d).map_err(io)?;
         }
         std::fs::write(sb.state_dir().join("config.json"), config).map_err(io)?;
         Ok(sb)
+    }
+
+    /// The binary under test.
+    pub fn bin(&self) -> &Path {
+        &self.bin
     }
 
     pub fn state_dir(&self) -> PathBuf {
@@ -177,30 +188,76 @@ impl Sandbox {
 
     /// Starts a long-running command and returns it with its first stdout line parsed as JSON
     /// (the ready line of `daemon run --json` or `playground --json`). The rest of stdout is
-    /// drained in the background.
-    pub fn spawn_ready<S: AsRef<OsStr>>(&self, args: &[S]) -> Result<(Child, Value), HarnessError> {
-        let mut child = self
-            .command(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(io)?;
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| HarnessError::Io("no stdout".into()))?;
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader.read_line(&mut line).map_err(io)?;
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
-                sink.clear();
-            }
-        });
+    /// collected in the background ([`Proc::stdout`]).
+    pub fn spawn_ready<S: AsRef<OsStr>>(&self, args: &[S]) -> Result<(Proc, Value), HarnessError> {
+        self.spawn_ready_with(self.command(args))
+    }
+
+    /// [`Sandbox::spawn_ready`] for a prepared command (extra environment, for example).
+    pub fn spawn_ready_with(&self, cmd: Command) -> Result<(Proc, Value), HarnessError> {
+        let proc = Proc::spawn(cmd)?;
+        let line = proc
+            .next_stdout_line(Duration::from_secs(15))
+            .ok_or_else(|| {
+                HarnessError::Output(format!("no ready line; stderr: {}", proc.stderr()))
+            })?;
         let doc = serde_json::from_str(line.trim_end())
             .map_err(|e| HarnessError::Output(format!("{e}: {line:?}")))?;
-        Ok((child, doc))
+        Ok((proc, doc))
+    }
+
+    /// Starts a command with stdout and stderr collected; the process is killed when the
+    /// returned guard drops.
+    pub fn spawn<S: AsRef<OsStr>>(&self, args: &[S]) -> Result<Proc, HarnessError> {
+        Proc::spawn(self.command(args))
+    }
+
+    /// Remembers a pid to kill when the sandbox drops (a daemon this test started or saw),
+    /// as long as its command line still names this sandbox's state dir.
+    pub fn track_pid(&self, pid: u32) {
+        if let Ok(mut pids) = self.pids.lock() {
+            pids.push(pid);
+        }
+    }
+
+    /// `daemon status --json` data; the daemon's pid is tracked.
+    pub fn status(&self) -> Result<Value, HarnessError> {
+        let data = self.data(&["daemon", "status"])?;
+        if let Some(pid) = data["daemon"]["pid"].as_u64() {
+            self.track_pid(pid as u32);
+        }
+        Ok(data)
+    }
+
+    /// Pids of live (non-zombie) `appduct daemon run` processes serving this state dir.
+    pub fn daemon_processes(&self) -> Vec<u32> {
+        let dir = self.state_dir().display().to_string();
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                let args = cmdline(*pid);
+                args.iter().any(|a| a == "run")
+                    && args.iter().any(|a| a == "daemon")
+                    && args.contains(&dir)
+                    && is_alive(*pid)
+            })
+            .collect()
+    }
+
+    /// `sessions ls --json` data (the `SessionSummary` array).
+    pub fn sessions(&self) -> Result<Vec<Value>, HarnessError> {
+        match self.data(&["sessions", "ls"])? {
+            Value::Array(list) => Ok(list),
+            other => Err(HarnessError::Output(format!("not an array: {other}"))),
+        }
+    }
+
+    /// Polls `sessions ls` (at most `limit`) until `check` holds for the list.
+    pub fn wait_sessions(&self, limit: Duration, check: impl Fn(&[Value]) -> bool) -> bool {
+        Self::wait_until(limit, || self.sessions().is_ok_and(|list| check(&list)))
     }
 
     /// The pid in the pidfile, if any.
@@ -227,12 +284,184 @@ impl Sandbox {
 impl Drop for Sandbox {
     fn drop(&mut self) {
         let _ = self.command(&["daemon", "stop"]).output();
-        if let Some(pid) = self.daemon_pid() {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg(pid.to_string())
-                .output();
+        let dir = self.state_dir().display().to_string();
+        let mut pids = self.pids.lock().map(|p| p.clone()).unwrap_or_default();
+        pids.extend(self.daemon_pid());
+        pids.extend(self.daemon_processes());
+        for pid in pids {
+            // A recorded pid may have been reused by now: only kill what still serves this dir.
+            if cmdline(pid).contains(&dir) {
+                signal(pid, "KILL");
+            }
         }
+    }
+}
+
+/// The arguments of a process, empty when it is gone.
+pub fn cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|bytes| {
+            bytes
+                .split(|b| *b == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `pid` exists and is not a zombie (an exited daemon whose parent, possibly a
+/// container's init, has not reaped it yet counts as gone).
+pub fn is_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(status) => !status
+            .lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Sends a signal by name (`INT`, `TERM`, `KILL`) through kill(1): the suite has no unsafe code.
+pub fn signal(pid: u32, name: &str) -> bool {
+    Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// A child process of a test, killed and reaped when dropped. stdout is split into lines on a
+/// channel (and kept), stderr is kept, both by background threads.
+#[derive(Debug)]
+pub struct Proc {
+    child: Child,
+    lines: Mutex<mpsc::Receiver<String>>,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Proc {
+    /// Spawns `cmd` with piped stdout and stderr (stdin as the command set it).
+    pub fn spawn(mut cmd: Command) -> Result<Self, HarnessError> {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(io)?;
+        let out = child
+            .stdout
+            .take()
+            .ok_or_else(|| HarnessError::Io("no stdout".into()))?;
+        let err = child
+            .stderr
+            .take()
+            .ok_or_else(|| HarnessError::Io("no stderr".into()))?;
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let keep = stdout.clone();
+        let out_reader = std::thread::spawn(move || {
+            let mut reader = BufReader::new(out);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if let Ok(mut all) = keep.lock() {
+                    all.push_str(&line);
+                }
+                let _ = tx.send(line.trim_end_matches('\n').to_owned());
+                line.clear();
+            }
+        });
+        let keep = stderr.clone();
+        let err_reader = std::thread::spawn(move || {
+            let mut reader = BufReader::new(err);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                if let Ok(mut all) = keep.lock() {
+                    all.push_str(&line);
+                }
+                line.clear();
+            }
+        });
+        Ok(Self {
+            child,
+            lines: Mutex::new(rx),
+            stdout,
+            stderr,
+            readers: vec![out_reader, err_reader],
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn child_mut(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    /// The next stdout line, waiting at most `limit`.
+    pub fn next_stdout_line(&self, limit: Duration) -> Option<String> {
+        self.lines.lock().ok()?.recv_timeout(limit).ok()
+    }
+
+    /// Everything printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Everything printed on stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Sends a signal by name (`INT`, `TERM`, `KILL`).
+    pub fn signal(&self, name: &str) -> bool {
+        signal(self.pid(), name)
+    }
+
+    /// Polls for the exit status for at most `limit`; `None` if still running. The status is
+    /// `-1` for a death by signal.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status.code().unwrap_or(-1));
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits for the exit (at most `limit`) and for both output streams to end.
+    pub fn finish(mut self, limit: Duration) -> Result<Ran, HarnessError> {
+        let code = self.wait_exit(limit).ok_or_else(|| {
+            HarnessError::Output(format!(
+                "still running after {limit:?}; stderr: {}",
+                self.stderr()
+            ))
+        })?;
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        Ok(Ran {
+            code,
+            stdout: self.stdout(),
+            stderr: self.stderr(),
+        })
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
     }
 }
 

@@ -1,0 +1,117 @@
+// Drives `appduct mcp` with the official MCP TypeScript client (@modelcontextprotocol/sdk), as an
+// agent would, and prints one JSON report line on stdout for the Rust test to assert on.
+//
+// usage: node client.mjs <appduct-binary> <state-dir> <home>
+//
+// Expects one live playground session whose `reset_counter` has policy "prompt". In between it
+// prints {"step":"listed"} and waits for one stdin line, so the test can attach a second device
+// before `tools/list` is read again.
+
+import { createInterface } from "node:readline";
+
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+
+const [bin, stateDir, home] = process.argv.slice(2);
+if (!bin || !stateDir || !home) {
+  process.stderr.write("usage: node client.mjs <appduct-binary> <state-dir> <home>\n");
+  process.exit(64);
+}
+
+const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+const report = { notifications: [], elicitations: [] };
+const emit = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
+
+const transport = new StdioClientTransport({
+  command: bin,
+  args: ["--state-dir", stateDir, "mcp"],
+  env: { HOME: home },
+  stderr: "pipe",
+});
+const client = new Client(
+  { name: "appduct-e2e-official-client", version: "0.0.0" },
+  { capabilities: { elicitation: {} } },
+);
+client.fallbackNotificationHandler = async (notification) => {
+  report.notifications.push(notification.method);
+};
+// Answers consent prompts in order: decline first, then accept.
+const answers = ["decline", "accept"];
+client.setRequestHandler(ElicitRequestSchema, async (request) => {
+  report.elicitations.push(request.params.message);
+  const action = answers.shift() ?? "cancel";
+  return action === "accept" ? { action, content: {} } : { action };
+});
+
+const text = (result) => result.content?.[0]?.text ?? null;
+const errorOf = (result) => ({
+  isError: result.isError ?? false,
+  text: text(result),
+  meta: result._meta?.["appduct/error"] ?? null,
+  hasStructured: "structuredContent" in result,
+});
+
+try {
+  await client.connect(transport);
+  report.server = client.getServerVersion();
+  report.capabilities = client.getServerCapabilities();
+
+  const first = await client.listTools();
+  report.tools = first.tools.map((t) => t.name);
+
+  const listed = await client.callTool({ name: "appduct_list_tools", arguments: {} });
+  report.listed = listed.structuredContent;
+  const described = await client.callTool({ name: "appduct_describe_tool", arguments: { name: "sum" } });
+  report.described = { isError: described.isError ?? false, text: text(described) };
+
+  const progress = [];
+  const slow = await client.callTool(
+    { name: "appduct_call_tool", arguments: { name: "slow_task" } },
+    undefined,
+    { onprogress: (p) => progress.push(p) },
+  );
+  report.slow = { structured: slow.structuredContent, progress };
+
+  const summed = await client.callTool({ name: "appduct_call_tool", arguments: { name: "sum", args: { a: 2, b: 5 } } });
+  report.sum = { structured: summed.structuredContent, call: summed._meta?.["appduct/call"] ?? null };
+
+  // Error results pass through a client that validated output schemas after tools/list.
+  report.errors = {
+    thrown: errorOf(await client.callTool({ name: "appduct_call_tool", arguments: { name: "throwing_tool" } })),
+    listBad: errorOf(await client.callTool({ name: "appduct_list_tools", arguments: { search: "x" } })),
+    status: errorOf(await client.callTool({ name: "appduct_status", arguments: { cwd: "relative/dir" } })),
+    notBuiltIn: errorOf(await client.callTool({ name: "sum", arguments: {} })),
+  };
+
+  // Consent through elicitation: declined, then accepted.
+  report.declined = errorOf(await client.callTool({ name: "appduct_call_tool", arguments: { name: "reset_counter" } }));
+  const accepted = await client.callTool({ name: "appduct_call_tool", arguments: { name: "reset_counter" } });
+  report.accepted = accepted.structuredContent ?? null;
+
+  // Cancel: abort at the first progress report.
+  const controller = new AbortController();
+  let cancelError = null;
+  try {
+    await client.callTool(
+      { name: "appduct_call_tool", arguments: { name: "slow_task" } },
+      undefined,
+      { signal: controller.signal, onprogress: () => controller.abort("enough") },
+    );
+  } catch (error) {
+    cancelError = { name: String(error?.name), message: String(error?.message ?? error) };
+  }
+  report.cancelled = cancelError;
+
+  // A second device claims while we wait; tools/list must not change.
+  emit({ step: "listed" });
+  await lines.next();
+  const again = await client.listTools();
+  report.toolsUnchanged = JSON.stringify(again) === JSON.stringify(first);
+} catch (error) {
+  report.failure = String(error?.stack ?? error);
+} finally {
+  await client.close().catch(() => {});
+  emit({ step: "report", report });
+  process.exit(0);
+}

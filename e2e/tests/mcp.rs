@@ -1,0 +1,496 @@
+//! `appduct mcp` as a child process with its own state dir (06 §6.2, §6.3, §6.5, §6.6, §6.10,
+//! §6.11, §6.12, §6.15; SEC-49): MCP JSON-RPC over stdio on two protocol versions, exactly the
+//! nine built-ins, list/describe/call against a playground process, progress, the error
+//! contract, elicitation consent (decline, accept), cancellation as a raw device sees it, a
+//! second device leaving `tools/list` unchanged, stdout purity, and exit on end of stdin.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use appduct_e2e::device::{RawDevice, mint, sdk_device};
+use appduct_e2e::harness::Sandbox;
+use appduct_e2e::mcp::Mcp;
+use appduct_e2e::{OrFail as _, blocking};
+use appduct_sdk::{CallContext, ToolError};
+use serde_json::{Value, json};
+
+const BUILT_INS: [&str; 9] = [
+    "appduct_connect",
+    "appduct_wait_for_session",
+    "appduct_list_tools",
+    "appduct_describe_tool",
+    "appduct_call_tool",
+    "appduct_list_events",
+    "appduct_events",
+    "appduct_wait_for_event",
+    "appduct_status",
+];
+
+fn tool_names(list: &Value) -> Vec<&str> {
+    list["result"]["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default()
+}
+
+/// Checks a built-in failure against the error contract (06 §6.6) and returns its message.
+fn assert_error(result: &Value, error_type: &str) -> String {
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!("[{error_type}] ")),
+        "{error_type}: {text}"
+    );
+    assert_eq!(result["content"].as_array().map(Vec::len), Some(1));
+    let meta = &result["_meta"]["appduct/error"];
+    assert_eq!(meta["type"], error_type, "{result}");
+    assert!(
+        result.get("structuredContent").is_none(),
+        "an error carries structuredContent: {result}"
+    );
+    meta["message"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Closes stdin, expects exit 0 within 2 s (plus scheduling slack for a loaded CI machine), and checks that every stdout line was a JSON-RPC
+/// 2.0 message and none announced a list change. Returns the messages.
+fn finish(mut mcp: Mcp) -> Vec<Value> {
+    mcp.close_stdin();
+    let code = mcp.proc().wait_exit(Duration::from_millis(2500));
+    assert_eq!(code, Some(0), "stderr: {}", mcp.stderr());
+    let lines = mcp.stdout_lines();
+    assert!(!lines.is_empty());
+    let messages: Vec<Value> = lines
+        .iter()
+        .map(|line| {
+            let msg: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"));
+            assert_eq!(msg["jsonrpc"], "2.0", "{line}");
+            assert!(
+                msg.get("method").is_some() || msg.get("id").is_some(),
+                "not a JSON-RPC message: {line}"
+            );
+            msg
+        })
+        .collect();
+    for msg in &messages {
+        let method = msg["method"].as_str().unwrap_or_default();
+        assert!(!method.ends_with("list_changed"), "{msg}");
+        assert_ne!(method, "notifications/resources/updated");
+    }
+    messages
+}
+
+#[test]
+fn initialize_on_each_version_lists_exactly_the_nine_built_ins_and_exits_on_eof() {
+    for (requested, answered) in [
+        ("2025-06-18", "2025-06-18"),
+        ("2025-11-25", "2025-11-25"),
+        ("2024-11-05", "2025-11-25"),
+    ] {
+        let sb = Sandbox::new().or_fail();
+        let mut mcp = Mcp::spawn(&sb).or_fail();
+        let init = mcp.initialize(requested).or_fail();
+        assert_eq!(init["protocolVersion"], answered, "{init}");
+        assert_eq!(init["serverInfo"]["name"], "appduct");
+        assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(
+            init["capabilities"],
+            json!({"tools": {}, "resources": {}}),
+            "{init}"
+        );
+        let list = mcp.request("tools/list", json!({})).or_fail();
+        assert_eq!(tool_names(&list), BUILT_INS);
+        assert!(list["result"].get("nextCursor").is_none(), "{list}");
+        // A method the bridge does not serve is a protocol error, not a crash.
+        let unknown = mcp.request("prompts/list", json!({})).or_fail();
+        assert_eq!(unknown["error"]["code"], -32601, "{unknown}");
+        finish(mcp);
+        // The bridge spawned the daemon of this state dir and never stops it.
+        let pid = sb
+            .daemon_pid()
+            .unwrap_or_else(|| panic!("the bridge spawned no daemon"));
+        sb.track_pid(pid);
+        assert_eq!(sb.daemon_processes(), vec![pid]);
+    }
+}
+
+#[test]
+fn list_describe_call_progress_and_errors_against_a_playground() {
+    let sb = Sandbox::new().or_fail();
+    let (_playground, ready) = sb.spawn_ready(&["--json", "playground"]).or_fail();
+    let session_id = ready["data"]["sessionId"].clone();
+    sb.status().or_fail();
+    let mut mcp = Mcp::spawn(&sb).or_fail();
+    mcp.initialize("2025-11-25").or_fail();
+
+    let listed = mcp.call_tool("appduct_list_tools", json!({})).or_fail();
+    assert!(listed.get("isError").is_none(), "{listed}");
+    let structured = &listed["structuredContent"];
+    assert_eq!(structured["session"], "playground");
+    assert_eq!(structured["sessionId"], session_id);
+    assert_eq!(structured["total"], 5);
+    assert_eq!(structured["hasMore"], false);
+    let names: Vec<&str> = structured["tools"]
+        .as_array()
+        .map(|t| t.iter().filter_map(|t| t["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        names,
+        [
+            "call_count",
+            "reset_counter",
+            "slow_task",
+            "sum",
+            "throwing_tool"
+        ]
+    );
+    let text: Value =
+        serde_json::from_str(listed["content"][0]["text"].as_str().unwrap_or_default()).or_fail();
+    assert_eq!(&text, structured, "text and structuredContent differ");
+
+    let described = mcp
+        .call_tool("appduct_describe_tool", json!({"name": "sum"}))
+        .or_fail();
+    assert!(described.get("isError").is_none(), "{described}");
+    let described_text = described["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(described_text.contains("Adds a and b"), "{described}");
+
+    let summed = mcp
+        .call_tool(
+            "appduct_call_tool",
+            json!({"name": "sum", "args": {"a": 1, "b": 2}}),
+        )
+        .or_fail();
+    assert_eq!(summed["structuredContent"], json!({"total": 3}), "{summed}");
+    assert_eq!(summed["content"][0]["text"], "{\"total\":3}");
+    let call = &summed["_meta"]["appduct/call"];
+    assert_eq!(call["alias"], "playground");
+    assert_eq!(call["sessionId"], session_id);
+    assert!(
+        call["callId"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("mcp_"),
+        "{summed}"
+    );
+
+    // Progress for a request with a token, echoing it exactly.
+    let id = mcp
+        .send_request(
+            "tools/call",
+            json!({"name": "appduct_call_tool", "arguments": {"name": "slow_task"},
+                   "_meta": {"progressToken": "tok-7"}}),
+        )
+        .or_fail();
+    let done = mcp.wait_response(id).or_fail();
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"done": true}),
+        "{done}"
+    );
+    let progress: Vec<(Value, Value)> = mcp
+        .pending
+        .drain(..)
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| {
+            assert_eq!(m["params"]["progressToken"], "tok-7", "{m}");
+            (
+                m["params"]["progress"].clone(),
+                m["params"]["message"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        progress,
+        [
+            (json!(0.33), json!("warming up")),
+            (json!(0.66), json!("almost there")),
+            (json!(1.0), json!("done")),
+        ]
+    );
+
+    // The error contract: the app's failure, a missing tool, bad arguments, a non-built-in.
+    let thrown = mcp
+        .call_tool("appduct_call_tool", json!({"name": "throwing_tool"}))
+        .or_fail();
+    let message = assert_error(&thrown, "tool_execution_error");
+    assert_eq!(message, "throwing_tool always fails on purpose.");
+    assert_eq!(thrown["_meta"]["appduct/call"]["alias"], "playground");
+    assert_error(
+        &mcp.call_tool("appduct_describe_tool", json!({"name": "nope"}))
+            .or_fail(),
+        "tool_not_found",
+    );
+    assert_error(
+        &mcp.call_tool(
+            "appduct_call_tool",
+            json!({"name": "sum", "timeoutMs": 999}),
+        )
+        .or_fail(),
+        "invalid_request",
+    );
+    let foreign = mcp.call_tool("sum", json!({})).or_fail();
+    assert_error(&foreign, "tool_not_found");
+    assert_eq!(foreign["_meta"]["appduct/error"]["details"]["name"], "sum");
+
+    let messages = finish(mcp);
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["method"] == "notifications/progress")
+    );
+    // The bridge's calls are audited as mcp callers.
+    let mut callers = Vec::new();
+    Sandbox::wait_until(Duration::from_secs(10), || {
+        callers = audit_callers(&sb);
+        callers.len() >= 3
+    });
+    assert_eq!(callers, ["mcp", "mcp", "mcp"]);
+}
+
+fn audit_callers(sb: &Sandbox) -> Vec<String> {
+    audit_records(sb)
+        .iter()
+        .filter_map(|r| r["caller"].as_str().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_cancel_reaches_the_device_and_a_second_device_leaves_tools_list_alone() {
+    let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#).or_fail();
+    let link = blocking(|| mint(&sb, &[])).or_fail();
+    let (mut device, _ack) = RawDevice::claim(&link, "Pixel 8").await.or_fail();
+    device
+        .register(json!([{"name": "hang", "description": "Never answers by itself."}]))
+        .await
+        .or_fail();
+    assert!(blocking(|| sb
+        .wait_sessions(Duration::from_secs(10), |l| {
+            l.len() == 1 && l[0]["toolCount"] == 1
+        })));
+
+    let mut mcp = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| mcp.initialize("2025-06-18")).or_fail();
+    let before = blocking(|| mcp.request("tools/list", json!({}))).or_fail();
+
+    let id = blocking(|| {
+        mcp.send_request(
+            "tools/call",
+            json!({"name": "appduct_call_tool", "arguments": {"name": "hang"}}),
+        )
+    })
+    .or_fail();
+    let call = device.expect_frame("tool_call").await.or_fail();
+    let wire_id = call["id"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        wire_id.starts_with("call_"),
+        "the bridge's callId reached the app: {call}"
+    );
+    blocking(|| {
+        mcp.notify(
+            "notifications/cancelled",
+            json!({"requestId": id, "reason": "user stopped it"}),
+        )
+    })
+    .or_fail();
+    let cancel = device.expect_frame("tool_cancel").await.or_fail();
+    assert_eq!(cancel["id"], json!(wire_id));
+    assert_eq!(cancel["reason"], "mcp_client_cancelled");
+    device
+        .reply_error(&call, "tool_cancelled", "hang stopped")
+        .await
+        .or_fail();
+
+    // A second device claims and registers: tools/list does not change.
+    let second = blocking(|| mint(&sb, &[])).or_fail();
+    let (mut other, _ack) = RawDevice::claim(&second, "Pixel 8").await.or_fail();
+    other
+        .register(json!([{"name": "extra", "description": "Another tool."}]))
+        .await
+        .or_fail();
+    assert!(blocking(
+        || sb.wait_sessions(Duration::from_secs(10), |l| l.len() == 2)
+    ));
+    let after = blocking(|| mcp.request("tools/list", json!({}))).or_fail();
+    assert_eq!(before["result"], after["result"]);
+    assert_eq!(tool_names(&after), BUILT_INS);
+
+    let messages = blocking(|| finish(mcp));
+    assert!(
+        !messages.iter().any(|m| m["id"] == json!(id)),
+        "a response was written for the cancelled request"
+    );
+    // The daemon settled and audited the call as cancelled.
+    let mut record = Value::Null;
+    let audited = blocking(|| {
+        Sandbox::wait_until(Duration::from_secs(10), || {
+            record = std::fs::read_dir(sb.state_dir().join("audit"))
+                .ok()
+                .and_then(|mut d| d.next())
+                .and_then(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .and_then(|t| t.lines().next().and_then(|l| serde_json::from_str(l).ok()))
+                .unwrap_or(Value::Null);
+            !record.is_null()
+        })
+    });
+    assert!(audited);
+    assert_eq!(record["tool"], "hang");
+    assert_eq!(record["outcome"], "cancelled");
+    assert_eq!(record["caller"], "mcp");
+    assert!(
+        record["callId"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("mcp_"),
+        "{record}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_tool_asks_through_elicitation_and_runs_only_when_accepted() {
+    let config = r#"{"wssPort": 0, "advertisedIp": "127.0.0.1",
+                     "policy": {"tools": {"pixel-8/guarded": "prompt"}}}"#;
+    let sb = Sandbox::with_config(config).or_fail();
+    let link = blocking(|| mint(&sb, &[])).or_fail();
+    let device = sdk_device(&link, "Pixel 8", "p8").or_fail();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    device
+        .register_tool(
+            &json!({"name": "guarded", "description": "Needs consent.",
+                    "input_schema": {"type": "object"}, "output_schema": {"type": "object"},
+                    "annotations": {"destructiveHint": true}}),
+            move |_args: Value, _ctx: CallContext| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, ToolError>(json!({"ran": true})) }
+            },
+        )
+        .or_fail();
+    let session = device.connect(&link.deep_link).await.or_fail();
+    assert!(blocking(|| sb
+        .wait_sessions(Duration::from_secs(10), |l| {
+            l.len() == 1 && l[0]["toolCount"] == 3
+        })));
+
+    let mut mcp = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| mcp.initialize_with("2025-06-18", json!({"elicitation": {}}))).or_fail();
+    let call = json!({"name": "appduct_call_tool",
+                      "arguments": {"name": "guarded", "args": {"n": 1}}});
+
+    // Decline: nothing reaches the app.
+    let id = blocking(|| mcp.send_request("tools/call", call.clone())).or_fail();
+    let prompt = blocking(|| mcp.wait_server_request("elicitation/create")).or_fail();
+    let message = prompt["params"]["message"].as_str().unwrap_or_default();
+    assert_eq!(
+        message,
+        format!(
+            "appduct wants to run \"guarded\" on pixel-8 (session {}).\nArguments: \
+             {{\"n\":1}}\nThe app marks this tool as destructive.\nAllow this call?",
+            session.session_id
+        )
+    );
+    assert_eq!(
+        prompt["params"]["requestedSchema"],
+        json!({"type": "object", "properties": {}})
+    );
+    blocking(|| mcp.respond(&prompt, json!({"action": "decline"}))).or_fail();
+    let declined = blocking(|| mcp.wait_response(id)).or_fail();
+    assert_error(&declined["result"], "consent_declined");
+    assert_eq!(
+        declined["result"]["_meta"]["appduct/error"]["details"]["reason"],
+        "declined"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 0);
+
+    // Accept: the call runs once, audited with the consent.
+    let id = blocking(|| mcp.send_request("tools/call", call.clone())).or_fail();
+    let prompt = blocking(|| mcp.wait_server_request("elicitation/create")).or_fail();
+    blocking(|| mcp.respond(&prompt, json!({"action": "accept", "content": {}}))).or_fail();
+    let accepted = blocking(|| mcp.wait_response(id)).or_fail();
+    assert_eq!(
+        accepted["result"]["structuredContent"],
+        json!({"ran": true}),
+        "{accepted}"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    blocking(|| finish(mcp));
+
+    let mut records = Vec::new();
+    blocking(|| {
+        Sandbox::wait_until(Duration::from_secs(10), || {
+            records = audit_records(&sb);
+            !records.is_empty()
+        })
+    });
+    assert_eq!(
+        records.len(),
+        1,
+        "a declined prompt is not audited: {records:?}"
+    );
+    assert_eq!(records[0]["outcome"], "ok");
+    assert_eq!(records[0]["consent"], "elicitation");
+    device.disconnect();
+}
+
+fn audit_records(sb: &Sandbox) -> Vec<Value> {
+    std::fs::read_dir(sb.state_dir().join("audit"))
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+                .flat_map(|t| {
+                    t.lines()
+                        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A `daemon run` reporting `version`, kept alive by the returned guard.
+fn daemon_reporting(sb: &Sandbox, version: &str) -> appduct_e2e::harness::Proc {
+    let mut cmd = sb.command(&["--json", "daemon", "run"]);
+    cmd.env("APPDUCT_DAEMON_VERSION_OVERRIDE", version);
+    let (proc, ready) = sb.spawn_ready_with(cmd).or_fail();
+    if let Some(pid) = ready["data"]["daemon"]["pid"].as_u64() {
+        sb.track_pid(pid as u32);
+    }
+    proc
+}
+
+#[test]
+fn version_drift_never_reaches_stdout() {
+    // A newer daemon: served, with the notice on stderr only.
+    let sb = Sandbox::new().or_fail();
+    let _newer = daemon_reporting(&sb, "99.0.0");
+    let mut mcp = Mcp::spawn(&sb).or_fail();
+    mcp.initialize("2025-11-25").or_fail();
+    let status = mcp.call_tool("appduct_status", json!({})).or_fail();
+    assert!(status.get("isError").is_none(), "{status}");
+    let stderr = mcp.stderr();
+    finish(mcp);
+    assert!(stderr.contains("99.0.0"), "{stderr}");
+
+    // An older busy daemon: one stderr line naming both versions, exit 70, nothing served.
+    let sb = Sandbox::new().or_fail();
+    let mut older = daemon_reporting(&sb, "0.0.1");
+    let mut control = appduct_e2e::control::Control::connect(
+        &sb.state_dir().join("daemon.sock"),
+        Duration::from_secs(10),
+    )
+    .or_fail();
+    control.result("link.create", json!({})).or_fail();
+    let mut mcp = Mcp::spawn(&sb).or_fail();
+    assert_eq!(mcp.proc().wait_exit(Duration::from_secs(10)), Some(70));
+    assert_eq!(mcp.stdout_lines(), Vec::<String>::new());
+    let stderr = mcp.stderr();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].contains("0.0.1"), "{stderr}");
+    assert!(lines[0].contains(env!("CARGO_PKG_VERSION")), "{stderr}");
+    assert_eq!(
+        older.wait_exit(Duration::ZERO),
+        None,
+        "the busy daemon was replaced"
+    );
+}

@@ -1,0 +1,153 @@
+//! `appduct mcp` through the official MCP TypeScript client (`@modelcontextprotocol/sdk`, driven
+//! by `e2e/mcp-client/client.mjs`) against a playground process: list, describe, call,
+//! progress, cancel, the error contract through a client that validates output schemas,
+//! elicitation decline and accept, and a second device leaving `tools/list` unchanged.
+
+use std::time::Duration;
+
+use appduct_e2e::OrFail as _;
+use appduct_e2e::harness::Sandbox;
+use appduct_e2e::node::NodeProc;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn audit_records(sb: &Sandbox) -> Vec<Value> {
+    let mut files: Vec<_> = std::fs::read_dir(sb.state_dir().join("audit"))
+        .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .flat_map(|t| {
+            t.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+#[test]
+fn the_official_typescript_client_drives_the_bridge() {
+    let config = r#"{"wssPort": 0, "policy": {"tools": {"playground/reset_counter": "prompt"}}}"#;
+    let sb = Sandbox::with_config(config).or_fail();
+    let (_first, ready) = sb.spawn_ready(&["--json", "playground"]).or_fail();
+    assert_eq!(ready["data"]["alias"], "playground");
+    sb.status().or_fail();
+
+    let mut client = NodeProc::official_mcp_client(&sb).or_fail();
+    let step = client
+        .wait_line(WAIT, |l| l.get("step").is_some())
+        .or_fail();
+    assert_eq!(step["step"], "listed", "the client failed early: {step}");
+    let (_second, ready) = sb.spawn_ready(&["--json", "playground"]).or_fail();
+    assert_eq!(ready["data"]["alias"], "playground-2");
+    client.send_line("continue").or_fail();
+    let done = client.wait_line(WAIT, |l| l["step"] == "report").or_fail();
+    let report = &done["report"];
+    assert!(report.get("failure").is_none(), "{}", report["failure"]);
+
+    assert_eq!(report["server"]["name"], "appduct");
+    assert_eq!(
+        report["capabilities"],
+        json!({"tools": {}, "resources": {}})
+    );
+    assert_eq!(
+        report["tools"],
+        json!([
+            "appduct_connect",
+            "appduct_wait_for_session",
+            "appduct_list_tools",
+            "appduct_describe_tool",
+            "appduct_call_tool",
+            "appduct_list_events",
+            "appduct_events",
+            "appduct_wait_for_event",
+            "appduct_status"
+        ])
+    );
+    assert_eq!(report["listed"]["session"], "playground");
+    assert_eq!(report["listed"]["total"], 5);
+    assert_eq!(report["described"]["isError"], false);
+    assert_eq!(report["slow"]["structured"], json!({"done": true}));
+    let progress: Vec<&Value> = report["slow"]["progress"]
+        .as_array()
+        .map(|p| p.iter().map(|p| &p["progress"]).collect())
+        .unwrap_or_default();
+    assert_eq!(progress, [&json!(0.33), &json!(0.66), &json!(1)]);
+    assert_eq!(report["sum"]["structured"], json!({"total": 7}));
+    assert_eq!(report["sum"]["call"]["alias"], "playground");
+
+    for (case, error_type) in [
+        ("thrown", "tool_execution_error"),
+        ("listBad", "invalid_request"),
+        ("status", "invalid_request"),
+        ("notBuiltIn", "tool_not_found"),
+    ] {
+        let error = &report["errors"][case];
+        assert_eq!(error["isError"], true, "{case}: {error}");
+        assert_eq!(error["meta"]["type"], error_type, "{case}: {error}");
+        let text = error["text"].as_str().unwrap_or_default();
+        assert!(
+            text.starts_with(&format!("[{error_type}] ")),
+            "{case}: {text}"
+        );
+        assert_eq!(error["hasStructured"], false, "{case}: {error}");
+    }
+
+    assert_eq!(report["declined"]["meta"]["type"], "consent_declined");
+    assert_eq!(report["declined"]["meta"]["details"]["reason"], "declined");
+    assert_eq!(report["accepted"], json!({"count": 0}));
+    let prompts = report["elicitations"].as_array().map(Vec::len);
+    assert_eq!(prompts, Some(2));
+    assert!(
+        report["elicitations"][0]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("appduct wants to run \"reset_counter\" on playground"),
+        "{}",
+        report["elicitations"]
+    );
+    // The aborted call rejected with the abort's reason; no result was delivered for it.
+    let aborted = report["cancelled"]["message"].as_str().unwrap_or_default();
+    assert!(aborted.ends_with("enough"), "{}", report["cancelled"]);
+    assert_eq!(report["toolsUnchanged"], true);
+    let changed = report["notifications"]
+        .as_array()
+        .map(|n| {
+            n.iter()
+                .filter(|m| m.as_str().unwrap_or_default().contains("list_changed"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(changed, 0, "{}", report["notifications"]);
+    assert_eq!(client.proc().wait_exit(WAIT), Some(0));
+
+    // The daemon's view: the accepted prompt is audited with its consent, the cancel as
+    // cancelled, every call as an MCP caller.
+    let mut records = Vec::new();
+    Sandbox::wait_until(Duration::from_secs(10), || {
+        records = audit_records(&sb);
+        records.iter().filter(|r| r["tool"] == "slow_task").count() == 2
+            && records
+                .iter()
+                .any(|r| r["tool"] == "slow_task" && r["outcome"] == "cancelled")
+    });
+    let reset: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["tool"] == "reset_counter")
+        .collect();
+    assert_eq!(
+        reset.len(),
+        1,
+        "a declined prompt was audited: {records:#?}"
+    );
+    assert_eq!(reset[0]["consent"], "elicitation");
+    let cancelled = records
+        .iter()
+        .find(|r| r["tool"] == "slow_task" && r["outcome"] == "cancelled")
+        .unwrap_or_else(|| panic!("no cancelled slow_task: {records:#?}"));
+    assert_eq!(cancelled["errorType"], "tool_cancelled");
+    assert!(records.iter().all(|r| r["caller"] == "mcp"), "{records:#?}");
+}
