@@ -106,15 +106,17 @@ async fn close_and_drain(
     reason: CloseReason,
 ) {
     send_close(sender, reason).await;
-    drain(receiver).await;
+    drain(sender, receiver).await;
 }
 
-/// Discards input until the connection ends, at most [`CLOSE_WAIT`].
-async fn drain(receiver: &mut DeviceReceiver) {
+/// Discards input until the connection ends, at most [`CLOSE_WAIT`], then drops it: a peer that
+/// never reads must not keep the transport (and its buffers) alive after the close.
+async fn drain(sender: &DeviceSender, receiver: &mut DeviceReceiver) {
     let _ = tokio::time::timeout(CLOSE_WAIT, async {
         while !matches!(receiver.recv().await, Incoming::Ended(_)) {}
     })
     .await;
+    sender.terminate();
 }
 
 impl Connection {
@@ -180,7 +182,7 @@ impl Connection {
                 }
                 Incoming::Message(WireMessage::Pong(_)) => continue,
                 Incoming::Message(WireMessage::Close(..)) => {
-                    drain(&mut self.receiver).await;
+                    drain(&self.sender, &mut self.receiver).await;
                     return None;
                 }
                 Incoming::Ended(_) => return None,
@@ -254,7 +256,7 @@ impl Connection {
                         SuspendReason::ConnectionLost
                     };
                     self.suspend(session_id, why);
-                    drain(&mut self.receiver).await;
+                    drain(&self.sender, &mut self.receiver).await;
                     return;
                 }
                 Incoming::Ended(_) => {
@@ -265,7 +267,7 @@ impl Connection {
             // A daemon-side protocol close suspends the session like any socket loss.
             send_close(&self.sender, rejected).await;
             self.suspend(session_id, SuspendReason::ConnectionLost);
-            drain(&mut self.receiver).await;
+            drain(&self.sender, &mut self.receiver).await;
             return;
         }
     }
