@@ -9,13 +9,14 @@ mod engine_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::device_socket::{from_websocket, websocket_config};
+use appduct_daemon::device_socket::{AppEvent, from_websocket, websocket_config};
 use appduct_daemon::events::EventBus;
 use appduct_daemon::links::StaticLinkEnv;
 use appduct_daemon::seams::ManualClock;
-use appduct_daemon::sessions::{EngineOptions, SessionManager};
-use appduct_protocol::control::Transport;
-use engine_support::START_MS;
+use appduct_daemon::sessions::{CallFrame, CallRouter, CallsEnded, EngineOptions, SessionManager};
+use appduct_protocol::control::{EventData, EventKind, SessionState, SuspendReason, Transport};
+use engine_support::{Harness, START_MS, assert_closed, next, settle};
+use serde_json::json;
 use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::Role;
@@ -90,4 +91,85 @@ async fn an_idle_preclaim_peer_is_dropped_at_the_timeout() {
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3600)).await;
     assert!(client.write_all(&PING).await.is_err());
+}
+
+#[derive(Debug)]
+struct PanickingRouter;
+
+impl CallRouter for PanickingRouter {
+    fn on_call_frame(&self, _: &str, _: CallFrame) {
+        panic!("a bug in the calls module");
+    }
+
+    fn on_session_ended_calls(&self, _: &str, _: CallsEnded) {}
+}
+
+/// 02 §8 / 08 §4.8: an internal fault on one connection closes it `1011 internal_error` and is
+/// treated as socket loss (T10); other sessions carry on.
+#[tokio::test(start_paused = true)]
+async fn a_panic_while_handling_a_frame_closes_1011_and_suspends_the_session() {
+    let mut h = Harness::new();
+    let mut other = h.claim(Some("Pixel 7")).await;
+    let mut c = h.claim(Some("Pixel 8")).await;
+    h.mgr.set_router(Arc::new(PanickingRouter));
+    c.app
+        .send_text(
+            json!({"type": "tool_result", "session_id": c.session_id, "id": "call_x",
+                   "result": 1})
+            .to_string(),
+        )
+        .await
+        .unwrap();
+    assert_closed(&mut c.app, 1011, "internal_error").await;
+    let e = h.event_of(EventKind::SessionSuspended).await;
+    assert_eq!(e.session_id.as_deref(), Some(c.session_id.as_str()));
+    assert!(
+        matches!(e.data, EventData::SessionSuspended(ref d) if d.reason == SuspendReason::ConnectionLost),
+        "{e:?}"
+    );
+    assert_eq!(
+        h.mgr.summary(&c.session_id).map(|s| s.state),
+        Some(SessionState::Suspended)
+    );
+    // The faulty connection is dropped; the other session is untouched.
+    assert_eq!(next(&mut c.app).await, AppEvent::Gone);
+    settle().await;
+    assert_eq!(h.mgr.connection_count(), 1);
+    assert_eq!(
+        h.mgr.summary(&other.session_id).map(|s| s.state),
+        Some(SessionState::Active)
+    );
+    other
+        .app
+        .send_text(
+            json!({"type": "tool_registry_snapshot", "session_id": other.session_id, "tools": []})
+                .to_string(),
+        )
+        .await
+        .unwrap();
+    h.event_of(EventKind::ToolsChanged).await;
+    assert!(other.app.try_recv().is_none());
+}
+
+/// The suspended session resumes on a new socket as after any socket loss.
+#[tokio::test(start_paused = true)]
+async fn a_session_suspended_by_a_fault_resumes() {
+    let mut h = Harness::new();
+    let mut c = h.claim(None).await;
+    h.mgr.set_router(Arc::new(PanickingRouter));
+    c.app
+        .send_text(
+            json!({"type": "tool_error", "session_id": c.session_id, "id": "call_x",
+                   "error": {"type": "tool_cancelled", "message": "no"}})
+            .to_string(),
+        )
+        .await
+        .unwrap();
+    assert_closed(&mut c.app, 1011, "internal_error").await;
+    h.event_of(EventKind::SessionSuspended).await;
+    let (_app, ack) = h
+        .resume(Transport::Native, &c.session_id, &c.resume_token)
+        .await;
+    assert_eq!(ack["type"], "session_ack");
+    h.event_of(EventKind::SessionResumed).await;
 }

@@ -2,6 +2,7 @@
 //! deadline, claim or resume, then the acked stage with keepalive, frame handling and every way
 //! the socket can end. Session state changes go through [`Inner`], under the engine lock.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use appduct_protocol::close::{self, CloseReason};
 use appduct_protocol::control::{SuspendReason, Transport};
 use appduct_protocol::frames::{AppFrame, Phase, decode_app_message};
 use appduct_protocol::limits::{CLOSE_HANDSHAKE_WAIT_MS, MAX_MISSED_PONGS};
+use futures_util::FutureExt;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -70,9 +72,18 @@ pub(super) async fn run<G>(
         sender,
         stop,
     };
-    let acked = conn.pre_ack(claim_deadline, guard).await;
-    if let Some(session_id) = acked {
-        conn.acked(&session_id).await;
+    // A panic below is a bug on this connection only: it must not leave its session ACTIVE
+    // on a dead socket, and no other connection notices it.
+    let handled = AssertUnwindSafe(async {
+        let acked = conn.pre_ack(claim_deadline, guard).await;
+        if let Some(session_id) = acked {
+            conn.acked(&session_id).await;
+        }
+    })
+    .catch_unwind()
+    .await;
+    if handled.is_err() {
+        conn.fault().await;
     }
 }
 
@@ -120,6 +131,18 @@ async fn drain(sender: &DeviceSender, receiver: &mut DeviceReceiver) {
 }
 
 impl Connection {
+    /// 02 §8: an internal fault closes the connection `1011 internal_error` and is treated as
+    /// socket loss (T10 for the session it holds, if any).
+    async fn fault(&mut self) {
+        tracing::error!(
+            conn = self.id,
+            "internal fault while handling a device connection; closing it 1011 internal_error"
+        );
+        send_close(&self.sender, CloseReason::InternalError).await;
+        self.inner.connection_lost(self.id);
+        drain(&self.sender, &mut self.receiver).await;
+    }
+
     async fn close(&mut self, reason: CloseReason) {
         close_and_drain(&self.sender, &mut self.receiver, reason).await;
     }

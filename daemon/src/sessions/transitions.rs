@@ -367,6 +367,21 @@ impl Inner {
         self.calls_ended(session_id, CallsEnded::Suspended(reason));
     }
 
+    /// T10 for whichever session connection `conn` holds, when its handling failed midway (the
+    /// session may have been attached before the fault, with the id never handed back).
+    pub(super) fn connection_lost(&self, conn: u64) {
+        let attached = {
+            let st = self.state();
+            st.sessions
+                .iter()
+                .find(|(_, s)| s.is_attached(conn))
+                .map(|(id, _)| id.clone())
+        };
+        if let Some(session_id) = attached {
+            self.suspend(conn, &session_id, SuspendReason::ConnectionLost);
+        }
+    }
+
     pub(super) fn spawn_grace_timer(&self, session_id: &str, epoch: u64) -> AbortHandle {
         let weak = self.this.clone();
         let id = session_id.to_owned();
