@@ -190,6 +190,11 @@ impl PendingLink {
     pub fn failures(&self) -> u32 {
         self.failures
     }
+
+    /// 02 §4.3: expired once `now_seconds >= expires_at`.
+    pub fn is_expired(&self, now_unix_s: u64) -> bool {
+        now_unix_s >= self.expires_at
+    }
 }
 
 /// Outcome of checking a claim against the table (02 §11.3 steps 1–3). Only `Valid` leaves the
@@ -202,6 +207,10 @@ pub enum ClaimCheck {
     NotFound,
     /// T7: the TTL passed; the tombstone stays.
     Tombstone,
+    /// T6 then T7: the link was still pending but the wall clock is at or past its `expiresAt`
+    /// (its timer had not fired, e.g. after a host suspend). It is a tombstone now; the caller
+    /// emits `link_expired`.
+    Expired,
     /// T5: not counted, the link stays claimable.
     WrongTransport,
     /// T3: counted, the link stays claimable.
@@ -248,15 +257,26 @@ impl LinkTable {
         self.pending.get(id)
     }
 
-    /// Claimable links (`pendingLinks`): unexpired, so tombstones do not count.
-    pub fn pending_count(&self) -> usize {
-        self.pending.len()
+    /// Claimable links (`pendingLinks`) at wall-clock second `now_unix_s`: unexpired, so
+    /// tombstones and links past their `expiresAt` do not count.
+    pub fn pending_count(&self, now_unix_s: u64) -> usize {
+        self.pending
+            .values()
+            .filter(|link| !link.is_expired(now_unix_s))
+            .count()
     }
 
-    /// Steps 1–3 of the claim algorithm (02 §11.3) for `token` (base64url) on `transport`. The
-    /// transport check comes before the token comparison and is not counted; a token that does
-    /// not decode to 32 bytes is a mismatch and counted.
-    pub fn check_claim(&mut self, id: &str, transport: Transport, token: &str) -> ClaimCheck {
+    /// Steps 1–3 of the claim algorithm (02 §11.3) for `token` (base64url) on `transport`, at
+    /// wall-clock second `now_unix_s`. A link is expired once `now_unix_s >= expires_at` even if
+    /// its timer has not fired. The transport check comes before the token comparison and is not
+    /// counted; a token that does not decode to 32 bytes is a mismatch and counted.
+    pub fn check_claim(
+        &mut self,
+        id: &str,
+        transport: Transport,
+        token: &str,
+        now_unix_s: u64,
+    ) -> ClaimCheck {
         let Some(link) = self.pending.get_mut(id) else {
             return if self.tombstones.contains(id) {
                 ClaimCheck::Tombstone
@@ -264,6 +284,10 @@ impl LinkTable {
                 ClaimCheck::NotFound
             };
         };
+        if link.is_expired(now_unix_s) {
+            self.expire(id);
+            return ClaimCheck::Expired;
+        }
         if link.transport != transport {
             return ClaimCheck::WrongTransport;
         }
@@ -295,6 +319,11 @@ impl LinkTable {
             timer.abort();
         }
         Some(link)
+    }
+
+    /// Whether `id` is a tombstone (expired, not yet forgotten).
+    pub fn is_tombstone(&self, id: &str) -> bool {
+        self.tombstones.contains(id)
     }
 
     /// T6: the TTL elapsed; the link becomes a tombstone. `false` when it was no longer pending.
@@ -413,6 +442,9 @@ mod tests {
     use super::*;
     use appduct_protocol::bootstrap;
 
+    /// Wall-clock second of the mint in these tests.
+    const NOW_S: u64 = 1_764_493_923;
+
     fn params(v: serde_json::Value) -> LinkCreateParams {
         LinkCreateParams::validate(Some(&v)).unwrap()
     }
@@ -510,34 +542,34 @@ mod tests {
         let mut table = LinkTable::new();
         table.insert(m.id.clone(), m.link);
         let id = m.id.as_str();
-        assert_eq!(table.pending_count(), 1);
+        assert_eq!(table.pending_count(NOW_S), 1);
         for _ in 0..10 {
             assert_eq!(
-                table.check_claim(id, Transport::Web, &token),
+                table.check_claim(id, Transport::Web, &token, NOW_S),
                 ClaimCheck::WrongTransport
             );
         }
         for n in 1..MAX_FAILED_CLAIMS {
             assert_eq!(
-                table.check_claim(id, Transport::Native, "not-a-token"),
+                table.check_claim(id, Transport::Native, "not-a-token", NOW_S),
                 ClaimCheck::InvalidToken
             );
             assert_eq!(table.get(id).map(PendingLink::failures), Some(n));
         }
         assert_eq!(
-            table.check_claim(id, Transport::Native, &token),
+            table.check_claim(id, Transport::Native, &token, NOW_S),
             ClaimCheck::Valid,
             "the 1st to 4th failures leave it claimable"
         );
         assert_eq!(
-            table.check_claim(id, Transport::Native, "AAAA"),
+            table.check_claim(id, Transport::Native, "AAAA", NOW_S),
             ClaimCheck::Burned
         );
         assert_eq!(
-            table.check_claim(id, Transport::Native, &token),
+            table.check_claim(id, Transport::Native, &token, NOW_S),
             ClaimCheck::NotFound
         );
-        assert_eq!(table.pending_count(), 0);
+        assert_eq!(table.pending_count(NOW_S), 0);
         assert!(!table.knows(id));
     }
 
@@ -549,16 +581,52 @@ mod tests {
         table.insert(m.id.clone(), m.link);
         assert!(table.expire(&m.id));
         assert!(!table.expire(&m.id));
-        assert_eq!(table.pending_count(), 0, "tombstones are not pending links");
+        assert_eq!(
+            table.pending_count(NOW_S),
+            0,
+            "tombstones are not pending links"
+        );
         assert!(table.knows(&m.id));
         assert_eq!(
-            table.check_claim(&m.id, Transport::Native, &token),
+            table.check_claim(&m.id, Transport::Native, &token, NOW_S),
             ClaimCheck::Tombstone
         );
         assert!(table.forget(&m.id));
         assert_eq!(
-            table.check_claim(&m.id, Transport::Native, &token),
+            table.check_claim(&m.id, Transport::Native, &token, NOW_S),
             ClaimCheck::NotFound
+        );
+    }
+
+    #[test]
+    fn a_link_is_expired_from_its_expires_at_second_even_without_its_timer() {
+        let m = minted(serde_json::json!({"ttlSeconds": 60}));
+        let token = token_of(&m);
+        let expires_at = m.result.expires_at;
+        let mut table = LinkTable::new();
+        table.insert(m.id.clone(), m.link);
+        assert_eq!(table.pending_count(expires_at - 1), 1);
+        assert_eq!(
+            table.pending_count(expires_at),
+            0,
+            "now_seconds >= expires_at"
+        );
+        assert_eq!(
+            table.check_claim(&m.id, Transport::Native, "wrong", expires_at - 1),
+            ClaimCheck::InvalidToken,
+            "the last second before expiresAt still counts"
+        );
+        assert_eq!(
+            table.check_claim(&m.id, Transport::Web, &token, expires_at + 3600),
+            ClaimCheck::Expired,
+            "expiry is checked before the transport"
+        );
+        assert!(table.is_tombstone(&m.id));
+        assert!(!table.is_pending(&m.id));
+        assert!(!table.expire(&m.id), "the timer finds it already expired");
+        assert_eq!(
+            table.check_claim(&m.id, Transport::Native, &token, expires_at + 3600),
+            ClaimCheck::Tombstone
         );
     }
 

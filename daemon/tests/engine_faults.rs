@@ -15,7 +15,9 @@ use appduct_daemon::links::StaticLinkEnv;
 use appduct_daemon::seams::ManualClock;
 use appduct_daemon::sessions::{CallFrame, CallRouter, CallsEnded, EngineOptions, SessionManager};
 use appduct_protocol::control::{EventData, EventKind, SessionState, SuspendReason, Transport};
-use engine_support::{Harness, START_MS, assert_closed, next, settle};
+use engine_support::{
+    Harness, START_MS, assert_closed, claim_frame, expect_text as next_text, next, settle,
+};
 use serde_json::json;
 use tokio::io::{AsyncWriteExt, DuplexStream};
 use tokio_tungstenite::WebSocketStream;
@@ -172,4 +174,66 @@ async fn a_session_suspended_by_a_fault_resumes() {
         .await;
     assert_eq!(ack["type"], "session_ack");
     h.event_of(EventKind::SessionResumed).await;
+}
+
+/// 02 §11.2 T2 ("valid claim ... before expiry"), §4.3 (expired when now_seconds >= expires_at),
+/// 03 §9.1 (`pendingLinks` counts unexpired links): the wall clock decides, not only the
+/// monotonic TTL timer, which stops while the host is suspended.
+#[tokio::test(start_paused = true)]
+async fn a_link_past_its_expires_at_is_neither_claimable_nor_pending() {
+    let mut h = Harness::new();
+    let (link, token) = h.link(json!({"ttlSeconds": 5}));
+    h.event_of(EventKind::LinkCreated).await;
+    assert_eq!(h.mgr.pending_links(), 1);
+    // The wall clock is one hour past expiresAt; the monotonic clock did not move.
+    h.clock.set(link.expires_at * 1000 + 3_600_000);
+    assert_eq!(
+        h.mgr.pending_links(),
+        0,
+        "an expired link still counts as pending"
+    );
+    let mut app = h.connect(Transport::Native);
+    app.send_text(claim_frame(&link.session_id, &token, Some("Pixel 8")).to_string())
+        .await
+        .unwrap();
+    assert_closed(&mut app, 1008, "link_expired").await;
+    let expired = h.next_event().await;
+    assert_eq!(expired.kind(), EventKind::LinkExpired);
+    assert_eq!(
+        expired.session_id.as_deref(),
+        Some(link.session_id.as_str())
+    );
+    assert_eq!(h.mgr.session_count(), 0);
+    // When the timer catches up it neither expires the link again nor loses the tombstone...
+    tokio::time::advance(Duration::from_secs(5)).await;
+    settle().await;
+    assert!(h.drain_events().is_empty(), "link_expired is emitted once");
+    let mut app = h.connect(Transport::Native);
+    app.send_text(claim_frame(&link.session_id, &token, None).to_string())
+        .await
+        .unwrap();
+    assert_closed(&mut app, 1008, "link_expired").await;
+    // ...which is forgotten one TTL later (T8).
+    tokio::time::advance(Duration::from_secs(5)).await;
+    settle().await;
+    let mut app = h.connect(Transport::Native);
+    app.send_text(claim_frame(&link.session_id, &token, None).to_string())
+        .await
+        .unwrap();
+    assert_closed(&mut app, 1008, "unknown_session").await;
+}
+
+/// The second before `expiresAt` still claims.
+#[tokio::test(start_paused = true)]
+async fn a_link_is_claimable_until_its_expires_at_second() {
+    let mut h = Harness::new();
+    let (link, token) = h.link(json!({"ttlSeconds": 5}));
+    h.clock.set(link.expires_at * 1000 - 1);
+    assert_eq!(h.mgr.pending_links(), 1);
+    let mut app = h.connect(Transport::Native);
+    app.send_text(claim_frame(&link.session_id, &token, None).to_string())
+        .await
+        .unwrap();
+    assert_eq!(next_text(&mut app).await["type"], "session_ack");
+    h.event_of(EventKind::SessionClaimed).await;
 }
