@@ -6,7 +6,7 @@
 //! sessions, so a claim checks links and sessions in one step and a new id never collides with
 //! either. The engine also runs the TTL timers (tokio time) and emits the bus events.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -223,7 +223,9 @@ pub enum ClaimCheck {
 #[derive(Debug, Default)]
 pub struct LinkTable {
     pending: HashMap<String, PendingLink>,
-    tombstones: HashSet<String>,
+    /// Expired ids, each with the timer that forgets it after the tombstone window (the link's
+    /// TTL timer, which runs on), so shutdown can stop it.
+    tombstones: HashMap<String, Option<AbortHandle>>,
 }
 
 impl LinkTable {
@@ -246,7 +248,7 @@ impl LinkTable {
 
     /// Whether `id` is pending or tombstoned (taken for minting purposes).
     pub fn knows(&self, id: &str) -> bool {
-        self.pending.contains_key(id) || self.tombstones.contains(id)
+        self.pending.contains_key(id) || self.tombstones.contains_key(id)
     }
 
     pub fn is_pending(&self, id: &str) -> bool {
@@ -278,7 +280,7 @@ impl LinkTable {
         now_unix_s: u64,
     ) -> ClaimCheck {
         let Some(link) = self.pending.get_mut(id) else {
-            return if self.tombstones.contains(id) {
+            return if self.tombstones.contains_key(id) {
                 ClaimCheck::Tombstone
             } else {
                 ClaimCheck::NotFound
@@ -323,31 +325,34 @@ impl LinkTable {
 
     /// Whether `id` is a tombstone (expired, not yet forgotten).
     pub fn is_tombstone(&self, id: &str) -> bool {
-        self.tombstones.contains(id)
+        self.tombstones.contains_key(id)
     }
 
     /// T6: the TTL elapsed; the link becomes a tombstone. `false` when it was no longer pending.
     pub fn expire(&mut self, id: &str) -> bool {
-        if self.pending.remove(id).is_none() {
+        let Some(mut link) = self.pending.remove(id) else {
             return false;
-        }
-        self.tombstones.insert(id.to_owned());
+        };
+        self.tombstones.insert(id.to_owned(), link.timer.take());
         true
     }
 
-    /// T8: the tombstone window elapsed; the id is forgotten.
+    /// T8: the tombstone window elapsed; the id is forgotten. Called by the timer itself, so
+    /// the timer is not aborted.
     pub fn forget(&mut self, id: &str) -> bool {
-        self.tombstones.remove(id)
+        self.tombstones.remove(id).is_some()
     }
 
-    /// Drops everything and stops every timer (daemon shutdown).
+    /// Drops everything and stops every timer, of pending links and tombstones (shutdown).
     pub fn clear(&mut self) {
-        for (_, mut link) in self.pending.drain() {
-            if let Some(timer) = link.timer.take() {
-                timer.abort();
-            }
+        let pending = self
+            .pending
+            .drain()
+            .filter_map(|(_, mut link)| link.timer.take());
+        let tombstones = self.tombstones.drain().filter_map(|(_, timer)| timer);
+        for timer in pending.chain(tombstones) {
+            timer.abort();
         }
-        self.tombstones.clear();
     }
 }
 
@@ -680,6 +685,49 @@ mod tests {
         )
         .unwrap();
         assert_eq!(web.result.endpoint.port, 5000);
+    }
+
+    #[tokio::test]
+    async fn clear_stops_the_timers_of_pending_links_and_tombstones() {
+        let mut table = LinkTable::new();
+        let (a, b) = (minted(serde_json::json!({})), minted(serde_json::json!({})));
+        let (ida, idb) = (a.id.clone(), b.id.clone());
+        table.insert(ida.clone(), a.link);
+        table.insert(idb.clone(), b.link);
+        let timer_a = tokio::spawn(std::future::pending::<()>());
+        let timer_b = tokio::spawn(std::future::pending::<()>());
+        table.set_timer(&ida, timer_a.abort_handle());
+        table.set_timer(&idb, timer_b.abort_handle());
+        // b's timer goes on to run its tombstone window.
+        assert!(table.expire(&idb));
+        table.clear();
+        assert!(!table.knows(&ida) && !table.knows(&idb));
+        let wait = std::time::Duration::from_secs(10);
+        let ended_a = tokio::time::timeout(wait, timer_a)
+            .await
+            .expect("timer a runs on");
+        let ended_b = tokio::time::timeout(wait, timer_b)
+            .await
+            .expect("timer b runs on");
+        assert!(ended_a.unwrap_err().is_cancelled());
+        assert!(ended_b.unwrap_err().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn forgetting_a_tombstone_leaves_its_timer_running() {
+        let mut table = LinkTable::new();
+        let a = minted(serde_json::json!({}));
+        let id = a.id.clone();
+        table.insert(id.clone(), a.link);
+        let timer = tokio::spawn(std::future::pending::<()>());
+        table.set_timer(&id, timer.abort_handle());
+        assert!(table.expire(&id));
+        // The timer calls `forget` itself as its last step.
+        assert!(table.forget(&id));
+        assert!(!table.forget(&id));
+        tokio::task::yield_now().await;
+        assert!(!timer.is_finished());
+        timer.abort();
     }
 
     #[test]
