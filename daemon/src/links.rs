@@ -361,11 +361,25 @@ impl LinkTable {
 // ---------------------------------------------------------------------------------------------
 
 /// A freshly minted link: its id, the table entry and the `link.create` result.
-#[derive(Debug)]
 pub struct MintedLink {
     pub id: String,
     pub link: PendingLink,
     pub result: LinkCreateResult,
+}
+
+/// Leaves out `deepLinkPayload`: it carries the claim token (02 §12, 01 §6.7).
+impl fmt::Debug for MintedLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.result;
+        f.debug_struct("MintedLink")
+            .field("id", &self.id)
+            .field("link", &self.link)
+            .field("transport", &r.transport)
+            .field("endpoint", &r.endpoint)
+            .field("expires_at", &r.expires_at)
+            .field("pin", &r.pin)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Largest number of fresh ids tried before giving up (a collision is already ~2^-96).
@@ -505,7 +519,19 @@ mod tests {
         assert_eq!(decoded.port, 8443);
         assert_eq!(decoded.expires_at, r.expires_at);
         assert_eq!(m.link.created_at_ms, 1_764_493_923_999);
-        assert!(!format!("{m:?}").contains(&token_of(&m)));
+    }
+
+    #[test]
+    fn debug_output_carries_neither_the_payload_nor_the_token() {
+        let m = minted(serde_json::json!({}));
+        let debug = format!("{m:?}");
+        assert!(debug.contains(&m.id), "{debug}");
+        assert!(debug.contains("192.168.1.20"), "{debug}");
+        assert!(
+            !debug.contains(&m.result.deep_link_payload),
+            "the bootstrap payload carries the claim token: {debug}"
+        );
+        assert!(!debug.contains(&token_of(&m)), "{debug}");
     }
 
     #[test]
