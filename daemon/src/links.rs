@@ -396,15 +396,14 @@ pub fn mint(
     is_taken: impl Fn(&str) -> bool,
 ) -> Result<MintedLink, LinkError> {
     let transport = params.transport();
+    // 02 §3.2: the leaf re-mint check runs on every `link.create`, whatever the transport or
+    // override, so the leaf stays current for the native links that follow.
+    let advertised = env.native_address(now_unix_ms)?;
     let (address, port) = match transport {
-        Transport::Native => {
-            // The re-mint check runs on every native `link.create`, override or not.
-            let advertised = env.native_address(now_unix_ms)?;
-            (
-                params.address_override.unwrap_or(advertised),
-                env.wss_port(),
-            )
-        }
+        Transport::Native => (
+            params.address_override.unwrap_or(advertised),
+            env.wss_port(),
+        ),
         // Web links always carry loopback and the web port (02 §5.3).
         Transport::Web => (IpAddr::V4(Ipv4Addr::LOCALHOST), env.web_port()),
     };
@@ -699,18 +698,28 @@ mod tests {
         assert_eq!(tls.leaf().advertised_ip(), second);
         assert_eq!(env.advertised().address, second);
 
-        // `advertisedIp` wins over detection; web links skip the check and use loopback.
-        let configured = DaemonLinkEnv::new(tls, Arc::new(addresses), Some(first), 8443, 5000);
-        assert_eq!(configured.native_address(now).unwrap(), first);
+        // A web link runs the check too, and carries loopback and the web port.
+        let third: IpAddr = "10.0.0.9".parse().unwrap();
+        addresses.set([third]);
         let web = mint(
             &params(serde_json::json!({"transport": "web"})),
-            &configured,
+            &env,
             300,
             now,
             |_| false,
         )
         .unwrap();
+        assert_eq!(web.result.endpoint.address, "127.0.0.1");
         assert_eq!(web.result.endpoint.port, 5000);
+        assert_eq!(
+            tls.leaf().advertised_ip(),
+            third,
+            "web link.create re-mints"
+        );
+
+        // `advertisedIp` wins over detection.
+        let configured = DaemonLinkEnv::new(tls, Arc::new(addresses), Some(first), 8443, 5000);
+        assert_eq!(configured.native_address(now).unwrap(), first);
     }
 
     #[tokio::test]
