@@ -230,6 +230,13 @@ impl DeviceSender {
         }
     }
 
+    /// Refuses every later text, ping and pong at once, while the connection may still send its
+    /// single close. The engine calls this under its lock when it takes the socket away, so no
+    /// frame queued after that moment can precede the close.
+    pub(crate) fn refuse_sends(&self) {
+        self.flags().refusing = true;
+    }
+
     /// Drops the connection now, without a close frame (keepalive failure, shutdown fallback).
     pub fn terminate(&self) {
         self.shared.terminated.send_replace(true);
@@ -930,6 +937,43 @@ mod tests {
         drop(socket);
         drop(sender);
         assert_eq!(app_recv(&mut app).await?, AppEvent::Gone);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn refused_sends_fail_at_once_and_the_close_still_goes_out() -> TestResult {
+        let (socket, mut app) = memory_device_pair();
+        let sender = socket.sender().clone();
+        for i in 0..OUTGOING_QUEUE {
+            sender.try_send_text(i.to_string())?;
+        }
+        // Waits for room: it passed the first check before the refusal.
+        let late = tokio::spawn({
+            let sender = sender.clone();
+            async move { sender.send_text("late".to_owned()).await }
+        });
+        tokio::task::yield_now().await;
+        sender.refuse_sends();
+        assert_eq!(sender.try_send_text("x".to_owned()), Err(SendError::Closed));
+        assert_eq!(sender.try_ping(Vec::new()), Err(SendError::Closed));
+        assert!(!sender.is_open());
+        let closing = tokio::spawn({
+            let sender = sender.clone();
+            async move { sender.close(CloseReason::SessionReplaced).await }
+        });
+        for i in 0..OUTGOING_QUEUE {
+            assert_eq!(app_recv(&mut app).await?, AppEvent::Text(i.to_string()));
+        }
+        assert_eq!(
+            app_recv(&mut app).await?,
+            AppEvent::Close {
+                code: 1000,
+                reason: "session_replaced".to_owned()
+            },
+            "nothing queued after the refusal precedes the close"
+        );
+        assert_eq!(timeout(WAIT, late).await??, Err(SendError::Closed));
+        timeout(WAIT, closing).await???;
         Ok(())
     }
 

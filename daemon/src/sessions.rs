@@ -235,6 +235,14 @@ struct ConnCtl {
     sender: DeviceSender,
 }
 
+impl ConnCtl {
+    /// Refuses further frames at once, then asks the connection to close with `reason`.
+    fn stop_with(&self, reason: CloseReason) {
+        self.sender.refuse_sends();
+        self.stop.send_replace(Some(reason));
+    }
+}
+
 #[derive(Default)]
 struct State {
     links: LinkTable,
@@ -251,9 +259,11 @@ impl State {
         self.next_id
     }
 
+    /// Takes the socket of `conn` away: from this moment (under the engine lock) nothing more
+    /// can be queued on it, so no frame sent later overtakes its close (T11, T17, T18).
     fn stop_connection(&self, conn: u64, reason: CloseReason) {
         if let Some(ctl) = self.conns.get(&conn) {
-            ctl.stop.send_replace(Some(reason));
+            ctl.stop_with(reason);
         }
     }
 
@@ -660,7 +670,7 @@ impl SessionManager {
             st.links.clear();
             let sessions: Vec<(String, Session)> = st.sessions.drain().collect();
             for ctl in st.conns.values() {
-                ctl.stop.send_replace(Some(CloseReason::DaemonShutdown));
+                ctl.stop_with(CloseReason::DaemonShutdown);
             }
             for (id, session) in sessions {
                 if let Socket::Suspended { grace, .. } = session.socket {

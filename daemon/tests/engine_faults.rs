@@ -9,12 +9,15 @@ mod engine_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::device_socket::{AppEvent, from_websocket, websocket_config};
+use appduct_daemon::device_socket::{AppEvent, OUTGOING_QUEUE, from_websocket, websocket_config};
 use appduct_daemon::events::EventBus;
 use appduct_daemon::links::StaticLinkEnv;
 use appduct_daemon::seams::ManualClock;
-use appduct_daemon::sessions::{CallFrame, CallRouter, CallsEnded, EngineOptions, SessionManager};
+use appduct_daemon::sessions::{
+    CallFrame, CallRouter, CallsEnded, EngineOptions, SendFailure, SessionManager,
+};
 use appduct_protocol::control::{EventData, EventKind, SessionState, SuspendReason, Transport};
+use appduct_protocol::frames::{DaemonFrame, ToolCall};
 use engine_support::{
     Harness, START_MS, assert_closed, claim_frame, expect_text as next_text, next, settle,
 };
@@ -236,4 +239,92 @@ async fn a_link_is_claimable_until_its_expires_at_second() {
         .unwrap();
     assert_eq!(next_text(&mut app).await["type"], "session_ack");
     h.event_of(EventKind::SessionClaimed).await;
+}
+
+fn tool_call(session_id: &str, id: &str) -> DaemonFrame {
+    DaemonFrame::ToolCall(ToolCall {
+        session_id: session_id.to_owned(),
+        id: id.to_owned(),
+        name: "cart.add".to_owned(),
+        args: serde_json::Map::new(),
+    })
+}
+
+/// Fills the session's outgoing queue (the app is not reading) and starts one more
+/// `send_to_session`, which waits for room on the current socket.
+async fn queue_full_with_a_waiting_call(
+    h: &Harness,
+    session_id: &str,
+) -> tokio::task::JoinHandle<Result<(), SendFailure>> {
+    for i in 0..OUTGOING_QUEUE {
+        h.mgr
+            .send_to_session(session_id, &tool_call(session_id, &format!("call_{i}")))
+            .await
+            .unwrap();
+    }
+    let mgr = h.mgr.clone();
+    let sid = session_id.to_owned();
+    let waiting =
+        tokio::spawn(async move { mgr.send_to_session(&sid, &tool_call(&sid, "late")).await });
+    settle().await;
+    assert!(!waiting.is_finished(), "the queue was not full");
+    waiting
+}
+
+/// The replaced socket sees the queued calls, then its close; the waiting call is refused.
+async fn assert_calls_then_close(app: &mut appduct_daemon::device_socket::MemoryApp, reason: &str) {
+    for i in 0..OUTGOING_QUEUE {
+        match next(app).await {
+            AppEvent::Text(text) => {
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(v["id"], format!("call_{i}"));
+            }
+            other => panic!("expected call_{i}, got {other:?}"),
+        }
+    }
+    assert_closed(app, 1000, reason).await;
+}
+
+/// T11: a frame still waiting for room on the old socket when a resume replaces it must not be
+/// written to it before (or after) its `session_replaced` close.
+#[tokio::test(start_paused = true)]
+async fn t11_a_call_waiting_on_the_replaced_socket_is_not_written_to_it() {
+    let mut h = Harness::new();
+    let mut c = h.claim(None).await;
+    let waiting = queue_full_with_a_waiting_call(&h, &c.session_id).await;
+    let (mut new_app, ack) = h
+        .resume(Transport::Native, &c.session_id, &c.resume_token)
+        .await;
+    assert_eq!(ack["type"], "session_ack");
+    assert_calls_then_close(&mut c.app, "session_replaced").await;
+    assert_eq!(waiting.await.unwrap(), Err(SendFailure::NotActive));
+    assert!(
+        new_app.try_recv().is_none(),
+        "the late call is not moved over either"
+    );
+}
+
+/// T17: a send already granted room on the socket when the revoke comes, but not yet run, is
+/// refused: the revoke marks the socket under the engine lock, before the connection's own task
+/// gets to queue its close.
+#[tokio::test(start_paused = true)]
+async fn t17_a_call_granted_room_just_before_a_revoke_is_not_written() {
+    let mut h = Harness::new();
+    let mut c = h.claim(None).await;
+    let waiting = queue_full_with_a_waiting_call(&h, &c.session_id).await;
+    // Without yielding: the app frees one slot (the waiting send is woken, not yet run), then
+    // the session is revoked.
+    assert!(matches!(c.app.try_recv(), Some(AppEvent::Text(_))));
+    h.mgr.revoke(Some(&c.session_id)).unwrap();
+    for i in 1..OUTGOING_QUEUE {
+        match next(&mut c.app).await {
+            AppEvent::Text(text) => {
+                let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+                assert_eq!(v["id"], format!("call_{i}"));
+            }
+            other => panic!("expected call_{i}, got {other:?}"),
+        }
+    }
+    assert_closed(&mut c.app, 1000, "revoked").await;
+    assert_eq!(waiting.await.unwrap(), Err(SendFailure::NotActive));
 }
