@@ -35,7 +35,10 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 
 /// Items the engine has not consumed yet, per connection. When full, the adapter stops reading.
-pub const INCOMING_QUEUE: usize = 32;
+/// Kept small: each item may be a 256 KiB message, an unauthenticated peer needs only one (its
+/// claim) and the engine consumes promptly after that, so this bounds what any peer can make the
+/// daemon buffer (about four messages with the one being read and the one being handled).
+pub const INCOMING_QUEUE: usize = 2;
 /// Outgoing messages not yet written, per connection.
 pub const OUTGOING_QUEUE: usize = 64;
 
@@ -1148,6 +1151,39 @@ mod tests {
             client_message(&mut client).await?,
             Message::Ping(b"d".to_vec().into())
         );
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adapter_stops_reading_while_the_engine_holds_a_few_unread_messages() -> TestResult {
+        let (server, client) = tokio::io::duplex(64 * 1024);
+        let (mut socket, mut client) = adapter_pair(server, client).await;
+        let big = "x".repeat(200 * 1024);
+        let sent = timeout(Duration::from_secs(5), async {
+            for _ in 0..5 {
+                client.send(Message::Text(big.as_str().into())).await?;
+            }
+            Ok::<_, tungstenite::Error>(())
+        })
+        .await;
+        assert!(
+            sent.is_err(),
+            "the adapter buffered five 200 KiB messages the engine has not read"
+        );
+        // Reading resumes as the engine consumes.
+        let sending = tokio::spawn(async move {
+            for _ in 0..5 {
+                client.send(Message::Text("y".into())).await?;
+            }
+            Ok::<_, tungstenite::Error>(client)
+        });
+        let mut small = 0;
+        while small < 5 {
+            if recv(&mut socket).await? == text("y") {
+                small += 1;
+            }
+        }
+        timeout(WAIT, sending).await???;
         Ok(())
     }
 
