@@ -34,6 +34,11 @@ pub use crate::seams::BoxFuture;
 /// reason `connection_closed`, 04 §6.1).
 pub type CloseHook = Box<dyn FnOnce() + Send + 'static>;
 
+/// A close hook registered with [`Connection::add_close_hook`], for
+/// [`Connection::remove_close_hook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CloseHookId(u64);
+
 /// Limits of one control connection. Defaults are the spec's values; tests lower them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerOptions {
@@ -149,7 +154,9 @@ struct State {
     writing: bool,
     subscribed: bool,
     in_flight: HashSet<RequestId>,
-    hooks: Vec<CloseHook>,
+    /// In registration order.
+    hooks: Vec<(CloseHookId, CloseHook)>,
+    next_hook: u64,
     hooks_ran: bool,
 }
 
@@ -202,6 +209,7 @@ impl Connection {
                     subscribed: false,
                     in_flight: HashSet::new(),
                     hooks: Vec::new(),
+                    next_hook: 0,
                     hooks_ran: false,
                 }),
                 wake_writer: Notify::new(),
@@ -295,15 +303,38 @@ impl Connection {
     }
 
     /// Registers a hook that runs once when the connection closes. If it has already closed
-    /// and its hooks have run, `hook` runs at once on the calling thread.
+    /// and its hooks have run, `hook` runs soon on a task of its own, never on the calling
+    /// thread (the caller may hold a lock the hook takes). See
+    /// [`add_close_hook`](Self::add_close_hook) for a hook that can be removed again.
     pub fn on_close(&self, hook: impl FnOnce() + Send + 'static) {
+        if let Err(hook) = self.add_close_hook(hook) {
+            run_detached(hook);
+        }
+    }
+
+    /// Registers a removable close hook (per-call hooks on a long-lived connection). Once the
+    /// connection has closed and its hooks have run, nothing is registered and the hook comes
+    /// back as `Err`, for the caller to act on after releasing its own locks.
+    pub fn add_close_hook(
+        &self,
+        hook: impl FnOnce() + Send + 'static,
+    ) -> Result<CloseHookId, CloseHook> {
         let mut st = lock(&self.shared.state);
         if st.hooks_ran {
-            drop(st);
-            hook();
-        } else {
-            st.hooks.push(Box::new(hook));
+            return Err(Box::new(hook));
         }
+        st.next_hook += 1;
+        let id = CloseHookId(st.next_hook);
+        st.hooks.push((id, Box::new(hook)));
+        Ok(id)
+    }
+
+    /// Removes a hook before it runs; `false` if it already ran or was removed.
+    pub fn remove_close_hook(&self, id: CloseHookId) -> bool {
+        let mut st = lock(&self.shared.state);
+        let before = st.hooks.len();
+        st.hooks.retain(|(hook, _)| *hook != id);
+        st.hooks.len() != before
     }
 
     /// Closes the connection at once, dropping anything not yet written.
@@ -430,10 +461,20 @@ impl Connection {
             st.hooks_ran = true;
             std::mem::take(&mut st.hooks)
         };
-        for hook in hooks {
+        for (_, hook) in hooks {
             hook();
         }
         true
+    }
+}
+
+/// Runs a hook on a task of its own (or here, outside any runtime).
+fn run_detached(hook: CloseHook) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move { hook() });
+        }
+        Err(_) => hook(),
     }
 }
 

@@ -208,9 +208,32 @@ async fn subscriber_over_the_buffer_cap_is_closed_and_close_hooks_run() {
     assert_eq!(closed.recv().await, Some(conn.id()));
     task.await.unwrap();
     assert_eq!(h.hooks_ran.load(Ordering::SeqCst), 1);
-    // A hook registered after the close runs at once.
+    // A hook registered after the close still runs, but on a task of its own: never inline on
+    // the caller's thread, which may hold a lock the hook takes.
     let (tx, rx) = std::sync::mpsc::channel();
-    conn.on_close(move || tx.send(()).unwrap());
+    let caller = std::thread::current().id();
+    conn.on_close(move || tx.send(std::thread::current().id()).unwrap());
+    assert!(rx.try_recv().is_err(), "the hook ran inline");
+    let ran_on = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            if let Ok(thread) = rx.try_recv() {
+                return thread;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    // A current-thread runtime: same thread, later task.
+    assert_eq!(ran_on, caller);
+    // The removable form hands the hook back instead.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let back = conn.add_close_hook(move || tx.send(()).unwrap());
+    let Err(hook) = back else {
+        panic!("registered on a closed connection")
+    };
+    assert!(rx.try_recv().is_err());
+    hook();
     assert!(rx.try_recv().is_ok());
     drop(raw);
 }
@@ -281,4 +304,36 @@ async fn eof_closes_the_connection_and_runs_hooks_once() {
     assert!(hooks.recv().await.is_some());
     task.await.unwrap();
     assert_eq!(h.hooks_ran.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn removed_close_hooks_do_not_run_and_the_others_run_in_order() {
+    let h = TestHandler::new(Some("0.1.0"));
+    let mut conns = h.watch_connections();
+    let (stream, task) = serve(h.clone(), ServerOptions::default(), 64 * 1024);
+    let mut raw = Raw::new(stream);
+    raw.send_line(&request(1, "sessions.describe", json!({})))
+        .await;
+    let conn = conns.recv().await.unwrap();
+    assert_eq!(raw.recv().await.unwrap()["id"], 1);
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook = |n: u32| {
+        let ran = ran.clone();
+        move || ran.lock().unwrap().push(n)
+    };
+    let first = conn.add_close_hook(hook(1)).ok().unwrap();
+    // Per-call hooks come and go on a long-lived connection without accumulating.
+    for n in 100..200 {
+        let id = conn.add_close_hook(hook(n)).ok().unwrap();
+        assert!(conn.remove_close_hook(id));
+        assert!(!conn.remove_close_hook(id), "removed twice");
+    }
+    let third = conn.add_close_hook(hook(3)).ok().unwrap();
+    conn.add_close_hook(hook(2)).ok().unwrap();
+    assert_ne!(first, third);
+    assert!(conn.remove_close_hook(third));
+    drop(raw);
+    task.await.unwrap();
+    assert_eq!(*ran.lock().unwrap(), [1, 2]);
+    assert!(!conn.remove_close_hook(first), "already ran");
 }
