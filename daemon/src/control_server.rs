@@ -164,11 +164,14 @@ struct Shared {
     id: ConnectionId,
     peer_pid: Option<u32>,
     cap: usize,
+    drain_timeout: Duration,
     state: Mutex<State>,
     /// Wakes the writer: a line was queued or the phase changed.
     wake_writer: Notify,
     /// Wakes [`Connection::flushed`] waiters.
     flushed: Notify,
+    /// Wakes the reader once the unwritten bytes are back under the cap.
+    room: Notify,
     /// `true` once closed; reader and writer stop at once.
     closed: watch::Sender<bool>,
 }
@@ -194,13 +197,13 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl Connection {
-    fn new(peer_pid: Option<u32>, cap: usize) -> Self {
-        let (closed, _) = watch::channel(false);
+    fn new(peer_pid: Option<u32>, opts: &ServerOptions) -> Self {
         Self {
             shared: Arc::new(Shared {
                 id: ConnectionId::next(),
                 peer_pid,
-                cap,
+                cap: opts.subscriber_buffer_cap,
+                drain_timeout: opts.drain_timeout,
                 state: Mutex::new(State {
                     phase: Phase::Open,
                     queue: VecDeque::new(),
@@ -214,7 +217,8 @@ impl Connection {
                 }),
                 wake_writer: Notify::new(),
                 flushed: Notify::new(),
-                closed,
+                room: Notify::new(),
+                closed: watch::channel(false).0,
             }),
         }
     }
@@ -226,6 +230,12 @@ impl Connection {
     /// The peer's pid when the platform reported it (Unix sockets only).
     pub fn peer_pid(&self) -> Option<u32> {
         self.shared.peer_pid
+    }
+
+    /// How long a closing connection may take to flush ([`ServerOptions::drain_timeout`]); also
+    /// the bound on waiting for a response to be flushed before teardown.
+    pub fn drain_timeout(&self) -> Duration {
+        self.shared.drain_timeout
     }
 
     /// True until the connection starts closing.
@@ -429,6 +439,11 @@ impl Connection {
         }
     }
 
+    /// Whether more unwritten bytes are queued than the cap allows (03 §4.4).
+    fn over_cap(&self) -> bool {
+        lock(&self.shared.state).unwritten > self.shared.cap
+    }
+
     /// Reserves `id` for a new request; `false` if it is already in flight (03 §4.1).
     fn begin_request(&self, id: &RequestId) -> bool {
         lock(&self.shared.state).in_flight.insert(id.clone())
@@ -550,7 +565,7 @@ async fn run_connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let conn = Connection::new(peer_pid, opts.subscriber_buffer_cap);
+    let conn = Connection::new(peer_pid, &opts);
     tracing::debug!(conn = %conn.id(), ?peer_pid, "control connection opened");
     let _finish = FinishGuard {
         conn: conn.clone(),
@@ -576,6 +591,14 @@ async fn read_loop<S: AsyncRead>(
     let mut framer = LineBuffer::new(opts.line_cap);
     let mut buf = vec![0u8; 64 * 1024];
     let drain = loop {
+        // Responses are always queued (03 §4.4), so a client that keeps sending requests but
+        // never reads is throttled here: nothing more is read while its unwritten bytes exceed
+        // the cap.
+        match wait_for_room(conn, &mut closed, &mut shutdown).await {
+            Room::Yes => {}
+            Room::Closed => return,
+            Room::Drain => break true,
+        }
         let n = tokio::select! {
             r = reader.read(&mut buf) => r,
             _ = closed.wait_for(|c| *c) => return,
@@ -615,6 +638,43 @@ async fn read_loop<S: AsyncRead>(
         }
     }
     conn.close();
+}
+
+enum Room {
+    Yes,
+    Closed,
+    /// Shutdown began while waiting.
+    Drain,
+}
+
+async fn wait_for_room(
+    conn: &Connection,
+    closed: &mut watch::Receiver<bool>,
+    shutdown: &mut Option<watch::Receiver<bool>>,
+) -> Room {
+    let mut warned = false;
+    loop {
+        let room = conn.shared.room.notified();
+        tokio::pin!(room);
+        room.as_mut().enable();
+        if !conn.over_cap() {
+            return Room::Yes;
+        }
+        if !warned {
+            warned = true;
+            tracing::warn!(
+                conn = %conn.id(),
+                peer_pid = ?conn.peer_pid(),
+                "not reading requests while more than {} response bytes wait to be written",
+                conn.shared.cap
+            );
+        }
+        tokio::select! {
+            _ = room => {}
+            _ = closed.wait_for(|c| *c) => return Room::Closed,
+            _ = wait_shutdown(shutdown) => return Room::Drain,
+        }
+    }
 }
 
 async fn wait_shutdown(rx: &mut Option<watch::Receiver<bool>>) {
@@ -730,6 +790,9 @@ async fn write_loop<S: AsyncWrite>(mut writer: WriteHalf<S>, conn: &Connection) 
         let mut st = lock(&shared.state);
         st.writing = false;
         st.unwritten = st.unwritten.saturating_sub(line.len());
+        if st.unwritten <= shared.cap {
+            shared.room.notify_waiters();
+        }
         if st.queue.is_empty() {
             shared.flushed.notify_waiters();
         }

@@ -415,8 +415,13 @@ impl DaemonHandler {
             Ok(ok) => ok,
             Err(e) => return Reply::Err(ErrorObject::internal(e.to_string())),
         };
-        if conn.respond(id, Ok(ok)) {
-            conn.flushed().await;
+        // Bounded: a client that stopped reading must not keep the daemon from stopping.
+        if conn.respond(id, Ok(ok))
+            && tokio::time::timeout(conn.drain_timeout(), conn.flushed())
+                .await
+                .is_err()
+        {
+            tracing::warn!(conn = %conn.id(), "the daemon.shutdown response was not flushed in time");
         }
         tracing::info!(conn = %conn.id(), "shutdown requested over the control socket");
         self.inner.ctx.shutdown.request();

@@ -337,3 +337,48 @@ async fn removed_close_hooks_do_not_run_and_the_others_run_in_order() {
     assert_eq!(*ran.lock().unwrap(), [1, 2]);
     assert!(!conn.remove_close_hook(first), "already ran");
 }
+
+/// 03 §4.4: responses are always queued, so a client that sends requests but never reads its
+/// responses must not make the daemon buffer without bound: reading stops while the unwritten
+/// bytes exceed the cap, and resumes once the client reads.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_never_reads_is_not_read_from_while_over_the_cap() {
+    let h = TestHandler::new(Some("0.1.0"));
+    let (stream, _task) = serve(h.clone(), small(1024 * 1024, 1024), 256);
+    use tokio::io::AsyncBufReadExt;
+    let Raw {
+        mut reader,
+        mut writer,
+    } = Raw::new(stream);
+    let total = 2000;
+    let mut requests = Vec::new();
+    for id in 1..=total {
+        let mut line = serde_json::to_vec(&request(id, "daemon.hello", json!({}))).unwrap();
+        line.push(b'\n');
+        requests.extend_from_slice(&line);
+    }
+    let sending = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        writer.write_all(&requests).await.unwrap();
+        writer
+    });
+    // Nothing is read from the client any more: its writes stall.
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    assert!(!sending.is_finished(), "the daemon read every request");
+    let answered = h.hellos.load(Ordering::SeqCst);
+    assert!(
+        answered < 1000,
+        "{answered} requests were read while nothing was written"
+    );
+    // Reading the responses lets the rest in.
+    let mut ids = std::collections::BTreeSet::new();
+    let mut line = String::new();
+    while ids.len() < total as usize {
+        line.clear();
+        assert_ne!(reader.read_line(&mut line).await.unwrap(), 0, "EOF");
+        let response: Value = serde_json::from_str(&line).unwrap();
+        assert!(response["result"].is_object(), "{response}");
+        ids.insert(response["id"].as_i64().unwrap());
+    }
+    sending.await.unwrap();
+}
