@@ -133,7 +133,8 @@ pub trait ControlHandler: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Open,
-    /// No more reads or new messages; the writer flushes what is queued, then closes.
+    /// No more reads or notifications; responses still owed to in-flight requests are queued.
+    /// The writer flushes the queue and closes once nothing is in flight.
     Draining,
     Closed,
 }
@@ -172,6 +173,8 @@ struct Shared {
     flushed: Notify,
     /// Wakes the reader once the unwritten bytes are back under the cap.
     room: Notify,
+    /// `true` once draining or closed: the reader reads nothing more.
+    stop_reading: watch::Sender<bool>,
     /// `true` once closed; reader and writer stop at once.
     closed: watch::Sender<bool>,
 }
@@ -218,6 +221,7 @@ impl Connection {
                 wake_writer: Notify::new(),
                 flushed: Notify::new(),
                 room: Notify::new(),
+                stop_reading: watch::channel(false).0,
                 closed: watch::channel(false).0,
             }),
         }
@@ -347,6 +351,16 @@ impl Connection {
         st.hooks.len() != before
     }
 
+    /// Stops reading, lets the responses still owed to in-flight requests and everything queued
+    /// be written (at most `timeout`), then closes (shutdown step 5, 01 §6.6).
+    pub async fn drain_and_close(&self, timeout: Duration) {
+        self.begin_drain();
+        if tokio::time::timeout(timeout, self.closed()).await.is_err() {
+            tracing::warn!(conn = %self.shared.id, "control connection did not flush in time; closing");
+        }
+        self.close();
+    }
+
     /// Closes the connection at once, dropping anything not yet written.
     pub fn close(&self) {
         let mut st = lock(&self.shared.state);
@@ -385,7 +399,13 @@ impl Connection {
     }
 
     fn push(&self, st: &mut State, line: Arc<[u8]>, kind: Kind) -> bool {
-        if st.phase != Phase::Open {
+        // While draining, responses to requests still in flight are owed and still written.
+        let accepts = match st.phase {
+            Phase::Open => true,
+            Phase::Draining => kind == Kind::Response,
+            Phase::Closed => false,
+        };
+        if !accepts {
             return false;
         }
         let cap = self.shared.cap;
@@ -426,6 +446,7 @@ impl Connection {
         st.phase = Phase::Closed;
         st.queue.clear();
         st.unwritten = 0;
+        self.shared.stop_reading.send_replace(true);
         self.shared.closed.send_replace(true);
         self.shared.wake_writer.notify_one();
         self.shared.flushed.notify_waiters();
@@ -435,6 +456,7 @@ impl Connection {
         let mut st = lock(&self.shared.state);
         if st.phase == Phase::Open {
             st.phase = Phase::Draining;
+            self.shared.stop_reading.send_replace(true);
             self.shared.wake_writer.notify_one();
         }
     }
@@ -587,6 +609,7 @@ async fn read_loop<S: AsyncRead>(
     shutdown: Option<watch::Receiver<bool>>,
 ) {
     let mut closed = conn.shared.closed.subscribe();
+    let mut stop_reading = conn.shared.stop_reading.subscribe();
     let mut shutdown = shutdown;
     let mut framer = LineBuffer::new(opts.line_cap);
     let mut buf = vec![0u8; 64 * 1024];
@@ -594,7 +617,7 @@ async fn read_loop<S: AsyncRead>(
         // Responses are always queued (03 §4.4), so a client that keeps sending requests but
         // never reads is throttled here: nothing more is read while its unwritten bytes exceed
         // the cap.
-        match wait_for_room(conn, &mut closed, &mut shutdown).await {
+        match wait_for_room(conn, &mut closed, &mut stop_reading, &mut shutdown).await {
             Room::Yes => {}
             Room::Closed => return,
             Room::Drain => break true,
@@ -602,6 +625,7 @@ async fn read_loop<S: AsyncRead>(
         let n = tokio::select! {
             r = reader.read(&mut buf) => r,
             _ = closed.wait_for(|c| *c) => return,
+            _ = stop_reading.wait_for(|s| *s) => break true,
             _ = wait_shutdown(&mut shutdown) => break true,
         };
         match n {
@@ -643,13 +667,14 @@ async fn read_loop<S: AsyncRead>(
 enum Room {
     Yes,
     Closed,
-    /// Shutdown began while waiting.
+    /// Shutdown or a drain began while waiting.
     Drain,
 }
 
 async fn wait_for_room(
     conn: &Connection,
     closed: &mut watch::Receiver<bool>,
+    stop_reading: &mut watch::Receiver<bool>,
     shutdown: &mut Option<watch::Receiver<bool>>,
 ) -> Room {
     let mut warned = false;
@@ -672,6 +697,7 @@ async fn wait_for_room(
         tokio::select! {
             _ = room => {}
             _ = closed.wait_for(|c| *c) => return Room::Closed,
+            _ = stop_reading.wait_for(|s| *s) => return Room::Drain,
             _ = wait_shutdown(shutdown) => return Room::Drain,
         }
     }
@@ -755,7 +781,7 @@ async fn write_loop<S: AsyncWrite>(mut writer: WriteHalf<S>, conn: &Connection) 
             } else if let Some(line) = st.queue.pop_front() {
                 st.writing = true;
                 Next::Write(line)
-            } else if st.phase == Phase::Draining {
+            } else if st.phase == Phase::Draining && st.in_flight.is_empty() {
                 Next::Drained
             } else {
                 Next::Wait

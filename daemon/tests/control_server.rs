@@ -382,3 +382,42 @@ async fn a_client_that_never_reads_is_not_read_from_while_over_the_cap() {
     }
     sending.await.unwrap();
 }
+
+/// 01 §6.6 step 5: a draining connection stops reading but still writes the responses owed to
+/// requests in flight, then closes.
+#[tokio::test]
+async fn draining_writes_the_responses_still_in_flight_then_closes() {
+    let h = TestHandler::new(Some("0.1.0"));
+    let mut conns = h.watch_connections();
+    let gate = h.gate("slow");
+    let (stream, task) = serve(h.clone(), ServerOptions::default(), 64 * 1024);
+    let mut raw = Raw::new(stream);
+    raw.send_line(&request(
+        1,
+        "tools.call",
+        json!({"name": "t", "callId": "slow"}),
+    ))
+    .await;
+    raw.send_line(&request(2, "sessions.describe", json!({})))
+        .await;
+    let conn = conns.recv().await.unwrap();
+    assert_eq!(raw.recv().await.unwrap()["id"], 2);
+    let draining = tokio::spawn({
+        let conn = conn.clone();
+        async move {
+            conn.drain_and_close(std::time::Duration::from_secs(30))
+                .await
+        }
+    });
+    // Requests sent while draining are not read.
+    raw.send_line(&request(3, "sessions.list", json!({}))).await;
+    tokio::task::yield_now().await;
+    gate.send(true).unwrap();
+    let response = raw.recv().await.unwrap();
+    assert_eq!(response["id"], 1, "{response}");
+    assert_eq!(response["result"]["callId"], "slow");
+    assert_eq!(raw.recv().await, None, "closed after the owed response");
+    draining.await.unwrap();
+    task.await.unwrap();
+    assert!(!conn.is_open());
+}
