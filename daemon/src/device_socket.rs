@@ -875,10 +875,14 @@ mod tests {
     #[tokio::test]
     async fn memory_pair_carries_every_message_kind_both_ways() -> TestResult {
         let (mut socket, mut app) = memory_device_pair();
+        // At most INCOMING_QUEUE items wait for the engine.
         app.send_text("{\"type\":\"session_claim\"}").await?;
         app.send_binary(7).await?;
-        app.ping(b"p".to_vec()).await?;
-        app.pong(b"q".to_vec()).await?;
+        assert_eq!(
+            futures_util::FutureExt::now_or_never(app.ping(b"x".to_vec())),
+            None,
+            "a third unread item was accepted"
+        );
         assert_eq!(
             recv(&mut socket).await?,
             text("{\"type\":\"session_claim\"}")
@@ -887,6 +891,8 @@ mod tests {
             recv(&mut socket).await?,
             Incoming::Message(WireMessage::Binary(7))
         );
+        app.ping(b"p".to_vec()).await?;
+        app.pong(b"q".to_vec()).await?;
         assert_eq!(
             recv(&mut socket).await?,
             Incoming::Message(WireMessage::Ping(b"p".to_vec()))

@@ -409,6 +409,14 @@ async fn draining_writes_the_responses_still_in_flight_then_closes() {
                 .await
         }
     });
+    // The drain has begun once the connection no longer counts as open.
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while conn.is_open() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
     // Requests sent while draining are not read.
     raw.send_line(&request(3, "sessions.list", json!({}))).await;
     tokio::task::yield_now().await;
