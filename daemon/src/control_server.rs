@@ -34,6 +34,11 @@ pub use crate::seams::BoxFuture;
 /// reason `connection_closed`, 04 §6.1).
 pub type CloseHook = Box<dyn FnOnce() + Send + 'static>;
 
+/// A close hook registered with [`Connection::add_close_hook`], for
+/// [`Connection::remove_close_hook`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CloseHookId(u64);
+
 /// Limits of one control connection. Defaults are the spec's values; tests lower them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerOptions {
@@ -128,7 +133,8 @@ pub trait ControlHandler: Send + Sync + 'static {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Open,
-    /// No more reads or new messages; the writer flushes what is queued, then closes.
+    /// No more reads or notifications; responses still owed to in-flight requests are queued.
+    /// The writer flushes the queue and closes once nothing is in flight.
     Draining,
     Closed,
 }
@@ -149,7 +155,9 @@ struct State {
     writing: bool,
     subscribed: bool,
     in_flight: HashSet<RequestId>,
-    hooks: Vec<CloseHook>,
+    /// In registration order.
+    hooks: Vec<(CloseHookId, CloseHook)>,
+    next_hook: u64,
     hooks_ran: bool,
 }
 
@@ -157,11 +165,16 @@ struct Shared {
     id: ConnectionId,
     peer_pid: Option<u32>,
     cap: usize,
+    drain_timeout: Duration,
     state: Mutex<State>,
     /// Wakes the writer: a line was queued or the phase changed.
     wake_writer: Notify,
     /// Wakes [`Connection::flushed`] waiters.
     flushed: Notify,
+    /// Wakes the reader once the unwritten bytes are back under the cap.
+    room: Notify,
+    /// `true` once draining or closed: the reader reads nothing more.
+    stop_reading: watch::Sender<bool>,
     /// `true` once closed; reader and writer stop at once.
     closed: watch::Sender<bool>,
 }
@@ -187,13 +200,13 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl Connection {
-    fn new(peer_pid: Option<u32>, cap: usize) -> Self {
-        let (closed, _) = watch::channel(false);
+    fn new(peer_pid: Option<u32>, opts: &ServerOptions) -> Self {
         Self {
             shared: Arc::new(Shared {
                 id: ConnectionId::next(),
                 peer_pid,
-                cap,
+                cap: opts.subscriber_buffer_cap,
+                drain_timeout: opts.drain_timeout,
                 state: Mutex::new(State {
                     phase: Phase::Open,
                     queue: VecDeque::new(),
@@ -202,11 +215,14 @@ impl Connection {
                     subscribed: false,
                     in_flight: HashSet::new(),
                     hooks: Vec::new(),
+                    next_hook: 0,
                     hooks_ran: false,
                 }),
                 wake_writer: Notify::new(),
                 flushed: Notify::new(),
-                closed,
+                room: Notify::new(),
+                stop_reading: watch::channel(false).0,
+                closed: watch::channel(false).0,
             }),
         }
     }
@@ -218,6 +234,12 @@ impl Connection {
     /// The peer's pid when the platform reported it (Unix sockets only).
     pub fn peer_pid(&self) -> Option<u32> {
         self.shared.peer_pid
+    }
+
+    /// How long a closing connection may take to flush ([`ServerOptions::drain_timeout`]); also
+    /// the bound on waiting for a response to be flushed before teardown.
+    pub fn drain_timeout(&self) -> Duration {
+        self.shared.drain_timeout
     }
 
     /// True until the connection starts closing.
@@ -295,15 +317,48 @@ impl Connection {
     }
 
     /// Registers a hook that runs once when the connection closes. If it has already closed
-    /// and its hooks have run, `hook` runs at once on the calling thread.
+    /// and its hooks have run, `hook` runs soon on a task of its own, never on the calling
+    /// thread (the caller may hold a lock the hook takes). See
+    /// [`add_close_hook`](Self::add_close_hook) for a hook that can be removed again.
     pub fn on_close(&self, hook: impl FnOnce() + Send + 'static) {
+        if let Err(hook) = self.add_close_hook(hook) {
+            run_detached(hook);
+        }
+    }
+
+    /// Registers a removable close hook (per-call hooks on a long-lived connection). Once the
+    /// connection has closed and its hooks have run, nothing is registered and the hook comes
+    /// back as `Err`, for the caller to act on after releasing its own locks.
+    pub fn add_close_hook(
+        &self,
+        hook: impl FnOnce() + Send + 'static,
+    ) -> Result<CloseHookId, CloseHook> {
         let mut st = lock(&self.shared.state);
         if st.hooks_ran {
-            drop(st);
-            hook();
-        } else {
-            st.hooks.push(Box::new(hook));
+            return Err(Box::new(hook));
         }
+        st.next_hook += 1;
+        let id = CloseHookId(st.next_hook);
+        st.hooks.push((id, Box::new(hook)));
+        Ok(id)
+    }
+
+    /// Removes a hook before it runs; `false` if it already ran or was removed.
+    pub fn remove_close_hook(&self, id: CloseHookId) -> bool {
+        let mut st = lock(&self.shared.state);
+        let before = st.hooks.len();
+        st.hooks.retain(|(hook, _)| *hook != id);
+        st.hooks.len() != before
+    }
+
+    /// Stops reading, lets the responses still owed to in-flight requests and everything queued
+    /// be written (at most `timeout`), then closes (shutdown step 5, 01 §6.6).
+    pub async fn drain_and_close(&self, timeout: Duration) {
+        self.begin_drain();
+        if tokio::time::timeout(timeout, self.closed()).await.is_err() {
+            tracing::warn!(conn = %self.shared.id, "control connection did not flush in time; closing");
+        }
+        self.close();
     }
 
     /// Closes the connection at once, dropping anything not yet written.
@@ -344,7 +399,13 @@ impl Connection {
     }
 
     fn push(&self, st: &mut State, line: Arc<[u8]>, kind: Kind) -> bool {
-        if st.phase != Phase::Open {
+        // While draining, responses to requests still in flight are owed and still written.
+        let accepts = match st.phase {
+            Phase::Open => true,
+            Phase::Draining => kind == Kind::Response,
+            Phase::Closed => false,
+        };
+        if !accepts {
             return false;
         }
         let cap = self.shared.cap;
@@ -385,6 +446,7 @@ impl Connection {
         st.phase = Phase::Closed;
         st.queue.clear();
         st.unwritten = 0;
+        self.shared.stop_reading.send_replace(true);
         self.shared.closed.send_replace(true);
         self.shared.wake_writer.notify_one();
         self.shared.flushed.notify_waiters();
@@ -394,8 +456,14 @@ impl Connection {
         let mut st = lock(&self.shared.state);
         if st.phase == Phase::Open {
             st.phase = Phase::Draining;
+            self.shared.stop_reading.send_replace(true);
             self.shared.wake_writer.notify_one();
         }
+    }
+
+    /// Whether more unwritten bytes are queued than the cap allows (03 §4.4).
+    fn over_cap(&self) -> bool {
+        lock(&self.shared.state).unwritten > self.shared.cap
     }
 
     /// Reserves `id` for a new request; `false` if it is already in flight (03 §4.1).
@@ -430,10 +498,20 @@ impl Connection {
             st.hooks_ran = true;
             std::mem::take(&mut st.hooks)
         };
-        for hook in hooks {
+        for (_, hook) in hooks {
             hook();
         }
         true
+    }
+}
+
+/// Runs a hook on a task of its own (or here, outside any runtime).
+fn run_detached(hook: CloseHook) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(runtime) => {
+            runtime.spawn(async move { hook() });
+        }
+        Err(_) => hook(),
     }
 }
 
@@ -509,7 +587,7 @@ async fn run_connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let conn = Connection::new(peer_pid, opts.subscriber_buffer_cap);
+    let conn = Connection::new(peer_pid, &opts);
     tracing::debug!(conn = %conn.id(), ?peer_pid, "control connection opened");
     let _finish = FinishGuard {
         conn: conn.clone(),
@@ -531,13 +609,23 @@ async fn read_loop<S: AsyncRead>(
     shutdown: Option<watch::Receiver<bool>>,
 ) {
     let mut closed = conn.shared.closed.subscribe();
+    let mut stop_reading = conn.shared.stop_reading.subscribe();
     let mut shutdown = shutdown;
     let mut framer = LineBuffer::new(opts.line_cap);
     let mut buf = vec![0u8; 64 * 1024];
     let drain = loop {
+        // Responses are always queued (03 §4.4), so a client that keeps sending requests but
+        // never reads is throttled here: nothing more is read while its unwritten bytes exceed
+        // the cap.
+        match wait_for_room(conn, &mut closed, &mut stop_reading, &mut shutdown).await {
+            Room::Yes => {}
+            Room::Closed => return,
+            Room::Drain => break true,
+        }
         let n = tokio::select! {
             r = reader.read(&mut buf) => r,
             _ = closed.wait_for(|c| *c) => return,
+            _ = stop_reading.wait_for(|s| *s) => break true,
             _ = wait_shutdown(&mut shutdown) => break true,
         };
         match n {
@@ -574,6 +662,45 @@ async fn read_loop<S: AsyncRead>(
         }
     }
     conn.close();
+}
+
+enum Room {
+    Yes,
+    Closed,
+    /// Shutdown or a drain began while waiting.
+    Drain,
+}
+
+async fn wait_for_room(
+    conn: &Connection,
+    closed: &mut watch::Receiver<bool>,
+    stop_reading: &mut watch::Receiver<bool>,
+    shutdown: &mut Option<watch::Receiver<bool>>,
+) -> Room {
+    let mut warned = false;
+    loop {
+        let room = conn.shared.room.notified();
+        tokio::pin!(room);
+        room.as_mut().enable();
+        if !conn.over_cap() {
+            return Room::Yes;
+        }
+        if !warned {
+            warned = true;
+            tracing::warn!(
+                conn = %conn.id(),
+                peer_pid = ?conn.peer_pid(),
+                "not reading requests while more than {} response bytes wait to be written",
+                conn.shared.cap
+            );
+        }
+        tokio::select! {
+            _ = room => {}
+            _ = closed.wait_for(|c| *c) => return Room::Closed,
+            _ = stop_reading.wait_for(|s| *s) => return Room::Drain,
+            _ = wait_shutdown(shutdown) => return Room::Drain,
+        }
+    }
 }
 
 async fn wait_shutdown(rx: &mut Option<watch::Receiver<bool>>) {
@@ -654,7 +781,7 @@ async fn write_loop<S: AsyncWrite>(mut writer: WriteHalf<S>, conn: &Connection) 
             } else if let Some(line) = st.queue.pop_front() {
                 st.writing = true;
                 Next::Write(line)
-            } else if st.phase == Phase::Draining {
+            } else if st.phase == Phase::Draining && st.in_flight.is_empty() {
                 Next::Drained
             } else {
                 Next::Wait
@@ -689,6 +816,9 @@ async fn write_loop<S: AsyncWrite>(mut writer: WriteHalf<S>, conn: &Connection) 
         let mut st = lock(&shared.state);
         st.writing = false;
         st.unwritten = st.unwritten.saturating_sub(line.len());
+        if st.unwritten <= shared.cap {
+            shared.room.notify_waiters();
+        }
         if st.queue.is_empty() {
             shared.flushed.notify_waiters();
         }

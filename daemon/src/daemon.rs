@@ -450,6 +450,7 @@ async fn take_over_socket(path: &Path) -> Result<(), StartError> {
 #[derive(Default)]
 struct StartupGuard {
     pidfile: Option<PidfileLock>,
+    calls: Option<Arc<dyn CallsApi>>,
     device_pump: Option<JoinHandle<()>>,
     listener_stop: Option<watch::Sender<bool>>,
     socket: Option<PathBuf>,
@@ -467,6 +468,9 @@ impl Drop for StartupGuard {
         }
         if let Some(pump) = self.device_pump.take() {
             pump.abort();
+        }
+        if let Some(calls) = self.calls.take() {
+            calls.stop_timers();
         }
         // The events.log writer stops with the last handle on the bus.
         if let Some(pidfile) = self.pidfile.take()
@@ -603,6 +607,7 @@ impl Daemon {
                 audit: audit.clone(),
             })
         });
+        guard.calls = calls.clone();
         let (accepted, accepted_rx) = mpsc::channel(ACCEPTED_QUEUE);
         guard.device_pump = Some(tokio::spawn(pump_devices(sessions.clone(), accepted_rx)));
 
@@ -722,6 +727,7 @@ impl Daemon {
             }));
         };
         guard.socket = None;
+        guard.calls = None;
         let (stopped_tx, stopped) = watch::channel(false);
         let (memory_stop, _) = watch::channel(false);
         let wss_addr = wss.local_addr();

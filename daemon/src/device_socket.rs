@@ -11,14 +11,14 @@
 //!
 //! Lifecycle contract, identical for both implementations:
 //! - `close()` queues a close frame behind earlier messages; the transport then finishes the close
-//!   handshake on its own (at most `CLOSE_HANDSHAKE_WAIT_MS`) and drops TCP. Later sends fail.
-//! - `terminate()` drops TCP at once, without a close frame; [`DeviceReceiver::recv`] then yields
-//!   `Ended(Terminated)` immediately.
+//!   handshake on its own and drops TCP at most `CLOSE_HANDSHAKE_WAIT_MS` after the close was
+//!   queued, even when the peer never reads and the frame could not be written. Later sends fail.
+//! - `terminate()` drops TCP at once, without a close frame, even while a write is blocked;
+//!   [`DeviceReceiver::recv`] then yields `Ended(Terminated)` immediately.
 //! - Dropping every `DeviceSender` clone without a close is a terminate.
 //! - After `Ended(_)`, `recv` keeps returning the same end.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use appduct_protocol::close::CloseReason;
@@ -35,7 +35,10 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 
 /// Items the engine has not consumed yet, per connection. When full, the adapter stops reading.
-pub const INCOMING_QUEUE: usize = 32;
+/// Kept small: each item may be a 256 KiB message, an unauthenticated peer needs only one (its
+/// claim) and the engine consumes promptly after that, so this bounds what any peer can make the
+/// daemon buffer (about four messages with the one being read and the one being handled).
+pub const INCOMING_QUEUE: usize = 2;
 /// Outgoing messages not yet written, per connection.
 pub const OUTGOING_QUEUE: usize = 64;
 
@@ -96,38 +99,68 @@ enum Outgoing {
     Close(CloseReason),
 }
 
+#[derive(Debug, Default)]
+struct SendFlags {
+    /// Text, pings and pongs are refused: a close was queued, or the engine took the socket
+    /// away ([`DeviceSender::refuse_sends`]).
+    refusing: bool,
+    /// The first close claimed the single close frame; later closes are refused.
+    close_started: bool,
+}
+
 #[derive(Debug)]
 struct SenderShared {
-    /// Set once by `terminate()`; every part of the transport watches it.
+    /// Set once by `terminate()`; closed when every sender is gone.
     terminated: watch::Sender<bool>,
-    /// Set by the first `close()`; later sends are refused.
-    closing: AtomicBool,
+    /// When the close frame was queued: the transport drops TCP one close wait later.
+    close_queued_at: watch::Sender<Option<Instant>>,
+    /// Checked and changed together with queueing, so a refusal is never overtaken.
+    flags: Mutex<SendFlags>,
 }
 
 /// The sending half of a device connection. Clones share one queue, so keepalive and call code can
 /// send concurrently; messages of one clone keep their order.
 #[derive(Debug, Clone)]
 pub struct DeviceSender {
+    // Dropped before `shared`, so the queue is closed before the transport sees the senders gone.
     tx: mpsc::Sender<Outgoing>,
     shared: Arc<SenderShared>,
 }
 
 impl DeviceSender {
-    fn check_open(&self) -> Result<(), SendError> {
-        if self.shared.closing.load(Ordering::Acquire) || *self.shared.terminated.borrow() {
+    fn flags(&self) -> MutexGuard<'_, SendFlags> {
+        self.shared
+            .flags
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn is_terminated(&self) -> bool {
+        *self.shared.terminated.borrow()
+    }
+
+    /// The flags, if messages may still be queued.
+    fn open_flags(&self) -> Result<MutexGuard<'_, SendFlags>, SendError> {
+        let flags = self.flags();
+        if flags.refusing || self.is_terminated() {
             Err(SendError::Closed)
         } else {
-            Ok(())
+            Ok(flags)
         }
     }
 
     async fn enqueue(&self, item: Outgoing) -> Result<(), SendError> {
-        self.check_open()?;
-        self.tx.send(item).await.map_err(|_| SendError::Closed)
+        drop(self.open_flags()?);
+        let permit = self.tx.reserve().await.map_err(|_| SendError::Closed)?;
+        // Checked again when the message enters the queue: a close or refusal that came while
+        // this send waited for room wins, so nothing is queued behind it.
+        let _flags = self.open_flags()?;
+        permit.send(item);
+        Ok(())
     }
 
     fn try_enqueue(&self, item: Outgoing) -> Result<(), SendError> {
-        self.check_open()?;
+        let _flags = self.open_flags()?;
         self.tx.try_send(item).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => SendError::Full,
             mpsc::error::TrySendError::Closed(_) => SendError::Closed,
@@ -159,34 +192,52 @@ impl DeviceSender {
     }
 
     /// Queues a close frame behind earlier messages. Only the first close is sent; the transport
-    /// finishes the handshake and drops TCP by itself.
+    /// finishes the handshake and drops TCP by itself, at most one close wait after this returns.
     pub async fn close(&self, reason: CloseReason) -> Result<(), SendError> {
-        self.check_open()?;
-        if self.shared.closing.swap(true, Ordering::AcqRel) {
-            return Err(SendError::Closed);
+        {
+            let mut flags = self.flags();
+            if flags.close_started || self.is_terminated() {
+                return Err(SendError::Closed);
+            }
+            flags.close_started = true;
+            flags.refusing = true;
         }
         self.tx
             .send(Outgoing::Close(reason))
             .await
-            .map_err(|_| SendError::Closed)
+            .map_err(|_| SendError::Closed)?;
+        self.shared
+            .close_queued_at
+            .send_replace(Some(Instant::now()));
+        Ok(())
     }
 
     /// Like [`close`](Self::close) without waiting; on `Full` nothing changes, so the caller may
     /// retry or terminate.
     pub fn try_close(&self, reason: CloseReason) -> Result<(), SendError> {
-        self.check_open()?;
-        if self.shared.closing.swap(true, Ordering::AcqRel) {
+        let mut flags = self.flags();
+        if flags.close_started || self.is_terminated() {
             return Err(SendError::Closed);
         }
-        self.tx
-            .try_send(Outgoing::Close(reason))
-            .map_err(|e| match e {
-                mpsc::error::TrySendError::Full(_) => {
-                    self.shared.closing.store(false, Ordering::Release);
-                    SendError::Full
-                }
-                mpsc::error::TrySendError::Closed(_) => SendError::Closed,
-            })
+        match self.tx.try_send(Outgoing::Close(reason)) {
+            Ok(()) => {
+                flags.close_started = true;
+                flags.refusing = true;
+                self.shared
+                    .close_queued_at
+                    .send_replace(Some(Instant::now()));
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(_)) => Err(SendError::Full),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(SendError::Closed),
+        }
+    }
+
+    /// Refuses every later text, ping and pong at once, while the connection may still send its
+    /// single close. The engine calls this under its lock when it takes the socket away, so no
+    /// frame queued after that moment can precede the close.
+    pub(crate) fn refuse_sends(&self) {
+        self.flags().refusing = true;
     }
 
     /// Drops the connection now, without a close frame (keepalive failure, shutdown fallback).
@@ -196,7 +247,7 @@ impl DeviceSender {
 
     /// Whether messages can still be queued: no close, no terminate, transport alive.
     pub fn is_open(&self) -> bool {
-        self.check_open().is_ok() && !self.tx.is_closed()
+        self.open_flags().is_ok() && !self.tx.is_closed()
     }
 
     /// Resolves once the transport is gone or the connection was terminated.
@@ -204,7 +255,7 @@ impl DeviceSender {
         let mut terminated = self.shared.terminated.subscribe();
         tokio::select! {
             _ = self.tx.closed() => {}
-            _ = flag_set(&mut terminated) => {}
+            _ = wait_true(&mut terminated) => {}
         }
     }
 }
@@ -225,7 +276,7 @@ impl DeviceReceiver {
         }
         let item = tokio::select! {
             biased;
-            _ = flag_set(&mut self.terminated) => Incoming::Ended(ConnectionEnd::Terminated),
+            _ = wait_true(&mut self.terminated) => Incoming::Ended(ConnectionEnd::Terminated),
             item = self.rx.recv() => item.unwrap_or_else(|| {
                 Incoming::Ended(ConnectionEnd::Lost("connection dropped".to_owned()))
             }),
@@ -249,7 +300,8 @@ impl DeviceSocket {
         let (terminated, terminated_rx) = watch::channel(false);
         let shared = Arc::new(SenderShared {
             terminated,
-            closing: AtomicBool::new(false),
+            close_queued_at: watch::channel(None).0,
+            flags: Mutex::new(SendFlags::default()),
         });
         Self {
             receiver: DeviceReceiver {
@@ -274,8 +326,14 @@ impl DeviceSocket {
     }
 }
 
-/// Resolves when the flag is set; never if its sender is dropped first.
+/// Resolves when the flag is set or its sender is gone: nobody is left to clear it, and a task
+/// waiting on it must not outlive its owner.
 pub(crate) async fn flag_set(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|set| *set).await;
+}
+
+/// Resolves only when the flag is set; never if its sender is dropped first.
+async fn wait_true(rx: &mut watch::Receiver<bool>) {
     if rx.wait_for(|set| *set).await.is_err() {
         std::future::pending::<()>().await;
     }
@@ -294,6 +352,7 @@ pub fn memory_device_pair() -> (DeviceSocket, MemoryApp) {
         to_daemon: Some(in_tx),
         from_daemon: out_rx,
         terminated: socket.sender.shared.terminated.subscribe(),
+        close_seen: false,
     };
     (socket, app)
 }
@@ -308,9 +367,10 @@ pub enum AppEvent {
         code: u16,
         reason: String,
     },
-    /// The daemon called `terminate()`: TCP dropped without a close frame.
+    /// The daemon called `terminate()` before any close frame: TCP dropped without one.
     Terminated,
-    /// The daemon dropped every sender (after a close: the normal end; without one: like a
+    /// The daemon let go of the connection after its close frame (dropped every sender or
+    /// terminated it: the normal end), or dropped every sender without a close (like a
     /// terminate).
     Gone,
 }
@@ -325,6 +385,8 @@ pub struct MemoryApp {
     to_daemon: Option<mpsc::Sender<Incoming>>,
     from_daemon: mpsc::Receiver<Outgoing>,
     terminated: watch::Receiver<bool>,
+    /// The daemon's close frame was received; dropping the connection after it is the normal end.
+    close_seen: bool,
 }
 
 impl MemoryApp {
@@ -371,17 +433,29 @@ impl MemoryApp {
         self.to_daemon = None;
     }
 
-    fn map(&self, out: Option<Outgoing>) -> AppEvent {
+    fn map(&mut self, out: Option<Outgoing>) -> AppEvent {
         match out {
             Some(Outgoing::Text(text)) => AppEvent::Text(text),
             Some(Outgoing::Ping(payload)) => AppEvent::Ping(payload),
             Some(Outgoing::Pong(payload)) => AppEvent::Pong(payload),
-            Some(Outgoing::Close(reason)) => AppEvent::Close {
-                code: reason.code(),
-                reason: reason.reason().to_owned(),
-            },
-            None if *self.terminated.borrow() => AppEvent::Terminated,
+            Some(Outgoing::Close(reason)) => {
+                self.close_seen = true;
+                AppEvent::Close {
+                    code: reason.code(),
+                    reason: reason.reason().to_owned(),
+                }
+            }
+            None if *self.terminated.borrow() => self.dropped(),
             None => AppEvent::Gone,
+        }
+    }
+
+    /// What a terminate looks like from here.
+    fn dropped(&self) -> AppEvent {
+        if self.close_seen {
+            AppEvent::Gone
+        } else {
+            AppEvent::Terminated
         }
     }
 
@@ -391,7 +465,7 @@ impl MemoryApp {
         let out = tokio::select! {
             biased;
             out = self.from_daemon.recv() => out,
-            _ = flag_set(&mut self.terminated) => return AppEvent::Terminated,
+            _ = wait_true(&mut self.terminated) => return self.dropped(),
         };
         self.map(out)
     }
@@ -402,7 +476,7 @@ impl MemoryApp {
             Ok(out) => Some(self.map(Some(out))),
             Err(mpsc::error::TryRecvError::Disconnected) => Some(self.map(None)),
             Err(mpsc::error::TryRecvError::Empty) => {
-                (*self.terminated.borrow()).then_some(AppEvent::Terminated)
+                (*self.terminated.borrow()).then(|| self.dropped())
             }
         }
     }
@@ -429,33 +503,63 @@ where
     let (in_tx, in_rx) = mpsc::channel(INCOMING_QUEUE);
     let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
     let socket = DeviceSocket::new(in_rx, out_tx);
-    let terminated = socket.sender.shared.terminated.subscribe();
-    tokio::spawn(drive(ws, in_tx, out_rx, terminated));
+    let drop_signals = DropSignals {
+        terminated: socket.sender.shared.terminated.subscribe(),
+        close_queued_at: socket.sender.shared.close_queued_at.subscribe(),
+    };
+    tokio::spawn(drive(ws, in_tx, out_rx, drop_signals));
     socket
+}
+
+/// What tells the transport to drop TCP regardless of what its halves are doing.
+struct DropSignals {
+    terminated: watch::Receiver<bool>,
+    close_queued_at: watch::Receiver<Option<Instant>>,
+}
+
+impl DropSignals {
+    /// Resolves when TCP must be dropped now: `Terminated` on `terminate()` or when every sender
+    /// is gone without a close; `Closed` once the close wait, counted from when the close was
+    /// queued, has run out (02 §8). Neither waits for a write, so a peer that never reads cannot
+    /// keep the connection.
+    async fn must_drop(mut self) -> ConnectionEnd {
+        let queued_at = loop {
+            if let Some(at) = *self.close_queued_at.borrow_and_update() {
+                break at;
+            }
+            tokio::select! {
+                _ = flag_set(&mut self.terminated) => {
+                    // Set, or every sender dropped; a close queued just before keeps its wait.
+                    match *self.close_queued_at.borrow() {
+                        Some(at) if !*self.terminated.borrow() => break at,
+                        _ => return ConnectionEnd::Terminated,
+                    }
+                }
+                changed = self.close_queued_at.changed() => {
+                    if changed.is_err() {
+                        // Every sender is gone.
+                        match *self.close_queued_at.borrow() {
+                            Some(at) => break at,
+                            None => return ConnectionEnd::Terminated,
+                        }
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = wait_true(&mut self.terminated) => ConnectionEnd::Terminated,
+            _ = tokio::time::sleep_until(queued_at + close_wait()) => ConnectionEnd::Closed,
+        }
+    }
 }
 
 /// Signals shared by the read and write halves of one adapted connection.
 struct Control {
-    /// Either half ended (or the close wait expired): the other one stops too.
+    /// Either half ended: the other one stops too.
     stop: watch::Sender<bool>,
-    terminated: watch::Receiver<bool>,
     /// The reader saw a ping or close; the writer flushes tungstenite's automatic reply at once,
     /// so pongs never wait for the engine (02 §8).
     flush: Notify,
-}
-
-impl Control {
-    fn halt_signals(&self) -> (watch::Receiver<bool>, watch::Receiver<bool>) {
-        (self.stop.subscribe(), self.terminated.clone())
-    }
-}
-
-async fn halted(signals: &mut (watch::Receiver<bool>, watch::Receiver<bool>)) {
-    let (stop, terminated) = signals;
-    tokio::select! {
-        _ = flag_set(stop) => {}
-        _ = flag_set(terminated) => {}
-    }
 }
 
 #[derive(Debug)]
@@ -471,7 +575,7 @@ enum WriteEnd {
     Halted,
     /// Every `DeviceSender` was dropped without a close.
     SenderGone,
-    /// A close frame was written (the wait for the peer's close is over).
+    /// A close frame was written and the peer's close arrived (or the reader ended).
     CloseSent,
     Failed(String),
 }
@@ -491,67 +595,75 @@ async fn drive<S>(
     ws: WebSocketStream<S>,
     in_tx: mpsc::Sender<Incoming>,
     out_rx: mpsc::Receiver<Outgoing>,
-    terminated: watch::Receiver<bool>,
+    drop_signals: DropSignals,
 ) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    // Whichever finishes first drops the other; losing `transport` drops the stream (TCP).
+    let end = tokio::select! {
+        biased;
+        end = drop_signals.must_drop() => end,
+        end = transport(ws, &in_tx, out_rx) => end,
+    };
+    let _ = in_tx.send(Incoming::Ended(end)).await;
+}
+
+/// Runs both halves until the connection ends on its own, then finishes a pending close.
+async fn transport<S>(
+    ws: WebSocketStream<S>,
+    in_tx: &mpsc::Sender<Incoming>,
+    out_rx: mpsc::Receiver<Outgoing>,
+) -> ConnectionEnd
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sink, stream) = ws.split();
     let control = Control {
         stop: watch::channel(false).0,
-        terminated,
         flush: Notify::new(),
     };
     let ((stream, read_end), (sink, write_end)) = tokio::join!(
         read_half(stream, in_tx.clone(), &control),
         write_half(sink, out_rx, &control),
     );
-    let terminated = *control.terminated.borrow();
     let mut ws = stream.reunite(sink).ok();
-    let end = if terminated {
-        ConnectionEnd::Terminated
-    } else {
-        match (read_end, write_end) {
-            (_, WriteEnd::Failed(detail)) => {
-                if let Some(ws) = ws.as_mut() {
-                    let _ = tokio::time::timeout(
-                        close_wait(),
-                        ws.send(close_frame(CloseReason::SendFailed)),
-                    )
-                    .await;
-                }
-                ConnectionEnd::WriteFailed(detail)
+    match (read_end, write_end) {
+        (_, WriteEnd::Failed(detail)) => {
+            if let Some(ws) = ws.as_mut() {
+                let _ = tokio::time::timeout(
+                    close_wait(),
+                    ws.send(close_frame(CloseReason::SendFailed)),
+                )
+                .await;
             }
-            (ReadEnd::TooBig, _) => {
-                if let Some(ws) = ws.as_mut() {
-                    let deadline = Instant::now() + close_wait();
-                    let sent = tokio::time::timeout_at(
-                        deadline,
-                        ws.send(close_frame(CloseReason::MessageTooBig)),
-                    )
-                    .await;
-                    // `SendAfterClosing`: the engine's own close went out first.
-                    if matches!(
-                        sent,
-                        Ok(Ok(())
-                            | Err(tungstenite::Error::Protocol(
-                                ProtocolError::SendAfterClosing
-                            )))
-                    ) {
-                        linger(ws.get_mut(), deadline).await;
-                    }
-                }
-                ConnectionEnd::Closed
-            }
-            (ReadEnd::PeerClosed, _) | (_, WriteEnd::CloseSent) => ConnectionEnd::Closed,
-            (_, WriteEnd::SenderGone) => ConnectionEnd::Terminated,
-            (ReadEnd::Lost(detail), _) => ConnectionEnd::Lost(detail),
-            (ReadEnd::Halted, WriteEnd::Halted) => {
-                ConnectionEnd::Lost("connection stopped".to_owned())
-            }
+            ConnectionEnd::WriteFailed(detail)
         }
-    };
-    drop(ws);
-    let _ = in_tx.send(Incoming::Ended(end)).await;
+        (ReadEnd::TooBig, _) => {
+            if let Some(ws) = ws.as_mut() {
+                let deadline = Instant::now() + close_wait();
+                let sent = tokio::time::timeout_at(
+                    deadline,
+                    ws.send(close_frame(CloseReason::MessageTooBig)),
+                )
+                .await;
+                // `SendAfterClosing`: the engine's own close went out first.
+                if matches!(
+                    sent,
+                    Ok(Ok(())
+                        | Err(tungstenite::Error::Protocol(
+                            ProtocolError::SendAfterClosing
+                        )))
+                ) {
+                    linger(ws.get_mut(), deadline).await;
+                }
+            }
+            ConnectionEnd::Closed
+        }
+        (ReadEnd::PeerClosed, _) | (_, WriteEnd::CloseSent) => ConnectionEnd::Closed,
+        (_, WriteEnd::SenderGone) => ConnectionEnd::Terminated,
+        (ReadEnd::Lost(detail), _) => ConnectionEnd::Lost(detail),
+        (ReadEnd::Halted, WriteEnd::Halted) => ConnectionEnd::Lost("connection stopped".to_owned()),
+    }
 }
 
 /// After a close the peer may still be sending (an oversized message, typically): half-close and
@@ -594,14 +706,14 @@ async fn read_loop<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut signals = control.halt_signals();
+    let mut halted = control.stop.subscribe();
     let mut peer_closed = false;
     // False once the engine dropped its receiver: keep reading (close handshake) but discard.
     let mut deliver = true;
     loop {
         let next = tokio::select! {
             biased;
-            _ = halted(&mut signals) => return ReadEnd::Halted,
+            _ = flag_set(&mut halted) => return ReadEnd::Halted,
             next = stream.next() => next,
         };
         let item = match next {
@@ -634,7 +746,7 @@ where
                 if deliver {
                     tokio::select! {
                         biased;
-                        _ = halted(&mut signals) => {}
+                        _ = flag_set(&mut halted) => {}
                         _ = in_tx.send(Incoming::TooBig { size }) => {}
                     }
                 }
@@ -652,7 +764,7 @@ where
         if deliver {
             tokio::select! {
                 biased;
-                _ = halted(&mut signals) => return ReadEnd::Halted,
+                _ = flag_set(&mut halted) => return ReadEnd::Halted,
                 permit = in_tx.reserve() => match permit {
                     Ok(permit) => permit.send(Incoming::Message(item)),
                     Err(_) => deliver = false,
@@ -693,11 +805,11 @@ async fn write_loop<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut signals = control.halt_signals();
+    let mut halted = control.stop.subscribe();
     loop {
         let command = tokio::select! {
             biased;
-            _ = halted(&mut signals) => return WriteEnd::Halted,
+            _ = flag_set(&mut halted) => return WriteEnd::Halted,
             _ = control.flush.notified() => None,
             command = out_rx.recv() => match command {
                 Some(command) => Some(command),
@@ -707,7 +819,7 @@ where
         let closing = matches!(command, Some(Outgoing::Close(_)));
         let written = tokio::select! {
             biased;
-            _ = halted(&mut signals) => return WriteEnd::Halted,
+            _ = flag_set(&mut halted) => return WriteEnd::Halted,
             written = async {
                 match command {
                     None => sink.flush().await,
@@ -724,11 +836,9 @@ where
             Err(error) => return WriteEnd::Failed(error.to_string()),
         }
         if closing {
-            // Wait for the peer's close (the reader then stops us), at most the handshake wait.
-            tokio::select! {
-                _ = halted(&mut signals) => {}
-                _ = tokio::time::sleep(close_wait()) => {}
-            }
+            // Wait for the peer's close (the reader then stops us); the close deadline of
+            // `DropSignals` bounds this wait.
+            flag_set(&mut halted).await;
             return WriteEnd::CloseSent;
         }
     }
@@ -738,6 +848,7 @@ where
 mod tests {
     use super::*;
     use std::pin::Pin;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::task::{Context, Poll};
     use tokio::io::{DuplexStream, ReadBuf};
     use tokio::time::timeout;
@@ -764,10 +875,14 @@ mod tests {
     #[tokio::test]
     async fn memory_pair_carries_every_message_kind_both_ways() -> TestResult {
         let (mut socket, mut app) = memory_device_pair();
+        // At most INCOMING_QUEUE items wait for the engine.
         app.send_text("{\"type\":\"session_claim\"}").await?;
         app.send_binary(7).await?;
-        app.ping(b"p".to_vec()).await?;
-        app.pong(b"q".to_vec()).await?;
+        assert_eq!(
+            futures_util::FutureExt::now_or_never(app.ping(b"x".to_vec())),
+            None,
+            "a third unread item was accepted"
+        );
         assert_eq!(
             recv(&mut socket).await?,
             text("{\"type\":\"session_claim\"}")
@@ -776,6 +891,8 @@ mod tests {
             recv(&mut socket).await?,
             Incoming::Message(WireMessage::Binary(7))
         );
+        app.ping(b"p".to_vec()).await?;
+        app.pong(b"q".to_vec()).await?;
         assert_eq!(
             recv(&mut socket).await?,
             Incoming::Message(WireMessage::Ping(b"p".to_vec()))
@@ -829,6 +946,43 @@ mod tests {
         drop(socket);
         drop(sender);
         assert_eq!(app_recv(&mut app).await?, AppEvent::Gone);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn refused_sends_fail_at_once_and_the_close_still_goes_out() -> TestResult {
+        let (socket, mut app) = memory_device_pair();
+        let sender = socket.sender().clone();
+        for i in 0..OUTGOING_QUEUE {
+            sender.try_send_text(i.to_string())?;
+        }
+        // Waits for room: it passed the first check before the refusal.
+        let late = tokio::spawn({
+            let sender = sender.clone();
+            async move { sender.send_text("late".to_owned()).await }
+        });
+        tokio::task::yield_now().await;
+        sender.refuse_sends();
+        assert_eq!(sender.try_send_text("x".to_owned()), Err(SendError::Closed));
+        assert_eq!(sender.try_ping(Vec::new()), Err(SendError::Closed));
+        assert!(!sender.is_open());
+        let closing = tokio::spawn({
+            let sender = sender.clone();
+            async move { sender.close(CloseReason::SessionReplaced).await }
+        });
+        for i in 0..OUTGOING_QUEUE {
+            assert_eq!(app_recv(&mut app).await?, AppEvent::Text(i.to_string()));
+        }
+        assert_eq!(
+            app_recv(&mut app).await?,
+            AppEvent::Close {
+                code: 1000,
+                reason: "session_replaced".to_owned()
+            },
+            "nothing queued after the refusal precedes the close"
+        );
+        assert_eq!(timeout(WAIT, late).await??, Err(SendError::Closed));
+        timeout(WAIT, closing).await???;
         Ok(())
     }
 
@@ -1006,6 +1160,39 @@ mod tests {
         Ok(())
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn adapter_stops_reading_while_the_engine_holds_a_few_unread_messages() -> TestResult {
+        let (server, client) = tokio::io::duplex(64 * 1024);
+        let (mut socket, mut client) = adapter_pair(server, client).await;
+        let big = "x".repeat(200 * 1024);
+        let sent = timeout(Duration::from_secs(5), async {
+            for _ in 0..5 {
+                client.send(Message::Text(big.as_str().into())).await?;
+            }
+            Ok::<_, tungstenite::Error>(())
+        })
+        .await;
+        assert!(
+            sent.is_err(),
+            "the adapter buffered five 200 KiB messages the engine has not read"
+        );
+        // Reading resumes as the engine consumes.
+        let sending = tokio::spawn(async move {
+            for _ in 0..5 {
+                client.send(Message::Text("y".into())).await?;
+            }
+            Ok::<_, tungstenite::Error>(client)
+        });
+        let mut small = 0;
+        while small < 5 {
+            if recv(&mut socket).await? == text("y") {
+                small += 1;
+            }
+        }
+        timeout(WAIT, sending).await???;
+        Ok(())
+    }
+
     #[tokio::test]
     async fn adapter_accepts_the_limit_and_closes_1009_above_it() -> TestResult {
         let (mut socket, mut client) = duplex_pair().await;
@@ -1083,6 +1270,77 @@ mod tests {
             Some(Ok(Message::Close(Some(_))))
         ));
         assert!(client_next(&mut client).await?.is_none_or(|r| r.is_err()));
+        Ok(())
+    }
+
+    /// Writes to the client end until the daemon side is gone; `Ok` once a write fails.
+    async fn wait_dropped(client: &mut DuplexStream) -> Result<(), tokio::time::error::Elapsed> {
+        timeout(WAIT, async {
+            // A masked empty ping: valid input the daemon would otherwise answer.
+            while client.write_all(&[0x89, 0x80, 0, 0, 0, 0]).await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+    }
+
+    /// A small transport buffer the client never reads stands in for full TCP buffers.
+    async fn stalled_pair() -> (DeviceSocket, DuplexStream) {
+        let (server, client) = tokio::io::duplex(64);
+        let server =
+            WebSocketStream::from_raw_socket(server, Role::Server, Some(websocket_config())).await;
+        (from_websocket(server), client)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adapter_drops_a_peer_that_never_reads_one_close_wait_after_the_close() -> TestResult {
+        let (socket, mut client) = stalled_pair().await;
+        let (mut receiver, sender) = socket.split();
+        // The writer blocks on this message: the peer reads nothing.
+        sender.send_text("x".repeat(4096)).await?;
+        let started = Instant::now();
+        sender.close(CloseReason::PreClaimTimeout).await?;
+        // The engine lets go of the connection without terminating it.
+        drop(sender);
+        assert_eq!(
+            timeout(WAIT, receiver.recv()).await?,
+            Incoming::Ended(ConnectionEnd::Closed)
+        );
+        let waited = started.elapsed();
+        assert!(waited >= close_wait(), "{waited:?}");
+        assert!(waited < close_wait() * 2, "{waited:?}");
+        wait_dropped(&mut client).await?;
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adapter_terminate_wins_over_a_blocked_write() -> TestResult {
+        let (mut socket, mut client) = stalled_pair().await;
+        socket.sender().send_text("x".repeat(4096)).await?;
+        let started = Instant::now();
+        socket.sender().terminate();
+        assert_eq!(
+            recv(&mut socket).await?,
+            Incoming::Ended(ConnectionEnd::Terminated)
+        );
+        wait_dropped(&mut client).await?;
+        assert!(started.elapsed() < close_wait(), "{:?}", started.elapsed());
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn adapter_dropping_every_sender_wins_over_a_blocked_write() -> TestResult {
+        let (socket, mut client) = stalled_pair().await;
+        let (mut receiver, sender) = socket.split();
+        sender.send_text("x".repeat(4096)).await?;
+        let started = Instant::now();
+        drop(sender);
+        assert_eq!(
+            timeout(WAIT, receiver.recv()).await?,
+            Incoming::Ended(ConnectionEnd::Terminated)
+        );
+        wait_dropped(&mut client).await?;
+        assert!(started.elapsed() < close_wait(), "{:?}", started.elapsed());
         Ok(())
     }
 

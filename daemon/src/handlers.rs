@@ -242,9 +242,10 @@ impl DaemonHandler {
         lock(&self.inner.tracked).subscriptions.len()
     }
 
-    /// Shutdown step 5 for every connection this handler has seen: wait (at most `drain` each,
-    /// concurrently) until what is queued is written, then close. Connections that never sent a
-    /// request have nothing queued; their owners close them.
+    /// Shutdown step 5 for every connection this handler has seen: stop reading, wait (at most
+    /// `drain` each, concurrently) until the responses still owed and everything queued are
+    /// written, then close. Connections that never sent a request have nothing queued; their
+    /// owners close them.
     pub async fn close_connections(&self, drain: Duration) {
         let connections: Vec<Connection> = lock(&self.inner.tracked)
             .connections
@@ -253,12 +254,7 @@ impl DaemonHandler {
             .collect();
         let mut flushing = tokio::task::JoinSet::new();
         for conn in connections {
-            flushing.spawn(async move {
-                if tokio::time::timeout(drain, conn.flushed()).await.is_err() {
-                    tracing::warn!(conn = %conn.id(), "control connection did not flush in time; closing");
-                }
-                conn.close();
-            });
+            flushing.spawn(async move { conn.drain_and_close(drain).await });
         }
         while flushing.join_next().await.is_some() {}
     }
@@ -415,8 +411,13 @@ impl DaemonHandler {
             Ok(ok) => ok,
             Err(e) => return Reply::Err(ErrorObject::internal(e.to_string())),
         };
-        if conn.respond(id, Ok(ok)) {
-            conn.flushed().await;
+        // Bounded: a client that stopped reading must not keep the daemon from stopping.
+        if conn.respond(id, Ok(ok))
+            && tokio::time::timeout(conn.drain_timeout(), conn.flushed())
+                .await
+                .is_err()
+        {
+            tracing::warn!(conn = %conn.id(), "the daemon.shutdown response was not flushed in time");
         }
         tracing::info!(conn = %conn.id(), "shutdown requested over the control socket");
         self.inner.ctx.shutdown.request();

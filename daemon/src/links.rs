@@ -6,7 +6,7 @@
 //! sessions, so a claim checks links and sessions in one step and a new id never collides with
 //! either. The engine also runs the TTL timers (tokio time) and emits the bus events.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -190,6 +190,11 @@ impl PendingLink {
     pub fn failures(&self) -> u32 {
         self.failures
     }
+
+    /// 02 §4.3: expired once `now_seconds >= expires_at`.
+    pub fn is_expired(&self, now_unix_s: u64) -> bool {
+        now_unix_s >= self.expires_at
+    }
 }
 
 /// Outcome of checking a claim against the table (02 §11.3 steps 1–3). Only `Valid` leaves the
@@ -202,6 +207,10 @@ pub enum ClaimCheck {
     NotFound,
     /// T7: the TTL passed; the tombstone stays.
     Tombstone,
+    /// T6 then T7: the link was still pending but the wall clock is at or past its `expiresAt`
+    /// (its timer had not fired, e.g. after a host suspend). It is a tombstone now; the caller
+    /// emits `link_expired`.
+    Expired,
     /// T5: not counted, the link stays claimable.
     WrongTransport,
     /// T3: counted, the link stays claimable.
@@ -214,7 +223,9 @@ pub enum ClaimCheck {
 #[derive(Debug, Default)]
 pub struct LinkTable {
     pending: HashMap<String, PendingLink>,
-    tombstones: HashSet<String>,
+    /// Expired ids, each with the timer that forgets it after the tombstone window (the link's
+    /// TTL timer, which runs on), so shutdown can stop it.
+    tombstones: HashMap<String, Option<AbortHandle>>,
 }
 
 impl LinkTable {
@@ -237,7 +248,7 @@ impl LinkTable {
 
     /// Whether `id` is pending or tombstoned (taken for minting purposes).
     pub fn knows(&self, id: &str) -> bool {
-        self.pending.contains_key(id) || self.tombstones.contains(id)
+        self.pending.contains_key(id) || self.tombstones.contains_key(id)
     }
 
     pub fn is_pending(&self, id: &str) -> bool {
@@ -248,22 +259,37 @@ impl LinkTable {
         self.pending.get(id)
     }
 
-    /// Claimable links (`pendingLinks`): unexpired, so tombstones do not count.
-    pub fn pending_count(&self) -> usize {
-        self.pending.len()
+    /// Claimable links (`pendingLinks`) at wall-clock second `now_unix_s`: unexpired, so
+    /// tombstones and links past their `expiresAt` do not count.
+    pub fn pending_count(&self, now_unix_s: u64) -> usize {
+        self.pending
+            .values()
+            .filter(|link| !link.is_expired(now_unix_s))
+            .count()
     }
 
-    /// Steps 1–3 of the claim algorithm (02 §11.3) for `token` (base64url) on `transport`. The
-    /// transport check comes before the token comparison and is not counted; a token that does
-    /// not decode to 32 bytes is a mismatch and counted.
-    pub fn check_claim(&mut self, id: &str, transport: Transport, token: &str) -> ClaimCheck {
+    /// Steps 1–3 of the claim algorithm (02 §11.3) for `token` (base64url) on `transport`, at
+    /// wall-clock second `now_unix_s`. A link is expired once `now_unix_s >= expires_at` even if
+    /// its timer has not fired. The transport check comes before the token comparison and is not
+    /// counted; a token that does not decode to 32 bytes is a mismatch and counted.
+    pub fn check_claim(
+        &mut self,
+        id: &str,
+        transport: Transport,
+        token: &str,
+        now_unix_s: u64,
+    ) -> ClaimCheck {
         let Some(link) = self.pending.get_mut(id) else {
-            return if self.tombstones.contains(id) {
+            return if self.tombstones.contains_key(id) {
                 ClaimCheck::Tombstone
             } else {
                 ClaimCheck::NotFound
             };
         };
+        if link.is_expired(now_unix_s) {
+            self.expire(id);
+            return ClaimCheck::Expired;
+        }
         if link.transport != transport {
             return ClaimCheck::WrongTransport;
         }
@@ -297,28 +323,36 @@ impl LinkTable {
         Some(link)
     }
 
+    /// Whether `id` is a tombstone (expired, not yet forgotten).
+    pub fn is_tombstone(&self, id: &str) -> bool {
+        self.tombstones.contains_key(id)
+    }
+
     /// T6: the TTL elapsed; the link becomes a tombstone. `false` when it was no longer pending.
     pub fn expire(&mut self, id: &str) -> bool {
-        if self.pending.remove(id).is_none() {
+        let Some(mut link) = self.pending.remove(id) else {
             return false;
-        }
-        self.tombstones.insert(id.to_owned());
+        };
+        self.tombstones.insert(id.to_owned(), link.timer.take());
         true
     }
 
-    /// T8: the tombstone window elapsed; the id is forgotten.
+    /// T8: the tombstone window elapsed; the id is forgotten. Called by the timer itself, so
+    /// the timer is not aborted.
     pub fn forget(&mut self, id: &str) -> bool {
-        self.tombstones.remove(id)
+        self.tombstones.remove(id).is_some()
     }
 
-    /// Drops everything and stops every timer (daemon shutdown).
+    /// Drops everything and stops every timer, of pending links and tombstones (shutdown).
     pub fn clear(&mut self) {
-        for (_, mut link) in self.pending.drain() {
-            if let Some(timer) = link.timer.take() {
-                timer.abort();
-            }
+        let pending = self
+            .pending
+            .drain()
+            .filter_map(|(_, mut link)| link.timer.take());
+        let tombstones = self.tombstones.drain().filter_map(|(_, timer)| timer);
+        for timer in pending.chain(tombstones) {
+            timer.abort();
         }
-        self.tombstones.clear();
     }
 }
 
@@ -327,11 +361,25 @@ impl LinkTable {
 // ---------------------------------------------------------------------------------------------
 
 /// A freshly minted link: its id, the table entry and the `link.create` result.
-#[derive(Debug)]
 pub struct MintedLink {
     pub id: String,
     pub link: PendingLink,
     pub result: LinkCreateResult,
+}
+
+/// Leaves out `deepLinkPayload`: it carries the claim token (02 §12, 01 §6.7).
+impl fmt::Debug for MintedLink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let r = &self.result;
+        f.debug_struct("MintedLink")
+            .field("id", &self.id)
+            .field("link", &self.link)
+            .field("transport", &r.transport)
+            .field("endpoint", &r.endpoint)
+            .field("expires_at", &r.expires_at)
+            .field("pin", &r.pin)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Largest number of fresh ids tried before giving up (a collision is already ~2^-96).
@@ -348,15 +396,14 @@ pub fn mint(
     is_taken: impl Fn(&str) -> bool,
 ) -> Result<MintedLink, LinkError> {
     let transport = params.transport();
+    // 02 §3.2: the leaf re-mint check runs on every `link.create`, whatever the transport or
+    // override, so the leaf stays current for the native links that follow.
+    let advertised = env.native_address(now_unix_ms)?;
     let (address, port) = match transport {
-        Transport::Native => {
-            // The re-mint check runs on every native `link.create`, override or not.
-            let advertised = env.native_address(now_unix_ms)?;
-            (
-                params.address_override.unwrap_or(advertised),
-                env.wss_port(),
-            )
-        }
+        Transport::Native => (
+            params.address_override.unwrap_or(advertised),
+            env.wss_port(),
+        ),
         // Web links always carry loopback and the web port (02 §5.3).
         Transport::Web => (IpAddr::V4(Ipv4Addr::LOCALHOST), env.web_port()),
     };
@@ -413,6 +460,9 @@ mod tests {
     use super::*;
     use appduct_protocol::bootstrap;
 
+    /// Wall-clock second of the mint in these tests.
+    const NOW_S: u64 = 1_764_493_923;
+
     fn params(v: serde_json::Value) -> LinkCreateParams {
         LinkCreateParams::validate(Some(&v)).unwrap()
     }
@@ -468,7 +518,19 @@ mod tests {
         assert_eq!(decoded.port, 8443);
         assert_eq!(decoded.expires_at, r.expires_at);
         assert_eq!(m.link.created_at_ms, 1_764_493_923_999);
-        assert!(!format!("{m:?}").contains(&token_of(&m)));
+    }
+
+    #[test]
+    fn debug_output_carries_neither_the_payload_nor_the_token() {
+        let m = minted(serde_json::json!({}));
+        let debug = format!("{m:?}");
+        assert!(debug.contains(&m.id), "{debug}");
+        assert!(debug.contains("192.168.1.20"), "{debug}");
+        assert!(
+            !debug.contains(&m.result.deep_link_payload),
+            "the bootstrap payload carries the claim token: {debug}"
+        );
+        assert!(!debug.contains(&token_of(&m)), "{debug}");
     }
 
     #[test]
@@ -510,34 +572,34 @@ mod tests {
         let mut table = LinkTable::new();
         table.insert(m.id.clone(), m.link);
         let id = m.id.as_str();
-        assert_eq!(table.pending_count(), 1);
+        assert_eq!(table.pending_count(NOW_S), 1);
         for _ in 0..10 {
             assert_eq!(
-                table.check_claim(id, Transport::Web, &token),
+                table.check_claim(id, Transport::Web, &token, NOW_S),
                 ClaimCheck::WrongTransport
             );
         }
         for n in 1..MAX_FAILED_CLAIMS {
             assert_eq!(
-                table.check_claim(id, Transport::Native, "not-a-token"),
+                table.check_claim(id, Transport::Native, "not-a-token", NOW_S),
                 ClaimCheck::InvalidToken
             );
             assert_eq!(table.get(id).map(PendingLink::failures), Some(n));
         }
         assert_eq!(
-            table.check_claim(id, Transport::Native, &token),
+            table.check_claim(id, Transport::Native, &token, NOW_S),
             ClaimCheck::Valid,
             "the 1st to 4th failures leave it claimable"
         );
         assert_eq!(
-            table.check_claim(id, Transport::Native, "AAAA"),
+            table.check_claim(id, Transport::Native, "AAAA", NOW_S),
             ClaimCheck::Burned
         );
         assert_eq!(
-            table.check_claim(id, Transport::Native, &token),
+            table.check_claim(id, Transport::Native, &token, NOW_S),
             ClaimCheck::NotFound
         );
-        assert_eq!(table.pending_count(), 0);
+        assert_eq!(table.pending_count(NOW_S), 0);
         assert!(!table.knows(id));
     }
 
@@ -549,16 +611,52 @@ mod tests {
         table.insert(m.id.clone(), m.link);
         assert!(table.expire(&m.id));
         assert!(!table.expire(&m.id));
-        assert_eq!(table.pending_count(), 0, "tombstones are not pending links");
+        assert_eq!(
+            table.pending_count(NOW_S),
+            0,
+            "tombstones are not pending links"
+        );
         assert!(table.knows(&m.id));
         assert_eq!(
-            table.check_claim(&m.id, Transport::Native, &token),
+            table.check_claim(&m.id, Transport::Native, &token, NOW_S),
             ClaimCheck::Tombstone
         );
         assert!(table.forget(&m.id));
         assert_eq!(
-            table.check_claim(&m.id, Transport::Native, &token),
+            table.check_claim(&m.id, Transport::Native, &token, NOW_S),
             ClaimCheck::NotFound
+        );
+    }
+
+    #[test]
+    fn a_link_is_expired_from_its_expires_at_second_even_without_its_timer() {
+        let m = minted(serde_json::json!({"ttlSeconds": 60}));
+        let token = token_of(&m);
+        let expires_at = m.result.expires_at;
+        let mut table = LinkTable::new();
+        table.insert(m.id.clone(), m.link);
+        assert_eq!(table.pending_count(expires_at - 1), 1);
+        assert_eq!(
+            table.pending_count(expires_at),
+            0,
+            "now_seconds >= expires_at"
+        );
+        assert_eq!(
+            table.check_claim(&m.id, Transport::Native, "wrong", expires_at - 1),
+            ClaimCheck::InvalidToken,
+            "the last second before expiresAt still counts"
+        );
+        assert_eq!(
+            table.check_claim(&m.id, Transport::Web, &token, expires_at + 3600),
+            ClaimCheck::Expired,
+            "expiry is checked before the transport"
+        );
+        assert!(table.is_tombstone(&m.id));
+        assert!(!table.is_pending(&m.id));
+        assert!(!table.expire(&m.id), "the timer finds it already expired");
+        assert_eq!(
+            table.check_claim(&m.id, Transport::Native, &token, expires_at + 3600),
+            ClaimCheck::Tombstone
         );
     }
 
@@ -600,18 +698,71 @@ mod tests {
         assert_eq!(tls.leaf().advertised_ip(), second);
         assert_eq!(env.advertised().address, second);
 
-        // `advertisedIp` wins over detection; web links skip the check and use loopback.
-        let configured = DaemonLinkEnv::new(tls, Arc::new(addresses), Some(first), 8443, 5000);
-        assert_eq!(configured.native_address(now).unwrap(), first);
+        // A web link runs the check too, and carries loopback and the web port.
+        let third: IpAddr = "10.0.0.9".parse().unwrap();
+        addresses.set([third]);
         let web = mint(
             &params(serde_json::json!({"transport": "web"})),
-            &configured,
+            &env,
             300,
             now,
             |_| false,
         )
         .unwrap();
+        assert_eq!(web.result.endpoint.address, "127.0.0.1");
         assert_eq!(web.result.endpoint.port, 5000);
+        assert_eq!(
+            tls.leaf().advertised_ip(),
+            third,
+            "web link.create re-mints"
+        );
+
+        // `advertisedIp` wins over detection.
+        let configured = DaemonLinkEnv::new(tls, Arc::new(addresses), Some(first), 8443, 5000);
+        assert_eq!(configured.native_address(now).unwrap(), first);
+    }
+
+    #[tokio::test]
+    async fn clear_stops_the_timers_of_pending_links_and_tombstones() {
+        let mut table = LinkTable::new();
+        let (a, b) = (minted(serde_json::json!({})), minted(serde_json::json!({})));
+        let (ida, idb) = (a.id.clone(), b.id.clone());
+        table.insert(ida.clone(), a.link);
+        table.insert(idb.clone(), b.link);
+        let timer_a = tokio::spawn(std::future::pending::<()>());
+        let timer_b = tokio::spawn(std::future::pending::<()>());
+        table.set_timer(&ida, timer_a.abort_handle());
+        table.set_timer(&idb, timer_b.abort_handle());
+        // b's timer goes on to run its tombstone window.
+        assert!(table.expire(&idb));
+        table.clear();
+        assert!(!table.knows(&ida) && !table.knows(&idb));
+        let wait = std::time::Duration::from_secs(10);
+        let ended_a = tokio::time::timeout(wait, timer_a)
+            .await
+            .expect("timer a runs on");
+        let ended_b = tokio::time::timeout(wait, timer_b)
+            .await
+            .expect("timer b runs on");
+        assert!(ended_a.unwrap_err().is_cancelled());
+        assert!(ended_b.unwrap_err().is_cancelled());
+    }
+
+    #[tokio::test]
+    async fn forgetting_a_tombstone_leaves_its_timer_running() {
+        let mut table = LinkTable::new();
+        let a = minted(serde_json::json!({}));
+        let id = a.id.clone();
+        table.insert(id.clone(), a.link);
+        let timer = tokio::spawn(std::future::pending::<()>());
+        table.set_timer(&id, timer.abort_handle());
+        assert!(table.expire(&id));
+        // The timer calls `forget` itself as its last step.
+        assert!(table.forget(&id));
+        assert!(!table.forget(&id));
+        tokio::task::yield_now().await;
+        assert!(!timer.is_finished());
+        timer.abort();
     }
 
     #[test]

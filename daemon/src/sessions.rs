@@ -235,6 +235,14 @@ struct ConnCtl {
     sender: DeviceSender,
 }
 
+impl ConnCtl {
+    /// Refuses further frames at once, then asks the connection to close with `reason`.
+    fn stop_with(&self, reason: CloseReason) {
+        self.sender.refuse_sends();
+        self.stop.send_replace(Some(reason));
+    }
+}
+
 #[derive(Default)]
 struct State {
     links: LinkTable,
@@ -251,9 +259,11 @@ impl State {
         self.next_id
     }
 
+    /// Takes the socket of `conn` away: from this moment (under the engine lock) nothing more
+    /// can be queued on it, so no frame sent later overtakes its close (T11, T17, T18).
     fn stop_connection(&self, conn: u64, reason: CloseReason) {
         if let Some(ctl) = self.conns.get(&conn) {
-            ctl.stop.send_replace(Some(reason));
+            ctl.stop_with(reason);
         }
     }
 
@@ -357,7 +367,11 @@ impl fmt::Debug for SessionManager {
         f.debug_struct("SessionManager")
             .field("options", &self.inner.options)
             .field("sessions", &st.sessions.len())
-            .field("pending_links", &st.links.pending_count())
+            .field(
+                "pending_links",
+                &st.links
+                    .pending_count(self.inner.clock.now_unix_ms() / 1000),
+            )
             .field("connections", &st.conns.len())
             .field("shutting_down", &st.shutting_down)
             .finish()
@@ -459,17 +473,22 @@ impl SessionManager {
                 continue;
             }
             let id = minted.id;
-            let ttl = Duration::from_secs(minted.result.expires_at.saturating_sub(now / 1000));
+            let expires_at = minted.result.expires_at;
+            // Until the wall-clock `expiresAt` (02 §4.3: expired once now_seconds >= expires_at),
+            // then a tombstone window of one TTL.
+            let until_expiry =
+                Duration::from_millis(expires_at.saturating_mul(1000).saturating_sub(now));
+            let window = Duration::from_secs(expires_at.saturating_sub(now / 1000));
             st.links.insert(id.clone(), minted.link);
             let weak = Arc::downgrade(&self.inner);
             let timer_id = id.clone();
             let timer = tokio::spawn(async move {
-                tokio::time::sleep(ttl).await;
+                tokio::time::sleep(until_expiry).await;
                 match weak.upgrade() {
                     Some(inner) if inner.expire_link(&timer_id) => {}
                     _ => return,
                 }
-                tokio::time::sleep(ttl).await;
+                tokio::time::sleep(window).await;
                 if let Some(inner) = weak.upgrade() {
                     inner.forget_link(&timer_id);
                 }
@@ -597,9 +616,11 @@ impl SessionManager {
         self.inner.state().sessions.len()
     }
 
-    /// Claimable links (`pendingLinks`); tombstones do not count.
+    /// Claimable links (`pendingLinks`): tombstones and links past their `expiresAt` (by the
+    /// wall clock) do not count.
     pub fn pending_links(&self) -> usize {
-        self.inner.state().links.pending_count()
+        let now_s = self.inner.clock.now_unix_ms() / 1000;
+        self.inner.state().links.pending_count(now_s)
     }
 
     /// Open device connections, claimed or not.
@@ -649,7 +670,7 @@ impl SessionManager {
             st.links.clear();
             let sessions: Vec<(String, Session)> = st.sessions.drain().collect();
             for ctl in st.conns.values() {
-                ctl.stop.send_replace(Some(CloseReason::DaemonShutdown));
+                ctl.stop_with(CloseReason::DaemonShutdown);
             }
             for (id, session) in sessions {
                 if let Socket::Suspended { grace, .. } = session.socket {

@@ -208,9 +208,32 @@ async fn subscriber_over_the_buffer_cap_is_closed_and_close_hooks_run() {
     assert_eq!(closed.recv().await, Some(conn.id()));
     task.await.unwrap();
     assert_eq!(h.hooks_ran.load(Ordering::SeqCst), 1);
-    // A hook registered after the close runs at once.
+    // A hook registered after the close still runs, but on a task of its own: never inline on
+    // the caller's thread, which may hold a lock the hook takes.
     let (tx, rx) = std::sync::mpsc::channel();
-    conn.on_close(move || tx.send(()).unwrap());
+    let caller = std::thread::current().id();
+    conn.on_close(move || tx.send(std::thread::current().id()).unwrap());
+    assert!(rx.try_recv().is_err(), "the hook ran inline");
+    let ran_on = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        loop {
+            if let Ok(thread) = rx.try_recv() {
+                return thread;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    // A current-thread runtime: same thread, later task.
+    assert_eq!(ran_on, caller);
+    // The removable form hands the hook back instead.
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let back = conn.add_close_hook(move || tx.send(()).unwrap());
+    let Err(hook) = back else {
+        panic!("registered on a closed connection")
+    };
+    assert!(rx.try_recv().is_err());
+    hook();
     assert!(rx.try_recv().is_ok());
     drop(raw);
 }
@@ -281,4 +304,128 @@ async fn eof_closes_the_connection_and_runs_hooks_once() {
     assert!(hooks.recv().await.is_some());
     task.await.unwrap();
     assert_eq!(h.hooks_ran.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn removed_close_hooks_do_not_run_and_the_others_run_in_order() {
+    let h = TestHandler::new(Some("0.1.0"));
+    let mut conns = h.watch_connections();
+    let (stream, task) = serve(h.clone(), ServerOptions::default(), 64 * 1024);
+    let mut raw = Raw::new(stream);
+    raw.send_line(&request(1, "sessions.describe", json!({})))
+        .await;
+    let conn = conns.recv().await.unwrap();
+    assert_eq!(raw.recv().await.unwrap()["id"], 1);
+    let ran = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook = |n: u32| {
+        let ran = ran.clone();
+        move || ran.lock().unwrap().push(n)
+    };
+    let first = conn.add_close_hook(hook(1)).ok().unwrap();
+    // Per-call hooks come and go on a long-lived connection without accumulating.
+    for n in 100..200 {
+        let id = conn.add_close_hook(hook(n)).ok().unwrap();
+        assert!(conn.remove_close_hook(id));
+        assert!(!conn.remove_close_hook(id), "removed twice");
+    }
+    let third = conn.add_close_hook(hook(3)).ok().unwrap();
+    conn.add_close_hook(hook(2)).ok().unwrap();
+    assert_ne!(first, third);
+    assert!(conn.remove_close_hook(third));
+    drop(raw);
+    task.await.unwrap();
+    assert_eq!(*ran.lock().unwrap(), [1, 2]);
+    assert!(!conn.remove_close_hook(first), "already ran");
+}
+
+/// 03 §4.4: responses are always queued, so a client that sends requests but never reads its
+/// responses must not make the daemon buffer without bound: reading stops while the unwritten
+/// bytes exceed the cap, and resumes once the client reads.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_never_reads_is_not_read_from_while_over_the_cap() {
+    let h = TestHandler::new(Some("0.1.0"));
+    let (stream, _task) = serve(h.clone(), small(1024 * 1024, 1024), 256);
+    use tokio::io::AsyncBufReadExt;
+    let Raw {
+        mut reader,
+        mut writer,
+    } = Raw::new(stream);
+    let total = 2000;
+    let mut requests = Vec::new();
+    for id in 1..=total {
+        let mut line = serde_json::to_vec(&request(id, "daemon.hello", json!({}))).unwrap();
+        line.push(b'\n');
+        requests.extend_from_slice(&line);
+    }
+    let sending = tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        writer.write_all(&requests).await.unwrap();
+        writer
+    });
+    // Nothing is read from the client any more: its writes stall.
+    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+    assert!(!sending.is_finished(), "the daemon read every request");
+    let answered = h.hellos.load(Ordering::SeqCst);
+    assert!(
+        answered < 1000,
+        "{answered} requests were read while nothing was written"
+    );
+    // Reading the responses lets the rest in.
+    let mut ids = std::collections::BTreeSet::new();
+    let mut line = String::new();
+    while ids.len() < total as usize {
+        line.clear();
+        assert_ne!(reader.read_line(&mut line).await.unwrap(), 0, "EOF");
+        let response: Value = serde_json::from_str(&line).unwrap();
+        assert!(response["result"].is_object(), "{response}");
+        ids.insert(response["id"].as_i64().unwrap());
+    }
+    sending.await.unwrap();
+}
+
+/// 01 §6.6 step 5: a draining connection stops reading but still writes the responses owed to
+/// requests in flight, then closes.
+#[tokio::test]
+async fn draining_writes_the_responses_still_in_flight_then_closes() {
+    let h = TestHandler::new(Some("0.1.0"));
+    let mut conns = h.watch_connections();
+    let gate = h.gate("slow");
+    let (stream, task) = serve(h.clone(), ServerOptions::default(), 64 * 1024);
+    let mut raw = Raw::new(stream);
+    raw.send_line(&request(
+        1,
+        "tools.call",
+        json!({"name": "t", "callId": "slow"}),
+    ))
+    .await;
+    raw.send_line(&request(2, "sessions.describe", json!({})))
+        .await;
+    let conn = conns.recv().await.unwrap();
+    assert_eq!(raw.recv().await.unwrap()["id"], 2);
+    let draining = tokio::spawn({
+        let conn = conn.clone();
+        async move {
+            conn.drain_and_close(std::time::Duration::from_secs(30))
+                .await
+        }
+    });
+    // The drain has begun once the connection no longer counts as open.
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while conn.is_open() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .unwrap();
+    // Requests sent while draining are not read.
+    raw.send_line(&request(3, "sessions.list", json!({}))).await;
+    tokio::task::yield_now().await;
+    gate.send(true).unwrap();
+    let response = raw.recv().await.unwrap();
+    assert_eq!(response["id"], 1, "{response}");
+    assert_eq!(response["result"]["callId"], "slow");
+    assert_eq!(raw.recv().await, None, "closed after the owed response");
+    draining.await.unwrap();
+    task.await.unwrap();
+    assert!(!conn.is_open());
 }

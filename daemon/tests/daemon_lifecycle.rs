@@ -315,3 +315,86 @@ async fn requests_after_teardown_started_are_refused() {
     // Step 5 closed the control connection.
     assert_eq!(raw.next().await, None);
 }
+
+/// A calls module that only records being asked to stop its timers.
+#[derive(Debug, Default)]
+struct TimerCalls {
+    stopped: std::sync::atomic::AtomicUsize,
+}
+
+impl appduct_daemon::handlers::CallsApi for TimerCalls {
+    fn handle(
+        &self,
+        _: &appduct_daemon::control_server::Connection,
+        _: appduct_protocol::jsonrpc::RequestId,
+        _: appduct_protocol::control::ControlRequest,
+    ) -> appduct_daemon::control_server::BoxFuture<'static, appduct_daemon::control_server::Reply>
+    {
+        Box::pin(async { appduct_daemon::control_server::Reply::Ok(serde_json::json!({})) })
+    }
+
+    fn pending_calls(&self) -> u64 {
+        0
+    }
+
+    fn features(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    fn stop_timers(&self) {
+        self.stopped
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn reject_pending_for_shutdown(&self) {}
+}
+
+#[derive(Debug)]
+struct TimerCallsFactory(std::sync::Arc<TimerCalls>);
+
+impl appduct_daemon::daemon::CallsFactory for TimerCallsFactory {
+    fn start(
+        &self,
+        _: &appduct_daemon::daemon::CallsContext,
+    ) -> std::sync::Arc<dyn appduct_daemon::handlers::CallsApi> {
+        self.0.clone()
+    }
+}
+
+/// 01 §6.5: a start that fails after the calls module started tears it down too (its timers
+/// stop), along with everything else begun so far.
+#[tokio::test]
+async fn a_start_failing_after_the_calls_module_started_stops_its_timers() {
+    let dir = state_dir();
+    // The wss port is taken, so startup fails at step 7, after the calls module (step 6).
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let calls = std::sync::Arc::new(TimerCalls::default());
+    let mut opts = DaemonOptions::for_tests(dir.path())
+        .calls(std::sync::Arc::new(TimerCallsFactory(calls.clone())));
+    opts.overrides.wss_port = Some(taken.local_addr().unwrap().port());
+    let err = Daemon::start(opts).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StartError::Bind {
+                listener: "wss",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(calls.stopped.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(!dir.path().join("daemon.pid").exists());
+
+    // A successful start hands the module to the supervisor: stopped once, at shutdown.
+    let calls = std::sync::Arc::new(TimerCalls::default());
+    let daemon = Daemon::start(
+        DaemonOptions::for_tests(dir.path())
+            .calls(std::sync::Arc::new(TimerCallsFactory(calls.clone()))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(calls.stopped.load(std::sync::atomic::Ordering::SeqCst), 0);
+    daemon.shutdown().await;
+    assert_eq!(calls.stopped.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

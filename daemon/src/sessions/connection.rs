@@ -2,6 +2,7 @@
 //! deadline, claim or resume, then the acked stage with keepalive, frame handling and every way
 //! the socket can end. Session state changes go through [`Inner`], under the engine lock.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use appduct_protocol::close::{self, CloseReason};
 use appduct_protocol::control::{SuspendReason, Transport};
 use appduct_protocol::frames::{AppFrame, Phase, decode_app_message};
 use appduct_protocol::limits::{CLOSE_HANDSHAKE_WAIT_MS, MAX_MISSED_PONGS};
+use futures_util::FutureExt;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
@@ -70,9 +72,18 @@ pub(super) async fn run<G>(
         sender,
         stop,
     };
-    let acked = conn.pre_ack(claim_deadline, guard).await;
-    if let Some(session_id) = acked {
-        conn.acked(&session_id).await;
+    // A panic below is a bug on this connection only: it must not leave its session ACTIVE
+    // on a dead socket, and no other connection notices it.
+    let handled = AssertUnwindSafe(async {
+        let acked = conn.pre_ack(claim_deadline, guard).await;
+        if let Some(session_id) = acked {
+            conn.acked(&session_id).await;
+        }
+    })
+    .catch_unwind()
+    .await;
+    if handled.is_err() {
+        conn.fault().await;
     }
 }
 
@@ -106,18 +117,32 @@ async fn close_and_drain(
     reason: CloseReason,
 ) {
     send_close(sender, reason).await;
-    drain(receiver).await;
+    drain(sender, receiver).await;
 }
 
-/// Discards input until the connection ends, at most [`CLOSE_WAIT`].
-async fn drain(receiver: &mut DeviceReceiver) {
+/// Discards input until the connection ends, at most [`CLOSE_WAIT`], then drops it: a peer that
+/// never reads must not keep the transport (and its buffers) alive after the close.
+async fn drain(sender: &DeviceSender, receiver: &mut DeviceReceiver) {
     let _ = tokio::time::timeout(CLOSE_WAIT, async {
         while !matches!(receiver.recv().await, Incoming::Ended(_)) {}
     })
     .await;
+    sender.terminate();
 }
 
 impl Connection {
+    /// 02 §8: an internal fault closes the connection `1011 internal_error` and is treated as
+    /// socket loss (T10 for the session it holds, if any).
+    async fn fault(&mut self) {
+        tracing::error!(
+            conn = self.id,
+            "internal fault while handling a device connection; closing it 1011 internal_error"
+        );
+        send_close(&self.sender, CloseReason::InternalError).await;
+        self.inner.connection_lost(self.id);
+        drain(&self.sender, &mut self.receiver).await;
+    }
+
     async fn close(&mut self, reason: CloseReason) {
         close_and_drain(&self.sender, &mut self.receiver, reason).await;
     }
@@ -180,7 +205,7 @@ impl Connection {
                 }
                 Incoming::Message(WireMessage::Pong(_)) => continue,
                 Incoming::Message(WireMessage::Close(..)) => {
-                    drain(&mut self.receiver).await;
+                    drain(&self.sender, &mut self.receiver).await;
                     return None;
                 }
                 Incoming::Ended(_) => return None,
@@ -254,7 +279,7 @@ impl Connection {
                         SuspendReason::ConnectionLost
                     };
                     self.suspend(session_id, why);
-                    drain(&mut self.receiver).await;
+                    drain(&self.sender, &mut self.receiver).await;
                     return;
                 }
                 Incoming::Ended(_) => {
@@ -265,7 +290,7 @@ impl Connection {
             // A daemon-side protocol close suspends the session like any socket loss.
             send_close(&self.sender, rejected).await;
             self.suspend(session_id, SuspendReason::ConnectionLost);
-            drain(&mut self.receiver).await;
+            drain(&self.sender, &mut self.receiver).await;
             return;
         }
     }

@@ -107,8 +107,17 @@ impl Inner {
         if st.shutting_down {
             return Err(CloseReason::DaemonShutdown);
         }
-        match st.links.check_claim(id, transport, &claim.token) {
+        match st
+            .links
+            .check_claim(id, transport, &claim.token, now / 1000)
+        {
             ClaimCheck::Valid => {}
+            ClaimCheck::Expired => {
+                // T6 by the wall clock, before the (monotonic) TTL timer fired.
+                self.bus
+                    .emit(Some(id), None, EventData::LinkExpired(Default::default()));
+                return Err(CloseReason::LinkExpired);
+            }
             ClaimCheck::NotFound if st.sessions.contains_key(id) => {
                 return Err(CloseReason::AlreadyClaimed);
             }
@@ -367,6 +376,21 @@ impl Inner {
         self.calls_ended(session_id, CallsEnded::Suspended(reason));
     }
 
+    /// T10 for whichever session connection `conn` holds, when its handling failed midway (the
+    /// session may have been attached before the fault, with the id never handed back).
+    pub(super) fn connection_lost(&self, conn: u64) {
+        let attached = {
+            let st = self.state();
+            st.sessions
+                .iter()
+                .find(|(_, s)| s.is_attached(conn))
+                .map(|(id, _)| id.clone())
+        };
+        if let Some(session_id) = attached {
+            self.suspend(conn, &session_id, SuspendReason::ConnectionLost);
+        }
+    }
+
     pub(super) fn spawn_grace_timer(&self, session_id: &str, epoch: u64) -> AbortHandle {
         let weak = self.this.clone();
         let id = session_id.to_owned();
@@ -402,11 +426,12 @@ impl Inner {
         self.calls_ended(session_id, CallsEnded::Expired);
     }
 
-    /// T6: the link's TTL elapsed. `true` when it was still pending (now a tombstone).
+    /// T6: the link's TTL elapsed. `true` when the id is now a tombstone whose window the timer
+    /// runs next (it may already have expired by the wall clock at a claim).
     pub(super) fn expire_link(&self, id: &str) -> bool {
         let mut st = self.state();
         if !st.links.expire(id) {
-            return false;
+            return st.links.is_tombstone(id);
         }
         self.bus
             .emit(Some(id), None, EventData::LinkExpired(Default::default()));

@@ -1,0 +1,126 @@
+//! Control connections at teardown (01 §6.6 step 5, 03 §9.3): owed responses are still written,
+//! and a client that stopped reading cannot hold the daemon up.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod daemon_support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use appduct_daemon::control_server::{BoxFuture, Connection, Reply};
+use appduct_daemon::daemon::{CallsContext, CallsFactory, Daemon, DaemonOptions};
+use appduct_daemon::handlers::CallsApi;
+use appduct_protocol::control::ControlRequest;
+use appduct_protocol::jsonrpc::RequestId;
+use daemon_support::{RawControl, WAIT, state_dir};
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{Notify, oneshot};
+
+/// A calls module whose `tools.call` answers only when the test opens its gate.
+#[derive(Debug, Default)]
+struct GatedCalls {
+    gate: Mutex<Option<oneshot::Receiver<()>>>,
+    entered: Notify,
+}
+
+impl CallsApi for GatedCalls {
+    fn handle(&self, _: &Connection, _: RequestId, _: ControlRequest) -> BoxFuture<'static, Reply> {
+        let gate = self.gate.lock().unwrap().take();
+        self.entered.notify_one();
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                let _ = gate.await;
+            }
+            Reply::Ok(json!({"answered": true}))
+        })
+    }
+
+    fn pending_calls(&self) -> u64 {
+        0
+    }
+
+    fn features(&self) -> Vec<&'static str> {
+        Vec::new()
+    }
+
+    fn reject_pending_for_shutdown(&self) {}
+}
+
+#[derive(Debug)]
+struct GatedFactory(Arc<GatedCalls>);
+
+impl CallsFactory for GatedFactory {
+    fn start(&self, _: &CallsContext) -> Arc<dyn CallsApi> {
+        self.0.clone()
+    }
+}
+
+/// Step 5 stops reading, but the response to a request still in flight is written before the
+/// connection closes.
+#[tokio::test]
+async fn closing_control_connections_still_writes_responses_in_flight() {
+    let dir = state_dir();
+    let calls = Arc::new(GatedCalls::default());
+    let (open, gate) = oneshot::channel();
+    *calls.gate.lock().unwrap() = Some(gate);
+    let daemon = Daemon::start(
+        DaemonOptions::for_tests(dir.path()).calls(Arc::new(GatedFactory(calls.clone()))),
+    )
+    .await
+    .unwrap();
+    let mut raw = RawControl::new(&daemon);
+    raw.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools.call",
+                    "params": {"name": "cart.add"}}))
+        .await;
+    tokio::time::timeout(WAIT, calls.entered.notified())
+        .await
+        .unwrap();
+    let closing = tokio::spawn({
+        let handler = daemon.handler().clone();
+        async move { handler.close_connections(WAIT).await }
+    });
+    tokio::task::yield_now().await;
+    open.send(()).unwrap();
+    let response = raw.next().await.expect("EOF before the owed response");
+    assert_eq!(response["id"], 1);
+    assert_eq!(response["result"], json!({"answered": true}));
+    assert_eq!(raw.next().await, None);
+    tokio::time::timeout(WAIT, closing).await.unwrap().unwrap();
+    daemon.shutdown().await;
+}
+
+/// 03 §9.3: the daemon flushes the `daemon.shutdown` response before teardown, but a client that
+/// never reads must not keep it from stopping: the flush is bounded by the drain timeout.
+#[tokio::test]
+async fn daemon_shutdown_from_a_client_that_never_reads_still_stops_the_daemon() {
+    let dir = state_dir();
+    let mut opts = DaemonOptions::for_tests(dir.path());
+    opts.control_drain_timeout = Duration::from_millis(200);
+    let daemon = Daemon::start(opts).await.unwrap();
+    let stream = daemon.control_stream();
+    let (_unread, mut writer) = tokio::io::split(stream);
+    // Far more response bytes than the in-memory pipe holds, all under the buffer cap.
+    let mut lines = Vec::new();
+    for id in 1..=2000 {
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "daemon.hello", "params": {}});
+        lines.extend_from_slice(format!("{request}\n").as_bytes());
+    }
+    lines.extend_from_slice(
+        format!(
+            "{}\n",
+            json!({"jsonrpc": "2.0", "id": 0, "method": "daemon.shutdown", "params": {}})
+        )
+        .as_bytes(),
+    );
+    let writing = tokio::spawn(async move {
+        writer.write_all(&lines).await.unwrap();
+        writer
+    });
+    tokio::time::timeout(WAIT, daemon.wait())
+        .await
+        .expect("the daemon waits forever to flush a response nobody reads");
+    assert!(daemon.is_stopped());
+    drop(writing);
+}
