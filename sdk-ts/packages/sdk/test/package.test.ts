@@ -19,6 +19,9 @@ const REPO_ROOT = path.resolve(PACKAGE_DIR, "../../..");
 const SNAPSHOT = path.join(PACKAGE_DIR, "test", "export-surface.json");
 const CONDITIONS = ["node", "development", "default", "react-native"] as const;
 const WEB_APP = path.join(PACKAGE_DIR, "test", "fixtures", "web-app", "main.js");
+const REACT_APP = path.join(PACKAGE_DIR, "test", "fixtures", "react-app", "main.js");
+/** A text only the real React bindings contain (their missing-client warning). */
+const REACT_HOOKS_MARKER = "found no client";
 const SESSION_CORE_MARKERS = ["session_claim", "tool_registry_snapshot", "__APPDUCT__"];
 
 interface PackageJson {
@@ -101,21 +104,37 @@ describe("export surface", () => {
     expect(surface["./web"]?.default).toEqual(inert);
     expect(surface["./web/enabled"]?.default).toEqual(inert);
     expect((surface["./node"]?.node as string[]).filter((n) => n !== "pinFromCertificateDer")).toEqual(inert);
+    // The React bindings: the inert hooks (default condition) have the real ones' names.
+    const hooks = ["useAppductState", "useAppductTool"];
+    for (const condition of CONDITIONS) {
+      expect(surface["./react"]?.[condition]).toEqual(hooks);
+      expect(surface["./react/enabled"]?.[condition]).toEqual(hooks);
+    }
   }, 60_000);
 
   it("imports without window (server-side rendering) without throwing, defining globals or connecting", () => {
     for (const condition of ["development", "default"]) {
-      const script = `const specs = ["@appduct/sdk", "@appduct/sdk/web", "@appduct/sdk/web/enabled", "@appduct/sdk/inert"];
+      const script = `const specs = ["@appduct/sdk", "@appduct/sdk/react", "@appduct/sdk/web", "@appduct/sdk/web/enabled", "@appduct/sdk/inert"];
         const mods = await Promise.all(specs.map((s) => import(s)));
-        console.log(JSON.stringify({ global: typeof globalThis.__APPDUCT__, states: mods.slice(1).map((m) => m.getAppductState()) }));`;
-      expect(JSON.parse(runNode(condition, script))).toEqual({ global: "undefined", states: ["idle", "idle", "idle"] });
+        console.log(JSON.stringify({ global: typeof globalThis.__APPDUCT__, hooks: typeof mods[1].useAppductTool, states: mods.slice(2).map((m) => m.getAppductState()) }));`;
+      expect(JSON.parse(runNode(condition, script))).toEqual({ global: "undefined", hooks: "function", states: ["idle", "idle", "idle"] });
     }
   }, 60_000);
 });
 
 describe("web bundles (07 §7.8)", () => {
-  async function esbuildText(conditions: string[]): Promise<string> {
-    const result = await esbuild({ entryPoints: [WEB_APP], bundle: true, minify: true, write: false, format: "esm", platform: "browser", conditions, logLevel: "silent" });
+  async function esbuildText(conditions: string[], entry = WEB_APP): Promise<string> {
+    const result = await esbuild({
+      entryPoints: [entry],
+      bundle: true,
+      minify: true,
+      write: false,
+      format: "esm",
+      platform: "browser",
+      conditions,
+      external: ["react"],
+      logLevel: "silent",
+    });
     return result.outputFiles.map((f) => f.text).join("\n");
   }
 
@@ -148,6 +167,16 @@ describe("web bundles (07 §7.8)", () => {
 
   it("esbuild with the development condition gets the real entry", async () => {
     expect(markersIn(await esbuildText(["development"]))).toEqual(SESSION_CORE_MARKERS);
+  }, 60_000);
+
+  it("a React app built with default conditions gets the inert hooks and web entry; with development the real ones", async () => {
+    const production = await esbuildText([], REACT_APP);
+    expect(markersIn(production)).toEqual([]);
+    expect(production).not.toContain(REACT_HOOKS_MARKER);
+    expect(production).not.toContain('from"react"');
+    const development = await esbuildText(["development"], REACT_APP);
+    expect(markersIn(development)).toEqual(SESSION_CORE_MARKERS);
+    expect(development).toContain(REACT_HOOKS_MARKER);
   }, 60_000);
 
   it("a Vite production build gets the inert entry; a development build the real one", async () => {

@@ -11,6 +11,7 @@ import { isPrivateLanAddress, parseIpv6 } from "./ip.js";
 import { hasAppductParameter, isValidPin, parseLink } from "./link.js";
 import { encodeFrame } from "./frame.js";
 import { buildEventEntry, buildToolEntry, type EventEntry, type ToolEntry } from "./registry.js";
+import { isIntentionalReplace } from "./replace.js";
 import {
   isJsonObject,
   isStringWithin,
@@ -173,7 +174,7 @@ class Client implements AppductClient {
 
   registerTool<I = unknown, O = unknown>(def: ToolDefinition<I, O>): Registration {
     const entry = buildToolEntry(def as ToolDefinition<unknown, unknown>, { dev: this.dev, warn: (m) => this.logger.warn(m) });
-    if (this.tools.has(entry.name) && this.dev) {
+    if (this.tools.has(entry.name) && this.dev && !isIntentionalReplace(def)) {
       this.logger.warn(`appduct: tool "${entry.name}" was already registered; the new registration replaces it.`);
     }
     this.tools.set(entry.name, entry);

@@ -181,3 +181,24 @@ export function rootTypeExcludesObject(schema: Record<string, unknown> | undefin
   }
   return Array.isArray(type) && !type.includes("object");
 }
+
+/**
+ * The JSON Schema a schema slot would put on the wire, without validating or throwing: what the
+ * React bindings compare by value to decide whether a definition changed (07 §7.12). `undefined`
+ * when the value cannot be exported (such schemas compare by identity).
+ */
+export function exportJsonSchema(value: unknown, direction: "input" | "output"): Record<string, unknown> | undefined {
+  if (hasStandard(value)) {
+    return convert(value["~standard"].jsonSchema, direction);
+  }
+  if (!isPlainObject(value)) {
+    return undefined;
+  }
+  const keys = Object.keys(value);
+  if (keys.length === 2 && keys.includes("schema") && keys.includes("jsonSchema")) {
+    const js = value.jsonSchema;
+    if (isConverter(js)) return convert(js, direction);
+    return isPlainJsonSchema(js) ? js : undefined;
+  }
+  return isPlainJsonSchema(value) ? value : undefined;
+}

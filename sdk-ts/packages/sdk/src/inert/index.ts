@@ -2,6 +2,7 @@
 // defines no global and imports none of the session core.
 
 import { bindAppApi } from "../core/app-api.js";
+import { setDefaultClient } from "../core/default-client.js";
 import { inertClient } from "./client.js";
 
 export const {
@@ -21,6 +22,9 @@ export const {
   configureAppduct,
   appductClient,
 } = bindAppApi(inertClient);
+
+// Weakly: React hooks fall back to it only when no platform entry registered a client.
+setDefaultClient(inertClient, { entry: "@appduct/sdk/inert", weak: true });
 
 export { AppductToolError, AppductRegistrationError, AppductConnectError, AppductDisabledError } from "../core/errors.js";
 export { jsonSchema } from "../core/standard-schema.js";

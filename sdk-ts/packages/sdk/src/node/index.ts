@@ -5,6 +5,7 @@ import os from "node:os";
 
 import { bindAppApi } from "../core/app-api.js";
 import { createAppductClient } from "../core/client.js";
+import { setDefaultClient } from "../core/default-client.js";
 import type { AppductClient } from "../core/types.js";
 import { inertClient } from "../inert/client.js";
 import { isNodeEntryEnabled, pinsFromEnv } from "./enabled.js";
@@ -23,6 +24,7 @@ function createNodeClient(): AppductClient {
 }
 
 const client = isNodeEntryEnabled(process.env) ? createNodeClient() : inertClient;
+setDefaultClient(client, { entry: "@appduct/sdk/node", dev: process.env.NODE_ENV !== "production" });
 
 export const {
   registerTool,

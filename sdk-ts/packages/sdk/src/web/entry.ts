@@ -3,6 +3,7 @@
 
 import { bindAppApi, type AppApi } from "../core/app-api.js";
 import { createAppductClient } from "../core/client.js";
+import { setDefaultClient } from "../core/default-client.js";
 import { fragmentHasAppduct, removeAppductFromFragment } from "../core/link.js";
 import type { AppductClient } from "../core/types.js";
 import { SDK_VERSION } from "../core/version.js";
@@ -57,6 +58,7 @@ export function webEntry(dev: boolean): AppApi {
     unsupportedLinkHint: "A web page cannot verify a pin, so it only connects to the daemon's loopback web listener.",
   });
   shared = { client, api: bindAppApi(client) };
+  setDefaultClient(client, { entry: "@appduct/sdk/web", dev });
   if (w) runPageFlow(w, client);
   return shared.api;
 }
