@@ -6,7 +6,7 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 import { build as esbuild } from "esbuild";
 import { build as viteBuild } from "vite";
@@ -71,9 +71,12 @@ describe("package", () => {
   });
 });
 
+/** Maps `react-native` (not installed) to a stub, so its entries import under Node. */
+const REACT_NATIVE_STUB = pathToFileURL(path.join(PACKAGE_DIR, "test", "fixtures", "react-native-stub", "register.js")).href;
+
 /** Runs an ES module script with Node under one export condition; returns its stdout. */
 function runNode(condition: string, script: string): string {
-  return execFileSync(process.execPath, [`--conditions=${condition}`, "--input-type=module", "-e", script], {
+  return execFileSync(process.execPath, [`--conditions=${condition}`, "--import", REACT_NATIVE_STUB, "--input-type=module", "-e", script], {
     cwd: PACKAGE_DIR,
     encoding: "utf8",
     env: { ...process.env, NODE_ENV: "test" },
@@ -104,6 +107,11 @@ describe("export surface", () => {
     expect(surface["./web"]?.default).toEqual(inert);
     expect(surface["./web/enabled"]?.default).toEqual(inert);
     expect((surface["./node"]?.node as string[]).filter((n) => n !== "pinFromCertificateDer")).toEqual(inert);
+    // The React Native entry: the app API plus the hooks; its auto entry exports nothing.
+    for (const condition of CONDITIONS) {
+      expect(surface["./react-native"]?.[condition]).toEqual([...(inert as string[]), "useAppductState", "useAppductTool"].sort());
+      expect(surface["./react-native/auto"]?.[condition]).toEqual([]);
+    }
     // The React bindings: the inert hooks (default condition) have the real ones' names.
     const hooks = ["useAppductState", "useAppductTool"];
     for (const condition of CONDITIONS) {

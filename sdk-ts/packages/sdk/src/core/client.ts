@@ -126,6 +126,7 @@ class Client implements AppductClient {
   private readonly defaultTransport: TransportKind;
   private readonly allowedTransports: readonly TransportKind[];
   private readonly unsupportedLinkHint: string;
+  private readonly refusePinnedLinks: boolean;
   private device: DeviceFields;
   private dev: boolean;
   private trust: "pin" | "link" = "link";
@@ -168,6 +169,7 @@ class Client implements AppductClient {
     });
     this.allowedTransports = options.allowedTransports ?? ["native", "web"];
     this.unsupportedLinkHint = options.unsupportedLinkHint ? ` ${options.unsupportedLinkHint}` : "";
+    this.refusePinnedLinks = options.refusePinnedLinks ?? false;
   }
 
   // ---- registration (07 §7.3, §7.6) ----
@@ -452,6 +454,11 @@ class Client implements AppductClient {
     }
     let pins: readonly string[] = [];
     if (transport === "web") {
+      if (pin !== null && this.refusePinnedLinks) {
+        return {
+          error: new AppductConnectError("unsupported_link", `This link carries a pin: it was minted for the native transport (wss://).${this.unsupportedLinkHint}`),
+        };
+      }
       if (payload.address !== "127.0.0.1") {
         return {
           error: new AppductConnectError(

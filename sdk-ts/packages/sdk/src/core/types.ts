@@ -177,6 +177,11 @@ export interface AppductClientOptions {
   allowedTransports?: readonly TransportKind[];
   /** Appended to `unsupported_link` messages: why this platform cannot follow such a link. */
   unsupportedLinkHint?: string;
+  /**
+   * Refuse links carrying a `pin` with `unsupported_link`: every native deep link carries one
+   * (02 §5.1), so a web-only platform cannot follow it. Default `false`.
+   */
+  refusePinnedLinks?: boolean;
 }
 
 /** The resume lease (07 §7.7.2, §7.9), as stored. */

@@ -20,8 +20,16 @@ function scriptCloseCode(code: number): number {
   return code === 1000 || (code >= 3000 && code <= 4999) ? code : 1000;
 }
 
+export interface WebSocketTransportOptions {
+  /**
+   * Pass every close code through (React Native's WebSocket sends `1001 app_backgrounded`);
+   * otherwise codes a browser script may not use become 1000.
+   */
+  anyCloseCode?: boolean;
+}
+
 /** Builds a factory over `WebSocket` (read from `globalThis` when each socket opens). */
-export function createWebSocketTransport(ctor?: () => WebSocketConstructor | undefined): TransportFactory {
+export function createWebSocketTransport(ctor?: () => WebSocketConstructor | undefined, options: WebSocketTransportOptions = {}): TransportFactory {
   return (target) => {
     const WebSocketImpl = ctor?.() ?? (globalThis as { WebSocket?: WebSocketConstructor }).WebSocket;
     if (!WebSocketImpl) {
@@ -36,7 +44,7 @@ export function createWebSocketTransport(ctor?: () => WebSocketConstructor | und
       send: (text) => ws.send(text),
       close: (code, reason) => {
         closed = true;
-        ws.close(scriptCloseCode(code), reason);
+        ws.close(options.anyCloseCode ? code : scriptCloseCode(code), reason);
       },
     };
     ws.onopen = () => {
