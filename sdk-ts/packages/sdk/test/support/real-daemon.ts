@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { stopProcess, waitForLine } from "./processes.js";
 import type { Cleanup } from "./fake-daemon.js";
 
-const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../..");
+const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../../../..");
 
 /** The binary under test; throws, naming both places, when there is none. */
 export function appductBin(): string {
