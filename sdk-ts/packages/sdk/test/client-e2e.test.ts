@@ -47,6 +47,14 @@ async function mint(scheme: string): Promise<DeviceLinkResult> {
   return (await link({ stateDir: sb.stateDir, bin: sb.bin, scheme, cwd: sb.stateDir })) as DeviceLinkResult;
 }
 
+/**
+ * A claim comes before the device's first registry snapshot (03 §11.1: `session_claimed` before
+ * `tools_changed`), so a session just claimed may list no tools yet: wait for them.
+ */
+async function untilTools(app: AppClient, count: number): Promise<void> {
+  await vi.waitFor(async () => expect(await app.tools()).toHaveLength(count), { timeout: WAIT, interval: 20 });
+}
+
 /** Records every frame the daemon sends to a device. */
 function recording(factory: TransportFactory, frames: Record<string, unknown>[]): TransportFactory {
   return (target) => {
@@ -101,6 +109,7 @@ describe("with the Node playground device", () => {
     expect(claim.sessionId).toBe(minted.sessionId);
     expect(app.sessionId).toBe(minted.sessionId);
     expect(app.alias).toBe(claim.alias);
+    await untilTools(app, 5);
   }, 30_000);
 
   it("lists the playground contract with group and policy", async () => {
@@ -225,6 +234,7 @@ describe("with an in-process probe device", () => {
     app = await waitForSession(minted.sessionId, { stateDir: sb.stateDir, bin: sb.bin, timeoutMs: WAIT });
     closers.push(() => app.close());
     expect(app.alias).toBe("probe");
+    await untilTools(app, 2);
   }, 30_000);
 
   it("an abort reaches the handler's signal through one tool_cancel for the wire id; callId t-1 never reaches the app", async () => {
