@@ -472,6 +472,19 @@ describe("waitForEvent", () => {
     await subscribe.connection.ended;
   });
 
+  it("keeps timers within 2^31 − 1 ms: a huge timeoutMs does not fire at once", async () => {
+    const fake = await startFakeControl(cleanups);
+    const client = await connected(fake);
+    const wait = client.waitForEvent("checkout_*", { timeoutMs: 2 ** 40 });
+    const subscribe = await fake.nextRequest("events.subscribe");
+    subscribe.reply({ ok: true });
+    // An overflowing Node timer would have fired after 1 ms, long before this round trip ends.
+    fake.answer("tools.list", (r) => r.reply({ tools: [] }));
+    await client.tools();
+    subscribe.connection.send({ jsonrpc: "2.0", method: "event", params: EVENT });
+    expect((await wait).seq).toBe(3);
+  });
+
   it("a lost connection is connection_error; a daemon error is passed through", async () => {
     const fake = await startFakeControl(cleanups);
     const client = await connected(fake);
