@@ -1,0 +1,158 @@
+// Public types of the test-runner client (07 §7.13.1).
+
+import type { ToolAnnotations } from "../core/descriptors.js";
+
+export interface ConnectOptions {
+  /** Session id or alias, resolved once with `sessions.describe`; absent = the only session. */
+  selector?: string;
+  /** Default: `APPDUCT_STATE_DIR`, else `~/.appduct`. */
+  stateDir?: string;
+  /** Default `true`: run `<bin> daemon start` when no daemon answers. */
+  autoSpawn?: boolean;
+  /** Default: `APPDUCT_BIN`, else `appduct` on `PATH`. */
+  bin?: string;
+  /** Default 10000. */
+  requestTimeoutMs?: number;
+}
+
+export interface LinkOptions {
+  target?: "android" | "ios-sim" | "ios-device" | "web";
+  device?: string;
+  appId?: string;
+  relaunch?: boolean;
+  scheme?: string;
+  url?: string;
+  transport?: "native" | "web";
+  ttlSeconds?: number;
+  cwd?: string;
+  stateDir?: string;
+  bin?: string;
+  /** Added to this process's environment for the CLI. */
+  env?: Record<string, string>;
+}
+
+/** `appduct sessions link --json` `data` for a device link (native or web transport). */
+export interface DeviceLinkResult {
+  sessionId: string;
+  transport: "native" | "web";
+  deepLink: string;
+  endpoint: { address: string; port: number; family: number };
+  /** Unix seconds. */
+  expiresAt: number;
+  /** Native links only. */
+  pin?: string;
+  delivered?: boolean;
+  target?: string;
+  device?: string;
+}
+
+/** `appduct sessions link --open web --json` `data`. */
+export interface WebPageLinkResult {
+  sessionId: string;
+  url: string;
+  script: string;
+  /** Unix seconds. */
+  expiresAt: number;
+}
+
+export type LinkResult = DeviceLinkResult | WebPageLinkResult;
+
+export interface WaitForSessionOptions {
+  /** Default 120000. */
+  timeoutMs?: number;
+  stateDir?: string;
+  autoSpawn?: boolean;
+  bin?: string;
+  signal?: AbortSignal;
+}
+
+export type ToolPolicy = "allow" | "deny" | "prompt";
+
+/** One `tools.list` entry (03 §8.3): the descriptor as registered, `group` and `policy`. */
+export interface ListedTool {
+  name: string;
+  description: string;
+  input_schema?: Record<string, unknown>;
+  output_schema?: Record<string, unknown>;
+  annotations?: ToolAnnotations;
+  timeout_ms?: number;
+  group: string | null;
+  policy: ToolPolicy;
+}
+
+export interface CallProgress {
+  progress?: number;
+  message?: string;
+}
+
+export interface CallOptions {
+  /** Shortens the tool's deadline (04 §4.1); finite. */
+  timeoutMs?: number;
+  /** Aborting sends `tools.cancel`; the call settles with the daemon's answer. */
+  signal?: AbortSignal;
+  /** The call's handle, `^[A-Za-z0-9_-]{1,128}$`; default `client_` + 16 random bytes. */
+  callId?: string;
+  onProgress?: (progress: CallProgress) => void;
+}
+
+/** An app event with its payload. `ts` is the app's unix ms. */
+export interface AppEventFull {
+  name: string;
+  payload: unknown;
+  ts: number;
+  seq: number;
+  sessionId: string;
+  alias: string;
+}
+
+/** An app event whose payload was longer than `payloadMaxBytes` (03 §11.6). */
+export interface AppEventTruncated {
+  name: string;
+  payloadPreview: string;
+  truncated: true;
+  payloadBytes: number;
+  ts: number;
+  seq: number;
+  sessionId: string;
+  alias: string;
+}
+
+export type AppEvent = AppEventFull | AppEventTruncated;
+
+export interface EventsOptions {
+  /** Exclusive lower bound on `seq`; default 0. */
+  since?: number;
+  limit?: number;
+  /** Name glob (03 §11.5). */
+  name?: string;
+  payloadMaxBytes?: number;
+}
+
+export interface EventsPage<E extends AppEvent = AppEvent> {
+  events: E[];
+  cursor: number;
+  dropped: number;
+  remaining: number;
+}
+
+export interface WaitForEventOptions {
+  /** Default 30000. */
+  timeoutMs?: number;
+  /** Default 0: a retained match resolves at once. */
+  since?: number;
+  payloadMaxBytes?: number;
+  signal?: AbortSignal;
+}
+
+/** A session driven through the daemon. Every request names `sessionId`, never the alias. */
+export interface AppClient {
+  readonly sessionId: string;
+  readonly alias: string;
+  tools(): Promise<ListedTool[]>;
+  call<T = unknown>(name: string, args?: Record<string, unknown>, options?: CallOptions): Promise<T>;
+  events(options?: Omit<EventsOptions, "payloadMaxBytes"> & { payloadMaxBytes?: undefined }): Promise<EventsPage<AppEventFull>>;
+  events(options: EventsOptions): Promise<EventsPage>;
+  waitForEvent(nameGlob: string, options?: Omit<WaitForEventOptions, "payloadMaxBytes"> & { payloadMaxBytes?: undefined }): Promise<AppEventFull>;
+  waitForEvent(nameGlob: string, options: WaitForEventOptions): Promise<AppEvent>;
+  close(): Promise<void>;
+}
