@@ -8,45 +8,12 @@
 mod support;
 
 use std::io::Write as _;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use rustix::process::Signal;
 use serde_json::{Value, json};
-use support::{Sandbox, signal, wait_child};
-
-/// A running playground; SIGINT and a bounded wait for exit 0 when dropped.
-struct Playground {
-    child: Child,
-    ready: Value,
-}
-
-impl Playground {
-    fn start(sb: &Sandbox) -> Self {
-        let (child, ready) = sb.spawn_until_line_with(&["--json", "playground"], Stdio::piped());
-        assert_eq!(ready["ok"], true, "{ready}");
-        Self { child, ready }
-    }
-
-    fn alias(&self) -> String {
-        self.ready["data"]["alias"].as_str().unwrap().to_owned()
-    }
-
-    fn stop(mut self) -> i32 {
-        signal(self.child.id() as i32, Signal::INT);
-        wait_child(&mut self.child, Duration::from_secs(15))
-    }
-}
-
-impl Drop for Playground {
-    /// A failed test still ends its playground.
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+use support::{Playground, Sandbox, signal, wait_child};
 
 fn pending_calls(sb: &Sandbox) -> u64 {
     sb.ok(&["daemon", "status"])["daemon"]["pendingCalls"]

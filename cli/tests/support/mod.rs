@@ -172,6 +172,41 @@ impl Sandbox {
     }
 }
 
+/// A running `appduct --json playground`: `stop` sends SIGINT and waits for its exit status; a
+/// playground still running when dropped (a failed test) is killed.
+pub struct Playground {
+    pub child: Child,
+    /// The `--json` ready line.
+    pub ready: Value,
+}
+
+impl Playground {
+    pub fn start(sb: &Sandbox) -> Self {
+        let (child, ready) = sb.spawn_until_line_with(&["--json", "playground"], Stdio::piped());
+        assert_eq!(ready["ok"], true, "{ready}");
+        Self { child, ready }
+    }
+
+    pub fn alias(&self) -> String {
+        self.ready["data"]["alias"].as_str().unwrap().to_owned()
+    }
+
+    pub fn stop(mut self) -> i32 {
+        signal(self.child.id() as i32, rustix::process::Signal::INT);
+        wait_child(&mut self.child, Duration::from_secs(15))
+    }
+}
+
+impl Drop for Playground {
+    /// A failed test still ends its playground.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Drop for Sandbox {
     fn drop(&mut self) {
         let _ = self.command(&["daemon", "stop"]).output();
