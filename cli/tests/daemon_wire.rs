@@ -6,11 +6,14 @@
 
 mod support;
 
-use std::time::Duration;
+use std::io::{BufRead as _, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 use serde_json::{Value, json};
-use support::{Sandbox, exists, signal, wait_child, write_script};
+use support::{Playground, Sandbox, exists, signal, wait_child, write_script};
 
 #[test]
 fn daemon_run_prints_the_ready_line_refuses_a_second_host_and_stops_on_sigterm() {
@@ -68,6 +71,89 @@ fn daemon_run_human_line_and_sigint() {
     );
     signal(child.id() as i32, Signal::INT);
     assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
+}
+
+/// Whether `pid` is stopped (job control), from `/proc/<pid>/stat`.
+fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the parenthesised command name.
+            let after = &stat[stat.rfind(')')? + 1..];
+            after
+                .split_whitespace()
+                .next()
+                .map(|s| s == "T" || s == "t")
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_second_signal_during_daemon_run_teardown_exits_130() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.command(&["daemon", "run"]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert!(ready.starts_with("Daemon running (pid "), "{ready}");
+    // Daemon logs (info by default) arrive line by line.
+    let (log_tx, log_rx) = mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if log_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    // A device that cannot answer the close handshake holds teardown step 3 open for up to
+    // 1 s (01 §6.6): the playground, stopped with SIGSTOP once connected.
+    let pg = Playground::start(&sb);
+    let device = pg.child.id();
+    signal(device as i32, Signal::STOP);
+    sb.wait_for("the playground to stop", || is_stopped(device));
+
+    signal(child.id() as i32, Signal::TERM);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut logs = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = log_rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("teardown never started; logs: {logs:#?}"));
+        let started = line.contains("daemon shutting down");
+        logs.push(line);
+        if started {
+            break;
+        }
+    }
+    signal(child.id() as i32, Signal::TERM);
+    assert_eq!(
+        wait_child(&mut child, Duration::from_secs(15)),
+        130,
+        "logs: {logs:#?}"
+    );
+    let rest: Vec<String> = log_rx.try_iter().collect();
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("second interrupt during shutdown")),
+        "{rest:#?}"
+    );
+    assert!(
+        !rest.iter().any(|l| l.contains("daemon stopped")),
+        "teardown ran to its end: {rest:#?}"
+    );
+
+    // The host exited mid-teardown: its pidfile and socket are stale; the sandbox must not
+    // signal the dead pid they name.
+    let _ = std::fs::remove_file(sb.pidfile());
+    let _ = std::fs::remove_file(sb.socket());
+    signal(device as i32, Signal::CONT);
+    drop(pg);
 }
 
 #[test]
