@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 use serde_json::{Value, json};
-use support::{Playground, Sandbox, exists, signal, wait_child, write_script};
+use support::{Playground, Sandbox, exists, is_stopped, signal, wait_child, write_script};
 
 #[test]
 fn daemon_run_prints_the_ready_line_refuses_a_second_host_and_stops_on_sigterm() {
@@ -71,21 +71,6 @@ fn daemon_run_human_line_and_sigint() {
     );
     signal(child.id() as i32, Signal::INT);
     assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
-}
-
-/// Whether `pid` is stopped (job control), from `/proc/<pid>/stat`.
-fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // The state follows the parenthesised command name.
-            let after = &stat[stat.rfind(')')? + 1..];
-            after
-                .split_whitespace()
-                .next()
-                .map(|s| s == "T" || s == "t")
-        })
-        .unwrap_or(false)
 }
 
 #[test]

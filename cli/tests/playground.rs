@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use rustix::process::Signal;
 use serde_json::{Value, json};
-use support::{Playground, Sandbox, signal, wait_child};
+use support::{Playground, Pty, Sandbox, is_stopped, signal, wait_child};
 
 fn pending_calls(sb: &Sandbox) -> u64 {
     sb.ok(&["daemon", "status"])["daemon"]["pendingCalls"]
@@ -164,6 +164,45 @@ fn listing_describing_and_snapshotting_the_playground() {
     let groups = sb.ok(&["tools", "ls", "--groups"]);
     assert_eq!(groups["total"], 5);
 
+    // Text flags are sent verbatim: `--filter 07` is the string "07" (the daemon echoes it).
+    let filtered = sb.ok(&["tools", "ls", "--filter", "07"]);
+    assert_eq!(filtered["filter"], json!("07"));
+    assert_eq!(filtered["total"], 0);
+
+    // --verbose: meta after data, with the call's handle for tools call.
+    let (code, doc) = sb.json(&[
+        "--verbose",
+        "tools",
+        "call",
+        "sum",
+        "--input",
+        r#"{"a":1,"b":1}"#,
+    ]);
+    assert_eq!(code, 0, "{doc}");
+    let keys: Vec<&String> = doc.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["ok", "data", "meta"]);
+    assert_eq!(doc["meta"]["command"], "tools call");
+    let call = &doc["meta"]["call"];
+    assert!(
+        call["callId"].as_str().unwrap().starts_with("cli-"),
+        "{call}"
+    );
+    assert_eq!(call["alias"], pg.alias());
+    assert!(
+        call["sessionId"].is_string() && call["durationMs"].is_u64(),
+        "{call}"
+    );
+    let (code, doc) = sb.json(&["--verbose", "tools", "ls"]);
+    assert_eq!(code, 0);
+    assert_eq!(doc["meta"]["command"], "tools ls");
+    assert!(doc["meta"].get("call").is_none());
+    let (code, human, _) = sb.run(&["--verbose", "sessions", "ls"]);
+    assert_eq!(code, 0);
+    assert!(
+        human.contains("\nMeta\n  Command:    sessions ls\n"),
+        "{human}"
+    );
+
     // Without a terminal the progress display stays off: nothing on stderr.
     let (code, stdout, stderr) = sb.run(&["tools", "call", "slow_task"]);
     assert_eq!(code, 0);
@@ -206,6 +245,79 @@ fn ctrl_c_cancels_a_call_and_sigterm_settles_it_locally() {
     assert_eq!(doc["error"]["details"]["reason"], "client_cancelled");
     // The closed connection cancels the call in the daemon.
     sb.wait_for("the call to settle", || pending_calls(&sb) == 0);
+    assert_eq!(pg.stop(), 0);
+}
+
+#[test]
+fn on_a_terminal_progress_shows_and_a_second_ctrl_c_settles_locally() {
+    let sb = Sandbox::new();
+    let pg = Playground::start(&sb);
+    let mut pty = Pty::open();
+    let mut call = sb.command(&["tools", "call", "slow_task"]);
+    call.stdout(Stdio::piped()).stderr(pty.take_slave());
+    let mut child = call.spawn().unwrap();
+    // The parent's copy of the terminal goes, so the reader ends when the child does.
+    drop(call);
+    let mut stdout = child.stdout.take().unwrap();
+
+    // stderr is a terminal: the display shows the app's progress and message.
+    pty.wait_for("warming up");
+    assert!(
+        pty.text
+            .contains("[###-------] 33% slow_task on playground"),
+        "{:?}",
+        pty.text
+    );
+    // The app stops answering, so the first Ctrl-C's cancel stays unconfirmed.
+    let device = pg.child.id();
+    signal(device as i32, Signal::STOP);
+    sb.wait_for("the playground to stop", || is_stopped(device));
+
+    signal(child.id() as i32, Signal::INT);
+    pty.wait_for("Cancelling…");
+    signal(child.id() as i32, Signal::INT);
+    assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 72);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
+    assert_eq!(out, "", "progress and human failures never reach stdout");
+    let text = pty.read_to_end();
+    // The display is erased before the error block is printed; on a terminal the block's
+    // title is coloured.
+    assert!(
+        text.contains("\r\x1b[2K\x1b[1;31mCommand failed\x1b[0m"),
+        "{text:?}"
+    );
+    assert!(text.contains("tool_cancelled"), "{text:?}");
+    assert!(
+        text.contains("Call cancelled; the daemon did not confirm in time"),
+        "{text:?}"
+    );
+    // Settled by the CLI at once, not by the daemon's 2 s cancel grace.
+    assert!(text.contains("\"settledBy\":\"cli\""), "{text:?}");
+
+    signal(device as i32, Signal::CONT);
+    sb.wait_for("the daemon to settle the call", || pending_calls(&sb) == 0);
+    assert_eq!(pg.stop(), 0);
+}
+
+#[test]
+fn json_and_no_progress_keep_the_terminal_quiet() {
+    let sb = Sandbox::new();
+    let pg = Playground::start(&sb);
+    for flags in [&["--json"][..], &["--no-progress"]] {
+        let mut pty = Pty::open();
+        let mut args = vec!["tools", "call", "slow_task"];
+        args.extend_from_slice(flags);
+        let mut call = sb.command(&args);
+        call.stdout(Stdio::piped()).stderr(pty.take_slave());
+        let child = call.spawn().unwrap();
+        drop(call);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{flags:?}");
+        assert_eq!(pty.read_to_end(), "", "{flags:?}: nothing on the terminal");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(stdout.contains("\"done\""), "{flags:?}: {stdout}");
+    }
     assert_eq!(pg.stop(), 0);
 }
 

@@ -248,3 +248,91 @@ pub fn write_script(path: &Path, body: &str) {
     std::fs::write(path, format!("#!/bin/sh\n{body}")).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+/// Whether `pid` is stopped (job control), from `/proc/<pid>/stat`.
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the parenthesised command name.
+            let after = &stat[stat.rfind(')')? + 1..];
+            after
+                .split_whitespace()
+                .next()
+                .map(|s| s == "T" || s == "t")
+        })
+        .unwrap_or(false)
+}
+
+/// A pseudo-terminal whose slave side a child gets as a stream (so that stream "is a
+/// terminal"), and everything written to it, collected by a reader thread.
+pub struct Pty {
+    slave: Option<std::fs::File>,
+    chunks: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// Everything read so far, lossily decoded.
+    pub text: String,
+}
+
+impl Pty {
+    pub fn open() -> Self {
+        use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+        use std::os::unix::ffi::OsStrExt as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NOCTTY.bits() as i32)
+            .open(std::ffi::OsStr::from_bytes(name.as_bytes()))
+            .unwrap();
+        let mut master = std::fs::File::from(master);
+        let (tx, chunks) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once every slave descriptor is closed.
+            while let Ok(n) = std::io::Read::read(&mut master, &mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            slave: Some(slave),
+            chunks,
+            text: String::new(),
+        }
+    }
+
+    /// The slave side for one child (the test keeps no copy, so the reader ends with it).
+    pub fn take_slave(&mut self) -> Stdio {
+        Stdio::from(self.slave.take().unwrap())
+    }
+
+    /// Reads until the text contains `needle` (bounded); panics with the text so far.
+    pub fn wait_for(&mut self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !self.text.contains(needle) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.text.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(_) => panic!("{needle:?} never reached the terminal: {:?}", self.text),
+            }
+        }
+    }
+
+    /// Everything until the child closed the terminal.
+    pub fn read_to_end(&mut self) -> &str {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.text.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return &self.text,
+                Err(e) => panic!("the terminal stayed open ({e}): {:?}", self.text),
+            }
+        }
+    }
+}
