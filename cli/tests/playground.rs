@@ -248,6 +248,140 @@ fn ctrl_c_cancels_a_call_and_sigterm_settles_it_locally() {
     assert_eq!(pg.stop(), 0);
 }
 
+/// The keys of every object in reverse order.
+fn reverse_keys(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .rev()
+                .map(|(k, v)| (k.clone(), reverse_keys(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(reverse_keys).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn the_tools_snapshot_guard_fails_both_ways() {
+    let sb = Sandbox::new();
+    let pg = Playground::start(&sb);
+    let file = sb.cwd().join("tools.snapshot.json");
+    sb.ok(&["tools", "snapshot", "--write", "tools.snapshot.json"]);
+    let text = std::fs::read_to_string(&file).unwrap();
+    // The canonical document of the playground contract (05 §7.4).
+    insta::assert_snapshot!("playground_tools_snapshot", text);
+    let written: Value = serde_json::from_str(&text).unwrap();
+    let check = |doc: &Value| {
+        std::fs::write(&file, serde_json::to_string_pretty(doc).unwrap()).unwrap();
+        sb.json(&["tools", "snapshot", "--check", "tools.snapshot.json"])
+    };
+    let tool_index = |doc: &Value, name: &str| {
+        doc["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|t| t["name"] == name)
+            .unwrap()
+    };
+
+    // Key order is not part of the surface.
+    let (code, doc) = check(&reverse_keys(&written));
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["data"]["matches"], true);
+
+    // The file lacks a live tool: added.
+    let mut fewer = written.clone();
+    let sum = tool_index(&fewer, "sum");
+    fewer["tools"].as_array_mut().unwrap().remove(sum);
+    let (code, doc) = check(&fewer);
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(doc["error"]["type"], "assertion_error");
+    assert_eq!(doc["error"]["details"]["added"]["tools"], json!(["sum"]));
+    assert_eq!(doc["error"]["details"]["removed"]["tools"], json!([]));
+
+    // The file has a tool the app no longer registers, and an event it no longer declares:
+    // removed.
+    let mut more = written.clone();
+    more["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "zz_gone", "description": "Gone.", "group": null}));
+    more["events"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "zz_event", "description": "Gone."}));
+    let (code, doc) = check(&more);
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(
+        doc["error"]["details"]["removed"]["tools"],
+        json!(["zz_gone"])
+    );
+    assert_eq!(
+        doc["error"]["details"]["removed"]["events"],
+        json!(["zz_event"])
+    );
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("0 added, 2 removed, 0 changed"),
+        "{doc}"
+    );
+
+    // A schema's contents changed: changed, with a diff from the file to the live surface.
+    let mut schema = written.clone();
+    let sum = tool_index(&schema, "sum");
+    schema["tools"][sum]["input_schema"]["properties"]["a"]["type"] = json!("string");
+    let (code, doc) = check(&schema);
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(doc["error"]["details"]["changed"]["tools"], json!(["sum"]));
+    let diff = doc["error"]["details"]["diff"].as_str().unwrap();
+    assert!(
+        diff.starts_with("--- tools.snapshot.json\n+++ live (playground)\n@@ "),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("\n-            \"type\": \"string\"\n"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("\n+            \"type\": \"number\"\n"),
+        "{diff}"
+    );
+    // Human: the error block without Details, one line per entry, the diff, the next step.
+    let (code, stdout, stderr) = sb.run(&[
+        "--no-color",
+        "tools",
+        "snapshot",
+        "--check",
+        "tools.snapshot.json",
+    ]);
+    assert_eq!((code, stdout.as_str()), (3, ""));
+    insta::assert_snapshot!("tools_snapshot_check_mismatch", stderr);
+
+    // A file that cannot be used: 66 naming it.
+    for (content, needle) in [
+        (None, "tools.snapshot.json"),
+        (Some("not json"), "tools.snapshot.json"),
+        (
+            Some(r#"{"snapshotVersion": 2, "tools": [], "events": []}"#),
+            "snapshotVersion",
+        ),
+    ] {
+        match content {
+            Some(c) => std::fs::write(&file, c).unwrap(),
+            None => std::fs::remove_file(&file).unwrap(),
+        }
+        let (code, doc) = sb.json(&["tools", "snapshot", "--check", "tools.snapshot.json"]);
+        assert_eq!(code, 66, "{doc}");
+        assert_eq!(doc["error"]["type"], "inspection_error");
+        let message = doc["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{needle}: {message}");
+    }
+    assert_eq!(pg.stop(), 0);
+}
+
 #[test]
 fn on_a_terminal_progress_shows_and_a_second_ctrl_c_settles_locally() {
     let sb = Sandbox::new();
