@@ -142,6 +142,30 @@ fn a_second_signal_during_daemon_run_teardown_exits_130() {
 }
 
 #[test]
+fn daemon_run_stops_cleanly_on_sighup() {
+    let sb = Sandbox::new();
+    let (mut child, ready) = sb.spawn_until_line(&["--json", "daemon", "run"]);
+    assert_eq!(ready["ok"], true, "{ready}");
+    signal(child.id() as i32, Signal::HUP);
+    assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
+    assert!(!exists(&sb.socket()) && !exists(&sb.pidfile()));
+}
+
+#[test]
+fn mcp_with_an_invalid_scheme_still_starts_and_exits_0_when_stdin_closes() {
+    let sb = Sandbox::new();
+    // --json has no effect on mcp; stdin is empty, so the client "left" at once.
+    let (code, stdout, stderr) = sb.run(&["--json", "mcp", "--scheme", "http"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "", "stdout carries only MCP messages");
+    let scheme_lines = stderr
+        .lines()
+        .filter(|l| l.contains("Invalid deep-link scheme"))
+        .count();
+    assert_eq!(scheme_lines, 1, "{stderr}");
+}
+
+#[test]
 fn invalid_configuration_stops_daemon_run_with_65() {
     let sb = Sandbox::with_config(r#"{"wssPort": "eighty"}"#);
     let (code, doc) = sb.json(&["daemon", "run"]);
