@@ -497,6 +497,72 @@ fn android_refusals_mint_nothing_and_a_failed_delivery_revokes_the_link() {
 }
 
 #[test]
+fn sigint_during_an_ordinary_command_exits_130_without_an_envelope() {
+    let mut sb = Sandbox::new();
+    // `adb devices` announces itself, then hangs: the CLI is mid-command when interrupted.
+    let bin = sb.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let marker = sb.dir.path().join("adb-started");
+    write_script(
+        &bin.join("adb"),
+        &format!("touch '{}'\nexec sleep 5\n", marker.display()),
+    );
+    sb.path_prefix = Some(bin);
+    sb.ok(&["daemon", "start"]);
+
+    let mut cmd = sb.command(&[
+        "--json",
+        "sessions",
+        "link",
+        "--open",
+        "android",
+        "--scheme",
+        "myapp",
+        "--app-id",
+        "com.example.app",
+    ]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    sb.wait_for("adb to run", || exists(&marker));
+    signal(child.id() as i32, Signal::INT);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert!(out.stdout.is_empty(), "no envelope: {:?}", out.stdout);
+    assert!(
+        out.stderr.is_empty(),
+        "no prose under --json: {:?}",
+        out.stderr
+    );
+    // Interrupted before minting: nothing is pending.
+    assert_eq!(pending_links(&sb), 0);
+}
+
+#[test]
+fn events_tail_ends_with_exit_0_when_the_daemon_closes_the_stream() {
+    let sb = Sandbox::new();
+    sb.ok(&["daemon", "start"]);
+    let mut cmd = sb.command(&["events", "tail"]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut notice = String::new();
+    stderr.read_line(&mut notice).unwrap();
+    // Printed once the subscription is confirmed.
+    assert_eq!(
+        notice,
+        "Listening for app events on all sessions (Ctrl-C to stop)…\n"
+    );
+    sb.ok(&["daemon", "stop"]);
+    assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert_eq!(rest, "The daemon closed the stream.\n");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert_eq!(out, "");
+}
+
+#[test]
 fn a_missing_delivery_tool_is_a_connection_error_naming_it() {
     let mut sb = Sandbox::new();
     let bin = sb.dir.path().join("empty-bin");

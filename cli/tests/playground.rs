@@ -203,6 +203,11 @@ fn listing_describing_and_snapshotting_the_playground() {
         "{human}"
     );
 
+    // --timeout only shortens the tool's deadline: slow_task (1.5 s) times out at 1 s.
+    let (code, doc) = sb.json(&["tools", "call", "slow_task", "--timeout", "1000"]);
+    assert_eq!(code, 72, "{doc}");
+    assert_eq!(doc["error"]["type"], "tool_timeout");
+
     // Without a terminal the progress display stays off: nothing on stderr.
     let (code, stdout, stderr) = sb.run(&["tools", "call", "slow_task"]);
     assert_eq!(code, 0);
