@@ -489,6 +489,45 @@ fn the_reader_caps_entries_and_total_inflated_bytes() {
     assert!(zip.has_prefix("c/") && !zip.has_prefix("d"));
 }
 
+/// Opens the archive and reads every entry; errors are fine, panics and hangs are not.
+fn read_everything(path: &Path) -> Result<usize, ZipError> {
+    let mut zip = ZipArchive::open(path, Limits::default())?;
+    let mut read = 0;
+    for i in 0..zip.entries().len() {
+        if zip.read_to_vec(i, 1 << 20).is_ok() {
+            read += 1;
+        }
+    }
+    Ok(read)
+}
+
+#[test]
+fn no_corruption_or_cut_makes_the_reader_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.apk");
+    let good = ZipWriter::new()
+        .deflated("classes.dex", &archive::dex(&[MARKER_CLASS], &[]))
+        .file("a.txt", b"stored text", Method::Stored)
+        .finish();
+    std::fs::write(&path, &good).unwrap();
+    assert_eq!(read_everything(&path).unwrap(), 2);
+    let zip64 = ZipWriter::new()
+        .deflated("classes.dex", &archive::dex(&[MARKER_CLASS], &[]))
+        .finish_zip64();
+    for original in [good, zip64] {
+        for i in 0..original.len() {
+            for v in [0x00, 0xFF] {
+                let mut bad = original.clone();
+                bad[i] = v;
+                std::fs::write(&path, &bad).unwrap();
+                let _ = read_everything(&path);
+            }
+            std::fs::write(&path, &original[..i]).unwrap();
+            assert!(read_everything(&path).is_err(), "cut at {i} still opened");
+        }
+    }
+}
+
 #[test]
 fn crc32_known_answer() {
     assert_eq!(Crc32::of(b"123456789"), 0xCBF4_3926);

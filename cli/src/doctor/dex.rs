@@ -198,6 +198,15 @@ mod tests {
             descriptors(&bad_index),
             Err(DexError::BadTypeIndex { index: 0 })
         );
+        // Any single corrupted byte or cut: a typed error or a reading, never a panic.
+        for i in 0..dex.len() {
+            for v in [0x00, 0x7F, 0x80, 0xFF] {
+                let mut bad = dex.clone();
+                bad[i] = v;
+                let _ = descriptors(&bad);
+            }
+            let _ = descriptors(&dex[..i]);
+        }
         // A string that runs off the end without its NUL.
         let truncated = &dex[..dex.len() - 1];
         assert_eq!(

@@ -368,7 +368,8 @@ fn find_end_record(file: &mut File, len: u64) -> Result<EndRecord, ZipError> {
         ));
     }
     let z64_at = le_u64(&locator, 8).unwrap_or(u64::MAX);
-    if le_u32(&locator, 16) != Some(1) {
+    // Total disks: 1, though some writers leave 0.
+    if !matches!(le_u32(&locator, 16), Some(0 | 1)) {
         return Err(ZipError::MultiDisk);
     }
     if z64_at.saturating_add(ZIP64_EOCD_LEN as u64) > locator_at {
