@@ -486,7 +486,6 @@ fn the_reader_caps_entries_and_total_inflated_bytes() {
     })
     .unwrap();
     assert_eq!(chunks, 10_000);
-    assert!(zip.has_prefix("c/") && !zip.has_prefix("d"));
 }
 
 /// Opens the archive and reads every entry; errors are fine, panics and hangs are not.

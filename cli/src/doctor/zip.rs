@@ -166,15 +166,12 @@ impl ZipArchive {
         self.by_name.get(name).copied()
     }
 
-    /// Whether any entry's name starts with `prefix` (a directory needs no entry of its own).
-    pub fn has_prefix(&self, prefix: &str) -> bool {
-        self.entries.iter().any(|e| e.name.starts_with(prefix))
-    }
-
     /// Reads entry `index` whole; its declared size must be at most `cap`.
     pub fn read_to_vec(&mut self, index: usize, cap: u64) -> Result<Vec<u8>, ZipError> {
         let mut reader = self.reader(index, cap)?;
-        let mut out = Vec::with_capacity(usize::try_from(reader.expected).unwrap_or(0));
+        // The declared size is only a claim: start small and grow with what really inflates.
+        let mut out =
+            Vec::with_capacity(usize::try_from(reader.expected.min(1 << 20)).unwrap_or(0));
         let mut buf = vec![0u8; CHUNK];
         loop {
             let n = reader.read_chunk(&mut buf)?;
