@@ -10,7 +10,9 @@ use crate::error::CliError;
 use crate::init::{self, InitEnv};
 use crate::output::{Output, Success};
 use crate::signals::{INTERRUPTED, Interrupts};
-use crate::{completions, events, host, keygen, lifecycle, playground, sessions, snapshot, tools};
+use crate::{
+    completions, doctor, events, host, keygen, lifecycle, playground, sessions, snapshot, tools,
+};
 
 /// `daemon.hello` `client.name` of `appduct mcp`.
 pub const MCP_CLIENT_NAME: &str = "appduct-mcp";
@@ -48,10 +50,7 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
             };
             init::run(req, &env).map(Reply::Success)
         }
-        Command::Doctor(_) => Err(CliError::internal(format!(
-            "appduct {} is not implemented in this build yet",
-            inv.command.label()
-        ))),
+        Command::Doctor(req) => doctor::run(req).map(Reply::Success),
         _ => run_daemon_command(inv, out),
     }
 }

@@ -11,13 +11,15 @@
 //!   (scheme and app-id resolution, delivery and the terminal QR code come from the daemon
 //!   crate's client-side `project`, `delivery` and `qr` modules, shared with the MCP bridge),
 //!   [`tools`] (with [`progress`]), [`snapshot`], [`events`], [`playground`] (the SDK-backed
-//!   demo device and its tour).
+//!   demo device and its tour), [`doctor`] (artifact inspection with its own bounded zip, dex
+//!   and plist readers; never contacts the daemon).
 
 pub mod args;
 pub mod command;
 pub mod completions;
 pub mod connect;
 pub mod dispatch;
+pub mod doctor;
 pub mod error;
 pub mod events;
 pub mod host;

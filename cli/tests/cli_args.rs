@@ -11,7 +11,12 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 use serde_json::Value;
+use serde_json::json;
 use tempfile::TempDir;
+
+// Only the pseudo-terminal helper: this file keeps its own state-dir-less sandbox.
+mod support;
+use support::Pty;
 
 struct Sandbox {
     dir: TempDir,
@@ -460,6 +465,141 @@ fn keygen_out_needs_an_existing_directory() {
     );
     assert_eq!(mode(&sb.dir.path().join("rel.pem")), 0o600);
     sb.assert_untouched(&["keygen", "--out"]);
+}
+
+#[test]
+fn every_shell_gets_a_completion_script() {
+    let sb = Sandbox::new();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef appduct"),
+        ("fish", "complete -c appduct"),
+        ("powershell", "Register-ArgumentCompleter"),
+        ("elvish", "edit:completion:arg-completer[appduct]"),
+    ] {
+        let (code, stdout, stderr) = sb.run(&["completions", shell]);
+        assert_eq!((code, stderr.as_str()), (0, ""), "{shell}");
+        assert!(stdout.contains(marker), "{shell}: {marker} missing");
+        // Static completions include the commands and the --open targets.
+        for word in ["sessions", "snapshot", "ios-device"] {
+            assert!(stdout.contains(word), "{shell}: {word} missing");
+        }
+    }
+    sb.assert_untouched(&["completions"]);
+}
+
+/// A usage error with stderr on a pseudo-terminal: the error block as the terminal got it.
+fn usage_error_on_a_terminal(sb: &Sandbox, flag: Option<&str>, no_color: Option<&str>) -> String {
+    let mut pty = Pty::open();
+    let mut args = vec!["tools", "ls", "--limit", "0"];
+    args.extend(flag);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_appduct"));
+    cmd.args(["--state-dir", sb.state_dir().to_str().unwrap()])
+        .args(&args)
+        .env_remove("NO_COLOR")
+        .stdout(std::process::Stdio::null())
+        .stderr(pty.take_slave());
+    if let Some(v) = no_color {
+        cmd.env("NO_COLOR", v);
+    }
+    let status = cmd.status().unwrap();
+    drop(cmd);
+    assert_eq!(status.code(), Some(64));
+    pty.read_to_end().to_owned()
+}
+
+#[test]
+fn colour_only_on_a_terminal_without_no_color() {
+    let sb = Sandbox::new();
+    let red = "\x1b[1;31mCommand failed\x1b[0m";
+    assert!(usage_error_on_a_terminal(&sb, None, None).contains(red));
+    // An empty NO_COLOR does not disable colour (05 §2.2).
+    assert!(usage_error_on_a_terminal(&sb, None, Some("")).contains(red));
+    for (flag, env) in [(Some("--no-color"), None), (None, Some("1"))] {
+        let text = usage_error_on_a_terminal(&sb, flag, env);
+        assert!(
+            text.starts_with("Command failed\r\n"),
+            "{flag:?} {env:?}: {text:?}"
+        );
+        assert!(!text.contains('\x1b'), "{flag:?} {env:?}: {text:?}");
+    }
+    // Not a terminal: never colour (the argument-error tests above read a pipe).
+    sb.assert_untouched(&["tools", "ls"]);
+}
+
+#[test]
+fn init_records_the_project_scheme_through_the_binary() {
+    let sb = Sandbox::new();
+    let project = sb.dir.path();
+    std::fs::write(project.join("app.json"), r#"{"expo": {"scheme": "shop"}}"#).unwrap();
+    let config = project.join(".appduct").join("config.json");
+
+    let (code, stdout, stderr) =
+        sb.run(&["--json", "init", "--android-app-id", "com.example.shop"]);
+    assert_eq!((code, stderr.as_str()), (0, ""), "{stdout}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    let data = &v["data"];
+    assert_eq!(data["path"], config.display().to_string());
+    assert_eq!(
+        (
+            &data["scheme"],
+            &data["source"],
+            &data["created"],
+            &data["changed"]
+        ),
+        (
+            &json!("shop"),
+            &json!("app.json"),
+            &json!(true),
+            &json!(true)
+        )
+    );
+    assert_eq!(
+        data["origin"],
+        project.join("app.json").display().to_string()
+    );
+    assert_eq!(data["appId"], json!({"android": "com.example.shop"}));
+    assert_eq!(
+        data["mcpServerEntry"],
+        json!({"command": "appduct", "args": ["mcp", "--scheme", "shop"]})
+    );
+    assert_eq!(mode(&project.join(".appduct")), 0o700);
+    assert_eq!(mode(&config), 0o600);
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    assert_eq!(
+        written,
+        json!({"scheme": "shop", "appId": {"android": "com.example.shop"}})
+    );
+
+    // Again: nothing changes, the file is not rewritten.
+    let before = std::fs::metadata(&config).unwrap().modified().unwrap();
+    let (code, stdout, _) = sb.run(&["--json", "init"]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        (&v["data"]["created"], &v["data"]["changed"]),
+        (&json!(false), &json!(false))
+    );
+    assert_eq!(
+        std::fs::metadata(&config).unwrap().modified().unwrap(),
+        before
+    );
+
+    // Another scheme needs --force; --force merges.
+    let (code, _, stderr) = sb.run(&["init", "--scheme", "other"]);
+    assert_eq!(code, 64);
+    assert!(stderr.contains("--force"), "{stderr}");
+    let (code, stdout, _) = sb.run(&["--no-color", "init", "--scheme", "other", "--force"]);
+    assert_eq!(code, 0);
+    let dir = project.display().to_string();
+    insta::assert_snapshot!("init_human_force", stdout.replace(&dir, "<project>"));
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    assert_eq!(
+        written,
+        json!({"scheme": "other", "appId": {"android": "com.example.shop"}})
+    );
+    // Never a daemon, a key or the state dir.
+    sb.assert_untouched(&["init"]);
 }
 
 #[test]

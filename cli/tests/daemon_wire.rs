@@ -6,11 +6,14 @@
 
 mod support;
 
-use std::time::Duration;
+use std::io::{BufRead as _, BufReader};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 use serde_json::{Value, json};
-use support::{Sandbox, exists, signal, wait_child, write_script};
+use support::{Playground, Sandbox, exists, is_stopped, signal, wait_child, write_script};
 
 #[test]
 fn daemon_run_prints_the_ready_line_refuses_a_second_host_and_stops_on_sigterm() {
@@ -68,6 +71,98 @@ fn daemon_run_human_line_and_sigint() {
     );
     signal(child.id() as i32, Signal::INT);
     assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
+}
+
+#[test]
+fn a_second_signal_during_daemon_run_teardown_exits_130() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.command(&["daemon", "run"]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert!(ready.starts_with("Daemon running (pid "), "{ready}");
+    // Daemon logs (info by default) arrive line by line.
+    let (log_tx, log_rx) = mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if log_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+
+    // A device that cannot answer the close handshake holds teardown step 3 open for up to
+    // 1 s (01 §6.6): the playground, stopped with SIGSTOP once connected.
+    let pg = Playground::start(&sb);
+    let device = pg.child.id();
+    signal(device as i32, Signal::STOP);
+    sb.wait_for("the playground to stop", || is_stopped(device));
+
+    signal(child.id() as i32, Signal::TERM);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut logs = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = log_rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("teardown never started; logs: {logs:#?}"));
+        let started = line.contains("daemon shutting down");
+        logs.push(line);
+        if started {
+            break;
+        }
+    }
+    signal(child.id() as i32, Signal::TERM);
+    assert_eq!(
+        wait_child(&mut child, Duration::from_secs(15)),
+        130,
+        "logs: {logs:#?}"
+    );
+    let rest: Vec<String> = log_rx.try_iter().collect();
+    assert!(
+        rest.iter()
+            .any(|l| l.contains("second interrupt during shutdown")),
+        "{rest:#?}"
+    );
+    assert!(
+        !rest.iter().any(|l| l.contains("daemon stopped")),
+        "teardown ran to its end: {rest:#?}"
+    );
+
+    // The host exited mid-teardown: its pidfile and socket are stale; the sandbox must not
+    // signal the dead pid they name.
+    let _ = std::fs::remove_file(sb.pidfile());
+    let _ = std::fs::remove_file(sb.socket());
+    signal(device as i32, Signal::CONT);
+    drop(pg);
+}
+
+#[test]
+fn daemon_run_stops_cleanly_on_sighup() {
+    let sb = Sandbox::new();
+    let (mut child, ready) = sb.spawn_until_line(&["--json", "daemon", "run"]);
+    assert_eq!(ready["ok"], true, "{ready}");
+    signal(child.id() as i32, Signal::HUP);
+    assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
+    assert!(!exists(&sb.socket()) && !exists(&sb.pidfile()));
+}
+
+#[test]
+fn mcp_with_an_invalid_scheme_still_starts_and_exits_0_when_stdin_closes() {
+    let sb = Sandbox::new();
+    // --json has no effect on mcp; stdin is empty, so the client "left" at once.
+    let (code, stdout, stderr) = sb.run(&["--json", "mcp", "--scheme", "http"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "", "stdout carries only MCP messages");
+    let scheme_lines = stderr
+        .lines()
+        .filter(|l| l.contains("Invalid deep-link scheme"))
+        .count();
+    assert_eq!(scheme_lines, 1, "{stderr}");
 }
 
 #[test]
@@ -399,6 +494,72 @@ fn android_refusals_mint_nothing_and_a_failed_delivery_revokes_the_link() {
         0,
         "the undelivered link must be revoked"
     );
+}
+
+#[test]
+fn sigint_during_an_ordinary_command_exits_130_without_an_envelope() {
+    let mut sb = Sandbox::new();
+    // `adb devices` announces itself, then hangs: the CLI is mid-command when interrupted.
+    let bin = sb.dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let marker = sb.dir.path().join("adb-started");
+    write_script(
+        &bin.join("adb"),
+        &format!("touch '{}'\nexec sleep 5\n", marker.display()),
+    );
+    sb.path_prefix = Some(bin);
+    sb.ok(&["daemon", "start"]);
+
+    let mut cmd = sb.command(&[
+        "--json",
+        "sessions",
+        "link",
+        "--open",
+        "android",
+        "--scheme",
+        "myapp",
+        "--app-id",
+        "com.example.app",
+    ]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    sb.wait_for("adb to run", || exists(&marker));
+    signal(child.id() as i32, Signal::INT);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+    assert!(out.stdout.is_empty(), "no envelope: {:?}", out.stdout);
+    assert!(
+        out.stderr.is_empty(),
+        "no prose under --json: {:?}",
+        out.stderr
+    );
+    // Interrupted before minting: nothing is pending.
+    assert_eq!(pending_links(&sb), 0);
+}
+
+#[test]
+fn events_tail_ends_with_exit_0_when_the_daemon_closes_the_stream() {
+    let sb = Sandbox::new();
+    sb.ok(&["daemon", "start"]);
+    let mut cmd = sb.command(&["events", "tail"]);
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut notice = String::new();
+    stderr.read_line(&mut notice).unwrap();
+    // Printed once the subscription is confirmed.
+    assert_eq!(
+        notice,
+        "Listening for app events on all sessions (Ctrl-C to stop)…\n"
+    );
+    sb.ok(&["daemon", "stop"]);
+    assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert_eq!(rest, "The daemon closed the stream.\n");
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert_eq!(out, "");
 }
 
 #[test]

@@ -8,45 +8,12 @@
 mod support;
 
 use std::io::Write as _;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 use rustix::process::Signal;
 use serde_json::{Value, json};
-use support::{Sandbox, signal, wait_child};
-
-/// A running playground; SIGINT and a bounded wait for exit 0 when dropped.
-struct Playground {
-    child: Child,
-    ready: Value,
-}
-
-impl Playground {
-    fn start(sb: &Sandbox) -> Self {
-        let (child, ready) = sb.spawn_until_line_with(&["--json", "playground"], Stdio::piped());
-        assert_eq!(ready["ok"], true, "{ready}");
-        Self { child, ready }
-    }
-
-    fn alias(&self) -> String {
-        self.ready["data"]["alias"].as_str().unwrap().to_owned()
-    }
-
-    fn stop(mut self) -> i32 {
-        signal(self.child.id() as i32, Signal::INT);
-        wait_child(&mut self.child, Duration::from_secs(15))
-    }
-}
-
-impl Drop for Playground {
-    /// A failed test still ends its playground.
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+use support::{Playground, Pty, Sandbox, is_stopped, signal, wait_child};
 
 fn pending_calls(sb: &Sandbox) -> u64 {
     sb.ok(&["daemon", "status"])["daemon"]["pendingCalls"]
@@ -197,6 +164,50 @@ fn listing_describing_and_snapshotting_the_playground() {
     let groups = sb.ok(&["tools", "ls", "--groups"]);
     assert_eq!(groups["total"], 5);
 
+    // Text flags are sent verbatim: `--filter 07` is the string "07" (the daemon echoes it).
+    let filtered = sb.ok(&["tools", "ls", "--filter", "07"]);
+    assert_eq!(filtered["filter"], json!("07"));
+    assert_eq!(filtered["total"], 0);
+
+    // --verbose: meta after data, with the call's handle for tools call.
+    let (code, doc) = sb.json(&[
+        "--verbose",
+        "tools",
+        "call",
+        "sum",
+        "--input",
+        r#"{"a":1,"b":1}"#,
+    ]);
+    assert_eq!(code, 0, "{doc}");
+    let keys: Vec<&String> = doc.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["ok", "data", "meta"]);
+    assert_eq!(doc["meta"]["command"], "tools call");
+    let call = &doc["meta"]["call"];
+    assert!(
+        call["callId"].as_str().unwrap().starts_with("cli-"),
+        "{call}"
+    );
+    assert_eq!(call["alias"], pg.alias());
+    assert!(
+        call["sessionId"].is_string() && call["durationMs"].is_u64(),
+        "{call}"
+    );
+    let (code, doc) = sb.json(&["--verbose", "tools", "ls"]);
+    assert_eq!(code, 0);
+    assert_eq!(doc["meta"]["command"], "tools ls");
+    assert!(doc["meta"].get("call").is_none());
+    let (code, human, _) = sb.run(&["--verbose", "sessions", "ls"]);
+    assert_eq!(code, 0);
+    assert!(
+        human.contains("\nMeta\n  Command:    sessions ls\n"),
+        "{human}"
+    );
+
+    // --timeout only shortens the tool's deadline: slow_task (1.5 s) times out at 1 s.
+    let (code, doc) = sb.json(&["tools", "call", "slow_task", "--timeout", "1000"]);
+    assert_eq!(code, 72, "{doc}");
+    assert_eq!(doc["error"]["type"], "tool_timeout");
+
     // Without a terminal the progress display stays off: nothing on stderr.
     let (code, stdout, stderr) = sb.run(&["tools", "call", "slow_task"]);
     assert_eq!(code, 0);
@@ -239,6 +250,213 @@ fn ctrl_c_cancels_a_call_and_sigterm_settles_it_locally() {
     assert_eq!(doc["error"]["details"]["reason"], "client_cancelled");
     // The closed connection cancels the call in the daemon.
     sb.wait_for("the call to settle", || pending_calls(&sb) == 0);
+    assert_eq!(pg.stop(), 0);
+}
+
+/// The keys of every object in reverse order.
+fn reverse_keys(v: &Value) -> Value {
+    match v {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .rev()
+                .map(|(k, v)| (k.clone(), reverse_keys(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(reverse_keys).collect()),
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn the_tools_snapshot_guard_fails_both_ways() {
+    let sb = Sandbox::new();
+    let pg = Playground::start(&sb);
+    let file = sb.cwd().join("tools.snapshot.json");
+    sb.ok(&["tools", "snapshot", "--write", "tools.snapshot.json"]);
+    let text = std::fs::read_to_string(&file).unwrap();
+    // The canonical document of the playground contract (05 §7.4).
+    insta::assert_snapshot!("playground_tools_snapshot", text);
+    let written: Value = serde_json::from_str(&text).unwrap();
+    let check = |doc: &Value| {
+        std::fs::write(&file, serde_json::to_string_pretty(doc).unwrap()).unwrap();
+        sb.json(&["tools", "snapshot", "--check", "tools.snapshot.json"])
+    };
+    let tool_index = |doc: &Value, name: &str| {
+        doc["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|t| t["name"] == name)
+            .unwrap()
+    };
+
+    // Key order is not part of the surface.
+    let (code, doc) = check(&reverse_keys(&written));
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["data"]["matches"], true);
+
+    // The file lacks a live tool: added.
+    let mut fewer = written.clone();
+    let sum = tool_index(&fewer, "sum");
+    fewer["tools"].as_array_mut().unwrap().remove(sum);
+    let (code, doc) = check(&fewer);
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(doc["error"]["type"], "assertion_error");
+    assert_eq!(doc["error"]["details"]["added"]["tools"], json!(["sum"]));
+    assert_eq!(doc["error"]["details"]["removed"]["tools"], json!([]));
+
+    // The file has a tool the app no longer registers, and an event it no longer declares:
+    // removed.
+    let mut more = written.clone();
+    more["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "zz_gone", "description": "Gone.", "group": null}));
+    more["events"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "zz_event", "description": "Gone."}));
+    let (code, doc) = check(&more);
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(
+        doc["error"]["details"]["removed"]["tools"],
+        json!(["zz_gone"])
+    );
+    assert_eq!(
+        doc["error"]["details"]["removed"]["events"],
+        json!(["zz_event"])
+    );
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .ends_with("0 added, 2 removed, 0 changed"),
+        "{doc}"
+    );
+
+    // A schema's contents changed: changed, with a diff from the file to the live surface.
+    let mut schema = written.clone();
+    let sum = tool_index(&schema, "sum");
+    schema["tools"][sum]["input_schema"]["properties"]["a"]["type"] = json!("string");
+    let (code, doc) = check(&schema);
+    assert_eq!(code, 3, "{doc}");
+    assert_eq!(doc["error"]["details"]["changed"]["tools"], json!(["sum"]));
+    let diff = doc["error"]["details"]["diff"].as_str().unwrap();
+    assert!(
+        diff.starts_with("--- tools.snapshot.json\n+++ live (playground)\n@@ "),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("\n-            \"type\": \"string\"\n"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("\n+            \"type\": \"number\"\n"),
+        "{diff}"
+    );
+    // Human: the error block without Details, one line per entry, the diff, the next step.
+    let (code, stdout, stderr) = sb.run(&[
+        "--no-color",
+        "tools",
+        "snapshot",
+        "--check",
+        "tools.snapshot.json",
+    ]);
+    assert_eq!((code, stdout.as_str()), (3, ""));
+    insta::assert_snapshot!("tools_snapshot_check_mismatch", stderr);
+
+    // A file that cannot be used: 66 naming it.
+    for (content, needle) in [
+        (None, "tools.snapshot.json"),
+        (Some("not json"), "tools.snapshot.json"),
+        (
+            Some(r#"{"snapshotVersion": 2, "tools": [], "events": []}"#),
+            "snapshotVersion",
+        ),
+    ] {
+        match content {
+            Some(c) => std::fs::write(&file, c).unwrap(),
+            None => std::fs::remove_file(&file).unwrap(),
+        }
+        let (code, doc) = sb.json(&["tools", "snapshot", "--check", "tools.snapshot.json"]);
+        assert_eq!(code, 66, "{doc}");
+        assert_eq!(doc["error"]["type"], "inspection_error");
+        let message = doc["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{needle}: {message}");
+    }
+    assert_eq!(pg.stop(), 0);
+}
+
+#[test]
+fn on_a_terminal_progress_shows_and_a_second_ctrl_c_settles_locally() {
+    let sb = Sandbox::new();
+    let pg = Playground::start(&sb);
+    let mut pty = Pty::open();
+    let mut call = sb.command(&["tools", "call", "slow_task"]);
+    call.stdout(Stdio::piped()).stderr(pty.take_slave());
+    let mut child = call.spawn().unwrap();
+    // The parent's copy of the terminal goes, so the reader ends when the child does.
+    drop(call);
+    let mut stdout = child.stdout.take().unwrap();
+
+    // stderr is a terminal: the display shows the app's progress and message.
+    pty.wait_for("warming up");
+    assert!(
+        pty.text
+            .contains("[###-------] 33% slow_task on playground"),
+        "{:?}",
+        pty.text
+    );
+    // The app stops answering, so the first Ctrl-C's cancel stays unconfirmed.
+    let device = pg.child.id();
+    signal(device as i32, Signal::STOP);
+    sb.wait_for("the playground to stop", || is_stopped(device));
+
+    signal(child.id() as i32, Signal::INT);
+    pty.wait_for("Cancelling…");
+    signal(child.id() as i32, Signal::INT);
+    assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 72);
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
+    assert_eq!(out, "", "progress and human failures never reach stdout");
+    let text = pty.read_to_end();
+    // The display is erased before the error block is printed; on a terminal the block's
+    // title is coloured.
+    assert!(
+        text.contains("\r\x1b[2K\x1b[1;31mCommand failed\x1b[0m"),
+        "{text:?}"
+    );
+    assert!(text.contains("tool_cancelled"), "{text:?}");
+    assert!(
+        text.contains("Call cancelled; the daemon did not confirm in time"),
+        "{text:?}"
+    );
+    // Settled by the CLI at once, not by the daemon's 2 s cancel grace.
+    assert!(text.contains("\"settledBy\":\"cli\""), "{text:?}");
+
+    signal(device as i32, Signal::CONT);
+    sb.wait_for("the daemon to settle the call", || pending_calls(&sb) == 0);
+    assert_eq!(pg.stop(), 0);
+}
+
+#[test]
+fn json_and_no_progress_keep_the_terminal_quiet() {
+    let sb = Sandbox::new();
+    let pg = Playground::start(&sb);
+    for flags in [&["--json"][..], &["--no-progress"]] {
+        let mut pty = Pty::open();
+        let mut args = vec!["tools", "call", "slow_task"];
+        args.extend_from_slice(flags);
+        let mut call = sb.command(&args);
+        call.stdout(Stdio::piped()).stderr(pty.take_slave());
+        let child = call.spawn().unwrap();
+        drop(call);
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{flags:?}");
+        assert_eq!(pty.read_to_end(), "", "{flags:?}: nothing on the terminal");
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert!(stdout.contains("\"done\""), "{flags:?}: {stdout}");
+    }
     assert_eq!(pg.stop(), 0);
 }
 

@@ -5,6 +5,8 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod archive;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -170,6 +172,41 @@ impl Sandbox {
     }
 }
 
+/// A running `appduct --json playground`: `stop` sends SIGINT and waits for its exit status; a
+/// playground still running when dropped (a failed test) is killed.
+pub struct Playground {
+    pub child: Child,
+    /// The `--json` ready line.
+    pub ready: Value,
+}
+
+impl Playground {
+    pub fn start(sb: &Sandbox) -> Self {
+        let (child, ready) = sb.spawn_until_line_with(&["--json", "playground"], Stdio::piped());
+        assert_eq!(ready["ok"], true, "{ready}");
+        Self { child, ready }
+    }
+
+    pub fn alias(&self) -> String {
+        self.ready["data"]["alias"].as_str().unwrap().to_owned()
+    }
+
+    pub fn stop(mut self) -> i32 {
+        signal(self.child.id() as i32, rustix::process::Signal::INT);
+        wait_child(&mut self.child, Duration::from_secs(15))
+    }
+}
+
+impl Drop for Playground {
+    /// A failed test still ends its playground.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 impl Drop for Sandbox {
     fn drop(&mut self) {
         let _ = self.command(&["daemon", "stop"]).output();
@@ -210,4 +247,92 @@ pub fn write_script(path: &Path, body: &str) {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::write(path, format!("#!/bin/sh\n{body}")).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Whether `pid` is stopped (job control), from `/proc/<pid>/stat`.
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the parenthesised command name.
+            let after = &stat[stat.rfind(')')? + 1..];
+            after
+                .split_whitespace()
+                .next()
+                .map(|s| s == "T" || s == "t")
+        })
+        .unwrap_or(false)
+}
+
+/// A pseudo-terminal whose slave side a child gets as a stream (so that stream "is a
+/// terminal"), and everything written to it, collected by a reader thread.
+pub struct Pty {
+    slave: Option<std::fs::File>,
+    chunks: std::sync::mpsc::Receiver<Vec<u8>>,
+    /// Everything read so far, lossily decoded.
+    pub text: String,
+}
+
+impl Pty {
+    pub fn open() -> Self {
+        use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+        use std::os::unix::ffi::OsStrExt as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+        grantpt(&master).unwrap();
+        unlockpt(&master).unwrap();
+        let name = ptsname(&master, Vec::new()).unwrap();
+        let slave = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(rustix::fs::OFlags::NOCTTY.bits() as i32)
+            .open(std::ffi::OsStr::from_bytes(name.as_bytes()))
+            .unwrap();
+        let mut master = std::fs::File::from(master);
+        let (tx, chunks) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            // Ends with EIO once every slave descriptor is closed.
+            while let Ok(n) = std::io::Read::read(&mut master, &mut buf) {
+                if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            slave: Some(slave),
+            chunks,
+            text: String::new(),
+        }
+    }
+
+    /// The slave side for one child (the test keeps no copy, so the reader ends with it).
+    pub fn take_slave(&mut self) -> Stdio {
+        Stdio::from(self.slave.take().unwrap())
+    }
+
+    /// Reads until the text contains `needle` (bounded); panics with the text so far.
+    pub fn wait_for(&mut self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !self.text.contains(needle) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.text.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(_) => panic!("{needle:?} never reached the terminal: {:?}", self.text),
+            }
+        }
+    }
+
+    /// Everything until the child closed the terminal.
+    pub fn read_to_end(&mut self) -> &str {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.chunks.recv_timeout(left) {
+                Ok(chunk) => self.text.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return &self.text,
+                Err(e) => panic!("the terminal stayed open ({e}): {:?}", self.text),
+            }
+        }
+    }
 }
