@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use appduct_e2e::device::{RawDevice, mint, sdk_device};
 use appduct_e2e::harness::Sandbox;
-use appduct_e2e::mcp::Mcp;
+use appduct_e2e::mcp::{Mcp, assert_tool_error};
 use appduct_e2e::{OrFail as _, blocking};
 use appduct_sdk::{CallContext, ToolError};
 use serde_json::{Value, json};
@@ -34,51 +34,19 @@ fn tool_names(list: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// Checks a built-in failure against the error contract (06 §6.6) and returns its message.
+/// The error contract (06 §6.6); returns the message.
+#[track_caller]
 fn assert_error(result: &Value, error_type: &str) -> String {
-    assert_eq!(result["isError"], true, "{result}");
-    let text = result["content"][0]["text"].as_str().unwrap_or_default();
-    assert!(
-        text.starts_with(&format!("[{error_type}] ")),
-        "{error_type}: {text}"
-    );
-    assert_eq!(result["content"].as_array().map(Vec::len), Some(1));
-    let meta = &result["_meta"]["appduct/error"];
-    assert_eq!(meta["type"], error_type, "{result}");
-    assert!(
-        result.get("structuredContent").is_none(),
-        "an error carries structuredContent: {result}"
-    );
-    meta["message"].as_str().unwrap_or_default().to_owned()
+    assert_tool_error(result, error_type)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
-/// Closes stdin, expects exit 0 within 2 s (plus scheduling slack for a loaded CI machine), and checks that every stdout line was a JSON-RPC
-/// 2.0 message and none announced a list change. Returns the messages.
-fn finish(mut mcp: Mcp) -> Vec<Value> {
-    mcp.close_stdin();
-    let code = mcp.proc().wait_exit(Duration::from_millis(2500));
-    assert_eq!(code, Some(0), "stderr: {}", mcp.stderr());
-    let lines = mcp.stdout_lines();
-    assert!(!lines.is_empty());
-    let messages: Vec<Value> = lines
-        .iter()
-        .map(|line| {
-            let msg: Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"));
-            assert_eq!(msg["jsonrpc"], "2.0", "{line}");
-            assert!(
-                msg.get("method").is_some() || msg.get("id").is_some(),
-                "not a JSON-RPC message: {line}"
-            );
-            msg
-        })
-        .collect();
-    for msg in &messages {
-        let method = msg["method"].as_str().unwrap_or_default();
-        assert!(!method.ends_with("list_changed"), "{msg}");
-        assert_ne!(method, "notifications/resources/updated");
-    }
-    messages
+/// Closes stdin and checks exit and stdout purity (SEC-49).
+#[track_caller]
+fn finish(mcp: Mcp) -> Vec<Value> {
+    mcp.finish().or_fail()
 }
 
 #[test]
