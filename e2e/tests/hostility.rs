@@ -1,4 +1,4 @@
-//! Hostile input across processes (02 §8, §11, §14; 03 §3, §4.4; 08 §7 SEC-16–18, 30–39):
+//! Hostile input across processes (02 §8, §11, §14; 03 §3, §4.4; 08 §7 SEC-16–18, 30–36, 38, 39):
 //! garbage on the wss port, a TLS flap, a TLS handshake that never finishes, bad JSON, oversized
 //! and binary frames, bad claims against pending and active sessions, invalid registries, the
 //! pre-claim connection cap, oversized control lines and a control subscriber that stops
