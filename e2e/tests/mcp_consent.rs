@@ -132,6 +132,13 @@ async fn mrtr_input_required_round_trip_on_2026_07_28() {
     let sb = Sandbox::with_config(CONFIG).or_fail();
     let (link, mut device) = pixel(&sb).await;
     let mut mcp = blocking(|| Mcp::spawn(&sb)).or_fail();
+    // No initialize on this revision: discovery, then requests that carry their own _meta.
+    let discovered = blocking(|| mcp.request_2026("server/discover", json!({}), form())).or_fail();
+    assert_eq!(
+        discovered["result"]["supportedVersions"],
+        json!(["2025-06-18", "2025-11-25", "2026-07-28"]),
+        "{discovered}"
+    );
 
     // First round: nothing is called, the bridge asks for input behind an opaque handle.
     let first = blocking(|| first_round(&mut mcp, json!({"args": {"n": 1}})));
