@@ -807,3 +807,38 @@ async fn two_concurrent_calls_of_one_tool_get_their_own_progress_and_exactly_one
     assert_eq!(outcomes, ["cancelled", "ok"], "{records:#?}");
     device.disconnect();
 }
+
+#[test]
+fn sigterm_and_sigint_end_the_bridge_with_exit_0_before_and_after_initialize() {
+    for (signal, initialize) in [
+        ("TERM", false),
+        ("INT", false),
+        ("TERM", true),
+        ("INT", true),
+    ] {
+        let case = format!("SIG{signal}, initialized: {initialize}");
+        let sb = Sandbox::new().or_fail();
+        let mut mcp = Mcp::spawn(&sb).or_fail();
+        if initialize {
+            mcp.initialize("2025-11-25").or_fail();
+        } else {
+            // The bridge spawns the daemon of this fresh state dir from its startup
+            // connection, after it started listening for signals: once the pidfile exists, a
+            // signal is the bridge's to handle.
+            assert!(
+                Sandbox::wait_until(Duration::from_secs(10), || sb.daemon_pid().is_some()),
+                "{case}: no daemon was spawned; stderr: {}",
+                mcp.stderr()
+            );
+        }
+        if let Some(pid) = sb.daemon_pid() {
+            sb.track_pid(pid);
+        }
+        assert!(mcp.proc().signal(signal), "{case}");
+        // Within the 2 s exit grace, plus slack for a loaded machine (06 §6.15).
+        let code = mcp.proc().wait_exit(Duration::from_millis(2500));
+        assert_eq!(code, Some(0), "{case}: stderr: {}", mcp.stderr());
+        let lines = mcp.stdout_lines();
+        assert_eq!(lines.len(), usize::from(initialize), "{case}: {lines:?}");
+    }
+}
