@@ -325,9 +325,10 @@ fn the_control_socket_rejects_an_oversized_line_and_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_expired_link_is_tombstoned_for_one_more_ttl_then_forgotten() {
-    // SEC-19 with a 1 s TTL.
+    // SEC-19 with a 3 s TTL: the tombstone then answers for 3 s more, long enough for a
+    // loaded machine to notice the expiry and claim inside that window.
     let sb = Sandbox::with_config(CONFIG).or_fail();
-    let link = blocking(|| mint(&sb, &["--ttl", "1"])).or_fail();
+    let link = blocking(|| mint(&sb, &["--ttl", "3"])).or_fail();
     let expired = blocking(|| {
         Sandbox::wait_until(WAIT, || {
             sb.status().is_ok_and(|s| s["daemon"]["pendingLinks"] == 0)
@@ -505,6 +506,47 @@ async fn sec_39_a_subscriber_that_stops_reading_is_cut_past_4_mib_and_others_are
     blocking(|| subscribe(&mut reader));
     let pid = blocking(|| bystander.result("daemon.status", json!({}))).or_fail()["pid"].clone();
 
+    // The reading subscriber reads all the time, on its own thread, and reports each event.
+    let (seen_tx, seen) = std::sync::mpsc::channel::<Result<usize, String>>();
+    let reader_socket = reader.try_clone_writer().or_fail();
+    let reading = std::thread::spawn(move || {
+        let mut count = 0;
+        loop {
+            match reader.read_message() {
+                Ok(Some(msg)) if msg.get("id").is_none() => {
+                    count += 1;
+                    if seen_tx.send(Ok(count)).is_err() {
+                        return;
+                    }
+                }
+                Ok(Some(msg)) => {
+                    let _ = seen_tx.send(Err(format!("unexpected response {msg}")));
+                    return;
+                }
+                Ok(None) => {
+                    let _ = seen_tx.send(Err("the reading subscriber was disconnected".into()));
+                    return;
+                }
+                Err(e) => {
+                    let _ = seen_tx.send(Err(e.to_string()));
+                    return;
+                }
+            }
+        }
+    });
+    let reader_saw = |total: usize| {
+        blocking(|| {
+            loop {
+                match seen.recv_timeout(WAIT) {
+                    Ok(Ok(count)) if count >= total => return,
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => panic!("reader: {e}"),
+                    Err(e) => panic!("the reader saw fewer than {total} events: {e}"),
+                }
+            }
+        });
+    };
+
     let mut posted = 0usize;
     let mut post = async |device: &mut RawDevice, count: usize| {
         for _ in 0..count {
@@ -518,25 +560,23 @@ async fn sec_39_a_subscriber_that_stops_reading_is_cut_past_4_mib_and_others_are
                 .or_fail();
         }
     };
-    // The reading subscriber sees every event, in order.
-    let read_events = |control: &mut Control, count: usize| {
-        for _ in 0..count {
-            let msg = control
-                .read_message()
-                .or_fail()
-                .unwrap_or_else(|| panic!("a reading subscriber was disconnected"));
-            assert!(msg.get("id").is_none(), "{msg}");
-        }
-    };
 
     // 3 MiB unread stays under the cap: the slow subscriber catches up and is still there.
     post(&mut device, 15).await;
-    blocking(|| read_events(&mut reader, 15));
-    blocking(|| read_events(&mut stalled, 15));
+    reader_saw(15);
+    blocking(|| {
+        for _ in 0..15 {
+            let msg = stalled
+                .read_message()
+                .or_fail()
+                .unwrap_or_else(|| panic!("disconnected under the cap"));
+            assert!(msg.get("id").is_none(), "{msg}");
+        }
+    });
 
     // Another 8 MiB while it does not read: it is disconnected, the reader gets everything.
     post(&mut device, 40).await;
-    blocking(|| read_events(&mut reader, 40));
+    reader_saw(55);
     let got = blocking(|| stalled.read_until_closed()).or_fail();
     assert!(got < 40, "the stalled subscriber got all {got} events");
 
@@ -544,9 +584,13 @@ async fn sec_39_a_subscriber_that_stops_reading_is_cut_past_4_mib_and_others_are
     let status = blocking(|| bystander.result("daemon.status", json!({}))).or_fail();
     assert_eq!(status["pid"], pid);
     post(&mut device, 1).await;
-    blocking(|| read_events(&mut reader, 1));
+    reader_saw(56);
     assert_eq!(
         state_of(&sb, &link.session_id).map(|s| s["state"].clone()),
         Some(json!("active"))
     );
+    // Ends the reading thread's blocked read.
+    drop(seen);
+    let _ = reader_socket.shutdown(std::net::Shutdown::Both);
+    let _ = reading.join();
 }
