@@ -5,13 +5,14 @@
 //
 // Expects one live playground session whose `reset_counter` has policy "prompt". In between it
 // prints {"step":"listed"} and waits for one stdin line, so the test can attach a second device
-// before `tools/list` is read again.
+// before `tools/list` is read again. Consent prompts are answered decline, accept, cancel; a
+// second `appduct mcp` with a short consent timeout then gets a prompt that is never answered.
 
 import { createInterface } from "node:readline";
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import { ElicitRequestSchema, ListRootsRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const [bin, stateDir, home] = process.argv.slice(2);
 if (!bin || !stateDir || !home) {
@@ -23,12 +24,16 @@ const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 const report = { notifications: [], elicitations: [] };
 const emit = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
 
-const transport = new StdioClientTransport({
-  command: bin,
-  args: ["--state-dir", stateDir, "mcp"],
-  env: { HOME: home },
-  stderr: "pipe",
-});
+// The consent timeout of the second bridge (APPDUCT_TEST_CONSENT_TIMEOUT_MS, 06 §6.1).
+const SHORT_CONSENT_TIMEOUT_MS = "300";
+const bridge = (env = {}) =>
+  new StdioClientTransport({
+    command: bin,
+    args: ["--state-dir", stateDir, "mcp"],
+    env: { HOME: home, ...env },
+    stderr: "pipe",
+  });
+const transport = bridge();
 const client = new Client(
   { name: "appduct-e2e-official-client", version: "0.0.0" },
   { capabilities: { elicitation: {} } },
@@ -36,8 +41,8 @@ const client = new Client(
 client.fallbackNotificationHandler = async (notification) => {
   report.notifications.push(notification.method);
 };
-// Answers consent prompts in order: decline first, then accept.
-const answers = ["decline", "accept"];
+// Answers consent prompts in order: decline, accept, then cancel (the user dismissed it).
+const answers = ["decline", "accept", "cancel"];
 client.setRequestHandler(ElicitRequestSchema, async (request) => {
   report.elicitations.push(request.params.message);
   const action = answers.shift() ?? "cancel";
@@ -88,6 +93,43 @@ try {
   report.declined = errorOf(await client.callTool({ name: "appduct_call_tool", arguments: { name: "reset_counter" } }));
   const accepted = await client.callTool({ name: "appduct_call_tool", arguments: { name: "reset_counter" } });
   report.accepted = accepted.structuredContent ?? null;
+  report.dismissed = errorOf(await client.callTool({ name: "appduct_call_tool", arguments: { name: "reset_counter" } }));
+
+  // A prompt nobody answers: the bridge gives up after its consent timeout and withdraws the
+  // request (notifications/cancelled aborts this handler).
+  //
+  // This SDK ignores notifications/cancelled for request id 0 (typescript-sdk issue #2283:
+  // `if (!requestId) return`), and rmcp numbers the bridge's requests from 0. Declaring roots
+  // and calling appduct_status first makes roots/list request 0, so the prompt is request 1.
+  const patient = new Client(
+    { name: "appduct-e2e-official-client-timeout", version: "0.0.0" },
+    { capabilities: { elicitation: {}, roots: {} } },
+  );
+  patient.setRequestHandler(ListRootsRequestSchema, async () => ({ roots: [] }));
+  report.timeout = { prompts: 0 };
+  let markWithdrawn;
+  const withdrawn = new Promise((resolve) => {
+    markWithdrawn = resolve;
+  });
+  patient.setRequestHandler(ElicitRequestSchema, (_request, extra) => {
+    report.timeout.prompts += 1;
+    return new Promise((resolve) => {
+      extra.signal.addEventListener("abort", () => {
+        markWithdrawn(true);
+        resolve({ action: "accept", content: {} });
+      });
+    });
+  });
+  await patient.connect(bridge({ APPDUCT_TEST_CONSENT_TIMEOUT_MS: SHORT_CONSENT_TIMEOUT_MS }));
+  await patient.callTool({ name: "appduct_status", arguments: {} });
+  report.timeout.result = errorOf(
+    await patient.callTool({ name: "appduct_call_tool", arguments: { name: "reset_counter" } }),
+  );
+  // Awaited (bounded) before close(), which would abort pending handlers itself: only the
+  // bridge's notifications/cancelled can have aborted the handler by then.
+  const bound = new Promise((resolve) => setTimeout(() => resolve(false), 5000).unref());
+  report.timeout.withdrawn = await Promise.race([withdrawn, bound]);
+  await patient.close();
 
   // Cancel: abort at the first progress report.
   const controller = new AbortController();

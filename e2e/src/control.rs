@@ -71,6 +71,27 @@ impl Control {
         }
     }
 
+    /// Reads every message until the daemon closes the connection (end of stream or a reset);
+    /// returns how many were read. A read that times out first is an error: the connection
+    /// was still open.
+    pub fn read_until_closed(&mut self) -> Result<usize, HarnessError> {
+        let mut count = 0;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => return Ok(count),
+                Ok(_) => count += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(count),
+                Err(e) => {
+                    return Err(HarnessError::Io(format!(
+                        "still open after {count} messages: {e}"
+                    )));
+                }
+            }
+        }
+    }
+
     /// Sends a request without waiting; returns its id.
     pub fn send_request(&mut self, method: &str, params: Value) -> Result<u64, HarnessError> {
         let id = self.next_id;

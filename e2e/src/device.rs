@@ -71,6 +71,21 @@ impl Link {
         })
     }
 
+    /// From a `link.create` result read straight off the control socket (no CLI, so no version
+    /// check): a native link composed with scheme `e2e` and the result's pin.
+    pub fn from_create_result(result: &Value) -> Result<Self, HarnessError> {
+        let field = |name: &str| {
+            result[name]
+                .as_str()
+                .ok_or_else(|| HarnessError::Output(format!("no {name} in {result}")))
+        };
+        let pin = SpkiPin::parse(field("pin")?)
+            .map_err(|e| HarnessError::Output(format!("bad pin: {e}")))?;
+        let deep_link = link::compose_deep_link("e2e", field("deepLinkPayload")?, Some(&pin))
+            .map_err(|e| HarnessError::Output(format!("cannot compose: {e}")))?;
+        Self::from_data(&json!({"deepLink": deep_link, "transport": "native"}))
+    }
+
     /// Where this link's transport listens, trusting the link's pin.
     pub fn endpoint(&self) -> Endpoint {
         Endpoint {

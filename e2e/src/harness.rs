@@ -423,11 +423,22 @@ impl Proc {
     }
 
     /// Polls for the exit status for at most `limit`; `None` if still running. The status is
-    /// `-1` for a death by signal.
+    /// `-1` for a death by signal. Once it has exited, what it wrote is collected too (the
+    /// readers get a bounded moment to reach the end of both pipes, which a grandchild that
+    /// inherited them could hold open).
     pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
         let deadline = Instant::now() + limit;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
+                let drained = Instant::now() + Duration::from_secs(2);
+                while !self
+                    .readers
+                    .iter()
+                    .all(std::thread::JoinHandle::is_finished)
+                    && Instant::now() < drained
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 return Some(status.code().unwrap_or(-1));
             }
             if Instant::now() >= deadline {

@@ -25,7 +25,14 @@ pub struct Mcp {
 impl Mcp {
     /// Spawns `appduct mcp` in the sandbox (a fresh state dir makes it spawn a daemon).
     pub fn spawn(sb: &Sandbox) -> Result<Self, HarnessError> {
+        Self::spawn_with_env(sb, &[])
+    }
+
+    /// [`Mcp::spawn`] with extra environment, e.g. the hidden test timings
+    /// `APPDUCT_TEST_CONSENT_TIMEOUT_MS` and `APPDUCT_TEST_MRTR_TTL_MS` (06 §6.1).
+    pub fn spawn_with_env(sb: &Sandbox, env: &[(&str, &str)]) -> Result<Self, HarnessError> {
         let mut cmd = sb.command(&["mcp"]);
+        cmd.envs(env.iter().copied());
         cmd.stdin(Stdio::piped());
         let mut proc = Proc::spawn(cmd)?;
         let stdin = proc.child_mut().stdin.take();
@@ -150,6 +157,62 @@ impl Mcp {
             .ok_or_else(|| HarnessError::Output(format!("tools/call {name} failed: {response}")))
     }
 
+    /// A `2026-07-28` request (no `initialize`): `params` with the per-request `_meta` keys
+    /// (06 §6.2.1) declaring `capabilities`.
+    pub fn request_2026(
+        &mut self,
+        method: &str,
+        mut params: Value,
+        capabilities: Value,
+    ) -> Result<Value, HarnessError> {
+        let id = self.send_request_2026(method, &mut params, capabilities)?;
+        self.wait_response(id)
+    }
+
+    /// [`Mcp::request_2026`] without waiting; returns the request id.
+    pub fn send_request_2026(
+        &mut self,
+        method: &str,
+        params: &mut Value,
+        capabilities: Value,
+    ) -> Result<u64, HarnessError> {
+        params["_meta"] = meta_2026(capabilities);
+        self.send_request(method, params.clone())
+    }
+
+    /// Closes stdin and checks the end of the process (06 §6.15, SEC-49): exit 0 within 2 s
+    /// of EOF (plus scheduling slack for a loaded machine), every stdout line a JSON-RPC 2.0
+    /// message, none announcing a list change. Returns the messages.
+    pub fn finish(mut self) -> Result<Vec<Value>, HarnessError> {
+        self.close_stdin();
+        let code = self.proc.wait_exit(Duration::from_millis(2500));
+        if code != Some(0) {
+            return Err(HarnessError::Output(format!(
+                "appduct mcp ended with {code:?} after EOF; stderr: {}",
+                self.stderr()
+            )));
+        }
+        let mut messages = Vec::new();
+        for line in self.stdout_lines() {
+            let msg: Value = serde_json::from_str(&line).map_err(|e| {
+                HarnessError::Output(format!("stdout line is not JSON ({e}): {line:?}"))
+            })?;
+            let method = msg["method"].as_str().unwrap_or_default();
+            let is_message =
+                msg["jsonrpc"] == "2.0" && (msg.get("method").is_some() || msg.get("id").is_some());
+            if !is_message
+                || method.ends_with("list_changed")
+                || method == "notifications/resources/updated"
+            {
+                return Err(HarnessError::Output(format!(
+                    "not an allowed JSON-RPC message: {line}"
+                )));
+            }
+            messages.push(msg);
+        }
+        Ok(messages)
+    }
+
     /// Closes stdin (EOF for the server).
     pub fn close_stdin(&mut self) {
         self.stdin = None;
@@ -167,4 +230,38 @@ impl Mcp {
     pub fn stderr(&self) -> String {
         self.proc.stderr()
     }
+}
+
+/// The `_meta` every `2026-07-28` request carries (06 §6.2.1).
+pub fn meta_2026(capabilities: Value) -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "appduct-e2e", "version": "0.0.0"},
+    })
+}
+
+/// Checks a built-in failure against the error contract (06 §6.6): `isError`, one text item
+/// starting `[<type>] `, `_meta["appduct/error"].type` equal to it, no `structuredContent`.
+/// Returns `_meta["appduct/error"]`.
+#[track_caller]
+pub fn assert_tool_error(result: &Value, error_type: &str) -> Value {
+    assert_eq!(result["isError"], true, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!("[{error_type}] ")),
+        "expected [{error_type}]: {result}"
+    );
+    assert_eq!(
+        result["content"].as_array().map(Vec::len),
+        Some(1),
+        "{result}"
+    );
+    let meta = &result["_meta"]["appduct/error"];
+    assert_eq!(meta["type"], error_type, "{result}");
+    assert!(
+        result.get("structuredContent").is_none(),
+        "an error carries structuredContent: {result}"
+    );
+    meta.clone()
 }

@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use appduct_e2e::device::{RawDevice, mint, sdk_device};
 use appduct_e2e::harness::Sandbox;
-use appduct_e2e::mcp::Mcp;
+use appduct_e2e::mcp::{Mcp, assert_tool_error};
 use appduct_e2e::{OrFail as _, blocking};
-use appduct_sdk::{CallContext, ToolError};
+use appduct_sdk::{CallContext, ToolError, ToolErrorType};
 use serde_json::{Value, json};
 
 const BUILT_INS: [&str; 9] = [
@@ -34,51 +34,19 @@ fn tool_names(list: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// Checks a built-in failure against the error contract (06 §6.6) and returns its message.
+/// The error contract (06 §6.6); returns the message.
+#[track_caller]
 fn assert_error(result: &Value, error_type: &str) -> String {
-    assert_eq!(result["isError"], true, "{result}");
-    let text = result["content"][0]["text"].as_str().unwrap_or_default();
-    assert!(
-        text.starts_with(&format!("[{error_type}] ")),
-        "{error_type}: {text}"
-    );
-    assert_eq!(result["content"].as_array().map(Vec::len), Some(1));
-    let meta = &result["_meta"]["appduct/error"];
-    assert_eq!(meta["type"], error_type, "{result}");
-    assert!(
-        result.get("structuredContent").is_none(),
-        "an error carries structuredContent: {result}"
-    );
-    meta["message"].as_str().unwrap_or_default().to_owned()
+    assert_tool_error(result, error_type)["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
-/// Closes stdin, expects exit 0 within 2 s (plus scheduling slack for a loaded CI machine), and checks that every stdout line was a JSON-RPC
-/// 2.0 message and none announced a list change. Returns the messages.
-fn finish(mut mcp: Mcp) -> Vec<Value> {
-    mcp.close_stdin();
-    let code = mcp.proc().wait_exit(Duration::from_millis(2500));
-    assert_eq!(code, Some(0), "stderr: {}", mcp.stderr());
-    let lines = mcp.stdout_lines();
-    assert!(!lines.is_empty());
-    let messages: Vec<Value> = lines
-        .iter()
-        .map(|line| {
-            let msg: Value = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {line:?}"));
-            assert_eq!(msg["jsonrpc"], "2.0", "{line}");
-            assert!(
-                msg.get("method").is_some() || msg.get("id").is_some(),
-                "not a JSON-RPC message: {line}"
-            );
-            msg
-        })
-        .collect();
-    for msg in &messages {
-        let method = msg["method"].as_str().unwrap_or_default();
-        assert!(!method.ends_with("list_changed"), "{msg}");
-        assert_ne!(method, "notifications/resources/updated");
-    }
-    messages
+/// Closes stdin and checks exit and stdout purity (SEC-49).
+#[track_caller]
+fn finish(mcp: Mcp) -> Vec<Value> {
+    mcp.finish().or_fail()
 }
 
 #[test]
@@ -493,4 +461,384 @@ fn version_drift_never_reaches_stdout() {
         None,
         "the busy daemon was replaced"
     );
+}
+
+/// Every `additionalProperties: false` in `schema`, by JSON pointer, walking objects and arrays.
+fn closed_nodes(schema: &Value, path: &str, found: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            if map.get("additionalProperties") == Some(&json!(false)) {
+                found.push(path.to_owned());
+            }
+            for (key, value) in map {
+                closed_nodes(value, &format!("{path}/{key}"), found);
+            }
+        }
+        Value::Array(items) => {
+            for (i, value) in items.iter().enumerate() {
+                closed_nodes(value, &format!("{path}/{i}"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The spec's budget for the compact JSON of the `tools` array (06 §6.16 guard 3).
+const TOOLS_LIST_BUDGET_CHARS: usize = 16_000;
+
+#[test]
+fn every_output_schema_is_open_and_tools_list_fits_its_budget_on_every_version() {
+    let sb = Sandbox::new().or_fail();
+    let mut lists = Vec::new();
+    for version in ["2025-06-18", "2025-11-25"] {
+        let mut mcp = Mcp::spawn(&sb).or_fail();
+        mcp.initialize(version).or_fail();
+        let listed = mcp.request("tools/list", json!({})).or_fail();
+        lists.push((version, listed["result"]["tools"].clone()));
+        finish(mcp);
+    }
+    let mut mcp = Mcp::spawn(&sb).or_fail();
+    let listed = mcp
+        .request_2026("tools/list", json!({}), json!({}))
+        .or_fail();
+    lists.push(("2026-07-28", listed["result"]["tools"].clone()));
+    finish(mcp);
+
+    for (version, tools) in &lists {
+        let compact = serde_json::to_string(tools).or_fail();
+        let chars = compact.chars().count();
+        // The figure the issue asks to see in the test output.
+        println!("tools/list on {version}: {chars} characters (budget {TOOLS_LIST_BUDGET_CHARS})");
+        assert!(
+            chars <= TOOLS_LIST_BUDGET_CHARS,
+            "tools/list on {version} is {chars} characters"
+        );
+        let tools = tools.as_array().cloned().unwrap_or_default();
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        assert_eq!(names, BUILT_INS, "{version}");
+        for tool in &tools {
+            let name = &tool["name"];
+            // Every built-in but appduct_call_tool declares an output schema (06 §6.8)…
+            let output = tool.get("outputSchema");
+            assert_eq!(
+                output.is_some(),
+                *name != "appduct_call_tool",
+                "{version} {name}: output schema presence"
+            );
+            // …open at every level, while every input root is closed.
+            if let Some(output) = output {
+                assert_eq!(output["type"], "object", "{version} {name}");
+                let mut closed = Vec::new();
+                closed_nodes(output, "", &mut closed);
+                assert!(
+                    closed.is_empty(),
+                    "{version} {name}: output schema closed at {closed:?}"
+                );
+            }
+            assert_eq!(
+                tool["inputSchema"]["additionalProperties"], false,
+                "{version} {name}"
+            );
+        }
+    }
+    // The surface is the same on every version.
+    assert_eq!(lists[0].1, lists[1].1);
+    assert_eq!(lists[1].1, lists[2].1);
+}
+
+/// Built-ins that cannot be driven into an error, each with the reason (none today).
+const CANNOT_ERROR: &[(&str, &str)] = &[];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_built_in_is_driven_into_an_error_with_its_type_in_text_and_meta() {
+    let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#).or_fail();
+    let mut mcp = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| mcp.initialize("2025-11-25")).or_fail();
+    // (built-in, arguments, expected type, live sessions the case needs) — 06 §6.16 guard 1.
+    let table: [(&str, Value, &str, usize); 9] = [
+        (
+            "appduct_connect",
+            json!({"target": "ios-sim", "appId": "com.x"}),
+            "invalid_request",
+            0,
+        ),
+        (
+            "appduct_wait_for_session",
+            json!({"sessionId": "nope", "timeoutMs": 1000}),
+            "unknown_session",
+            0,
+        ),
+        (
+            "appduct_list_tools",
+            json!({"search": "x"}),
+            "invalid_request",
+            0,
+        ),
+        (
+            "appduct_describe_tool",
+            json!({"name": "sum"}),
+            "no_session",
+            0,
+        ),
+        (
+            "appduct_call_tool",
+            json!({"name": "sum", "timeoutMs": 999}),
+            "invalid_request",
+            0,
+        ),
+        (
+            "appduct_events",
+            json!({"kinds": ["app_event"]}),
+            "invalid_request",
+            0,
+        ),
+        ("appduct_wait_for_event", json!({}), "invalid_request", 0),
+        (
+            "appduct_status",
+            json!({"cwd": "relative/dir"}),
+            "invalid_request",
+            0,
+        ),
+        ("appduct_list_events", json!({}), "ambiguous_session", 2),
+    ];
+    // A new built-in without an error case fails here.
+    let listed = blocking(|| mcp.request("tools/list", json!({}))).or_fail();
+    let mut names: Vec<&str> = tool_names(&listed);
+    names.sort_unstable();
+    let mut covered: Vec<&str> = table
+        .iter()
+        .map(|(name, ..)| *name)
+        .chain(CANNOT_ERROR.iter().map(|(name, _)| *name))
+        .collect();
+    covered.sort_unstable();
+    assert_eq!(names, covered, "every listed built-in needs an error case");
+
+    let mut devices = Vec::new();
+    for (name, arguments, expected, sessions) in table {
+        while devices.len() < sessions {
+            let link = blocking(|| mint(&sb, &[])).or_fail();
+            devices.push(RawDevice::claim(&link, "Pixel 8").await.or_fail().0);
+        }
+        let result = blocking(|| mcp.call_tool(name, arguments.clone())).or_fail();
+        let error = assert_tool_error(&result, expected);
+        // The text is "[type] message" plus the compact details when there are any.
+        let text = result["content"][0]["text"].as_str().unwrap_or_default();
+        let mut expected_text = format!(
+            "[{expected}] {}",
+            error["message"].as_str().unwrap_or_default()
+        );
+        if let Some(details) = error.get("details") {
+            expected_text.push(' ');
+            expected_text.push_str(&details.to_string());
+        }
+        assert_eq!(text, expected_text, "{name}");
+    }
+    let finished = blocking(|| finish(mcp));
+    assert!(!finished.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_concurrent_calls_of_one_tool_get_their_own_progress_and_exactly_one_is_cancelled() {
+    let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#).or_fail();
+    let link = blocking(|| mint(&sb, &[])).or_fail();
+    let device = sdk_device(&link, "Pixel 8", "p8").or_fail();
+    // What the app saw: (wire id, n) per call, (wire id, reason) per cancel.
+    let (started_tx, mut started) = tokio::sync::mpsc::unbounded_channel::<(String, u64)>();
+    let (cancel_tx, mut cancels) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let gate = release.clone();
+    device
+        .register_tool(
+            &json!({"name": "steps", "description": "Reports progress until released.",
+                    "input_schema": {"type": "object"}, "output_schema": {"type": "object"}}),
+            move |args: Value, ctx: CallContext| {
+                let n = args["n"].as_u64().unwrap_or_default();
+                let started_tx = started_tx.clone();
+                let cancel_tx = cancel_tx.clone();
+                let gate = gate.clone();
+                async move {
+                    let id = ctx.call_id().to_owned();
+                    ctx.progress(Some(0.25), Some(&format!("n={n} started")));
+                    let _ = started_tx.send((id.clone(), n));
+                    tokio::select! {
+                        reason = ctx.cancelled() => {
+                            let _ = cancel_tx.send((id, reason.clone()));
+                            return Err(ToolError::new(ToolErrorType::ToolCancelled, reason));
+                        }
+                        () = gate.notified() => {}
+                    }
+                    ctx.progress(Some(0.5), Some(&format!("n={n} half")));
+                    ctx.progress(Some(1.0), Some(&format!("n={n} done")));
+                    Ok::<_, ToolError>(json!({"n": n}))
+                }
+            },
+        )
+        .or_fail();
+    device.connect(&link.deep_link).await.or_fail();
+    assert!(blocking(|| sb
+        .wait_sessions(Duration::from_secs(10), |l| {
+            l.len() == 1 && l[0]["toolCount"] == 3
+        })));
+
+    let mut mcp = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| mcp.initialize("2025-11-25")).or_fail();
+    let request = |n: u64, token: &str| {
+        json!({"name": "appduct_call_tool", "arguments": {"name": "steps", "args": {"n": n}},
+               "_meta": {"progressToken": token}})
+    };
+    let kept = blocking(|| mcp.send_request("tools/call", request(1, "tok-a"))).or_fail();
+    let victim = blocking(|| mcp.send_request("tools/call", request(2, "tok-b"))).or_fail();
+    let wait = Duration::from_secs(10);
+    let mut wire = std::collections::BTreeMap::new();
+    for _ in 0..2 {
+        let (id, n) = tokio::time::timeout(wait, started.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("both calls did not start"));
+        assert!(
+            id.starts_with("call_"),
+            "a bridge callId reached the app: {id}"
+        );
+        wire.insert(n, id);
+    }
+    assert_ne!(wire.get(&1), wire.get(&2), "two calls share a wire id");
+    // Both first reports reached their own request before the cancel.
+    let progress_of = |messages: &[Value], token: &str| -> Vec<(f64, String)> {
+        messages
+            .iter()
+            .filter(|m| {
+                m["method"] == "notifications/progress" && m["params"]["progressToken"] == token
+            })
+            .map(|m| {
+                (
+                    m["params"]["progress"].as_f64().unwrap_or(-1.0),
+                    m["params"]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned(),
+                )
+            })
+            .collect()
+    };
+    let both_reported = blocking(|| {
+        let deadline = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < deadline {
+            if !progress_of(&mcp.pending, "tok-a").is_empty()
+                && !progress_of(&mcp.pending, "tok-b").is_empty()
+            {
+                return true;
+            }
+            match mcp.next_message(Duration::from_millis(200)) {
+                Ok(msg) => mcp.pending.push(msg),
+                Err(_) => continue,
+            }
+        }
+        false
+    });
+    assert!(both_reported, "{:?}", mcp.pending);
+
+    blocking(|| {
+        mcp.notify(
+            "notifications/cancelled",
+            json!({"requestId": victim, "reason": "not this one"}),
+        )
+    })
+    .or_fail();
+    let (cancelled_id, reason) = tokio::time::timeout(wait, cancels.recv())
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| panic!("the app saw no cancel"));
+    assert_eq!(
+        Some(&cancelled_id),
+        wire.get(&2),
+        "the wrong call was cancelled"
+    );
+    assert_eq!(reason, "mcp_client_cancelled");
+
+    release.notify_one();
+    let done = blocking(|| mcp.wait_response(kept)).or_fail();
+    assert_eq!(
+        done["result"]["structuredContent"],
+        json!({"n": 1}),
+        "{done}"
+    );
+    assert!(cancels.try_recv().is_err(), "a second call was cancelled");
+
+    let messages = blocking(|| finish(mcp));
+    assert!(
+        !messages
+            .iter()
+            .any(|m| m["id"] == json!(victim) && m.get("method").is_none()),
+        "a response was written for the cancelled request"
+    );
+    // Each token saw only its own call's reports, increasing, the last one flushed before
+    // the response.
+    let a = progress_of(&messages, "tok-a");
+    let b = progress_of(&messages, "tok-b");
+    assert!(a.iter().all(|(_, m)| m.starts_with("n=1 ")), "{a:?}");
+    assert!(b.iter().all(|(_, m)| m.starts_with("n=2 ")), "{b:?}");
+    assert_eq!(b, [(0.25, "n=2 started".to_owned())]);
+    assert_eq!(a.first(), Some(&(0.25, "n=1 started".to_owned())));
+    assert_eq!(a.last(), Some(&(1.0, "n=1 done".to_owned())));
+    assert!(a.windows(2).all(|w| w[0].0 < w[1].0), "{a:?}");
+    let done_at = messages
+        .iter()
+        .position(|m| m["id"] == json!(kept) && m.get("result").is_some());
+    let last_a = messages.iter().rposition(|m| {
+        m["method"] == "notifications/progress" && m["params"]["progressToken"] == "tok-a"
+    });
+    assert!(last_a < done_at, "progress after the response");
+
+    // The daemon settled one call ok and the other cancelled.
+    let mut records = Vec::new();
+    blocking(|| {
+        Sandbox::wait_until(Duration::from_secs(10), || {
+            records = audit_records(&sb);
+            records.len() >= 2
+        })
+    });
+    let mut outcomes: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["outcome"].as_str())
+        .collect();
+    outcomes.sort_unstable();
+    assert_eq!(outcomes, ["cancelled", "ok"], "{records:#?}");
+    device.disconnect();
+}
+
+#[test]
+fn sigterm_and_sigint_end_the_bridge_with_exit_0_before_and_after_initialize() {
+    for (signal, initialize) in [
+        ("TERM", false),
+        ("INT", false),
+        ("TERM", true),
+        ("INT", true),
+    ] {
+        let case = format!("SIG{signal}, initialized: {initialize}");
+        let sb = Sandbox::new().or_fail();
+        let mut mcp = Mcp::spawn(&sb).or_fail();
+        if initialize {
+            mcp.initialize("2025-11-25").or_fail();
+        } else {
+            // The bridge spawns the daemon of this fresh state dir from its startup
+            // connection, after it started listening for signals: once the pidfile exists, a
+            // signal is the bridge's to handle.
+            assert!(
+                Sandbox::wait_until(Duration::from_secs(10), || sb.daemon_pid().is_some()),
+                "{case}: no daemon was spawned; stderr: {}",
+                mcp.stderr()
+            );
+        }
+        if let Some(pid) = sb.daemon_pid() {
+            sb.track_pid(pid);
+        }
+        assert!(mcp.proc().signal(signal), "{case}");
+        // Within the 2 s exit grace, plus slack for a loaded machine (06 §6.15).
+        let code = mcp.proc().wait_exit(Duration::from_millis(2500));
+        assert_eq!(code, Some(0), "{case}: stderr: {}", mcp.stderr());
+        let lines = mcp.stdout_lines();
+        assert_eq!(lines.len(), usize::from(initialize), "{case}: {lines:?}");
+    }
 }

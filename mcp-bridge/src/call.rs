@@ -235,7 +235,7 @@ async fn elicit(
                 cancel_elicitation("timed out").await;
                 return Err(declined(
                     "timed_out",
-                    format!("the user did not answer the consent request for \"{name}\" within {} s; call again to ask again", inner.options.consent_timeout.as_secs()),
+                    format!("the user did not answer the consent request for \"{name}\" within {} s; call again to ask again", seconds_text(inner.options.consent_timeout)),
                 ));
             }
             () = context.ct.cancelled() => {
@@ -250,6 +250,16 @@ async fn elicit(
                 }
             }
         }
+    }
+}
+
+/// Seconds for a message: whole seconds as an integer, shorter waits (tests shorten the
+/// consent timeout) with the tenths, so 300 ms never reads "0 s".
+fn seconds_text(d: std::time::Duration) -> String {
+    if d.subsec_millis() == 0 {
+        d.as_secs().to_string()
+    } else {
+        format!("{:.1}", d.as_secs_f64())
     }
 }
 
@@ -536,5 +546,18 @@ async fn run_call(
             () = until(progress.flush_at()) => progress.flush().await,
             r = &mut result => return CallOutcome::Done(r),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn waits_are_named_in_seconds_without_rounding_to_zero() {
+        assert_eq!(seconds_text(Duration::from_secs(600)), "600");
+        assert_eq!(seconds_text(Duration::from_millis(300)), "0.3");
+        assert_eq!(seconds_text(Duration::from_millis(1_500)), "1.5");
     }
 }

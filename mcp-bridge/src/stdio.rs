@@ -53,38 +53,79 @@ impl<R: AsyncRead + Unpin> AsyncRead for EofSignal<R> {
     }
 }
 
-async fn terminate_signal() {
+/// SIGINT and SIGTERM, listened for from the moment the host starts (06 §6.15): a signal
+/// before the client initializes, or while the startup connection is still being made, ends
+/// the process with exit 0 like one after it, instead of the default action.
+struct StopSignals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    /// Installs the handlers now (a tokio signal listener is registered when created, so no
+    /// signal between this call and the first wait is lost).
+    fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let listen = |kind| match signal(kind) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!("cannot listen for a stop signal: {e}");
+                    None
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+            };
+            Self {
+                term: listen(SignalKind::terminate()),
+                int: listen(SignalKind::interrupt()),
             }
         }
+        #[cfg(not(unix))]
+        {
+            Self {}
+        }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    /// Resolves on the next SIGINT or SIGTERM; never when neither could be listened for.
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            async fn next(s: Option<&mut tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            tokio::select! {
+                () = next(self.term.as_mut()) => {}
+                () = next(self.int.as_mut()) => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
 /// Runs `appduct mcp` on this process's stdin and stdout; returns the exit code. Call inside a
 /// tokio runtime after installing the stderr logger.
 pub async fn run_stdio(opts: StdioOptions) -> u8 {
+    let mut stop = StopSignals::install();
     if let Some(s) = &opts.bridge.scheme
         && let Err(e) = validate_scheme(s)
     {
         tracing::warn!("{e}; --scheme {s:?} is ignored where a scheme is needed");
     }
     let connector = Arc::new(SocketConnector::new(opts.client.clone()));
-    let startup = ControlClient::connect(opts.client.clone()).await;
+    let startup = tokio::select! {
+        r = ControlClient::connect(opts.client.clone()) => r,
+        () = stop.recv() => return 0,
+    };
     let control = match startup {
         Ok(c) => Some(c),
         Err(e @ ClientError::VersionMismatch { .. }) => {
@@ -109,7 +150,11 @@ pub async fn run_stdio(opts: StdioOptions) -> u8 {
         inner: tokio::io::stdin(),
         eof: eof.clone(),
     };
-    let running = match serve_server(bridge, (stdin, tokio::io::stdout())).await {
+    let served = tokio::select! {
+        r = serve_server(bridge, (stdin, tokio::io::stdout())) => r,
+        () = stop.recv() => return 0,
+    };
+    let running = match served {
         Ok(r) => r,
         Err(e) => {
             tracing::info!("the MCP client left before initializing: {e}");
@@ -117,12 +162,14 @@ pub async fn run_stdio(opts: StdioOptions) -> u8 {
         }
     };
     let grace = opts.bridge.exit_grace;
+    let service = running.cancellation_token();
     let waiting = running.waiting();
     tokio::pin!(waiting);
     tokio::select! {
         _ = &mut waiting => return 0,
         () = eof.notified() => {}
-        () = terminate_signal() => {}
+        // A signal ends the service loop as end of stdin does (stdin may stay open).
+        () = stop.recv() => service.cancel(),
     }
     // In-flight work gets the grace period; then the process exits and the daemon cancels
     // the calls of its closed connections (06 §6.15).

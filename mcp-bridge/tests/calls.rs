@@ -446,6 +446,9 @@ async fn consent_by_elicitation() {
     let r = pending.await.unwrap();
     assert_eq!(error_type(&r), "consent_declined");
     assert_eq!(error_details(&r), json!({"reason": "timed_out"}));
+    // The wait is named as configured, not rounded down to "0 s".
+    let m = error_message(&r);
+    assert!(m.contains("within 0.3 s"), "{m}");
     drop(answer);
     assert_eq!(fake.requests("tools.call").len(), 1);
 }
