@@ -1213,8 +1213,8 @@ mod tests {
         assert!(err.to_string().contains("chmod 600"));
     }
 
-    // A key owned by another uid cannot be created without root (chown needs CAP_CHOWN), so the
-    // WrongOwner branch is not exercised here; it compares the fstat uid with geteuid().
+    // A key owned by another uid needs root to create (chown needs CAP_CHOWN): the WrongOwner
+    // branch is exercised at daemon start by `daemon/tests/security_keys.rs` when run as root.
 
     #[test]
     fn oversized_files_are_refused_without_being_parsed() {
