@@ -3,7 +3,8 @@
 //! shutdown — no claim token, resume token, bootstrap payload or deep link appears in the
 //! daemon's log output (captured at TRACE, a superset of any `daemon.log`), `events.log`, the
 //! audit files, bus notifications (in process and to a control subscriber), `sessions.list`
-//! or `daemon.status`. Raw call arguments stay out of the same places (08 §4.11, SEC-45).
+//! or `daemon.status`. Raw call arguments and the host key stay out of the same places
+//! (08 §4.10, §4.11, SEC-45).
 //!
 //! This file holds one test: it installs a process-wide tracing subscriber.
 
@@ -299,6 +300,16 @@ async fn sec_24_no_token_payload_or_deep_link_reaches_logs_audit_events_list_or_
     secrets.push(("bootstrap payload".into(), link.deep_link_payload.clone()));
     secrets.push(("deep link".into(), deep_link));
     secrets.push(("raw arguments".into(), ARG_MARKER.into()));
+    // The host key: never logged, emitted or reported (08 §4.10); each PEM body line.
+    let key_pem = std::fs::read_to_string(dir.path().join("key.pem")).unwrap();
+    let body: Vec<&str> = key_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----") && l.len() >= 16)
+        .collect();
+    assert!(!body.is_empty());
+    for line in body {
+        secrets.push(("host key".into(), line.to_owned()));
+    }
     for (place, text) in &outputs {
         for (what, secret) in &secrets {
             assert!(
