@@ -142,3 +142,38 @@ async fn sec_46_a_consent_handle_never_runs_another_call() {
     assert_eq!(sent[0]["name"], "wipe");
     assert_eq!(sent[0]["selector"], ID, "routed by the record's session id");
 }
+
+/// 08 §4.13: the consent message names the tool, the alias and the session id, and shows the
+/// arguments cut to 2048 characters.
+#[tokio::test]
+async fn the_consent_message_names_the_call_and_cuts_long_arguments() {
+    let fake = FakeDaemon::new(&[
+        "sessions.describe",
+        "tools.list",
+        "daemon.hello",
+        "consent.create",
+    ]);
+    fake.add_session(session(ID, ALIAS), vec![prompt_tool("wipe")]);
+    let mut raw = RawClient::start(fake.clone());
+    let long = "x".repeat(5000);
+    let (r, _) = raw
+        .request(
+            1,
+            "tools/call",
+            call(json!({"selector": ALIAS, "name": "wipe", "args": {"a": long}})),
+        )
+        .await;
+    let message = r["result"]["inputRequests"]["appduct_consent"]["params"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no consent message in {r}"))
+        .to_owned();
+    assert!(message.contains("\"wipe\""), "{message}");
+    assert!(message.contains(ALIAS) && message.contains(ID), "{message}");
+    let shown = message
+        .lines()
+        .find_map(|l| l.strip_prefix("Arguments: "))
+        .unwrap_or_else(|| panic!("no arguments line in {message}"));
+    assert_eq!(shown.chars().count(), 2048 + 1, "{shown}");
+    assert!(shown.ends_with('…'));
+    assert!(fake.requests("tools.call").is_empty());
+}
