@@ -1565,6 +1565,7 @@ mod tests {
 
     #[test]
     fn leaf_carries_the_fields_of_the_spec_table() {
+        // SEC-12 (fields); the daemon-level form is daemon/tests/security_keys.rs.
         let key = p256_key();
         let leaf = key.mint_leaf(LAN_IP, NOW_MS).unwrap();
         let (rest, cert) = x509_parser::parse_x509_certificate(leaf.der()).unwrap();
