@@ -407,6 +407,7 @@ fn mode(path: &Path) -> u32 {
 
 #[test]
 fn keygen_creates_a_private_key_and_prints_the_pin() {
+    // SEC-03: keygen onto an existing key without --force exits 64 and keeps the file.
     let sb = Sandbox::new();
     let (code, stdout, stderr) = sb.run(&["keygen"]);
     assert_eq!(code, 0, "{stderr}");

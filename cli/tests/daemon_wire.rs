@@ -737,6 +737,7 @@ fn ios_simulator_delivery_opens_the_link_on_the_booted_simulator() {
 
 #[test]
 fn ios_device_refuses_a_loopback_address_before_minting() {
+    // SEC-43.
     let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#);
     let (code, doc) = sb.json(&[
         "sessions",

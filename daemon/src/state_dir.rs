@@ -56,6 +56,18 @@ pub enum StateDirError {
         owner: u32,
         euid: u32,
     },
+    #[error(
+        "{path} is owned by uid {owner}, not by the current user (uid {euid}), and the state \
+         directory was writable by others (mode {mode:04o}) when it was found; refusing to use \
+         it until that entry is checked and removed"
+    )]
+    ForeignEntry {
+        path: PathBuf,
+        owner: u32,
+        euid: u32,
+        /// The directory's mode before it was tightened.
+        mode: u32,
+    },
     #[error("{path} is not a directory")]
     NotADirectory { path: PathBuf },
     #[error(
@@ -188,8 +200,9 @@ impl StateDir {
     }
 
     /// Creates the directory (0700) if missing, refuses one owned by another uid, and tightens
-    /// group/other bits to 0700 with a warning (01 §4.1). Must run before any lock or socket in
-    /// the directory is used.
+    /// group/other bits to 0700 with a warning (01 §4.1). When the directory was writable by
+    /// group or others, an entry owned by another uid is refused (it may have been planted).
+    /// Must run before any lock or socket in the directory is used.
     pub fn prepare(&self) -> Result<Prepared, StateDirError> {
         prepare_dir(&self.root, rustix::process::geteuid().as_raw())
     }
@@ -287,11 +300,35 @@ fn prepare_dir(root: &Path, euid: u32) -> Result<Prepared, StateDirError> {
             root.display()
         );
         tightened_from = Some(mode);
+        if mode & 0o022 != 0 {
+            // Others could create entries until now: a planted `config.json` would set the
+            // policy and `webOrigins` (project decision, beyond 01 §4.1's tightening).
+            refuse_foreign_entries(root, euid, mode)?;
+        }
     }
     Ok(Prepared {
         created,
         tightened_from,
     })
+}
+
+/// Refuses the directory when one of its entries (not followed) belongs to another uid.
+fn refuse_foreign_entries(root: &Path, euid: u32, mode: u32) -> Result<(), StateDirError> {
+    let entries = std::fs::read_dir(root).map_err(|e| StateDirError::io(root, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StateDirError::io(root, e))?;
+        let path = entry.path();
+        let meta = std::fs::symlink_metadata(&path).map_err(|e| StateDirError::io(&path, e))?;
+        if meta.uid() != euid {
+            return Err(StateDirError::ForeignEntry {
+                path,
+                owner: meta.uid(),
+                euid,
+                mode,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), StateDirError> {
@@ -570,6 +607,44 @@ mod tests {
         assert!(err.to_string().contains(&*root.to_string_lossy()));
         // Refused, so not tightened either.
         assert_eq!(mode_of(&root), 0o755);
+    }
+
+    fn is_root() -> bool {
+        rustix::process::geteuid().is_root()
+    }
+
+    #[test]
+    fn prepare_refuses_entries_another_user_planted_while_the_directory_was_writable() {
+        // chown needs root; elsewhere the branch is covered by the uid comparison alone.
+        if !is_root() {
+            eprintln!("skipping: planting a file owned by another uid needs root");
+            return;
+        }
+        let tmp = temp();
+        let root = tmp.path().join("s");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, Permissions::from_mode(0o777)).unwrap();
+        let planted = root.join(CONFIG_FILE);
+        std::fs::write(&planted, br#"{"webOrigins": ["http://evil.example"]}"#).unwrap();
+        std::os::unix::fs::lchown(&planted, Some(4242), Some(4242)).unwrap();
+
+        let err = StateDir::new(&root).unwrap().prepare().unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains(&*planted.to_string_lossy()), "{text}");
+        assert!(text.contains("4242"), "{text}");
+        // The door is closed even though the start is refused.
+        assert_eq!(mode_of(&root), 0o700);
+
+        // Without group/other write bits nobody else could have created it: accepted.
+        std::fs::set_permissions(&root, Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            StateDir::new(&root)
+                .unwrap()
+                .prepare()
+                .unwrap()
+                .tightened_from,
+            Some(0o755)
+        );
     }
 
     #[test]

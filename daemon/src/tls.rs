@@ -974,12 +974,6 @@ mod tests {
     use std::os::unix::fs::symlink;
     use std::process::Command;
 
-    use rustls::DigitallySignedStruct;
-    use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-    use rustls::pki_types::{ServerName, UnixTime};
-    use rustls::{ClientConfig, ProtocolVersion, SignatureScheme};
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
-    use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
     use x509_parser::extensions::GeneralName;
 
     /// 2025-06-15T15:06:40.123Z: a fixed mint time with a sub-second part.
@@ -1219,8 +1213,8 @@ mod tests {
         assert!(err.to_string().contains("chmod 600"));
     }
 
-    // A key owned by another uid cannot be created without root (chown needs CAP_CHOWN), so the
-    // WrongOwner branch is not exercised here; it compares the fstat uid with geteuid().
+    // A key owned by another uid needs root to create (chown needs CAP_CHOWN): the WrongOwner
+    // branch is exercised at daemon start by `daemon/tests/security_keys.rs` when run as root.
 
     #[test]
     fn oversized_files_are_refused_without_being_parsed() {
@@ -1239,7 +1233,7 @@ mod tests {
     }
 
     #[test]
-    fn rsa_2048_is_accepted_and_signs_leaves_and_handshakes() {
+    fn rsa_2048_is_accepted_and_signs_leaves() {
         // ring cannot generate RSA keys; openssl makes one at test time (never committed).
         let Some(contents) =
             openssl_genpkey(&["-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048"])
@@ -1259,18 +1253,7 @@ mod tests {
         assert!(usage.critical);
         assert!(usage.value.digital_signature() && usage.value.key_encipherment());
         assert!(!usage.value.key_agreement());
-
-        let pin = key.pin().clone();
-        let state = TlsState::new(key, LAN_IP, NOW_MS).unwrap();
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap()
-            .block_on(async {
-                let (client, _server) = handshake(&state, &pin, &rustls::version::TLS13)
-                    .await
-                    .unwrap();
-                assert_eq!(peer_leaf(&client), state.leaf().der().to_vec());
-            });
+        // That it also signs handshakes: `tls_handshakes.rs`.
     }
 
     #[test]
@@ -1582,6 +1565,7 @@ mod tests {
 
     #[test]
     fn leaf_carries_the_fields_of_the_spec_table() {
+        // SEC-12 (fields); the daemon-level form is daemon/tests/security_keys.rs.
         let key = p256_key();
         let leaf = key.mint_leaf(LAN_IP, NOW_MS).unwrap();
         let (rest, cert) = x509_parser::parse_x509_certificate(leaf.der()).unwrap();
@@ -1749,175 +1733,6 @@ mod tests {
         );
     }
 
-    // ---- handshakes ------------------------------------------------------------------------
-
-    /// Accepts exactly the leaf whose SPKI pin matches, like the SDK's trust check (02 §3.4).
-    #[derive(Debug)]
-    struct PinVerifier {
-        pin: SpkiPin,
-        provider: Arc<CryptoProvider>,
-    }
-
-    impl ServerCertVerifier for PinVerifier {
-        fn verify_server_cert(
-            &self,
-            end_entity: &CertificateDer<'_>,
-            _intermediates: &[CertificateDer<'_>],
-            _server_name: &ServerName<'_>,
-            _ocsp_response: &[u8],
-            _now: UnixTime,
-        ) -> Result<ServerCertVerified, rustls::Error> {
-            let pin = SpkiPin::from_certificate_der(end_entity)
-                .map_err(|e| rustls::Error::General(e.to_string()))?;
-            if pin == self.pin {
-                Ok(ServerCertVerified::assertion())
-            } else {
-                Err(rustls::Error::General("pin mismatch".into()))
-            }
-        }
-
-        fn verify_tls12_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls12_signature(
-                message,
-                cert,
-                dss,
-                &self.provider.signature_verification_algorithms,
-            )
-        }
-
-        fn verify_tls13_signature(
-            &self,
-            message: &[u8],
-            cert: &CertificateDer<'_>,
-            dss: &DigitallySignedStruct,
-        ) -> Result<HandshakeSignatureValid, rustls::Error> {
-            rustls::crypto::verify_tls13_signature(
-                message,
-                cert,
-                dss,
-                &self.provider.signature_verification_algorithms,
-            )
-        }
-
-        fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-            self.provider
-                .signature_verification_algorithms
-                .supported_schemes()
-        }
-    }
-
-    type Pair = (
-        client::TlsStream<DuplexStream>,
-        server::TlsStream<DuplexStream>,
-    );
-
-    /// One in-memory handshake against the state's server configuration.
-    async fn handshake(
-        state: &TlsState,
-        pin: &SpkiPin,
-        version: &'static rustls::SupportedProtocolVersion,
-    ) -> Result<Pair, String> {
-        let provider = Arc::new(provider());
-        let mut config = ClientConfig::builder_with_provider(Arc::clone(&provider))
-            .with_protocol_versions(&[version])
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(PinVerifier {
-                pin: pin.clone(),
-                provider,
-            }))
-            .with_no_client_auth();
-        // A client offering ALPN still connects; the server selects none.
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-        let acceptor = TlsAcceptor::from(state.server_config());
-        let connector = TlsConnector::from(Arc::new(config));
-        let name = ServerName::try_from("192.168.1.20").unwrap();
-        let (client, server) = tokio::join!(
-            connector.connect(name, client_io),
-            acceptor.accept(server_io)
-        );
-        match (client, server) {
-            (Ok(client), Ok(server)) => Ok((client, server)),
-            (client, server) => Err(format!(
-                "client: {:?}, server: {:?}",
-                client.err(),
-                server.err()
-            )),
-        }
-    }
-
-    fn peer_leaf(client: &client::TlsStream<DuplexStream>) -> Vec<u8> {
-        let certs = client.get_ref().1.peer_certificates().unwrap();
-        assert_eq!(certs.len(), 1, "the leaf alone, no chain");
-        certs[0].to_vec()
-    }
-
-    async fn round_trip(pair: &mut Pair, message: &[u8]) {
-        let (client, server) = pair;
-        client.write_all(message).await.unwrap();
-        client.flush().await.unwrap();
-        let mut buf = vec![0u8; message.len()];
-        server.read_exact(&mut buf).await.unwrap();
-        assert_eq!(buf, message);
-    }
-
-    #[tokio::test]
-    async fn handshakes_get_the_current_leaf_and_a_swap_only_affects_new_ones() {
-        let state = TlsState::new(p256_key(), LAN_IP, NOW_MS).unwrap();
-        let pin = state.pin().clone();
-        let first_leaf = state.leaf();
-
-        let mut first = handshake(&state, &pin, &rustls::version::TLS13)
-            .await
-            .unwrap();
-        assert_eq!(peer_leaf(&first.0), first_leaf.der().to_vec());
-        assert_eq!(
-            first.0.get_ref().1.protocol_version(),
-            Some(ProtocolVersion::TLSv1_3)
-        );
-        assert_eq!(first.0.get_ref().1.alpn_protocol(), None);
-
-        let second_leaf = state
-            .remint("10.0.0.7".parse().unwrap(), NOW_MS + 60_000)
-            .unwrap();
-        let mut second = handshake(&state, &pin, &rustls::version::TLS13)
-            .await
-            .unwrap();
-        assert_eq!(peer_leaf(&second.0), second_leaf.der().to_vec());
-        assert_ne!(peer_leaf(&second.0), peer_leaf(&first.0));
-
-        // The connection made before the swap is untouched.
-        round_trip(&mut first, b"still here").await;
-        round_trip(&mut second, b"new leaf").await;
-    }
-
-    #[tokio::test]
-    async fn tls12_clients_connect_too() {
-        let state = TlsState::new(p256_key(), LAN_IP, NOW_MS).unwrap();
-        let pin = state.pin().clone();
-        let mut pair = handshake(&state, &pin, &rustls::version::TLS12)
-            .await
-            .unwrap();
-        assert_eq!(
-            pair.0.get_ref().1.protocol_version(),
-            Some(ProtocolVersion::TLSv1_2)
-        );
-        round_trip(&mut pair, b"tls12").await;
-    }
-
-    #[tokio::test]
-    async fn a_client_pinning_another_key_refuses_the_leaf() {
-        let state = TlsState::new(p256_key(), LAN_IP, NOW_MS).unwrap();
-        let other_pin = p256_key().pin().clone();
-        let err = handshake(&state, &other_pin, &rustls::version::TLS13)
-            .await
-            .unwrap_err();
-        assert!(err.contains("pin mismatch"), "{err}");
-    }
+    // The handshake tests (pinned client against the server configuration) live in
+    // `daemon/tests/tls_handshakes.rs`, next to the one pinned test client.
 }

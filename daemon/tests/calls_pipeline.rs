@@ -356,6 +356,7 @@ async fn progress_is_forwarded_in_order_and_never_after_the_response() {
 
 #[tokio::test]
 async fn answers_by_call_id_or_for_unknown_wire_ids_are_dropped() {
+    // SEC-37: forged or caller-chosen ids settle nothing; `tool_call()` checks every id is minted.
     let mut f = Fixture::new().await;
     f.wire
         .send(1, "tools.call", json!({"name": "echo", "callId": "mine"}))

@@ -206,6 +206,7 @@ impl XorShift {
 /// nothing reaches any other device.
 #[tokio::test]
 async fn calls_only_ever_reach_the_resolved_session() {
+    // SEC-47 (daemon side): routed by session id, never by alias.
     for seed in [0x9e37_79b9_7f4a_7c15u64, 0x2545_f491_4f6c_dd1d, 7] {
         let dir = state_dir();
         let daemon = appduct_daemon::daemon::Daemon::start(

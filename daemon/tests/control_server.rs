@@ -19,6 +19,7 @@ fn small(line_cap: usize, subscriber_buffer_cap: usize) -> ServerOptions {
 
 #[tokio::test]
 async fn line_at_the_cap_is_served_and_one_byte_more_closes_with_32600() {
+    // SEC-38 (small cap).
     let h = TestHandler::new(Some("0.1.0"));
     let (stream, task) = serve(h, small(64, 4096), 64 * 1024);
     let mut raw = Raw::new(stream);

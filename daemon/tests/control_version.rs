@@ -84,6 +84,7 @@ fn older_idle_daemon_is_replaced() {
 
 #[test]
 fn older_busy_daemon_fails_with_counts_unless_forced() {
+    // SEC-53: a daemon with a live session is replaced only when forced.
     for (s, l, c) in [(1, 0, 0), (0, 1, 0), (0, 0, 1), (2, 3, 4)] {
         let (e, reason) = mismatch(decide_version(
             &daemon("0.2.9", s, l, c),

@@ -564,6 +564,7 @@ async fn events_list_filters_sorts_and_pages_declared_events() {
 
 #[tokio::test]
 async fn an_over_cap_subscriber_is_disconnected_and_its_subscription_ends() {
+    // SEC-39 (in process, small cap).
     let dir = state_dir();
     let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()).subscriber_buffer_cap(2048))
         .await

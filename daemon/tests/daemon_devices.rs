@@ -6,9 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod daemon_support;
+mod tls_support;
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
 
 use appduct_daemon::daemon::DaemonHandle;
 use appduct_protocol::control::{
@@ -17,102 +17,23 @@ use appduct_protocol::control::{
 use appduct_protocol::pin::SpkiPin;
 use daemon_support::*;
 use futures_util::{SinkExt, StreamExt};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::timeout;
-use tokio_rustls::TlsConnector;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// Accepts exactly the leaves whose SPKI pin is `pin`, as an appduct app does (02 §3.3).
-#[derive(Debug)]
-struct PinVerifier {
-    pin: SpkiPin,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for PinVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        match SpkiPin::from_certificate_der(end_entity.as_ref()) {
-            Ok(pin) if pin == self.pin => Ok(ServerCertVerified::assertion()),
-            _ => Err(rustls::Error::General("pin mismatch".to_owned())),
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
 
 async fn tls_connect(
     port: u16,
     pin: SpkiPin,
 ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, std::io::Error> {
-    let config = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(PinVerifier {
-            pin,
-            provider: provider(),
-        }))
-        .with_no_client_auth();
-    let tcp = TcpStream::connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
-        .await
-        .unwrap();
-    let server_name = ServerName::try_from("127.0.0.1").unwrap();
-    timeout(
-        WAIT,
-        TlsConnector::from(Arc::new(config)).connect(server_name, tcp),
+    tls_support::connect(
+        SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+        "127.0.0.1",
+        pin,
     )
     .await
-    .unwrap()
 }
 
 async fn next_json<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>) -> Value {

@@ -25,6 +25,7 @@ fn mode(path: &std::path::Path) -> u32 {
 
 #[tokio::test]
 async fn startup_creates_socket_pidfile_and_key_and_a_second_start_is_refused() {
+    // SEC-51 (in process).
     let dir = state_dir();
     let daemon = start(dir.path()).await;
     let sock = dir.path().join("daemon.sock");

@@ -53,6 +53,7 @@ async fn text(app: &MemoryApp, v: Value) {
 
 #[tokio::test(start_paused = true)]
 async fn pre_claim_timeout_closes_after_10_s_and_releases_the_slot() {
+    // SEC-31 (silence, paused clock).
     let h = Harness::new();
     let guard = Arc::new(());
     let start = Instant::now();

@@ -151,6 +151,7 @@ async fn loopback_and_configured_origins_upgrade_without_a_subprotocol() -> Test
 
 #[tokio::test]
 async fn adapter_round_trips_and_enforces_the_size_limit() -> TestResult {
+    // SEC-30: 262144 accepted, 262145 closes 1009.
     let mut h = harness(8, Duration::from_secs(30));
     let web = start_web(&h)?;
     let started = Instant::now();

@@ -3,6 +3,7 @@
 //! and the pre-claim cap shared with the web listener.
 
 mod listener_support;
+mod tls_support;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -10,114 +11,38 @@ use std::time::Duration;
 
 use appduct_daemon::device_socket::{Incoming, WireMessage};
 use appduct_daemon::listener::{self, RunningListener, Transport};
+use appduct_protocol::pin::SpkiPin;
 use futures_util::{SinkExt, StreamExt};
 use listener_support::*;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};
-use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
 
 type BoxError = Box<dyn std::error::Error>;
 
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
 /// A server config with a fresh self-signed P-256 certificate, and that certificate.
 fn server_config() -> Result<(Arc<rustls::ServerConfig>, CertificateDer<'static>), BoxError> {
     let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()])?;
     let cert = certified.cert.der().clone();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(certified.key_pair.serialize_der()));
-    let config = rustls::ServerConfig::builder_with_provider(provider())
+    let config = rustls::ServerConfig::builder_with_provider(tls_support::provider())
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(vec![cert.clone()], key)?;
     Ok((Arc::new(config), cert))
 }
 
-/// Trusts exactly one certificate, as a pinned app would.
-#[derive(Debug)]
-struct ExactCert {
-    cert: CertificateDer<'static>,
-    provider: Arc<CryptoProvider>,
-}
-
-impl ServerCertVerifier for ExactCert {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        if end_entity.as_ref() == self.cert.as_ref() {
-            Ok(ServerCertVerified::assertion())
-        } else {
-            Err(rustls::Error::General("unexpected certificate".to_owned()))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
-
 async fn wss_client(
     addr: SocketAddr,
     cert: &CertificateDer<'static>,
 ) -> Result<WebSocketStream<TlsStream<TcpStream>>, BoxError> {
-    let config = rustls::ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(ExactCert {
-            cert: cert.clone(),
-            provider: provider(),
-        }))
-        .with_no_client_auth();
-    let tcp = TcpStream::connect(addr).await?;
-    let tls = timeout(
-        WAIT,
-        TlsConnector::from(Arc::new(config)).connect(ServerName::try_from("localhost")?, tcp),
-    )
-    .await??;
+    // A fresh key per test: trusting its pin trusts exactly this certificate.
+    let pin = SpkiPin::from_certificate_der(cert.as_ref())?;
+    let tls = tls_support::connect(addr, "localhost", pin).await?;
     let (ws, response) = timeout(
         WAIT,
         tokio_tungstenite::client_async("wss://localhost/any/path?x=1", tls),

@@ -175,6 +175,7 @@ fn a_killed_daemons_stale_socket_and_pidfile_are_taken_over() {
 
 #[test]
 fn a_second_daemon_run_is_refused_and_the_first_keeps_serving() {
+    // SEC-51.
     let sb = Sandbox::new().or_fail();
     let pid = pid_of(&sb.data(&["daemon", "start"]).or_fail());
     sb.track_pid(pid);
@@ -273,6 +274,7 @@ fn an_older_idle_daemon_is_replaced_and_the_spawned_one_drops_the_override() {
 
 #[test]
 fn an_older_busy_daemon_is_kept_unless_a_restart_is_forced() {
+    // SEC-53.
     let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#).or_fail();
     let (mut old, old_pid) = old_daemon(&sb, "0.0.1");
     // A pending link makes the daemon busy; minted over the raw socket (no version check).

@@ -474,6 +474,7 @@ async fn a_failing_or_missing_consent_channel_lets_the_daemon_deny() {
 
 #[tokio::test]
 async fn an_alias_taken_over_during_consent_is_never_called() {
+    // SEC-47.
     let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
     fake.add_session(session(ID, ALIAS), vec![sum_tool(PolicyDecision::Prompt)]);
     let (tx, mut prompts) = mpsc::unbounded_channel();

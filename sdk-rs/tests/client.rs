@@ -63,6 +63,7 @@ fn echo_tool() -> Value {
 
 #[tokio::test]
 async fn a_wrong_pin_is_refused_inside_the_tls_handshake_before_any_frame() -> TestResult {
+    // SEC-13 (Rust device).
     let mut daemon = FakeDaemon::wss().await?;
     let client = Client::builder()
         .trust(Trust::Pin(vec![support::foreign_pin()]))

@@ -70,6 +70,7 @@ describe("Node transport, native", () => {
     expect(daemon.messages[0]).toMatchObject({ session_id: "session-1", device_model: "Node.js", token: "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8" });
   });
 
+  // SEC-13 (Node entry's transport); against the real daemon: e2e/tests/ts_sdk.rs.
   it("a wrong pin ends in pin_mismatch before any HTTP upgrade reaches the listener", async () => {
     const daemon = await startDaemon(cleanups, "tls");
     const client = nodeClient();

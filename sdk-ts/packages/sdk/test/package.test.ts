@@ -169,6 +169,7 @@ describe("web bundles (07 §7.8)", () => {
 
   const markersIn = (text: string): string[] => SESSION_CORE_MARKERS.filter((m) => text.includes(m));
 
+  // SEC-57: a production bundle carries no session code and no window.__APPDUCT__.
   it("esbuild with default conditions gets the inert entry: no session-core markers", async () => {
     expect(markersIn(await esbuildText([]))).toEqual([]);
   }, 60_000);
