@@ -90,10 +90,13 @@ impl Counts {
 struct Options {
     counts: Counts,
     out: Option<PathBuf>,
+    /// `--only calls` or `--only sessions`: one half of the run (profiling, iterating).
+    only: Option<String>,
 }
 
 fn usage() -> String {
-    "usage: appduct-bench [--smoke] [--out BENCHMARKS.md]   (APPDUCT_BIN names the appduct binary)"
+    "usage: appduct-bench [--smoke] [--only calls|sessions] [--out BENCHMARKS.md]   \
+     (APPDUCT_BIN names the appduct binary)"
         .to_owned()
 }
 
@@ -101,12 +104,17 @@ fn parse_args(args: &[String]) -> BenchResult<Options> {
     let mut options = Options {
         counts: Counts::full(),
         out: None,
+        only: None,
     };
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         match arg.as_str() {
             "--smoke" => options.counts = Counts::smoke(),
             "--out" => options.out = Some(PathBuf::from(it.next().ok_or_else(usage)?)),
+            "--only" => match it.next().map(String::as_str) {
+                Some(part @ ("calls" | "sessions")) => options.only = Some(part.to_owned()),
+                _ => return Err(usage()),
+            },
             _ => return Err(usage()),
         }
     }
@@ -215,6 +223,25 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
     let counts = options.counts.clone();
     let nofile = raise_nofile();
     let mut report = Report::new(command, counts.smoke);
+    if options.only.as_deref() != Some("sessions") {
+        calls(&counts, &mut report).await?;
+    }
+    if options.only.as_deref() != Some("calls") {
+        let sessions = sessions(&counts, nofile).await?;
+        report.sessions(&sessions);
+    }
+
+    let text = report.render();
+    println!("{text}");
+    if let Some(out) = options.out {
+        report::write_into(&out, &text)?;
+        eprintln!("appduct-bench: wrote {}", out.display());
+    }
+    Ok(())
+}
+
+/// Every call workload: the floor, the daemon, the CLI, MCP, many devices, the Node relay.
+async fn calls(counts: &Counts, report: &mut Report) -> BenchResult<()> {
     let args = call_args().to_string();
     eprintln!("appduct-bench: payload {} bytes of args", args.len());
 
@@ -236,7 +263,7 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
     let ready: Value = serde_json::from_str(&ready).map_err(|e| format!("{e}: {ready}"))?;
     let wss_port = ready["wss"].as_u64().ok_or("no wss port")? as u16;
     let echo_sock = echo::uds_path(scratch.path());
-    let floor = Floor::measure(&echo_sock, wss_port, &counts, &args).await?;
+    let floor = Floor::measure(&echo_sock, wss_port, counts, &args).await?;
     drop(echo_proc);
     report.floor(&floor);
 
@@ -276,7 +303,7 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
         devices::connect_to_daemon(&mut ctl, counts.devices - 1, 1, CONNECT_PARALLEL).await?;
     devices.extend(more);
     devices::wait_registries(&mut ctl, &devices, 1).await?;
-    let many = many_devices(&socket, &devices, &counts, &args).await?;
+    let many = many_devices(&socket, &devices, counts, &args).await?;
     report.many(&many);
     disconnect(devices);
     drop(ctl);
@@ -290,21 +317,10 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
     uds_load(&relay.socket, counts.warmup, WINDOW, rline).await?;
     let relay_single = uds_load(&relay.socket, counts.single, 1, rline).await?;
     let relay_windowed = uds_load(&relay.socket, counts.windowed, WINDOW, rline).await?;
-    let relay_many = many_devices(&relay.socket, &relay_devices, &counts, &args).await?;
+    let relay_many = many_devices(&relay.socket, &relay_devices, counts, &args).await?;
     report.relay(&relay_single, &relay_windowed, &relay_many);
     disconnect(relay_devices);
     drop(relay);
-
-    // -- Idle sessions ------------------------------------------------------------------------
-    let sessions = sessions(&counts, nofile).await?;
-    report.sessions(&sessions);
-
-    let text = report.render();
-    println!("{text}");
-    if let Some(out) = options.out {
-        report::write_into(&out, &text)?;
-        eprintln!("appduct-bench: wrote {}", out.display());
-    }
     Ok(())
 }
 
