@@ -114,12 +114,18 @@ mod tests {
         assert_eq!(assign(None, ["device"]), "device-2");
         // The lowest free number, whatever order the live aliases come in.
         assert_eq!(
-            assign(Some("Pixel 8"), ["pixel-8-3", "pixel-8", "pixel-8-2", "pixel-8-5"]),
+            assign(
+                Some("Pixel 8"),
+                ["pixel-8-3", "pixel-8", "pixel-8-2", "pixel-8-5"]
+            ),
             "pixel-8-4"
         );
         // Only the exact rendering of a number holds it; other slugs never do.
         assert_eq!(
-            assign(Some("Pixel 8"), ["pixel-8", "pixel-8-02", "pixel-8-x", "pixel-80-2"]),
+            assign(
+                Some("Pixel 8"),
+                ["pixel-8", "pixel-8-02", "pixel-8-x", "pixel-80-2"]
+            ),
             "pixel-8-2"
         );
         assert_eq!(
