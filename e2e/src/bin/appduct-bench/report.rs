@@ -344,12 +344,18 @@ fn yes_no(met: bool) -> &'static str {
     if met { "yes" } else { "**no**" }
 }
 
+/// The command to reproduce: `scripts/bench` adds `--out BENCHMARKS.md` itself.
 fn command_line(args: &str) -> String {
-    if args.is_empty() {
-        "scripts/bench".to_owned()
-    } else {
-        format!("scripts/bench {args}")
+    let mut shown = vec!["scripts/bench"];
+    let mut words = args.split_whitespace();
+    while let Some(word) = words.next() {
+        if word == "--out" {
+            words.next();
+        } else {
+            shown.push(word);
+        }
     }
+    shown.join(" ")
 }
 
 fn capture(program: &str, args: &[&str]) -> Option<String> {
@@ -424,5 +430,15 @@ mod tests {
         write_into(&path, &format!("{BEGIN}\nnew\n{END}")).unwrap_or_else(|e| panic!("{e}"));
         let text = std::fs::read_to_string(&path).unwrap_or_default();
         assert_eq!(text, format!("# Head\n{BEGIN}\nnew\n{END}\nnotes\n"));
+    }
+
+    #[test]
+    fn the_command_shown_drops_the_output_file() {
+        assert_eq!(command_line("--out BENCHMARKS.md"), "scripts/bench");
+        assert_eq!(
+            command_line("--only calls --out x.md"),
+            "scripts/bench --only calls"
+        );
+        assert_eq!(command_line(""), "scripts/bench");
     }
 }
