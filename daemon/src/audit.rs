@@ -36,6 +36,8 @@ pub const PRUNE_PERIOD: Duration = Duration::from_secs(24 * 60 * 60);
 pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Records appended per blocking batch; bounds how long one batch holds a blocking thread.
 const MAX_BATCH: usize = 512;
+/// How long the writer waits after the first record of a batch before writing it.
+const COALESCE: Duration = Duration::from_millis(5);
 
 // ---------------------------------------------------------------------------------------------
 // Records
@@ -384,6 +386,9 @@ async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
         };
         match command {
             Command::Record(first) => {
+                // Let a burst of calls gather into one batch: one blocking-pool hop and one
+                // open of the day file per window instead of per call.
+                tokio::time::sleep(COALESCE).await;
                 let mut batch = vec![*first];
                 while batch.len() < MAX_BATCH {
                     match rx.try_recv() {

@@ -486,10 +486,16 @@ impl MemoryApp {
 // tungstenite adapter
 // ---------------------------------------------------------------------------------------------
 
+/// tungstenite's read buffer per connection. It is allocated up front and its free part is
+/// zeroed before every read, so the 128 KiB default costs 128 KiB per session and a 128 KiB
+/// memset per read; device frames are small, and a larger message just takes more reads.
+pub const READ_BUFFER_BYTES: usize = 8 * 1024;
+
 /// WebSocket settings for device connections: message and frame size capped at the protocol
 /// limit (02 §8), so an oversized message is refused before it is buffered.
 pub fn websocket_config() -> WebSocketConfig {
     WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(Some(limits::MAX_MESSAGE_BYTES))
         .max_frame_size(Some(limits::MAX_MESSAGE_BYTES))
 }

@@ -181,7 +181,8 @@ struct Session {
     resume_token: ResumeToken,
     socket: Socket,
     /// By name, so listings come out in code-point order.
-    tools: BTreeMap<String, ToolDescriptor>,
+    /// Shared so a call's lookup ([`SessionManager::tool_of`]) copies no schema.
+    tools: BTreeMap<String, Arc<ToolDescriptor>>,
     events: BTreeMap<String, EventDescriptor>,
 }
 
@@ -594,11 +595,11 @@ impl SessionManager {
         let st = self.inner.state();
         st.sessions
             .get(session_id)
-            .map(|s| s.tools.values().cloned().collect())
+            .map(|s| s.tools.values().map(|t| ToolDescriptor::clone(t)).collect())
     }
 
-    /// One registered tool of a live session.
-    pub fn tool_of(&self, session_id: &str, name: &str) -> Option<ToolDescriptor> {
+    /// One registered tool of a live session (shared, not copied: this runs on every call).
+    pub fn tool_of(&self, session_id: &str, name: &str) -> Option<Arc<ToolDescriptor>> {
         let st = self.inner.state();
         st.sessions.get(session_id)?.tools.get(name).cloned()
     }

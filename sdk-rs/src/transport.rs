@@ -54,8 +54,12 @@ impl Default for DialOptions {
 }
 
 /// WebSocket limits of a device socket: the protocol's 262144-byte message bound.
+///
+/// The read buffer is 8 KiB, not tungstenite's 128 KiB: it is allocated per socket and its free
+/// part is zeroed before every read, which made each small frame pay a 128 KiB memset.
 pub fn websocket_config() -> WebSocketConfig {
     WebSocketConfig::default()
+        .read_buffer_size(8 * 1024)
         .max_message_size(Some(MAX_MESSAGE_BYTES))
         .max_frame_size(Some(MAX_MESSAGE_BYTES))
 }

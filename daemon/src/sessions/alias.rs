@@ -1,7 +1,5 @@
 //! Session aliases (02 §13): a slug of the claimed `device_model`, unique among live sessions.
 
-use std::collections::HashSet;
-
 /// Longest slug before a collision suffix.
 const MAX_SLUG_LEN: usize = 64;
 /// The slug of a claim without a usable model.
@@ -36,16 +34,42 @@ pub(super) fn slug(model: Option<&str>) -> String {
 
 /// The alias for a new session: the slug if no live session holds it, else the first free of
 /// `<slug>-2`, `<slug>-3`, …
+///
+/// One pass over the live aliases, keeping only this slug's numeric suffixes: a fleet of
+/// identical models (thousands of `pixel-8-N`) costs no string per candidate.
 pub(super) fn assign<'a>(model: Option<&str>, live: impl IntoIterator<Item = &'a str>) -> String {
-    let taken: HashSet<&str> = live.into_iter().collect();
     let base = slug(model);
-    if !taken.contains(base.as_str()) {
+    let mut base_taken = false;
+    let mut suffixes: Vec<u64> = Vec::new();
+    for alias in live {
+        let Some(rest) = alias.strip_prefix(base.as_str()) else {
+            continue;
+        };
+        if rest.is_empty() {
+            base_taken = true;
+        } else if let Some(n) = rest.strip_prefix('-').and_then(decimal) {
+            suffixes.push(n);
+        }
+    }
+    if !base_taken {
         return base;
     }
-    (2u64..)
-        .map(|n| format!("{base}-{n}"))
-        .find(|candidate| !taken.contains(candidate.as_str()))
-        .unwrap_or(base)
+    suffixes.sort_unstable();
+    let mut free = 2u64;
+    for n in suffixes {
+        if n == free {
+            free += 1;
+        } else if n > free {
+            break;
+        }
+    }
+    format!("{base}-{free}")
+}
+
+/// `digits` as the number `format!("{n}")` writes (no sign, no leading zero), if it is one.
+fn decimal(digits: &str) -> Option<u64> {
+    let canonical = digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0');
+    if canonical { digits.parse().ok() } else { None }
 }
 
 #[cfg(test)]
@@ -88,5 +112,25 @@ mod tests {
         // pixel-8 was freed while pixel-8-2 is still live.
         assert_eq!(assign(Some("Pixel 8"), ["pixel-8-2"]), "pixel-8");
         assert_eq!(assign(None, ["device"]), "device-2");
+        // The lowest free number, whatever order the live aliases come in.
+        assert_eq!(
+            assign(
+                Some("Pixel 8"),
+                ["pixel-8-3", "pixel-8", "pixel-8-2", "pixel-8-5"]
+            ),
+            "pixel-8-4"
+        );
+        // Only the exact rendering of a number holds it; other slugs never do.
+        assert_eq!(
+            assign(
+                Some("Pixel 8"),
+                ["pixel-8", "pixel-8-02", "pixel-8-x", "pixel-80-2"]
+            ),
+            "pixel-8-2"
+        );
+        assert_eq!(
+            assign(Some("Pixel"), ["pixel", "pixel-8-2", "pixel-2"]),
+            "pixel-3"
+        );
     }
 }

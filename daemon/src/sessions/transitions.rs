@@ -254,7 +254,7 @@ impl Inner {
                 session.tools = snapshot
                     .tools
                     .into_iter()
-                    .map(|t| (t.name.clone(), t))
+                    .map(|t| (t.name.clone(), Arc::new(t)))
                     .collect();
                 self.tools_changed(session_id, session);
             }
@@ -266,7 +266,7 @@ impl Inner {
                         {
                             return Err(CloseReason::InvalidRegistry);
                         }
-                        session.tools.insert(tool.name.clone(), tool);
+                        session.tools.insert(tool.name.clone(), Arc::new(tool));
                     }
                     ToolDelta::Remove { name } => {
                         session.tools.remove(&name);
