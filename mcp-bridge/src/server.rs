@@ -11,9 +11,9 @@ use appduct_protocol::control::features;
 use appduct_protocol::control::{SelectorParams, SessionSummary, SessionsDescribe, SessionsList};
 use appduct_protocol::errors::ErrorType;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, ErrorData, InitializeResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    CacheScope, CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode,
+    ErrorData, InitializeResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
     ResourceContents, ServerConfig,
 };
 use rmcp::service::{NotificationContext, RequestContext};
@@ -381,6 +381,62 @@ impl ServerHandler for Bridge {
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
         self.inner.roots.invalidate();
+    }
+
+    /// rmcp hands over as a custom request both unknown methods and known ones whose params do
+    /// not fit the MCP schema (a `tools/call` without `name`, `arguments: "x"`). The first get
+    /// `-32601`, the second `-32602` (06 §6.6).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        if served_method(&request.method, is_2026(&context)) {
+            let reason = params_error(&request);
+            return Err(ErrorData::invalid_params(
+                format!("invalid params for {}: {reason}", request.method),
+                None,
+            ));
+        }
+        Err(ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            request.method,
+            None,
+        ))
+    }
+}
+
+/// The requests the bridge serves (06 §6.3); `ping` only on the older revisions.
+fn served_method(method: &str, on_2026: bool) -> bool {
+    match method {
+        "initialize"
+        | "tools/list"
+        | "tools/call"
+        | "resources/list"
+        | "resources/read"
+        | "resources/templates/list"
+        | "server/discover" => true,
+        "ping" => !on_2026,
+        _ => false,
+    }
+}
+
+/// Why the params of a served method did not parse, for the `-32602` message.
+fn params_error(request: &CustomRequest) -> String {
+    let Some(params) = request.params.as_ref() else {
+        return "params are missing".to_owned();
+    };
+    let parsed = match request.method.as_str() {
+        "tools/call" => serde_json::from_value::<CallToolRequestParams>(params.clone()).err(),
+        "resources/read" => {
+            serde_json::from_value::<ReadResourceRequestParams>(params.clone()).err()
+        }
+        _ => None,
+    };
+    match parsed {
+        Some(e) => e.to_string(),
+        None if !params.is_object() => "params must be an object".to_owned(),
+        None => "params do not match the request schema".to_owned(),
     }
 }
 
