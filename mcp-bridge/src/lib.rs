@@ -13,6 +13,7 @@ pub mod catalog;
 mod connect;
 pub mod connector;
 pub mod error;
+pub mod framing;
 pub mod options;
 pub mod progress;
 pub mod project;
@@ -23,6 +24,7 @@ mod wait;
 
 pub use connector::{DaemonConnector, SocketConnector};
 pub use error::{PUBLISHED_ERROR_TYPES, ToolFailure};
+pub use framing::LineTransport;
 pub use options::BridgeOptions;
 pub use server::Bridge;
 pub use stdio::{StdioOptions, run_stdio};

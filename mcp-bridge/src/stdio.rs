@@ -2,18 +2,15 @@
 //! check (exit 70 with one stderr line), the stdio transport, and exit within the grace period
 //! after stdin EOF or SIGINT/SIGTERM.
 
-use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use appduct_daemon::client::{ClientError, ClientOptions, ControlClient};
 use appduct_protocol::link::validate_scheme;
 use rmcp::serve_server;
-use tokio::io::{AsyncRead, ReadBuf};
 use tokio::sync::Notify;
 
 use crate::connector::SocketConnector;
+use crate::framing::LineTransport;
 use crate::options::BridgeOptions;
 use crate::server::Bridge;
 
@@ -27,30 +24,6 @@ pub struct StdioOptions {
     /// `appduct-mcp`.
     pub client: ClientOptions,
     pub bridge: BridgeOptions,
-}
-
-/// Wraps stdin and signals when it reaches end of file.
-struct EofSignal<R> {
-    inner: R,
-    eof: Arc<Notify>,
-}
-
-impl<R: AsyncRead + Unpin> AsyncRead for EofSignal<R> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if let Poll::Ready(Ok(())) = &r
-            && buf.filled().len() == before
-            && buf.remaining() > 0
-        {
-            self.eof.notify_one();
-        }
-        r
-    }
 }
 
 async fn terminate_signal() {
@@ -105,11 +78,9 @@ pub async fn run_stdio(opts: StdioOptions) -> u8 {
         bridge.set_control(c).await;
     }
     let eof = Arc::new(Notify::new());
-    let stdin = EofSignal {
-        inner: tokio::io::stdin(),
-        eof: eof.clone(),
-    };
-    let running = match serve_server(bridge, (stdin, tokio::io::stdout())).await {
+    let transport =
+        LineTransport::new(tokio::io::stdin(), tokio::io::stdout()).with_eof_signal(eof.clone());
+    let running = match serve_server(bridge, transport).await {
         Ok(r) => r,
         Err(e) => {
             tracing::info!("the MCP client left before initializing: {e}");

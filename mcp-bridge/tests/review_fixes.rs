@@ -7,10 +7,15 @@
 mod support;
 
 use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
 
+use appduct_daemon::seams::ScriptedCommandRunner;
+use appduct_mcp::{Bridge, LineTransport};
 use rmcp::model::ProtocolVersion;
-use serde_json::json;
+use serde_json::{Value, json};
 use support::*;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 fn v2025() -> TestClient {
     TestClient::new(ProtocolVersion::V_2025_11_25, None)
@@ -85,4 +90,120 @@ async fn malformed_tools_call_params_are_invalid_params() {
         r["result"]["_meta"]["appduct/error"]["type"], "invalid_request",
         "{r}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 2: the stdio framing answers lines that are not JSON or not JSON-RPC
+// ---------------------------------------------------------------------------------------------
+
+/// A raw line client on the bridge served over the production framing ([`LineTransport`]).
+struct LineClient {
+    write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+    fake: Arc<FakeDaemon>,
+}
+
+impl Drop for LineClient {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.fake.assert_no_unexpected();
+        }
+    }
+}
+
+impl LineClient {
+    fn start(fake: Arc<FakeDaemon>) -> Self {
+        let (server_io, client_io) = tokio::io::duplex(1 << 20);
+        let connector = Arc::new(FakeConnector {
+            fake: FakeRef(fake.clone()),
+            no_daemon_without_spawn: true,
+        });
+        let bridge = Bridge::with_runner(
+            connector,
+            test_options(),
+            test_env(),
+            Arc::new(ScriptedCommandRunner::new()),
+        );
+        let (r, w) = tokio::io::split(server_io);
+        tokio::spawn(async move {
+            if let Ok(running) = rmcp::serve_server(bridge, LineTransport::new(r, w)).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let (r, w) = tokio::io::split(client_io);
+        Self {
+            write: w,
+            lines: tokio::io::BufReader::new(r).lines(),
+            fake,
+        }
+    }
+
+    async fn send_line(&mut self, line: &str) {
+        self.write
+            .write_all(format!("{line}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+
+    async fn next(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(10), self.lines.next_line())
+            .await
+            .expect("a message in time")
+            .unwrap()
+            .expect("open stream");
+        serde_json::from_str(&line).expect("every output line is JSON")
+    }
+
+    async fn request(&mut self, id: i64, method: &str, params: Value) -> Value {
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.send_line(&msg.to_string()).await;
+        self.next().await
+    }
+
+    async fn initialize(&mut self) {
+        let r = self
+            .request(
+                0,
+                "initialize",
+                json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "1"}}),
+            )
+            .await;
+        assert_eq!(r["result"]["protocolVersion"], "2025-11-25", "{r}");
+        self.send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn lines_that_are_not_json_rpc_requests_get_errors_with_an_id_member() {
+    let mut c = LineClient::start(FakeDaemon::new(&[]));
+    c.initialize().await;
+    let cases = [
+        ("this is not json", -32700, Value::Null),
+        (r#"{"jsonrpc":"2.0","id":77}"#, -32600, json!(77)),
+        ("[1,2]", -32600, Value::Null),
+        (
+            r#"{"jsonrpc":"2.0","id":78,"method":"tools/list","params":[1]}"#,
+            -32600,
+            json!(78),
+        ),
+    ];
+    for (line, code, id) in cases {
+        c.send_line(line).await;
+        let r = c.next().await;
+        assert_eq!(r["jsonrpc"], "2.0", "{line}: {r}");
+        assert_eq!(r["error"]["code"], code, "{line}: {r}");
+        assert_eq!(
+            r.as_object().unwrap().get("id"),
+            Some(&id),
+            "{line}: the reply has an id member: {r}"
+        );
+    }
+    // A malformed notification is never answered, and the server is still serving.
+    c.send_line(r#"{"jsonrpc":"2.0","method":"notifications/x","params":[1]}"#)
+        .await;
+    let r = c.request(5, "tools/list", json!({})).await;
+    assert_eq!(r["id"], 5, "the next line is the tools/list answer: {r}");
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 9);
 }
