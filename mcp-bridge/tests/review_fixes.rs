@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use appduct_daemon::seams::ScriptedCommandRunner;
-use appduct_mcp::{Bridge, LineTransport};
+use appduct_mcp::{Bridge, DaemonConnector, LineTransport, serve_stdio};
 use rmcp::model::ProtocolVersion;
 use serde_json::{Value, json};
 use support::*;
@@ -111,31 +111,44 @@ impl Drop for LineClient {
     }
 }
 
+fn fake_bridge(fake: &Arc<FakeDaemon>) -> Bridge {
+    let connector = Arc::new(FakeConnector {
+        fake: FakeRef(fake.clone()),
+        no_daemon_without_spawn: true,
+    });
+    Bridge::with_runner(
+        connector,
+        test_options(),
+        test_env(),
+        Arc::new(ScriptedCommandRunner::new()),
+    )
+}
+
 impl LineClient {
     fn start(fake: Arc<FakeDaemon>) -> Self {
         let (server_io, client_io) = tokio::io::duplex(1 << 20);
-        let connector = Arc::new(FakeConnector {
-            fake: FakeRef(fake.clone()),
-            no_daemon_without_spawn: true,
-        });
-        let bridge = Bridge::with_runner(
-            connector,
-            test_options(),
-            test_env(),
-            Arc::new(ScriptedCommandRunner::new()),
-        );
+        let bridge = fake_bridge(&fake);
         let (r, w) = tokio::io::split(server_io);
         tokio::spawn(async move {
             if let Ok(running) = rmcp::serve_server(bridge, LineTransport::new(r, w)).await {
                 let _ = running.waiting().await;
             }
         });
+        Self::over(client_io, fake)
+    }
+
+    fn over(client_io: tokio::io::DuplexStream, fake: Arc<FakeDaemon>) -> Self {
         let (r, w) = tokio::io::split(client_io);
         Self {
             write: w,
             lines: tokio::io::BufReader::new(r).lines(),
             fake,
         }
+    }
+
+    /// Closes the client's output: the bridge sees end of input.
+    async fn close_input(&mut self) {
+        self.write.shutdown().await.unwrap();
     }
 
     async fn send_line(&mut self, line: &str) {
@@ -206,4 +219,113 @@ async fn lines_that_are_not_json_rpc_requests_get_errors_with_an_id_member() {
     let r = c.request(5, "tools/list", json!({})).await;
     assert_eq!(r["id"], 5, "the next line is the tools/list answer: {r}");
     assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 9);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 4: exit within the grace after EOF or a signal, also during startup
+// ---------------------------------------------------------------------------------------------
+
+/// The host over a duplex, stopped by `stop`; returns the client and the host's exit code.
+fn host(
+    fake: &Arc<FakeDaemon>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> (LineClient, tokio::task::JoinHandle<u8>) {
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
+    let (r, w) = tokio::io::split(server_io);
+    let stop = async move {
+        let _ = stop.await;
+    };
+    let task = tokio::spawn(serve_stdio(fake_bridge(fake), r, w, stop));
+    (LineClient::over(client_io, fake.clone()), task)
+}
+
+/// A fake with a pending link, so `appduct_wait_for_session` stays in flight.
+fn fake_with_pending_link() -> Arc<FakeDaemon> {
+    let fake = FakeDaemon::new(&["sessions.describe", "events.subscribe"]);
+    fake.state
+        .lock()
+        .unwrap()
+        .pending_links
+        .push("Zk3pQ0mX8sL1vB2n".into());
+    fake
+}
+
+async fn start_long_wait(c: &mut LineClient) {
+    c.initialize().await;
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "appduct_wait_for_session",
+        "arguments": {"sessionId": "Zk3pQ0mX8sL1vB2n", "timeoutMs": 600000}}});
+    c.send_line(&call.to_string()).await;
+    c.fake.wait_for("sessions.describe", 1).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn end_of_input_with_work_in_flight_exits_0_within_the_grace() {
+    let fake = fake_with_pending_link();
+    let (_keep, stop) = tokio::sync::oneshot::channel();
+    let (mut c, task) = host(&fake, stop);
+    start_long_wait(&mut c).await;
+    let eof_at = tokio::time::Instant::now();
+    c.close_input().await;
+    assert_eq!(task.await.unwrap(), 0);
+    let took = eof_at.elapsed();
+    assert!(
+        took < test_options().exit_grace,
+        "exit {took:?} after EOF, not within {:?}",
+        test_options().exit_grace
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_signal_with_work_in_flight_exits_0_within_the_grace() {
+    let fake = fake_with_pending_link();
+    let (signal, stop) = tokio::sync::oneshot::channel();
+    let (mut c, task) = host(&fake, stop);
+    start_long_wait(&mut c).await;
+    let signal_at = tokio::time::Instant::now();
+    signal.send(()).unwrap();
+    assert_eq!(task.await.unwrap(), 0);
+    let took = signal_at.elapsed();
+    assert!(
+        took < test_options().exit_grace,
+        "exit {took:?} after the signal"
+    );
+}
+
+/// A daemon connection that never completes (a daemon that hangs during startup).
+#[derive(Debug)]
+struct HangingConnector;
+
+impl DaemonConnector for HangingConnector {
+    fn connect(
+        &self,
+        _spawn: bool,
+    ) -> appduct_daemon::seams::BoxFuture<
+        '_,
+        Result<appduct_daemon::client::ControlClient, appduct_daemon::client::ClientError>,
+    > {
+        Box::pin(std::future::pending())
+    }
+}
+
+#[tokio::test]
+async fn a_signal_during_the_startup_connection_exits_0() {
+    let bridge = Bridge::with_runner(
+        Arc::new(HangingConnector),
+        test_options(),
+        test_env(),
+        Arc::new(ScriptedCommandRunner::new()),
+    );
+    let (_client_io, server_io) = tokio::io::duplex(1024);
+    let (r, w) = tokio::io::split(server_io);
+    let (signal, stop) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(serve_stdio(bridge, r, w, async move {
+        let _ = stop.await;
+    }));
+    signal.send(()).unwrap();
+    let code = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the host ends on the signal although the daemon never answered")
+        .unwrap();
+    assert_eq!(code, 0);
 }
