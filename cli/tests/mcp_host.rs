@@ -56,3 +56,57 @@ fn sigterm_and_sigint_during_the_startup_connection_exit_0() {
         assert_eq!(out, "", "nothing on stdout before the first response");
     }
 }
+
+#[test]
+fn usage_errors_of_mcp_stay_off_stdout_even_with_json() {
+    let sb = Sandbox::new();
+    for args in [
+        &["--json", "mcp", "--bogus"][..],
+        &["mcp", "--json", "--bogus"],
+        &["--pretty", "--json", "mcp", "extra"],
+    ] {
+        let (code, stdout, stderr) = sb.run(args);
+        assert_eq!(code, 64, "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}: stdout carries only JSON-RPC");
+        assert!(
+            !stderr.trim().is_empty(),
+            "{args:?}: the error is on stderr"
+        );
+        assert!(
+            serde_json::from_str::<serde_json::Value>(stderr.trim()).is_err(),
+            "{args:?}: --json has no effect on mcp, so no envelope: {stderr}"
+        );
+    }
+    // Other commands keep the envelope on stdout.
+    let (code, stdout, _) = sb.run(&["--json", "sessions", "ls", "--bogus"]);
+    assert_eq!(code, 64);
+    assert!(stdout.contains("\"ok\":false"), "{stdout}");
+}
+
+#[test]
+fn a_state_dir_that_cannot_be_resolved_is_reported_on_stderr_for_mcp() {
+    // A relative --state-dir while the working directory no longer exists: the state dir
+    // cannot be made absolute, so it cannot be resolved.
+    let sb = Sandbox::new();
+    let gone = sb.dir.path().join("gone");
+    std::fs::create_dir(&gone).unwrap();
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"cd "$1" && rmdir "$1" && exec "$2" --json --state-dir rel mcp"#)
+        .arg("sh")
+        .arg(&gone)
+        .arg(env!("CARGO_BIN_EXE_appduct"))
+        .env("HOME", sb.home())
+        .env_remove("APPDUCT_STATE_DIR")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "", "stdout carries only JSON-RPC");
+    assert!(
+        stderr.contains("rel"),
+        "the error names the state dir: {stderr}"
+    );
+}
