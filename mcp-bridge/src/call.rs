@@ -28,7 +28,7 @@ use crate::args::Args;
 use crate::builtins::{deadline_ms, lookup};
 use crate::error::{ToolFailure, success};
 use crate::progress::{Progress, until};
-use crate::server::{ConsentChannel, Inner, is_2026};
+use crate::server::{ConsentChannel, Inner, cancelled_failure, is_2026, unless_cancelled};
 
 /// The `inputRequests` key of the MRTR consent request (06 §6.10.4).
 pub const CONSENT_INPUT_KEY: &str = "appduct_consent";
@@ -120,9 +120,11 @@ async fn first_round(
     context: &RequestContext<RoleServer>,
     planned: &Planned<'_>,
 ) -> Result<CallToolResponse, ToolFailure> {
-    let client = inner.control().await?;
-    let session = inner.resolve(&client, planned.selector).await?;
-    let (effective, entry) = checked_tool(&client, &session, planned).await?;
+    // Until the consent step, a cancel stops the call and nothing more is sent (06 §6.12).
+    let client = unless_cancelled(context, inner.control()).await?;
+    let session = unless_cancelled(context, inner.resolve(&client, planned.selector)).await?;
+    let (effective, entry) =
+        unless_cancelled(context, checked_tool(&client, &session, planned)).await?;
     let destructive = entry
         .descriptor
         .get("annotations")
@@ -132,7 +134,13 @@ async fn first_round(
     let mut progress = Progress::for_request(context);
     let mut consent = None;
     if entry.policy == PolicyDecision::Prompt && session.state == SessionState::Active {
-        match inner.consent_channel(context).await {
+        let channel =
+            unless_cancelled(context, async { Ok(inner.consent_channel(context).await) }).await?;
+        // Checked again right before asking: no prompt, no record for a cancelled call.
+        if context.ct.is_cancelled() {
+            return Err(cancelled_failure());
+        }
+        match channel {
             ConsentChannel::None => {}
             ConsentChannel::InputRequired => {
                 return input_required(inner, &client, &session, planned, destructive).await;
@@ -307,7 +315,10 @@ async fn mrtr_retry(
     planned: &Planned<'_>,
 ) -> Result<CallToolResponse, ToolFailure> {
     let handle = request.request_state.clone().unwrap_or_default();
-    let client = inner.control().await?;
+    let client = unless_cancelled(context, inner.control()).await?;
+    if context.ct.is_cancelled() {
+        return Err(cancelled_failure());
+    }
     let record = match client
         .call::<ConsentTake>(ConsentTakeParams { handle })
         .await
@@ -337,12 +348,15 @@ async fn mrtr_retry(
         ));
     }
     // Routed to the record's session id; the selector is not resolved again.
-    let session = client
-        .call::<SessionsDescribe>(SelectorParams {
-            selector: Some(record.session_id.clone()),
-        })
-        .await
-        .map_err(|e| ToolFailure::from_client(&e))?;
+    let describe = async {
+        client
+            .call::<SessionsDescribe>(SelectorParams {
+                selector: Some(record.session_id.clone()),
+            })
+            .await
+            .map_err(|e| ToolFailure::from_client(&e))
+    };
+    let session = unless_cancelled(context, describe).await?;
     if session.session_id != record.session_id {
         return Err(ToolFailure::new(
             ErrorType::UnknownSession,
@@ -350,13 +364,17 @@ async fn mrtr_retry(
         )
         .with_details(json!({"selector": record.session_id})));
     }
-    let (effective, entry) = checked_tool(&client, &session, planned).await?;
+    let (effective, entry) =
+        unless_cancelled(context, checked_tool(&client, &session, planned)).await?;
     let destructive = entry
         .descriptor
         .get("annotations")
         .and_then(|a| a.get("destructiveHint"))
         .and_then(Value::as_bool)
         == Some(true);
+    if context.ct.is_cancelled() {
+        return Err(cancelled_failure());
+    }
     let response = request
         .input_responses
         .as_ref()

@@ -2,6 +2,7 @@
 //! built-ins, the `appduct://sessions` resource and the roots cache.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -64,6 +65,28 @@ impl ConsentChannel {
             Self::InputRequired => "input_required",
             Self::None => "none",
         }
+    }
+}
+
+/// The failure of a request the client cancelled; rmcp never writes it (06 §6.12).
+pub fn cancelled_failure() -> ToolFailure {
+    ToolFailure::new(
+        ErrorType::ToolCancelled,
+        "the request was cancelled by the client",
+    )
+}
+
+/// Runs `step` unless the request is cancelled first; a request already cancelled does not
+/// start it (06 §6.12: every long step selects on the cancel token). Dropping `step` must be
+/// harmless: use it for lookups, not for steps whose effect needs undoing.
+pub async fn unless_cancelled<T>(
+    context: &RequestContext<RoleServer>,
+    step: impl Future<Output = Result<T, ToolFailure>>,
+) -> Result<T, ToolFailure> {
+    tokio::select! {
+        biased;
+        () = context.ct.cancelled() => Err(cancelled_failure()),
+        r = step => r,
     }
 }
 

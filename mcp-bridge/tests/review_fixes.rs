@@ -10,7 +10,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::seams::ScriptedCommandRunner;
+use appduct_daemon::seams::{CommandRunner, ScriptedCommandRunner};
 use appduct_mcp::{Bridge, DaemonConnector, LineTransport, serve_stdio};
 use rmcp::model::ProtocolVersion;
 use serde_json::{Value, json};
@@ -137,6 +137,42 @@ impl LineClient {
         Self::over(client_io, fake)
     }
 
+    /// Serves `bridge` over the production framing.
+    fn with_bridge(bridge: Bridge, fake: Arc<FakeDaemon>) -> Self {
+        let (server_io, client_io) = tokio::io::duplex(1 << 20);
+        let (r, w) = tokio::io::split(server_io);
+        tokio::spawn(async move {
+            if let Ok(running) = rmcp::serve_server(bridge, LineTransport::new(r, w)).await {
+                let _ = running.waiting().await;
+            }
+        });
+        Self::over(client_io, fake)
+    }
+
+    /// Every message up to and including the response to `id`.
+    async fn until_response(&mut self, id: i64) -> Vec<Value> {
+        let mut seen = Vec::new();
+        loop {
+            let m = self.next().await;
+            let done = m.get("id") == Some(&json!(id)) && m.get("method").is_none();
+            seen.push(m);
+            if done {
+                return seen;
+            }
+        }
+    }
+
+    /// Cancels request `id`, then waits until the bridge has handled the cancel: it handles
+    /// messages in order, so the answer to a later `ping` means the cancel was seen.
+    async fn cancel(&mut self, id: i64) -> Vec<Value> {
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                            "params": {"requestId": id, "reason": "test"}});
+        self.send_line(&cancel.to_string()).await;
+        let ping = json!({"jsonrpc": "2.0", "id": 900 + id, "method": "ping"});
+        self.send_line(&ping.to_string()).await;
+        self.until_response(900 + id).await
+    }
+
     fn over(client_io: tokio::io::DuplexStream, fake: Arc<FakeDaemon>) -> Self {
         let (r, w) = tokio::io::split(client_io);
         Self {
@@ -174,11 +210,15 @@ impl LineClient {
     }
 
     async fn initialize(&mut self) {
+        self.initialize_with(json!({})).await;
+    }
+
+    async fn initialize_with(&mut self, capabilities: Value) {
         let r = self
             .request(
                 0,
                 "initialize",
-                json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                json!({"protocolVersion": "2025-11-25", "capabilities": capabilities,
                        "clientInfo": {"name": "raw", "version": "1"}}),
             )
             .await;
@@ -328,4 +368,201 @@ async fn a_signal_during_the_startup_connection_exits_0() {
         .expect("the host ends on the signal although the daemon never answered")
         .unwrap();
     assert_eq!(code, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding 6: a cancel before the consent step sends nothing more
+// ---------------------------------------------------------------------------------------------
+
+/// Holds the first request for `method` until released, so a test can cancel mid-step.
+struct Gate {
+    method: &'static str,
+    used: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+}
+
+impl Gate {
+    fn new(method: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            method,
+            used: Default::default(),
+            entered: tokio::sync::Notify::new(),
+            release: tokio::sync::Semaphore::new(0),
+        })
+    }
+
+    async fn entered(&self) {
+        tokio::time::timeout(Duration::from_secs(10), self.entered.notified())
+            .await
+            .expect("the gated method was called");
+    }
+
+    fn open(&self) {
+        self.release.add_permits(1);
+    }
+}
+
+struct GatedHandler {
+    fake: FakeHandler,
+    gate: Arc<Gate>,
+}
+
+impl appduct_daemon::control_server::ControlHandler for GatedHandler {
+    fn handle(
+        &self,
+        conn: &appduct_daemon::control_server::Connection,
+        id: appduct_protocol::jsonrpc::RequestId,
+        request: appduct_protocol::control::ControlRequest,
+    ) -> appduct_daemon::control_server::BoxFuture<'static, appduct_daemon::control_server::Reply>
+    {
+        use std::sync::atomic::Ordering;
+        let gated =
+            request.method() == self.gate.method && !self.gate.used.swap(true, Ordering::SeqCst);
+        let reply = self.fake.handle(conn, id, request);
+        if !gated {
+            return reply;
+        }
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            gate.entered.notify_one();
+            let _ = gate.release.acquire().await;
+            reply.await
+        })
+    }
+}
+
+/// The fake daemon behind a [`Gate`].
+#[derive(Debug)]
+struct GatedConnector {
+    fake: FakeRef,
+    gate: GateRef,
+}
+
+struct GateRef(Arc<Gate>);
+impl std::fmt::Debug for GateRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gate({})", self.0.method)
+    }
+}
+
+impl DaemonConnector for GatedConnector {
+    fn connect(
+        &self,
+        _spawn: bool,
+    ) -> appduct_daemon::seams::BoxFuture<
+        '_,
+        Result<appduct_daemon::client::ControlClient, appduct_daemon::client::ClientError>,
+    > {
+        let handler = GatedHandler {
+            fake: FakeHandler(self.fake.0.clone()),
+            gate: self.gate.0.clone(),
+        };
+        Box::pin(async move {
+            let (a, b) = tokio::io::duplex(64 * 1024);
+            tokio::spawn(appduct_daemon::control_server::serve_connection(
+                a,
+                Arc::new(handler),
+                appduct_daemon::control_server::ServerOptions::default(),
+            ));
+            Ok(appduct_daemon::client::ControlClient::from_stream(b))
+        })
+    }
+}
+
+fn gated_bridge(
+    fake: &Arc<FakeDaemon>,
+    gate: &Arc<Gate>,
+    runner: Arc<dyn CommandRunner>,
+) -> Bridge {
+    Bridge::with_runner(
+        Arc::new(GatedConnector {
+            fake: FakeRef(fake.clone()),
+            gate: GateRef(gate.clone()),
+        }),
+        test_options(),
+        test_env(),
+        runner,
+    )
+}
+
+const SID: &str = "q3VfZ0xkR2ptTnB4";
+
+fn prompt_fake(extra: &[&'static str]) -> Arc<FakeDaemon> {
+    let mut methods = vec!["sessions.describe", "tools.list"];
+    methods.extend_from_slice(extra);
+    let fake = FakeDaemon::new(&methods);
+    fake.add_session(
+        session(SID, "pixel-8"),
+        vec![tool(
+            json!({"name": "reset", "description": "Reset.", "input_schema": {"type": "object"}}),
+            appduct_protocol::control::PolicyDecision::Prompt,
+        )],
+    );
+    fake
+}
+
+/// A round trip through the daemon after the cancelled request went on: by then a request
+/// that ignored its cancel would have reached its next step.
+async fn settle(c: &mut LineClient, id: i64) -> Vec<Value> {
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "appduct_describe_tool", "arguments": {"name": "reset"}}});
+    c.send_line(&call.to_string()).await;
+    c.until_response(id).await
+}
+
+#[tokio::test]
+async fn a_cancel_before_the_consent_step_sends_no_elicitation() {
+    let fake = prompt_fake(&["tools.call"]);
+    let gate = Gate::new("tools.list");
+    let bridge = gated_bridge(&fake, &gate, Arc::new(ScriptedCommandRunner::new()));
+    let mut c = LineClient::with_bridge(bridge, fake.clone());
+    c.initialize_with(json!({"elicitation": {}})).await;
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "appduct_call_tool", "arguments": {"name": "reset"}}});
+    c.send_line(&call.to_string()).await;
+    gate.entered().await;
+    let mut seen = c.cancel(7).await;
+    gate.open();
+    seen.extend(settle(&mut c, 8).await);
+    assert!(
+        !seen.iter().any(|m| m["method"] == "elicitation/create"),
+        "no prompt for a cancelled call: {seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|m| m["id"] == 7),
+        "no response for a cancelled request: {seen:?}"
+    );
+    assert!(fake.requests("tools.call").is_empty());
+}
+
+#[tokio::test]
+async fn a_cancel_before_the_consent_step_creates_no_consent_record() {
+    let fake = prompt_fake(&["daemon.hello", "consent.create"]);
+    let gate = Gate::new("tools.list");
+    let bridge = gated_bridge(&fake, &gate, Arc::new(ScriptedCommandRunner::new()));
+    let mut c = LineClient::with_bridge(bridge, fake.clone());
+    let meta = meta_2026(json!({"elicitation": {"form": {}}}));
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "appduct_call_tool", "arguments": {"name": "reset"}, "_meta": meta}});
+    c.send_line(&call.to_string()).await;
+    gate.entered().await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                        "params": {"requestId": 7, "reason": "test"}});
+    c.send_line(&cancel.to_string()).await;
+    // No ping on 2026-07-28: a later request stands in for it.
+    let list =
+        json!({"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": {"_meta": meta}});
+    c.send_line(&list.to_string()).await;
+    let mut seen = c.until_response(8).await;
+    gate.open();
+    let settle_call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {
+        "name": "appduct_describe_tool", "arguments": {"name": "reset"}, "_meta": meta}});
+    c.send_line(&settle_call.to_string()).await;
+    seen.extend(c.until_response(9).await);
+    assert!(
+        fake.requests("consent.create").is_empty(),
+        "no consent record for a cancelled call"
+    );
+    assert!(!seen.iter().any(|m| m["id"] == 7), "{seen:?}");
 }
