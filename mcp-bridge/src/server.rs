@@ -271,16 +271,28 @@ impl Bridge {
             Err(f) => return f.into_result().into(),
         };
         let inner = &self.inner;
+        // `connect` and `call_tool` handle a cancel step by step (a minted link is revoked, a
+        // sent call is cancelled); every step of the others can simply be dropped (06 §6.12).
         let outcome = match name {
             catalog::CONNECT => connect::run(inner, context, &args).await,
-            catalog::WAIT_FOR_SESSION => wait::for_session(inner, context, &args).await,
-            catalog::LIST_TOOLS => builtins::list_tools(inner, &args).await,
-            catalog::DESCRIBE_TOOL => builtins::describe_tool(inner, &args).await,
             catalog::CALL_TOOL => return call::run(inner, context, request, &args).await,
-            catalog::LIST_EVENTS => builtins::list_events(inner, &args).await,
-            catalog::EVENTS => builtins::events(inner, &args).await,
-            catalog::WAIT_FOR_EVENT => wait::for_event(inner, context, &args).await,
-            catalog::STATUS => status::run(inner, context, &args).await,
+            catalog::WAIT_FOR_SESSION => {
+                unless_cancelled(context, wait::for_session(inner, context, &args)).await
+            }
+            catalog::LIST_TOOLS => {
+                unless_cancelled(context, builtins::list_tools(inner, &args)).await
+            }
+            catalog::DESCRIBE_TOOL => {
+                unless_cancelled(context, builtins::describe_tool(inner, &args)).await
+            }
+            catalog::LIST_EVENTS => {
+                unless_cancelled(context, builtins::list_events(inner, &args)).await
+            }
+            catalog::EVENTS => unless_cancelled(context, builtins::events(inner, &args)).await,
+            catalog::WAIT_FOR_EVENT => {
+                unless_cancelled(context, wait::for_event(inner, context, &args)).await
+            }
+            catalog::STATUS => unless_cancelled(context, status::run(inner, context, &args)).await,
             _ => Err(not_a_builtin(name)),
         };
         match outcome {
