@@ -380,8 +380,23 @@ async fn mrtr_retry(
         .as_ref()
         .and_then(|r| r.get(CONSENT_INPUT_KEY));
     let Some(response) = response else {
-        // No answer to our request: ask again with a new handle (the old one was consumed).
-        return input_required(inner, &client, &session, planned, destructive).await;
+        // No answer to our request: ask again with a new handle (the old one was consumed),
+        // if this request still has the channel; a retry that no longer declares form-mode
+        // elicitation (or a daemon without consent records) gets the no-channel row, never
+        // `input_required` (06 §6.10.1, §6.10.4).
+        let channel =
+            unless_cancelled(context, async { Ok(inner.consent_channel(context).await) }).await?;
+        if context.ct.is_cancelled() {
+            return Err(cancelled_failure());
+        }
+        if channel == ConsentChannel::InputRequired {
+            return input_required(inner, &client, &session, planned, destructive).await;
+        }
+        let progress = Progress::for_request(context);
+        return call(
+            inner, context, &client, &session, planned, effective, None, progress,
+        )
+        .await;
     };
     let action = response.get("action").and_then(Value::as_str);
     match action {

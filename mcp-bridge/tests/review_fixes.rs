@@ -746,3 +746,41 @@ async fn a_cancel_stops_the_read_only_built_ins_between_daemon_calls() {
     );
     assert!(!seen.iter().any(|m| m["id"] == 7), "{seen:?}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Finding 8: an MRTR retry without an answer checks the channel again
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_mrtr_retry_without_an_answer_gets_input_required_only_with_the_channel() {
+    let fake = prompt_fake(&[
+        "tools.call",
+        "daemon.hello",
+        "consent.create",
+        "consent.take",
+    ]);
+    let mut raw = RawClient::start(fake.clone());
+    let form = meta_2026(json!({"elicitation": {"form": {}}}));
+    let first = json!({"name": "appduct_call_tool", "arguments": {"name": "reset"}, "_meta": form});
+    let (r, _) = raw.request(1, "tools/call", first.clone()).await;
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    // A retry that still declares form mode is asked again, with a new handle.
+    let mut retry = first.clone();
+    retry["requestState"] = r["result"]["requestState"].clone();
+    let (r, _) = raw.request(2, "tools/call", retry).await;
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    // A retry that declares no elicitation gets the no-channel row: the call goes to the
+    // daemon without consent (which answers policy_denied / no_consent_channel).
+    let mut retry = first;
+    retry["requestState"] = r["result"]["requestState"].clone();
+    retry["_meta"] = meta_2026(json!({}));
+    let (r, _) = raw.request(3, "tools/call", retry).await;
+    assert_ne!(
+        r["result"]["resultType"], "input_required",
+        "no input_required for an input type the client did not declare: {r}"
+    );
+    let calls = fake.requests("tools.call");
+    assert_eq!(calls.len(), 1, "{r}");
+    assert!(calls[0].get("consent").is_none(), "{calls:?}");
+    assert_eq!(fake.requests("consent.create").len(), 2);
+}
