@@ -110,3 +110,70 @@ fn a_state_dir_that_cannot_be_resolved_is_reported_on_stderr_for_mcp() {
         "the error names the state dir: {stderr}"
     );
 }
+
+#[test]
+fn scheme_problems_at_startup_are_one_stderr_line_and_the_bridge_still_starts() {
+    let sb = Sandbox::new();
+    // An invalid --scheme.
+    let (code, stdout, stderr) = sb.run(&["mcp", "--scheme", "http"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("deep-link scheme"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with("Invalid deep-link scheme"), "{stderr}");
+    assert!(lines[0].contains("starting anyway"), "{stderr}");
+    // No scheme anywhere: the working directory is empty.
+    let (code, stdout, stderr) = sb.run(&["mcp"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout, "");
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("deep-link scheme"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("could not resolve the deep-link scheme"),
+        "{stderr}"
+    );
+    assert!(lines[0].contains("starting anyway"), "{stderr}");
+    // A resolvable scheme: nothing to report.
+    let (code, _, stderr) = sb.run(&["mcp", "--scheme", "shopapp"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!stderr.contains("deep-link scheme"), "{stderr}");
+}
+
+#[test]
+fn a_failed_startup_prints_exactly_one_stderr_line_with_both_remedies() {
+    let mut sb = Sandbox::new();
+    sb.set_env("APPDUCT_DAEMON_VERSION_OVERRIDE", "0.0.1");
+    let (mut daemon, _ready) = sb.spawn_until_line(&["--json", "daemon", "run"]);
+    // A pending link makes the older daemon busy, so it may not be replaced.
+    let mut control = std::os::unix::net::UnixStream::connect(sb.socket()).unwrap();
+    std::io::Write::write_all(
+        &mut control,
+        b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"link.create\",\"params\":{}}\n",
+    )
+    .unwrap();
+    let mut answer = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(&control), &mut answer).unwrap();
+    assert!(answer.contains("sessionId"), "{answer}");
+    // An invalid scheme too: its diagnostic must not precede the failure line.
+    let (code, stdout, stderr) = sb.run(&["mcp", "--scheme", "http"]);
+    assert_eq!(code, 70, "{stderr}");
+    assert_eq!(stdout, "");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "exactly one line: {stderr}");
+    for part in [
+        "0.0.1",
+        env!("CARGO_PKG_VERSION"),
+        "appduct daemon stop",
+        "--daemon-restart",
+    ] {
+        assert!(lines[0].contains(part), "{part}: {stderr}");
+    }
+    assert_eq!(daemon.try_wait().unwrap(), None, "the busy daemon was kept");
+    let _ = daemon.kill();
+}

@@ -12,6 +12,7 @@ mod call;
 pub mod catalog;
 mod connect;
 pub mod connector;
+pub mod deferred_log;
 pub mod error;
 pub mod framing;
 pub mod options;

@@ -286,12 +286,9 @@ pub async fn resolve_dir(
             });
         }
     }
-    if let Some(p) = env.claude_project_dir.as_deref().map(Path::new)
-        && p.is_absolute()
-        && p.is_dir()
-    {
+    if let Some(dir) = claude_project_dir(env) {
         return Ok(ProjectDir {
-            dir: normalise(p),
+            dir,
             source: CwdSource::ClaudeProjectDir,
             roots: None,
         });
@@ -304,6 +301,18 @@ pub async fn resolve_dir(
         source: CwdSource::Server,
         roots: None,
     })
+}
+
+/// D for a request without `cwd` and roots: `CLAUDE_PROJECT_DIR` (absolute, existing), else
+/// the server's own directory (06 §6.13, sources 3 and 4).
+pub fn startup_dir(env: &ProjectEnv) -> Option<PathBuf> {
+    claude_project_dir(env).or_else(|| env.server_cwd.clone())
+}
+
+/// `CLAUDE_PROJECT_DIR` when it names an absolute, existing directory.
+fn claude_project_dir(env: &ProjectEnv) -> Option<PathBuf> {
+    let p = Path::new(env.claude_project_dir.as_deref()?);
+    (p.is_absolute() && p.is_dir()).then(|| normalise(p))
 }
 
 /// The `cwd` argument: an absolute path to an existing directory.

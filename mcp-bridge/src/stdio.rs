@@ -11,10 +11,13 @@ use appduct_protocol::link::validate_scheme;
 use rmcp::serve_server;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
+use tracing::instrument::WithSubscriber;
 
 use crate::connector::SocketConnector;
+use crate::deferred_log::DeferredLog;
 use crate::framing::LineTransport;
 use crate::options::BridgeOptions;
+use crate::project;
 use crate::server::Bridge;
 
 /// Exit code of a failed startup (version drift that cannot be resolved, 06 §6.14).
@@ -89,6 +92,47 @@ impl Signals {
     }
 }
 
+/// The one stderr line of a failed startup: both versions and the remedies, whatever the
+/// reason (06 §6.14).
+pub fn startup_failure_line(e: &ClientError) -> String {
+    let mut line = e.to_string().replace('\n', " ");
+    if !(line.contains("appduct daemon stop") && line.contains("--daemon-restart")) {
+        line.push_str(
+            " Remedies: stop the daemon with `appduct daemon stop` and start appduct mcp again, \
+             or rerun appduct mcp with --daemon-restart to replace it.",
+        );
+    }
+    line
+}
+
+/// The scheme as it resolves at startup, in the directory a call without `cwd` or roots would
+/// use; either problem is one stderr line and never stops the bridge (06 §6.14, 05 §12).
+fn scheme_diagnostics(bridge: &Bridge) {
+    let inner = &bridge.inner;
+    let options = &inner.options;
+    if let Some(s) = &options.scheme
+        && let Err(e) = validate_scheme(s)
+    {
+        eprintln!("{e} (--scheme {s:?}); starting anyway, and appduct_connect reports it");
+        return;
+    }
+    let Some(dir) = project::startup_dir(&inner.env) else {
+        return;
+    };
+    if let Err(f) = project::resolve_scheme(
+        &dir,
+        options.scheme.as_deref(),
+        &inner.env,
+        options.state_dir.as_deref(),
+    ) {
+        eprintln!(
+            "could not resolve the deep-link scheme in {}: {}; starting anyway (appduct_connect needs it, or a cwd argument naming the project)",
+            dir.display(),
+            f.message.replace('\n', " ").trim_end_matches('.')
+        );
+    }
+}
+
 /// Runs `appduct mcp` on this process's stdin and stdout; returns the exit code. Call inside a
 /// tokio runtime after installing the stderr logger.
 pub async fn run_stdio(opts: StdioOptions) -> u8 {
@@ -119,27 +163,27 @@ where
 {
     tokio::pin!(stop);
     let options = bridge.inner.options.clone();
-    if let Some(s) = &options.scheme
-        && let Err(e) = validate_scheme(s)
-    {
-        tracing::warn!("{e}; --scheme {s:?} is ignored where a scheme is needed");
-    }
+    // What the client logs while connecting waits for the outcome: a failed startup prints
+    // exactly one stderr line (06 §6.14).
+    let held = DeferredLog::for_current();
     let startup = tokio::select! {
-        r = bridge.inner.connector.connect(true) => r,
+        r = bridge.inner.connector.connect(true).with_subscriber(held.dispatch()) => r,
         () = &mut stop => return 0,
     };
     let control = match startup {
         Ok(c) => Some(c),
         Err(e @ ClientError::VersionMismatch { .. }) => {
-            // Exactly one line naming both versions and the remedies (06 §6.14).
-            eprintln!("{}", e.to_string().replace('\n', " "));
+            eprintln!("{}", startup_failure_line(&e));
             return EXIT_STARTUP_FAILED;
         }
         Err(e) => {
+            held.replay();
             tracing::warn!("starting without a daemon connection: {e}");
             None
         }
     };
+    held.replay();
+    scheme_diagnostics(&bridge);
     if let Some(n) = control.as_ref().and_then(|c| c.version_notice()) {
         tracing::info!("{}", n.message);
     }
@@ -172,4 +216,37 @@ where
     let _ =
         tokio::time::timeout(options.exit_grace.saturating_sub(EXIT_MARGIN), &mut waiting).await;
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use appduct_daemon::client::MismatchReason;
+
+    #[test]
+    fn the_startup_failure_line_names_both_versions_and_both_remedies_for_every_reason() {
+        for reason in [
+            MismatchReason::DaemonBusy,
+            MismatchReason::StillDifferentAfterRestart,
+            MismatchReason::IncompatibleProtocol { min: 2, max: 3 },
+            MismatchReason::MissingFeature("consent.records".into()),
+        ] {
+            let e = ClientError::VersionMismatch {
+                daemon: "0.0.1".into(),
+                client: "0.9.0".into(),
+                sessions: 1,
+                pending_links: 0,
+                pending_calls: 0,
+                reason: reason.clone(),
+            };
+            let line = startup_failure_line(&e);
+            assert!(!line.contains('\n'), "{reason:?}: one line");
+            for part in ["0.0.1", "0.9.0", "appduct daemon stop", "--daemon-restart"] {
+                assert!(
+                    line.contains(part),
+                    "{reason:?}: {part} missing from {line:?}"
+                );
+            }
+        }
+    }
 }
