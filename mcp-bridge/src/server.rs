@@ -176,6 +176,39 @@ impl Inner {
         has
     }
 
+    /// Whether the daemon has `consent.records`, learnt without spawning (`appduct_status`,
+    /// 06 §6.8.9): the features of the open persistent connection, else a `daemon.hello` on
+    /// `status` (the status check's own connection), else — no daemon runs — `true`, because
+    /// the daemon a call would spawn is this version's.
+    pub async fn consent_records_without_spawn(&self, status: Option<&ControlClient>) -> bool {
+        let open = {
+            let slot = self.control.lock().await;
+            match slot.as_ref() {
+                Some(c) if c.client.is_open() => match &c.features {
+                    Some(f) => return f.iter().any(|f| f == features::CONSENT_RECORDS),
+                    None => true,
+                },
+                _ => false,
+            }
+        };
+        if open {
+            return self.has_consent_records().await;
+        }
+        let Some(client) = status else {
+            return true;
+        };
+        match client
+            .handshake("appduct-mcp", catalog::SERVER_VERSION)
+            .await
+        {
+            Ok(info) => info.features.iter().any(|f| f == features::CONSENT_RECORDS),
+            Err(e) => {
+                tracing::debug!("daemon.hello failed: {e}");
+                false
+            }
+        }
+    }
+
     /// The channel for a `"prompt"` tool in this request (06 §6.10.1).
     pub async fn consent_channel(&self, context: &RequestContext<RoleServer>) -> ConsentChannel {
         if !declares_form_elicitation(context) {

@@ -981,3 +981,140 @@ async fn the_status_connection_neither_spawns_nor_runs_the_version_check() {
     );
     assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Finding 12: appduct_status reports input_required only if the daemon has consent records
+// ---------------------------------------------------------------------------------------------
+
+/// The fake behind a daemon whose `daemon.hello` advertises `features` (counting the hellos).
+struct HelloHandler {
+    fake: FakeHandler,
+    features: Vec<&'static str>,
+    hellos: Arc<std::sync::atomic::AtomicUsize>,
+    /// Hellos to fail (with an internal error) before answering.
+    failures: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl appduct_daemon::control_server::ControlHandler for HelloHandler {
+    fn handle(
+        &self,
+        conn: &appduct_daemon::control_server::Connection,
+        id: appduct_protocol::jsonrpc::RequestId,
+        request: appduct_protocol::control::ControlRequest,
+    ) -> appduct_daemon::control_server::BoxFuture<'static, appduct_daemon::control_server::Reply>
+    {
+        use appduct_daemon::control_server::Reply;
+        use std::sync::atomic::Ordering;
+        if !matches!(
+            request,
+            appduct_protocol::control::ControlRequest::DaemonHello(_)
+        ) {
+            return self.fake.handle(conn, id, request);
+        }
+        self.hellos.fetch_add(1, Ordering::SeqCst);
+        let failing = self
+            .failures
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        let reply = if failing {
+            Reply::Err(appduct_protocol::jsonrpc::ErrorObject::application(
+                appduct_protocol::errors::ErrorType::InternalError,
+                "hello failed",
+            ))
+        } else {
+            Reply::Ok(json!({
+                "version": env!("CARGO_PKG_VERSION"), "controlProtocol": 1, "minControlProtocol": 1,
+                "pid": 1, "startedAt": "2026-11-30T09:12:03.120Z", "stateDir": "/tmp/x",
+                "features": self.features, "sessionCount": 0, "pendingLinks": 0, "pendingCalls": 0
+            }))
+        };
+        Box::pin(async move { reply })
+    }
+}
+
+#[derive(Debug)]
+struct HelloConnector {
+    fake: FakeRef,
+    features: Vec<&'static str>,
+    hellos: Arc<std::sync::atomic::AtomicUsize>,
+    failures: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl HelloConnector {
+    fn new(fake: &Arc<FakeDaemon>, features: &[&'static str], failures: usize) -> Arc<Self> {
+        Arc::new(Self {
+            fake: FakeRef(fake.clone()),
+            features: features.to_vec(),
+            hellos: Default::default(),
+            failures: Arc::new(failures.into()),
+        })
+    }
+}
+
+impl DaemonConnector for HelloConnector {
+    fn connect(
+        &self,
+        _spawn: bool,
+    ) -> appduct_daemon::seams::BoxFuture<
+        '_,
+        Result<appduct_daemon::client::ControlClient, appduct_daemon::client::ClientError>,
+    > {
+        let handler = HelloHandler {
+            fake: FakeHandler(self.fake.0.clone()),
+            features: self.features.clone(),
+            hellos: self.hellos.clone(),
+            failures: self.failures.clone(),
+        };
+        Box::pin(async move {
+            let (a, b) = tokio::io::duplex(64 * 1024);
+            tokio::spawn(appduct_daemon::control_server::serve_connection(
+                a,
+                Arc::new(handler),
+                appduct_daemon::control_server::ServerOptions::default(),
+            ));
+            Ok(appduct_daemon::client::ControlClient::from_stream(b))
+        })
+    }
+}
+
+fn hello_client(connector: Arc<HelloConnector>, fake: &Arc<FakeDaemon>) -> LineClient {
+    let bridge = Bridge::with_runner(
+        connector,
+        test_options(),
+        test_env(),
+        Arc::new(ScriptedCommandRunner::new()),
+    );
+    LineClient::with_bridge(bridge, fake.clone())
+}
+
+async fn status_consent_2026(c: &mut LineClient, id: i64) -> Value {
+    let meta = meta_2026(json!({"elicitation": {"form": {}}}));
+    let r = c
+        .request(
+            id,
+            "tools/call",
+            json!({"name": "appduct_status", "arguments": {}, "_meta": meta}),
+        )
+        .await;
+    r["result"]["structuredContent"]["consent"].clone()
+}
+
+#[tokio::test]
+async fn status_on_2026_reports_input_required_only_with_consent_records() {
+    let old = FakeDaemon::new(&["daemon.status"]);
+    let without = HelloConnector::new(&old, &["events.subscribe"], 0);
+    let mut c = hello_client(without, &old);
+    assert_eq!(
+        status_consent_2026(&mut c, 1).await,
+        "none",
+        "a daemon without consent.records gives no channel"
+    );
+    let current = FakeDaemon::new(&["daemon.status"]);
+    let with = HelloConnector::new(
+        &current,
+        &[appduct_protocol::control::features::CONSENT_RECORDS],
+        0,
+    );
+    let mut c = hello_client(with, &current);
+    assert_eq!(status_consent_2026(&mut c, 1).await, "input_required");
+}
