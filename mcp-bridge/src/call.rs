@@ -16,10 +16,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientResult, ElicitRequest, ElicitRequestParams,
-    ElicitResult, ElicitationAction, InputRequest, InputRequests, InputRequiredResult,
+    ElicitResult, ElicitationAction, ErrorCode, InputRequest, InputRequests, InputRequiredResult,
     ServerRequest,
 };
-use rmcp::service::{PeerRequestOptions, RequestContext};
+use rmcp::service::{PeerRequestOptions, RequestContext, ServiceError};
 use serde_json::{Map, Value, json};
 use std::sync::atomic::Ordering;
 use tokio::time::Instant;
@@ -225,14 +225,18 @@ async fn elicit(
             answer = &mut rx => {
                 let answer = match answer {
                     Ok(Ok(ClientResult::ElicitResult(r))) => r,
+                    // A failed request means no channel for this call (06 §6.10.3).
                     Ok(Ok(other)) => {
                         tracing::info!("elicitation/create got a malformed answer: {other:?}");
-                        inner.elicitation_broken.store(true, Ordering::Relaxed);
                         return Ok(None);
                     }
                     Ok(Err(e)) => {
                         tracing::info!("elicitation/create failed: {e}");
-                        inner.elicitation_broken.store(true, Ordering::Relaxed);
+                        // Invalid params: the client rejects the form request itself (the
+                        // `mode` tag of older revisions), so it never gets one again (06 §6.2.2).
+                        if matches!(&e, ServiceError::McpError(d) if d.code == ErrorCode::INVALID_PARAMS) {
+                            inner.elicitation_broken.store(true, Ordering::Relaxed);
+                        }
                         return Ok(None);
                     }
                     Err(_) => return Ok(None),

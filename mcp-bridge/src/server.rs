@@ -107,7 +107,8 @@ pub(crate) struct Inner {
     pub runner: Arc<dyn CommandRunner>,
     pub roots: RootsCache,
     control: Mutex<Option<Control>>,
-    /// A client that failed an `elicitation/create` has no consent channel (06 §6.2.2).
+    /// A client that rejected the `mode` tag of `elicitation/create` (`-32602`) has no consent
+    /// channel from then on (06 §6.2.2); other failures count for one call only (§6.10.3).
     pub elicitation_broken: AtomicBool,
 }
 
@@ -165,12 +166,15 @@ impl Inner {
         {
             Ok(info) => info.features,
             Err(e) => {
+                // Not cached: the next call that needs the features asks again.
                 tracing::debug!("daemon.hello failed: {e}");
-                Vec::new()
+                return false;
             }
         };
         let has = found.iter().any(|f| f == features::CONSENT_RECORDS);
-        if let Some(c) = self.control.lock().await.as_mut() {
+        if let Some(c) = self.control.lock().await.as_mut()
+            && c.client.is_open()
+        {
             c.features = Some(found);
         }
         has

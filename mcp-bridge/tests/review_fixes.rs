@@ -1118,3 +1118,81 @@ async fn status_on_2026_reports_input_required_only_with_consent_records() {
     let mut c = hello_client(with, &current);
     assert_eq!(status_consent_2026(&mut c, 1).await, "input_required");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Finding 13: one transient failure does not disable MRTR or elicitation for good
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_failed_daemon_hello_is_retried_on_the_next_need() {
+    let fake = prompt_fake(&["tools.call", "consent.create"]);
+    let connector = HelloConnector::new(
+        &fake,
+        &[appduct_protocol::control::features::CONSENT_RECORDS],
+        1,
+    );
+    let hellos = connector.hellos.clone();
+    let mut c = hello_client(connector, &fake);
+    let meta = meta_2026(json!({"elicitation": {"form": {}}}));
+    let call = json!({"name": "appduct_call_tool", "arguments": {"name": "reset"}, "_meta": meta});
+    // The hello fails: this call has no channel, and goes to the daemon without consent.
+    let r = c.request(1, "tools/call", call.clone()).await;
+    assert_eq!(r["result"]["resultType"], "complete", "{r}");
+    assert_eq!(fake.requests("tools.call").len(), 1);
+    // The next call asks again, learns consent.records, and gets the MRTR round.
+    let r = c.request(2, "tools/call", call).await;
+    assert_eq!(r["result"]["resultType"], "input_required", "{r}");
+    assert_eq!(hellos.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+/// Sends a prompt call and answers its `elicitation/create` with `answer` (a JSON-RPC error
+/// object, or a result); returns whether an elicitation was asked at all.
+async fn prompt_call(c: &mut LineClient, id: i64, answer: Value) -> bool {
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "appduct_call_tool", "arguments": {"name": "reset"}}});
+    c.send_line(&call.to_string()).await;
+    let mut asked = false;
+    loop {
+        let m = c.next().await;
+        if m["method"] == "elicitation/create" {
+            asked = true;
+            let mut reply = json!({"jsonrpc": "2.0", "id": m["id"]});
+            if answer.get("code").is_some() {
+                reply["error"] = answer.clone();
+            } else {
+                reply["result"] = answer.clone();
+            }
+            c.send_line(&reply.to_string()).await;
+        } else if m["id"] == id {
+            return asked;
+        }
+    }
+}
+
+#[tokio::test]
+async fn only_a_rejected_form_request_disables_elicitation() {
+    let fake = prompt_fake(&["tools.call"]);
+    let mut c = LineClient::start(fake.clone());
+    c.initialize_with(json!({"elicitation": {}})).await;
+    let transient = json!({"code": -32603, "message": "busy"});
+    assert!(prompt_call(&mut c, 1, transient.clone()).await);
+    // A transient failure costs that call its channel, not the next one.
+    assert!(prompt_call(&mut c, 2, transient).await, "asked again");
+    let malformed = json!({"unexpected": true});
+    assert!(prompt_call(&mut c, 3, malformed).await);
+    assert!(prompt_call(&mut c, 4, json!({"code": -32603, "message": "x"})).await);
+    // Invalid params: the client rejects the form request; it is not asked again.
+    let rejected = json!({"code": -32602, "message": "unknown field mode"});
+    assert!(prompt_call(&mut c, 5, rejected).await);
+    assert!(
+        !prompt_call(&mut c, 6, json!({"action": "accept"})).await,
+        "a client that rejects the request is not asked again"
+    );
+    // Every call without consent went to the daemon without it.
+    let calls = fake.requests("tools.call");
+    assert_eq!(calls.len(), 6);
+    assert!(
+        calls.iter().all(|p| p.get("consent").is_none()),
+        "{calls:?}"
+    );
+}
