@@ -83,7 +83,17 @@ async fn daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliErro
         Command::EventsTail(p) => events::tail(g, out, p).await,
         Command::Playground { tour } => playground::run(g, out, *tour).await,
         Command::Mcp { scheme } => {
-            let dir = g.state_dir()?;
+            let dir = match g.state_dir() {
+                Ok(dir) => dir,
+                // stdout stays JSON-RPC only and --json has no effect: stderr (05 §12).
+                Err(e) => {
+                    let flags = crate::output::OutputFlags {
+                        json: false,
+                        ..g.output
+                    };
+                    return Ok(Reply::Done(Output::for_process(flags).print_failure(&e)));
+                }
+            };
             let mut client = connect::options(g, &dir, Contact::Full);
             client.client_name = MCP_CLIENT_NAME.to_owned();
             let bridge = BridgeOptions {

@@ -45,6 +45,7 @@ use output::Output;
 
 /// Runs the command line `args` (program name first) and returns the process exit status.
 pub fn main_with_args(args: Vec<OsString>) -> u8 {
+    let mcp = names_mcp(&args);
     match command::parse(args) {
         Err(Early::Print(text)) => {
             output::write_stdout(&text);
@@ -55,6 +56,12 @@ pub fn main_with_args(args: Vec<OsString>) -> u8 {
             let _ = help.print();
             0
         }
+        // `mcp` ignores --json and keeps stdout for JSON-RPC: its errors go to stderr (05 §12).
+        Err(Early::Usage(err, flags)) if mcp => Output::for_process(output::OutputFlags {
+            json: false,
+            ..flags
+        })
+        .print_failure(&err),
         Err(Early::Usage(err, flags)) => Output::for_process(flags).print_failure(&err),
         Ok(inv) => {
             let mut out = Output::for_process(inv.globals.output);
@@ -70,4 +77,20 @@ pub fn main_with_args(args: Vec<OsString>) -> u8 {
             dispatch::run(&inv, &out)
         }
     }
+}
+
+/// Whether the command word of `args` (program name first) is `mcp`.
+fn names_mcp(args: &[OsString]) -> bool {
+    let mut words = args.iter().skip(1);
+    while let Some(arg) = words.next() {
+        match arg.to_str() {
+            // The one global flag that takes a separate value.
+            Some("--state-dir") => {
+                words.next();
+            }
+            Some(a) if a.starts_with('-') => {}
+            word => return word == Some("mcp"),
+        }
+    }
+    false
 }

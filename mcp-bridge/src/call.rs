@@ -16,10 +16,10 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use rmcp::RoleServer;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, ClientResult, ElicitRequest, ElicitRequestParams,
-    ElicitResult, ElicitationAction, InputRequest, InputRequests, InputRequiredResult,
+    ElicitResult, ElicitationAction, ErrorCode, InputRequest, InputRequests, InputRequiredResult,
     ServerRequest,
 };
-use rmcp::service::{PeerRequestOptions, RequestContext};
+use rmcp::service::{PeerRequestOptions, RequestContext, ServiceError};
 use serde_json::{Map, Value, json};
 use std::sync::atomic::Ordering;
 use tokio::time::Instant;
@@ -28,7 +28,7 @@ use crate::args::Args;
 use crate::builtins::{deadline_ms, lookup};
 use crate::error::{ToolFailure, success};
 use crate::progress::{Progress, until};
-use crate::server::{ConsentChannel, Inner, is_2026};
+use crate::server::{ConsentChannel, Inner, cancelled_failure, is_2026, unless_cancelled};
 
 /// The `inputRequests` key of the MRTR consent request (06 §6.10.4).
 pub const CONSENT_INPUT_KEY: &str = "appduct_consent";
@@ -120,9 +120,11 @@ async fn first_round(
     context: &RequestContext<RoleServer>,
     planned: &Planned<'_>,
 ) -> Result<CallToolResponse, ToolFailure> {
-    let client = inner.control().await?;
-    let session = inner.resolve(&client, planned.selector).await?;
-    let (effective, entry) = checked_tool(&client, &session, planned).await?;
+    // Until the consent step, a cancel stops the call and nothing more is sent (06 §6.12).
+    let client = unless_cancelled(context, inner.control()).await?;
+    let session = unless_cancelled(context, inner.resolve(&client, planned.selector)).await?;
+    let (effective, entry) =
+        unless_cancelled(context, checked_tool(&client, &session, planned)).await?;
     let destructive = entry
         .descriptor
         .get("annotations")
@@ -132,7 +134,13 @@ async fn first_round(
     let mut progress = Progress::for_request(context);
     let mut consent = None;
     if entry.policy == PolicyDecision::Prompt && session.state == SessionState::Active {
-        match inner.consent_channel(context).await {
+        let channel =
+            unless_cancelled(context, async { Ok(inner.consent_channel(context).await) }).await?;
+        // Checked again right before asking: no prompt, no record for a cancelled call.
+        if context.ct.is_cancelled() {
+            return Err(cancelled_failure());
+        }
+        match channel {
             ConsentChannel::None => {}
             ConsentChannel::InputRequired => {
                 return input_required(inner, &client, &session, planned, destructive).await;
@@ -217,14 +225,18 @@ async fn elicit(
             answer = &mut rx => {
                 let answer = match answer {
                     Ok(Ok(ClientResult::ElicitResult(r))) => r,
+                    // A failed request means no channel for this call (06 §6.10.3).
                     Ok(Ok(other)) => {
                         tracing::info!("elicitation/create got a malformed answer: {other:?}");
-                        inner.elicitation_broken.store(true, Ordering::Relaxed);
                         return Ok(None);
                     }
                     Ok(Err(e)) => {
                         tracing::info!("elicitation/create failed: {e}");
-                        inner.elicitation_broken.store(true, Ordering::Relaxed);
+                        // Invalid params: the client rejects the form request itself (the
+                        // `mode` tag of older revisions), so it never gets one again (06 §6.2.2).
+                        if matches!(&e, ServiceError::McpError(d) if d.code == ErrorCode::INVALID_PARAMS) {
+                            inner.elicitation_broken.store(true, Ordering::Relaxed);
+                        }
                         return Ok(None);
                     }
                     Err(_) => return Ok(None),
@@ -317,7 +329,10 @@ async fn mrtr_retry(
     planned: &Planned<'_>,
 ) -> Result<CallToolResponse, ToolFailure> {
     let handle = request.request_state.clone().unwrap_or_default();
-    let client = inner.control().await?;
+    let client = unless_cancelled(context, inner.control()).await?;
+    if context.ct.is_cancelled() {
+        return Err(cancelled_failure());
+    }
     let record = match client
         .call::<ConsentTake>(ConsentTakeParams { handle })
         .await
@@ -347,12 +362,15 @@ async fn mrtr_retry(
         ));
     }
     // Routed to the record's session id; the selector is not resolved again.
-    let session = client
-        .call::<SessionsDescribe>(SelectorParams {
-            selector: Some(record.session_id.clone()),
-        })
-        .await
-        .map_err(|e| ToolFailure::from_client(&e))?;
+    let describe = async {
+        client
+            .call::<SessionsDescribe>(SelectorParams {
+                selector: Some(record.session_id.clone()),
+            })
+            .await
+            .map_err(|e| ToolFailure::from_client(&e))
+    };
+    let session = unless_cancelled(context, describe).await?;
     if session.session_id != record.session_id {
         return Err(ToolFailure::new(
             ErrorType::UnknownSession,
@@ -360,20 +378,39 @@ async fn mrtr_retry(
         )
         .with_details(json!({"selector": record.session_id})));
     }
-    let (effective, entry) = checked_tool(&client, &session, planned).await?;
+    let (effective, entry) =
+        unless_cancelled(context, checked_tool(&client, &session, planned)).await?;
     let destructive = entry
         .descriptor
         .get("annotations")
         .and_then(|a| a.get("destructiveHint"))
         .and_then(Value::as_bool)
         == Some(true);
+    if context.ct.is_cancelled() {
+        return Err(cancelled_failure());
+    }
     let response = request
         .input_responses
         .as_ref()
         .and_then(|r| r.get(CONSENT_INPUT_KEY));
     let Some(response) = response else {
-        // No answer to our request: ask again with a new handle (the old one was consumed).
-        return input_required(inner, &client, &session, planned, destructive).await;
+        // No answer to our request: ask again with a new handle (the old one was consumed),
+        // if this request still has the channel; a retry that no longer declares form-mode
+        // elicitation (or a daemon without consent records) gets the no-channel row, never
+        // `input_required` (06 §6.10.1, §6.10.4).
+        let channel =
+            unless_cancelled(context, async { Ok(inner.consent_channel(context).await) }).await?;
+        if context.ct.is_cancelled() {
+            return Err(cancelled_failure());
+        }
+        if channel == ConsentChannel::InputRequired {
+            return input_required(inner, &client, &session, planned, destructive).await;
+        }
+        let progress = Progress::for_request(context);
+        return call(
+            inner, context, &client, &session, planned, effective, None, progress,
+        )
+        .await;
     };
     let action = response.get("action").and_then(Value::as_str);
     match action {

@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use crate::args::Args;
 use crate::error::ToolFailure;
 use crate::project::{self, resolve_dir};
-use crate::server::Inner;
+use crate::server::{Inner, cancelled_failure, unless_cancelled};
 
 fn invalid(param: &str, message: impl Into<String>) -> ToolFailure {
     ToolFailure::invalid_request(message).with_details(json!({"param": param}))
@@ -205,6 +205,7 @@ const WEB_INSTRUCTIONS: &str = "Open url in the page's browser, or run script in
 /// What every non-web step needs.
 struct Ctx<'a> {
     inner: &'a Inner,
+    context: &'a RequestContext<RoleServer>,
     req: &'a Request<'a>,
     scheme: &'a str,
     env: &'a ResolveEnv,
@@ -221,16 +222,19 @@ pub async fn run(
         project::argument_dir(cwd)?;
     }
     if req.target == Target::Web {
-        return web(inner, &req).await;
+        return web(inner, context, &req).await;
     }
     // Everything else needs the scheme (and device targets an app id), resolved in D.
-    let dir = resolve_dir(
-        args.str("cwd"),
+    let dir = unless_cancelled(
         context,
-        &inner.roots,
-        &inner.env,
-        state_dir,
-        inner.options.roots_timeout,
+        resolve_dir(
+            args.str("cwd"),
+            context,
+            &inner.roots,
+            &inner.env,
+            state_dir,
+            inner.options.roots_timeout,
+        ),
     )
     .await?;
     let env = inner.env.resolve_env(&dir.dir, state_dir);
@@ -238,6 +242,7 @@ pub async fn run(
         .map_err(|e| project::project_failure(&e))?;
     let ctx = Ctx {
         inner,
+        context,
         req: &req,
         scheme: &scheme.scheme,
         env: &env,
@@ -246,7 +251,7 @@ pub async fn run(
         Target::Device(target) => explicit(&ctx, target).await?,
         Target::Auto => auto(&ctx).await?,
         Target::Qr | Target::Web => {
-            let client = inner.control().await?;
+            let client = unless_cancelled(context, inner.control()).await?;
             qr_result(&ctx, &client, None).await?
         }
     };
@@ -256,10 +261,14 @@ pub async fn run(
 }
 
 /// `target: "web"`: the page URL with `#appduct=<payload>` and the connect script (02 §5.3).
-async fn web(inner: &Inner, req: &Request<'_>) -> Result<Value, ToolFailure> {
+async fn web(
+    inner: &Inner,
+    context: &RequestContext<RoleServer>,
+    req: &Request<'_>,
+) -> Result<Value, ToolFailure> {
     let page = req.url.unwrap_or_default();
-    let client = inner.control().await?;
-    let link = mint(&client, req, None).await?;
+    let client = unless_cancelled(context, inner.control()).await?;
+    let link = mint(context, &client, req, None).await?;
     let composed = compose_web_link(page, &link.deep_link_payload)
         .and_then(|url| web_script(&link.deep_link_payload).map(|script| (url, script)));
     let (url, script) = match composed {
@@ -318,12 +327,15 @@ fn requested_device(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Option<String
 async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Map<String, Value>, ToolFailure> {
     let app_id = app_id_for(ctx, target)?;
     let requested = requested_device(ctx, target)?;
-    let client = ctx.inner.control().await?;
+    let client = unless_cancelled(ctx.context, ctx.inner.control()).await?;
     if target == DeviceTarget::IosDevice {
-        let status = client
-            .call::<DaemonStatus>(Default::default())
-            .await
-            .map_err(|e| ToolFailure::from_client(&e))?;
+        let status = unless_cancelled(ctx.context, async {
+            client
+                .call::<DaemonStatus>(Default::default())
+                .await
+                .map_err(|e| ToolFailure::from_client(&e))
+        })
+        .await?;
         if delivery::is_loopback_address(&status.advertised_address.address) {
             return Err(invalid(
                 "advertisedIp",
@@ -335,10 +347,14 @@ async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Map<String, Val
         }
     }
     let runner = ctx.inner.runner.as_ref();
-    let device = delivery::detect(runner, target, requested.as_deref())
-        .await
-        .map_err(|e| delivery_failure(&e))?;
-    let link = mint(&client, ctx.req, Some(target)).await?;
+    // Dropping a detection kills its helper process (the runner kills on drop).
+    let device = unless_cancelled(ctx.context, async {
+        delivery::detect(runner, target, requested.as_deref())
+            .await
+            .map_err(|e| delivery_failure(&e))
+    })
+    .await?;
+    let link = mint(ctx.context, &client, ctx.req, Some(target)).await?;
     let deep_link = compose(&client, ctx.scheme, &link).await?;
     let d = delivery::Delivery {
         target,
@@ -348,11 +364,13 @@ async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Map<String, Val
         deep_link: &deep_link,
         port: link.endpoint.port,
     };
-    if let Err(e) = delivery::deliver(runner, &d).await {
-        revoke(&client, &link.session_id).await;
-        return Err(delivery_failure(&e));
+    match deliver(ctx, &client, &link, &d).await? {
+        Ok(()) => Ok(delivered(&link, &deep_link, target, &device, false)),
+        Err(e) => {
+            revoke(&client, &link.session_id).await;
+            Err(delivery_failure(&e))
+        }
     }
-    Ok(delivered(&link, &deep_link, target, &device, false))
 }
 
 /// No target: one auto-detected simulator or Android device gets the link; none or several
@@ -366,7 +384,11 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
     sources.push(DeviceTarget::Android);
     let mut candidates: Vec<(DeviceTarget, String)> = Vec::new();
     for target in sources {
-        match delivery::detect_candidates(runner, target).await {
+        let found = unless_cancelled(ctx.context, async {
+            Ok(delivery::detect_candidates(runner, target).await)
+        })
+        .await?;
+        match found {
             Ok(found) => candidates.extend(found.into_iter().map(|d| (target, d))),
             // A missing or failing tool only means no candidate from it.
             Err(e) => tracing::debug!("auto-detection: {e}"),
@@ -375,7 +397,7 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
     let (target, device) = match candidates.as_slice() {
         [(target, device)] => (*target, device.clone()),
         [] => {
-            let client = ctx.inner.control().await?;
+            let client = unless_cancelled(ctx.context, ctx.inner.control()).await?;
             let searched = if ctx.inner.env.detects_simulators {
                 "No booted iOS simulator or attached Android device was found"
             } else {
@@ -387,7 +409,7 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
             return qr_result(ctx, &client, Some(note)).await;
         }
         many => {
-            let client = ctx.inner.control().await?;
+            let client = unless_cancelled(ctx.context, ctx.inner.control()).await?;
             let listed: Vec<String> = many
                 .iter()
                 .map(|(t, d)| format!("{} {d}", t.as_str()))
@@ -401,8 +423,8 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
     };
     // An auto-detected Android device needs an app id like an explicit one; before minting.
     let app_id = app_id_for(ctx, target)?;
-    let client = ctx.inner.control().await?;
-    let link = mint(&client, ctx.req, Some(target)).await?;
+    let client = unless_cancelled(ctx.context, ctx.inner.control()).await?;
+    let link = mint(ctx.context, &client, ctx.req, Some(target)).await?;
     let deep_link = compose(&client, ctx.scheme, &link).await?;
     let d = delivery::Delivery {
         target,
@@ -412,7 +434,7 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
         deep_link: &deep_link,
         port: link.endpoint.port,
     };
-    match delivery::deliver(runner, &d).await {
+    match deliver(ctx, &client, &link, &d).await? {
         Ok(()) => Ok(delivered(&link, &deep_link, target, &device, true)),
         Err(e) => {
             // Discard the loopback link; a fresh one on the advertised address for the QR.
@@ -433,19 +455,49 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
 }
 
 /// `link.create` with the address rule of 02 §7 for `target` (none: the advertised address).
+/// Not started for a cancelled request; not raced either, so the id of the link is always
+/// learnt, and a link minted for a request cancelled meanwhile is revoked (06 §6.12).
 async fn mint(
+    context: &RequestContext<RoleServer>,
     client: &ControlClient,
     req: &Request<'_>,
     target: Option<DeviceTarget>,
 ) -> Result<LinkCreateResult, ToolFailure> {
-    client
+    if context.ct.is_cancelled() {
+        return Err(cancelled_failure());
+    }
+    let link = client
         .call::<LinkCreate>(LinkCreateParams {
             ttl_seconds: req.ttl_seconds,
             address_override: delivery::address_override(target, req.transport),
             transport: Some(req.transport),
         })
         .await
-        .map_err(|e| ToolFailure::from_client(&e))
+        .map_err(|e| ToolFailure::from_client(&e))?;
+    if context.ct.is_cancelled() {
+        revoke(client, &link.session_id).await;
+        return Err(cancelled_failure());
+    }
+    Ok(link)
+}
+
+/// Delivery raced against the cancel token: a cancel stops the helper (dropped, so killed) and
+/// revokes the link, which was never opened. The inner result is the delivery's own outcome.
+async fn deliver(
+    ctx: &Ctx<'_>,
+    client: &ControlClient,
+    link: &LinkCreateResult,
+    d: &delivery::Delivery<'_>,
+) -> Result<Result<(), DeliveryError>, ToolFailure> {
+    let runner = ctx.inner.runner.as_ref();
+    tokio::select! {
+        biased;
+        () = ctx.context.ct.cancelled() => {
+            revoke(client, &link.session_id).await;
+            Err(cancelled_failure())
+        }
+        r = delivery::deliver(runner, d) => Ok(r),
+    }
 }
 
 /// The shared composer; a link that cannot be composed is discarded.
@@ -507,7 +559,7 @@ async fn qr_result(
     client: &ControlClient,
     note: Option<String>,
 ) -> Result<Map<String, Value>, ToolFailure> {
-    let link = mint(client, ctx.req, None).await?;
+    let link = mint(ctx.context, client, ctx.req, None).await?;
     let deep_link = compose(client, ctx.scheme, &link).await?;
     let mut notes: Vec<String> = note.into_iter().collect();
     let mut out = base(&link);

@@ -4,13 +4,15 @@
 
 use std::fmt;
 
-use appduct_daemon::client::{ClientError, ClientOptions, ControlClient};
+use appduct_daemon::client::{ClientError, ClientOptions, ControlClient, VersionCheck};
 use appduct_daemon::seams::BoxFuture;
 
 /// Opens control connections.
 pub trait DaemonConnector: Send + Sync + fmt::Debug + 'static {
-    /// A new connection. `spawn` allows starting the daemon when it is not running
-    /// (`appduct_status` passes `false`: a status check has no side effects, 06 §6.8.9).
+    /// A new connection. `spawn: true` is connect-or-spawn with the version check of 03 §12
+    /// (run once per process). `spawn: false` has no side effects at all: the daemon is not
+    /// started, and no version check runs, so an older daemon is never replaced (used by
+    /// `appduct_status`, 06 §6.8.9, §6.14).
     fn connect(&self, spawn: bool) -> BoxFuture<'_, Result<ControlClient, ClientError>>;
 }
 
@@ -29,7 +31,11 @@ impl SocketConnector {
 impl DaemonConnector for SocketConnector {
     fn connect(&self, spawn: bool) -> BoxFuture<'_, Result<ControlClient, ClientError>> {
         let mut options = self.options.clone();
-        options.auto_spawn = options.auto_spawn && spawn;
+        if !spawn {
+            options.auto_spawn = false;
+            // The check could replace an older idle daemon, which means spawning one.
+            options.version_policy.check = VersionCheck::Skip;
+        }
         Box::pin(ControlClient::connect(options))
     }
 }

@@ -12,7 +12,9 @@ mod call;
 pub mod catalog;
 mod connect;
 pub mod connector;
+pub mod deferred_log;
 pub mod error;
+pub mod framing;
 pub mod options;
 pub mod progress;
 pub mod project;
@@ -23,9 +25,10 @@ mod wait;
 
 pub use connector::{DaemonConnector, SocketConnector};
 pub use error::{PUBLISHED_ERROR_TYPES, ToolFailure};
+pub use framing::LineTransport;
 pub use options::BridgeOptions;
 pub use server::Bridge;
-pub use stdio::{StdioOptions, run_stdio};
+pub use stdio::{StdioOptions, run_stdio, serve_stdio};
 
 use std::sync::Arc;
 

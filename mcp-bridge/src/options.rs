@@ -20,7 +20,8 @@ pub struct BridgeOptions {
     pub heartbeat_interval: Duration,
     /// Bound of a `roots/list` request [2 s].
     pub roots_timeout: Duration,
-    /// How long the host waits after stdin EOF before exiting [2 s].
+    /// The bound from stdin EOF (or SIGINT/SIGTERM) to the exit [2 s]: in-flight work gets
+    /// this minus [`EXIT_MARGIN`](crate::stdio::EXIT_MARGIN), which is kept for teardown.
     pub exit_grace: Duration,
     /// `--scheme` of `appduct mcp`, first in the scheme order (05 §5.1).
     pub scheme: Option<String>,

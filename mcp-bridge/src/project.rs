@@ -11,7 +11,7 @@ use std::time::Duration;
 use appduct_daemon::project::{self as shared, Platform, ProjectError, ResolveEnv, ResolvedScheme};
 use rmcp::RoleServer;
 use rmcp::model::{ClientResult, ProtocolVersion, ServerRequest};
-use rmcp::service::{Peer, RequestContext};
+use rmcp::service::{Peer, PeerRequestOptions, RequestContext};
 use serde_json::{Value, json};
 
 use crate::error::ToolFailure;
@@ -91,23 +91,35 @@ impl ProjectEnv {
 }
 
 /// The roots answer cache (06 §6.13): read once, dropped by `notifications/roots/list_changed`;
-/// a failed read keeps the last good list.
+/// a failed read keeps the last good list. Concurrent resolutions share one `roots/list`, and
+/// an answer to a read that a list-changed overtook is used once but not kept as current.
 #[derive(Debug, Default)]
 pub struct RootsCache {
     state: Mutex<RootsState>,
+    /// Held for the duration of a read, so a second resolution waits for the first's answer.
+    reading: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug, Default)]
 struct RootsState {
     last_good: Option<Vec<PathBuf>>,
-    /// A read happened since the last list-changed notification.
-    fresh: bool,
+    /// Bumped by every list-changed notification.
+    generation: u64,
+    /// The generation during which the last read started and ended, if that is the current
+    /// one: the cached answer is current.
+    read_in: Option<u64>,
+}
+
+impl RootsState {
+    fn current(&self) -> Option<Vec<PathBuf>> {
+        (self.read_in == Some(self.generation)).then(|| self.last_good.clone().unwrap_or_default())
+    }
 }
 
 impl RootsCache {
     /// `notifications/roots/list_changed`: the next resolution reads again.
     pub fn invalidate(&self) {
-        self.lock().fresh = false;
+        self.lock().generation += 1;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, RootsState> {
@@ -115,38 +127,55 @@ impl RootsCache {
     }
 
     async fn roots(&self, peer: &Peer<RoleServer>, timeout: Duration) -> Vec<PathBuf> {
-        {
-            let st = self.lock();
-            if st.fresh {
-                return st.last_good.clone().unwrap_or_default();
-            }
+        if let Some(current) = self.lock().current() {
+            return current;
         }
+        let _reading = self.reading.lock().await;
+        // A read that finished while this one waited counts.
+        let generation = {
+            let st = self.lock();
+            if let Some(current) = st.current() {
+                return current;
+            }
+            st.generation
+        };
         let read = read_roots(peer, timeout).await;
         let mut st = self.lock();
-        st.fresh = true;
+        if let Some(list) = &read {
+            st.last_good = Some(list.clone());
+        }
+        // A failed read also counts as a read (a client that never answers costs the timeout
+        // once per list-changed), unless a list-changed arrived meanwhile.
+        if st.generation == generation {
+            st.read_in = Some(generation);
+        }
         match read {
-            Some(list) => {
-                st.last_good = Some(list.clone());
-                list
-            }
+            Some(list) => list,
             None => st.last_good.clone().unwrap_or_default(),
         }
     }
 }
 
+/// `roots/list` with the timeout; a timed-out request is cancelled with
+/// `notifications/cancelled` (rmcp sends it when the bound passes).
 #[allow(deprecated)]
 async fn read_roots(peer: &Peer<RoleServer>, timeout: Duration) -> Option<Vec<PathBuf>> {
     let request = ServerRequest::ListRootsRequest(Default::default());
-    let answer = tokio::time::timeout(timeout, peer.send_request(request)).await;
-    let value = match answer {
-        Ok(Ok(ClientResult::ListRootsResult(r))) => serde_json::to_value(r).ok()?,
-        Ok(Ok(ClientResult::CustomResult(c))) => c.0,
-        Ok(other) => {
-            tracing::debug!("roots/list gave no usable answer: {other:?}");
+    let handle = match peer
+        .send_request_with_option(request, PeerRequestOptions::with_timeout(timeout))
+        .await
+    {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::debug!("roots/list could not be sent: {e}");
             return None;
         }
-        Err(_) => {
-            tracing::debug!("roots/list timed out");
+    };
+    let value = match handle.await_response().await {
+        Ok(ClientResult::ListRootsResult(r)) => serde_json::to_value(r).ok()?,
+        Ok(ClientResult::CustomResult(c)) => c.0,
+        other => {
+            tracing::debug!("roots/list gave no usable answer: {other:?}");
             return None;
         }
     };
@@ -257,12 +286,9 @@ pub async fn resolve_dir(
             });
         }
     }
-    if let Some(p) = env.claude_project_dir.as_deref().map(Path::new)
-        && p.is_absolute()
-        && p.is_dir()
-    {
+    if let Some(dir) = claude_project_dir(env) {
         return Ok(ProjectDir {
-            dir: normalise(p),
+            dir,
             source: CwdSource::ClaudeProjectDir,
             roots: None,
         });
@@ -275,6 +301,18 @@ pub async fn resolve_dir(
         source: CwdSource::Server,
         roots: None,
     })
+}
+
+/// D for a request without `cwd` and roots: `CLAUDE_PROJECT_DIR` (absolute, existing), else
+/// the server's own directory (06 §6.13, sources 3 and 4).
+pub fn startup_dir(env: &ProjectEnv) -> Option<PathBuf> {
+    claude_project_dir(env).or_else(|| env.server_cwd.clone())
+}
+
+/// `CLAUDE_PROJECT_DIR` when it names an absolute, existing directory.
+fn claude_project_dir(env: &ProjectEnv) -> Option<PathBuf> {
+    let p = Path::new(env.claude_project_dir.as_deref()?);
+    (p.is_absolute() && p.is_dir()).then(|| normalise(p))
 }
 
 /// The `cwd` argument: an absolute path to an existing directory.

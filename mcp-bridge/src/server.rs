@@ -2,6 +2,7 @@
 //! built-ins, the `appduct://sessions` resource and the roots cache.
 
 use std::borrow::Cow;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -11,9 +12,9 @@ use appduct_protocol::control::features;
 use appduct_protocol::control::{SelectorParams, SessionSummary, SessionsDescribe, SessionsList};
 use appduct_protocol::errors::ErrorType;
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, ErrorData, InitializeResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    CacheScope, CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode,
+    ErrorData, InitializeResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
     ResourceContents, ServerConfig,
 };
 use rmcp::service::{NotificationContext, RequestContext};
@@ -67,6 +68,28 @@ impl ConsentChannel {
     }
 }
 
+/// The failure of a request the client cancelled; rmcp never writes it (06 §6.12).
+pub fn cancelled_failure() -> ToolFailure {
+    ToolFailure::new(
+        ErrorType::ToolCancelled,
+        "the request was cancelled by the client",
+    )
+}
+
+/// Runs `step` unless the request is cancelled first; a request already cancelled does not
+/// start it (06 §6.12: every long step selects on the cancel token). Dropping `step` must be
+/// harmless: use it for lookups, not for steps whose effect needs undoing.
+pub async fn unless_cancelled<T>(
+    context: &RequestContext<RoleServer>,
+    step: impl Future<Output = Result<T, ToolFailure>>,
+) -> Result<T, ToolFailure> {
+    tokio::select! {
+        biased;
+        () = context.ct.cancelled() => Err(cancelled_failure()),
+        r = step => r,
+    }
+}
+
 /// Form-mode elicitation declared in this request's capabilities: `elicitation: {}` or
 /// `elicitation.form`; url-only means no channel (06 §6.2.2).
 pub fn declares_form_elicitation(context: &RequestContext<RoleServer>) -> bool {
@@ -84,7 +107,8 @@ pub(crate) struct Inner {
     pub runner: Arc<dyn CommandRunner>,
     pub roots: RootsCache,
     control: Mutex<Option<Control>>,
-    /// A client that failed an `elicitation/create` has no consent channel (06 §6.2.2).
+    /// A client that rejected the `mode` tag of `elicitation/create` (`-32602`) has no consent
+    /// channel from then on (06 §6.2.2); other failures count for one call only (§6.10.3).
     pub elicitation_broken: AtomicBool,
 }
 
@@ -142,15 +166,51 @@ impl Inner {
         {
             Ok(info) => info.features,
             Err(e) => {
+                // Not cached: the next call that needs the features asks again.
                 tracing::debug!("daemon.hello failed: {e}");
-                Vec::new()
+                return false;
             }
         };
         let has = found.iter().any(|f| f == features::CONSENT_RECORDS);
-        if let Some(c) = self.control.lock().await.as_mut() {
+        if let Some(c) = self.control.lock().await.as_mut()
+            && c.client.is_open()
+        {
             c.features = Some(found);
         }
         has
+    }
+
+    /// Whether the daemon has `consent.records`, learnt without spawning (`appduct_status`,
+    /// 06 §6.8.9): the features of the open persistent connection, else a `daemon.hello` on
+    /// `status` (the status check's own connection), else — no daemon runs — `true`, because
+    /// the daemon a call would spawn is this version's.
+    pub async fn consent_records_without_spawn(&self, status: Option<&ControlClient>) -> bool {
+        let open = {
+            let slot = self.control.lock().await;
+            match slot.as_ref() {
+                Some(c) if c.client.is_open() => match &c.features {
+                    Some(f) => return f.iter().any(|f| f == features::CONSENT_RECORDS),
+                    None => true,
+                },
+                _ => false,
+            }
+        };
+        if open {
+            return self.has_consent_records().await;
+        }
+        let Some(client) = status else {
+            return true;
+        };
+        match client
+            .handshake("appduct-mcp", catalog::SERVER_VERSION)
+            .await
+        {
+            Ok(info) => info.features.iter().any(|f| f == features::CONSENT_RECORDS),
+            Err(e) => {
+                tracing::debug!("daemon.hello failed: {e}");
+                false
+            }
+        }
     }
 
     /// The channel for a `"prompt"` tool in this request (06 §6.10.1).
@@ -248,16 +308,28 @@ impl Bridge {
             Err(f) => return f.into_result().into(),
         };
         let inner = &self.inner;
+        // `connect` and `call_tool` handle a cancel step by step (a minted link is revoked, a
+        // sent call is cancelled); every step of the others can simply be dropped (06 §6.12).
         let outcome = match name {
             catalog::CONNECT => connect::run(inner, context, &args).await,
-            catalog::WAIT_FOR_SESSION => wait::for_session(inner, context, &args).await,
-            catalog::LIST_TOOLS => builtins::list_tools(inner, &args).await,
-            catalog::DESCRIBE_TOOL => builtins::describe_tool(inner, &args).await,
             catalog::CALL_TOOL => return call::run(inner, context, request, &args).await,
-            catalog::LIST_EVENTS => builtins::list_events(inner, &args).await,
-            catalog::EVENTS => builtins::events(inner, &args).await,
-            catalog::WAIT_FOR_EVENT => wait::for_event(inner, context, &args).await,
-            catalog::STATUS => status::run(inner, context, &args).await,
+            catalog::WAIT_FOR_SESSION => {
+                unless_cancelled(context, wait::for_session(inner, context, &args)).await
+            }
+            catalog::LIST_TOOLS => {
+                unless_cancelled(context, builtins::list_tools(inner, &args)).await
+            }
+            catalog::DESCRIBE_TOOL => {
+                unless_cancelled(context, builtins::describe_tool(inner, &args)).await
+            }
+            catalog::LIST_EVENTS => {
+                unless_cancelled(context, builtins::list_events(inner, &args)).await
+            }
+            catalog::EVENTS => unless_cancelled(context, builtins::events(inner, &args)).await,
+            catalog::WAIT_FOR_EVENT => {
+                unless_cancelled(context, wait::for_event(inner, context, &args)).await
+            }
+            catalog::STATUS => unless_cancelled(context, status::run(inner, context, &args)).await,
             _ => Err(not_a_builtin(name)),
         };
         match outcome {
@@ -381,6 +453,62 @@ impl ServerHandler for Bridge {
 
     async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
         self.inner.roots.invalidate();
+    }
+
+    /// rmcp hands over as a custom request both unknown methods and known ones whose params do
+    /// not fit the MCP schema (a `tools/call` without `name`, `arguments: "x"`). The first get
+    /// `-32601`, the second `-32602` (06 §6.6).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        if served_method(&request.method, is_2026(&context)) {
+            let reason = params_error(&request);
+            return Err(ErrorData::invalid_params(
+                format!("invalid params for {}: {reason}", request.method),
+                None,
+            ));
+        }
+        Err(ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            request.method,
+            None,
+        ))
+    }
+}
+
+/// The requests the bridge serves (06 §6.3); `ping` only on the older revisions.
+fn served_method(method: &str, on_2026: bool) -> bool {
+    match method {
+        "initialize"
+        | "tools/list"
+        | "tools/call"
+        | "resources/list"
+        | "resources/read"
+        | "resources/templates/list"
+        | "server/discover" => true,
+        "ping" => !on_2026,
+        _ => false,
+    }
+}
+
+/// Why the params of a served method did not parse, for the `-32602` message.
+fn params_error(request: &CustomRequest) -> String {
+    let Some(params) = request.params.as_ref() else {
+        return "params are missing".to_owned();
+    };
+    let parsed = match request.method.as_str() {
+        "tools/call" => serde_json::from_value::<CallToolRequestParams>(params.clone()).err(),
+        "resources/read" => {
+            serde_json::from_value::<ReadResourceRequestParams>(params.clone()).err()
+        }
+        _ => None,
+    };
+    match parsed {
+        Some(e) => e.to_string(),
+        None if !params.is_object() => "params must be an object".to_owned(),
+        None => "params do not match the request schema".to_owned(),
     }
 }
 

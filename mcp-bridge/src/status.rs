@@ -31,7 +31,8 @@ pub async fn run(
     let protocol = context
         .protocol_version()
         .unwrap_or(ProtocolVersion::V_2025_11_25);
-    let (daemon, sessions, extra) = match inner.connector.connect(false).await {
+    let status_client = inner.connector.connect(false).await;
+    let (daemon, sessions, extra) = match &status_client {
         Ok(client) => match client.call::<DaemonStatus>(Default::default()).await {
             Ok(s) => (
                 json!({
@@ -50,12 +51,19 @@ pub async fn run(
         },
         Err(e) => (unreachable(&e.to_string()), json!([]), None),
     };
-    // Without spawning, the daemon's features are unknown; report the channel the client
-    // declared (the daemon's `consent.records` is checked when a call needs it).
+    // The channel a call would use: on 2026-07-28 that needs the daemon's `consent.records`
+    // (06 §6.8.9, §6.10.4), learnt without spawning.
     let consent = if !declares_form_elicitation(context) {
         ConsentChannel::None
     } else if is_2026(context) {
-        ConsentChannel::InputRequired
+        if inner
+            .consent_records_without_spawn(status_client.as_ref().ok())
+            .await
+        {
+            ConsentChannel::InputRequired
+        } else {
+            ConsentChannel::None
+        }
     } else {
         inner.consent_channel(context).await
     };

@@ -1,6 +1,12 @@
 //! Test harness for the bridge (01 §10.3): a `FakeDaemon` that answers only the methods a test
 //! registers (with the selector rules of 03 §7) and fails loudly on any other, a connector that
 //! serves it over `tokio::io::duplex`, and an rmcp client over a second duplex.
+//!
+//! "Fails loudly" (06 §6.1): an unregistered method is answered `-32601` and recorded; the
+//! [`Harness`] and [`RawClient`] check the record when they are dropped, which happens on the
+//! test's own thread at the end of the test, so the test fails. (A panic in the fake's own
+//! `Drop` would not do: the last reference usually dies inside a tokio task, where the panic is
+//! swallowed.) Tests that use the fake without either call [`FakeDaemon::assert_no_unexpected`].
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{HashMap, HashSet};
@@ -46,7 +52,7 @@ pub struct FakeState {
     pub advertised: Option<String>,
 }
 
-/// The fake daemon. Dropping it panics if any unregistered method was called.
+/// The fake daemon. Unregistered methods are recorded; see [`FakeDaemon::assert_no_unexpected`].
 #[derive(Default)]
 pub struct FakeDaemon {
     pub state: Mutex<FakeState>,
@@ -58,15 +64,6 @@ pub struct FakeDaemon {
     pub logged: Notify,
     pub connections: AtomicUsize,
     pub subscribers: Mutex<Vec<Connection>>,
-}
-
-impl Drop for FakeDaemon {
-    fn drop(&mut self) {
-        let unexpected = self.unexpected.lock().unwrap().clone();
-        if !unexpected.is_empty() && !std::thread::panicking() {
-            panic!("FakeDaemon received unregistered methods: {unexpected:?}");
-        }
-    }
 }
 
 pub const PIN: &str = "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
@@ -115,6 +112,21 @@ impl FakeDaemon {
         let mut st = self.state.lock().unwrap();
         st.sessions.retain(|s| s.session_id != id);
         st.tools.remove(id);
+    }
+
+    /// The unregistered methods received so far, in order.
+    pub fn unexpected(&self) -> Vec<String> {
+        self.unexpected.lock().unwrap().clone()
+    }
+
+    /// Panics (on the caller's thread, so the test fails) if any unregistered method was
+    /// received.
+    pub fn assert_no_unexpected(&self) {
+        let unexpected = self.unexpected();
+        assert!(
+            unexpected.is_empty(),
+            "FakeDaemon received unregistered methods: {unexpected:?}"
+        );
     }
 
     pub fn on_call(&self, hook: CallHook) {
@@ -595,6 +607,15 @@ pub struct Harness {
     pub fake: Arc<FakeDaemon>,
 }
 
+/// Dropped at the end of the test body, on the test thread: an unregistered method fails it.
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.fake.assert_no_unexpected();
+        }
+    }
+}
+
 pub fn test_options() -> BridgeOptions {
     BridgeOptions {
         consent_timeout: Duration::from_millis(300),
@@ -723,6 +744,14 @@ pub struct RawClient {
     write: tokio::io::WriteHalf<tokio::io::DuplexStream>,
     lines: tokio::io::Lines<tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
     pub fake: Arc<FakeDaemon>,
+}
+
+impl Drop for RawClient {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.fake.assert_no_unexpected();
+        }
+    }
 }
 
 impl RawClient {
