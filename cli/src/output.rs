@@ -103,10 +103,10 @@ impl Output {
         }
     }
 
-    /// JSON embedded in a single-line human field (error details, event payloads): compact,
-    /// or pretty with `--pretty` (05 §2.1).
+    /// App-supplied JSON embedded in a human field (error details, event payloads): compact,
+    /// or pretty with `--pretty` (05 §2.1), control characters escaped (08 §4.13).
     pub fn inline_json(&self, value: &Value) -> String {
-        self.json_document(value)
+        render::human_json(value, self.flags.pretty)
     }
 
     /// JSON `meta` (05 §3.4): `command`, `timestamp`, `durationMs`, then `extra`.
@@ -185,9 +185,10 @@ impl Output {
 
     /// The human error block (05 §3.3), plus the meta block and the error's tail.
     pub fn render_error_block(&self, err: &CliError, paint: Paint) -> String {
+        // A tool's error (type, message, details) comes from the app: cleaned (08 §4.13).
         let mut rows = vec![
-            Row::field("Type", err.error_type.as_str()),
-            Row::field("Message", err.message.as_str()),
+            Row::field("Type", render::clean_line(&err.error_type)),
+            Row::field("Message", render::clean_text(&err.message)),
         ];
         if !err.hide_human_details
             && let Some(details) = err.details_without_hint()
@@ -195,11 +196,11 @@ impl Output {
             if self.flags.pretty {
                 rows.push(Row::block("Details", self.inline_json(&details)));
             } else {
-                rows.push(Row::field("Details", details.to_string()));
+                rows.push(Row::field("Details", self.inline_json(&details)));
             }
         }
         if let Some(hint) = err.hint() {
-            rows.push(Row::field("Hint", hint));
+            rows.push(Row::field("Hint", render::clean_text(hint)));
         }
         let mut text = render::sections(&[Section::new(paint.bold_red("Command failed"), rows)]);
         if let Some(tail) = &err.human_tail {
@@ -464,5 +465,36 @@ Command failed
             o.render_failure_after_start(&CliError::connection("lost"))
                 .starts_with("Command failed\n")
         );
+    }
+
+    #[test]
+    fn human_error_block_removes_app_control_characters() {
+        let hostile = "x\u{1b}]0;t\u{7} \u{1b}[2J \u{9b}2J\u{7f}";
+        let e = CliError::from_wire(
+            "tool_execution_error",
+            format!("{hostile}\nsecond line"),
+            Some(json!({"detail": hostile, "hint": hostile})),
+        );
+        for pretty in [false, true] {
+            let (_, stderr) = out(false, pretty, false).render_failure(&e);
+            assert!(
+                !stderr.chars().any(|c| c.is_control() && c != '\n'),
+                "{stderr:?}"
+            );
+            assert!(
+                stderr.contains("  Message:  x]0;t [2J 2J\n            second line\n"),
+                "{stderr}"
+            );
+            assert!(stderr.contains("  Hint:     x]0;t [2J 2J\n"), "{stderr}");
+            assert!(
+                stderr.contains(r"\u001b]0;t\u0007 \u001b[2J \u009b2J\u007f"),
+                "{stderr}"
+            );
+        }
+        // `--json` stays exact: the envelope carries the message as the app sent it.
+        let (stdout, _) = out(true, false, false).render_failure(&e);
+        let v: Value = serde_json::from_str(&stdout).unwrap_or_default();
+        assert_eq!(v["error"]["message"], format!("{hostile}\nsecond line"));
+        assert_eq!(v["error"]["details"]["detail"], hostile);
     }
 }

@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use appduct_daemon::client::CallProgress;
 use serde_json::Number;
 
+use crate::render;
+
 /// The display appears this long after the request if no response arrived.
 pub const APPEAR_AFTER: Duration = Duration::from_millis(250);
 /// Minimum time between two redraws (10 per second).
@@ -62,7 +64,7 @@ impl Display {
         match item {
             CallProgress::Started(s) => {
                 self.started = Some(Started {
-                    alias: s.alias.clone(),
+                    alias: render::clean_line(&s.alias),
                     deadline_ms: s.deadline_ms,
                 });
             }
@@ -132,9 +134,11 @@ pub fn bar(p: f64) -> String {
     )
 }
 
+/// An app-supplied progress message on the one-line bar: line breaks become spaces, other
+/// control characters are removed (08 §4.13), at most 120 characters.
 fn single_line(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+    render::clean_line(&text.replace(['\n', '\r'], " "))
+        .chars()
         .take(120)
         .collect()
 }
@@ -268,6 +272,28 @@ mod tests {
         );
         d.set_cancelling();
         assert!(d.line(Duration::ZERO, 0).ends_with("Cancelling…"));
+    }
+
+    #[test]
+    fn app_supplied_alias_and_message_reach_the_bar_without_control_characters() {
+        let mut d = Display::new("evil", None);
+        d.update(&CallProgress::Started(ToolCallStartedParams {
+            request_id: RequestId::Number(1),
+            call_id: "cli-1".into(),
+            session_id: "s".into(),
+            alias: "pixel\u{1b}[2J-8".into(),
+            name: "evil".into(),
+            deadline_ms: 5000,
+            ts: 0,
+        }));
+        d.update(&progress(
+            Some(0.5),
+            Some("a\u{1b}]0;x\u{7}b\u{9b}2J\nc\td\u{7f}"),
+        ));
+        let line = d.line(Duration::ZERO, 0);
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(line.contains("evil on pixel[2J-8"), "{line}");
+        assert!(line.ends_with("a]0;xb2J cd"), "{line}");
     }
 
     #[test]

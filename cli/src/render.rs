@@ -1,5 +1,6 @@
 //! Human rendering helpers (05 §3.3): instants, relative ages, byte sizes, the borderless table
-//! of `sessions ls`, label/value blocks and ANSI styling. Pure functions; nothing here prints.
+//! of `sessions ls`, label/value blocks, ANSI styling and the cleaning of app-supplied text
+//! (08 §4.13). Pure functions; nothing here prints.
 
 use time::{OffsetDateTime, UtcOffset};
 
@@ -219,6 +220,57 @@ pub fn indent(text: &str, spaces: usize) -> String {
         }
     }
     out
+}
+
+// App-supplied text (08 §4.13): names, descriptions, error messages and details, results and
+// event payloads may hold C0, DEL or C1 characters (ESC, BEL, U+009B CSI) that would drive the
+// terminal. Every such string passes through one of these before it reaches human output;
+// `--json` output is left exact.
+
+/// App-supplied text for a multi-line human field: `\r\n` and `\r` become `\n`; every other
+/// control character (U+0000–U+001F, U+007F–U+009F, tab included) is removed.
+pub fn clean_text(text: &str) -> String {
+    text.replace("\r\n", "\n")
+        .replace('\r', "\n")
+        .chars()
+        .filter(|c| *c == '\n' || !c.is_control())
+        .collect()
+}
+
+/// App-supplied text for a single-line place (table cell, heading, event line, progress
+/// message): every control character, line breaks included, removed.
+pub fn clean_line(text: &str) -> String {
+    text.chars().filter(|c| !c.is_control()).collect()
+}
+
+/// JSON text (or a cut-off piece of it) for a single human line: every control character is
+/// written as its `\uXXXX` escape, so the data stays visible and what is valid JSON stays valid
+/// JSON with the same meaning. serde_json escapes C0 itself but leaves DEL and C1 raw.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// An app-supplied JSON value for human output: compact or pretty (2-space indent), with
+/// [`escape_controls`] applied. Pretty output keeps its line breaks, which are structural:
+/// serde_json escapes every line break inside a string.
+pub fn human_json(value: &serde_json::Value, pretty: bool) -> String {
+    let text = if pretty {
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    } else {
+        value.to_string()
+    };
+    text.split('\n')
+        .map(escape_controls)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Whether colour may be used on a stream (05 §3.3): it is a terminal, `NO_COLOR` is unset or
@@ -474,5 +526,51 @@ Tool: add_item
     fn paint_is_plain_when_disabled() {
         assert_eq!(Paint::PLAIN.red("x"), "x");
         assert_eq!(Paint { enabled: true }.red("x"), "\x1b[31mx\x1b[0m");
+    }
+
+    /// OSC title, ESC CSI, C1 CSI and DEL: what an app might send at the terminal.
+    const HOSTILE: &str = "x\u{1b}]0;t\u{7} \u{1b}[2J \u{9b}2J \u{7f}";
+
+    #[test]
+    fn clean_text_keeps_line_breaks_and_removes_other_controls() {
+        assert_eq!(clean_text(HOSTILE), "x]0;t [2J 2J ");
+        assert_eq!(clean_text("a\r\nb\rc\td\n"), "a\nb\ncd\n");
+        assert_eq!(clean_text("plain ü …"), "plain ü …");
+    }
+
+    #[test]
+    fn clean_line_removes_line_breaks_too() {
+        assert_eq!(clean_line("a\nb\u{85}c"), "abc");
+        assert_eq!(clean_line(HOSTILE), "x]0;t [2J 2J ");
+        assert_eq!(clean_line("pixel-8"), "pixel-8");
+    }
+
+    #[test]
+    fn human_json_escapes_what_serde_leaves_raw_and_stays_the_same_json() {
+        let v = serde_json::json!({"text": HOSTILE, "n": [1, 2]});
+        for pretty in [false, true] {
+            let text = human_json(&v, pretty);
+            assert!(
+                !text.chars().any(|c| c.is_control() && c != '\n'),
+                "{text:?}"
+            );
+            assert!(
+                text.contains("\\u009b") && text.contains("\\u007f"),
+                "{text}"
+            );
+            assert_eq!(
+                serde_json::from_str::<serde_json::Value>(&text).ok(),
+                Some(v.clone())
+            );
+        }
+        assert!(!human_json(&v, false).contains('\n'));
+        assert_eq!(
+            human_json(&serde_json::json!({"a": 1}), true),
+            "{\n  \"a\": 1\n}"
+        );
+        assert_eq!(
+            escape_controls("{\"a\":\"\u{9b}\n"),
+            "{\"a\":\"\\u009b\\u000a"
+        );
     }
 }

@@ -16,7 +16,7 @@ use crate::connect::{self, Contact};
 use crate::dispatch::Reply;
 use crate::error::CliError;
 use crate::output::{self, Output, Success};
-use crate::render::Paint;
+use crate::render::{self, Paint};
 use crate::tools::{describe_session, list_all};
 
 /// `snapshotVersion` of the document.
@@ -259,10 +259,14 @@ pub fn check(path: &Path, live: &Value, alias: &str, paint: Paint) -> Result<Suc
         ("~", "event", &events_changed),
     ] {
         for n in names.iter() {
-            tail.push_str(&format!("{mark} {kind} {n}\n"));
+            tail.push_str(&format!("{mark} {kind} {}\n", render::clean_line(n)));
         }
     }
+    // The diff shows app-supplied JSON (and the alias): control characters escaped (08 §4.13);
+    // `details.diff` keeps them exact.
     for line in diff.lines() {
+        let line = render::escape_controls(line);
+        let line = line.as_str();
         let styled = if line.starts_with("---") || line.starts_with("+++") {
             paint.bold(line)
         } else if line.starts_with('-') {
@@ -602,5 +606,31 @@ mod tests {
             "n",
         );
         assert_eq!(d, "--- o\n+++ n\n@@ -6,4 +6,3 @@\n 6\n 7\n 8\n-9\n");
+    }
+
+    #[test]
+    fn the_human_diff_escapes_app_control_characters() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("s.json");
+        let doc = playground_like();
+        write(&path, &doc, &canonical_text(&doc)).unwrap();
+        let hostile = "x\u{1b}]0;t\u{7} \u{1b}[2J \u{9b}2J\u{7f}";
+        let live = document(
+            &tools(
+                json!([{"name": format!("n{hostile}"), "description": hostile, "group": null, "policy": "allow"}]),
+            ),
+            &events(json!([])),
+        );
+        let e = check(&path, &live, "pixel-8", Paint::PLAIN).unwrap_err();
+        let tail = e.human_tail.clone().unwrap();
+        assert!(
+            !tail.chars().any(|c| c.is_control() && c != '\n'),
+            "{tail:?}"
+        );
+        assert!(tail.contains("+ tool nx]0;t [2J 2J\n"), "{tail}");
+        assert!(tail.contains(r"\u009b2J\u007f"), "{tail}");
+        // `details.diff` keeps the exact text.
+        let d = e.details.clone().unwrap();
+        assert!(d["diff"].as_str().unwrap().contains('\u{9b}'));
     }
 }

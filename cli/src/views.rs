@@ -24,8 +24,9 @@ fn to_value<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
+/// App-supplied JSON (results, schemas) as pretty human text, control characters escaped.
 fn pretty(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    render::human_json(v, true)
 }
 
 fn plural(n: u64, one: &str, many: &str) -> String {
@@ -60,7 +61,7 @@ pub fn sessions_ls(sessions: &[SessionSummary], now: OffsetDateTime) -> Success 
             |at| render::age(render::seconds_between(at, now)),
         );
         rows.push(vec![
-            s.alias.clone(),
+            render::clean_line(&s.alias),
             state,
             device_text(s),
             s.tool_count.to_string(),
@@ -70,18 +71,19 @@ pub fn sessions_ls(sessions: &[SessionSummary], now: OffsetDateTime) -> Success 
     Success::new(to_value(&sessions), render::table(&rows))
 }
 
-/// `manufacturer model (os)` with the parts that are known; `-` when none is.
+/// `manufacturer model (os)` with the parts that are known; `-` when none is. The parts come
+/// from the app's claim, so they are cleaned (08 §4.13).
 fn device_text(s: &SessionSummary) -> String {
     let d = &s.device;
-    let name = [d.manufacturer.as_deref(), d.model.as_deref()]
+    let part = |p: Option<&str>| p.map(render::clean_line).filter(|p| !p.is_empty());
+    let name = [part(d.manufacturer.as_deref()), part(d.model.as_deref())]
         .into_iter()
         .flatten()
-        .filter(|p| !p.is_empty())
         .collect::<Vec<_>>()
         .join(" ");
-    match (name.is_empty(), d.os.as_deref().filter(|o| !o.is_empty())) {
+    match (name.is_empty(), part(d.os.as_deref())) {
         (true, None) => "-".to_owned(),
-        (true, Some(os)) => os.to_owned(),
+        (true, Some(os)) => os,
         (false, None) => name,
         (false, Some(os)) => format!("{name} ({os})"),
     }
@@ -91,7 +93,11 @@ fn device_text(s: &SessionSummary) -> String {
 pub fn sessions_revoke(r: &RevokeResult) -> Success {
     let human = match (r.revoked, r.alias.as_deref()) {
         (RevokedKind::Link, _) => format!("Discarded pending link {}.\n", r.session_id),
-        (RevokedKind::Session, Some(alias)) => format!("Revoked {alias} ({}).\n", r.session_id),
+        (RevokedKind::Session, Some(alias)) => format!(
+            "Revoked {} ({}).\n",
+            render::clean_line(alias),
+            r.session_id
+        ),
         (RevokedKind::Session, None) => format!("Revoked {}.\n", r.session_id),
     };
     Success::new(to_value(r), human)
@@ -203,7 +209,7 @@ fn entry_schema<'a>(entry: &'a ToolsListEntry, key: &str) -> Option<&'a Value> {
     entry.descriptor.get(key)
 }
 
-/// The signature of a listed tool (05 §7.5).
+/// The signature of a listed tool (05 §7.5), as data (`--json`).
 pub fn tool_signature(entry: &ToolsListEntry) -> String {
     render_tool_signature(
         entry.name(),
@@ -212,23 +218,19 @@ pub fn tool_signature(entry: &ToolsListEntry) -> String {
     )
 }
 
-/// Control characters other than line breaks removed; `\r\n` and `\r` become `\n`.
-fn full_description(text: &str) -> String {
-    text.replace("\r\n", "\n")
-        .replace('\r', "\n")
-        .chars()
-        .filter(|c| *c == '\n' || !c.is_control())
-        .collect()
+/// The signature for human output: schema property names are app-supplied (08 §4.13).
+fn human_signature(entry: &ToolsListEntry) -> String {
+    render::clean_line(&tool_signature(entry))
 }
 
 fn describe_block(entry: &ToolsListEntry) -> String {
     let mut rows = vec![
-        Row::field("Signature", tool_signature(entry)),
-        Row::field("Description", full_description(entry.description())),
+        Row::field("Signature", human_signature(entry)),
+        Row::field("Description", render::clean_text(entry.description())),
         Row::field("Policy", entry.policy.as_str()),
     ];
     if let Some(group) = &entry.group {
-        rows.push(Row::field("Group", group.as_str()));
+        rows.push(Row::field("Group", render::clean_line(group)));
     }
     if let Some(Value::Object(annotations)) = entry.descriptor.get("annotations") {
         let pairs: Vec<String> = annotations
@@ -238,7 +240,10 @@ fn describe_block(entry: &ToolsListEntry) -> String {
                 other => format!("{k}={other}"),
             })
             .collect();
-        rows.push(Row::field("Annotations", pairs.join(", ")));
+        rows.push(Row::field(
+            "Annotations",
+            render::clean_line(&pairs.join(", ")),
+        ));
     }
     if let Some(timeout) = entry.descriptor.get("timeout_ms") {
         rows.push(Row::field("Timeout (ms)", timeout.to_string()));
@@ -250,7 +255,10 @@ fn describe_block(entry: &ToolsListEntry) -> String {
         let text = entry_schema(entry, key).map_or_else(|| "(none)".to_owned(), pretty);
         rows.push(Row::block(label, text));
     }
-    render::sections(&[Section::new(format!("Tool: {}", entry.name()), rows)])
+    render::sections(&[Section::new(
+        format!("Tool: {}", render::clean_line(entry.name())),
+        rows,
+    )])
 }
 
 /// `tools describe` (05 §7.2): the entry plus `signature`.
@@ -265,7 +273,11 @@ pub fn tools_describe(entry: &ToolsListEntry) -> Success {
 
 /// `tools call` (05 §7.3): `data` is the tool's result verbatim; `meta.call` describes the call.
 pub fn tools_call(name: &str, r: &ToolsCallResult) -> Success {
-    let mut human = format!("Result ({name} on {}, {} ms)\n", r.alias, r.duration_ms);
+    let mut human = format!(
+        "Result ({name} on {}, {} ms)\n",
+        render::clean_line(&r.alias),
+        r.duration_ms
+    );
     human.push_str(&render::indent(&pretty(&r.result), 2));
     let mut success = Success::new(r.result.clone(), human);
     success.meta.insert(
@@ -309,6 +321,7 @@ pub fn tools_ls(req: &ToolsLs, result: &ToolsListResult, alias: &str) -> Success
 }
 
 fn tools_ls_human(req: &ToolsLs, result: &ToolsListResult, alias: &str) -> String {
+    let alias = &render::clean_line(alias);
     let p = &req.params;
     let filter = p.filter.as_deref().filter(|f| !f.is_empty());
     if result.tools.is_empty() {
@@ -364,7 +377,7 @@ fn tools_ls_human(req: &ToolsLs, result: &ToolsListResult, alias: &str) -> Strin
                 .iter()
                 .filter_map(|g| g.group.as_deref().map(|name| (name, g.total)))
                 .filter(|(name, _)| !name.contains('/'))
-                .map(|(name, total)| format!("{name} {total}"))
+                .map(|(name, total)| format!("{} {total}", render::clean_line(name)))
                 .collect();
             let mut list = top
                 .iter()
@@ -400,7 +413,7 @@ fn push_tool(out: &mut String, entry: &ToolsListEntry, indent: usize) {
         PolicyDecision::Allow => String::new(),
         other => format!("  [{other}]"),
     };
-    out.push_str(&format!("{pad}{}{tag}\n", tool_signature(entry)));
+    out.push_str(&format!("{pad}{}{tag}\n", human_signature(entry)));
     let summary = summarize_description(entry.description());
     if !summary.is_empty() {
         out.push_str(&format!("{pad}  {summary}\n"));
@@ -428,16 +441,17 @@ fn push_grouped(out: &mut String, result: &ToolsListResult) {
         let Some(name) = row.group.as_deref() else {
             continue;
         };
+        let heading = render::clean_line(name);
         if name.contains('/') {
             let tools = tools_in(Some(name));
             if !tools.is_empty() {
-                out.push_str(&format!("    {name}\n"));
+                out.push_str(&format!("    {heading}\n"));
                 for t in tools {
                     push_tool(out, t, 6);
                 }
             }
         } else if page_has_under(name) {
-            out.push_str(&format!("  {name}\n"));
+            out.push_str(&format!("  {heading}\n"));
             for t in tools_in(Some(name)) {
                 push_tool(out, t, 4);
             }
@@ -455,6 +469,7 @@ fn push_grouped(out: &mut String, result: &ToolsListResult) {
 /// `tools ls --groups`: `{groups, total}` and the group summary.
 fn tools_groups(result: &ToolsListResult, alias: &str) -> Success {
     let data = json!({"groups": to_value(&result.groups), "total": result.total});
+    let alias = render::clean_line(alias);
     if result.groups.is_empty() {
         return Success::new(data, format!("No tools registered on {alias}.\n"));
     }
@@ -462,8 +477,8 @@ fn tools_groups(result: &ToolsListResult, alias: &str) -> Success {
         .groups
         .iter()
         .map(|g| match g.group.as_deref() {
-            Some(name) if name.contains('/') => (4, name.to_owned(), g.total),
-            Some(name) => (2, name.to_owned(), g.total),
+            Some(name) if name.contains('/') => (4, render::clean_line(name), g.total),
+            Some(name) => (2, render::clean_line(name), g.total),
             None => (2, "(ungrouped)".to_owned(), g.total),
         })
         .collect();
@@ -511,6 +526,7 @@ pub fn events_ls(
         data.insert("offset".into(), json!(o));
     }
 
+    let alias = render::clean_line(alias);
     let human = if result.events.is_empty() {
         if result.total > 0 {
             format!(
@@ -527,7 +543,7 @@ pub fn events_ls(
         for e in &result.events {
             out.push_str(&format!(
                 "  {}\n",
-                render_event_signature(&e.name, e.payload_schema.as_ref())
+                render::clean_line(&render_event_signature(&e.name, e.payload_schema.as_ref()))
             ));
             let summary = summarize_description(&e.description);
             if !summary.is_empty() {
@@ -566,7 +582,10 @@ pub fn events_ls(
 /// The stderr notice of `events tail` before the first event (05 §8.2).
 pub fn events_tail_notice(alias: Option<&str>) -> String {
     match alias {
-        Some(alias) => format!("Listening for app events on {alias} (Ctrl-C to stop)…"),
+        Some(alias) => format!(
+            "Listening for app events on {} (Ctrl-C to stop)…",
+            render::clean_line(alias)
+        ),
         None => "Listening for app events on all sessions (Ctrl-C to stop)…".to_owned(),
     }
 }
@@ -579,20 +598,28 @@ pub fn event_line(n: &EventNotification, out: &Output) -> Option<String> {
     };
     let at = render::iso_seconds_from_unix_ms(i64::try_from(n.ts).unwrap_or(i64::MAX))
         .unwrap_or_else(|| n.ts.to_string());
-    let who = n
-        .alias
-        .as_deref()
-        .or(n.session_id.as_deref())
-        .unwrap_or("-");
+    // Alias, event name and payload are app-supplied (08 §4.13).
+    let who = render::clean_line(
+        n.alias
+            .as_deref()
+            .or(n.session_id.as_deref())
+            .unwrap_or("-"),
+    );
     let payload = match data {
         AppEventData::Full { payload, .. } => out.inline_json(payload),
         AppEventData::Truncated {
             payload_preview,
             payload_bytes,
             ..
-        } => format!("{payload_preview}… ({payload_bytes} bytes, truncated)"),
+        } => format!(
+            "{}… ({payload_bytes} bytes, truncated)",
+            render::escape_controls(payload_preview)
+        ),
     };
-    Some(format!("{at}  {who}  {}  {payload}\n", data.name()))
+    Some(format!(
+        "{at}  {who}  {}  {payload}\n",
+        render::clean_line(data.name())
+    ))
 }
 
 /// `events since` (05 §8.3): one envelope with `{events, cursor, dropped, remaining}`; human
@@ -1413,5 +1440,107 @@ Events log
         assert_eq!(effective_limit(None, false), Some(50));
         assert_eq!(effective_limit(None, true), None);
         assert_eq!(effective_limit(Some(3), true), Some(3));
+    }
+
+    // 08 §4.13: app-supplied strings reach human output without control characters.
+
+    const HOSTILE: &str = "x\u{1b}]0;t\u{7} \u{1b}[2J \u{9b}2J\u{7f}";
+
+    /// No control character but the line breaks of the layout.
+    fn assert_clean(text: &str) {
+        assert!(
+            !text.chars().any(|c| c.is_control() && c != '\n'),
+            "{text:?}"
+        );
+    }
+
+    #[test]
+    fn tool_results_print_with_control_characters_escaped() {
+        let r: ToolsCallResult = serde_json::from_value(json!({"result": {"text": HOSTILE}, "callId": "cli-1", "sessionId": "q3V", "alias": "pixel\u{9b}-8", "durationMs": 41})).unwrap();
+        let s = tools_call("evil", &r);
+        assert_clean(&s.human);
+        assert!(
+            s.human.starts_with("Result (evil on pixel-8, 41 ms)\n"),
+            "{}",
+            s.human
+        );
+        assert!(s.human.contains(r"\u009b2J\u007f"), "{}", s.human);
+        assert_eq!(s.data, json!({"text": HOSTILE}));
+    }
+
+    #[test]
+    fn describe_and_ls_clean_descriptions_groups_annotations_and_schemas() {
+        let e = entry(json!({
+            "name": "evil", "description": format!("{HOSTILE}\nline two"),
+            "input_schema": {"type": "object", "properties": {HOSTILE: {"type": "string"}}},
+            "annotations": {"title": HOSTILE},
+            "group": format!("g{HOSTILE}"), "policy": "allow"
+        }));
+        let s = tools_describe(&e);
+        assert_clean(&s.human);
+        assert!(s.human.contains("x]0;t [2J 2J\n"), "{}", s.human);
+        assert!(s.human.contains("title=x]0;t [2J 2J"), "{}", s.human);
+        assert_eq!(s.data["signature"], json!(tool_signature(&e)));
+        let result = list(
+            vec![to_value(&e)],
+            1,
+            false,
+            0,
+            json!([{"group": format!("g{HOSTILE}"), "total": 1}]),
+        );
+        for full in [false, true] {
+            let mut req = ls_req(ToolsListParams::default());
+            req.full = full;
+            assert_clean(&tools_ls(&req, &result, "pixel\u{1b}-8").human);
+        }
+        let mut req = ls_req(ToolsListParams::default());
+        req.groups_only = true;
+        assert_clean(&tools_ls(&req, &result, "pixel-8").human);
+    }
+
+    #[test]
+    fn event_lines_and_lists_clean_alias_name_payload_and_preview() {
+        let mut n =
+            app_event(json!({"name": format!("e{HOSTILE}"), "payload": {"x": HOSTILE}, "ts": 1}));
+        n.alias = Some(format!("pixel{HOSTILE}"));
+        for o in [
+            out(),
+            Output::plain(OutputFlags {
+                pretty: true,
+                ..OutputFlags::default()
+            }),
+        ] {
+            let line = event_line(&n, &o).unwrap();
+            assert_clean(&line);
+            assert!(line.contains(r"\u001b[2J \u009b2J"), "{line}");
+        }
+        let n = app_event(
+            json!({"name": "big", "payloadPreview": format!("{{\"x\":\"{HOSTILE}"), "truncated": true, "payloadBytes": 9000, "ts": 1}),
+        );
+        let line = event_line(&n, &out()).unwrap();
+        assert_clean(&line);
+        assert!(line.contains(r"\u009b2J\u007f… (9000 bytes"), "{line}");
+        let r: EventsListResult = serde_json::from_value(json!({"events": [
+            {"name": "e", "description": HOSTILE, "payload_schema": {"type": "object", "properties": {HOSTILE: {"type": "string"}}}}
+        ], "total": 1, "hasMore": false, "offset": 0})).unwrap();
+        assert_clean(&events_ls(&r, "pixel\u{9b}-8", Some("e"), None, None).human);
+        assert_clean(&events_tail_notice(Some(HOSTILE)));
+    }
+
+    #[test]
+    fn sessions_table_and_revoke_clean_aliases_and_device_fields() {
+        let s = session(
+            "pixel\u{9b}-8",
+            json!({"device": {"manufacturer": HOSTILE, "model": "Pixel\u{7}8", "os": HOSTILE}}),
+        );
+        let table = sessions_ls(&[s], now()).human;
+        assert_clean(&table);
+        assert!(table.contains("pixel-8"), "{table}");
+        assert!(table.contains("Pixel8 (x]0;t [2J 2J)"), "{table}");
+        let r: RevokeResult = serde_json::from_value(
+            json!({"ok": true, "sessionId": "q3V", "alias": HOSTILE, "revoked": "session"}),
+        )
+        .unwrap();
+        assert_clean(&sessions_revoke(&r).human);
     }
 }

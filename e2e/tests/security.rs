@@ -237,10 +237,6 @@ fn the_key_block_detector_finds_bodies_and_ignores_labels() {
 
 /// 08 §4.13 beyond SEC-48: every other app-supplied string in human output — a tool error's
 /// message, a result, an event payload — is printed without C0/C1 control characters.
-/// Known gap (SECURITY.md "Known gaps"): the CLI prints a tool error's message raw (ESC and
-/// BEL reach the terminal) and lets C1 characters through in results and payloads (JSON escapes
-/// only C0). Un-ignore once the CLI's human renderers strip them.
-#[ignore = "known gap of 08 §4.13, see SECURITY.md"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn app_errors_results_and_payloads_print_without_control_characters() {
     let sb = Sandbox::with_config(CONFIG).or_fail();

@@ -250,7 +250,8 @@ pub fn render_human(report: &Report, expect: Option<Expectation>) -> String {
                 if s.found { "found" } else { "missing" }.to_owned(),
                 s.name.to_owned(),
             ];
-            row.extend(s.detail.clone());
+            // Details name entries of the artifact, which the app's build chose (08 §4.13).
+            row.extend(s.detail.as_deref().map(render::clean_line));
             row
         })
         .collect();
@@ -830,5 +831,27 @@ Artifact: app-release.apk (android, apk)
 "
         );
         assert!(report_json(&r, None, None).get("assertion").is_none());
+    }
+
+    #[test]
+    fn signal_details_from_the_artifact_print_without_control_characters() {
+        let r = report(
+            true,
+            vec![Signal {
+                name: "ios-framework",
+                found: true,
+                detail: Some("Payload/x\u{1b}[2J\u{9b}.app/".into()),
+            }],
+        );
+        let human = render_human(&r, None);
+        assert!(
+            !human.chars().any(|c| c.is_control() && c != '\n'),
+            "{human:?}"
+        );
+        assert!(human.contains("Payload/x[2J.app/"), "{human}");
+        assert_eq!(
+            report_json(&r, None, None)["signals"][0]["detail"],
+            "Payload/x\u{1b}[2J\u{9b}.app/"
+        );
     }
 }
