@@ -118,7 +118,8 @@ fn check_line(line: &[u8]) {
     let _ = parse_server_message(line);
 
     match parse_incoming(line) {
-        Incoming::Empty => panic!("the framer never yields an empty line"),
+        // A line of one `\r` (sent as `\r\r\n`): the classifier drops that `\r` too.
+        Incoming::Empty => assert_eq!(line, b"\r", "a non-empty line classified as empty"),
         Incoming::Invalid(response) => {
             let Err(error) = &response.outcome else {
                 panic!("an invalid message answered with a result");
