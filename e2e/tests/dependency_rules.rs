@@ -47,6 +47,12 @@ const RULES: &[Rule] = &[
         krate: "appduct-e2e",
         forbidden: &["appduct-daemon"],
     },
+    // Project decision (not in 01 §3.2): the fuzz target bodies exercise the decoders and
+    // validators only, never the daemon or a frontend's CLI stack.
+    Rule {
+        krate: "appduct-fuzz",
+        forbidden: &["appduct-daemon", "clap", "anyhow", "tokio-rustls"],
+    },
 ];
 
 /// The I/O-free crate (01 §3.2, §3.3).
@@ -441,6 +447,10 @@ mod fake {
             pkg(
                 "appduct-e2e",
                 &[("appduct-sdk", None), ("tempfile", Some("dev"))],
+            ),
+            pkg(
+                "appduct-fuzz",
+                &[("appduct-protocol", None), ("appduct-mcp", None)],
             ),
         ]
     }
