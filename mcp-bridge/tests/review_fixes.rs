@@ -670,10 +670,18 @@ async fn wait_entered(n: &tokio::sync::Notify) {
         .expect("the gated command ran");
 }
 
-#[tokio::test]
-async fn a_cancel_during_device_detection_mints_nothing() {
+/// An initialized client whose `appduct_connect` (id 7, target android) is blocked inside the
+/// `hold`-th delivery command; the project dir must outlive the test.
+async fn connect_held_at(
+    hold: usize,
+) -> (
+    Arc<FakeDaemon>,
+    Arc<GatedRunner>,
+    LineClient,
+    tempfile::TempDir,
+) {
     let fake = FakeDaemon::new(&["link.create", "sessions.revoke", "sessions.list"]);
-    let runner = GatedRunner::new(0, &[ADB_ONE, "", ""]);
+    let runner = GatedRunner::new(hold, &[ADB_ONE, "", ""]);
     let project = shop_project();
     let mut c = LineClient::with_bridge(
         gated_bridge(&fake, &Gate::new("none"), runner.clone()),
@@ -682,6 +690,12 @@ async fn a_cancel_during_device_detection_mints_nothing() {
     c.initialize().await;
     c.send_line(&connect_line(7, &project)).await;
     wait_entered(&runner.entered).await;
+    (fake, runner, c, project)
+}
+
+#[tokio::test]
+async fn a_cancel_during_device_detection_mints_nothing() {
+    let (fake, runner, mut c, _project) = connect_held_at(0).await;
     let mut seen = c.cancel(7).await;
     runner.release.add_permits(1);
     seen.extend(settle_reads(&mut c, 8).await);
@@ -697,17 +711,8 @@ async fn a_cancel_during_device_detection_mints_nothing() {
 
 #[tokio::test]
 async fn a_cancel_during_delivery_revokes_the_minted_link() {
-    let fake = FakeDaemon::new(&["link.create", "sessions.revoke", "sessions.list"]);
     // adb devices, then `adb reverse` is held, then `am start` must never run.
-    let runner = GatedRunner::new(1, &[ADB_ONE, "", ""]);
-    let project = shop_project();
-    let mut c = LineClient::with_bridge(
-        gated_bridge(&fake, &Gate::new("none"), runner.clone()),
-        fake.clone(),
-    );
-    c.initialize().await;
-    c.send_line(&connect_line(7, &project)).await;
-    wait_entered(&runner.entered).await;
+    let (fake, runner, mut c, _project) = connect_held_at(1).await;
     assert_eq!(fake.requests("link.create").len(), 1);
     c.cancel(7).await;
     fake.wait_for("sessions.revoke", 1).await;
