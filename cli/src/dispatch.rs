@@ -56,11 +56,17 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
 }
 
 /// The daemon-backed commands: `sessions *`, `tools *`, `events *`, `daemon *`, `playground`
-/// and `mcp` (05 §2.4), on a multi-thread tokio runtime. `daemon run` hosts the daemon;
+/// and `mcp` (05 §2.4), on a multi-thread tokio runtime, except `daemon run`, which hosts the
+/// daemon on a current-thread one (ARCHITECTURE.md: no cross-worker hand-offs per call);
 /// `tools call`, `events tail` and `playground` handle SIGINT and SIGTERM themselves; every
 /// other command ends with exit 130 and no envelope when interrupted (05 §4).
 pub fn run_daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = if matches!(inv.command, Command::DaemonRun) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = builder
         .enable_all()
         .build()
         .map_err(|e| CliError::internal(format!("cannot start the async runtime: {e}")))?;

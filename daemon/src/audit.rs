@@ -7,7 +7,6 @@
 //! batches, which keeps the async runtime free and lets paused-time tests auto-advance around
 //! it. Pruning (04 §9.6) runs on the same queue, so it never races a write.
 
-use std::collections::HashMap;
 use std::fs::{File, Permissions};
 use std::io::{self, Write as _};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -439,34 +438,45 @@ async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
     }
 }
 
-/// Appends each record to its day file; returns how many failed. Each failure logs one warning
-/// naming the path and the OS error.
+/// Appends each record to its day file; returns how many failed. Each day file gets its lines
+/// in one append and one mode check per batch (not per record); a failure counts every record
+/// of that file and logs one warning naming the path and the OS error.
 fn write_batch(dir: &Path, batch: &[AuditRecord]) -> u64 {
-    let mut open: HashMap<String, File> = HashMap::new();
-    let mut failed = 0;
+    // Day files in first-seen order; a batch normally spans one day.
+    let mut days: Vec<(String, String, u64)> = Vec::new();
     for record in batch {
         let name = record.day_file_name();
-        let path = dir.join(&name);
-        let file = match open.get_mut(&name) {
-            Some(file) => file,
-            None => match open_day_file(&path) {
-                Ok(file) => open.entry(name).or_insert(file),
-                Err(e) => {
-                    tracing::warn!("cannot open audit file {}: {e}", path.display());
-                    failed += 1;
-                    continue;
-                }
-            },
+        let at = match days.iter().position(|(day, _, _)| *day == name) {
+            Some(at) => at,
+            None => {
+                days.push((name, String::new(), 0));
+                days.len() - 1
+            }
         };
-        // The whole line in one buffer and one append, so lines never interleave.
-        if let Err(e) = file.write_all(record.to_line().as_bytes()) {
+        let (_, lines, count) = &mut days[at];
+        lines.push_str(&record.to_line());
+        *count += 1;
+    }
+    let mut failed = 0;
+    for (name, lines, count) in days {
+        let path = dir.join(&name);
+        let mut file = match open_day_file(&path) {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::warn!("cannot open audit file {}: {e}", path.display());
+                failed += count;
+                continue;
+            }
+        };
+        // Whole lines in one append, so lines never interleave.
+        if let Err(e) = file.write_all(lines.as_bytes()) {
             tracing::warn!("cannot append to audit file {}: {e}", path.display());
-            failed += 1;
+            failed += count;
             continue;
         }
-        if let Err(e) = enforce_file_mode(file) {
+        if let Err(e) = enforce_file_mode(&file) {
             tracing::warn!("cannot chmod audit file {} to 0600: {e}", path.display());
-            failed += 1;
+            failed += count;
         }
     }
     failed

@@ -700,10 +700,12 @@ impl Inner {
         // dropped before it finished queued nothing, so no frame reaches the app (04 §6.2).
         // An app that reads nothing for the whole effective deadline gets no frame either:
         // the caller hears `session_not_active` well before its watchdog (04 §4.3).
+        // One timer per call: it bounds the write, then (reset) the wait for the answer.
+        let give_up = tokio::time::sleep(Duration::from_millis(deadline_ms));
+        tokio::pin!(give_up);
         let written = {
             let write = self.sessions.send_to_session(&session_id, &frame);
-            let give_up = tokio::time::sleep(Duration::from_millis(deadline_ms));
-            tokio::pin!(write, give_up);
+            tokio::pin!(write);
             loop {
                 tokio::select! {
                     biased;
@@ -731,9 +733,20 @@ impl Inner {
             Written::Stopped => {}
         }
         let target = Target { session_id, alias };
-        self.after_write(key, &target, &writing, written).await;
+        let armed = self.after_write(key, &target, &writing, written).await;
 
-        // 10–11. Wait for the settling input; the settler writes the response.
+        // 10–11. Wait for the settling input; the settler writes the response. The deadline
+        //    runs on this task, which lives until the call settles: no timer task per call.
+        tokio::pin!(finished);
+        if armed {
+            give_up
+                .as_mut()
+                .reset(tokio::time::Instant::now() + Duration::from_millis(deadline_ms));
+            tokio::select! {
+                reply = &mut finished => return reply,
+                () = &mut give_up => self.on_timer(key, TimerKind::Deadline),
+            }
+        }
         finished.await
     }
 
@@ -749,11 +762,20 @@ impl Inner {
     /// After the step-8 write of call `key` to `target` ended. A call settled during the write
     /// was handed over here (see [`Writing`]) and is finished, announced first if its frame
     /// went out. Otherwise a written frame makes it pending (step 9), and an unsent one
-    /// settles it: cancelled, too large, or no usable socket.
-    async fn after_write(&self, key: u64, target: &Target, writing: &Writing, written: Written) {
-        if let Some(frame) = self.after_write_locked(key, target, writing, written) {
+    /// settles it: cancelled, too large, or no usable socket. Returns whether the caller must
+    /// now run the call's deadline.
+    async fn after_write(
+        &self,
+        key: u64,
+        target: &Target,
+        writing: &Writing,
+        written: Written,
+    ) -> bool {
+        let (cancel, armed) = self.after_write_locked(key, target, writing, written);
+        if let Some(frame) = cancel {
             self.send_cancel(key, frame).await;
         }
+        armed
     }
 
     /// [`after_write`](Self::after_write) up to the cancel a written call still has to get.
@@ -763,7 +785,7 @@ impl Inner {
         target: &Target,
         writing: &Writing,
         written: Written,
-    ) -> Option<DaemonFrame> {
+    ) -> (Option<DaemonFrame>, bool) {
         let queued = matches!(written, Written::Queued);
         let mut table = self.table();
         // Calls are handed over under the table lock; once this finds none, the phase changes
@@ -774,27 +796,25 @@ impl Inner {
                 self.announce_start(&mut call);
             }
             self.finish(call, outcome);
-            return None;
+            return (None, false);
         }
         let timers_stopped = table.timers_stopped;
-        let call = table.calls.get_mut(&key)?;
+        let Some(call) = table.calls.get_mut(&key) else {
+            return (None, false);
+        };
         let error = match written {
             Written::Queued => {
                 // 9. The deadline, `tool_call_started`, and a cancel requested meanwhile.
                 call.phase = Phase::Sent;
-                if !timers_stopped {
-                    let after = Duration::from_millis(call.deadline_ms);
-                    call.timers
-                        .push(self.spawn_timer(key, after, TimerKind::Deadline));
-                }
                 self.announce_start(call);
-                return match &mut call.cancel {
+                let cancel = match &mut call.cancel {
                     Some(cancel) if !cancel.frame_sent => {
                         cancel.frame_sent = true;
                         Some(cancel_frame(target, &call.wire_id, &cancel.reason))
                     }
                     _ => None,
                 };
+                return (cancel, !timers_stopped);
             }
             Written::Stopped => {
                 let reason = call
@@ -815,7 +835,7 @@ impl Inner {
         if let Some(call) = call {
             self.finish(call, Outcome::error(error));
         }
-        None
+        (None, false)
     }
 
     /// Step 2: reserves the caller's callId (or mints one) and a fresh wire id, and registers
@@ -939,7 +959,7 @@ impl Inner {
     /// so it never awaits: the timeout's `tool_cancel` goes out on a new task.
     fn on_timer(&self, key: u64, kind: TimerKind) {
         let mut timed_out = None;
-        self.settle(key, |call| {
+        self.settle_while_timers_run(key, |call| {
             let alias = call.target.as_ref().map_or("", |t| t.alias.as_str());
             Some(match (&call.cancel, kind) {
                 // After a cancel request, the grace or the deadline ends the call as cancelled.
@@ -976,8 +996,30 @@ impl Inner {
     /// Settles call `key` if `decide` returns an outcome, deciding and removing under one lock
     /// so no other input can slip in between. Returns whether this call settled it.
     fn settle(&self, key: u64, decide: impl FnOnce(&mut Call) -> Option<Outcome>) -> bool {
+        self.settle_unless(key, false, decide)
+    }
+
+    /// [`settle`](Self::settle) for a timer: nothing once shutdown stopped the timers (it
+    /// settles every call itself).
+    fn settle_while_timers_run(
+        &self,
+        key: u64,
+        decide: impl FnOnce(&mut Call) -> Option<Outcome>,
+    ) -> bool {
+        self.settle_unless(key, true, decide)
+    }
+
+    fn settle_unless(
+        &self,
+        key: u64,
+        timers_only: bool,
+        decide: impl FnOnce(&mut Call) -> Option<Outcome>,
+    ) -> bool {
         let taken = {
             let mut table = self.table();
+            if timers_only && table.timers_stopped {
+                return false;
+            }
             let outcome = match table.calls.get_mut(&key) {
                 Some(call) => decide(call),
                 None => None,

@@ -803,6 +803,19 @@ fn is_finished(error: &tungstenite::Error) -> bool {
     )
 }
 
+/// Most frames one flush of [`write_loop`] takes from the queue, so that a busy queue cannot
+/// hold its first frame back indefinitely.
+const WRITE_BATCH: usize = 32;
+
+fn message_of(command: Outgoing) -> Message {
+    match command {
+        Outgoing::Text(text) => Message::Text(text.into()),
+        Outgoing::Ping(payload) => Message::Ping(payload.into()),
+        Outgoing::Pong(payload) => Message::Pong(payload.into()),
+        Outgoing::Close(reason) => close_frame(reason),
+    }
+}
+
 async fn write_loop<S>(
     sink: &mut WsWrite<S>,
     out_rx: &mut mpsc::Receiver<Outgoing>,
@@ -822,18 +835,25 @@ where
                 None => return WriteEnd::SenderGone,
             },
         };
-        let closing = matches!(command, Some(Outgoing::Close(_)));
+        let mut closing = matches!(command, Some(Outgoing::Close(_)));
         let written = tokio::select! {
             biased;
             _ = flag_set(&mut halted) => return WriteEnd::Halted,
             written = async {
-                match command {
-                    None => sink.flush().await,
-                    Some(Outgoing::Text(text)) => sink.send(Message::Text(text.into())).await,
-                    Some(Outgoing::Ping(payload)) => sink.send(Message::Ping(payload.into())).await,
-                    Some(Outgoing::Pong(payload)) => sink.send(Message::Pong(payload.into())).await,
-                    Some(Outgoing::Close(reason)) => sink.send(close_frame(reason)).await,
+                let Some(first) = command else {
+                    return sink.flush().await;
+                };
+                // Everything already queued goes out in one flush: with several calls in flight
+                // this is one TLS write and one syscall for many frames, not one each.
+                sink.feed(message_of(first)).await?;
+                let mut batched = 1;
+                while !closing && batched < WRITE_BATCH {
+                    let Ok(next) = out_rx.try_recv() else { break };
+                    closing = matches!(next, Outgoing::Close(_));
+                    sink.feed(message_of(next)).await?;
+                    batched += 1;
                 }
+                sink.flush().await
             } => written,
         };
         match written {

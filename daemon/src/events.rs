@@ -673,7 +673,8 @@ struct LogWriter {
     path: PathBuf,
     rotated: PathBuf,
     max_bytes: u64,
-    file: Option<std::fs::File>,
+    /// The open file and its length (known at open, then counted: no stat per write).
+    file: Option<(std::fs::File, u64)>,
     shared: Arc<LogShared>,
 }
 
@@ -681,47 +682,103 @@ struct LogWriter {
 /// Every call emits two notifications; waking this thread for each one costs a futex call and
 /// a context switch on the cores the call path runs on. While it sleeps, senders wake nobody.
 const COALESCE: Duration = Duration::from_millis(5);
+/// Bytes of lines gathered before they are written even though more are queued.
+const LOG_BATCH_BYTES: usize = 256 * 1024;
+
+/// Lines waiting for one write, and how many notifications they hold.
+#[derive(Default)]
+struct LogBatch {
+    bytes: Vec<u8>,
+    lines: u64,
+}
 
 impl LogWriter {
     fn run(mut self, rx: std_mpsc::Receiver<LogCommand>) {
+        let mut batch = LogBatch::default();
         while let Ok(first) = rx.recv() {
             if matches!(first, LogCommand::Write(_)) {
                 std::thread::sleep(COALESCE);
             }
             let mut next = Some(first);
             while let Some(command) = next.take() {
-                self.handle(command);
+                match command {
+                    LogCommand::Write(n) => {
+                        self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                        self.gather(&mut batch, &n);
+                        // Rotation stays exact to the line: a batch that takes the file past
+                        // `max_bytes` is written (and the file rotated) before the next line.
+                        let past_cap = self.open_len() + batch.bytes.len() as u64 > self.max_bytes;
+                        if past_cap || batch.bytes.len() >= LOG_BATCH_BYTES {
+                            self.write(&mut batch);
+                        }
+                    }
+                    LogCommand::Flush(done) => {
+                        self.write(&mut batch);
+                        let _ = done.send(());
+                    }
+                }
                 next = rx.try_recv().ok();
             }
+            self.write(&mut batch);
         }
     }
 
-    fn handle(&mut self, command: LogCommand) {
-        match command {
-            LogCommand::Write(n) => {
-                self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                if let Err(e) = self.append(&n) {
-                    self.file = None;
-                    self.shared.failed_writes.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!("{}: event not written: {e}", self.path.display());
-                }
+    fn gather(&self, batch: &mut LogBatch, n: &EventNotification) {
+        match serde_json::to_writer(&mut batch.bytes, n) {
+            Ok(()) => {
+                batch.bytes.push(b'\n');
+                batch.lines += 1;
             }
-            LogCommand::Flush(done) => {
-                let _ = done.send(());
-            }
+            Err(e) => self.failed(1, &io::Error::other(e)),
         }
     }
 
-    fn append(&mut self, n: &EventNotification) -> io::Result<()> {
-        let mut line = serde_json::to_string(n).map_err(io::Error::other)?;
-        line.push('\n');
-        let file = match &mut self.file {
-            Some(file) => file,
-            None => self.file.insert(state_dir::open_append(&self.path)?),
+    /// Appends the batch with one write call (whole lines only, so lines never tear), then
+    /// rotates once the file passed `max_bytes`.
+    fn write(&mut self, batch: &mut LogBatch) {
+        if batch.lines == 0 {
+            return;
+        }
+        if let Err(e) = self.append(&batch.bytes) {
+            self.file = None;
+            self.failed(batch.lines, &e);
+        }
+        batch.bytes.clear();
+        batch.lines = 0;
+    }
+
+    fn failed(&self, lines: u64, e: &io::Error) {
+        self.shared
+            .failed_writes
+            .fetch_add(lines, Ordering::Relaxed);
+        tracing::warn!("{}: {lines} event(s) not written: {e}", self.path.display());
+    }
+
+    /// The length of the open file, opening it first; 0 when it cannot be opened (the write
+    /// then fails and counts).
+    fn open_len(&mut self) -> u64 {
+        if self.file.is_none()
+            && let Ok(file) = state_dir::open_append(&self.path)
+            && let Ok(meta) = file.metadata()
+        {
+            self.file = Some((file, meta.len()));
+        }
+        self.file.as_ref().map_or(0, |(_, len)| *len)
+    }
+
+    fn append(&mut self, lines: &[u8]) -> io::Result<()> {
+        let (file, len) = match &mut self.file {
+            Some((file, len)) => (file, len),
+            None => {
+                let file = state_dir::open_append(&self.path)?;
+                let len = file.metadata()?.len();
+                let (file, len) = self.file.insert((file, len));
+                (file, len)
+            }
         };
-        // One write call per line, so lines never interleave or tear on a short write.
-        file.write_all(line.as_bytes())?;
-        if file.metadata()?.len() > self.max_bytes {
+        file.write_all(lines)?;
+        *len += lines.len() as u64;
+        if *len > self.max_bytes {
             self.file = None;
             state_dir::rotate_if_larger(&self.path, &self.rotated, self.max_bytes)
                 .map_err(io::Error::other)?;

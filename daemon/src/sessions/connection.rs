@@ -21,6 +21,8 @@ use crate::device_socket::{
 
 /// How long the engine waits for the peer's close (and for room to queue its own) after closing.
 const CLOSE_WAIT: Duration = Duration::from_millis(CLOSE_HANDSHAKE_WAIT_MS);
+/// Text bytes an active session's task handles before it yields to the other tasks.
+const YIELD_AFTER_BYTES: usize = 256 * 1024;
 
 /// Unregisters the connection when its task ends, however it ends.
 struct Registration {
@@ -222,7 +224,15 @@ impl Connection {
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut awaiting_pong = false;
         let mut missed = 0u32;
+        let mut unyielded = 0usize;
         loop {
+            // The daemon shares one thread: after a burst of large frames (app events fanned out
+            // to subscribers, big results), let the writers drain their queues before reading
+            // on, so a subscriber that keeps reading is never cut for the daemon's own backlog.
+            if unyielded >= YIELD_AFTER_BYTES {
+                unyielded = 0;
+                tokio::task::yield_now().await;
+            }
             let item = tokio::select! {
                 biased;
                 reason = stopped(&mut self.stop) => {
@@ -250,6 +260,7 @@ impl Connection {
             };
             let rejected = match item {
                 Incoming::Message(WireMessage::Text(text)) => {
+                    unyielded += text.len();
                     let phase = Phase::Acked { session_id };
                     match decode_app_message(&text, phase) {
                         Err(rejection) => rejection.reason,

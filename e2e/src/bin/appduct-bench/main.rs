@@ -181,6 +181,33 @@ fn raise_nofile() -> u64 {
     getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX)
 }
 
+/// CPU time (user + system) the process `pid` has used so far. Unlike wall-clock rates this
+/// hardly moves with the load of a shared machine, so it compares runs taken minutes apart.
+fn cpu_time(pid: u32) -> BenchResult<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("/proc/{pid}/stat: {e}"))?;
+    // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or("no ) in stat")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| -> BenchResult<u64> {
+        fields
+            .get(i)
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| format!("/proc/{pid}/stat: no field {}", i + 3))
+    };
+    let total = ticks(11)? + ticks(12)?;
+    // USER_HZ: /proc reports ticks of 1/100 s on every Linux architecture we run on.
+    Ok(Duration::from_millis(total * 10))
+}
+
+/// CPU time spent per call of `sample`.
+fn per_call(cpu: Duration, sample: &Sample) -> Duration {
+    cpu / u32::try_from(sample.count().max(1)).unwrap_or(u32::MAX)
+}
+
 fn rss_bytes(pid: u32) -> BenchResult<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
@@ -277,7 +304,9 @@ async fn calls(counts: &Counts, report: &mut Report) -> BenchResult<()> {
     let line = |id| call_line(id, &sid, &args);
     uds_load(&socket, counts.warmup, WINDOW, line).await?;
     let single = uds_load(&socket, counts.single, 1, line).await?;
+    let cpu_before = cpu_time(daemon.proc.pid())?;
     let windowed = uds_load(&socket, counts.windowed, WINDOW, line).await?;
+    let daemon_cpu = per_call(cpu_time(daemon.proc.pid())? - cpu_before, &windowed);
     report.daemon(&single, &windowed);
 
     // -- CLI against the warm daemon ---------------------------------------------------------
@@ -316,9 +345,12 @@ async fn calls(counts: &Counts, report: &mut Report) -> BenchResult<()> {
     let rline = |id| call_line(id, &rsid, &args);
     uds_load(&relay.socket, counts.warmup, WINDOW, rline).await?;
     let relay_single = uds_load(&relay.socket, counts.single, 1, rline).await?;
+    let cpu_before = cpu_time(relay.proc.pid())?;
     let relay_windowed = uds_load(&relay.socket, counts.windowed, WINDOW, rline).await?;
+    let relay_cpu = per_call(cpu_time(relay.proc.pid())? - cpu_before, &relay_windowed);
     let relay_many = many_devices(&relay.socket, &relay_devices, counts, &args).await?;
     report.relay(&relay_single, &relay_windowed, &relay_many);
+    report.cpu_per_call(daemon_cpu, relay_cpu);
     disconnect(relay_devices);
     drop(relay);
     Ok(())
@@ -456,7 +488,7 @@ async fn timed(cmd: &mut Command) -> BenchResult<Duration> {
 
 /// The Node relay child and how to reach it.
 struct NodeRelay {
-    _proc: Proc,
+    proc: Proc,
     socket: PathBuf,
     port: u16,
     pin: appduct_sdk::SpkiPin,
@@ -488,7 +520,7 @@ impl NodeRelay {
             .ok_or_else(|| format!("the Node relay did not start: {}", proc.stderr()))?;
         let ready: Value = serde_json::from_str(&ready).map_err(|e| format!("{e}: {ready}"))?;
         Ok(Self {
-            _proc: proc,
+            proc,
             socket,
             port: ready["port"].as_u64().ok_or("no relay port")? as u16,
             pin: cert.pin()?,

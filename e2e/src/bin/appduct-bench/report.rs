@@ -221,6 +221,17 @@ impl Report {
         );
     }
 
+    /// Process CPU time per call at 8 in flight: the daemon against the Node relay.
+    pub fn cpu_per_call(&mut self, daemon: Duration, relay: Duration) {
+        self.row(
+            "Daemon CPU time per call, 8 in flight",
+            fmt_us(daemon),
+            format!("relay {}", fmt_us(relay)),
+            ratio(us(daemon), us(relay)),
+            Target::Info,
+        );
+    }
+
     pub fn sessions(&mut self, s: &Sessions) {
         for step in &s.steps {
             let grown = step.rss.saturating_sub(s.baseline_rss) as f64;
