@@ -298,6 +298,7 @@ impl ClientBuilder {
                 calls: HashMap::new(),
                 waiters: HashMap::new(),
                 listeners: Vec::new(),
+                timer_armed: None,
             }),
             clock,
             runtime: runtime.clone(),
@@ -337,6 +338,9 @@ struct Host {
     calls: HashMap<String, CancellationToken>,
     waiters: HashMap<ConnectId, oneshot::Sender<Result<SessionInfo, ConnectError>>>,
     listeners: Vec<mpsc::UnboundedSender<ClientEvent>>,
+    /// The deadline the timer task sleeps until (`None`: it waits for a notification only).
+    /// Waking it is needed only when the core's next deadline comes earlier.
+    timer_armed: Option<u64>,
 }
 
 struct Shared {
@@ -372,9 +376,17 @@ impl Shared {
         let now = self.clock.now_ms();
         let result = f(&mut host, now);
         host.pump(self);
+        // Wake the timer task only for an earlier deadline: most calls move none, and a wake
+        // per frame costs a task switch. A later one just finds nothing due and re-arms.
+        let earlier = match (host.core.poll_timeout(), host.timer_armed) {
+            (Some(next), Some(armed)) => next < armed,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
         drop(host);
-        // A deadline may have moved.
-        self.timer.notify_one();
+        if earlier {
+            self.timer.notify_one();
+        }
         result
     }
 }
@@ -499,7 +511,12 @@ async fn run_timers(weak: Weak<Shared>, notify: Arc<Notify>) {
             let Some(shared) = weak.upgrade() else {
                 return;
             };
-            let deadline = shared.lock().core.poll_timeout();
+            let mut host = shared.lock();
+            let deadline = host.core.poll_timeout();
+            // Set under the lock that `with_host` checks it under; a notification sent after
+            // this is kept by `Notify` until the wait below.
+            host.timer_armed = deadline;
+            drop(host);
             (deadline, shared.clock.now_ms())
         };
         match deadline {
