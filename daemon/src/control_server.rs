@@ -5,6 +5,11 @@
 //!
 //! [`serve_connection`] is generic over the stream, so every behaviour except socket-file
 //! handling is testable over `tokio::io::duplex`; [`serve_unix`] is the Unix-socket accept loop.
+//!
+//! What one connection can make the daemon hold is bounded: a line by the line cap, unwritten
+//! output by the subscriber cap (a client that does not read is not read from), and requests in
+//! flight by [`limits::MAX_CONTROL_IN_FLIGHT`] (the next line waits in the socket until one is
+//! answered; project decision).
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
@@ -17,7 +22,7 @@ use appduct_protocol::control::{ControlRequest, NotificationMethod};
 use appduct_protocol::jsonrpc::{
     ErrorObject, Incoming, LineBuffer, Overflow, RequestId, Response, parse_incoming, to_line,
 };
-use appduct_protocol::limits;
+use appduct_protocol::{limits, text};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -171,8 +176,11 @@ struct Shared {
     wake_writer: Notify,
     /// Wakes [`Connection::flushed`] waiters.
     flushed: Notify,
-    /// Wakes the reader once the unwritten bytes are back under the cap.
+    /// Wakes the reader once the unwritten bytes are back under the cap or a request in flight
+    /// was answered at the in-flight cap.
     room: Notify,
+    /// Requests in flight above which the reader stops ([`limits::MAX_CONTROL_IN_FLIGHT`]).
+    max_in_flight: usize,
     /// `true` once draining or closed: the reader reads nothing more.
     stop_reading: watch::Sender<bool>,
     /// `true` once closed; reader and writer stop at once.
@@ -221,6 +229,7 @@ impl Connection {
                 wake_writer: Notify::new(),
                 flushed: Notify::new(),
                 room: Notify::new(),
+                max_in_flight: limits::MAX_CONTROL_IN_FLIGHT,
                 stop_reading: watch::channel(false).0,
                 closed: watch::channel(false).0,
             }),
@@ -312,6 +321,10 @@ impl Connection {
         let mut st = lock(&self.shared.state);
         if !st.in_flight.remove(id) {
             return false;
+        }
+        if st.in_flight.len() + 1 == self.shared.max_in_flight {
+            // The reader may be waiting for this slot.
+            self.shared.room.notify_waiters();
         }
         self.push(&mut st, line.into(), Kind::Response)
     }
@@ -461,9 +474,17 @@ impl Connection {
         }
     }
 
-    /// Whether more unwritten bytes are queued than the cap allows (03 §4.4).
-    fn over_cap(&self) -> bool {
-        lock(&self.shared.state).unwritten > self.shared.cap
+    /// Why the reader must not take another line now: more unwritten bytes than the cap
+    /// allows (03 §4.4), or the in-flight cap reached.
+    fn blocked(&self) -> Option<Blocked> {
+        let st = lock(&self.shared.state);
+        if st.unwritten > self.shared.cap {
+            Some(Blocked::Unwritten(st.unwritten))
+        } else if st.in_flight.len() >= self.shared.max_in_flight {
+            Some(Blocked::InFlight(st.in_flight.len()))
+        } else {
+            None
+        }
     }
 
     /// Reserves `id` for a new request; `false` if it is already in flight (03 §4.1).
@@ -613,14 +634,27 @@ async fn read_loop<S: AsyncRead>(
     let mut shutdown = shutdown;
     let mut framer = LineBuffer::new(opts.line_cap);
     let mut buf = vec![0u8; 64 * 1024];
-    let drain = loop {
-        // Responses are always queued (03 §4.4), so a client that keeps sending requests but
-        // never reads is throttled here: nothing more is read while its unwritten bytes exceed
-        // the cap.
-        match wait_for_room(conn, &mut closed, &mut stop_reading, &mut shutdown).await {
-            Room::Yes => {}
-            Room::Closed => return,
-            Room::Drain => break true,
+    let drain = 'read: loop {
+        // Lines are taken one at a time, each only while the connection has room: responses are
+        // always queued (03 §4.4), so a client that keeps sending requests but never reads is
+        // throttled here while its unwritten bytes exceed the cap; and a client with the most
+        // requests in flight waits until one is answered. What waits stays in the framer (at
+        // most one read) or in the socket.
+        loop {
+            match wait_for_room(conn, &mut closed, &mut stop_reading, &mut shutdown).await {
+                Room::Yes => {}
+                Room::Closed => return,
+                Room::Drain => break 'read true,
+            }
+            match framer.next_line() {
+                None => break,
+                Some(Ok(line)) => dispatch(conn, handler, &line),
+                Some(Err(Overflow { cap })) => {
+                    tracing::warn!(conn = %conn.id(), peer_pid = ?conn.peer_pid(), "request line longer than {cap} bytes; closing");
+                    conn.reply_now(&Response::error(None, ErrorObject::line_too_long(cap)));
+                    break 'read true;
+                }
+            }
         }
         let n = tokio::select! {
             r = reader.read(&mut buf) => r,
@@ -635,21 +669,6 @@ async fn read_loop<S: AsyncRead>(
                 tracing::debug!(conn = %conn.id(), "control read failed: {e}");
                 break false;
             }
-        }
-        let mut overflowed = false;
-        while let Some(line) = framer.next_line() {
-            match line {
-                Ok(line) => dispatch(conn, handler, &line),
-                Err(Overflow { cap }) => {
-                    tracing::warn!(conn = %conn.id(), peer_pid = ?conn.peer_pid(), "request line longer than {cap} bytes; closing");
-                    conn.reply_now(&Response::error(None, ErrorObject::line_too_long(cap)));
-                    overflowed = true;
-                    break;
-                }
-            }
-        }
-        if overflowed {
-            break true;
         }
     };
     if drain {
@@ -671,28 +690,48 @@ enum Room {
     Drain,
 }
 
+/// Why the reader waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blocked {
+    /// This many bytes are waiting to be written.
+    Unwritten(usize),
+    /// This many requests are in flight.
+    InFlight(usize),
+}
+
 async fn wait_for_room(
     conn: &Connection,
     closed: &mut watch::Receiver<bool>,
     stop_reading: &mut watch::Receiver<bool>,
     shutdown: &mut Option<watch::Receiver<bool>>,
 ) -> Room {
-    let mut warned = false;
+    // The common case: room at once, without registering for a wake-up.
+    if conn.blocked().is_none() {
+        return Room::Yes;
+    }
+    let mut warned = None;
     loop {
         let room = conn.shared.room.notified();
         tokio::pin!(room);
         room.as_mut().enable();
-        if !conn.over_cap() {
+        let Some(blocked) = conn.blocked() else {
             return Room::Yes;
-        }
-        if !warned {
-            warned = true;
-            tracing::warn!(
-                conn = %conn.id(),
-                peer_pid = ?conn.peer_pid(),
-                "not reading requests while more than {} response bytes wait to be written",
-                conn.shared.cap
-            );
+        };
+        if warned != Some(std::mem::discriminant(&blocked)) {
+            warned = Some(std::mem::discriminant(&blocked));
+            match blocked {
+                Blocked::Unwritten(bytes) => tracing::warn!(
+                    conn = %conn.id(),
+                    peer_pid = ?conn.peer_pid(),
+                    "not reading requests while {bytes} response bytes (more than {}) wait to be written",
+                    conn.shared.cap
+                ),
+                Blocked::InFlight(requests) => tracing::warn!(
+                    conn = %conn.id(),
+                    peer_pid = ?conn.peer_pid(),
+                    "not reading requests while {requests} are in flight (the most one connection may have)"
+                ),
+            }
         }
         tokio::select! {
             _ = room => {}
@@ -736,7 +775,7 @@ fn dispatch(conn: &Connection, handler: &Arc<dyn ControlHandler>, line: &[u8]) {
         return;
     }
     let id = request.id;
-    let parsed = match ControlRequest::parse(&request.method, request.params.as_ref()) {
+    let parsed = match parse_request(&request.method, request.params.as_ref()) {
         Ok(p) => p,
         Err(e) => {
             conn.respond(&id, Err(e));
@@ -762,6 +801,18 @@ fn dispatch(conn: &Connection, handler: &Arc<dyn ControlHandler>, line: &[u8]) {
         }
         drop(guard);
     });
+}
+
+/// [`ControlRequest::parse`], except that a method name too long to be any method is answered
+/// `-32601` quoting only its first [`limits::MAX_QUOTED_METHOD_LEN`] UTF-16 units and `…`
+/// (project decision): the reply escapes the name, so quoting a hostile line whole could make
+/// the reply several times the line's size.
+fn parse_request(method: &str, params: Option<&Value>) -> Result<ControlRequest, ErrorObject> {
+    let quotable = text::truncate_utf16(method, limits::MAX_QUOTED_METHOD_LEN);
+    if quotable.len() == method.len() {
+        return ControlRequest::parse(method, params);
+    }
+    Err(ErrorObject::method_not_found(&format!("{quotable}…")))
 }
 
 /// Bytes one write of the control writer gathers from its queue (a single longer line still

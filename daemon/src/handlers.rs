@@ -37,7 +37,7 @@ use crate::address::AddressOrigin;
 use crate::audit::AuditWriter;
 use crate::control_server::{BoxFuture, Connection, ConnectionId, ControlHandler, Reply};
 use crate::events::{EventBus, EventFilter, SinceQuery, SubscribeRequest, SubscriptionId};
-use crate::links::{DaemonLinkEnv, LinkEnvironment};
+use crate::links::{DaemonLinkEnv, LinkEnvironment, admit_pending};
 use crate::policy::PolicyEngine;
 use crate::sessions::SessionManager;
 
@@ -176,6 +176,9 @@ struct Tracked {
 struct Inner {
     ctx: HandlerContext,
     tracked: Mutex<Tracked>,
+    /// Held across the pending-link count and the mint of `link.create`, so concurrent requests
+    /// cannot both pass the cap (links are minted nowhere else). Lock order: this → engine.
+    minting: Mutex<()>,
 }
 
 /// The daemon's control handler. Cheap to clone; clones share one state.
@@ -224,6 +227,7 @@ impl DaemonHandler {
             inner: Arc::new(Inner {
                 ctx,
                 tracked: Mutex::new(Tracked::default()),
+                minting: Mutex::new(()),
             }),
         }
     }
@@ -426,8 +430,13 @@ impl DaemonHandler {
 
     // -- links and sessions -----------------------------------------------------------------
 
+    /// Mints a link unless [`limits::MAX_PENDING_LINKS`] are already claimable (project
+    /// decision); claimed, revoked, burned and expired links do not count.
     fn link_create(&self, params: &LinkCreateParams) -> Result<LinkCreateResult, ErrorObject> {
-        self.inner.ctx.sessions.create_link(params)
+        let sessions = &self.inner.ctx.sessions;
+        let _minting = lock(&self.inner.minting);
+        admit_pending(sessions.pending_links(), limits::MAX_PENDING_LINKS)?;
+        sessions.create_link(params)
     }
 
     fn sessions_list(&self) -> Vec<SessionSummary> {

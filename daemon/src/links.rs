@@ -13,9 +13,11 @@ use std::sync::Arc;
 
 use appduct_protocol::bootstrap::{BootstrapPayload, EncodeError};
 use appduct_protocol::control::{Endpoint, LinkCreateParams, LinkCreateResult, Transport};
+use appduct_protocol::errors::ErrorType;
 use appduct_protocol::ids::{ClaimToken, SessionId};
 use appduct_protocol::jsonrpc::ErrorObject;
 use appduct_protocol::limits::{MAX_FAILED_CLAIMS, SESSION_ID_BYTES, TOKEN_BYTES};
+use serde_json::json;
 use tokio::task::AbortHandle;
 
 use crate::address::AdvertisedAddress;
@@ -48,6 +50,39 @@ pub enum LinkError {
 impl From<LinkError> for ErrorObject {
     fn from(e: LinkError) -> Self {
         ErrorObject::internal(format!("Could not create a link: {e}"))
+    }
+}
+
+/// `link.create` refused because `limit` claimable links are already pending (project
+/// decision, [`MAX_PENDING_LINKS`](appduct_protocol::limits::MAX_PENDING_LINKS)). The caller's
+/// fault, not the daemon's: `-32000 invalid_request` with `details.reason`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{limit} links are already pending")]
+pub struct TooManyPendingLinks {
+    pub limit: usize,
+}
+
+impl From<TooManyPendingLinks> for ErrorObject {
+    fn from(e: TooManyPendingLinks) -> Self {
+        ErrorObject::application(
+            ErrorType::InvalidRequest,
+            format!(
+                "Too many pending links: {} are waiting to be claimed; revoke one \
+                 (sessions.revoke) or wait until one is claimed or expires",
+                e.limit
+            ),
+        )
+        .with_details(json!({ "reason": "too_many_pending_links", "limit": e.limit }))
+    }
+}
+
+/// Admits one more link while fewer than `limit` of them are `pending` (claimable: claimed,
+/// revoked, burned and expired links no longer count).
+pub fn admit_pending(pending: usize, limit: usize) -> Result<(), TooManyPendingLinks> {
+    if pending < limit {
+        Ok(())
+    } else {
+        Err(TooManyPendingLinks { limit })
     }
 }
 
@@ -763,6 +798,64 @@ mod tests {
         tokio::task::yield_now().await;
         assert!(!timer.is_finished());
         timer.abort();
+    }
+
+    #[test]
+    fn admission_stops_at_the_limit_with_a_typed_invalid_request() {
+        use appduct_protocol::limits::MAX_PENDING_LINKS;
+        assert_eq!(admit_pending(0, MAX_PENDING_LINKS), Ok(()));
+        assert_eq!(
+            admit_pending(MAX_PENDING_LINKS - 1, MAX_PENDING_LINKS),
+            Ok(())
+        );
+        let refused = admit_pending(MAX_PENDING_LINKS, MAX_PENDING_LINKS).unwrap_err();
+        assert_eq!(refused, TooManyPendingLinks { limit: 1_024 });
+        assert!(admit_pending(MAX_PENDING_LINKS + 1, MAX_PENDING_LINKS).is_err());
+        let e = ErrorObject::from(refused);
+        assert_eq!(e.code, -32000);
+        assert_eq!(e.error_type(), ErrorType::InvalidRequest);
+        assert_eq!(
+            e.details(),
+            Some(&json!({"reason": "too_many_pending_links", "limit": 1024}))
+        );
+        assert!(e.message.contains("1024"), "{}", e.message);
+    }
+
+    #[test]
+    fn claimed_revoked_burned_and_expired_links_stop_counting_toward_the_cap() {
+        let limit = 4;
+        let mut table = LinkTable::new();
+        let mut ids = Vec::new();
+        while admit_pending(table.pending_count(NOW_S), limit).is_ok() {
+            let m = minted(serde_json::json!({"ttlSeconds": 60}));
+            ids.push(m.id.clone());
+            table.insert(m.id, m.link);
+        }
+        assert_eq!(ids.len(), limit, "the cap stops the 5th link");
+
+        // Claimed.
+        assert!(table.take(&ids[0]).is_some());
+        assert_eq!(table.pending_count(NOW_S), 3);
+        assert!(admit_pending(table.pending_count(NOW_S), limit).is_ok());
+        // Revoked.
+        assert!(table.revoke(&ids[1]).is_some());
+        // Burned by the 5th failed claim.
+        for _ in 0..MAX_FAILED_CLAIMS {
+            table.check_claim(&ids[2], Transport::Native, "wrong", NOW_S);
+        }
+        assert!(!table.is_pending(&ids[2]));
+        // Expired by its timer: a tombstone, not a pending link.
+        assert!(table.expire(&ids[3]));
+        assert_eq!(table.pending_count(NOW_S), 0);
+
+        // Past its `expiresAt` by the wall clock, even before its timer fires.
+        let m = minted(serde_json::json!({"ttlSeconds": 60}));
+        let expires_at = m.result.expires_at;
+        table.insert(m.id, m.link);
+        assert_eq!(table.pending_count(expires_at - 1), 1);
+        assert_eq!(table.pending_count(expires_at), 0);
+        assert!(admit_pending(table.pending_count(expires_at), 1).is_ok());
+        assert!(admit_pending(table.pending_count(expires_at - 1), 1).is_err());
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub const DEFAULT_LINK_TTL_S: u32 = 300;
 pub const MAX_LINK_TTL_S: u32 = 86_400;
 /// A link burns on this failed claim (02 §12).
 pub const MAX_FAILED_CLAIMS: u32 = 5;
+/// Claimable (pending, unexpired) links one daemon holds at once; `link.create` beyond it fails
+/// `-32000 invalid_request` with `details.reason: "too_many_pending_links"` (project decision:
+/// nothing a control client asks for grows without bound).
+pub const MAX_PENDING_LINKS: usize = 1_024;
 
 /// Identifier length bounds, UTF-16 code units (02 §9.1).
 pub const MIN_IDENTIFIER_LEN: usize = 1;
@@ -63,6 +67,13 @@ pub const LEAF_RENEW_BEFORE_S: u64 = 86_400;
 pub const CONTROL_LINE_CAP_BYTES: usize = 1_048_576;
 /// Control plane: queued outbound bytes above which a subscriber is disconnected (03 §4.4).
 pub const SUBSCRIBER_BUFFER_CAP_BYTES: usize = 4_194_304;
+/// Control plane: requests one connection may have in flight; the daemon reads no further
+/// line of that connection until one of them is answered (project decision: back-pressure, so
+/// nothing is lost and memory stays bounded).
+pub const MAX_CONTROL_IN_FLIGHT: usize = 1_024;
+/// Control plane: longest method name a `-32601` reply quotes, in UTF-16 code units; a longer
+/// one is cut and ends in `…` (project decision: a hostile line cannot inflate the reply).
+pub const MAX_QUOTED_METHOD_LEN: usize = 64;
 /// Control plane: lines clients must accept (03 §3).
 pub const CLIENT_MIN_LINE_BYTES: usize = 64 * 1_048_576;
 /// Control protocol spoken by this crate, and the oldest one the daemon serves (03 §9.1).
