@@ -100,27 +100,47 @@ pub struct Connected {
     pub session_id: String,
 }
 
+/// Links minted ahead of their claims: below the daemon's cap of pending links (1,024).
+const LINKS_AHEAD: usize = 512;
+
 /// Mints `count` links on the daemon and connects one device (`tools` tools) to each, at most
-/// `parallel` claims at a time (below the daemon's pre-claim cap). Returns the devices and
-/// the time the connects took (links excluded).
+/// `parallel` claims at a time (below the daemon's pre-claim cap). Links are minted in chunks
+/// of [`LINKS_AHEAD`], each chunk connected before the next is minted. Returns the devices and
+/// the time the connects took (minting excluded).
 pub async fn connect_to_daemon(
     ctl: &mut Ctl,
     count: usize,
     tools: usize,
     parallel: usize,
 ) -> BenchResult<(Vec<Connected>, Duration)> {
-    let mut links = Vec::with_capacity(count);
-    for _ in 0..count {
-        let link = ctl.result("link.create", json!({})).await?;
-        let payload = link["deepLinkPayload"]
-            .as_str()
-            .ok_or_else(|| format!("no payload in {link}"))?
-            .to_owned();
-        let pin = SpkiPin::parse(link["pin"].as_str().unwrap_or_default())
-            .map_err(|e| format!("pin: {e}"))?;
-        links.push((payload, pin));
+    let mut devices = Vec::with_capacity(count);
+    let mut took = Duration::ZERO;
+    while devices.len() < count {
+        let chunk = (count - devices.len()).min(LINKS_AHEAD);
+        let mut links = Vec::with_capacity(chunk);
+        for _ in 0..chunk {
+            let link = ctl.result("link.create", json!({})).await?;
+            let payload = link["deepLinkPayload"]
+                .as_str()
+                .ok_or_else(|| format!("no payload in {link}"))?
+                .to_owned();
+            let pin = SpkiPin::parse(link["pin"].as_str().unwrap_or_default())
+                .map_err(|e| format!("pin: {e}"))?;
+            links.push((payload, pin));
+        }
+        let start = Instant::now();
+        devices.extend(connect_links(links, tools, parallel).await?);
+        took += start.elapsed();
     }
-    let start = Instant::now();
+    Ok((devices, took))
+}
+
+/// Claims each link with a fresh device, at most `parallel` at a time; in link order.
+async fn connect_links(
+    links: Vec<(String, SpkiPin)>,
+    tools: usize,
+    parallel: usize,
+) -> BenchResult<Vec<Connected>> {
     let gate = Arc::new(Semaphore::new(parallel));
     let mut tasks = tokio::task::JoinSet::new();
     for (index, (payload, pin)) in links.into_iter().enumerate() {
@@ -141,13 +161,12 @@ pub async fn connect_to_daemon(
             ))
         });
     }
-    let mut devices = Vec::with_capacity(count);
+    let mut devices = Vec::with_capacity(tasks.len());
     while let Some(done) = tasks.join_next().await {
         devices.push(done.map_err(|e| e.to_string())??);
     }
-    let took = start.elapsed();
     devices.sort_by_key(|(index, _)| *index);
-    Ok((devices.into_iter().map(|(_, d)| d).collect(), took))
+    Ok(devices.into_iter().map(|(_, d)| d).collect())
 }
 
 /// Connects `count` devices to the Node relay on `port` (certificate pin `pin`).
