@@ -732,6 +732,8 @@ impl Inner {
             }
             Written::Stopped => {}
         }
+        // The frame owns the arguments (up to 256 KiB); the call may wait up to 600 s more.
+        drop(frame);
         let target = Target { session_id, alias };
         let armed = self.after_write(key, &target, &writing, written).await;
 

@@ -7,9 +7,12 @@
 //! handling is testable over `tokio::io::duplex`; [`serve_unix`] is the Unix-socket accept loop.
 //!
 //! What one connection can make the daemon hold is bounded: a line by the line cap, unwritten
-//! output by the subscriber cap (a client that does not read is not read from), and requests in
-//! flight by [`limits::MAX_CONTROL_IN_FLIGHT`] (the next line waits in the socket until one is
-//! answered; project decision).
+//! output by the subscriber cap (a client that does not read is not read from), and `tools.call`s
+//! in flight by [`limits::MAX_CALLS_IN_FLIGHT`] (one more is refused at once with
+//! `invalid_request`; project decision). Every other method finishes without waiting on a
+//! device, so the unwritten-output cap bounds them. The reader never stops because of requests
+//! in flight: a hang-up is seen at once and its calls are cancelled (04 §6.1), and
+//! `tools.cancel` is never queued behind calls (03 §9.10).
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
@@ -19,12 +22,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use appduct_protocol::control::{ControlRequest, NotificationMethod};
+use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::{
     ErrorObject, Incoming, LineBuffer, Overflow, RequestId, Response, parse_incoming, to_line,
 };
 use appduct_protocol::{limits, text};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
@@ -160,6 +164,8 @@ struct State {
     writing: bool,
     subscribed: bool,
     in_flight: HashSet<RequestId>,
+    /// The `tools.call` requests among `in_flight`.
+    calls_in_flight: HashSet<RequestId>,
     /// In registration order.
     hooks: Vec<(CloseHookId, CloseHook)>,
     next_hook: u64,
@@ -176,11 +182,10 @@ struct Shared {
     wake_writer: Notify,
     /// Wakes [`Connection::flushed`] waiters.
     flushed: Notify,
-    /// Wakes the reader once the unwritten bytes are back under the cap or a request in flight
-    /// was answered at the in-flight cap.
+    /// Wakes the reader once the unwritten bytes are back under the cap.
     room: Notify,
-    /// Requests in flight above which the reader stops ([`limits::MAX_CONTROL_IN_FLIGHT`]).
-    max_in_flight: usize,
+    /// `tools.call`s in flight past which another is refused ([`limits::MAX_CALLS_IN_FLIGHT`]).
+    max_calls_in_flight: usize,
     /// `true` once draining or closed: the reader reads nothing more.
     stop_reading: watch::Sender<bool>,
     /// `true` once closed; reader and writer stop at once.
@@ -222,6 +227,7 @@ impl Connection {
                     writing: false,
                     subscribed: false,
                     in_flight: HashSet::new(),
+                    calls_in_flight: HashSet::new(),
                     hooks: Vec::new(),
                     next_hook: 0,
                     hooks_ran: false,
@@ -229,7 +235,7 @@ impl Connection {
                 wake_writer: Notify::new(),
                 flushed: Notify::new(),
                 room: Notify::new(),
-                max_in_flight: limits::MAX_CONTROL_IN_FLIGHT,
+                max_calls_in_flight: limits::MAX_CALLS_IN_FLIGHT,
                 stop_reading: watch::channel(false).0,
                 closed: watch::channel(false).0,
             }),
@@ -322,10 +328,7 @@ impl Connection {
         if !st.in_flight.remove(id) {
             return false;
         }
-        if st.in_flight.len() + 1 == self.shared.max_in_flight {
-            // The reader may be waiting for this slot.
-            self.shared.room.notify_waiters();
-        }
+        st.calls_in_flight.remove(id);
         self.push(&mut st, line.into(), Kind::Response)
     }
 
@@ -474,22 +477,26 @@ impl Connection {
         }
     }
 
-    /// Why the reader must not take another line now: more unwritten bytes than the cap
-    /// allows (03 §4.4), or the in-flight cap reached.
-    fn blocked(&self) -> Option<Blocked> {
+    /// The unwritten bytes while they exceed the cap (03 §4.4): the reader takes no further
+    /// line until the client has read some.
+    fn over_cap(&self) -> Option<usize> {
         let st = lock(&self.shared.state);
-        if st.unwritten > self.shared.cap {
-            Some(Blocked::Unwritten(st.unwritten))
-        } else if st.in_flight.len() >= self.shared.max_in_flight {
-            Some(Blocked::InFlight(st.in_flight.len()))
-        } else {
-            None
-        }
+        (st.unwritten > self.shared.cap).then_some(st.unwritten)
     }
 
     /// Reserves `id` for a new request; `false` if it is already in flight (03 §4.1).
     fn begin_request(&self, id: &RequestId) -> bool {
         lock(&self.shared.state).in_flight.insert(id.clone())
+    }
+
+    /// Counts the in-flight request `id` as a `tools.call`; `false` (nothing counted) when
+    /// [`limits::MAX_CALLS_IN_FLIGHT`] calls are already in flight on this connection.
+    fn begin_call(&self, id: &RequestId) -> bool {
+        let mut st = lock(&self.shared.state);
+        if st.calls_in_flight.len() >= self.shared.max_calls_in_flight {
+            return false;
+        }
+        st.calls_in_flight.insert(id.clone())
     }
 
     fn in_flight(&self, id: &RequestId) -> bool {
@@ -637,9 +644,8 @@ async fn read_loop<S: AsyncRead>(
     let drain = 'read: loop {
         // Lines are taken one at a time, each only while the connection has room: responses are
         // always queued (03 §4.4), so a client that keeps sending requests but never reads is
-        // throttled here while its unwritten bytes exceed the cap; and a client with the most
-        // requests in flight waits until one is answered. What waits stays in the framer (at
-        // most one read) or in the socket.
+        // throttled here while its unwritten bytes exceed the cap. What waits stays in the framer
+        // (at most one read) or in the socket. Requests in flight never stop the reader.
         loop {
             match wait_for_room(conn, &mut closed, &mut stop_reading, &mut shutdown).await {
                 Room::Yes => {}
@@ -690,15 +696,6 @@ enum Room {
     Drain,
 }
 
-/// Why the reader waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Blocked {
-    /// This many bytes are waiting to be written.
-    Unwritten(usize),
-    /// This many requests are in flight.
-    InFlight(usize),
-}
-
 async fn wait_for_room(
     conn: &Connection,
     closed: &mut watch::Receiver<bool>,
@@ -706,32 +703,25 @@ async fn wait_for_room(
     shutdown: &mut Option<watch::Receiver<bool>>,
 ) -> Room {
     // The common case: room at once, without registering for a wake-up.
-    if conn.blocked().is_none() {
+    if conn.over_cap().is_none() {
         return Room::Yes;
     }
-    let mut warned = None;
+    let mut warned = false;
     loop {
         let room = conn.shared.room.notified();
         tokio::pin!(room);
         room.as_mut().enable();
-        let Some(blocked) = conn.blocked() else {
+        let Some(bytes) = conn.over_cap() else {
             return Room::Yes;
         };
-        if warned != Some(std::mem::discriminant(&blocked)) {
-            warned = Some(std::mem::discriminant(&blocked));
-            match blocked {
-                Blocked::Unwritten(bytes) => tracing::warn!(
-                    conn = %conn.id(),
-                    peer_pid = ?conn.peer_pid(),
-                    "not reading requests while {bytes} response bytes (more than {}) wait to be written",
-                    conn.shared.cap
-                ),
-                Blocked::InFlight(requests) => tracing::warn!(
-                    conn = %conn.id(),
-                    peer_pid = ?conn.peer_pid(),
-                    "not reading requests while {requests} are in flight (the most one connection may have)"
-                ),
-            }
+        if !warned {
+            warned = true;
+            tracing::warn!(
+                conn = %conn.id(),
+                peer_pid = ?conn.peer_pid(),
+                "not reading requests while {bytes} response bytes (more than {}) wait to be written",
+                conn.shared.cap
+            );
         }
         tokio::select! {
             _ = room => {}
@@ -782,6 +772,16 @@ fn dispatch(conn: &Connection, handler: &Arc<dyn ControlHandler>, line: &[u8]) {
             return;
         }
     };
+    if matches!(parsed, ControlRequest::ToolsCall(_)) && !conn.begin_call(&id) {
+        tracing::warn!(
+            conn = %conn.id(),
+            peer_pid = ?conn.peer_pid(),
+            "refusing a tools.call: {} are in flight on this connection",
+            conn.shared.max_calls_in_flight
+        );
+        conn.respond(&id, Err(too_many_calls(conn.shared.max_calls_in_flight)));
+        return;
+    }
     let conn = conn.clone();
     let handler = handler.clone();
     tokio::spawn(async move {
@@ -801,6 +801,19 @@ fn dispatch(conn: &Connection, handler: &Arc<dyn ControlHandler>, line: &[u8]) {
         }
         drop(guard);
     });
+}
+
+/// The refusal of a `tools.call` past [`limits::MAX_CALLS_IN_FLIGHT`] on one connection (project
+/// decision): the caller can act on it, so `-32000 invalid_request` with `details.reason`.
+fn too_many_calls(limit: usize) -> ErrorObject {
+    ErrorObject::application(
+        ErrorType::InvalidRequest,
+        format!(
+            "Too many tool calls in flight on this connection: {limit} are waiting for their \
+             results; wait for one to finish or cancel one (tools.cancel), then call again"
+        ),
+    )
+    .with_details(json!({ "reason": "too_many_calls_in_flight", "limit": limit }))
 }
 
 /// [`ControlRequest::parse`], except that a method name too long to be any method is answered

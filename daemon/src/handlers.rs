@@ -37,7 +37,7 @@ use crate::address::AddressOrigin;
 use crate::audit::AuditWriter;
 use crate::control_server::{BoxFuture, Connection, ConnectionId, ControlHandler, Reply};
 use crate::events::{EventBus, EventFilter, SinceQuery, SubscribeRequest, SubscriptionId};
-use crate::links::{DaemonLinkEnv, LinkEnvironment, admit_pending};
+use crate::links::{DaemonLinkEnv, LinkEnvironment};
 use crate::policy::PolicyEngine;
 use crate::sessions::SessionManager;
 
@@ -430,12 +430,13 @@ impl DaemonHandler {
 
     // -- links and sessions -----------------------------------------------------------------
 
-    /// Mints a link unless [`limits::MAX_PENDING_LINKS`] are already claimable (project
-    /// decision); claimed, revoked, burned and expired links do not count.
+    /// Mints a link unless [`limits::MAX_PENDING_LINKS`] are already claimable, or twice that
+    /// many are held as pending links and tombstones (project decision); claimed, revoked and
+    /// burned links do not count, expired ones only until their tombstone is forgotten.
     fn link_create(&self, params: &LinkCreateParams) -> Result<LinkCreateResult, ErrorObject> {
         let sessions = &self.inner.ctx.sessions;
         let _minting = lock(&self.inner.minting);
-        admit_pending(sessions.pending_links(), limits::MAX_PENDING_LINKS)?;
+        sessions.admit_link(limits::MAX_PENDING_LINKS)?;
         sessions.create_link(params)
     }
 

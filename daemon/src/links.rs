@@ -53,36 +53,74 @@ impl From<LinkError> for ErrorObject {
     }
 }
 
-/// `link.create` refused because `limit` claimable links are already pending (project
-/// decision, [`MAX_PENDING_LINKS`](appduct_protocol::limits::MAX_PENDING_LINKS)). The caller's
-/// fault, not the daemon's: `-32000 invalid_request` with `details.reason`.
+/// `link.create` refused (project decision,
+/// [`MAX_PENDING_LINKS`](appduct_protocol::limits::MAX_PENDING_LINKS)): `limit` claimable links
+/// are already pending, or pending links and tombstones together reach twice `limit`. The
+/// caller's fault, not the daemon's: `-32000 invalid_request` with `details.reason`, the same
+/// details for both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("{limit} links are already pending")]
-pub struct TooManyPendingLinks {
-    pub limit: usize,
+pub enum TooManyPendingLinks {
+    #[error("{limit} links are already pending")]
+    Pending { limit: usize },
+    #[error("{pending} pending links and {tombstones} tombstones are held (at most {})", 2 * limit)]
+    Held {
+        limit: usize,
+        pending: usize,
+        tombstones: usize,
+    },
 }
 
 impl From<TooManyPendingLinks> for ErrorObject {
     fn from(e: TooManyPendingLinks) -> Self {
-        ErrorObject::application(
-            ErrorType::InvalidRequest,
-            format!(
-                "Too many pending links: {} are waiting to be claimed; revoke one \
-                 (sessions.revoke) or wait until one is claimed or expires",
-                e.limit
+        let (limit, message) = match e {
+            TooManyPendingLinks::Pending { limit } => (
+                limit,
+                format!(
+                    "Too many pending links: {limit} are waiting to be claimed; revoke one \
+                     (sessions.revoke) or wait until one is claimed or expires"
+                ),
             ),
-        )
-        .with_details(json!({ "reason": "too_many_pending_links", "limit": e.limit }))
+            TooManyPendingLinks::Held {
+                limit,
+                pending,
+                tombstones,
+            } => (
+                limit,
+                format!(
+                    "Too many links: {pending} are waiting to be claimed and {tombstones} \
+                     expired ones are still remembered (at most {} together, pending at most \
+                     {limit}); wait until expired links are forgotten, one TTL after they \
+                     expired, or revoke a pending one (sessions.revoke)",
+                    2 * limit
+                ),
+            ),
+        };
+        ErrorObject::application(ErrorType::InvalidRequest, message)
+            .with_details(json!({ "reason": "too_many_pending_links", "limit": limit }))
     }
 }
 
-/// Admits one more link while fewer than `limit` of them are `pending` (claimable: claimed,
-/// revoked, burned and expired links no longer count).
-pub fn admit_pending(pending: usize, limit: usize) -> Result<(), TooManyPendingLinks> {
-    if pending < limit {
-        Ok(())
+/// Admits one more link while fewer than `limit` links are `pending` and fewer than `2 × limit`
+/// are held as pending links or tombstones. `pending` must count only claimable links (see
+/// [`LinkTable::expire_passed`]); claimed, revoked and burned links are in neither count.
+///
+/// The second bound is what bounds memory: tombstones are forgotten by monotonic timers, so after
+/// a wall-clock jump or a host suspend they can outlive the links' claimable time by far.
+pub fn admit_pending(
+    pending: usize,
+    tombstones: usize,
+    limit: usize,
+) -> Result<(), TooManyPendingLinks> {
+    if pending >= limit {
+        Err(TooManyPendingLinks::Pending { limit })
+    } else if pending.saturating_add(tombstones) >= limit.saturating_mul(2) {
+        Err(TooManyPendingLinks::Held {
+            limit,
+            pending,
+            tombstones,
+        })
     } else {
-        Err(TooManyPendingLinks { limit })
+        Ok(())
     }
 }
 
@@ -303,6 +341,32 @@ impl LinkTable {
             .count()
     }
 
+    /// T6 by the wall clock: every pending link whose `expiresAt` has passed at `now_unix_s`
+    /// becomes a tombstone now, even though its timer (monotonic) has not fired yet; the timer
+    /// then only forgets it. Returns their ids, for the caller to emit `link_expired`.
+    pub fn expire_passed(&mut self, now_unix_s: u64) -> Vec<String> {
+        let passed: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, link)| link.is_expired(now_unix_s))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &passed {
+            self.expire(id);
+        }
+        passed
+    }
+
+    /// [`admit_pending`] on this table, after [`expire_passed`](Self::expire_passed) moved the
+    /// links expired by the wall clock out of `pending`.
+    pub fn admit(&mut self, now_unix_s: u64, limit: usize) -> AdmitOutcome {
+        let expired = self.expire_passed(now_unix_s);
+        AdmitOutcome {
+            expired,
+            admitted: admit_pending(self.pending.len(), self.tombstones.len(), limit),
+        }
+    }
+
     /// Steps 1–3 of the claim algorithm (02 §11.3) for `token` (base64url) on `transport`, at
     /// wall-clock second `now_unix_s`. A link is expired once `now_unix_s >= expires_at` even if
     /// its timer has not fired. The transport check comes before the token comparison and is not
@@ -389,6 +453,15 @@ impl LinkTable {
             timer.abort();
         }
     }
+}
+
+/// What [`LinkTable::admit`] did and decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub struct AdmitOutcome {
+    /// Links that became tombstones by the wall clock; the caller emits `link_expired` for each.
+    pub expired: Vec<String>,
+    pub admitted: Result<(), TooManyPendingLinks>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -803,14 +876,15 @@ mod tests {
     #[test]
     fn admission_stops_at_the_limit_with_a_typed_invalid_request() {
         use appduct_protocol::limits::MAX_PENDING_LINKS;
-        assert_eq!(admit_pending(0, MAX_PENDING_LINKS), Ok(()));
+        assert_eq!(admit_pending(0, 0, MAX_PENDING_LINKS), Ok(()));
         assert_eq!(
-            admit_pending(MAX_PENDING_LINKS - 1, MAX_PENDING_LINKS),
-            Ok(())
+            admit_pending(MAX_PENDING_LINKS - 1, MAX_PENDING_LINKS, MAX_PENDING_LINKS),
+            Ok(()),
+            "2047 held, 1023 of them pending"
         );
-        let refused = admit_pending(MAX_PENDING_LINKS, MAX_PENDING_LINKS).unwrap_err();
-        assert_eq!(refused, TooManyPendingLinks { limit: 1_024 });
-        assert!(admit_pending(MAX_PENDING_LINKS + 1, MAX_PENDING_LINKS).is_err());
+        let refused = admit_pending(MAX_PENDING_LINKS, 0, MAX_PENDING_LINKS).unwrap_err();
+        assert_eq!(refused, TooManyPendingLinks::Pending { limit: 1_024 });
+        assert!(admit_pending(MAX_PENDING_LINKS + 1, 0, MAX_PENDING_LINKS).is_err());
         let e = ErrorObject::from(refused);
         assert_eq!(e.code, -32000);
         assert_eq!(e.error_type(), ErrorType::InvalidRequest);
@@ -819,6 +893,25 @@ mod tests {
             Some(&json!({"reason": "too_many_pending_links", "limit": 1024}))
         );
         assert!(e.message.contains("1024"), "{}", e.message);
+
+        // Pending links and tombstones together: at most twice the limit, the same details.
+        let held = admit_pending(10, 2 * MAX_PENDING_LINKS - 10, MAX_PENDING_LINKS).unwrap_err();
+        assert_eq!(
+            held,
+            TooManyPendingLinks::Held {
+                limit: 1_024,
+                pending: 10,
+                tombstones: 2_038
+            }
+        );
+        let e = ErrorObject::from(held);
+        assert_eq!(e.code, -32000);
+        assert_eq!(e.error_type(), ErrorType::InvalidRequest);
+        assert_eq!(
+            e.details(),
+            Some(&json!({"reason": "too_many_pending_links", "limit": 1024}))
+        );
+        assert!(e.message.contains("2038 expired"), "{}", e.message);
     }
 
     #[test]
@@ -826,7 +919,7 @@ mod tests {
         let limit = 4;
         let mut table = LinkTable::new();
         let mut ids = Vec::new();
-        while admit_pending(table.pending_count(NOW_S), limit).is_ok() {
+        while table.admit(NOW_S, limit).admitted.is_ok() {
             let m = minted(serde_json::json!({"ttlSeconds": 60}));
             ids.push(m.id.clone());
             table.insert(m.id, m.link);
@@ -836,7 +929,7 @@ mod tests {
         // Claimed.
         assert!(table.take(&ids[0]).is_some());
         assert_eq!(table.pending_count(NOW_S), 3);
-        assert!(admit_pending(table.pending_count(NOW_S), limit).is_ok());
+        assert_eq!(table.admit(NOW_S, limit).admitted, Ok(()));
         // Revoked.
         assert!(table.revoke(&ids[1]).is_some());
         // Burned by the 5th failed claim.
@@ -854,8 +947,95 @@ mod tests {
         table.insert(m.id, m.link);
         assert_eq!(table.pending_count(expires_at - 1), 1);
         assert_eq!(table.pending_count(expires_at), 0);
-        assert!(admit_pending(table.pending_count(expires_at), 1).is_ok());
-        assert!(admit_pending(table.pending_count(expires_at - 1), 1).is_err());
+        let mut one = LinkTable::new();
+        let m = minted(serde_json::json!({"ttlSeconds": 60}));
+        one.insert(m.id, m.link);
+        assert!(one.admit(expires_at - 1, 1).admitted.is_err());
+        assert!(one.admit(expires_at, 1).admitted.is_ok());
+    }
+
+    /// A wall-clock jump (or a host suspend) expires links whose monotonic timers have not fired:
+    /// admission turns them into tombstones, and pending links plus tombstones stay under twice
+    /// the limit, so the jump cannot let another full batch be minted on top of them.
+    #[test]
+    fn links_expired_by_the_wall_clock_become_tombstones_that_bound_the_next_mints() {
+        let limit = 4;
+        let minted_at = |now_s: u64| {
+            mint(
+                &params(serde_json::json!({"ttlSeconds": 60})),
+                &StaticLinkEnv::default(),
+                300,
+                now_s * 1000,
+                |_| false,
+            )
+            .unwrap()
+        };
+        let mut table = LinkTable::new();
+        let mut first = Vec::new();
+        for _ in 0..limit {
+            let admit = table.admit(NOW_S, limit);
+            assert_eq!(admit.admitted, Ok(()));
+            assert!(admit.expired.is_empty());
+            let m = minted_at(NOW_S);
+            first.push((m.id.clone(), token_of(&m)));
+            table.insert(m.id, m.link);
+        }
+        assert_eq!(
+            table.admit(NOW_S, limit).admitted,
+            Err(TooManyPendingLinks::Pending { limit })
+        );
+
+        // The wall clock jumps a day ahead; no timer has fired.
+        let later = NOW_S + 86_400;
+        let admit = table.admit(later, limit);
+        assert_eq!(admit.admitted, Ok(()), "expired links are not claimable");
+        let mut expired = admit.expired;
+        expired.sort();
+        let mut first_ids: Vec<String> = first.iter().map(|(id, _)| id.clone()).collect();
+        first_ids.sort();
+        assert_eq!(
+            expired, first_ids,
+            "each is reported once, for link_expired"
+        );
+        for (id, token) in &first {
+            assert!(table.is_tombstone(id));
+            assert_eq!(
+                table.check_claim(id, Transport::Native, token, later),
+                ClaimCheck::Tombstone
+            );
+        }
+        assert!(
+            table.admit(later, limit).expired.is_empty(),
+            "already tombstones"
+        );
+
+        // A second batch fills the pending cap again.
+        let mut second = Vec::new();
+        while table.admit(later, limit).admitted.is_ok() {
+            let m = minted_at(later);
+            second.push(m.id.clone());
+            table.insert(m.id, m.link);
+        }
+        assert_eq!(second.len(), limit);
+
+        // Another jump: the second batch expires too, and the tombstones of both now reach twice
+        // the limit, so nothing more is minted although no link is claimable.
+        let much_later = later + 86_400;
+        let admit = table.admit(much_later, limit);
+        assert_eq!(admit.expired.len(), limit);
+        assert_eq!(table.pending_count(much_later), 0);
+        assert_eq!(
+            admit.admitted,
+            Err(TooManyPendingLinks::Held {
+                limit,
+                pending: 0,
+                tombstones: 2 * limit
+            })
+        );
+
+        // Once a timer forgets a tombstone, one link may be minted again.
+        assert!(table.forget(&first[0].0));
+        assert_eq!(table.admit(much_later, limit).admitted, Ok(()));
     }
 
     #[test]

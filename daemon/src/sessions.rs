@@ -617,6 +617,22 @@ impl SessionManager {
         self.inner.state().sessions.len()
     }
 
+    /// Whether `link.create` may mint one more link under `limit` claimable ones (see
+    /// [`links::admit_pending`]). Links past their `expiresAt` by the wall clock become
+    /// tombstones first (T6, `link_expired` emitted; their timers then only forget them), so they
+    /// keep counting toward the bound on held links until forgotten.
+    pub fn admit_link(&self, limit: usize) -> Result<(), links::TooManyPendingLinks> {
+        let now_s = self.inner.clock.now_unix_ms() / 1000;
+        let mut st = self.inner.state();
+        let outcome = st.links.admit(now_s, limit);
+        for id in &outcome.expired {
+            self.inner
+                .bus
+                .emit(Some(id), None, EventData::LinkExpired(Default::default()));
+        }
+        outcome.admitted
+    }
+
     /// Claimable links (`pendingLinks`): tombstones and links past their `expiresAt` (by the
     /// wall clock) do not count.
     pub fn pending_links(&self) -> usize {

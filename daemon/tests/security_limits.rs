@@ -1,33 +1,33 @@
 //! Bounds on what a control client can make the daemon hold (SECURITY.md §4.4, project
-//! decisions): pending links per daemon, requests in flight per control connection, and the
-//! size of the `-32601` reply to a hostile method name.
+//! decisions): pending links per daemon, `tools.call`s in flight per control connection, and
+//! the size of the `-32601` reply to a hostile method name.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod calls_support;
 mod control_support;
 mod daemon_support;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use appduct_daemon::client::ControlClient;
 use appduct_daemon::control_server::{
-    BoxFuture, Connection, ControlHandler, Reply, ServerOptions, serve_connection,
+    BoxFuture, Connection, ConnectionId, ControlHandler, Reply, ServerOptions, serve_connection,
 };
 use appduct_daemon::daemon::{Daemon, DaemonOptions};
 use appduct_daemon::seams::ManualClock;
 use appduct_protocol::control::{
-    ControlRequest, DaemonStatus, LinkCreate, LinkCreateParams, NoParams, SelectorParams,
-    SessionsRevoke, Transport,
+    ControlRequest, DaemonStatus, EventKind, LinkCreate, LinkCreateParams, NoParams,
+    SelectorParams, SessionsRevoke, Transport,
 };
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::RequestId;
-use appduct_protocol::limits::{MAX_CONTROL_IN_FLIGHT, MAX_PENDING_LINKS, MAX_QUOTED_METHOD_LEN};
+use appduct_protocol::limits::{MAX_CALLS_IN_FLIGHT, MAX_PENDING_LINKS, MAX_QUOTED_METHOD_LEN};
+use calls_support::{Device, Fixture, Wire, audit_lines, data, next_of};
 use control_support::{Raw, TestHandler, request, serve};
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::{Semaphore, watch};
 use tokio::time::timeout;
 
@@ -137,7 +137,9 @@ async fn link_create_past_1024_pending_links_is_refused_until_one_is_revoked_cla
     );
     assert_refused(&raw.request(6, "link.create", json!({})).await);
 
-    // Links past their `expiresAt` stop counting at once, before their timers fire.
+    // Links past their `expiresAt` stop counting at once, before their timers fire; the next
+    // `link.create` turns them into tombstones and reports each `link_expired` once.
+    let mut events = daemon.events().subscribe_all();
     clock.advance(Duration::from_secs(60));
     assert_eq!(
         pending(&client).await,
@@ -147,6 +149,13 @@ async fn link_create_past_1024_pending_links_is_refused_until_one_is_revoked_cla
     let fresh = raw.request(7, "link.create", json!({})).await;
     assert!(fresh["result"]["sessionId"].is_string(), "{fresh}");
     assert_eq!(pending(&client).await, 3);
+    let mut expired = HashSet::new();
+    while let Ok(e) = events.try_recv() {
+        if e.kind() == EventKind::LinkExpired {
+            assert!(expired.insert(e.session_id.clone()), "{e:?}");
+        }
+    }
+    assert_eq!(expired.len(), MAX_PENDING_LINKS - 2);
 
     let closed = app.answer_close();
     daemon.shutdown().await;
@@ -154,35 +163,37 @@ async fn link_create_past_1024_pending_links_is_refused_until_one_is_revoked_cla
 }
 
 // ---------------------------------------------------------------------------------------------
-// Requests in flight per control connection
+// tools.call requests in flight per control connection
 // ---------------------------------------------------------------------------------------------
 
-/// `sessions.list` waits for a permit of `gate`; `daemon.status` answers at once. Counts what
-/// started and the most requests it held at once.
+/// Holds `tools.call` until a permit of `calls` and `sessions.list` until a permit of `lists`;
+/// everything else answers at once. Counts the requests it started and sees connections close.
 struct GatedHandler {
-    gate: Arc<Semaphore>,
-    started: watch::Sender<usize>,
-    running: AtomicUsize,
-    most_running: AtomicUsize,
+    calls: Semaphore,
+    lists: Semaphore,
+    started_calls: watch::Sender<usize>,
+    started_lists: watch::Sender<usize>,
+    closed: watch::Sender<bool>,
 }
 
 impl GatedHandler {
     fn new() -> Arc<Self> {
         Arc::new(Self {
-            gate: Arc::new(Semaphore::new(0)),
-            started: watch::channel(0).0,
-            running: AtomicUsize::new(0),
-            most_running: AtomicUsize::new(0),
+            calls: Semaphore::new(0),
+            lists: Semaphore::new(0),
+            started_calls: watch::channel(0).0,
+            started_lists: watch::channel(0).0,
+            closed: watch::channel(false).0,
         })
     }
+}
 
-    async fn until_started(&self, n: usize) {
-        let mut rx = self.started.subscribe();
-        timeout(WAIT, rx.wait_for(|started| *started >= n))
-            .await
-            .expect("the requests never started")
-            .unwrap();
-    }
+async fn until_at_least(counter: &watch::Sender<usize>, n: usize) {
+    let mut rx = counter.subscribe();
+    timeout(WAIT, rx.wait_for(|started| *started >= n))
+        .await
+        .expect("the requests never started")
+        .unwrap();
 }
 
 struct Gated(Arc<GatedHandler>);
@@ -196,19 +207,29 @@ impl ControlHandler for Gated {
     ) -> BoxFuture<'static, Reply> {
         let h = self.0.clone();
         match request {
-            ControlRequest::SessionsList(_) => {
-                let running = h.running.fetch_add(1, Ordering::SeqCst) + 1;
-                h.most_running.fetch_max(running, Ordering::SeqCst);
-                h.started.send_modify(|n| *n += 1);
+            ControlRequest::ToolsCall(_) => {
+                h.started_calls.send_modify(|n| *n += 1);
                 Box::pin(async move {
-                    let permit = h.gate.acquire().await.unwrap();
-                    permit.forget();
-                    h.running.fetch_sub(1, Ordering::SeqCst);
+                    h.calls.acquire().await.unwrap().forget();
+                    Reply::Ok(json!({"result": null}))
+                })
+            }
+            ControlRequest::SessionsList(_) => {
+                h.started_lists.send_modify(|n| *n += 1);
+                Box::pin(async move {
+                    h.lists.acquire().await.unwrap().forget();
                     Reply::Ok(json!([]))
                 })
             }
-            _ => Box::pin(async { Reply::Ok(json!({"probe": true})) }),
+            other => {
+                let method = other.method();
+                Box::pin(async move { Reply::Ok(json!({"answered": method})) })
+            }
         }
+    }
+
+    fn on_close(&self, _conn: ConnectionId) {
+        self.0.closed.send_replace(true);
     }
 }
 
@@ -221,26 +242,38 @@ fn lines(requests: impl IntoIterator<Item = Value>) -> Vec<u8> {
     bytes
 }
 
-/// Reads `n` responses and returns their ids, in arrival order.
-async fn response_ids(raw: &mut Raw, n: usize) -> Vec<Value> {
-    let mut ids = Vec::with_capacity(n);
-    for _ in 0..n {
-        let response = timeout(WAIT, raw.recv())
-            .await
-            .expect("a response is missing")
-            .expect("the connection closed");
-        assert!(response.get("error").is_none(), "{response}");
-        ids.push(response["id"].clone());
-    }
-    ids
+fn call(id: impl Into<Value>) -> Value {
+    request(id, "tools.call", json!({"name": "slow_task"}))
+}
+
+/// The exact refusal of a `tools.call` past the per-connection cap.
+fn assert_too_many_calls(response: &Value, id: &str) {
+    assert_eq!(response["id"], id, "{response}");
+    assert_eq!(response["error"]["code"], -32000, "{response}");
+    assert_eq!(response["error"]["data"]["type"], "invalid_request");
+    assert_eq!(
+        response["error"]["data"]["details"],
+        json!({"reason": "too_many_calls_in_flight", "limit": MAX_CALLS_IN_FLIGHT})
+    );
+    let message = response["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("1024") && message.contains("tools.cancel"),
+        "the message says what to do: {message}"
+    );
+    assert!(response.get("result").is_none());
+}
+
+async fn next_response(raw: &mut Raw) -> Value {
+    timeout(WAIT, raw.recv())
+        .await
+        .expect("a response is missing")
+        .expect("the connection closed")
 }
 
 #[tokio::test]
-async fn pipelining_past_the_in_flight_cap_waits_in_the_socket_and_every_request_gets_one_response()
-{
+async fn the_1025th_tools_call_is_refused_at_once_and_other_requests_still_run() {
     let h = GatedHandler::new();
-    // Small enough that the requests past the cap cannot all sit in the pipe.
-    let (client, server) = tokio::io::duplex(16 * 1024);
+    let (client, server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(serve_connection(
         server,
         Arc::new(Gated(h.clone())),
@@ -248,70 +281,213 @@ async fn pipelining_past_the_in_flight_cap_waits_in_the_socket_and_every_request
     ));
     let mut raw = Raw::new(client);
 
-    let total = 4 * MAX_CONTROL_IN_FLIGHT;
-    let bytes = lines((0..total).map(|id| request(id, "sessions.list", json!({}))));
-    let mut writer = raw.writer;
-    let written = tokio::spawn(async move {
-        writer.write_all(&bytes).await.unwrap();
-        writer
-    });
+    raw.send(&lines((0..MAX_CALLS_IN_FLIGHT).map(call))).await;
+    until_at_least(&h.started_calls, MAX_CALLS_IN_FLIGHT).await;
 
-    h.until_started(MAX_CONTROL_IN_FLIGHT).await;
-    assert_eq!(*h.started.borrow(), MAX_CONTROL_IN_FLIGHT);
-    assert!(
-        !written.is_finished(),
-        "the daemon must stop reading: the rest of the requests wait in the socket"
-    );
+    // The 1,025th call is answered at once and never reaches the handler.
+    raw.send_line(&call("over")).await;
+    assert_too_many_calls(&next_response(&mut raw).await, "over");
+    assert_eq!(*h.started_calls.borrow(), MAX_CALLS_IN_FLIGHT);
 
-    h.gate.add_permits(total);
-    raw.writer = timeout(WAIT, written).await.unwrap().unwrap();
-    let ids = response_ids(&mut raw, total).await;
-    let unique: HashSet<u64> = ids.iter().map(|id| id.as_u64().unwrap()).collect();
-    assert_eq!(unique.len(), total, "every request answered exactly once");
-    assert_eq!(unique, (0..total as u64).collect());
-    assert_eq!(
-        h.most_running.load(Ordering::SeqCst),
-        MAX_CONTROL_IN_FLIGHT,
-        "the cap is reached and never passed"
-    );
-
-    // Nothing more: the connection is idle and still serves.
-    raw.send_line(&request("after", "daemon.status", json!({})))
+    // tools.cancel and daemon.status on the same connection are dispatched and answered at once.
+    raw.send_line(&request("cancel", "tools.cancel", json!({"callId": "c1"})))
         .await;
-    assert_eq!(response_ids(&mut raw, 1).await, vec![json!("after")]);
+    let cancel = next_response(&mut raw).await;
+    assert_eq!(cancel["id"], "cancel");
+    assert_eq!(cancel["result"], json!({"answered": "tools.cancel"}));
+    raw.send_line(&request("status", "daemon.status", json!({})))
+        .await;
+    let status = next_response(&mut raw).await;
+    assert_eq!(status["id"], "status");
+    assert_eq!(status["result"], json!({"answered": "daemon.status"}));
+
+    // Only tools.call is counted: 2,000 more held requests of another method all run.
+    raw.send(&lines((0..2_000).map(|n| {
+        request(format!("list{n}"), "sessions.list", json!({}))
+    })))
+    .await;
+    until_at_least(&h.started_lists, 2_000).await;
+
+    // One call answered frees one slot: the next call runs, the one after is refused again.
+    h.calls.add_permits(1);
+    let answered = next_response(&mut raw).await;
+    assert!(answered["id"].is_u64(), "{answered}");
+    assert_eq!(answered["result"], json!({"result": null}));
+    raw.send_line(&call("again")).await;
+    until_at_least(&h.started_calls, MAX_CALLS_IN_FLIGHT + 1).await;
+    raw.send_line(&call("over2")).await;
+    assert_too_many_calls(&next_response(&mut raw).await, "over2");
+
+    // Every held request is answered exactly once.
+    h.calls.add_permits(MAX_CALLS_IN_FLIGHT);
+    h.lists.add_permits(2_000);
+    let mut ids = HashSet::new();
+    for _ in 0..(MAX_CALLS_IN_FLIGHT + 2_000) {
+        let response = next_response(&mut raw).await;
+        assert!(response.get("error").is_none(), "{response}");
+        assert!(ids.insert(response["id"].to_string()), "{response}");
+    }
+    assert!(ids.contains("\"again\""));
     drop(raw);
     timeout(WAIT, served).await.unwrap().unwrap();
 }
 
 #[tokio::test]
-async fn a_request_past_the_in_flight_cap_runs_only_after_one_in_flight_is_answered() {
+async fn a_hang_up_with_1024_calls_in_flight_is_seen_at_once() {
     let h = GatedHandler::new();
-    let (client, server) = tokio::io::duplex(1 << 20);
-    tokio::spawn(serve_connection(
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let served = tokio::spawn(serve_connection(
         server,
         Arc::new(Gated(h.clone())),
         ServerOptions::default(),
     ));
     let mut raw = Raw::new(client);
+    raw.send(&lines((0..MAX_CALLS_IN_FLIGHT).map(call))).await;
+    until_at_least(&h.started_calls, MAX_CALLS_IN_FLIGHT).await;
 
-    // The cap of held requests, then one that would answer at once.
-    let held = (0..MAX_CONTROL_IN_FLIGHT).map(|id| request(id, "sessions.list", json!({})));
-    let probe = request("probe", "daemon.status", json!({}));
-    raw.send(&lines(held.chain([probe]))).await;
-    h.until_started(MAX_CONTROL_IN_FLIGHT).await;
+    // The client hangs up with every call still held: the connection closes (its close hooks,
+    // which cancel the calls in the daemon, run) without waiting for any of them.
+    drop(raw);
+    timeout(WAIT, served)
+        .await
+        .expect("EOF was not seen while the calls were held")
+        .unwrap();
+    assert!(*h.closed.borrow());
+}
 
-    h.gate.add_permits(1);
-    let first_two = response_ids(&mut raw, 2).await;
-    assert!(
-        first_two[0].is_u64(),
-        "a held request is answered first, then the probe gets its slot: {first_two:?}"
+/// What [`answering_device`] saw.
+struct Seen {
+    device: Device,
+    /// Wire ids of the `tool_call` frames.
+    calls: Vec<String>,
+    /// `(wire id, reason)` of the `tool_cancel` frames.
+    cancels: Vec<(String, String)>,
+}
+
+/// A device that reads every frame: it records each `tool_call`, and answers each
+/// `tool_cancel` with `tool_cancelled`, until it has seen `calls` cancels.
+fn answering_device(mut device: Device, calls: usize) -> tokio::task::JoinHandle<Seen> {
+    tokio::spawn(async move {
+        let mut sent = Vec::new();
+        let mut cancels = Vec::new();
+        while cancels.len() < calls {
+            let frame = device.frame().await;
+            match frame["type"].as_str() {
+                Some("tool_call") => sent.push(frame["id"].as_str().unwrap().to_owned()),
+                Some("tool_cancel") => {
+                    let wire = frame["id"].as_str().unwrap().to_owned();
+                    let reason = frame["reason"].as_str().unwrap().to_owned();
+                    device
+                        .error(
+                            &wire,
+                            json!({"type": "tool_cancelled", "message": "stopped"}),
+                        )
+                        .await;
+                    cancels.push((wire, reason));
+                }
+                _ => panic!("unexpected frame {frame}"),
+            }
+        }
+        Seen {
+            device,
+            calls: sent,
+            cancels,
+        }
+    })
+}
+
+#[tokio::test]
+async fn a_client_holding_1024_calls_that_hangs_up_has_every_call_cancelled_with_connection_closed()
+{
+    let Fixture {
+        dir: _dir,
+        daemon,
+        mut wire,
+        device,
+        mut events,
+    } = Fixture::new().await;
+    let device = answering_device(device, MAX_CALLS_IN_FLIGHT);
+    let mut issuer = Wire::new(&daemon);
+    for n in 0..MAX_CALLS_IN_FLIGHT {
+        issuer
+            .send(
+                n as i64,
+                "tools.call",
+                json!({"name": "slow_task", "callId": format!("c{n}")}),
+            )
+            .await;
+    }
+    for _ in 0..MAX_CALLS_IN_FLIGHT {
+        next_of(&mut events, EventKind::ToolCallStarted).await;
+    }
+
+    // On the same connection: one more call is refused, nothing is sent for it; a status and a
+    // cancel are answered while the 1,024 calls wait on the device.
+    let over = issuer
+        .request(
+            5_000,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "over"}),
+        )
+        .await;
+    assert_eq!(over["error"]["data"]["type"], "invalid_request", "{over}");
+    assert_eq!(
+        over["error"]["data"]["details"],
+        json!({"reason": "too_many_calls_in_flight", "limit": 1024})
     );
-    assert_eq!(first_two[1], json!("probe"));
+    let status = issuer.request(5_001, "daemon.status", json!({})).await;
+    assert_eq!(status["result"]["pendingCalls"], 1024);
+    let cancel = issuer
+        .request(5_002, "tools.cancel", json!({"callId": "c0"}))
+        .await;
+    assert_eq!(cancel["result"], json!({"cancelled": true}));
+    let settled = issuer.response(0).await;
+    assert_eq!(settled["error"]["data"]["type"], "tool_cancelled");
 
-    h.gate.add_permits(MAX_CONTROL_IN_FLIGHT);
-    let rest = response_ids(&mut raw, MAX_CONTROL_IN_FLIGHT - 1).await;
-    let all: HashSet<Value> = first_two.into_iter().chain(rest).collect();
-    assert_eq!(all.len(), MAX_CONTROL_IN_FLIGHT + 1);
+    // The client hangs up holding the other 1,023: each gets its tool_cancel at once.
+    issuer.close();
+    let Seen {
+        device,
+        calls: sent,
+        cancels,
+    } = timeout(WAIT, device).await.unwrap().unwrap();
+    assert_eq!(
+        sent.len(),
+        MAX_CALLS_IN_FLIGHT,
+        "nothing sent for the refused call"
+    );
+    let closed: HashSet<&str> = cancels
+        .iter()
+        .filter(|(_, reason)| reason == "connection_closed")
+        .map(|(wire, _)| wire.as_str())
+        .collect();
+    assert_eq!(closed.len(), MAX_CALLS_IN_FLIGHT - 1);
+    assert_eq!(
+        cancels
+            .iter()
+            .filter(|(_, reason)| reason == "client_cancelled")
+            .count(),
+        1
+    );
+    let mut finished = HashSet::new();
+    for _ in 0..MAX_CALLS_IN_FLIGHT {
+        let e = next_of(&mut events, EventKind::ToolCallFinished).await;
+        assert_eq!(data(&e)["outcome"], "cancelled", "{:?}", data(&e));
+        finished.insert(data(&e)["callId"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(
+        finished,
+        (0..MAX_CALLS_IN_FLIGHT).map(|n| format!("c{n}")).collect()
+    );
+    let hello = wire.request(1, "daemon.hello", json!({})).await;
+    assert_eq!(hello["result"]["pendingCalls"], 0);
+    let audit = audit_lines(&daemon).await;
+    assert_eq!(audit.len(), MAX_CALLS_IN_FLIGHT);
+    assert!(audit.iter().all(|r| r["errorType"] == "tool_cancelled"));
+
+    let closed = device.answer_close();
+    daemon.shutdown().await;
+    closed.await.unwrap();
 }
 
 // ---------------------------------------------------------------------------------------------

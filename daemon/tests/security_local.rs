@@ -1,12 +1,13 @@
 //! Local access to the daemon (08 §4.5, §4.6; 03 §2.2; 01 §4.1): the peer-uid check on every
-//! control connection through the `PeerCheck` seam (SEC-10), state directories of another user,
-//! and configurations that widen the web listener's origins (SEC-29), all refused at start.
+//! control connection through the `PeerCheck` seam (SEC-10), state directories of another user
+//! (also behind a symlink), and configurations that widen the web listener's origins (SEC-29),
+//! all refused at start.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod daemon_support;
 
-use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::sync::{Arc, Mutex};
 
 use appduct_daemon::daemon::{Daemon, DaemonOptions, StartError};
@@ -186,6 +187,73 @@ async fn a_config_planted_in_a_writable_state_directory_is_refused() {
     let mode = std::fs::metadata(root).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700);
     assert!(!root.join("daemon.sock").exists() && !root.join("key.pem").exists());
+}
+
+/// 08 §4.5: the state directory may be a symlink (the user keeps it elsewhere); it is followed,
+/// and the mode and owner checks apply to the real directory, never to the link.
+#[tokio::test]
+async fn a_symlinked_state_directory_is_followed_and_the_checks_apply_to_the_real_directory() {
+    let dir = state_dir();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+
+    let daemon = Daemon::start(DaemonOptions::for_tests(&link))
+        .await
+        .unwrap();
+    let mode = std::fs::metadata(&real).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the real directory is tightened");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link itself is left as it is"
+    );
+    assert!(
+        std::fs::symlink_metadata(real.join("daemon.sock"))
+            .unwrap()
+            .file_type()
+            .is_socket(),
+        "the socket lives in the real directory"
+    );
+    let status = memory_client(&daemon)
+        .call::<DaemonStatus>(NoParams {})
+        .await
+        .unwrap();
+    assert_eq!(status.pid, std::process::id());
+    daemon.shutdown().await;
+
+    // A link to a directory of another user is refused like that directory, and it is untouched.
+    if !is_root() {
+        eprintln!("skipping the foreign-owner half: handing a directory to another uid needs root");
+        return;
+    }
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&foreign, Some(4242), Some(4242)).unwrap();
+    let to_foreign = dir.path().join("to-foreign");
+    std::os::unix::fs::symlink(&foreign, &to_foreign).unwrap();
+    let err = Daemon::start(DaemonOptions::for_tests(&to_foreign))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            StartError::StateDir(StateDirError::ForeignOwner { owner: 4242, .. })
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&foreign).unwrap().count(),
+        0,
+        "nothing made"
+    );
+    let mode = std::fs::metadata(&foreign).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o755);
 }
 
 /// SEC-29: `webOrigins: ["*"]` and a non-array `webOrigins` stop the daemon at startup,

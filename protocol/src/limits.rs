@@ -27,7 +27,7 @@ pub const MAX_LINK_TTL_S: u32 = 86_400;
 pub const MAX_FAILED_CLAIMS: u32 = 5;
 /// Claimable (pending, unexpired) links one daemon holds at once; `link.create` beyond it fails
 /// `-32000 invalid_request` with `details.reason: "too_many_pending_links"` (project decision:
-/// nothing a control client asks for grows without bound).
+/// what control clients ask the daemon to hold stays bounded).
 pub const MAX_PENDING_LINKS: usize = 1_024;
 
 /// Identifier length bounds, UTF-16 code units (02 §9.1).
@@ -67,10 +67,11 @@ pub const LEAF_RENEW_BEFORE_S: u64 = 86_400;
 pub const CONTROL_LINE_CAP_BYTES: usize = 1_048_576;
 /// Control plane: queued outbound bytes above which a subscriber is disconnected (03 §4.4).
 pub const SUBSCRIBER_BUFFER_CAP_BYTES: usize = 4_194_304;
-/// Control plane: requests one connection may have in flight; the daemon reads no further
-/// line of that connection until one of them is answered (project decision: back-pressure, so
-/// nothing is lost and memory stays bounded).
-pub const MAX_CONTROL_IN_FLIGHT: usize = 1_024;
+/// Control plane: `tools.call` requests one connection may have in flight; one more is answered
+/// at once `-32000 invalid_request` with `details.reason: "too_many_calls_in_flight"` and nothing
+/// is sent (project decision: what a control connection holds stays bounded, and the daemon keeps
+/// reading it, so a hang-up cancels its calls and `tools.cancel` is never held back).
+pub const MAX_CALLS_IN_FLIGHT: usize = 1_024;
 /// Control plane: longest method name a `-32601` reply quotes, in UTF-16 code units; a longer
 /// one is cut and ends in `…` (project decision: a hostile line cannot inflate the reply).
 pub const MAX_QUOTED_METHOD_LEN: usize = 64;
