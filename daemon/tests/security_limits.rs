@@ -270,8 +270,9 @@ async fn next_response(raw: &mut Raw) -> Value {
         .expect("the connection closed")
 }
 
-#[tokio::test]
-async fn the_1025th_tools_call_is_refused_at_once_and_other_requests_still_run() {
+/// A control connection served by the gated handler with [`MAX_CALLS_IN_FLIGHT`] calls held.
+async fn connection_holding_the_most_calls() -> (Arc<GatedHandler>, Raw, tokio::task::JoinHandle<()>)
+{
     let h = GatedHandler::new();
     let (client, server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(serve_connection(
@@ -280,9 +281,14 @@ async fn the_1025th_tools_call_is_refused_at_once_and_other_requests_still_run()
         ServerOptions::default(),
     ));
     let mut raw = Raw::new(client);
-
     raw.send(&lines((0..MAX_CALLS_IN_FLIGHT).map(call))).await;
     until_at_least(&h.started_calls, MAX_CALLS_IN_FLIGHT).await;
+    (h, raw, served)
+}
+
+#[tokio::test]
+async fn the_1025th_tools_call_is_refused_at_once_and_other_requests_still_run() {
+    let (h, mut raw, served) = connection_holding_the_most_calls().await;
 
     // The 1,025th call is answered at once and never reaches the handler.
     raw.send_line(&call("over")).await;
@@ -334,16 +340,7 @@ async fn the_1025th_tools_call_is_refused_at_once_and_other_requests_still_run()
 
 #[tokio::test]
 async fn a_hang_up_with_1024_calls_in_flight_is_seen_at_once() {
-    let h = GatedHandler::new();
-    let (client, server) = tokio::io::duplex(64 * 1024);
-    let served = tokio::spawn(serve_connection(
-        server,
-        Arc::new(Gated(h.clone())),
-        ServerOptions::default(),
-    ));
-    let mut raw = Raw::new(client);
-    raw.send(&lines((0..MAX_CALLS_IN_FLIGHT).map(call))).await;
-    until_at_least(&h.started_calls, MAX_CALLS_IN_FLIGHT).await;
+    let (h, raw, served) = connection_holding_the_most_calls().await;
 
     // The client hangs up with every call still held: the connection closes (its close hooks,
     // which cancel the calls in the daemon, run) without waiting for any of them.
