@@ -1075,16 +1075,12 @@ impl Inner {
             });
         }
         let response = match (outcome, &call.target) {
-            (Outcome::Result(result), Some(target)) => serde_json::to_value(ToolsCallResult {
+            (Outcome::Result(result), Some(target)) => Ok(ToolsCallResult {
                 result,
                 call_id: call.call_id.clone(),
                 session_id: target.session_id.clone(),
                 alias: target.alias.clone(),
                 duration_ms,
-            })
-            .map_err(|e| {
-                ErrorObject::internal(format!("The daemon could not serialise the result: {e}"))
-                    .with_call_id(call.call_id.clone())
             }),
             (Outcome::Result(_), None) => Err(ErrorObject::internal(
                 "A call without a session produced a result",
@@ -1101,7 +1097,7 @@ impl Inner {
             "call settled"
         );
         // A closed connection drops the response (04 §3.2 step 4).
-        call.conn.respond(&call.request_id, response);
+        call.conn.respond_with(&call.request_id, response.as_ref());
         if let Some(done) = call.done.take() {
             let _ = done.send(());
         }

@@ -308,10 +308,17 @@ impl Connection {
     /// [`Reply::AlreadySent`]. Returns `false` when `id` is not in flight (already answered)
     /// or the connection is no longer open.
     pub fn respond(&self, id: &RequestId, outcome: Result<Value, ErrorObject>) -> bool {
-        let line = match to_line(&Response {
-            id: Some(id.clone()),
-            outcome,
-        }) {
+        self.respond_with(id, outcome.as_ref())
+    }
+
+    /// [`respond`](Self::respond) with any serialisable result, written straight into the
+    /// line: a large result is not first copied into a `Value`.
+    pub fn respond_with<T: Serialize>(
+        &self,
+        id: &RequestId,
+        outcome: Result<&T, &ErrorObject>,
+    ) -> bool {
+        let line = match to_line(&ResponseLine { id, outcome }) {
             Ok(line) => line,
             Err(e) => {
                 tracing::error!(conn = %self.shared.id, "cannot serialise the response to {id}: {e}");
@@ -534,6 +541,27 @@ impl Connection {
 }
 
 /// Runs a hook on a task of its own (or here, outside any runtime).
+/// A JSON-RPC response (03 §4.1) over a borrowed result, serialised like
+/// [`Response`](appduct_protocol::jsonrpc::Response).
+struct ResponseLine<'a, T> {
+    id: &'a RequestId,
+    outcome: Result<&'a T, &'a ErrorObject>,
+}
+
+impl<T: Serialize> Serialize for ResponseLine<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(3))?;
+        m.serialize_entry("jsonrpc", appduct_protocol::jsonrpc::VERSION)?;
+        m.serialize_entry("id", self.id)?;
+        match self.outcome {
+            Ok(result) => m.serialize_entry("result", result)?,
+            Err(error) => m.serialize_entry("error", error)?,
+        }
+        m.end()
+    }
+}
+
 fn run_detached(hook: CloseHook) {
     match tokio::runtime::Handle::try_current() {
         Ok(runtime) => {
