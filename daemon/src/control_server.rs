@@ -28,6 +28,8 @@ use appduct_protocol::jsonrpc::{
 };
 use appduct_protocol::{limits, text};
 use serde::Serialize;
+
+use crate::quiet_unix::QuietUnixStream;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::UnixListener;
@@ -994,6 +996,13 @@ pub async fn serve_unix(
             drop(stream);
             continue;
         }
+        let stream = match QuietUnixStream::new(stream) {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::warn!("cannot take over a control connection: {e}");
+                continue;
+            }
+        };
         connections.spawn(run_connection(
             stream,
             handler.clone(),

@@ -21,6 +21,7 @@ pub mod pidfile;
 pub mod policy;
 pub mod project;
 pub mod qr;
+pub mod quiet_unix;
 pub mod random;
 pub mod seams;
 pub mod sessions;
