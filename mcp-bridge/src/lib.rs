@@ -21,6 +21,7 @@ pub mod project;
 pub mod server;
 mod status;
 pub mod stdio;
+mod tool_cache;
 mod wait;
 
 pub use connector::{DaemonConnector, SocketConnector};
