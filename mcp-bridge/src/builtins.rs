@@ -42,8 +42,10 @@ pub fn deadline_ms(entry: &ToolsListEntry) -> u64 {
         .map_or(limits::DEFAULT_CALL_TIMEOUT_MS, clamp_timeout_ms)
 }
 
-/// Finds `name` in the whole registry of one session id (06 §6.8.4): unknown →
-/// `tool_not_found` naming the tool and the alias.
+/// Finds `name` in the whole, unpaged registry of one session id (06 §6.8.4): unknown →
+/// `tool_not_found` naming the tool and the alias. The request carries `filter: name`: a
+/// substring match over names and descriptions (03 §9.8) always keeps the entry named `name`,
+/// and the answer no longer grows with the registry.
 pub async fn lookup(
     client: &ControlClient,
     session: &SessionSummary,
@@ -52,6 +54,7 @@ pub async fn lookup(
     let list = client
         .call::<ToolsList>(ToolsListParams {
             selector: Some(session.session_id.clone()),
+            filter: Some(name.to_owned()),
             ..Default::default()
         })
         .await

@@ -7,8 +7,8 @@ use appduct_daemon::random::random_bytes;
 use appduct_protocol::canonical::args_sha256;
 use appduct_protocol::control::{
     Caller, Consent, ConsentCreate, ConsentCreateParams, ConsentRecord, ConsentTake,
-    ConsentTakeParams, PolicyDecision, SelectorParams, SessionState, SessionSummary,
-    SessionsDescribe, ToolsCallParams, ToolsCallResult, ToolsCancel, ToolsCancelParams,
+    ConsentTakeParams, PolicyDecision, SessionState, SessionSummary, ToolsCallParams,
+    ToolsCallResult, ToolsCancel, ToolsCancelParams, ToolsListEntry,
 };
 use appduct_protocol::errors::ErrorType;
 use base64::Engine;
@@ -21,6 +21,7 @@ use rmcp::model::{
 };
 use rmcp::service::{PeerRequestOptions, RequestContext, ServiceError};
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
@@ -29,6 +30,7 @@ use crate::builtins::{deadline_ms, lookup};
 use crate::error::{ToolFailure, success};
 use crate::progress::{Progress, until};
 use crate::server::{ConsentChannel, Inner, cancelled_failure, is_2026, unless_cancelled};
+use crate::tool_cache::{Cached, ToolCache};
 
 /// The `inputRequests` key of the MRTR consent request (06 §6.10.4).
 pub const CONSENT_INPUT_KEY: &str = "appduct_consent";
@@ -121,16 +123,15 @@ async fn first_round(
     planned: &Planned<'_>,
 ) -> Result<CallToolResponse, ToolFailure> {
     // Until the consent step, a cancel stops the call and nothing more is sent (06 §6.12).
-    let client = unless_cancelled(context, inner.control()).await?;
-    let session = unless_cancelled(context, inner.resolve(&client, planned.selector)).await?;
+    let (client, cache) = unless_cancelled(context, inner.control_with_cache()).await?;
+    let (session, cache) = unless_cancelled(
+        context,
+        resolve(inner, &client, cache.as_deref(), planned.selector),
+    )
+    .await?;
     let (effective, entry) =
-        unless_cancelled(context, checked_tool(&client, &session, planned)).await?;
-    let destructive = entry
-        .descriptor
-        .get("annotations")
-        .and_then(|a| a.get("destructiveHint"))
-        .and_then(Value::as_bool)
-        == Some(true);
+        unless_cancelled(context, checked_tool(&client, cache, &session, planned)).await?;
+    let destructive = is_destructive(&entry);
     let mut progress = Progress::for_request(context);
     let mut consent = None;
     if entry.policy == PolicyDecision::Prompt && session.state == SessionState::Active {
@@ -162,14 +163,66 @@ async fn first_round(
     .await
 }
 
+/// `annotations.destructiveHint` is `true` (the consent prompt says so, 06 §6.10.2).
+fn is_destructive(entry: &ToolsListEntry) -> bool {
+    entry
+        .descriptor
+        .get("annotations")
+        .and_then(|a| a.get("destructiveHint"))
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
+/// Step 2 (06 §6.7): `sessions.describe` on the persistent connection; through the tool cache
+/// when it is subscribed, so the cache then reflects what the describe saw. Returns the cache
+/// when it answered: only then may it be read for this call.
+async fn resolve<'c>(
+    inner: &Inner,
+    client: &ControlClient,
+    cache: Option<&'c ToolCache>,
+    selector: Option<&str>,
+) -> Result<(SessionSummary, Option<&'c ToolCache>), ToolFailure> {
+    match cache {
+        Some(cache) => cache
+            .resolve(selector)
+            .await
+            .map(|session| (session, Some(cache)))
+            .map_err(|e| ToolFailure::from_client(&e)),
+        None => Ok((inner.resolve(client, selector).await?, None)),
+    }
+}
+
+/// Step 3: the tool's registry entry, from the cache when the resolve went through it.
+async fn find_tool(
+    client: &ControlClient,
+    cache: Option<&ToolCache>,
+    session: &SessionSummary,
+    name: &str,
+) -> Result<Arc<ToolsListEntry>, ToolFailure> {
+    let cached = match cache {
+        Some(cache) => cache.get(&session.session_id, name).await,
+        None => None,
+    };
+    match (cache, cached) {
+        (_, Some(Cached::Hit(entry))) => Ok(entry),
+        (Some(cache), Some(Cached::Miss(since))) => {
+            let entry = Arc::new(lookup(client, session, name).await?);
+            cache.store(since, &session.session_id, entry.clone()).await;
+            Ok(entry)
+        }
+        _ => lookup(client, session, name).await.map(Arc::new),
+    }
+}
+
 /// Steps 3 and 4: the tool is registered, and `timeoutMs` fits its deadline. Returns the
 /// effective deadline.
 async fn checked_tool(
     client: &ControlClient,
+    cache: Option<&ToolCache>,
     session: &SessionSummary,
     planned: &Planned<'_>,
-) -> Result<(u64, appduct_protocol::control::ToolsListEntry), ToolFailure> {
-    let entry = lookup(client, session, planned.name).await?;
+) -> Result<(u64, Arc<ToolsListEntry>), ToolFailure> {
+    let entry = find_tool(client, cache, session, planned.name).await?;
     let deadline = deadline_ms(&entry);
     if let Some(t) = planned.timeout_ms
         && t > deadline
@@ -329,7 +382,7 @@ async fn mrtr_retry(
     planned: &Planned<'_>,
 ) -> Result<CallToolResponse, ToolFailure> {
     let handle = request.request_state.clone().unwrap_or_default();
-    let client = unless_cancelled(context, inner.control()).await?;
+    let (client, cache) = unless_cancelled(context, inner.control_with_cache()).await?;
     if context.ct.is_cancelled() {
         return Err(cancelled_failure());
     }
@@ -362,15 +415,16 @@ async fn mrtr_retry(
         ));
     }
     // Routed to the record's session id; the selector is not resolved again.
-    let describe = async {
-        client
-            .call::<SessionsDescribe>(SelectorParams {
-                selector: Some(record.session_id.clone()),
-            })
-            .await
-            .map_err(|e| ToolFailure::from_client(&e))
-    };
-    let session = unless_cancelled(context, describe).await?;
+    let (session, cache) = unless_cancelled(
+        context,
+        resolve(
+            inner,
+            &client,
+            cache.as_deref(),
+            Some(record.session_id.as_str()),
+        ),
+    )
+    .await?;
     if session.session_id != record.session_id {
         return Err(ToolFailure::new(
             ErrorType::UnknownSession,
@@ -379,13 +433,8 @@ async fn mrtr_retry(
         .with_details(json!({"selector": record.session_id})));
     }
     let (effective, entry) =
-        unless_cancelled(context, checked_tool(&client, &session, planned)).await?;
-    let destructive = entry
-        .descriptor
-        .get("annotations")
-        .and_then(|a| a.get("destructiveHint"))
-        .and_then(Value::as_bool)
-        == Some(true);
+        unless_cancelled(context, checked_tool(&client, cache, &session, planned)).await?;
+    let destructive = is_destructive(&entry);
     if context.ct.is_cancelled() {
         return Err(cancelled_failure());
     }

@@ -72,9 +72,14 @@ fn error_line(id: Value, code: i64, message: &str) -> String {
 }
 
 /// One outgoing message as a line (without `\n`); an error without an id gets `"id": null`.
+/// Everything else is written straight from the typed message: going through a `Value` first
+/// would copy every result once more.
 pub fn encode(item: &TxJsonRpcMessage<RoleServer>) -> serde_json::Result<String> {
+    let JsonRpcMessage::Error(_) = item else {
+        return serde_json::to_string(item);
+    };
     let mut value = serde_json::to_value(item)?;
-    if let (JsonRpcMessage::Error(_), Some(object)) = (item, value.as_object_mut()) {
+    if let Some(object) = value.as_object_mut() {
         object.entry("id").or_insert(Value::Null);
     }
     serde_json::to_string(&value)

@@ -27,6 +27,7 @@ use crate::connector::DaemonConnector;
 use crate::error::ToolFailure;
 use crate::options::BridgeOptions;
 use crate::project::{ProjectEnv, RootsCache};
+use crate::tool_cache::ToolCache;
 use crate::{args, builtins, call, connect, status, wait};
 
 /// URI of the one resource (06 §6.9).
@@ -116,6 +117,26 @@ struct Control {
     client: ControlClient,
     /// `daemon.hello` features, learned on first need.
     features: Option<Vec<String>>,
+    /// The tool cache, bound to this connection's subscription.
+    cache: CacheSlot,
+}
+
+impl Control {
+    fn new(client: ControlClient) -> Self {
+        Self {
+            client,
+            features: None,
+            cache: CacheSlot::Unopened,
+        }
+    }
+}
+
+/// The tool cache of one connection: subscribed on the first `appduct_call_tool`.
+enum CacheSlot {
+    Unopened,
+    Open(Arc<ToolCache>),
+    /// The subscription failed: this connection works without the cache.
+    Unavailable,
 }
 
 impl std::fmt::Debug for Inner {
@@ -132,21 +153,54 @@ impl Inner {
     /// The persistent control connection, reconnecting (connect-or-spawn) when it closed.
     pub async fn control(&self) -> Result<ControlClient, ToolFailure> {
         let mut slot = self.control.lock().await;
+        Ok(self.open_control(&mut slot).await?.client.clone())
+    }
+
+    async fn open_control<'s>(
+        &self,
+        slot: &'s mut Option<Control>,
+    ) -> Result<&'s mut Control, ToolFailure> {
         if let Some(c) = slot.as_ref()
-            && c.client.is_open()
+            && !c.client.is_open()
         {
-            return Ok(c.client.clone());
+            *slot = None;
         }
-        let client = self
-            .connector
-            .connect(true)
-            .await
-            .map_err(|e| ToolFailure::from_client(&e))?;
-        *slot = Some(Control {
-            client: client.clone(),
-            features: None,
-        });
-        Ok(client)
+        if slot.is_none() {
+            let client = self
+                .connector
+                .connect(true)
+                .await
+                .map_err(|e| ToolFailure::from_client(&e))?;
+            *slot = Some(Control::new(client));
+        }
+        slot.as_mut()
+            .ok_or_else(|| ToolFailure::new(ErrorType::InternalError, "no control connection"))
+    }
+
+    /// [`Inner::control`] with its tool cache (`tool_cache`), subscribed on first need; `None`
+    /// when the subscription failed, and the connection then works without it.
+    pub async fn control_with_cache(
+        &self,
+    ) -> Result<(ControlClient, Option<Arc<ToolCache>>), ToolFailure> {
+        let mut slot = self.control.lock().await;
+        let control = self.open_control(&mut slot).await?;
+        let cache = match &control.cache {
+            CacheSlot::Open(cache) => Some(cache.clone()),
+            CacheSlot::Unavailable => None,
+            CacheSlot::Unopened => match ToolCache::subscribe(control.client.clone()).await {
+                Ok(cache) => {
+                    let cache = Arc::new(cache);
+                    control.cache = CacheSlot::Open(cache.clone());
+                    Some(cache)
+                }
+                Err(e) => {
+                    tracing::debug!("the tool cache is off for this connection: {e}");
+                    control.cache = CacheSlot::Unavailable;
+                    None
+                }
+            },
+        };
+        Ok((control.client.clone(), cache))
     }
 
     /// Whether the daemon advertises MRTR consent records (`consent.records`).
@@ -288,10 +342,7 @@ impl Bridge {
 
     /// Installs an already open control connection (the host's startup connection).
     pub async fn set_control(&self, client: ControlClient) {
-        *self.inner.control.lock().await = Some(Control {
-            client,
-            features: None,
-        });
+        *self.inner.control.lock().await = Some(Control::new(client));
     }
 
     async fn dispatch(

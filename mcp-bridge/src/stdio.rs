@@ -3,6 +3,8 @@
 //! SIGINT/SIGTERM, at any point of the startup included.
 
 use std::future::Future;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use appduct_protocol::link::validate_scheme;
 use rmcp::serve_server;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
+use tracing::Dispatch;
 use tracing::instrument::WithSubscriber;
 
 use crate::connector::SocketConnector;
@@ -134,19 +137,138 @@ fn scheme_diagnostics(bridge: &Bridge) {
 }
 
 /// Runs `appduct mcp` on this process's stdin and stdout; returns the exit code. Call inside a
-/// tokio runtime after installing the stderr logger.
+/// tokio runtime after installing the stderr logger. The bridge runs on a thread of its own,
+/// under [`run_stdio_blocking`]; this runtime only waits for it.
 pub async fn run_stdio(opts: StdioOptions) -> u8 {
+    let logger = tracing::dispatcher::get_default(Dispatch::clone);
+    let (done, code) = tokio::sync::oneshot::channel();
+    let spare = opts.clone();
+    let thread = std::thread::Builder::new()
+        .name("appduct-mcp".into())
+        .spawn(move || {
+            let code = tracing::dispatcher::with_default(&logger, || run_stdio_blocking(opts));
+            let _ = done.send(code);
+        });
+    let thread = match thread {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!("cannot start the bridge thread ({e}); serving from this runtime");
+            return host(spare).await;
+        }
+    };
+    match code.await {
+        Ok(code) => code,
+        // The thread panicked: the panic ends the process as it would have here.
+        Err(_) => match tokio::task::spawn_blocking(move || thread.join()).await {
+            Ok(Err(panic)) => std::panic::resume_unwind(panic),
+            _ => EXIT_STARTUP_FAILED,
+        },
+    }
+}
+
+/// `appduct mcp` on a single-threaded runtime built here (for a caller without a runtime);
+/// returns the exit code.
+///
+/// One thread (project decision, ARCHITECTURE.md "MCP bridge"): the bridge serves one client,
+/// and a call is a chain of hops between stdin, rmcp's tasks, the control client's reader and
+/// writer tasks and stdout. On a multi-threaded runtime most hops wake another worker thread,
+/// which cost about 18 µs per daemon round trip measured; here each is a queue push. Nothing in
+/// the bridge computes for long: its waits are all I/O.
+pub fn run_stdio_blocking(opts: StdioOptions) -> u8 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("appduct mcp cannot start its async runtime: {e}");
+            return EXIT_STARTUP_FAILED;
+        }
+    };
+    let code = runtime.block_on(host(opts));
+    // Nothing left on the runtime may delay the exit: a blocked stdin read, connection tasks,
+    // a cancel in flight (06 §6.15).
+    runtime.shutdown_background();
+    code
+}
+
+/// The host on the current runtime: signals, connector, stdio.
+async fn host(opts: StdioOptions) -> u8 {
     // First of all, so SIGINT/SIGTERM during the startup connection also exit 0 (06 §6.15).
     let signals = Signals::install();
     let connector = Arc::new(SocketConnector::new(opts.client.clone()));
     let bridge = Bridge::new(connector, opts.bridge);
-    serve_stdio(
-        bridge,
-        tokio::io::stdin(),
-        tokio::io::stdout(),
-        signals.recv(),
-    )
-    .await
+    let (read, write) = stdio_streams();
+    serve_stdio(bridge, read, write, signals.recv()).await
+}
+
+type Input = Box<dyn AsyncRead + Send + Unpin>;
+type Output = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// stdin and stdout, driven by readiness when they are pipes or sockets (what MCP clients hand
+/// a server). Tokio's own stdio moves every read and every write to a blocking-pool thread,
+/// two thread hand-offs per message that each call pays. Anything else (a terminal, a file)
+/// keeps tokio's stdio. stdout also keeps it when stderr shares its file, because readiness
+/// needs `O_NONBLOCK`, and the logger's blocking writes to stderr must not meet it.
+fn stdio_streams() -> (Input, Output) {
+    let read = duplicate(std::io::stdin().as_fd())
+        .and_then(readiness_input)
+        .unwrap_or_else(|| Box::new(tokio::io::stdin()));
+    let stdout = std::io::stdout();
+    let write = duplicate(stdout.as_fd())
+        .filter(|out| !same_file(out, std::io::stderr().as_fd()))
+        .and_then(readiness_output)
+        .unwrap_or_else(|| Box::new(tokio::io::stdout()));
+    (read, write)
+}
+
+fn duplicate(fd: BorrowedFd<'_>) -> Option<OwnedFd> {
+    fd.try_clone_to_owned().ok()
+}
+
+fn same_file(a: &OwnedFd, b: BorrowedFd<'_>) -> bool {
+    let id = |fd: BorrowedFd<'_>| {
+        fd.try_clone_to_owned()
+            .ok()
+            .and_then(|fd| std::fs::File::from(fd).metadata().ok())
+            .map(|m| (m.dev(), m.ino()))
+    };
+    // Unknown counts as shared: the fallback is only slower.
+    match (id(a.as_fd()), id(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => true,
+    }
+}
+
+fn is_socket(fd: &OwnedFd) -> bool {
+    fd.try_clone()
+        .ok()
+        .and_then(|fd| std::fs::File::from(fd).metadata().ok())
+        .is_some_and(|m| m.file_type().is_socket())
+}
+
+fn readiness_input(fd: OwnedFd) -> Option<Input> {
+    if is_socket(&fd) {
+        return unix_stream(fd).map(|s| Box::new(s) as Input);
+    }
+    tokio::net::unix::pipe::Receiver::from_owned_fd(fd)
+        .ok()
+        .map(|p| Box::new(p) as Input)
+}
+
+fn readiness_output(fd: OwnedFd) -> Option<Output> {
+    if is_socket(&fd) {
+        return unix_stream(fd).map(|s| Box::new(s) as Output);
+    }
+    tokio::net::unix::pipe::Sender::from_owned_fd(fd)
+        .ok()
+        .map(|p| Box::new(p) as Output)
+}
+
+fn unix_stream(fd: OwnedFd) -> Option<tokio::net::UnixStream> {
+    let stream = std::os::unix::net::UnixStream::from(fd);
+    stream.set_nonblocking(true).ok()?;
+    tokio::net::UnixStream::from_std(stream).ok()
 }
 
 /// The host over any reader and writer, ending when `stop` resolves (a signal) or the input
@@ -222,6 +344,43 @@ where
 mod tests {
     use super::*;
     use appduct_daemon::client::MismatchReason;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn pipes_and_sockets_are_driven_by_readiness_and_files_are_not() {
+        // A pipe in: read without a blocking thread.
+        let (r, mut w) = std::io::pipe().unwrap();
+        let mut input = readiness_input(OwnedFd::from(r)).expect("a pipe is driven by readiness");
+        std::io::Write::write_all(&mut w, b"{}\n").unwrap();
+        let mut line = [0u8; 3];
+        input.read_exact(&mut line).await.unwrap();
+        assert_eq!(&line, b"{}\n");
+        // A socket out (some clients hand their server a socket pair).
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut output =
+            readiness_output(OwnedFd::from(a)).expect("a socket is driven by readiness");
+        output.write_all(b"ok\n").await.unwrap();
+        output.flush().await.unwrap();
+        let mut got = [0u8; 3];
+        std::io::Read::read_exact(&mut &b, &mut got).unwrap();
+        assert_eq!(&got, b"ok\n");
+        // A regular file keeps tokio's stdio.
+        let file = tempfile::tempfile().unwrap();
+        assert!(readiness_input(OwnedFd::from(file)).is_none());
+    }
+
+    #[test]
+    fn stdout_sharing_stderr_is_recognised() {
+        let (r, w) = std::io::pipe().unwrap();
+        let w = OwnedFd::from(w);
+        let r = OwnedFd::from(r);
+        let dup = w.try_clone().unwrap();
+        assert!(same_file(&w, dup.as_fd()), "one pipe");
+        let (_, other) = std::io::pipe().unwrap();
+        let other = OwnedFd::from(other);
+        assert!(!same_file(&w, other.as_fd()), "two pipes");
+        drop(r);
+    }
 
     #[test]
     fn the_startup_failure_line_names_both_versions_and_both_remedies_for_every_reason() {

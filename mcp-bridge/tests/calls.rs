@@ -120,7 +120,12 @@ async fn describe_reports_the_deadline_and_unknown_names() {
 
 #[tokio::test]
 async fn call_maps_results_and_sends_explicit_deadlines() {
-    let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
+    let fake = FakeDaemon::new(&[
+        "sessions.describe",
+        "tools.list",
+        "tools.call",
+        "events.subscribe",
+    ]);
     fake.add_session(
         session(ID, ALIAS),
         vec![
@@ -202,7 +207,12 @@ async fn call_maps_results_and_sends_explicit_deadlines() {
 
 #[tokio::test]
 async fn daemon_errors_pass_through_with_the_call_handle() {
-    let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
+    let fake = FakeDaemon::new(&[
+        "sessions.describe",
+        "tools.list",
+        "tools.call",
+        "events.subscribe",
+    ]);
     fake.add_session(session(ID, ALIAS), vec![sum_tool(PolicyDecision::Deny)]);
     fake.on_call(Arc::new(|_conn, _id, p| {
         Box::pin(async move {
@@ -286,7 +296,12 @@ async fn send_call(h: &Harness, name: &str) -> rmcp::service::RequestHandle<rmcp
 
 #[tokio::test(start_paused = true)]
 async fn progress_is_routed_by_call_id_per_token() {
-    let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
+    let fake = FakeDaemon::new(&[
+        "sessions.describe",
+        "tools.list",
+        "tools.call",
+        "events.subscribe",
+    ]);
     fake.add_session(
         session(ID, ALIAS),
         vec![tool(
@@ -345,6 +360,7 @@ async fn cancelling_one_call_cancels_exactly_that_call() {
         "sessions.describe",
         "tools.list",
         "tools.call",
+        "events.subscribe",
         "tools.cancel",
     ]);
     fake.add_session(
@@ -392,7 +408,12 @@ async fn cancelling_one_call_cancels_exactly_that_call() {
 
 #[tokio::test]
 async fn consent_by_elicitation() {
-    let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
+    let fake = FakeDaemon::new(&[
+        "sessions.describe",
+        "tools.list",
+        "tools.call",
+        "events.subscribe",
+    ]);
     fake.add_session(
         session(ID, ALIAS),
         vec![tool(
@@ -459,7 +480,12 @@ async fn a_failing_or_missing_consent_channel_lets_the_daemon_deny() {
         TestClient::new(ProtocolVersion::V_2025_11_25, Some(Elicit::Fail)),
         TestClient::new(ProtocolVersion::V_2025_11_25, None),
     ] {
-        let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
+        let fake = FakeDaemon::new(&[
+            "sessions.describe",
+            "tools.list",
+            "tools.call",
+            "events.subscribe",
+        ]);
         fake.add_session(session(ID, ALIAS), vec![sum_tool(PolicyDecision::Prompt)]);
         let h = start(fake.clone(), client).await;
         h.call(catalog::CALL_TOOL, json!({"name": "sum"})).await;
@@ -475,7 +501,12 @@ async fn a_failing_or_missing_consent_channel_lets_the_daemon_deny() {
 #[tokio::test]
 async fn an_alias_taken_over_during_consent_is_never_called() {
     // SEC-47.
-    let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
+    let fake = FakeDaemon::new(&[
+        "sessions.describe",
+        "tools.list",
+        "tools.call",
+        "events.subscribe",
+    ]);
     fake.add_session(session(ID, ALIAS), vec![sum_tool(PolicyDecision::Prompt)]);
     let (tx, mut prompts) = mpsc::unbounded_channel();
     let h = start(
@@ -511,6 +542,7 @@ async fn mrtr_consent_rounds_on_2026() {
         "sessions.describe",
         "tools.list",
         "tools.call",
+        "events.subscribe",
         "daemon.hello",
         "consent.create",
         "consent.take",

@@ -216,7 +216,12 @@ async fn types_and_ranges_are_checked_never_clamped() {
 
 #[tokio::test]
 async fn null_means_absent_and_integral_floats_pass() {
-    let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
+    let fake = FakeDaemon::new(&[
+        "sessions.describe",
+        "tools.list",
+        "tools.call",
+        "events.subscribe",
+    ]);
     fake.add_session(
         session("q3VfZ0xkR2ptTnB4", "pixel-8"),
         vec![tool(

@@ -51,6 +51,7 @@ async fn sec_46_a_consent_handle_never_runs_another_call() {
         "sessions.describe",
         "tools.list",
         "tools.call",
+        "events.subscribe",
         "daemon.hello",
         "consent.create",
         "consent.take",
@@ -150,6 +151,7 @@ async fn the_consent_message_names_the_call_and_cuts_long_arguments() {
     let fake = FakeDaemon::new(&[
         "sessions.describe",
         "tools.list",
+        "events.subscribe",
         "daemon.hello",
         "consent.create",
     ]);

@@ -127,7 +127,7 @@ async fn wait_for_event_replays_and_reports_dropped() {
 
 #[tokio::test]
 async fn cancel_while_a_prompt_is_open_never_reaches_the_app() {
-    let fake = FakeDaemon::new(&["sessions.describe", "tools.list"]);
+    let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "events.subscribe"]);
     fake.add_session(
         session(ID, "pixel-8"),
         vec![tool(
@@ -388,7 +388,12 @@ async fn roots_pick_the_project_and_are_read_once() {
 
 #[tokio::test]
 async fn no_progress_without_a_token() {
-    let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call"]);
+    let fake = FakeDaemon::new(&[
+        "sessions.describe",
+        "tools.list",
+        "tools.call",
+        "events.subscribe",
+    ]);
     fake.add_session(
         session(ID, "pixel-8"),
         vec![tool(

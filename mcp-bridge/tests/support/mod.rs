@@ -57,6 +57,8 @@ pub struct FakeState {
 pub struct FakeDaemon {
     pub state: Mutex<FakeState>,
     allowed: Mutex<HashSet<String>>,
+    /// Methods answered with an error on purpose (not "unexpected"): see [`FakeDaemon::refuse`].
+    refused: Mutex<HashSet<String>>,
     /// Every request received: (method, params).
     pub log: Mutex<Vec<(String, Value)>>,
     unexpected: Mutex<Vec<String>>,
@@ -112,6 +114,12 @@ impl FakeDaemon {
         let mut st = self.state.lock().unwrap();
         st.sessions.retain(|s| s.session_id != id);
         st.tools.remove(id);
+    }
+
+    /// Answers `method` with `invalid_request`, as a daemon that cannot serve it would; it is
+    /// logged but does not fail the test.
+    pub fn refuse(&self, method: &str) {
+        self.refused.lock().unwrap().insert(method.to_owned());
     }
 
     /// The unregistered methods received so far, in order.
@@ -419,7 +427,15 @@ impl ControlHandler for FakeHandler {
         let fake = self.0.clone();
         let allowed = fake.allowed.lock().unwrap().contains(&method);
         fake.log.lock().unwrap().push((method.clone(), params));
-        let reply = if allowed {
+        let refused = fake.refused.lock().unwrap().contains(&method);
+        let reply = if refused {
+            Box::pin(async move {
+                Reply::Err(ErrorObject::application(
+                    ErrorType::InvalidRequest,
+                    format!("{method} is refused by this test"),
+                ))
+            })
+        } else if allowed {
             fake.answer(conn, id, request)
         } else {
             fake.unexpected.lock().unwrap().push(method.clone());
@@ -466,6 +482,120 @@ impl DaemonConnector for FakeConnector {
             Ok(ControlClient::from_stream(b))
         })
     }
+}
+
+/// Holds the answer to the first request for `method` until released, so a test can act
+/// mid-step (cancel, change the registry). The answer is computed when the request arrives;
+/// only its delivery waits.
+pub struct Gate {
+    method: &'static str,
+    used: std::sync::atomic::AtomicBool,
+    entered: tokio::sync::Notify,
+    release: tokio::sync::Semaphore,
+}
+
+impl Gate {
+    pub fn new(method: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            method,
+            used: Default::default(),
+            entered: tokio::sync::Notify::new(),
+            release: tokio::sync::Semaphore::new(0),
+        })
+    }
+
+    pub async fn entered(&self) {
+        tokio::time::timeout(Duration::from_secs(10), self.entered.notified())
+            .await
+            .expect("the gated method was called");
+    }
+
+    pub fn open(&self) {
+        self.release.add_permits(1);
+    }
+}
+
+pub struct GatedHandler {
+    fake: FakeHandler,
+    gate: Arc<Gate>,
+}
+
+impl appduct_daemon::control_server::ControlHandler for GatedHandler {
+    fn handle(
+        &self,
+        conn: &appduct_daemon::control_server::Connection,
+        id: appduct_protocol::jsonrpc::RequestId,
+        request: appduct_protocol::control::ControlRequest,
+    ) -> appduct_daemon::control_server::BoxFuture<'static, appduct_daemon::control_server::Reply>
+    {
+        use std::sync::atomic::Ordering;
+        let gated =
+            request.method() == self.gate.method && !self.gate.used.swap(true, Ordering::SeqCst);
+        let reply = self.fake.handle(conn, id, request);
+        if !gated {
+            return reply;
+        }
+        let gate = self.gate.clone();
+        Box::pin(async move {
+            gate.entered.notify_one();
+            let _ = gate.release.acquire().await;
+            reply.await
+        })
+    }
+}
+
+/// The fake daemon behind a [`Gate`].
+#[derive(Debug)]
+pub struct GatedConnector {
+    pub fake: FakeRef,
+    pub gate: GateRef,
+}
+
+pub struct GateRef(pub Arc<Gate>);
+impl std::fmt::Debug for GateRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gate({})", self.0.method)
+    }
+}
+
+impl DaemonConnector for GatedConnector {
+    fn connect(
+        &self,
+        _spawn: bool,
+    ) -> appduct_daemon::seams::BoxFuture<
+        '_,
+        Result<appduct_daemon::client::ControlClient, appduct_daemon::client::ClientError>,
+    > {
+        let handler = GatedHandler {
+            fake: FakeHandler(self.fake.0.clone()),
+            gate: self.gate.0.clone(),
+        };
+        Box::pin(async move {
+            let (a, b) = tokio::io::duplex(64 * 1024);
+            tokio::spawn(appduct_daemon::control_server::serve_connection(
+                a,
+                Arc::new(handler),
+                appduct_daemon::control_server::ServerOptions::default(),
+            ));
+            Ok(appduct_daemon::client::ControlClient::from_stream(b))
+        })
+    }
+}
+
+pub fn gated_bridge(
+    fake: &Arc<FakeDaemon>,
+    gate: &Arc<Gate>,
+    runner: Arc<dyn CommandRunner>,
+) -> Bridge {
+    Bridge::with_runner(
+        Arc::new(GatedConnector {
+            fake: FakeRef(fake.clone()),
+            gate: GateRef(gate.clone()),
+        }),
+        test_options(),
+        test_env(),
+        runner,
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -655,12 +785,17 @@ pub async fn start_with_runner(
     env: ProjectEnv,
     runner: Arc<dyn CommandRunner>,
 ) -> Harness {
-    let (server_io, client_io) = tokio::io::duplex(1 << 20);
     let connector = Arc::new(FakeConnector {
         fake: FakeRef(fake.clone()),
         no_daemon_without_spawn: true,
     });
     let bridge = Bridge::with_runner(connector, options, env, runner);
+    start_bridge(bridge, fake, client).await
+}
+
+/// An rmcp client of `bridge`, whose connector serves `fake`.
+pub async fn start_bridge(bridge: Bridge, fake: Arc<FakeDaemon>, client: TestClient) -> Harness {
+    let (server_io, client_io) = tokio::io::duplex(1 << 20);
     let server = tokio::spawn(async move {
         let running = rmcp::serve_server(bridge, server_io)
             .await

@@ -90,12 +90,13 @@ impl Counts {
 struct Options {
     counts: Counts,
     out: Option<PathBuf>,
-    /// `--only calls` or `--only sessions`: one half of the run (profiling, iterating).
+    /// `--only calls`, `--only sessions` or `--only mcp`: one part of the run (profiling,
+    /// iterating).
     only: Option<String>,
 }
 
 fn usage() -> String {
-    "usage: appduct-bench [--smoke] [--only calls|sessions] [--out BENCHMARKS.md]   \
+    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp] [--out BENCHMARKS.md]   \
      (APPDUCT_BIN names the appduct binary)"
         .to_owned()
 }
@@ -112,7 +113,7 @@ fn parse_args(args: &[String]) -> BenchResult<Options> {
             "--smoke" => options.counts = Counts::smoke(),
             "--out" => options.out = Some(PathBuf::from(it.next().ok_or_else(usage)?)),
             "--only" => match it.next().map(String::as_str) {
-                Some(part @ ("calls" | "sessions")) => options.only = Some(part.to_owned()),
+                Some(part @ ("calls" | "sessions" | "mcp")) => options.only = Some(part.to_owned()),
                 _ => return Err(usage()),
             },
             _ => return Err(usage()),
@@ -250,10 +251,12 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
     let counts = options.counts.clone();
     let nofile = raise_nofile();
     let mut report = Report::new(command, counts.smoke);
-    if options.only.as_deref() != Some("sessions") {
+    if options.only.as_deref() == Some("mcp") {
+        mcp_only(&counts, &mut report).await?;
+    } else if options.only.as_deref() != Some("sessions") {
         calls(&counts, &mut report).await?;
     }
-    if options.only.as_deref() != Some("calls") {
+    if options.only.is_none() || options.only.as_deref() == Some("sessions") {
         let sessions = sessions(&counts, nofile).await?;
         report.sessions(&sessions);
     }
@@ -314,18 +317,7 @@ async fn calls(counts: &Counts, report: &mut Report) -> BenchResult<()> {
     let node = node_runs(counts.cli_runs).await?;
     report.cli(&cli, &node);
 
-    // -- MCP --------------------------------------------------------------------------------
-    let mut mcp = mcp::Mcp::start(daemon.sandbox.command(&["mcp"])).await?;
-    let listed = mcp.request("tools/list", json!({})).await?;
-    let list_chars = listed.to_string().chars().count();
-    mcp.call_tool_load(counts.warmup.min(200), &sid, &call_args())
-        .await?;
-    let via_mcp = mcp
-        .call_tool_load(counts.mcp_calls, &sid, &call_args())
-        .await?;
-    let raw = uds_load(&socket, counts.mcp_calls, 1, line).await?;
-    drop(mcp);
-    report.mcp(&via_mcp, &raw, list_chars);
+    mcp_part(counts, report, &daemon, &sid, &args).await?;
 
     // -- Many devices, concurrent callers ----------------------------------------------------
     let (more, _) =
@@ -353,6 +345,43 @@ async fn calls(counts: &Counts, report: &mut Report) -> BenchResult<()> {
     report.cpu_per_call(daemon_cpu, relay_cpu);
     disconnect(relay_devices);
     drop(relay);
+    Ok(())
+}
+
+/// `--only mcp`: one daemon, one device, the MCP figures alone.
+async fn mcp_only(counts: &Counts, report: &mut Report) -> BenchResult<()> {
+    let args = call_args().to_string();
+    let daemon = Daemon::start()?;
+    let mut ctl = Ctl::connect(&daemon.socket()).await?;
+    let (devices, _) = devices::connect_to_daemon(&mut ctl, 1, 1, 1).await?;
+    devices::wait_registries(&mut ctl, &devices, 1).await?;
+    let sid = devices[0].session_id.clone();
+    mcp_part(counts, report, &daemon, &sid, &args).await?;
+    disconnect(devices);
+    Ok(())
+}
+
+/// `appduct_call_tool` through `appduct mcp` against the raw control call, back to back.
+async fn mcp_part(
+    counts: &Counts,
+    report: &mut Report,
+    daemon: &Daemon,
+    sid: &str,
+    args: &str,
+) -> BenchResult<()> {
+    let socket = daemon.socket();
+    let line = |id| call_line(id, sid, args);
+    let mut mcp = mcp::Mcp::start(daemon.sandbox.command(&["mcp"])).await?;
+    let listed = mcp.request("tools/list", json!({})).await?;
+    let list_chars = listed.to_string().chars().count();
+    mcp.call_tool_load(counts.warmup.min(200), sid, &call_args())
+        .await?;
+    let via_mcp = mcp
+        .call_tool_load(counts.mcp_calls, sid, &call_args())
+        .await?;
+    let raw = uds_load(&socket, counts.mcp_calls, 1, line).await?;
+    drop(mcp);
+    report.mcp(&via_mcp, &raw, list_chars);
     Ok(())
 }
 
