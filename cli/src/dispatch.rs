@@ -4,7 +4,7 @@
 use appduct_daemon::seams::TokioCommandRunner;
 use appduct_mcp::{BridgeOptions, StdioOptions};
 
-use crate::command::{Command, Invocation};
+use crate::command::{Command, Globals, Invocation};
 use crate::connect::{self, Contact};
 use crate::error::CliError;
 use crate::init::{self, InitEnv};
@@ -56,11 +56,14 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
 }
 
 /// The daemon-backed commands: `sessions *`, `tools *`, `events *`, `daemon *`, `playground`
-/// and `mcp` (05 §2.4), on a multi-thread tokio runtime, except `daemon run`, which hosts the
-/// daemon on a current-thread one (ARCHITECTURE.md: no cross-worker hand-offs per call);
-/// `tools call`, `events tail` and `playground` handle SIGINT and SIGTERM themselves; every
-/// other command ends with exit 130 and no envelope when interrupted (05 §4).
+/// and `mcp` (05 §2.4), on a multi-thread tokio runtime, except `daemon run` and `mcp`, which
+/// run on a current-thread one (ARCHITECTURE.md: no cross-worker hand-offs per call; the bridge
+/// builds its own); `tools call`, `events tail` and `playground` handle SIGINT and SIGTERM
+/// themselves; every other command ends with exit 130 and no envelope when interrupted (05 §4).
 pub fn run_daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
+    if let Command::Mcp { scheme } = &inv.command {
+        return Ok(Reply::Done(run_mcp(&inv.globals, scheme.as_ref())));
+    }
     let mut builder = if matches!(inv.command, Command::DaemonRun) {
         tokio::runtime::Builder::new_current_thread()
     } else {
@@ -82,36 +85,36 @@ pub fn run_daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliEr
     result
 }
 
+/// `appduct mcp`: the bridge on stdio, on its own current-thread runtime.
+fn run_mcp(g: &Globals, scheme: Option<&String>) -> u8 {
+    let dir = match g.state_dir() {
+        Ok(dir) => dir,
+        // stdout stays JSON-RPC only and --json has no effect: stderr (05 §12).
+        Err(e) => {
+            let flags = crate::output::OutputFlags {
+                json: false,
+                ..g.output
+            };
+            return Output::for_process(flags).print_failure(&e);
+        }
+    };
+    let mut client = connect::options(g, &dir, Contact::Full);
+    client.client_name = MCP_CLIENT_NAME.to_owned();
+    let bridge = BridgeOptions {
+        scheme: scheme.cloned(),
+        state_dir: Some(dir.path().to_path_buf()),
+        ..BridgeOptions::default()
+    }
+    .with_test_env(|name| std::env::var(name).ok());
+    appduct_mcp::run_stdio_blocking(StdioOptions { client, bridge })
+}
+
 async fn daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
     let g = &inv.globals;
     match &inv.command {
         Command::ToolsCall(c) => tools::call(g, out, c).await.map(Reply::Success),
         Command::EventsTail(p) => events::tail(g, out, p).await,
         Command::Playground { tour } => playground::run(g, out, *tour).await,
-        Command::Mcp { scheme } => {
-            let dir = match g.state_dir() {
-                Ok(dir) => dir,
-                // stdout stays JSON-RPC only and --json has no effect: stderr (05 §12).
-                Err(e) => {
-                    let flags = crate::output::OutputFlags {
-                        json: false,
-                        ..g.output
-                    };
-                    return Ok(Reply::Done(Output::for_process(flags).print_failure(&e)));
-                }
-            };
-            let mut client = connect::options(g, &dir, Contact::Full);
-            client.client_name = MCP_CLIENT_NAME.to_owned();
-            let bridge = BridgeOptions {
-                scheme: scheme.clone(),
-                state_dir: Some(dir.path().to_path_buf()),
-                ..BridgeOptions::default()
-            }
-            .with_test_env(|name| std::env::var(name).ok());
-            Ok(Reply::Done(
-                appduct_mcp::run_stdio(StdioOptions { client, bridge }).await,
-            ))
-        }
         _ => {
             let mut signals = Interrupts::new(false)
                 .map_err(|e| CliError::internal(format!("cannot install signal handlers: {e}")))?;

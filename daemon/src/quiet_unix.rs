@@ -195,7 +195,10 @@ mod tests {
             .unwrap();
         assert!(got == expected, "the bytes arrived in order and complete");
         let quiet = timeout(WAIT, writer).await.unwrap().unwrap();
-        assert!(quiet.write_wait.is_none(), "write readiness is dropped once written");
+        assert!(
+            quiet.write_wait.is_none(),
+            "write readiness is dropped once written"
+        );
     }
 
     #[tokio::test]
