@@ -513,7 +513,11 @@ where
         terminated: socket.sender.shared.terminated.subscribe(),
         close_queued_at: socket.sender.shared.close_queued_at.subscribe(),
     };
-    tokio::spawn(drive(ws, in_tx, out_rx, drop_signals));
+    // Split before spawning: the task then holds two pointers to the stream, not the stream
+    // itself (a future keeps its arguments for its whole life, and every idle connection keeps
+    // its task).
+    let (sink, stream) = ws.split();
+    tokio::spawn(drive(sink, stream, in_tx, out_rx, drop_signals));
     socket
 }
 
@@ -598,7 +602,8 @@ fn close_wait() -> Duration {
 }
 
 async fn drive<S>(
-    ws: WebSocketStream<S>,
+    sink: WsWrite<S>,
+    stream: WsRead<S>,
     in_tx: mpsc::Sender<Incoming>,
     out_rx: mpsc::Receiver<Outgoing>,
     drop_signals: DropSignals,
@@ -609,21 +614,21 @@ async fn drive<S>(
     let end = tokio::select! {
         biased;
         end = drop_signals.must_drop() => end,
-        end = transport(ws, &in_tx, out_rx) => end,
+        end = transport(sink, stream, &in_tx, out_rx) => end,
     };
     let _ = in_tx.send(Incoming::Ended(end)).await;
 }
 
 /// Runs both halves until the connection ends on its own, then finishes a pending close.
 async fn transport<S>(
-    ws: WebSocketStream<S>,
+    sink: WsWrite<S>,
+    stream: WsRead<S>,
     in_tx: &mpsc::Sender<Incoming>,
     out_rx: mpsc::Receiver<Outgoing>,
 ) -> ConnectionEnd
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sink, stream) = ws.split();
     let control = Control {
         stop: watch::channel(false).0,
         flush: Notify::new(),
@@ -632,7 +637,21 @@ where
         read_half(stream, in_tx.clone(), &control),
         write_half(sink, out_rx, &control),
     );
-    let mut ws = stream.reunite(sink).ok();
+    // The ending holds the whole stream by value and may linger: boxed, so its room is taken
+    // only while a connection ends rather than in the task of every open connection.
+    Box::pin(finish(stream.reunite(sink).ok(), read_end, write_end)).await
+}
+
+/// How the connection ended, after sending the close a failed write or an oversized message
+/// calls for.
+async fn finish<S>(
+    mut ws: Option<WebSocketStream<S>>,
+    read_end: ReadEnd,
+    write_end: WriteEnd,
+) -> ConnectionEnd
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     match (read_end, write_end) {
         (_, WriteEnd::Failed(detail)) => {
             if let Some(ws) = ws.as_mut() {
@@ -678,7 +697,7 @@ where
 async fn linger<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, deadline: Instant) {
     let _ = tokio::time::timeout_at(deadline, async {
         let _ = stream.shutdown().await;
-        let mut scratch = [0u8; 8192];
+        let mut scratch = vec![0u8; 8192];
         while let Ok(n) = stream.read(&mut scratch).await {
             if n == 0 {
                 break;
