@@ -486,10 +486,11 @@ impl MemoryApp {
 // tungstenite adapter
 // ---------------------------------------------------------------------------------------------
 
-/// tungstenite's read buffer per connection. It is allocated up front and its free part is
-/// zeroed before every read, so the 128 KiB default costs 128 KiB per session and a 128 KiB
-/// memset per read; device frames are small, and a larger message just takes more reads.
-pub const READ_BUFFER_BYTES: usize = 8 * 1024;
+/// tungstenite's read buffer per connection, allocated up front. It grows to hold the largest
+/// frame received (typically the registry snapshot) and never shrinks, and its free part is
+/// zeroed before every read: the 128 KiB default would cost 128 KiB per session and a 128 KiB
+/// memset per read. Device frames are small; a larger one grows the buffer once.
+pub const READ_BUFFER_BYTES: usize = 1024;
 
 /// WebSocket settings for device connections: message and frame size capped at the protocol
 /// limit (02 §8), so an oversized message is refused before it is buffered.
