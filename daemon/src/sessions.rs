@@ -46,7 +46,7 @@ use crate::device_socket::{DeviceSender, DeviceSocket};
 use crate::events::EventBus;
 use crate::links::{self, LinkEnvironment, LinkTable};
 use crate::seams::Clock;
-use registry::Registry;
+use registry::{Registry, SharedTools};
 
 // ---------------------------------------------------------------------------------------------
 // Public types
@@ -251,6 +251,7 @@ struct State {
     links: LinkTable,
     sessions: HashMap<String, Session>,
     conns: HashMap<u64, ConnCtl>,
+    shared_tools: SharedTools,
     /// Connection ids and suspension epochs.
     next_id: u64,
     shutting_down: bool,

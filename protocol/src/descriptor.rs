@@ -191,8 +191,9 @@ impl<'de> Deserialize<'de> for Schema {
     }
 }
 
-/// A validated tool descriptor (02 §10.1), in wire form.
-#[derive(Debug, Clone, PartialEq)]
+/// A validated tool descriptor (02 §10.1), in wire form. Equal descriptors are equal on the
+/// wire (schemas compare as text), so a holder may share one copy among equal registrations.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ToolDescriptor {
     pub name: String,
     pub description: String,

@@ -3,6 +3,7 @@
 //! A daemon holds thousands of registries, mostly idle: a sorted vector stores each name once
 //! (inside its entry) and no tree nodes, and a lookup is a binary search.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use appduct_protocol::descriptor::{EventDescriptor, ToolDescriptor};
@@ -86,6 +87,40 @@ impl<T: Named> Registry<T> {
     }
 }
 
+/// Least number of shared tools before the first sweep.
+const MIN_SWEEP: usize = 1024;
+
+/// Tool descriptors shared by every session that registered an equal one: the devices of one
+/// app register the same tools, and a fleet of them then holds each descriptor once.
+#[derive(Default)]
+pub(super) struct SharedTools {
+    tools: HashSet<Arc<ToolDescriptor>>,
+    /// Size at which descriptors no registry holds any more are dropped: twice the size after
+    /// the last sweep, so sweeping costs O(1) per registration over time.
+    sweep_at: usize,
+}
+
+impl SharedTools {
+    /// The shared copy of `tool`.
+    pub(super) fn share(&mut self, tool: ToolDescriptor) -> Arc<ToolDescriptor> {
+        if let Some(shared) = self.tools.get(&tool) {
+            return Arc::clone(shared);
+        }
+        if self.tools.len() >= self.sweep_at {
+            self.tools.retain(|t| Arc::strong_count(t) > 1);
+            self.sweep_at = (self.tools.len() * 2).max(MIN_SWEEP);
+        }
+        let tool = Arc::new(tool);
+        self.tools.insert(Arc::clone(&tool));
+        tool
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.tools.len()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +166,45 @@ mod tests {
         registry.remove("c");
         registry.remove("missing");
         assert_eq!(names(&registry), ["a", "b", "d"]);
+    }
+
+    fn tool(name: &str, description: &str) -> ToolDescriptor {
+        ToolDescriptor {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            input_schema: None,
+            output_schema: None,
+            annotations: None,
+            timeout_ms: None,
+            group: None,
+        }
+    }
+
+    #[test]
+    fn equal_tools_share_one_copy_and_different_ones_do_not() {
+        let mut shared = SharedTools::default();
+        let a = shared.share(tool("a", "x"));
+        let again = shared.share(tool("a", "x"));
+        assert!(Arc::ptr_eq(&a, &again));
+        let other = shared.share(tool("a", "y"));
+        assert!(!Arc::ptr_eq(&a, &other));
+        assert_eq!(other.description, "y");
+        assert_eq!(shared.len(), 2);
+    }
+
+    #[test]
+    fn tools_no_registry_holds_are_swept() {
+        let mut shared = SharedTools::default();
+        let kept = shared.share(tool("kept", "x"));
+        for i in 1..MIN_SWEEP {
+            drop(shared.share(tool(&format!("t{i}"), "x")));
+        }
+        assert_eq!(shared.len(), MIN_SWEEP, "nothing swept below the threshold");
+        // The next new tool sweeps: only `kept` is still held elsewhere.
+        let fresh = shared.share(tool("fresh", "x"));
+        assert_eq!(shared.len(), 2);
+        assert!(Arc::ptr_eq(&kept, &shared.share(tool("kept", "x"))));
+        assert!(Arc::ptr_eq(&fresh, &shared.share(tool("fresh", "x"))));
     }
 
     #[test]

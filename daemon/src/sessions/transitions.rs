@@ -242,7 +242,12 @@ impl Inner {
         frame: AppFrame,
     ) -> Result<(), CloseReason> {
         let mut st = self.state();
-        let Some(session) = st.sessions.get_mut(session_id) else {
+        let State {
+            sessions,
+            shared_tools,
+            ..
+        } = &mut *st;
+        let Some(session) = sessions.get_mut(session_id) else {
             return Ok(());
         };
         if !session.is_attached(conn) {
@@ -251,14 +256,16 @@ impl Inner {
         let alias = Some(session.alias.as_str());
         match frame {
             AppFrame::ToolRegistrySnapshot(snapshot) => {
-                session.tools = Registry::from_snapshot(snapshot.tools.into_iter().map(Arc::new));
+                session.tools = Registry::from_snapshot(
+                    snapshot.tools.into_iter().map(|t| shared_tools.share(t)),
+                );
                 self.tools_changed(session_id, session);
             }
             AppFrame::ToolRegistryDelta(delta) => {
                 match delta.change {
                     ToolDelta::Upsert(tool) => session
                         .tools
-                        .upsert(Arc::new(tool))
+                        .upsert(shared_tools.share(tool))
                         .map_err(|_| CloseReason::InvalidRegistry)?,
                     ToolDelta::Remove { name } => session.tools.remove(&name),
                 }
