@@ -486,10 +486,11 @@ impl MemoryApp {
 // tungstenite adapter
 // ---------------------------------------------------------------------------------------------
 
-/// tungstenite's read buffer per connection. It is allocated up front and its free part is
-/// zeroed before every read, so the 128 KiB default costs 128 KiB per session and a 128 KiB
-/// memset per read; device frames are small, and a larger message just takes more reads.
-pub const READ_BUFFER_BYTES: usize = 8 * 1024;
+/// tungstenite's read buffer per connection, allocated up front. It grows to hold the largest
+/// frame received (typically the registry snapshot) and never shrinks, and its free part is
+/// zeroed before every read: the 128 KiB default would cost 128 KiB per session and a 128 KiB
+/// memset per read. Device frames are small; a larger one grows the buffer once.
+pub const READ_BUFFER_BYTES: usize = 1024;
 
 /// WebSocket settings for device connections: message and frame size capped at the protocol
 /// limit (02 §8), so an oversized message is refused before it is buffered.
@@ -513,7 +514,11 @@ where
         terminated: socket.sender.shared.terminated.subscribe(),
         close_queued_at: socket.sender.shared.close_queued_at.subscribe(),
     };
-    tokio::spawn(drive(ws, in_tx, out_rx, drop_signals));
+    // Split before spawning: the task then holds two pointers to the stream, not the stream
+    // itself (a future keeps its arguments for its whole life, and every idle connection keeps
+    // its task).
+    let (sink, stream) = ws.split();
+    tokio::spawn(drive(sink, stream, in_tx, out_rx, drop_signals));
     socket
 }
 
@@ -598,7 +603,8 @@ fn close_wait() -> Duration {
 }
 
 async fn drive<S>(
-    ws: WebSocketStream<S>,
+    sink: WsWrite<S>,
+    stream: WsRead<S>,
     in_tx: mpsc::Sender<Incoming>,
     out_rx: mpsc::Receiver<Outgoing>,
     drop_signals: DropSignals,
@@ -609,21 +615,21 @@ async fn drive<S>(
     let end = tokio::select! {
         biased;
         end = drop_signals.must_drop() => end,
-        end = transport(ws, &in_tx, out_rx) => end,
+        end = transport(sink, stream, &in_tx, out_rx) => end,
     };
     let _ = in_tx.send(Incoming::Ended(end)).await;
 }
 
 /// Runs both halves until the connection ends on its own, then finishes a pending close.
 async fn transport<S>(
-    ws: WebSocketStream<S>,
+    sink: WsWrite<S>,
+    stream: WsRead<S>,
     in_tx: &mpsc::Sender<Incoming>,
     out_rx: mpsc::Receiver<Outgoing>,
 ) -> ConnectionEnd
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (sink, stream) = ws.split();
     let control = Control {
         stop: watch::channel(false).0,
         flush: Notify::new(),
@@ -632,7 +638,21 @@ where
         read_half(stream, in_tx.clone(), &control),
         write_half(sink, out_rx, &control),
     );
-    let mut ws = stream.reunite(sink).ok();
+    // The ending holds the whole stream by value and may linger: boxed, so its room is taken
+    // only while a connection ends rather than in the task of every open connection.
+    Box::pin(finish(stream.reunite(sink).ok(), read_end, write_end)).await
+}
+
+/// How the connection ended, after sending the close a failed write or an oversized message
+/// calls for.
+async fn finish<S>(
+    mut ws: Option<WebSocketStream<S>>,
+    read_end: ReadEnd,
+    write_end: WriteEnd,
+) -> ConnectionEnd
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     match (read_end, write_end) {
         (_, WriteEnd::Failed(detail)) => {
             if let Some(ws) = ws.as_mut() {
@@ -678,7 +698,7 @@ where
 async fn linger<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, deadline: Instant) {
     let _ = tokio::time::timeout_at(deadline, async {
         let _ = stream.shutdown().await;
-        let mut scratch = [0u8; 8192];
+        let mut scratch = vec![0u8; 8192];
         while let Ok(n) = stream.read(&mut scratch).await {
             if n == 0 {
                 break;

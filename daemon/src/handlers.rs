@@ -26,6 +26,7 @@ use appduct_protocol::control::{
     HelloParams, HelloResult, LinkCreateParams, LinkCreateResult, OkResult, ParamError,
     RevokeResult, SelectorParams, SessionSummary, StatusResult, SubscribeParams, SubscribeResult,
 };
+use appduct_protocol::descriptor::Schema;
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::glob::Glob;
 use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
@@ -468,7 +469,7 @@ impl DaemonHandler {
             .map(|e| EventsListEntry {
                 name: e.name,
                 description: e.description,
-                payload_schema: e.payload_schema.map(serde_json::Value::Object),
+                payload_schema: e.payload_schema.as_ref().map(Schema::to_value),
             })
             .collect();
         let total = matching.len() as u64;

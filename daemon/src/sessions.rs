@@ -14,9 +14,10 @@
 
 mod alias;
 mod connection;
+mod registry;
 mod transitions;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
@@ -45,6 +46,7 @@ use crate::device_socket::{DeviceSender, DeviceSocket};
 use crate::events::EventBus;
 use crate::links::{self, LinkEnvironment, LinkTable};
 use crate::seams::Clock;
+use registry::{Registry, SharedTools};
 
 // ---------------------------------------------------------------------------------------------
 // Public types
@@ -181,9 +183,9 @@ struct Session {
     resume_token: ResumeToken,
     socket: Socket,
     /// By name, so listings come out in code-point order.
-    /// Shared so a call's lookup ([`SessionManager::tool_of`]) copies no schema.
-    tools: BTreeMap<String, Arc<ToolDescriptor>>,
-    events: BTreeMap<String, EventDescriptor>,
+    /// Shared so a call's lookup ([`SessionManager::tool_of`]) copies nothing.
+    tools: Registry<Arc<ToolDescriptor>>,
+    events: Registry<EventDescriptor>,
 }
 
 impl Session {
@@ -249,6 +251,7 @@ struct State {
     links: LinkTable,
     sessions: HashMap<String, Session>,
     conns: HashMap<u64, ConnCtl>,
+    shared_tools: SharedTools,
     /// Connection ids and suspension epochs.
     next_id: u64,
     shutting_down: bool,
@@ -595,7 +598,7 @@ impl SessionManager {
         let st = self.inner.state();
         st.sessions
             .get(session_id)
-            .map(|s| s.tools.values().map(|t| ToolDescriptor::clone(t)).collect())
+            .map(|s| s.tools.iter().map(|t| ToolDescriptor::clone(t)).collect())
     }
 
     /// One registered tool of a live session (shared, not copied: this runs on every call).
@@ -609,7 +612,7 @@ impl SessionManager {
         let st = self.inner.state();
         st.sessions
             .get(session_id)
-            .map(|s| s.events.values().cloned().collect())
+            .map(|s| s.events.iter().cloned().collect())
     }
 
     /// Live sessions (`sessionCount`).

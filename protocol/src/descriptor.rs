@@ -4,7 +4,10 @@
 //! Descriptors are only built through the validators (deserialising goes through them too), so
 //! holding a [`ToolDescriptor`] or an [`EventDescriptor`] means every rule of §10 held. Unknown
 //! fields are dropped, never stored (02 §1). Schemas are kept as the objects received, in their
-//! key order (serde_json `preserve_order`), and are never inspected.
+//! key order, and are never inspected: as their compact JSON text ([`Schema`]).
+
+use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -134,13 +137,68 @@ impl Annotations {
     }
 }
 
-/// A validated tool descriptor (02 §10.1), in wire form.
-#[derive(Debug, Clone, PartialEq)]
+/// A schema object of a descriptor (`input_schema`, `output_schema`, `payload_schema`) as the
+/// app sent it: its compact JSON text, keys in received order. Schemas are never inspected, and
+/// the daemon holds thousands of registries: parsed, a small tool's two schemas take about
+/// 1.4 KiB of maps and values, as text about 100 bytes. Clones share the text.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Schema(Arc<str>);
+
+impl Schema {
+    /// `value` must be an object; the validators check that before.
+    fn from_object_value(value: &Value) -> Self {
+        // `Display` of a `Value` is its compact JSON text and cannot fail.
+        Self(value.to_string().into())
+    }
+
+    /// The compact JSON text of the object.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The object, keys in received order.
+    pub fn to_map(&self) -> Map<String, Value> {
+        // The text was written from an object, so it always parses back into one.
+        serde_json::from_str(&self.0).unwrap_or_default()
+    }
+
+    pub fn to_value(&self) -> Value {
+        Value::Object(self.to_map())
+    }
+}
+
+impl fmt::Debug for Schema {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<Map<String, Value>> for Schema {
+    fn from(map: Map<String, Value>) -> Self {
+        Self::from_object_value(&Value::Object(map))
+    }
+}
+
+impl Serialize for Schema {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_map().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Schema {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Map::deserialize(deserializer).map(Self::from)
+    }
+}
+
+/// A validated tool descriptor (02 §10.1), in wire form. Equal descriptors are equal on the
+/// wire (schemas compare as text), so a holder may share one copy among equal registrations.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ToolDescriptor {
     pub name: String,
     pub description: String,
-    pub input_schema: Option<Map<String, Value>>,
-    pub output_schema: Option<Map<String, Value>>,
+    pub input_schema: Option<Schema>,
+    pub output_schema: Option<Schema>,
     pub annotations: Option<Annotations>,
     /// As sent, before the clamp of [`ToolDescriptor::effective_timeout_ms`].
     pub timeout_ms: Option<u64>,
@@ -170,10 +228,10 @@ impl ToolDescriptor {
             Value::String(self.description.clone()),
         );
         if let Some(s) = &self.input_schema {
-            map.insert("input_schema".into(), Value::Object(s.clone()));
+            map.insert("input_schema".into(), s.to_value());
         }
         if let Some(s) = &self.output_schema {
-            map.insert("output_schema".into(), Value::Object(s.clone()));
+            map.insert("output_schema".into(), s.to_value());
         }
         if let Some(a) = &self.annotations {
             map.insert("annotations".into(), a.to_value());
@@ -197,7 +255,7 @@ impl ToolDescriptor {
 pub struct EventDescriptor {
     pub name: String,
     pub description: String,
-    pub payload_schema: Option<Map<String, Value>>,
+    pub payload_schema: Option<Schema>,
 }
 
 impl EventDescriptor {
@@ -210,7 +268,7 @@ impl EventDescriptor {
             Value::String(self.description.clone()),
         );
         if let Some(s) = &self.payload_schema {
-            map.insert("payload_schema".into(), Value::Object(s.clone()));
+            map.insert("payload_schema".into(), s.to_value());
         }
         map
     }
@@ -345,10 +403,10 @@ fn free_text(map: &Map<String, Value>, field: &'static str) -> Result<String, De
 fn optional_schema(
     map: &Map<String, Value>,
     field: &'static str,
-) -> Result<Option<Map<String, Value>>, DescriptorError> {
+) -> Result<Option<Schema>, DescriptorError> {
     match map.get(field) {
         None => Ok(None),
-        Some(Value::Object(schema)) => Ok(Some(schema.clone())),
+        Some(schema @ Value::Object(_)) => Ok(Some(Schema::from_object_value(schema))),
         Some(other) => Err(DescriptorError::WrongType {
             field,
             expected: "an object",
@@ -435,6 +493,33 @@ mod tests {
             json!({"destructiveHint": true, "idempotentHint": true})
         );
         assert_eq!(tool(out).unwrap(), d);
+    }
+
+    #[test]
+    fn schemas_are_kept_as_compact_text_in_received_key_order() {
+        let d = tool(json!({"name": "t", "description": "x",
+                            "input_schema": {"z": [1, 2.5], "a": {"b": null}}}))
+        .unwrap();
+        let schema = d.input_schema.clone().unwrap();
+        assert_eq!(schema.as_str(), r#"{"z":[1,2.5],"a":{"b":null}}"#);
+        assert_eq!(format!("{schema:?}"), r#"{"z":[1,2.5],"a":{"b":null}}"#);
+        assert_eq!(
+            schema.to_map().keys().collect::<Vec<_>>(),
+            ["z", "a"],
+            "parsed back in received order"
+        );
+        assert_eq!(schema.to_value(), json!({"z": [1, 2.5], "a": {"b": null}}));
+        assert_eq!(
+            serde_json::to_string(&schema).unwrap(),
+            r#"{"z":[1,2.5],"a":{"b":null}}"#
+        );
+        let back: Schema = serde_json::from_str(r#"{"z":[1,2.5],"a":{"b":null}}"#).unwrap();
+        assert_eq!(back, schema);
+        // The same keys in another order are another schema on the wire.
+        let reordered: Schema = serde_json::from_str(r#"{"a":{"b":null},"z":[1,2.5]}"#).unwrap();
+        assert_ne!(reordered, schema);
+        assert!(serde_json::from_str::<Schema>("[1]").is_err());
+        assert!(serde_json::from_str::<Schema>("\"object\"").is_err());
     }
 
     #[test]

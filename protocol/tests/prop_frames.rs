@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use appduct_protocol::descriptor::{Annotations, EventDescriptor, ToolDescriptor};
+use appduct_protocol::descriptor::{Annotations, EventDescriptor, Schema, ToolDescriptor};
 use appduct_protocol::frames::{
     AppFrame, DaemonFrame, DeviceInfo, EventDelta, EventFrame, EventRegistryDelta,
     EventRegistrySnapshot, Phase, SessionAck, SessionClaim, SessionResume, ToolCall,
@@ -56,8 +56,12 @@ fn json_object(values: impl Strategy<Value = Value>) -> impl Strategy<Value = Ma
     prop::collection::vec((text(0, 6), values), 0..4).prop_map(|kv| kv.into_iter().collect())
 }
 
-fn schema() -> impl Strategy<Value = Map<String, Value>> {
+fn object() -> impl Strategy<Value = Map<String, Value>> {
     json_object(json_value())
+}
+
+fn schema() -> impl Strategy<Value = Schema> {
+    object().prop_map(Schema::from)
 }
 
 fn identifier() -> impl Strategy<Value = String> {
@@ -275,7 +279,7 @@ fn daemon_frame() -> impl Strategy<Value = DaemonFrame> {
                     })
                 }
             ),
-        (identifier(), identifier(), text(0, 20), schema()).prop_map(
+        (identifier(), identifier(), text(0, 20), object()).prop_map(
             |(session_id, id, name, args)| {
                 DaemonFrame::ToolCall(ToolCall {
                     session_id,

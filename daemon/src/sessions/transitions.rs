@@ -1,7 +1,6 @@
 //! The engine's state transitions under its lock (02 §11.3, §11.4, §9.5 step 7, T6, T8, T10,
 //! T16): claim, resume, applying frames, suspension, and the link and grace timers' effects.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -14,11 +13,12 @@ use appduct_protocol::frames::{
     AppFrame, DaemonFrame, EventDelta, SessionAck, SessionClaim, SessionResume, ToolDelta,
 };
 use appduct_protocol::ids::ResumeToken;
-use appduct_protocol::limits::{MAX_REGISTRY_ENTRIES, TOKEN_BYTES};
+use appduct_protocol::limits::TOKEN_BYTES;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use super::registry::Registry;
 use super::{
     CallFrame, CallRouter, CallsEnded, ConnCtl, EngineOptions, Inner, Session, Socket, State, alias,
 };
@@ -157,8 +157,8 @@ impl Inner {
                     conn,
                     sender: sender.clone(),
                 },
-                tools: BTreeMap::new(),
-                events: BTreeMap::new(),
+                tools: Registry::default(),
+                events: Registry::default(),
             },
         );
         self.bus.open_session(id);
@@ -242,7 +242,12 @@ impl Inner {
         frame: AppFrame,
     ) -> Result<(), CloseReason> {
         let mut st = self.state();
-        let Some(session) = st.sessions.get_mut(session_id) else {
+        let State {
+            sessions,
+            shared_tools,
+            ..
+        } = &mut *st;
+        let Some(session) = sessions.get_mut(session_id) else {
             return Ok(());
         };
         if !session.is_attached(conn) {
@@ -251,50 +256,32 @@ impl Inner {
         let alias = Some(session.alias.as_str());
         match frame {
             AppFrame::ToolRegistrySnapshot(snapshot) => {
-                session.tools = snapshot
-                    .tools
-                    .into_iter()
-                    .map(|t| (t.name.clone(), Arc::new(t)))
-                    .collect();
+                session.tools = Registry::from_snapshot(
+                    snapshot.tools.into_iter().map(|t| shared_tools.share(t)),
+                );
                 self.tools_changed(session_id, session);
             }
             AppFrame::ToolRegistryDelta(delta) => {
                 match delta.change {
-                    ToolDelta::Upsert(tool) => {
-                        if !session.tools.contains_key(&tool.name)
-                            && session.tools.len() >= MAX_REGISTRY_ENTRIES
-                        {
-                            return Err(CloseReason::InvalidRegistry);
-                        }
-                        session.tools.insert(tool.name.clone(), Arc::new(tool));
-                    }
-                    ToolDelta::Remove { name } => {
-                        session.tools.remove(&name);
-                    }
+                    ToolDelta::Upsert(tool) => session
+                        .tools
+                        .upsert(shared_tools.share(tool))
+                        .map_err(|_| CloseReason::InvalidRegistry)?,
+                    ToolDelta::Remove { name } => session.tools.remove(&name),
                 }
                 self.tools_changed(session_id, session);
             }
             AppFrame::EventRegistrySnapshot(snapshot) => {
-                session.events = snapshot
-                    .events
-                    .into_iter()
-                    .map(|e| (e.name.clone(), e))
-                    .collect();
+                session.events = Registry::from_snapshot(snapshot.events);
                 self.events_changed(session_id, session);
             }
             AppFrame::EventRegistryDelta(delta) => {
                 match delta.change {
-                    EventDelta::Upsert(event) => {
-                        if !session.events.contains_key(&event.name)
-                            && session.events.len() >= MAX_REGISTRY_ENTRIES
-                        {
-                            return Err(CloseReason::InvalidRegistry);
-                        }
-                        session.events.insert(event.name.clone(), event);
-                    }
-                    EventDelta::Remove { name } => {
-                        session.events.remove(&name);
-                    }
+                    EventDelta::Upsert(event) => session
+                        .events
+                        .upsert(event)
+                        .map_err(|_| CloseReason::InvalidRegistry)?,
+                    EventDelta::Remove { name } => session.events.remove(&name),
                 }
                 self.events_changed(session_id, session);
             }

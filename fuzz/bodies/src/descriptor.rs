@@ -12,7 +12,7 @@
 
 use appduct_protocol::close::CloseReason;
 use appduct_protocol::descriptor::{
-    DescriptorError, EventDescriptor, ToolDescriptor, is_valid_group, is_valid_tool_name,
+    DescriptorError, EventDescriptor, Schema, ToolDescriptor, is_valid_group, is_valid_tool_name,
     validate_event_descriptor, validate_tool_descriptor,
 };
 use appduct_protocol::frames::{AppFrame, Phase, decode_app_message};
@@ -93,8 +93,8 @@ fn check_tool(d: &ToolDescriptor) {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("deserialising: {e}"));
     assert_eq!(&back, d, "serde round trip differs");
 
-    let input = d.input_schema.clone().map(Value::Object);
-    let output = d.output_schema.clone().map(Value::Object);
+    let input = d.input_schema.as_ref().map(Schema::to_value);
+    let output = d.output_schema.as_ref().map(Schema::to_value);
     let signature = render_tool_signature(&d.name, input.as_ref(), output.as_ref());
     assert!(signature.chars().count() <= MAX_SIGNATURE_CHARS);
     assert!(
@@ -123,7 +123,7 @@ fn check_event(d: &EventDescriptor) {
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("deserialising: {e}"));
     assert_eq!(&back, d, "serde round trip differs");
 
-    let payload = d.payload_schema.clone().map(Value::Object);
+    let payload = d.payload_schema.as_ref().map(Schema::to_value);
     let signature = render_event_signature(&d.name, payload.as_ref());
     assert!(signature.chars().count() <= MAX_SIGNATURE_CHARS);
     check_summary(&d.description);
