@@ -195,7 +195,7 @@ async fn a_removed_tool_is_not_found_and_no_call_is_sent() {
 /// A prompt-policy call whose consent request the test answers.
 async fn prompted(
     h: &Harness,
-    prompts: &mut mpsc::UnboundedReceiver<(String, oneshot::Sender<ElicitationAction>)>,
+    prompts: &mut Prompts,
     args: Value,
     answer: ElicitationAction,
 ) -> CallToolResult {
@@ -211,16 +211,25 @@ async fn prompted(
     pending.await.unwrap()
 }
 
-#[tokio::test]
-async fn a_policy_change_is_respected_both_ways() {
-    let fake = FakeDaemon::new(&METHODS);
-    fake.add_session(session(ID, ALIAS), vec![wipe(PolicyDecision::Allow)]);
-    let (tx, mut prompts) = mpsc::unbounded_channel();
+/// Consent prompts the test answers itself, one `(message, reply)` per prompt.
+type Prompts = mpsc::UnboundedReceiver<(String, oneshot::Sender<ElicitationAction>)>;
+
+/// The bridge against `fake`, with a client whose elicitations the test answers.
+async fn start_prompting(fake: &Arc<FakeDaemon>) -> (Harness, Prompts) {
+    let (tx, prompts) = mpsc::unbounded_channel();
     let h = start(
         fake.clone(),
         TestClient::new(ProtocolVersion::V_2025_11_25, Some(Elicit::Manual(tx))),
     )
     .await;
+    (h, prompts)
+}
+
+#[tokio::test]
+async fn a_policy_change_is_respected_both_ways() {
+    let fake = FakeDaemon::new(&METHODS);
+    fake.add_session(session(ID, ALIAS), vec![wipe(PolicyDecision::Allow)]);
+    let (h, mut prompts) = start_prompting(&fake).await;
     let r = call(&h, json!({"name": "wipe"})).await;
     assert_eq!(structured(&r), json!({"ok": true}));
     assert!(prompts.try_recv().is_err(), "allow asks nobody");
@@ -253,12 +262,7 @@ async fn a_policy_change_is_respected_both_ways() {
 async fn a_session_that_changes_state_or_owner_is_resolved_again() {
     let fake = FakeDaemon::new(&METHODS);
     fake.add_session(session(ID, ALIAS), vec![wipe(PolicyDecision::Prompt)]);
-    let (tx, mut prompts) = mpsc::unbounded_channel();
-    let h = start(
-        fake.clone(),
-        TestClient::new(ProtocolVersion::V_2025_11_25, Some(Elicit::Manual(tx))),
-    )
-    .await;
+    let (h, mut prompts) = start_prompting(&fake).await;
     let args = json!({"selector": ALIAS, "name": "wipe"});
     let r = prompted(&h, &mut prompts, args.clone(), ElicitationAction::Accept).await;
     assert_eq!(structured(&r), json!({"ok": true}));
