@@ -133,12 +133,28 @@ async fn a_state_directory_of_another_user_is_refused_and_left_alone() {
         return;
     }
     let dir = state_dir();
-    let root = dir.path().join("s");
-    std::fs::create_dir(&root).unwrap();
-    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::os::unix::fs::chown(&root, Some(4242), Some(4242)).unwrap();
+    let root = foreign_dir(dir.path(), "s");
+    let err = assert_refused_and_untouched(&root, &root).await;
+    assert_eq!(err.error_type(), ErrorType::ConnectionError);
+    assert!(err.to_string().contains(&*root.to_string_lossy()), "{err}");
+}
 
-    let err = Daemon::start(DaemonOptions::for_tests(&root))
+/// A directory `name` in `parent` owned by uid 4242, mode 0755 (needs root).
+fn foreign_dir(parent: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let foreign = parent.join(name);
+    std::fs::create_dir(&foreign).unwrap();
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&foreign, Some(4242), Some(4242)).unwrap();
+    foreign
+}
+
+/// Starting on `given` (the foreign directory or a link to it) fails `ForeignOwner`, and the
+/// directory `foreign` stays empty and 0755. Returns the error for further checks.
+async fn assert_refused_and_untouched(
+    given: &std::path::Path,
+    foreign: &std::path::Path,
+) -> StartError {
+    let err = Daemon::start(DaemonOptions::for_tests(given))
         .await
         .unwrap_err();
     assert!(
@@ -148,11 +164,14 @@ async fn a_state_directory_of_another_user_is_refused_and_left_alone() {
         ),
         "{err:?}"
     );
-    assert_eq!(err.error_type(), ErrorType::ConnectionError);
-    assert!(err.to_string().contains(&*root.to_string_lossy()), "{err}");
-    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0, "nothing made");
-    let mode = std::fs::metadata(&root).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        std::fs::read_dir(foreign).unwrap().count(),
+        0,
+        "nothing made"
+    );
+    let mode = std::fs::metadata(foreign).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o755, "another user's directory is not chmod-ed");
+    err
 }
 
 /// 08 §4.5 (project decision): a state directory found writable by others is tightened, and a
@@ -231,29 +250,10 @@ async fn a_symlinked_state_directory_is_followed_and_the_checks_apply_to_the_rea
         eprintln!("skipping the foreign-owner half: handing a directory to another uid needs root");
         return;
     }
-    let foreign = dir.path().join("foreign");
-    std::fs::create_dir(&foreign).unwrap();
-    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::os::unix::fs::chown(&foreign, Some(4242), Some(4242)).unwrap();
+    let foreign = foreign_dir(dir.path(), "foreign");
     let to_foreign = dir.path().join("to-foreign");
     std::os::unix::fs::symlink(&foreign, &to_foreign).unwrap();
-    let err = Daemon::start(DaemonOptions::for_tests(&to_foreign))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            &err,
-            StartError::StateDir(StateDirError::ForeignOwner { owner: 4242, .. })
-        ),
-        "{err:?}"
-    );
-    assert_eq!(
-        std::fs::read_dir(&foreign).unwrap().count(),
-        0,
-        "nothing made"
-    );
-    let mode = std::fs::metadata(&foreign).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o755);
+    assert_refused_and_untouched(&to_foreign, &foreign).await;
 }
 
 /// SEC-29: `webOrigins: ["*"]` and a non-array `webOrigins` stop the daemon at startup,

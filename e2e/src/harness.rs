@@ -131,6 +131,11 @@ impl Sandbox {
         self.dir.path().join("s")
     }
 
+    /// Every audit record written so far, in day-file and line order.
+    pub fn audit_records(&self) -> Vec<Value> {
+        audit_records_in(&self.state_dir())
+    }
+
     pub fn home(&self) -> PathBuf {
         self.dir.path().join("h")
     }
@@ -474,6 +479,25 @@ impl Drop for Proc {
         }
         let _ = self.child.wait();
     }
+}
+
+/// Every audit record under `state_dir/audit` (the `.jsonl` day files), in day-file and line
+/// order. Lines that do not parse are skipped: audit files are appended while tests read them.
+pub fn audit_records_in(state_dir: &Path) -> Vec<Value> {
+    let mut files: Vec<_> = std::fs::read_dir(state_dir.join("audit"))
+        .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
+        .unwrap_or_default();
+    files.sort();
+    files
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|l| serde_json::from_str(l).ok())
+                .collect::<Vec<Value>>()
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use appduct_e2e::control::Control;
 use appduct_e2e::device::{RawDevice, mint, sdk_device};
-use appduct_e2e::harness::{Ran, Sandbox};
+use appduct_e2e::harness::{Ran, Sandbox, audit_records_in};
 use appduct_e2e::{OrFail as _, blocking};
 use appduct_sdk::{CallContext, ToolError};
 use serde_json::{Value, json};
@@ -33,28 +33,10 @@ fn keys(v: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// Every audit record of the state dir, in file and line order.
-fn audit_records(dir: &Path) -> Vec<Value> {
-    let mut files: Vec<_> = std::fs::read_dir(dir.join("audit"))
-        .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
-        .unwrap_or_default();
-    files.sort();
-    files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .flat_map(|text| {
-            text.lines()
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect::<Vec<Value>>()
-        })
-        .collect()
-}
-
 fn wait_audit(dir: &Path, count: usize) -> Vec<Value> {
     let mut records = Vec::new();
     Sandbox::wait_until(WAIT, || {
-        records = audit_records(dir);
+        records = audit_records_in(dir);
         records.len() >= count
     });
     records

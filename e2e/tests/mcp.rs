@@ -218,7 +218,7 @@ fn list_describe_call_progress_and_errors_against_a_playground() {
 }
 
 fn audit_callers(sb: &Sandbox) -> Vec<String> {
-    audit_records(sb)
+    sb.audit_records()
         .iter()
         .filter_map(|r| r["caller"].as_str().map(str::to_owned))
         .collect()
@@ -387,7 +387,7 @@ async fn a_prompt_tool_asks_through_elicitation_and_runs_only_when_accepted() {
     let mut records = Vec::new();
     blocking(|| {
         Sandbox::wait_until(Duration::from_secs(10), || {
-            records = audit_records(&sb);
+            records = sb.audit_records();
             !records.is_empty()
         })
     });
@@ -399,20 +399,6 @@ async fn a_prompt_tool_asks_through_elicitation_and_runs_only_when_accepted() {
     assert_eq!(records[0]["outcome"], "ok");
     assert_eq!(records[0]["consent"], "elicitation");
     device.disconnect();
-}
-
-fn audit_records(sb: &Sandbox) -> Vec<Value> {
-    std::fs::read_dir(sb.state_dir().join("audit"))
-        .map(|d| {
-            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-                .flat_map(|t| {
-                    t.lines()
-                        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                        .collect::<Vec<_>>()
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A `daemon run` reporting `version`, kept alive by the returned guard.
@@ -795,7 +781,7 @@ async fn two_concurrent_calls_of_one_tool_get_their_own_progress_and_exactly_one
     let mut records = Vec::new();
     blocking(|| {
         Sandbox::wait_until(Duration::from_secs(10), || {
-            records = audit_records(&sb);
+            records = sb.audit_records();
             records.len() >= 2
         })
     });

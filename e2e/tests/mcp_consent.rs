@@ -81,27 +81,11 @@ async fn probe_is_next(mcp: &mut Mcp, device: &mut RawDevice, selector: &str, v2
     );
 }
 
-fn audit_records(sb: &Sandbox) -> Vec<Value> {
-    let mut files: Vec<_> = std::fs::read_dir(sb.state_dir().join("audit"))
-        .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
-        .unwrap_or_default();
-    files.sort();
-    files
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .flat_map(|t| {
-            t.lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 /// Audit records, once at least `count` exist (audit files are written asynchronously).
 fn wait_audit(sb: &Sandbox, count: usize) -> Vec<Value> {
     let mut records = Vec::new();
     Sandbox::wait_until(WAIT, || {
-        records = audit_records(sb);
+        records = sb.audit_records();
         records.len() >= count
     });
     records

@@ -13,22 +13,6 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn audit_records(sb: &Sandbox) -> Vec<Value> {
-    let mut files: Vec<_> = std::fs::read_dir(sb.state_dir().join("audit"))
-        .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
-        .unwrap_or_default();
-    files.sort();
-    files
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .flat_map(|t| {
-            t.lines()
-                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
-
 #[test]
 fn the_official_typescript_client_drives_the_bridge() {
     let config = r#"{"wssPort": 0, "policy": {"tools": {"playground/reset_counter": "prompt"}}}"#;
@@ -158,7 +142,7 @@ fn the_official_typescript_client_drives_the_bridge() {
     // cancelled, every call as an MCP caller.
     let mut records = Vec::new();
     Sandbox::wait_until(Duration::from_secs(10), || {
-        records = audit_records(&sb);
+        records = sb.audit_records();
         records.iter().filter(|r| r["tool"] == "slow_task").count() == 2
             && records
                 .iter()

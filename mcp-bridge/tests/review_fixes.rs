@@ -958,15 +958,7 @@ impl DaemonConnector for HelloConnector {
             hellos: self.hellos.clone(),
             failures: self.failures.clone(),
         };
-        Box::pin(async move {
-            let (a, b) = tokio::io::duplex(64 * 1024);
-            tokio::spawn(appduct_daemon::control_server::serve_connection(
-                a,
-                Arc::new(handler),
-                appduct_daemon::control_server::ServerOptions::default(),
-            ));
-            Ok(appduct_daemon::client::ControlClient::from_stream(b))
-        })
+        Box::pin(async move { Ok(in_memory_client(handler)) })
     }
 }
 

@@ -473,15 +473,23 @@ impl DaemonConnector for FakeConnector {
                 });
             }
             fake.connections.fetch_add(1, Ordering::SeqCst);
-            let (a, b) = tokio::io::duplex(64 * 1024);
-            tokio::spawn(serve_connection(
-                a,
-                Arc::new(FakeHandler(fake)),
-                ServerOptions::default(),
-            ));
-            Ok(ControlClient::from_stream(b))
+            Ok(in_memory_client(FakeHandler(fake)))
         })
     }
+}
+
+/// A control client connected in memory to `handler`, served by the daemon's own control
+/// server (what every fake connector hands the bridge).
+pub fn in_memory_client(
+    handler: impl appduct_daemon::control_server::ControlHandler + 'static,
+) -> ControlClient {
+    let (a, b) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(serve_connection(
+        a,
+        Arc::new(handler),
+        ServerOptions::default(),
+    ));
+    ControlClient::from_stream(b)
 }
 
 /// Holds the answer to the first request for `method` until released, so a test can act
@@ -570,15 +578,7 @@ impl DaemonConnector for GatedConnector {
             fake: FakeHandler(self.fake.0.clone()),
             gate: self.gate.0.clone(),
         };
-        Box::pin(async move {
-            let (a, b) = tokio::io::duplex(64 * 1024);
-            tokio::spawn(appduct_daemon::control_server::serve_connection(
-                a,
-                Arc::new(handler),
-                appduct_daemon::control_server::ServerOptions::default(),
-            ));
-            Ok(appduct_daemon::client::ControlClient::from_stream(b))
-        })
+        Box::pin(async move { Ok(in_memory_client(handler)) })
     }
 }
 
