@@ -106,7 +106,7 @@ fn run_mcp(g: &Globals, scheme: Option<&String>) -> u8 {
         ..BridgeOptions::default()
     }
     .with_test_env(|name| std::env::var(name).ok());
-    appduct_mcp::run_stdio_blocking(StdioOptions { client, bridge })
+    appduct_mcp::run_stdio(StdioOptions { client, bridge })
 }
 
 async fn daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {

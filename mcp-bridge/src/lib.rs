@@ -29,7 +29,7 @@ pub use error::{PUBLISHED_ERROR_TYPES, ToolFailure};
 pub use framing::LineTransport;
 pub use options::BridgeOptions;
 pub use server::Bridge;
-pub use stdio::{StdioOptions, run_stdio, run_stdio_blocking, serve_stdio};
+pub use stdio::{StdioOptions, run_stdio, serve_stdio};
 
 use std::sync::Arc;
 

@@ -13,7 +13,6 @@ use appduct_protocol::link::validate_scheme;
 use rmcp::serve_server;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
-use tracing::Dispatch;
 use tracing::instrument::WithSubscriber;
 
 use crate::connector::SocketConnector;
@@ -136,45 +135,16 @@ fn scheme_diagnostics(bridge: &Bridge) {
     }
 }
 
-/// Runs `appduct mcp` on this process's stdin and stdout; returns the exit code. Call inside a
-/// tokio runtime after installing the stderr logger. The bridge runs on a thread of its own,
-/// under [`run_stdio_blocking`]; this runtime only waits for it.
-pub async fn run_stdio(opts: StdioOptions) -> u8 {
-    let logger = tracing::dispatcher::get_default(Dispatch::clone);
-    let (done, code) = tokio::sync::oneshot::channel();
-    let spare = opts.clone();
-    let thread = std::thread::Builder::new()
-        .name("appduct-mcp".into())
-        .spawn(move || {
-            let code = tracing::dispatcher::with_default(&logger, || run_stdio_blocking(opts));
-            let _ = done.send(code);
-        });
-    let thread = match thread {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!("cannot start the bridge thread ({e}); serving from this runtime");
-            return host(spare).await;
-        }
-    };
-    match code.await {
-        Ok(code) => code,
-        // The thread panicked: the panic ends the process as it would have here.
-        Err(_) => match tokio::task::spawn_blocking(move || thread.join()).await {
-            Ok(Err(panic)) => std::panic::resume_unwind(panic),
-            _ => EXIT_STARTUP_FAILED,
-        },
-    }
-}
-
-/// `appduct mcp` on a single-threaded runtime built here (for a caller without a runtime);
-/// returns the exit code.
+/// Runs `appduct mcp` on this process's stdin and stdout, on a single-threaded runtime built
+/// here (call it outside any runtime, after installing the stderr logger); returns the exit
+/// code.
 ///
 /// One thread (project decision, ARCHITECTURE.md "MCP bridge"): the bridge serves one client,
 /// and a call is a chain of hops between stdin, rmcp's tasks, the control client's reader and
 /// writer tasks and stdout. On a multi-threaded runtime most hops wake another worker thread,
 /// which cost about 18 µs per daemon round trip measured; here each is a queue push. Nothing in
 /// the bridge computes for long: its waits are all I/O.
-pub fn run_stdio_blocking(opts: StdioOptions) -> u8 {
+pub fn run_stdio(opts: StdioOptions) -> u8 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
