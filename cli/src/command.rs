@@ -9,10 +9,10 @@ use std::ffi::OsString;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
-use appduct_daemon::delivery::DeviceTarget;
-use appduct_daemon::envflag;
-use appduct_daemon::project::{APP_ID_PATTERN, is_valid_app_id};
-use appduct_daemon::state_dir::{StateDir, StateDirError};
+use appduct_client::delivery::DeviceTarget;
+use appduct_client::envflag;
+use appduct_client::project::{APP_ID_PATTERN, is_valid_app_id};
+use appduct_client::state_dir::{StateDir, StateDirError};
 use appduct_protocol::control::{
     EventKind, EventsListParams, EventsSinceParams, MAX_SELECTOR_LEN, SubscribeParams,
     ToolsListParams, Transport, is_valid_group,
@@ -21,7 +21,7 @@ use appduct_protocol::errors::ErrorType;
 use appduct_protocol::limits::{
     MAX_GLOB_LEN, MAX_LINK_TTL_S, MAX_SAFE_INTEGER, MAX_TOOLS_FILTER_LEN,
 };
-use appduct_protocol::link::validate_scheme;
+use appduct_protocol::link::{is_http_url, validate_scheme};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{CommandFactory as _, FromArgMatches as _};
 use clap_complete::Shell;
@@ -761,20 +761,6 @@ fn app_id(flag: &str, raw: String) -> Result<String, CliError> {
     }
 }
 
-/// `http://` or `https://` (any case), a non-empty authority, and no whitespace or control
-/// characters. (The protocol crate's composer applies the same rule but keeps it private.)
-pub fn is_http_url(url: &str) -> bool {
-    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return false;
-    }
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return false;
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
-        && !authority.is_empty()
-}
-
 fn link(a: LinkArgs) -> Result<LinkRequest, CliError> {
     if !a.positionals.is_empty() {
         return Err(too_many(
@@ -1486,7 +1472,7 @@ mod tests {
 
     #[test]
     fn app_id_and_url_patterns() {
-        // The app-id rule itself is tested with `appduct_daemon::project`.
+        // The app-id rule itself is tested with `appduct_client::project`.
         assert!(is_valid_app_id("com.example.app"));
         assert!(!is_valid_app_id("com;rm"));
         assert!(is_http_url("https://example.com/x?y#z"));

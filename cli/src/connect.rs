@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use appduct_daemon::client::{
+use appduct_client::client::{
     ClientError, ClientOptions, ControlClient, ToolCallError, VersionCheck, VersionPolicy, classify,
 };
-use appduct_daemon::config::Config;
-use appduct_daemon::state_dir::StateDir;
+use appduct_client::config::Config;
+use appduct_client::state_dir::StateDir;
 use serde_json::Value;
 
 use crate::command::{Globals, RestartChoice};

@@ -1,7 +1,7 @@
 //! Runs a validated [`Invocation`]: the local commands here, the daemon-backed ones through
 //! [`run_daemon_command`].
 
-use appduct_daemon::seams::TokioCommandRunner;
+use appduct_client::command_runner::TokioCommandRunner;
 use appduct_mcp::{BridgeOptions, StdioOptions};
 
 use crate::command::{Command, Globals, Invocation};

@@ -89,7 +89,7 @@ async fn host(state_dir: &Path, out: &Output) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use appduct_daemon::pidfile::PidfileError;
+    use appduct_client::pidfile::PidfileError;
     use std::path::PathBuf;
 
     #[test]
@@ -106,7 +106,7 @@ mod tests {
         assert_eq!(unknown_pid.details, None);
 
         let config = start_error(&StartError::Config(
-            appduct_daemon::config::ConfigError::NotObject {
+            appduct_client::config::ConfigError::NotObject {
                 path: PathBuf::from("/s/config.json"),
             },
         ));

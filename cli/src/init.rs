@@ -6,7 +6,7 @@ use std::io::{self, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-use appduct_daemon::project::{self, PROBED_FILES};
+use appduct_client::project::{self, PROBED_FILES};
 use appduct_protocol::link::validate_scheme;
 use serde_json::{Map, Value, json};
 

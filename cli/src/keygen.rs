@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use appduct_daemon::config::Config;
-use appduct_daemon::pidfile;
+use appduct_client::config::Config;
+use appduct_client::pidfile;
 use appduct_daemon::tls::{self, HostKey, KeyError, Overwrite};
 use serde_json::json;
 

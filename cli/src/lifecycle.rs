@@ -4,10 +4,10 @@ use std::io;
 use std::path::Path;
 use std::time::Duration;
 
-use appduct_daemon::client::ControlClient;
-use appduct_daemon::pidfile::{owner_alive, read_pid};
-use appduct_daemon::seams::{OsProcessProbe, ProcessProbe as _};
-use appduct_daemon::state_dir::StateDir;
+use appduct_client::client::ControlClient;
+use appduct_client::pidfile::{owner_alive, read_pid};
+use appduct_client::process::{OsProcessProbe, ProcessProbe as _};
+use appduct_client::state_dir::StateDir;
 use appduct_protocol::control::{DaemonHello, DaemonShutdown, DaemonStatus, NoParams};
 use time::OffsetDateTime;
 

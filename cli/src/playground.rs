@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use appduct_daemon::client::{CallProgress, ControlClient, ToolCallError};
-use appduct_daemon::state_dir::StateDir;
+use appduct_client::client::{CallProgress, ControlClient, ToolCallError};
+use appduct_client::state_dir::StateDir;
 use appduct_protocol::control::{
     Caller, LinkCreate, LinkCreateParams, NoParams, SelectorParams, SessionsList, SessionsRevoke,
     ToolsCallParams, ToolsCancel, ToolsCancelParams, ToolsListParams, Transport,

@@ -8,7 +8,7 @@
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use appduct_daemon::client::CallProgress;
+use appduct_client::client::CallProgress;
 use serde_json::Number;
 
 use crate::render;

@@ -2,17 +2,16 @@
 
 use std::path::PathBuf;
 
-use appduct_daemon::client::ControlClient;
-use appduct_daemon::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
-use appduct_daemon::project::{self, ProjectError, ResolveEnv};
-use appduct_daemon::qr;
-use appduct_daemon::seams::CommandRunner;
-use appduct_daemon::state_dir::StateDir;
+use appduct_client::client::ControlClient;
+use appduct_client::command_runner::CommandRunner;
+use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
+use appduct_client::link_flow::{LinkFlow, LinkFlowError};
+use appduct_client::project::{self, ProjectError, ResolveEnv};
+use appduct_client::qr;
+use appduct_client::state_dir::StateDir;
 use appduct_protocol::control::{
-    DaemonStatus, LinkCreate, LinkCreateParams, NoParams, SelectorParams, SessionsList,
-    SessionsRevoke,
+    LinkCreateParams, NoParams, SelectorParams, SessionsList, SessionsRevoke,
 };
-use appduct_protocol::link::{compose_web_link, web_script};
 use time::OffsetDateTime;
 
 use crate::command::{Globals, LinkRequest, OpenTarget};
@@ -172,7 +171,7 @@ pub async fn link(
     Ok(success)
 }
 
-/// Steps 4–7 of 05 §6.3 on an open connection, after [`plan`].
+/// Steps 4–7 of 05 §6.3 on an open connection, after [`plan`]: the shared link flow.
 pub async fn mint_and_deliver(
     client: &ControlClient,
     dir: &StateDir,
@@ -180,66 +179,35 @@ pub async fn mint_and_deliver(
     plan: &LinkPlan,
     runner: &dyn CommandRunner,
 ) -> Result<Success, CliError> {
-    let rpc = |e| connect::client_error(&e, dir);
+    let flow = LinkFlow::new(client, runner);
+    let failed = |e| link_flow_error(e, dir);
     let target = req.open.and_then(OpenTarget::device_target);
-    if target == Some(DeviceTarget::IosDevice) {
-        let status = client
-            .call::<DaemonStatus>(NoParams {})
-            .await
-            .map_err(rpc)?;
-        if delivery::is_loopback_address(&status.advertised_address.address) {
-            return Err(CliError::usage(format!(
-                "The daemon advertises the loopback address {}, which a device cannot reach",
-                status.advertised_address.address
-            ))
-            .with_hint(format!(
-                "Set advertisedIp to this computer's LAN address in {}/config.json and restart \
-                 the daemon (appduct daemon stop).",
-                dir.path().display()
-            )));
-        }
+    if let Some(target) = target {
+        flow.check_reachable(target).await.map_err(failed)?;
     }
     let device = match target {
         Some(target) => Some(
-            delivery::detect(runner, target, plan.requested_device.as_deref())
+            flow.detect(target, plan.requested_device.as_deref())
                 .await
-                .map_err(|e| delivery_error(&e))?,
+                .map_err(failed)?,
         ),
         None => None,
     };
-    let link = client
-        .call::<LinkCreate>(link_params(req))
-        .await
-        .map_err(rpc)?;
+    let link = flow.mint(link_params(req)).await.map_err(failed)?;
     let now = OffsetDateTime::now_utc();
     if req.open == Some(OpenTarget::Web) {
         let url = req.url.as_deref().unwrap_or_default();
-        let composed = compose_web_link(url, &link.deep_link_payload)
-            .and_then(|u| web_script(&link.deep_link_payload).map(|s| (u, s)));
-        return match composed {
-            Ok((url, script)) => Ok(views::web_link_created(
-                &link.session_id,
-                &url,
-                &script,
-                link.expires_at,
-                now,
-            )),
-            Err(e) => {
-                revoke_quietly(client, &link.session_id).await;
-                Err(CliError::internal(format!(
-                    "cannot compose the web link: {e}"
-                )))
-            }
-        };
+        let web = flow.compose_web(url, &link).await.map_err(failed)?;
+        return Ok(views::web_link_created(
+            &link.session_id,
+            &web.url,
+            &web.script,
+            link.expires_at,
+            now,
+        ));
     }
     let scheme = plan.scheme.as_deref().unwrap_or_default();
-    let deep_link = match delivery::deep_link(scheme, &link) {
-        Ok(d) => d,
-        Err(e) => {
-            revoke_quietly(client, &link.session_id).await;
-            return Err(CliError::internal(e.to_string()));
-        }
-    };
+    let deep_link = flow.compose_native(scheme, &link).await.map_err(failed)?;
     let delivered = match (target, device) {
         (Some(target), Some(device)) => {
             let d = delivery::Delivery {
@@ -250,10 +218,7 @@ pub async fn mint_and_deliver(
                 deep_link: &deep_link,
                 port: link.endpoint.port,
             };
-            if let Err(e) = delivery::deliver(runner, &d).await {
-                revoke_quietly(client, &link.session_id).await;
-                return Err(delivery_error(&e));
-            }
+            flow.deliver(&link, &d).await.map_err(failed)?;
             Some(views::Delivery {
                 target: target.as_str().to_owned(),
                 device,
@@ -269,13 +234,20 @@ pub async fn mint_and_deliver(
     ))
 }
 
-/// Revokes a link minted by this command after a later step failed (05 §6.3 step 7).
-async fn revoke_quietly(client: &ControlClient, session_id: &str) {
-    let params = SelectorParams {
-        selector: Some(session_id.to_owned()),
-    };
-    if let Err(e) = client.call::<SessionsRevoke>(params).await {
-        tracing::warn!("could not revoke the undelivered link {session_id}: {e}");
+/// A failure of the shared link flow as the CLI reports it (05 §6.3): the loopback refusal is a
+/// usage error (64) with the hint naming `<state-dir>/config.json`; a composition failure is
+/// internal.
+fn link_flow_error(e: LinkFlowError, dir: &StateDir) -> CliError {
+    match e {
+        LinkFlowError::Client(e) => connect::client_error(&e, dir),
+        LinkFlowError::Delivery(e) => delivery_error(&e),
+        LinkFlowError::LoopbackAdvertised { .. } => {
+            let hint = e.hint(Some(dir.path())).unwrap_or_default();
+            CliError::usage(e.to_string()).with_hint(hint)
+        }
+        LinkFlowError::DeepLink(_) | LinkFlowError::WebLink(_) | LinkFlowError::Cancelled => {
+            CliError::internal(e.to_string())
+        }
     }
 }
 

@@ -3,8 +3,8 @@
 use std::io::IsTerminal as _;
 use std::time::Duration;
 
-use appduct_daemon::client::{CallProgress, ControlClient, ProgressStream, ToolCallError};
-use appduct_daemon::state_dir::StateDir;
+use appduct_client::client::{CallProgress, ControlClient, ProgressStream, ToolCallError};
+use appduct_client::state_dir::StateDir;
 use appduct_protocol::control::{
     Caller, DEFAULT_CANCEL_REASON, SelectorParams, SessionSummary, SessionsDescribe,
     ToolsCallParams, ToolsCallResult, ToolsCancel, ToolsCancelParams, ToolsList, ToolsListParams,
@@ -113,7 +113,7 @@ pub async fn describe(
 
 /// `cli-` and 32 random hex digits (05 §7.3).
 pub fn new_call_id() -> Result<String, CliError> {
-    let bytes = appduct_daemon::random::random_bytes::<16>()
+    let bytes = appduct_client::random::random_bytes::<16>()
         .map_err(|e| CliError::internal(format!("no randomness for a call id: {e}")))?;
     Ok(format!(
         "cli-{}",

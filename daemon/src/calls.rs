@@ -49,15 +49,15 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::audit::{AuditRecord, AuditWriter};
+use crate::clock::Clock;
 use crate::consent::ConsentStore;
 use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply};
-use crate::daemon::{CallsContext, CallsFactory};
+use crate::daemon::CallsContext;
 use crate::events::EventBus;
 use crate::handlers::CallsApi;
 use crate::policy::PolicyEngine;
-use crate::random::random_bytes;
-use crate::seams::Clock;
 use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
+use appduct_client::random::random_bytes;
 
 pub use list::{ToolsPage, group_totals, in_group, list_tools, simple_lowercase};
 
@@ -293,8 +293,11 @@ pub enum Checkpoint {
 /// A test seam: runs synchronously on the request's task at each [`Checkpoint`], with no lock
 /// held, so a test can land a transition, a shutdown or a cancel exactly between two steps
 /// that otherwise run back to back.
-pub trait PipelineProbe: Send + Sync {
+pub trait PipelineProbe: Send + Sync + fmt::Debug {
     fn reached(&self, call_id: &str, at: Checkpoint);
+
+    /// The module stopped its timers (shutdown step 1, or a start that failed after step 6).
+    fn timers_stopped(&self) {}
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -331,16 +334,6 @@ impl fmt::Debug for Calls {
     }
 }
 
-/// The [`CallsFactory`] `DaemonOptions` installs by default.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CallsModule;
-
-impl CallsFactory for CallsModule {
-    fn start(&self, ctx: &CallsContext) -> Arc<dyn CallsApi> {
-        Arc::new(Calls::start(ctx))
-    }
-}
-
 /// The engine keeps its router for its lifetime; a weak reference avoids a cycle through the
 /// module's own handle on the engine.
 struct Router(Weak<Inner>);
@@ -360,17 +353,9 @@ impl CallRouter for Router {
 }
 
 impl Calls {
-    /// Builds the module from the daemon's parts and installs its router on the engine.
-    pub fn start(ctx: &CallsContext) -> Self {
-        Self::build(ctx, None)
-    }
-
-    /// [`start`](Self::start) with a [`PipelineProbe`] (tests).
-    pub fn start_with_probe(ctx: &CallsContext, probe: Arc<dyn PipelineProbe>) -> Self {
-        Self::build(ctx, Some(probe))
-    }
-
-    fn build(ctx: &CallsContext, probe: Option<Arc<dyn PipelineProbe>>) -> Self {
+    /// Builds the module from the daemon's parts and installs its router on the engine; `probe`
+    /// (tests) runs at each pipeline [`Checkpoint`].
+    pub fn start(ctx: &CallsContext, probe: Option<Arc<dyn PipelineProbe>>) -> Self {
         let inner = Arc::new_cyclic(|this| Inner {
             sessions: ctx.sessions.clone(),
             bus: ctx.bus.clone(),
@@ -433,12 +418,17 @@ impl CallsApi for Calls {
     }
 
     fn stop_timers(&self) {
-        let mut table = lock(&self.inner.table);
-        table.timers_stopped = true;
-        for call in table.calls.values_mut() {
-            for timer in call.timers.drain(..) {
-                timer.abort();
+        {
+            let mut table = lock(&self.inner.table);
+            table.timers_stopped = true;
+            for call in table.calls.values_mut() {
+                for timer in call.timers.drain(..) {
+                    timer.abort();
+                }
             }
+        }
+        if let Some(probe) = &self.inner.probe {
+            probe.timers_stopped();
         }
     }
 

@@ -213,7 +213,7 @@ fn lookup_key(digest: &HandleDigest) -> LookupKey {
 
 /// `cr_` + base64url (no padding) of 32 CSPRNG bytes.
 fn new_handle() -> Result<String, ErrorObject> {
-    let bytes = crate::random::random_bytes::<TOKEN_BYTES>()
+    let bytes = appduct_client::random::random_bytes::<TOKEN_BYTES>()
         .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
     Ok(format!("{HANDLE_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
 }

@@ -27,8 +27,8 @@ use appduct_protocol::jsonrpc::ErrorObject;
 use serde_json::{Number, Value, json};
 use tokio::sync::mpsc;
 
-use crate::seams::Clock;
-use crate::state_dir;
+use crate::clock::Clock;
+use appduct_client::state_dir;
 
 /// Records the events-log writer may hold before new ones are dropped and counted as failed
 /// writes (the same bound as the audit queue, 04 §9.5).

@@ -2,10 +2,10 @@
 //! session engine, the event bus, the TLS identity and the configuration.
 //!
 //! `tools.list`, `tools.call`, `tools.cancel`, `consent.create` and `consent.take` belong to the
-//! calls module. They are routed to a [`CallsApi`] when one is installed; without one they are
-//! answered `-32603 internal_error` ("… is not available in this build") and the `daemon.hello`
-//! features that depend on them (`calls.callId`, `calls.progress`, `consent.records`,
-//! `tools.groups`) are not advertised. Reserved and unknown names never get here:
+//! calls module, always installed, which this file reaches through [`CallsApi`]; the
+//! `daemon.hello` features that depend on it (`calls.callId`, `calls.progress`,
+//! `consent.records`, `tools.groups`) are the ones it reports. Reserved and unknown names never
+//! get here:
 //! [`ControlRequest::parse`] answers them `-32601` (03 §4.1, §9.15).
 //!
 //! Locking: the bus delivers subscriptions under its lock, so the subscription sinks built here
@@ -47,7 +47,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hooks for modules that plug in later
+// The calls module's side of the control plane
 // ---------------------------------------------------------------------------------------------
 
 /// The calls module as the control plane sees it: the five methods it owns, its counters, and
@@ -143,7 +143,7 @@ pub struct HandlerContext {
     pub bus: EventBus,
     /// Bound ports, advertised address and pin.
     pub network: Arc<DaemonLinkEnv>,
-    pub calls: Option<Arc<dyn CallsApi>>,
+    pub calls: Arc<dyn CallsApi>,
     pub shutdown: ShutdownSwitch,
 }
 
@@ -151,7 +151,6 @@ impl fmt::Debug for HandlerContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HandlerContext")
             .field("identity", &self.identity)
-            .field("calls", &self.calls.is_some())
             .field("shutdown", &self.shutdown.is_requested())
             .finish_non_exhaustive()
     }
@@ -201,10 +200,6 @@ impl fmt::Debug for DaemonHandler {
 
 fn shutting_down() -> ErrorObject {
     ErrorObject::internal("The daemon is shutting down")
-}
-
-fn not_available(method: &str) -> ErrorObject {
-    ErrorObject::internal(format!("{method} is not available in this build"))
 }
 
 fn unknown_session(session_id: &str) -> ErrorObject {
@@ -319,32 +314,19 @@ impl DaemonHandler {
             | ControlRequest::ToolsCall(_)
             | ControlRequest::ToolsCancel(_)
             | ControlRequest::ConsentCreate(_)
-            | ControlRequest::ConsentTake(_)) => match &ctx.calls {
-                Some(api) => api.handle(&conn, id, calls).await,
-                None => Reply::Err(not_available(calls.method())),
-            },
+            | ControlRequest::ConsentTake(_)) => ctx.calls.handle(&conn, id, calls).await,
         }
     }
 
     // -- daemon.* ---------------------------------------------------------------------------
 
     fn pending_calls(&self) -> u64 {
-        self.inner
-            .ctx
-            .calls
-            .as_ref()
-            .map_or(0, |calls| calls.pending_calls())
+        self.inner.ctx.calls.pending_calls()
     }
 
     /// `features` in the order of 03 §9.1: ours plus whatever the calls module implements.
     fn features(&self) -> Vec<String> {
-        let from_calls = self
-            .inner
-            .ctx
-            .calls
-            .as_ref()
-            .map(|calls| calls.features())
-            .unwrap_or_default();
+        let from_calls = self.inner.ctx.calls.features();
         control::features::ALL
             .iter()
             .filter(|f| OWN_FEATURES.contains(f) || from_calls.contains(f))

@@ -20,15 +20,15 @@ use appduct_protocol::limits::{MAX_FAILED_CLAIMS, SESSION_ID_BYTES, TOKEN_BYTES}
 use serde_json::json;
 use tokio::task::AbortHandle;
 
+use crate::address::AddressSource;
 use crate::address::AdvertisedAddress;
-use crate::seams::AddressSource;
 use crate::tls::TlsState;
 
 // ---------------------------------------------------------------------------------------------
 // Randomness
 // ---------------------------------------------------------------------------------------------
 
-pub use crate::random::{RandomError, random_bytes};
+pub use appduct_client::random::{RandomError, random_bytes};
 
 // ---------------------------------------------------------------------------------------------
 // Where links point
@@ -770,7 +770,7 @@ mod tests {
 
     #[test]
     fn daemon_env_remints_the_leaf_when_the_advertised_address_changes() {
-        use crate::seams::StaticAddresses;
+        use crate::address::StaticAddresses;
         use crate::tls::HostKey;
         let dir = tempfile::tempdir().unwrap();
         let (key, _) = HostKey::load_or_generate(&dir.path().join("key.pem"), true).unwrap();

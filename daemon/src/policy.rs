@@ -13,7 +13,7 @@ use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::ErrorObject;
 use serde_json::{Value, json};
 
-use crate::config::{Config, Decision, Policy};
+use appduct_client::config::{Config, Decision, Policy};
 
 /// The configuration key that produced a decision (04 §7.2), shown in denials as `source`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -41,11 +41,11 @@ use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
-use crate::config::Config;
+use crate::clock::Clock;
 use crate::device_socket::{DeviceSender, DeviceSocket};
 use crate::events::EventBus;
 use crate::links::{self, LinkEnvironment, LinkTable};
-use crate::seams::Clock;
+use appduct_client::config::Config;
 use registry::{Registry, SharedTools};
 
 // ---------------------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ pub struct ResolvedSession {
 }
 
 /// `2026-11-30T09:12:03.120Z`: ISO 8601 UTC with milliseconds (03 §8.1).
-pub use crate::timestamp::format_iso_ms as format_timestamp_ms;
+pub use appduct_client::timestamp::format_iso_ms as format_timestamp_ms;
 
 // ---------------------------------------------------------------------------------------------
 // State

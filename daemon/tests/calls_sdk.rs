@@ -9,8 +9,8 @@ mod daemon_support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use appduct_daemon::client::{CallProgress, ToolCallError};
-use appduct_daemon::config::{Config, Decision};
+use appduct_client::client::{CallProgress, ToolCallError};
+use appduct_client::config::{Config, Decision};
 use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions};
 use appduct_protocol::control::{
     LinkCreate, LinkCreateParams, SessionState, ToolsCallParams, ToolsCallResult, ToolsCancel,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::client::{CallProgress, ClientError, ControlClient, ToolCallError, classify};
+use appduct_client::client::{CallProgress, ClientError, ControlClient, ToolCallError, classify};
 use appduct_daemon::control_server::ServerOptions;
 use appduct_protocol::control::{
     EventKind, NoParams, SessionsList, SubscribeParams, ToolsCallParams, ToolsCancel,
@@ -348,7 +348,7 @@ fn classify_maps_every_variant() {
                 sessions: 1,
                 pending_links: 0,
                 pending_calls: 2,
-                reason: appduct_daemon::client::MismatchReason::DaemonBusy,
+                reason: appduct_client::client::MismatchReason::DaemonBusy,
             },
             ErrorType::ConnectionError,
             70,

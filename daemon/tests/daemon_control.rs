@@ -6,7 +6,7 @@
 
 mod daemon_support;
 
-use appduct_daemon::config::{Config, Decision};
+use appduct_client::config::{Config, Decision};
 use appduct_daemon::daemon::{Daemon, DaemonOptions};
 use appduct_protocol::control::{
     self, DaemonHello, DaemonStatus, EventData, EventKind, EventsSince, EventsSinceParams,
@@ -151,9 +151,9 @@ async fn exact_wire_shapes_over_an_in_memory_connection() {
 }
 
 #[tokio::test]
-async fn reserved_and_unknown_methods_are_not_found_and_calls_methods_are_unavailable() {
+async fn reserved_and_unknown_methods_are_not_found() {
     let dir = state_dir();
-    let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()).without_calls())
+    let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()))
         .await
         .unwrap();
     let mut raw = RawControl::new(&daemon);
@@ -169,25 +169,6 @@ async fn reserved_and_unknown_methods_are_not_found_and_calls_methods_are_unavai
         let reply = raw.request(id, method, json!({})).await;
         assert_eq!(reply["error"]["code"], -32601, "{method}: {reply}");
         assert_eq!(reply["error"]["data"]["type"], "invalid_request");
-    }
-    for (method, params) in [
-        ("tools.list", json!({})),
-        ("tools.call", json!({"name": "x"})),
-        ("tools.cancel", json!({"callId": "a"})),
-        (
-            "consent.create",
-            json!({"sessionId": "s", "name": "x", "argsSha256": "0".repeat(64)}),
-        ),
-        ("consent.take", json!({"handle": "cr_x"})),
-    ] {
-        id += 1;
-        let reply = raw.request(id, method, params).await;
-        assert_eq!(reply["error"]["code"], -32603, "{method}: {reply}");
-        assert_eq!(reply["error"]["data"]["type"], "internal_error");
-        assert_eq!(
-            reply["error"]["message"],
-            format!("{method} is not available in this build")
-        );
     }
     daemon.shutdown().await;
 }
@@ -601,105 +582,4 @@ async fn an_over_cap_subscriber_is_disconnected_and_its_subscription_ends() {
     let closed = app.answer_close();
     daemon.shutdown().await;
     assert_eq!(closed.await.unwrap().0, 1001);
-}
-
-/// A stand-in calls module that records what the daemon asks of it.
-#[derive(Debug, Default)]
-struct FakeCalls {
-    log: std::sync::Mutex<Vec<String>>,
-    sessions: std::sync::OnceLock<appduct_daemon::sessions::SessionManager>,
-}
-
-impl appduct_daemon::handlers::CallsApi for FakeCalls {
-    fn handle(
-        &self,
-        _conn: &appduct_daemon::control_server::Connection,
-        _id: appduct_protocol::jsonrpc::RequestId,
-        request: control::ControlRequest,
-    ) -> appduct_daemon::control_server::BoxFuture<'static, appduct_daemon::control_server::Reply>
-    {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("handle {}", request.method()));
-        Box::pin(async { appduct_daemon::control_server::Reply::Ok(json!({"fake": true})) })
-    }
-
-    fn pending_calls(&self) -> u64 {
-        3
-    }
-
-    fn features(&self) -> Vec<&'static str> {
-        vec![
-            control::features::TOOLS_GROUPS,
-            control::features::CALLS_CALL_ID,
-        ]
-    }
-
-    fn stop_timers(&self) {
-        self.log.lock().unwrap().push("stop_timers".to_owned());
-    }
-
-    fn reject_pending_for_shutdown(&self) {
-        let open = self.sessions.get().unwrap().connection_count();
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("reject_pending (device connections open: {open})"));
-    }
-}
-
-#[derive(Debug)]
-struct FakeCallsFactory(std::sync::Arc<FakeCalls>);
-
-impl appduct_daemon::daemon::CallsFactory for FakeCallsFactory {
-    fn start(
-        &self,
-        ctx: &appduct_daemon::daemon::CallsContext,
-    ) -> std::sync::Arc<dyn appduct_daemon::handlers::CallsApi> {
-        let _ = self.0.sessions.set(ctx.sessions.clone());
-        self.0.clone()
-    }
-}
-
-#[tokio::test]
-async fn an_installed_calls_module_gets_its_methods_features_and_shutdown_steps() {
-    let dir = state_dir();
-    let calls = std::sync::Arc::new(FakeCalls::default());
-    let daemon = Daemon::start(
-        DaemonOptions::for_tests(dir.path())
-            .calls(std::sync::Arc::new(FakeCallsFactory(calls.clone()))),
-    )
-    .await
-    .unwrap();
-    let mut raw = RawControl::new(&daemon);
-    let reply = raw.request(1, "tools.list", json!({})).await;
-    assert_eq!(reply["result"], json!({"fake": true}));
-    let hello = raw.request(2, "daemon.hello", json!({})).await;
-    // In the order of 03 §9.1, ours and the module's.
-    assert_eq!(
-        hello["result"]["features"],
-        json!([
-            "calls.callId",
-            "events.subscribe.since",
-            "events.list",
-            "tools.groups"
-        ])
-    );
-    assert_eq!(hello["result"]["pendingCalls"], 3);
-    let status = raw.request(3, "daemon.status", json!({})).await;
-    assert_eq!(status["result"]["pendingCalls"], 3);
-
-    let client = memory_client(&daemon);
-    let closed = claim(&daemon, &client, "Pixel 8").await.answer_close();
-    daemon.shutdown().await;
-    assert_eq!(closed.await.unwrap().0, 1001);
-    assert_eq!(
-        *calls.log.lock().unwrap(),
-        [
-            "handle tools.list",
-            "stop_timers",
-            "reject_pending (device connections open: 1)"
-        ]
-    );
 }

@@ -7,10 +7,10 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use appduct_daemon::clock::ManualClock;
 use appduct_daemon::events::{
     EventBus, EventFilter, EventsLog, SinceQuery, SubscribeRequest, truncate_app_event,
 };
-use appduct_daemon::seams::ManualClock;
 use appduct_protocol::control::{
     AppEventData, EventData, EventKind, EventNotification, Replay, SessionSuspendedData,
     SubscribeParams, SuspendReason, ToolsChangedData,

@@ -9,10 +9,10 @@ mod engine_support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use appduct_daemon::clock::ManualClock;
 use appduct_daemon::device_socket::{AppEvent, OUTGOING_QUEUE, from_websocket, websocket_config};
 use appduct_daemon::events::EventBus;
 use appduct_daemon::links::StaticLinkEnv;
-use appduct_daemon::seams::ManualClock;
 use appduct_daemon::sessions::{
     CallFrame, CallRouter, CallsEnded, EngineOptions, SendFailure, SessionManager,
 };

@@ -654,7 +654,7 @@ async fn call_frames_reach_the_router_and_daemon_frames_reach_the_app() {
 
 #[tokio::test(start_paused = true)]
 async fn without_a_router_call_frames_are_dropped_and_the_socket_stays_open() {
-    let clock = appduct_daemon::seams::ManualClock::new(START_MS);
+    let clock = appduct_daemon::clock::ManualClock::new(START_MS);
     let bus = appduct_daemon::events::EventBus::new(Arc::new(clock.clone()), 8);
     let mgr = appduct_daemon::sessions::SessionManager::new(
         EngineOptions::default(),

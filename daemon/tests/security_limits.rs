@@ -12,12 +12,12 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::client::ControlClient;
+use appduct_client::client::ControlClient;
+use appduct_daemon::clock::ManualClock;
 use appduct_daemon::control_server::{
     BoxFuture, Connection, ConnectionId, ControlHandler, Reply, ServerOptions, serve_connection,
 };
 use appduct_daemon::daemon::{Daemon, DaemonOptions};
-use appduct_daemon::seams::ManualClock;
 use appduct_protocol::control::{
     ControlRequest, DaemonStatus, EventKind, LinkCreate, LinkCreateParams, NoParams,
     SelectorParams, SessionsRevoke, Transport,

@@ -2,7 +2,7 @@
 //! `appduct_list_events`, `appduct_events` (06 §6.8.3, §6.8.4, §6.8.6, §6.8.7), and the helpers
 //! `appduct_call_tool` shares with them (registry lookup, deadline, flat events).
 
-use appduct_daemon::client::ControlClient;
+use appduct_client::client::ControlClient;
 use appduct_protocol::control::{
     AppEventData, EventData, EventNotification, EventsList, EventsListParams, EventsSince,
     EventsSinceParams, SessionSummary, ToolsList, ToolsListEntry, ToolsListParams,

@@ -2,8 +2,8 @@
 //! (elicitation or MRTR, 06 §6.10), call with a bridge-chosen callId, forward progress by that
 //! callId (06 §6.11) and cancel exactly that call (06 §6.12).
 
-use appduct_daemon::client::{CallProgress, ClientError, ControlClient, ToolCallError};
-use appduct_daemon::random::random_bytes;
+use appduct_client::client::{CallProgress, ClientError, ControlClient, ToolCallError};
+use appduct_client::random::random_bytes;
 use appduct_protocol::canonical::args_sha256;
 use appduct_protocol::control::{
     Caller, Consent, ConsentCreate, ConsentCreateParams, ConsentRecord, ConsentTake,

@@ -1,20 +1,18 @@
 //! `appduct_connect` (06 §6.8.1): validation (all before anything is minted or any helper
 //! process runs), device detection, minting with `link.create`, the shared deep-link composer,
-//! delivery through the injected [`CommandRunner`](appduct_daemon::seams::CommandRunner), and
+//! delivery through the injected [`CommandRunner`](appduct_client::command_runner::CommandRunner), and
 //! the QR result. Resolution, detection, delivery and the QR text are the client-side helpers
 //! of `appduct_daemon::{project, delivery, qr}` that `appduct sessions link` uses too, so both
 //! frontends compose byte-identical links and run the same argument vectors (02 §5.1, §7).
 
-use appduct_daemon::client::ControlClient;
-use appduct_daemon::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
-use appduct_daemon::project::{self as shared, ProjectError, ResolveEnv};
-use appduct_daemon::qr;
-use appduct_protocol::control::{
-    DaemonStatus, LinkCreate, LinkCreateParams, LinkCreateResult, SelectorParams, SessionsRevoke,
-    Transport,
-};
+use appduct_client::client::ControlClient;
+use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
+use appduct_client::link_flow::{DeviceOpen, LinkFlow, LinkFlowError};
+use appduct_client::project::{self as shared, ProjectError, ResolveEnv};
+use appduct_client::qr;
+use appduct_protocol::control::{LinkCreateParams, LinkCreateResult, Transport};
 use appduct_protocol::errors::ErrorType;
-use appduct_protocol::link::{compose_web_link, web_script};
+use appduct_protocol::link::is_http_url;
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
 use serde_json::{Map, Value, json};
@@ -26,19 +24,6 @@ use crate::server::{Inner, cancelled_failure, unless_cancelled};
 
 fn invalid(param: &str, message: impl Into<String>) -> ToolFailure {
     ToolFailure::invalid_request(message).with_details(json!({"param": param}))
-}
-
-fn is_http_url(s: &str) -> bool {
-    let lower = s.to_ascii_lowercase();
-    let rest = lower
-        .strip_prefix("http://")
-        .or_else(|| lower.strip_prefix("https://"));
-    rest.is_some_and(|r| {
-        !r.split(['/', '?', '#'])
-            .next()
-            .unwrap_or_default()
-            .is_empty()
-    }) && !s.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 /// Where the caller asked the link to go (`target`).
@@ -268,21 +253,57 @@ async fn web(
 ) -> Result<Value, ToolFailure> {
     let page = req.url.unwrap_or_default();
     let client = unless_cancelled(context, inner.control()).await?;
-    let link = mint(context, &client, req, None).await?;
-    let composed = compose_web_link(page, &link.deep_link_payload)
-        .and_then(|url| web_script(&link.deep_link_payload).map(|script| (url, script)));
-    let (url, script) = match composed {
-        Ok(pair) => pair,
-        Err(e) => {
-            revoke(&client, &link.session_id).await;
-            return Err(ToolFailure::new(ErrorType::InternalError, e.to_string()));
-        }
-    };
+    let flow = flow(inner, context, &client);
+    let link = flow
+        .mint(link_params(req, None))
+        .await
+        .map_err(|e| flow_failure(&e, inner))?;
+    let web = flow
+        .compose_web(page, &link)
+        .await
+        .map_err(|e| flow_failure(&e, inner))?;
     let mut out = base(&link);
-    out.insert("url".into(), json!(url));
-    out.insert("script".into(), json!(script));
+    out.insert("url".into(), json!(web.url));
+    out.insert("script".into(), json!(web.script));
     out.insert("instructions".into(), json!(WEB_INSTRUCTIONS));
     Ok(Value::Object(out))
+}
+
+/// The shared link flow on `client`, selecting on the request's cancel token.
+fn flow<'a>(
+    inner: &'a Inner,
+    context: &'a RequestContext<RoleServer>,
+    client: &'a ControlClient,
+) -> LinkFlow<'a> {
+    LinkFlow::new(client, inner.runner.as_ref()).with_cancel(&context.ct)
+}
+
+/// The `link.create` params: the address rule of 02 §7 for `target` (none: the advertised
+/// address).
+fn link_params(req: &Request<'_>, target: Option<DeviceTarget>) -> LinkCreateParams {
+    LinkCreateParams {
+        ttl_seconds: req.ttl_seconds,
+        address_override: delivery::address_override(target, req.transport),
+        transport: Some(req.transport),
+    }
+}
+
+/// A failure of the shared link flow as the bridge reports it. The loopback refusal is
+/// `invalid_request` naming `advertisedIp` (06 §6.8.1): the CLI's message and hint in one text.
+fn flow_failure(e: &LinkFlowError, inner: &Inner) -> ToolFailure {
+    match e {
+        LinkFlowError::LoopbackAdvertised { .. } => {
+            let hint = e
+                .hint(inner.options.state_dir.as_deref())
+                .unwrap_or_default();
+            invalid("advertisedIp", format!("{e}. {hint}"))
+        }
+        LinkFlowError::Client(c) => ToolFailure::from_client(c),
+        LinkFlowError::Delivery(d) => delivery_failure(d),
+        LinkFlowError::DeepLink(d) => ToolFailure::new(ErrorType::InternalError, d.to_string()),
+        LinkFlowError::WebLink(w) => ToolFailure::new(ErrorType::InternalError, w.to_string()),
+        LinkFlowError::Cancelled => cancelled_failure(),
+    }
 }
 
 /// The app id a delivery to `target` needs: the argument, else the project's
@@ -328,49 +349,32 @@ async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Map<String, Val
     let app_id = app_id_for(ctx, target)?;
     let requested = requested_device(ctx, target)?;
     let client = unless_cancelled(ctx.context, ctx.inner.control()).await?;
-    if target == DeviceTarget::IosDevice {
-        let status = unless_cancelled(ctx.context, async {
-            client
-                .call::<DaemonStatus>(Default::default())
-                .await
-                .map_err(|e| ToolFailure::from_client(&e))
-        })
-        .await?;
-        if delivery::is_loopback_address(&status.advertised_address.address) {
-            return Err(invalid(
-                "advertisedIp",
-                format!(
-                    "the daemon advertises the loopback address {}, which a physical iPhone cannot reach; set advertisedIp in the daemon's config.json to the Mac's LAN address and restart the daemon",
-                    status.advertised_address.address
-                ),
-            ));
-        }
-    }
-    let runner = ctx.inner.runner.as_ref();
+    let flow = flow(ctx.inner, ctx.context, &client);
+    let failed = |e: LinkFlowError| flow_failure(&e, ctx.inner);
+    flow.check_reachable(target).await.map_err(failed)?;
     // Dropping a detection kills its helper process (the runner kills on drop).
-    let device = unless_cancelled(ctx.context, async {
-        delivery::detect(runner, target, requested.as_deref())
-            .await
-            .map_err(|e| delivery_failure(&e))
-    })
-    .await?;
-    let link = mint(ctx.context, &client, ctx.req, Some(target)).await?;
-    let deep_link = compose(&client, ctx.scheme, &link).await?;
-    let d = delivery::Delivery {
+    let device = flow
+        .detect(target, requested.as_deref())
+        .await
+        .map_err(failed)?;
+    let open = DeviceOpen {
         target,
         device: &device,
         app_id: app_id.as_deref(),
         relaunch: ctx.req.relaunch,
-        deep_link: &deep_link,
-        port: link.endpoint.port,
+        scheme: ctx.scheme,
     };
-    match deliver(ctx, &client, &link, &d).await? {
-        Ok(()) => Ok(delivered(&link, &deep_link, target, &device, false)),
-        Err(e) => {
-            revoke(&client, &link.session_id).await;
-            Err(delivery_failure(&e))
-        }
-    }
+    let opened = flow
+        .open_on_device(link_params(ctx.req, Some(target)), open)
+        .await
+        .map_err(failed)?;
+    Ok(delivered(
+        &opened.link,
+        &opened.deep_link,
+        target,
+        &device,
+        false,
+    ))
 }
 
 /// No target: one auto-detected simulator or Android device gets the link; none or several
@@ -424,21 +428,27 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
     // An auto-detected Android device needs an app id like an explicit one; before minting.
     let app_id = app_id_for(ctx, target)?;
     let client = unless_cancelled(ctx.context, ctx.inner.control()).await?;
-    let link = mint(ctx.context, &client, ctx.req, Some(target)).await?;
-    let deep_link = compose(&client, ctx.scheme, &link).await?;
-    let d = delivery::Delivery {
+    let flow = flow(ctx.inner, ctx.context, &client);
+    let open = DeviceOpen {
         target,
         device: &device,
         app_id: app_id.as_deref(),
         relaunch: false,
-        deep_link: &deep_link,
-        port: link.endpoint.port,
+        scheme: ctx.scheme,
     };
-    match deliver(ctx, &client, &link, &d).await? {
-        Ok(()) => Ok(delivered(&link, &deep_link, target, &device, true)),
-        Err(e) => {
-            // Discard the loopback link; a fresh one on the advertised address for the QR.
-            revoke(&client, &link.session_id).await;
+    match flow
+        .open_on_device(link_params(ctx.req, Some(target)), open)
+        .await
+    {
+        Ok(opened) => Ok(delivered(
+            &opened.link,
+            &opened.deep_link,
+            target,
+            &device,
+            true,
+        )),
+        // The loopback link was revoked; a fresh one on the advertised address for the QR.
+        Err(LinkFlowError::Delivery(e)) => {
             let stderr = match &e {
                 DeliveryError::CommandFailed { stderr, .. } if !stderr.is_empty() => {
                     format!(" ({stderr})")
@@ -451,77 +461,7 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
             );
             qr_result(ctx, &client, Some(note)).await
         }
-    }
-}
-
-/// `link.create` with the address rule of 02 §7 for `target` (none: the advertised address).
-/// Not started for a cancelled request; not raced either, so the id of the link is always
-/// learnt, and a link minted for a request cancelled meanwhile is revoked (06 §6.12).
-async fn mint(
-    context: &RequestContext<RoleServer>,
-    client: &ControlClient,
-    req: &Request<'_>,
-    target: Option<DeviceTarget>,
-) -> Result<LinkCreateResult, ToolFailure> {
-    if context.ct.is_cancelled() {
-        return Err(cancelled_failure());
-    }
-    let link = client
-        .call::<LinkCreate>(LinkCreateParams {
-            ttl_seconds: req.ttl_seconds,
-            address_override: delivery::address_override(target, req.transport),
-            transport: Some(req.transport),
-        })
-        .await
-        .map_err(|e| ToolFailure::from_client(&e))?;
-    if context.ct.is_cancelled() {
-        revoke(client, &link.session_id).await;
-        return Err(cancelled_failure());
-    }
-    Ok(link)
-}
-
-/// Delivery raced against the cancel token: a cancel stops the helper (dropped, so killed) and
-/// revokes the link, which was never opened. The inner result is the delivery's own outcome.
-async fn deliver(
-    ctx: &Ctx<'_>,
-    client: &ControlClient,
-    link: &LinkCreateResult,
-    d: &delivery::Delivery<'_>,
-) -> Result<Result<(), DeliveryError>, ToolFailure> {
-    let runner = ctx.inner.runner.as_ref();
-    tokio::select! {
-        biased;
-        () = ctx.context.ct.cancelled() => {
-            revoke(client, &link.session_id).await;
-            Err(cancelled_failure())
-        }
-        r = delivery::deliver(runner, d) => Ok(r),
-    }
-}
-
-/// The shared composer; a link that cannot be composed is discarded.
-async fn compose(
-    client: &ControlClient,
-    scheme: &str,
-    link: &LinkCreateResult,
-) -> Result<String, ToolFailure> {
-    match delivery::deep_link(scheme, link) {
-        Ok(d) => Ok(d),
-        Err(e) => {
-            revoke(client, &link.session_id).await;
-            Err(ToolFailure::new(ErrorType::InternalError, e.to_string()))
-        }
-    }
-}
-
-/// Discards a minted link that was not delivered (02 §7).
-async fn revoke(client: &ControlClient, session_id: &str) {
-    let params = SelectorParams {
-        selector: Some(session_id.to_owned()),
-    };
-    if let Err(e) = client.call::<SessionsRevoke>(params).await {
-        tracing::warn!("could not revoke the undelivered link {session_id}: {e}");
+        Err(e) => Err(flow_failure(&e, ctx.inner)),
     }
 }
 
@@ -559,8 +499,16 @@ async fn qr_result(
     client: &ControlClient,
     note: Option<String>,
 ) -> Result<Map<String, Value>, ToolFailure> {
-    let link = mint(ctx.context, client, ctx.req, None).await?;
-    let deep_link = compose(client, ctx.scheme, &link).await?;
+    let flow = flow(ctx.inner, ctx.context, client);
+    let failed = |e: LinkFlowError| flow_failure(&e, ctx.inner);
+    let link = flow
+        .mint(link_params(ctx.req, None))
+        .await
+        .map_err(failed)?;
+    let deep_link = flow
+        .compose_native(ctx.scheme, &link)
+        .await
+        .map_err(failed)?;
     let mut notes: Vec<String> = note.into_iter().collect();
     let mut out = base(&link);
     out.insert("delivered".into(), json!(false));

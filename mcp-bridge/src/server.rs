@@ -6,8 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use appduct_daemon::client::{ClientError, ControlClient};
-use appduct_daemon::seams::{CommandRunner, TokioCommandRunner};
+use appduct_client::client::{ClientError, ControlClient};
+use appduct_client::command_runner::{CommandRunner, TokioCommandRunner};
 use appduct_protocol::control::features;
 use appduct_protocol::control::{SelectorParams, SessionSummary, SessionsDescribe, SessionsList};
 use appduct_protocol::errors::ErrorType;

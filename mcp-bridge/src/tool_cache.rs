@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use appduct_daemon::client::{ClientError, ControlClient, EventStream};
+use appduct_client::client::{ClientError, ControlClient, EventStream};
 use appduct_protocol::control::{
     EventKind, EventNotification, SelectorParams, SessionSummary, SessionsDescribe,
     SubscribeParams, ToolsListEntry,

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use appduct_daemon::client::{ClientError, EventStream};
+use appduct_client::client::{ClientError, EventStream};
 use appduct_protocol::control::{
     EventData, EventKind, SelectorParams, SessionsDescribe, SubscribeParams,
 };

@@ -10,7 +10,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::seams::{CommandRunner, ScriptedCommandRunner};
+use appduct_client::command_runner::{CommandRunner, ScriptedCommandRunner};
 use appduct_mcp::{Bridge, DaemonConnector, LineTransport, serve_stdio};
 use rmcp::model::ProtocolVersion;
 use serde_json::{Value, json};
@@ -340,9 +340,9 @@ impl DaemonConnector for HangingConnector {
     fn connect(
         &self,
         _spawn: bool,
-    ) -> appduct_daemon::seams::BoxFuture<
+    ) -> appduct_client::BoxFuture<
         '_,
-        Result<appduct_daemon::client::ControlClient, appduct_daemon::client::ClientError>,
+        Result<appduct_client::client::ControlClient, appduct_client::client::ClientError>,
     > {
         Box::pin(std::future::pending())
     }
@@ -477,7 +477,7 @@ impl GatedRunner {
     fn new(hold: usize, outputs: &[&str]) -> Arc<Self> {
         let script = ScriptedCommandRunner::new();
         for out in outputs {
-            script.push_output(appduct_daemon::seams::CommandOutput {
+            script.push_output(appduct_client::command_runner::CommandOutput {
                 code: Some(0),
                 stdout: (*out).into(),
                 stderr: String::new(),
@@ -504,7 +504,7 @@ impl CommandRunner for GatedRunner {
         program: &'a str,
         args: &'a [String],
         env: &'a [(String, String)],
-    ) -> appduct_daemon::seams::BoxFuture<'a, std::io::Result<appduct_daemon::seams::CommandOutput>>
+    ) -> appduct_client::BoxFuture<'a, std::io::Result<appduct_client::command_runner::CommandOutput>>
     {
         let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.started
@@ -847,7 +847,7 @@ async fn the_status_connection_neither_spawns_nor_runs_the_version_check() {
             ));
         }
     });
-    let mut options = appduct_daemon::client::ClientOptions::new(dir.path(), "appduct-mcp");
+    let mut options = appduct_client::client::ClientOptions::new(dir.path(), "appduct-mcp");
     options.version_policy.force_restart = true;
     let connector = appduct_mcp::SocketConnector::new(options);
     let client = connector.connect(false).await.unwrap();
@@ -863,13 +863,13 @@ async fn the_status_connection_neither_spawns_nor_runs_the_version_check() {
         .prefix("adm")
         .tempdir_in("/tmp")
         .unwrap();
-    let options = appduct_daemon::client::ClientOptions::new(empty.path(), "appduct-mcp");
+    let options = appduct_client::client::ClientOptions::new(empty.path(), "appduct-mcp");
     let err = appduct_mcp::SocketConnector::new(options)
         .connect(false)
         .await
         .unwrap_err();
     assert!(
-        matches!(err, appduct_daemon::client::ClientError::Unreachable { .. }),
+        matches!(err, appduct_client::client::ClientError::Unreachable { .. }),
         "{err}"
     );
     assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);
@@ -948,9 +948,9 @@ impl DaemonConnector for HelloConnector {
     fn connect(
         &self,
         _spawn: bool,
-    ) -> appduct_daemon::seams::BoxFuture<
+    ) -> appduct_client::BoxFuture<
         '_,
-        Result<appduct_daemon::client::ControlClient, appduct_daemon::client::ClientError>,
+        Result<appduct_client::client::ControlClient, appduct_client::client::ClientError>,
     > {
         let handler = HelloHandler {
             fake: FakeHandler(self.fake.0.clone()),

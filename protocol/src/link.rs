@@ -85,7 +85,7 @@ pub fn compose_deep_link(
 
 /// Composes a web link (02 §5.3): the page URL without its fragment, then `#appduct=<payload>`.
 pub fn compose_web_link(page_url: &str, payload: &str) -> Result<String, ComposeError> {
-    if !is_http_page_url(page_url) {
+    if !is_http_url(page_url) {
         return Err(ComposeError::PageUrl);
     }
     bootstrap::decode(payload)?;
@@ -101,8 +101,9 @@ pub fn web_script(payload: &str) -> Result<String, ComposeError> {
 }
 
 /// `http://` or `https://` (any case) followed by a non-empty authority, with no whitespace or
-/// control characters anywhere.
-fn is_http_page_url(url: &str) -> bool {
+/// control characters anywhere: the page URL of a web link. The one home of this rule; the CLI
+/// and the MCP bridge check their `url` argument with it before minting.
+pub fn is_http_url(url: &str) -> bool {
     if !is_url_shaped(url) {
         return false;
     }

@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use appduct_daemon::control_server::FixedPeerCheck;
 use appduct_daemon::control_server::serve_unix;
 use appduct_daemon::control_server::{
     BoxFuture, Connection, ConnectionId, ControlHandler, Reply, ServerOptions, serve_connection,
 };
-use appduct_daemon::seams::FixedPeerCheck;
 use appduct_protocol::control::{
     ControlRequest, EventNotification, ToolCallProgressNotify, ToolCallProgressParams,
     ToolCallStartedNotify, ToolCallStartedParams, features,

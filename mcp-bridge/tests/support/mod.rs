@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use appduct_daemon::client::{ClientError, ControlClient};
+use appduct_client::client::{ClientError, ControlClient};
+use appduct_client::command_runner::{CommandRunner, ScriptedCommandRunner};
 use appduct_daemon::control_server::{
     BoxFuture, Connection, ControlHandler, Reply, ServerOptions, serve_connection,
 };
-use appduct_daemon::seams::{CommandRunner, ScriptedCommandRunner};
 use appduct_mcp::project::ProjectEnv;
 use appduct_mcp::{Bridge, BridgeOptions, DaemonConnector};
 use appduct_protocol::control::{
@@ -570,9 +570,9 @@ impl DaemonConnector for GatedConnector {
     fn connect(
         &self,
         _spawn: bool,
-    ) -> appduct_daemon::seams::BoxFuture<
+    ) -> appduct_client::BoxFuture<
         '_,
-        Result<appduct_daemon::client::ControlClient, appduct_daemon::client::ClientError>,
+        Result<appduct_client::client::ControlClient, appduct_client::client::ClientError>,
     > {
         let handler = GatedHandler {
             fake: FakeHandler(self.fake.0.clone()),

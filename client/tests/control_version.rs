@@ -3,7 +3,7 @@
 
 use std::cmp::Ordering;
 
-use appduct_daemon::client::{
+use appduct_client::client::{
     ClientError, DaemonInfo, MismatchReason, SemVer, VersionCheck, VersionDecision, VersionPolicy,
     classify, compare_versions, decide_version,
 };

@@ -35,7 +35,7 @@ use tokio::task::AbortHandle;
 
 use crate::config;
 use crate::pidfile::owner_alive;
-use crate::seams::{ReexecSpawner, SpawnRequest, SpawnedChild, Spawner};
+use crate::spawn::{ReexecSpawner, SpawnRequest, SpawnedChild, Spawner};
 use crate::spawn_lock::{self, SpawnLock};
 use crate::state_dir::{self, StateDir};
 

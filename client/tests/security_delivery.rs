@@ -8,11 +8,12 @@
 use std::io;
 use std::sync::Mutex;
 
-use appduct_daemon::delivery::{self, Delivery, DeliveryError, DeviceTarget, ErrorClass};
-use appduct_daemon::project::{self, Platform, ProjectError, ResolveEnv};
-use appduct_daemon::seams::{
-    BoxFuture, CommandOutput, CommandRunner, ScriptedCommandRunner, TokioCommandRunner,
+use appduct_client::BoxFuture;
+use appduct_client::command_runner::{
+    CommandOutput, CommandRunner, ScriptedCommandRunner, TokioCommandRunner,
 };
+use appduct_client::delivery::{self, Delivery, DeliveryError, DeviceTarget, ErrorClass};
+use appduct_client::project::{self, Platform, ProjectError, ResolveEnv};
 
 /// The app ids of SEC-40: an option, a command list, whitespace and a quote.
 const HOSTILE_IDS: [&str; 4] = ["-x", "a;rm -rf ~", "a b", "a'b"];

@@ -18,8 +18,8 @@ use appduct_protocol::link::{ComposeError, compose_deep_link};
 use appduct_protocol::pin::{PinError, SpkiPin};
 use serde_json::{Value, json};
 
+use crate::command_runner::{CommandOutput, CommandRunner};
 use crate::project::is_valid_app_id;
-use crate::seams::{CommandOutput, CommandRunner};
 
 pub const ADB: &str = "adb";
 pub const XCRUN: &str = "xcrun";
@@ -603,7 +603,7 @@ pub async fn deliver(runner: &dyn CommandRunner, d: &Delivery<'_>) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seams::ScriptedCommandRunner;
+    use crate::command_runner::ScriptedCommandRunner;
 
     fn ok(stdout: &str) -> CommandOutput {
         CommandOutput {

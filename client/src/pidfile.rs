@@ -11,7 +11,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::seams::{OsProcessProbe, ProcessProbe};
+use crate::process::{OsProcessProbe, ProcessProbe};
 use crate::state_dir::{self, FILE_MODE, PID_FILE};
 
 /// Timing and retry bounds of the acquisition algorithm. Tests shorten the waits.
@@ -364,7 +364,7 @@ pub fn owner_alive_with(probe: &dyn ProcessProbe, pid_path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seams::FakeProcessProbe;
+    use crate::process::FakeProcessProbe;
     use std::cell::Cell;
     use std::os::unix::fs::symlink;
 
