@@ -1,9 +1,9 @@
 //! `appduct_connect` (06 §6.8.1): validation (all before anything is minted or any helper
-//! process runs), device detection, minting with `link.create`, the shared deep-link composer,
-//! delivery through the injected [`CommandRunner`](appduct_client::command_runner::CommandRunner), and
-//! the QR result. Resolution, detection, delivery and the QR text are the client-side helpers
-//! of `appduct_daemon::{project, delivery, qr}` that `appduct sessions link` uses too, so both
-//! frontends compose byte-identical links and run the same argument vectors (02 §5.1, §7).
+//! process runs), auto-detection, and the results. Minting, composing, delivering through the
+//! injected [`CommandRunner`](appduct_client::command_runner::CommandRunner) and revoking on
+//! failure or cancel are the shared [`LinkFlow`] that `appduct sessions link` runs too, with
+//! `appduct_client::{project, qr}`, so both frontends compose byte-identical links and run the
+//! same argument vectors (02 §5.1, §7).
 
 use appduct_client::client::ControlClient;
 use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
