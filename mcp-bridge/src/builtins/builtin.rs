@@ -108,3 +108,27 @@ pub fn wait_timeout_prop() -> Value {
 pub fn tool_name_prop() -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": 64, "description": "Tool name as listed by appduct_list_tools."})
 }
+
+/// Every property of a definition's input schema, each with a valid value, as validated
+/// arguments: a built-in's typed struct must read them all (`deny_unknown_fields`).
+#[cfg(test)]
+pub fn every_property(definition: &Definition) -> Args {
+    let mut arguments = serde_json::Map::new();
+    let properties = definition.input["properties"].as_object();
+    for (key, prop) in properties.into_iter().flatten() {
+        let value = match prop["type"].as_str() {
+            Some("string") => match prop["enum"].as_array() {
+                Some(values) => values[0].clone(),
+                None => json!("a".repeat(prop["minLength"].as_u64().unwrap_or(1) as usize)),
+            },
+            Some("integer") => json!(prop["minimum"].as_u64().unwrap_or(1)),
+            Some("boolean") => json!(true),
+            _ => json!({}),
+        };
+        arguments.insert(key.clone(), value);
+    }
+    match crate::args::validate(&definition.input, Some(&arguments)) {
+        Ok(args) => args,
+        Err(f) => panic!("{}", f.text()),
+    }
+}

@@ -67,7 +67,7 @@ fn definition() -> Definition {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Args {
     selector: Option<String>,
     name: String,
@@ -695,6 +695,14 @@ async fn run_call(
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_typed_arguments_read_every_schema_property() {
+        let args = super::super::builtin::every_property(&definition());
+        if let Err(f) = args.parse::<Args>() {
+            panic!("{}", f.text());
+        }
+    }
 
     #[test]
     fn waits_are_named_in_seconds_without_rounding_to_zero() {

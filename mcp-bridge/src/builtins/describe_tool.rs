@@ -39,7 +39,7 @@ fn definition() -> Definition {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Args {
     selector: Option<String>,
     name: String,
@@ -94,4 +94,17 @@ async fn run(bridge: &BridgeContext, args: Args) -> Result<Output, ToolFailure> 
         timeout_ms: field("timeout_ms"),
         deadline_ms: deadline_ms(&entry),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_typed_arguments_read_every_schema_property() {
+        let args = super::super::builtin::every_property(&definition());
+        if let Err(f) = args.parse::<Args>() {
+            panic!("{}", f.text());
+        }
+    }
 }

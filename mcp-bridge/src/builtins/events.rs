@@ -65,7 +65,7 @@ fn definition() -> Definition {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Args {
     selector: Option<String>,
     since: Option<u64>,
@@ -130,6 +130,14 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::{Map, Value};
+
+    #[test]
+    fn the_typed_arguments_read_every_schema_property() {
+        let args = super::super::builtin::every_property(&definition());
+        if let Err(f) = args.parse::<Args>() {
+            panic!("{}", f.text());
+        }
+    }
 
     /// The hand-built map this output replaced, kept as the reference for its bytes.
     fn reference(session: &SessionSummary, page: &EventsSinceResult) -> Value {

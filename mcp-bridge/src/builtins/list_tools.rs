@@ -62,7 +62,7 @@ fn definition() -> Definition {
 }
 
 #[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Args {
     selector: Option<String>,
     group: Option<String>,
@@ -149,4 +149,17 @@ async fn run(bridge: &BridgeContext, args: Args) -> Result<Output, ToolFailure> 
         tools,
         groups: list.groups,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_typed_arguments_read_every_schema_property() {
+        let args = super::super::builtin::every_property(&definition());
+        if let Err(f) = args.parse::<Args>() {
+            panic!("{}", f.text());
+        }
+    }
 }

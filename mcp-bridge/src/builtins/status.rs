@@ -51,6 +51,7 @@ fn definition() -> Definition {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Args {
     cwd: Option<String>,
 }
@@ -240,4 +241,17 @@ async fn run(
         consent: consent.as_str(),
         project,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_typed_arguments_read_every_schema_property() {
+        let args = super::super::builtin::every_property(&definition());
+        if let Err(f) = args.parse::<Args>() {
+            panic!("{}", f.text());
+        }
+    }
 }
