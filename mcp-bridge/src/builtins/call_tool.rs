@@ -20,17 +20,71 @@ use rmcp::model::{
     ServerRequest,
 };
 use rmcp::service::{PeerRequestOptions, RequestContext, ServiceError};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use tokio::time::Instant;
 
-use crate::args::Args;
-use crate::builtins::{deadline_ms, lookup};
+use super::builtin::{Call, Definition, Entry, Hints, Reply, selector_prop, tool_name_prop};
+use crate::app_tools::{deadline_ms, lookup};
+use crate::context::{BridgeContext, ConsentChannel, cancelled_failure, is_2026, unless_cancelled};
 use crate::error::{ToolFailure, success};
 use crate::progress::{Progress, until};
-use crate::server::{ConsentChannel, Inner, cancelled_failure, is_2026, unless_cancelled};
 use crate::tool_cache::{Cached, ToolCache};
+
+pub const NAME: &str = "appduct_call_tool";
+
+pub const BUILTIN: Entry = Entry {
+    name: NAME,
+    definition,
+    handler,
+};
+
+fn definition() -> Definition {
+    Definition {
+        title: "Call app tool",
+        description: "Run a tool the app registered with args matching its input schema and return the tool's result. timeoutMs may only shorten the tool's deadline. Tools whose policy is prompt ask the user first.",
+        hints: Hints {
+            read_only: false,
+            destructive: true,
+            idempotent: false,
+            open_world: true,
+        },
+        input: json!({
+            "type": "object",
+            "properties": {
+                "selector": selector_prop(),
+                "name": tool_name_prop(),
+                "args": {"type": "object", "description": "Arguments for the tool; default {}."},
+                "timeoutMs": {"type": "integer", "minimum": 1000, "maximum": 600000, "description": "Shorter deadline in ms, at most the tool's deadlineMs."}
+            },
+            "required": ["name"],
+            "additionalProperties": false
+        }),
+        output: None,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Args {
+    selector: Option<String>,
+    name: String,
+    args: Option<Map<String, Value>>,
+    timeout_ms: Option<u64>,
+}
+
+/// `_meta["appduct/call"]` (06 §6.5): the call handle.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CallMeta<'a> {
+    call_id: &'a str,
+    session_id: &'a str,
+    alias: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duration_ms: Option<u64>,
+}
 
 /// The `inputRequests` key of the MRTR consent request (06 §6.10.4).
 pub const CONSENT_INPUT_KEY: &str = "appduct_consent";
@@ -93,40 +147,44 @@ struct Planned<'a> {
     selector: Option<&'a str>,
 }
 
-pub async fn run(
-    inner: &Inner,
+/// Handles a cancel step by step: a sent call is cancelled (06 §6.12).
+fn handler(call: Call<'_>) -> Reply<'_> {
+    Box::pin(async move {
+        let args: Args = call.args.parse()?;
+        run(call.bridge, call.context, call.request, args).await
+    })
+}
+
+async fn run(
+    bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
     request: &CallToolRequestParams,
-    args: &Args,
-) -> CallToolResponse {
+    args: Args,
+) -> Result<CallToolResponse, ToolFailure> {
     let planned = Planned {
-        name: args.str("name").unwrap_or_default(),
-        args: args.object("args").cloned().unwrap_or_default(),
-        timeout_ms: args.u64("timeoutMs"),
-        selector: args.str("selector"),
+        name: &args.name,
+        args: args.args.unwrap_or_default(),
+        timeout_ms: args.timeout_ms,
+        selector: args.selector.as_deref(),
     };
-    let outcome = if is_2026(context) && request.request_state.is_some() {
-        mrtr_retry(inner, context, request, &planned).await
+    if is_2026(context) && request.request_state.is_some() {
+        mrtr_retry(bridge, context, request, &planned).await
     } else {
-        first_round(inner, context, &planned).await
-    };
-    match outcome {
-        Ok(response) => response,
-        Err(f) => f.into_result().into(),
+        first_round(bridge, context, &planned).await
     }
 }
 
 /// Steps 2–5 of 06 §6.8.5 for a request without a valid `requestState`.
 async fn first_round(
-    inner: &Inner,
+    bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
     planned: &Planned<'_>,
 ) -> Result<CallToolResponse, ToolFailure> {
     // Until the consent step, a cancel stops the call and nothing more is sent (06 §6.12).
-    let (client, cache) = unless_cancelled(context, inner.control_with_cache()).await?;
+    let (client, cache) = unless_cancelled(context, bridge.control_with_cache()).await?;
     let (session, cache) = unless_cancelled(
         context,
-        resolve(inner, &client, cache.as_deref(), planned.selector),
+        resolve(bridge, &client, cache.as_deref(), planned.selector),
     )
     .await?;
     let (effective, entry) =
@@ -136,7 +194,7 @@ async fn first_round(
     let mut consent = None;
     if entry.policy == PolicyDecision::Prompt && session.state == SessionState::Active {
         let channel =
-            unless_cancelled(context, async { Ok(inner.consent_channel(context).await) }).await?;
+            unless_cancelled(context, async { Ok(bridge.consent_channel(context).await) }).await?;
         // Checked again right before asking: no prompt, no record for a cancelled call.
         if context.ct.is_cancelled() {
             return Err(cancelled_failure());
@@ -144,13 +202,13 @@ async fn first_round(
         match channel {
             ConsentChannel::None => {}
             ConsentChannel::InputRequired => {
-                return input_required(inner, &client, &session, planned, destructive).await;
+                return input_required(bridge, &client, &session, planned, destructive).await;
             }
             ConsentChannel::Elicitation => {
                 let message = prompt_message(planned.name, &session, &planned.args, destructive);
                 // `None`: the request failed, which counts as no channel (06 §6.10.3).
                 if let Some(()) =
-                    elicit(inner, context, message, planned.name, progress.as_mut()).await?
+                    elicit(bridge, context, message, planned.name, progress.as_mut()).await?
                 {
                     consent = Some(Consent::Elicitation);
                 }
@@ -158,7 +216,7 @@ async fn first_round(
         }
     }
     call(
-        inner, context, &client, &session, planned, effective, consent, progress,
+        bridge, context, &client, &session, planned, effective, consent, progress,
     )
     .await
 }
@@ -177,7 +235,7 @@ fn is_destructive(entry: &ToolsListEntry) -> bool {
 /// when it is subscribed, so the cache then reflects what the describe saw. Returns the cache
 /// when it answered: only then may it be read for this call.
 async fn resolve<'c>(
-    inner: &Inner,
+    bridge: &BridgeContext,
     client: &ControlClient,
     cache: Option<&'c ToolCache>,
     selector: Option<&str>,
@@ -188,7 +246,7 @@ async fn resolve<'c>(
             .await
             .map(|session| (session, Some(cache)))
             .map_err(|e| ToolFailure::from_client(&e)),
-        None => Ok((inner.resolve(client, selector).await?, None)),
+        None => Ok((bridge.resolve(client, selector).await?, None)),
     }
 }
 
@@ -238,7 +296,7 @@ async fn checked_tool(
 
 /// Elicitation (06 §6.10.3). `Ok(Some(()))` = accepted, `Ok(None)` = no channel after all.
 async fn elicit(
-    inner: &Inner,
+    bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
     message: String,
     name: &str,
@@ -270,8 +328,8 @@ async fn elicit(
     };
     let mut rx = handle.rx;
     let started = Instant::now();
-    let deadline = started + inner.options.consent_timeout;
-    let beat = inner.options.heartbeat_interval;
+    let deadline = started + bridge.options.consent_timeout;
+    let beat = bridge.options.heartbeat_interval;
     let mut next_beat = started + beat;
     loop {
         tokio::select! {
@@ -288,7 +346,7 @@ async fn elicit(
                         // Invalid params: the client rejects the form request itself (the
                         // `mode` tag of older revisions), so it never gets one again (06 §6.2.2).
                         if matches!(&e, ServiceError::McpError(d) if d.code == ErrorCode::INVALID_PARAMS) {
-                            inner.elicitation_broken.store(true, Ordering::Relaxed);
+                            bridge.elicitation_broken.store(true, Ordering::Relaxed);
                         }
                         return Ok(None);
                     }
@@ -300,7 +358,7 @@ async fn elicit(
                 cancel_elicitation("timed out").await;
                 return Err(declined(
                     "timed_out",
-                    format!("the user did not answer the consent request for \"{name}\" within {} s; call again to ask again", seconds_text(inner.options.consent_timeout)),
+                    format!("the user did not answer the consent request for \"{name}\" within {} s; call again to ask again", seconds_text(bridge.options.consent_timeout)),
                 ));
             }
             () = context.ct.cancelled() => {
@@ -348,7 +406,7 @@ fn decide(answer: ElicitResult, name: &str) -> Result<(), ToolFailure> {
 
 /// MRTR first round (06 §6.10.4): record the call in the daemon, return `input_required`.
 async fn input_required(
-    inner: &Inner,
+    bridge: &BridgeContext,
     client: &ControlClient,
     session: &SessionSummary,
     planned: &Planned<'_>,
@@ -361,7 +419,7 @@ async fn input_required(
             args_sha256: args_sha256(&Value::Object(planned.args.clone())),
             selector: planned.selector.map(str::to_owned),
             timeout_ms: planned.timeout_ms,
-            ttl_ms: Some(inner.options.mrtr_ttl_ms()),
+            ttl_ms: Some(bridge.options.mrtr_ttl_ms()),
         })
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
@@ -376,13 +434,13 @@ async fn input_required(
 
 /// An MRTR retry (06 §6.10.4): take the record, compare, route to its session id.
 async fn mrtr_retry(
-    inner: &Inner,
+    bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
     request: &CallToolRequestParams,
     planned: &Planned<'_>,
 ) -> Result<CallToolResponse, ToolFailure> {
     let handle = request.request_state.clone().unwrap_or_default();
-    let (client, cache) = unless_cancelled(context, inner.control_with_cache()).await?;
+    let (client, cache) = unless_cancelled(context, bridge.control_with_cache()).await?;
     if context.ct.is_cancelled() {
         return Err(cancelled_failure());
     }
@@ -418,7 +476,7 @@ async fn mrtr_retry(
     let (session, cache) = unless_cancelled(
         context,
         resolve(
-            inner,
+            bridge,
             &client,
             cache.as_deref(),
             Some(record.session_id.as_str()),
@@ -448,16 +506,16 @@ async fn mrtr_retry(
         // elicitation (or a daemon without consent records) gets the no-channel row, never
         // `input_required` (06 §6.10.1, §6.10.4).
         let channel =
-            unless_cancelled(context, async { Ok(inner.consent_channel(context).await) }).await?;
+            unless_cancelled(context, async { Ok(bridge.consent_channel(context).await) }).await?;
         if context.ct.is_cancelled() {
             return Err(cancelled_failure());
         }
         if channel == ConsentChannel::InputRequired {
-            return input_required(inner, &client, &session, planned, destructive).await;
+            return input_required(bridge, &client, &session, planned, destructive).await;
         }
         let progress = Progress::for_request(context);
         return call(
-            inner, context, &client, &session, planned, effective, None, progress,
+            bridge, context, &client, &session, planned, effective, None, progress,
         )
         .await;
     };
@@ -482,7 +540,7 @@ async fn mrtr_retry(
     }
     let progress = Progress::for_request(context);
     call(
-        inner,
+        bridge,
         context,
         &client,
         &session,
@@ -502,15 +560,13 @@ fn record_matches(record: &ConsentRecord, planned: &Planned<'_>) -> bool {
 }
 
 fn call_meta(call_id: &str, session: &SessionSummary, duration_ms: Option<u64>) -> Value {
-    let mut m = json!({
-        "callId": call_id,
-        "sessionId": session.session_id,
-        "alias": session.alias,
-    });
-    if let Some(d) = duration_ms {
-        m["durationMs"] = json!(d);
-    }
-    m
+    let meta = CallMeta {
+        call_id,
+        session_id: &session.session_id,
+        alias: &session.alias,
+        duration_ms,
+    };
+    serde_json::to_value(meta).unwrap_or(Value::Null)
 }
 
 fn is_call_id_in_use(e: &ToolCallError) -> bool {
@@ -521,7 +577,7 @@ fn is_call_id_in_use(e: &ToolCallError) -> bool {
 /// Step 6–7: `tools.call` with an explicit timeout and our callId, then the mapping.
 #[allow(clippy::too_many_arguments)]
 async fn call(
-    _inner: &Inner,
+    _bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
     client: &ControlClient,
     session: &SessionSummary,
@@ -639,6 +695,14 @@ async fn run_call(
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn the_typed_arguments_read_every_schema_property() {
+        let args = super::super::builtin::every_property(&definition());
+        if let Err(f) = args.parse::<Args>() {
+            panic!("{}", f.text());
+        }
+    }
 
     #[test]
     fn waits_are_named_in_seconds_without_rounding_to_zero() {

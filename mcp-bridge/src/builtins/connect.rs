@@ -15,12 +15,114 @@ use appduct_protocol::errors::ErrorType;
 use appduct_protocol::link::is_http_url;
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 
-use crate::args::Args;
+use super::builtin::{Call, Definition, Entry, Hints, Reply, cwd_prop, output};
+use crate::context::{BridgeContext, cancelled_failure, unless_cancelled};
 use crate::error::ToolFailure;
 use crate::project::{self, resolve_dir};
-use crate::server::{Inner, cancelled_failure, unless_cancelled};
+
+pub const NAME: &str = "appduct_connect";
+
+pub const BUILTIN: Entry = Entry {
+    name: NAME,
+    definition,
+    handler,
+};
+
+fn definition() -> Definition {
+    Definition {
+        title: "Connect an app",
+        description: "Pair a running app: mint a one-time link and open it on a booted simulator or attached Android device, or return a QR code and deep link for the user. Then call appduct_wait_for_session with the sessionId.",
+        hints: Hints {
+            read_only: false,
+            destructive: false,
+            idempotent: false,
+            open_world: true,
+        },
+        input: json!({
+            "type": "object",
+            "properties": {
+                "target": {"type": "string", "enum": ["android", "ios-sim", "ios-device", "web", "none"], "description": "Where to open the link; omitted = auto-detect one simulator or Android device, else QR."},
+                "device": {"type": "string", "minLength": 1, "description": "Device serial or simulator UDID when several match target."},
+                "appId": {"type": "string", "minLength": 1, "description": "Android package or iOS bundle id; defaults to the project's appduct config."},
+                "relaunch": {"type": "boolean", "description": "ios-device only: terminate the running app before opening the link."},
+                "url": {"type": "string", "minLength": 1, "description": "web only: http(s) page URL to open with the link."},
+                "transport": {"type": "string", "enum": ["native", "web"], "description": "web = loopback link for JS-only SDKs (simulator, emulator, adb reverse); default native."},
+                "ttlSeconds": {"type": "integer", "minimum": 1, "maximum": 86400, "description": "Link lifetime in seconds; default 300."},
+                "cwd": cwd_prop()
+            },
+            "additionalProperties": false
+        }),
+        output: Some(json!({
+            "type": "object",
+            "properties": {
+                "sessionId": {"type": "string"},
+                "expiresAt": {"type": "integer", "description": "Unix seconds after which the link cannot be claimed."},
+                "delivered": {"type": "boolean", "description": "True when the link was opened on a device; otherwise show qr and deepLink to the user."},
+                "deepLink": {"type": "string"},
+                "qr": {"type": "string"},
+                "url": {"type": "string"},
+                "instructions": {"type": "string"}
+            },
+            "required": ["sessionId", "expiresAt"]
+        })),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Args {
+    target: Option<String>,
+    device: Option<String>,
+    app_id: Option<String>,
+    relaunch: Option<bool>,
+    url: Option<String>,
+    transport: Option<String>,
+    ttl_seconds: Option<u32>,
+    cwd: Option<String>,
+}
+
+/// The result; which keys are present depends on the path (web, delivered, QR).
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Output {
+    session_id: String,
+    expires_at: u64,
+    transport: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivered: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    auto_detected: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deep_link: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    qr: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    script: Option<String>,
+    instructions: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    note: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cwd_source: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    project_dir: Option<String>,
+}
+
+/// Handles a cancel step by step: a minted link is revoked (06 §6.12).
+fn handler(call: Call<'_>) -> Reply<'_> {
+    Box::pin(async move {
+        let args: Args = call.args.parse()?;
+        output(&run(call.bridge, call.context, &args).await?)
+    })
+}
 
 fn invalid(param: &str, message: impl Into<String>) -> ToolFailure {
     ToolFailure::invalid_request(message).with_details(json!({"param": param}))
@@ -70,9 +172,9 @@ struct Request<'a> {
 
 /// The argument rules of 06 §6.8.1 that need no file system or daemon.
 fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
-    let target = Target::parse(args.str("target"));
+    let target = Target::parse(args.target.as_deref());
     let t = target.as_str();
-    let url = args.str("url");
+    let url = args.url.as_deref();
     match (url.is_some(), target == Target::Web) {
         (true, false) => {
             return Err(invalid(
@@ -96,7 +198,7 @@ fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
             format!("\"url\" must be an absolute http: or https: URL, not {u:?}"),
         ));
     }
-    let device = args.str("device");
+    let device = args.device.as_deref();
     if let Some(d) = device {
         let Target::Device(device_target) = target else {
             return Err(invalid(
@@ -107,7 +209,7 @@ fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
         delivery::check_device_shape(device_target, d, "\"device\"")
             .map_err(|e| delivery_failure(&e))?;
     }
-    let app_id = args.str("appId");
+    let app_id = args.app_id.as_deref();
     if let Some(id) = app_id {
         if matches!(
             target,
@@ -125,13 +227,13 @@ fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
             ));
         }
     }
-    if args.has("relaunch") && target != Target::Device(DeviceTarget::IosDevice) {
+    if args.relaunch.is_some() && target != Target::Device(DeviceTarget::IosDevice) {
         return Err(invalid(
             "relaunch",
             "\"relaunch\" is only allowed with target \"ios-device\"",
         ));
     }
-    let transport = match (args.str("transport"), target) {
+    let transport = match (args.transport.as_deref(), target) {
         (Some("web"), Target::Device(DeviceTarget::IosDevice)) => {
             return Err(invalid(
                 "transport",
@@ -152,9 +254,9 @@ fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
         transport,
         device,
         app_id,
-        relaunch: args.bool("relaunch").unwrap_or(false),
+        relaunch: args.relaunch.unwrap_or(false),
         url,
-        ttl_seconds: args.u64("ttlSeconds").map(|t| t as u32),
+        ttl_seconds: args.ttl_seconds,
     })
 }
 
@@ -189,21 +291,21 @@ const WEB_INSTRUCTIONS: &str = "Open url in the page's browser, or run script in
 
 /// What every non-web step needs.
 struct Ctx<'a> {
-    inner: &'a Inner,
+    inner: &'a BridgeContext,
     context: &'a RequestContext<RoleServer>,
     req: &'a Request<'a>,
     scheme: &'a str,
     env: &'a ResolveEnv,
 }
 
-pub async fn run(
-    inner: &Inner,
+async fn run(
+    inner: &BridgeContext,
     context: &RequestContext<RoleServer>,
     args: &Args,
-) -> Result<Value, ToolFailure> {
+) -> Result<Output, ToolFailure> {
     let req = check_combination(args)?;
     let state_dir = inner.options.state_dir.as_deref();
-    if let Some(cwd) = args.str("cwd") {
+    if let Some(cwd) = args.cwd.as_deref() {
         project::argument_dir(cwd)?;
     }
     if req.target == Target::Web {
@@ -213,7 +315,7 @@ pub async fn run(
     let dir = unless_cancelled(
         context,
         resolve_dir(
-            args.str("cwd"),
+            args.cwd.as_deref(),
             context,
             &inner.roots,
             &inner.env,
@@ -240,17 +342,17 @@ pub async fn run(
             qr_result(&ctx, &client, None).await?
         }
     };
-    out.insert("cwdSource".into(), json!(dir.source.as_str()));
-    out.insert("projectDir".into(), json!(dir.dir.display().to_string()));
-    Ok(Value::Object(out))
+    out.cwd_source = Some(dir.source.as_str());
+    out.project_dir = Some(dir.dir.display().to_string());
+    Ok(out)
 }
 
 /// `target: "web"`: the page URL with `#appduct=<payload>` and the connect script (02 §5.3).
 async fn web(
-    inner: &Inner,
+    inner: &BridgeContext,
     context: &RequestContext<RoleServer>,
     req: &Request<'_>,
-) -> Result<Value, ToolFailure> {
+) -> Result<Output, ToolFailure> {
     let page = req.url.unwrap_or_default();
     let client = unless_cancelled(context, inner.control()).await?;
     let flow = flow(inner, context, &client);
@@ -262,16 +364,17 @@ async fn web(
         .compose_web(page, &link)
         .await
         .map_err(|e| flow_failure(&e, inner))?;
-    let mut out = base(&link);
-    out.insert("url".into(), json!(web.url));
-    out.insert("script".into(), json!(web.script));
-    out.insert("instructions".into(), json!(WEB_INSTRUCTIONS));
-    Ok(Value::Object(out))
+    Ok(Output {
+        url: Some(web.url),
+        script: Some(web.script),
+        instructions: WEB_INSTRUCTIONS,
+        ..base(&link)
+    })
 }
 
 /// The shared link flow on `client`, selecting on the request's cancel token.
 fn flow<'a>(
-    inner: &'a Inner,
+    inner: &'a BridgeContext,
     context: &'a RequestContext<RoleServer>,
     client: &'a ControlClient,
 ) -> LinkFlow<'a> {
@@ -290,7 +393,7 @@ fn link_params(req: &Request<'_>, target: Option<DeviceTarget>) -> LinkCreatePar
 
 /// A failure of the shared link flow as the bridge reports it. The loopback refusal is
 /// `invalid_request` naming `advertisedIp` (06 §6.8.1): the CLI's message and hint in one text.
-fn flow_failure(e: &LinkFlowError, inner: &Inner) -> ToolFailure {
+fn flow_failure(e: &LinkFlowError, inner: &BridgeContext) -> ToolFailure {
     match e {
         LinkFlowError::LoopbackAdvertised { .. } => {
             let hint = e
@@ -345,7 +448,7 @@ fn requested_device(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Option<String
 
 /// An explicit device target: every check, detection, then mint, compose and deliver; a
 /// failed delivery discards the link (02 §7).
-async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Map<String, Value>, ToolFailure> {
+async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Output, ToolFailure> {
     let app_id = app_id_for(ctx, target)?;
     let requested = requested_device(ctx, target)?;
     let client = unless_cancelled(ctx.context, ctx.inner.control()).await?;
@@ -379,7 +482,7 @@ async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Map<String, Val
 
 /// No target: one auto-detected simulator or Android device gets the link; none or several
 /// give a QR result whose note says why (06 §6.8.1). Physical iPhones are never detected.
-async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
+async fn auto(ctx: &Ctx<'_>) -> Result<Output, ToolFailure> {
     let runner = ctx.inner.runner.as_ref();
     let mut sources = Vec::new();
     if ctx.inner.env.detects_simulators {
@@ -465,12 +568,13 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Map<String, Value>, ToolFailure> {
     }
 }
 
-fn base(link: &LinkCreateResult) -> Map<String, Value> {
-    let mut out = Map::new();
-    out.insert("sessionId".into(), json!(link.session_id));
-    out.insert("expiresAt".into(), json!(link.expires_at));
-    out.insert("transport".into(), json!(link.transport.as_str()));
-    out
+fn base(link: &LinkCreateResult) -> Output {
+    Output {
+        session_id: link.session_id.clone(),
+        expires_at: link.expires_at,
+        transport: link.transport.as_str(),
+        ..Output::default()
+    }
 }
 
 fn delivered(
@@ -479,17 +583,16 @@ fn delivered(
     target: DeviceTarget,
     device: &str,
     auto_detected: bool,
-) -> Map<String, Value> {
-    let mut out = base(link);
-    out.insert("delivered".into(), json!(true));
-    out.insert("target".into(), json!(target.as_str()));
-    out.insert("device".into(), json!(device));
-    if auto_detected {
-        out.insert("autoDetected".into(), json!(true));
+) -> Output {
+    Output {
+        delivered: Some(true),
+        target: Some(target.as_str()),
+        device: Some(device.to_owned()),
+        auto_detected: auto_detected.then_some(true),
+        deep_link: Some(deep_link.to_owned()),
+        instructions: DELIVERED_INSTRUCTIONS,
+        ..base(link)
     }
-    out.insert("deepLink".into(), json!(deep_link));
-    out.insert("instructions".into(), json!(DELIVERED_INSTRUCTIONS));
-    out
 }
 
 /// A link on the advertised address for the user to scan: `deepLink` and its terminal QR
@@ -498,7 +601,7 @@ async fn qr_result(
     ctx: &Ctx<'_>,
     client: &ControlClient,
     note: Option<String>,
-) -> Result<Map<String, Value>, ToolFailure> {
+) -> Result<Output, ToolFailure> {
     let flow = flow(ctx.inner, ctx.context, client);
     let failed = |e: LinkFlowError| flow_failure(&e, ctx.inner);
     let link = flow
@@ -510,18 +613,32 @@ async fn qr_result(
         .await
         .map_err(failed)?;
     let mut notes: Vec<String> = note.into_iter().collect();
-    let mut out = base(&link);
-    out.insert("delivered".into(), json!(false));
-    out.insert("deepLink".into(), json!(deep_link));
-    match qr::terminal_qr(&deep_link) {
-        Ok(text) => {
-            out.insert("qr".into(), json!(text));
+    let qr = match qr::terminal_qr(&deep_link) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            notes.push(format!("No QR code: {e}."));
+            None
         }
-        Err(e) => notes.push(format!("No QR code: {e}.")),
+    };
+    Ok(Output {
+        delivered: Some(false),
+        deep_link: Some(deep_link),
+        qr,
+        instructions: QR_INSTRUCTIONS,
+        note: (!notes.is_empty()).then(|| notes.join(" ")),
+        ..base(&link)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_typed_arguments_read_every_schema_property() {
+        let args = super::super::builtin::every_property(&definition());
+        if let Err(f) = args.parse::<Args>() {
+            panic!("{}", f.text());
+        }
     }
-    out.insert("instructions".into(), json!(QR_INSTRUCTIONS));
-    if !notes.is_empty() {
-        out.insert("note".into(), json!(notes.join(" ")));
-    }
-    Ok(out)
 }
