@@ -14,39 +14,26 @@
 //!   demo device and its tour), [`doctor`] (artifact inspection with its own bounded zip, dex
 //!   and plist readers; never contacts the daemon).
 
-pub mod args;
-pub mod command;
-pub mod completions;
+pub mod commands;
 pub mod connect;
-pub mod dispatch;
-pub mod doctor;
 pub mod error;
-pub mod events;
-pub mod host;
-pub mod init;
-pub mod keygen;
-pub mod lifecycle;
+pub mod globals;
 pub mod logging;
 pub mod output;
-pub mod playground;
 pub mod progress;
 pub mod render;
-pub mod sessions;
 pub mod signals;
-pub mod snapshot;
-pub mod tools;
-pub mod views;
 
 use std::ffi::OsString;
 
-use command::{Command, Early};
+use commands::{Command, Early};
 use logging::{LogRole, LogSetup};
 use output::Output;
 
 /// Runs the command line `args` (program name first) and returns the process exit status.
 pub fn main_with_args(args: Vec<OsString>) -> u8 {
     let mcp = names_mcp(&args);
-    match command::parse(args) {
+    match commands::parse(args) {
         Err(Early::Print(text)) => {
             output::write_stdout(&text);
             0
@@ -74,7 +61,7 @@ pub fn main_with_args(args: Vec<OsString>) -> u8 {
             let env = std::env::var(logging::LOG_ENV).ok();
             LogSetup::choose(role, inv.globals.output.json, env.as_deref())
                 .install(out.stderr_paint.enabled);
-            dispatch::run(&inv, &out)
+            commands::run(&inv, &out)
         }
     }
 }

@@ -6,8 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use appduct_cli::command::{LinkRequest, OpenTarget};
-use appduct_cli::sessions;
+use appduct_cli::commands::sessions::link::{self as sessions, LinkRequest, OpenTarget};
 use appduct_daemon::client::{ClientError, ControlClient};
 use appduct_daemon::control_server::{
     BoxFuture, Connection, ControlHandler, Reply, ServerOptions, serve_connection,
