@@ -13,10 +13,6 @@
 //! an unreadable dex, plist or executable, an archive over the size caps — is an
 //! `inspection_error` (exit 66), never "absent". Never contacts the daemon.
 
-pub mod dex;
-pub mod plist;
-pub mod zip;
-
 use std::fs::File;
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
@@ -31,9 +27,9 @@ use super::args::too_many;
 use crate::error::CliError;
 use crate::output::Success;
 use crate::render::{self, Row, Section};
-use dex::DexError;
-use plist::PlistError;
-use zip::{Limits, ZipArchive, ZipError};
+use appduct_doctor::dex::{self, DexError};
+use appduct_doctor::plist::{self, PlistError};
+use appduct_doctor::zip::{Limits, ZipArchive, ZipError};
 
 #[derive(Debug, Args)]
 pub struct DoctorArgs {
