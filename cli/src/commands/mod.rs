@@ -2,7 +2,7 @@
 //! arguments, their validation into a typed request, its run and its human/JSON view. This
 //! module holds the top-level clap tree, the validated [`Command`] and the dispatch table.
 //!
-//! [`parse`] turns raw arguments into an [`Invocation`]; [`run`] executes it and prints its
+//! [`parse()`] turns raw arguments into an [`Invocation`]; [`run`] executes it and prints its
 //! [`Reply`]. Daemon-backed commands run on a tokio runtime, with exit 130 on SIGINT/SIGTERM
 //! unless the command handles them itself.
 

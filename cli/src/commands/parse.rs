@@ -1,6 +1,6 @@
 //! Raw arguments in, a typed [`Invocation`] out, or the exact thing to print instead (help,
 //! version, a `usage_error`) (05 §1, §2.3). Clap's own errors, unknown words and bare nouns are
-//! mapped here; each command validates its own arguments (see [`super::validate`]).
+//! mapped here; each command validates its own arguments (see `validate` in `commands/mod.rs`).
 //!
 //! Every argument rule is checked before anything contacts the daemon, so a wrong command line
 //! never spawns one.
