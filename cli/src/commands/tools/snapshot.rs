@@ -589,6 +589,18 @@ mod tests {
             e.details.clone().unwrap()["maxBytes"],
             json!(MAX_SNAPSHOT_FILE_BYTES)
         );
+        // A file whose length says nothing (a device, a pipe) is cut off one byte past the cap.
+        let e = check(
+            Path::new("/dev/zero"),
+            &playground_like(),
+            "a",
+            Paint::PLAIN,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.details.clone().unwrap()["maxBytes"],
+            json!(MAX_SNAPSHOT_FILE_BYTES)
+        );
         // At the cap exactly it is read (and judged on its content).
         let at_cap = tmp.path().join("at-cap.json");
         std::fs::write(&at_cap, vec![b' '; MAX_SNAPSHOT_FILE_BYTES as usize]).unwrap();
