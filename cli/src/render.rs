@@ -284,6 +284,21 @@ impl Paint {
     }
 }
 
+/// A serialisable value as JSON `data` (`null` if it cannot be represented).
+pub fn to_value<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}
+
+/// App-supplied JSON (results, schemas) as pretty human text, control characters escaped.
+pub fn pretty_json(v: &serde_json::Value) -> String {
+    human_json(v, true)
+}
+
+/// `1 tool`, `2 tools`.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,8 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use appduct_cli::command::{LinkRequest, OpenTarget};
-use appduct_cli::sessions;
+use appduct_cli::commands::sessions::link::{self as sessions, LinkRequest, OpenTarget};
 use appduct_client::client::{ClientError, ControlClient};
 use appduct_client::command_runner::{CommandOutput, ScriptedCommandRunner};
 use appduct_client::project::ResolveEnv;

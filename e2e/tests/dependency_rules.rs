@@ -53,6 +53,12 @@ const RULES: &[Rule] = &[
         krate: "appduct-e2e",
         forbidden: &["appduct-daemon"],
     },
+    // Project decision (not in 01 §3.2): doctor's artifact readers are pure (the fuzz targets
+    // reach them), with no runtime, frontend or daemon below them.
+    Rule {
+        krate: "appduct-doctor",
+        forbidden: &["appduct-daemon", "tokio", "clap", "anyhow", "rmcp"],
+    },
     // Project decision (not in 01 §3.2): the fuzz target bodies exercise the decoders and
     // validators only, never the daemon or a frontend's CLI stack.
     Rule {
@@ -464,8 +470,16 @@ mod fake {
                 &[("appduct-sdk", None), ("tempfile", Some("dev"))],
             ),
             pkg(
+                "appduct-doctor",
+                &[("thiserror", None), ("miniz_oxide", None)],
+            ),
+            pkg(
                 "appduct-fuzz",
-                &[("appduct-protocol", None), ("appduct-mcp", None)],
+                &[
+                    ("appduct-protocol", None),
+                    ("appduct-mcp", None),
+                    ("appduct-doctor", None),
+                ],
             ),
         ]
     }

@@ -13,10 +13,6 @@
 //! an unreadable dex, plist or executable, an archive over the size caps — is an
 //! `inspection_error` (exit 66), never "absent". Never contacts the daemon.
 
-pub mod dex;
-pub mod plist;
-pub mod zip;
-
 use std::fs::File;
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
@@ -24,13 +20,96 @@ use std::path::{Path, PathBuf};
 use appduct_protocol::errors::ErrorType;
 use serde_json::{Value, json};
 
-use crate::command::{ArtifactFormat, DoctorRequest, Expectation};
+use clap::Args;
+
+use super::Command;
+use super::args::too_many;
 use crate::error::CliError;
 use crate::output::Success;
 use crate::render::{self, Row, Section};
-use dex::DexError;
-use plist::PlistError;
-use zip::{Limits, ZipArchive, ZipError};
+use appduct_doctor::dex::{self, DexError};
+use appduct_doctor::plist::{self, PlistError};
+use appduct_doctor::zip::{Limits, ZipArchive, ZipError};
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The built app: .apk, .aab, .ipa or .app
+    #[arg(value_name = "ARTIFACT")]
+    pub positionals: Vec<PathBuf>,
+    /// Fail (exit 3) unless the native module is present
+    #[arg(long)]
+    pub assert_present: bool,
+    /// Fail (exit 3) unless the native module is absent
+    #[arg(long)]
+    pub assert_absent: bool,
+}
+
+/// `doctor` (05 §13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoctorRequest {
+    pub artifact: PathBuf,
+    pub format: ArtifactFormat,
+    pub expect: Option<Expectation>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArtifactFormat {
+    Apk,
+    Aab,
+    Ipa,
+    App,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expectation {
+    Present,
+    Absent,
+}
+
+pub fn validate(a: DoctorArgs) -> Result<Command, CliError> {
+    let mut paths = a.positionals;
+    if paths.len() > 1 {
+        let shown: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(too_many("doctor", "one artifact", &shown));
+    }
+    let Some(artifact) = paths.pop() else {
+        return Err(CliError::usage(
+            "doctor needs an artifact: appduct doctor <artifact.apk|.aab|.ipa|.app>",
+        ));
+    };
+    if a.assert_present && a.assert_absent {
+        return Err(CliError::usage(
+            "--assert-present and --assert-absent cannot be combined",
+        ));
+    }
+    let ext = artifact
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    let format = match ext.as_deref() {
+        Some("apk") => ArtifactFormat::Apk,
+        Some("aab") => ArtifactFormat::Aab,
+        Some("ipa") => ArtifactFormat::Ipa,
+        Some("app") => ArtifactFormat::App,
+        _ => {
+            return Err(CliError::usage(format!(
+                "doctor inspects .apk, .aab, .ipa or .app artifacts (got {})",
+                artifact.display()
+            )));
+        }
+    };
+    let expect = if a.assert_present {
+        Some(Expectation::Present)
+    } else if a.assert_absent {
+        Some(Expectation::Absent)
+    } else {
+        None
+    };
+    Ok(Command::Doctor(DoctorRequest {
+        artifact,
+        format,
+        expect,
+    }))
+}
 
 /// The Android marker class, under either package name (05 §13).
 pub const ANDROID_MARKERS: [&[u8]; 2] = [

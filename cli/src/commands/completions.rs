@@ -1,13 +1,41 @@
 //! `appduct completions <shell>` (05 §14): static completion scripts generated from the clap
 //! definition, so they always match the command tree.
 
-use clap::CommandFactory as _;
+use clap::{Args, CommandFactory as _};
 use clap_complete::Shell;
 use serde_json::json;
 
-use crate::args::Cli;
+use super::{Cli, Command};
 use crate::error::CliError;
 use crate::output::Success;
+
+#[derive(Debug, Args)]
+#[command(after_help = COMPLETIONS_INSTALL)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, powershell or elvish
+    #[arg(value_enum, value_name = "SHELL")]
+    pub shell: Option<Shell>,
+}
+
+const COMPLETIONS_INSTALL: &str = "\
+Where to install the script:
+  bash        appduct completions bash > ~/.local/share/bash-completion/completions/appduct
+  zsh         appduct completions zsh > \"${fpath[1]}/_appduct\"   (a directory in $fpath)
+  fish        appduct completions fish > ~/.config/fish/completions/appduct.fish
+  powershell  appduct completions powershell >> $PROFILE
+  elvish      appduct completions elvish >> ~/.config/elvish/rc.elv
+
+Completions are static: commands, flags and enum values; selectors and tool names are not
+completed.";
+
+pub fn validate(a: CompletionsArgs) -> Result<Command, CliError> {
+    match a.shell {
+        Some(shell) => Ok(Command::Completions { shell }),
+        None => Err(CliError::usage(
+            "completions needs a shell: bash, zsh, fish, powershell or elvish",
+        )),
+    }
+}
 
 /// The script for `shell`.
 pub fn script(shell: Shell) -> Result<String, CliError> {

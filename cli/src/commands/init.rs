@@ -8,12 +8,55 @@ use std::path::{Path, PathBuf};
 
 use appduct_client::project::{self, PROBED_FILES};
 use appduct_protocol::link::validate_scheme;
+use clap::Args;
 use serde_json::{Map, Value, json};
 
-use crate::command::InitRequest;
+use super::Command;
+use super::args::{app_id, scheme};
 use crate::error::CliError;
+use crate::globals::Globals;
 use crate::output::Success;
 use crate::render::{self, Row, Section};
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Deep-link scheme (default: discovered from app.json or the native project files)
+    #[arg(long, value_name = "SCHEME")]
+    pub scheme: Option<String>,
+    /// iOS bundle id
+    #[arg(long, value_name = "ID")]
+    pub ios_app_id: Option<String>,
+    /// Android application id
+    #[arg(long, value_name = "ID")]
+    pub android_app_id: Option<String>,
+    /// Replace recorded values
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `init` (05 §10); values already checked against §5.1 and §5.2.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitRequest {
+    pub scheme: Option<String>,
+    pub ios_app_id: Option<String>,
+    pub android_app_id: Option<String>,
+    pub force: bool,
+}
+
+pub fn validate(a: InitArgs) -> Result<Command, CliError> {
+    Ok(Command::Init(InitRequest {
+        scheme: a.scheme.map(scheme).transpose()?,
+        ios_app_id: a
+            .ios_app_id
+            .map(|v| app_id("--ios-app-id", v))
+            .transpose()?,
+        android_app_id: a
+            .android_app_id
+            .map(|v| app_id("--android-app-id", v))
+            .transpose()?,
+        force: a.force,
+    }))
+}
 
 const DIR_NAME: &str = ".appduct";
 const FILE_NAME: &str = "config.json";
@@ -37,6 +80,19 @@ struct Chosen {
     source: String,
     origin: Option<PathBuf>,
     note: Option<String>,
+}
+
+impl InitEnv {
+    /// The process's working directory, active state dir and home directory.
+    pub fn current(globals: &Globals) -> Result<Self, CliError> {
+        let cwd = std::env::current_dir()
+            .map_err(|e| CliError::usage(format!("cannot determine the current directory: {e}")))?;
+        Ok(Self {
+            cwd,
+            state_dir: globals.state_dir().ok().map(|d| d.path().to_path_buf()),
+            home: std::env::home_dir(),
+        })
+    }
 }
 
 pub fn run(req: &InitRequest, env: &InitEnv) -> Result<Success, CliError> {

@@ -10,10 +10,11 @@ use std::path::Path;
 
 use appduct_daemon::daemon::{Daemon, DaemonOptions, StartError};
 
+use serde_json::json;
+
 use crate::error::CliError;
-use crate::output::Output;
+use crate::output::{Output, Success};
 use crate::signals::{INTERRUPTED, Interrupt, Interrupts};
-use crate::views;
 
 /// The options `daemon run` starts the daemon with.
 pub fn daemon_options(state_dir: &Path) -> DaemonOptions {
@@ -60,7 +61,7 @@ async fn host(state_dir: &Path, out: &Output) -> u8 {
         Ok(handle) => handle,
         Err(e) => return out.print_failure(&start_error(&e)),
     };
-    out.print_success(&views::daemon_running(
+    out.print_success(&daemon_running(
         handle.pid(),
         handle.version(),
         &handle.state_dir().path().display().to_string(),
@@ -84,6 +85,14 @@ async fn host(state_dir: &Path, out: &Output) -> u8 {
             }
         }
     }
+}
+
+/// `daemon run` once the control socket accepts connections (05 §9.1).
+pub fn daemon_running(pid: u32, version: &str, state_dir: &str, socket_path: &str) -> Success {
+    Success::new(
+        json!({"daemon": {"pid": pid, "version": version, "stateDir": state_dir, "socketPath": socket_path}}),
+        format!("Daemon running (pid {pid}, state dir {state_dir}). Press Ctrl-C to stop.\n"),
+    )
 }
 
 #[cfg(test)]

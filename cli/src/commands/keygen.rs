@@ -7,12 +7,40 @@ use std::path::{Path, PathBuf};
 use appduct_client::config::Config;
 use appduct_client::pidfile;
 use appduct_daemon::tls::{self, HostKey, KeyError, Overwrite};
+use clap::Args;
 use serde_json::json;
 
-use crate::command::{Globals, KeygenRequest, state_dir_error};
+use super::Command;
+use super::args::absolute;
 use crate::error::CliError;
+use crate::globals::{Globals, state_dir_error};
 use crate::output::{Output, Success};
 use crate::render::{self, Row, Section};
+
+#[derive(Debug, Args)]
+pub struct KeygenArgs {
+    /// Key file (default: keyPath of <state-dir>/config.json, else <state-dir>/key.pem)
+    #[arg(long, value_name = "PATH")]
+    pub out: Option<PathBuf>,
+    /// Replace an existing key (apps embedding the old pin will refuse the new key)
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `keygen` (05 §11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeygenRequest {
+    /// `--out`, made absolute.
+    pub out: Option<PathBuf>,
+    pub force: bool,
+}
+
+pub fn validate(a: KeygenArgs) -> Result<Command, CliError> {
+    Ok(Command::Keygen(KeygenRequest {
+        out: a.out.as_deref().map(absolute),
+        force: a.force,
+    }))
+}
 
 /// `algorithm` of the JSON result: the only kind `keygen` creates.
 pub const ALGORITHM: &str = "ec-p256";
@@ -113,7 +141,7 @@ fn key_error(e: KeyError, path: &Path) -> CliError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::RestartFlag;
+    use crate::globals::RestartFlag;
     use crate::output::OutputFlags;
     use std::os::unix::fs::PermissionsExt as _;
 

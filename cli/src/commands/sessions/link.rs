@@ -1,4 +1,7 @@
-//! `appduct sessions ls | revoke | link` (05 §6).
+//! `appduct sessions link` (05 §6.3): flag combination rules, scheme and app-id resolution,
+//! minting, delivery (scheme and app-id resolution, delivery and the terminal QR code come from
+//! the daemon crate's client-side `project`, `delivery` and `qr` modules, shared with the MCP
+//! bridge), and the link's rendering.
 
 use std::path::PathBuf;
 
@@ -10,40 +13,206 @@ use appduct_client::project::{self, ProjectError, ResolveEnv};
 use appduct_client::qr;
 use appduct_client::state_dir::StateDir;
 use appduct_protocol::control::{
-    LinkCreateParams, NoParams, SelectorParams, SessionsList, SessionsRevoke,
+    LinkCreateParams, NoParams, SelectorParams, SessionsList, SessionsRevoke, Transport,
 };
+use appduct_protocol::limits::MAX_LINK_TTL_S;
+use clap::{Args, ValueEnum};
+use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
-use crate::command::{Globals, LinkRequest, OpenTarget};
+use crate::commands::args::{app_id, int_in, opt, scheme, too_many};
 use crate::connect::{self, Contact};
 use crate::error::CliError;
+use crate::globals::Globals;
 use crate::output::{Output, Success};
-use crate::views;
+use crate::render::{self, Row, Section, to_value};
 
-/// `sessions ls`.
-pub async fn ls(globals: &Globals, out: &Output) -> Result<Success, CliError> {
-    let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
-    let sessions = client
-        .call::<SessionsList>(NoParams {})
-        .await
-        .map_err(|e| connect::client_error(&e, &dir))?;
-    Ok(views::sessions_ls(&sessions, OffsetDateTime::now_utc()))
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OpenArg {
+    Android,
+    IosSim,
+    IosDevice,
+    Web,
 }
 
-/// `sessions revoke [selector]`.
-pub async fn revoke(
-    globals: &Globals,
-    out: &Output,
-    selector: Option<&str>,
-) -> Result<Success, CliError> {
-    let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
-    let result = client
-        .call::<SessionsRevoke>(SelectorParams {
-            selector: selector.map(str::to_owned),
-        })
-        .await
-        .map_err(|e| connect::client_error(&e, &dir))?;
-    Ok(views::sessions_revoke(&result))
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TransportArg {
+    Native,
+    Web,
+}
+
+#[derive(Debug, Args)]
+pub struct LinkArgs {
+    /// Link lifetime in seconds, 1-86400 (default: the daemon's linkTtlSeconds)
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    pub ttl: Option<String>,
+    /// Print the deep link as a QR code (human mode only)
+    #[arg(long)]
+    pub qr: bool,
+    /// Deep-link scheme
+    #[arg(long, value_name = "SCHEME")]
+    pub scheme: Option<String>,
+    /// Deliver the link to a device or print a web link
+    #[arg(long, value_enum, value_name = "TARGET")]
+    pub open: Option<OpenArg>,
+    /// Link transport (web: the JS-only React Native entry)
+    #[arg(long, value_enum, value_name = "TRANSPORT")]
+    pub transport: Option<TransportArg>,
+    /// Device serial or UDID (with --open android, ios-sim or ios-device)
+    #[arg(long, value_name = "ID")]
+    pub device: Option<String>,
+    /// Android application id or iOS bundle id (with --open android or ios-device)
+    #[arg(long, value_name = "ID")]
+    pub app_id: Option<String>,
+    /// Terminate a running app first (with --open ios-device)
+    #[arg(long)]
+    pub relaunch: bool,
+    /// The page URL (required with, and only with, --open web)
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    #[arg(hide = true)]
+    pub positionals: Vec<String>,
+}
+
+/// `sessions link` (05 §6.3), after the flag combination rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkRequest {
+    pub ttl_seconds: Option<u32>,
+    pub qr: bool,
+    /// Syntax already checked; resolution (§5.1) happens when the command runs.
+    pub scheme: Option<String>,
+    pub open: Option<OpenTarget>,
+    /// `web` for `--open web` or `--transport web`, else `native`.
+    pub transport: Transport,
+    pub device: Option<String>,
+    pub app_id: Option<String>,
+    pub relaunch: bool,
+    /// Only with `--open web`; an `http` or `https` URL.
+    pub url: Option<String>,
+}
+
+/// A `sessions link --open` target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenTarget {
+    Android,
+    IosSim,
+    IosDevice,
+    Web,
+}
+
+impl OpenTarget {
+    /// The delivery target of `--open`; `web` opens nothing.
+    pub fn device_target(self) -> Option<DeviceTarget> {
+        match self {
+            OpenTarget::Android => Some(DeviceTarget::Android),
+            OpenTarget::IosSim => Some(DeviceTarget::IosSim),
+            OpenTarget::IosDevice => Some(DeviceTarget::IosDevice),
+            OpenTarget::Web => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpenTarget::Android => "android",
+            OpenTarget::IosSim => "ios-sim",
+            OpenTarget::IosDevice => "ios-device",
+            OpenTarget::Web => "web",
+        }
+    }
+}
+
+pub fn validate(a: LinkArgs) -> Result<LinkRequest, CliError> {
+    if !a.positionals.is_empty() {
+        return Err(too_many(
+            "sessions link",
+            "no positional arguments",
+            &a.positionals,
+        ));
+    }
+    let open = a.open.map(|o| match o {
+        OpenArg::Android => OpenTarget::Android,
+        OpenArg::IosSim => OpenTarget::IosSim,
+        OpenArg::IosDevice => OpenTarget::IosDevice,
+        OpenArg::Web => OpenTarget::Web,
+    });
+    let is = |t: OpenTarget| open == Some(t);
+    match (a.transport, open) {
+        (Some(TransportArg::Web), Some(OpenTarget::IosDevice)) => {
+            return Err(CliError::usage(
+                "--transport web is not allowed with --open ios-device",
+            ));
+        }
+        (Some(TransportArg::Native), Some(OpenTarget::Web)) => {
+            return Err(CliError::usage(
+                "--transport native is not allowed with --open web (a web link always uses the web transport)",
+            ));
+        }
+        _ => {}
+    }
+    if a.qr && is(OpenTarget::Web) {
+        return Err(CliError::usage("--qr is not allowed with --open web"));
+    }
+    if a.scheme.is_some() && is(OpenTarget::Web) {
+        return Err(CliError::usage("--scheme is not allowed with --open web"));
+    }
+    if a.device.is_some() && (open.is_none() || is(OpenTarget::Web)) {
+        return Err(CliError::usage(
+            "--device requires --open android, --open ios-sim or --open ios-device",
+        ));
+    }
+    if a.app_id.is_some() && !(is(OpenTarget::Android) || is(OpenTarget::IosDevice)) {
+        return Err(CliError::usage(
+            "--app-id is only allowed with --open android or --open ios-device",
+        ));
+    }
+    if a.relaunch && !is(OpenTarget::IosDevice) {
+        return Err(CliError::usage(
+            "--relaunch is only allowed with --open ios-device",
+        ));
+    }
+    match (&a.url, is(OpenTarget::Web)) {
+        (Some(_), false) => {
+            return Err(CliError::usage("--url is only allowed with --open web"));
+        }
+        (None, true) => {
+            return Err(CliError::usage("--open web requires --url <url>"));
+        }
+        (Some(url), true) if !is_http_url(url) => {
+            return Err(CliError::usage(format!(
+                "--url must be an http or https URL (got \"{url}\")"
+            )));
+        }
+        _ => {}
+    }
+    if a.device.as_deref() == Some("") {
+        return Err(CliError::usage("--device requires a value"));
+    }
+    let ttl_seconds = opt(a.ttl, |v| {
+        int_in(
+            "--ttl",
+            v,
+            1,
+            u64::from(MAX_LINK_TTL_S),
+            &format!("an integer from 1 to {MAX_LINK_TTL_S}"),
+        )
+    })?
+    .map(|t| u32::try_from(t).unwrap_or(MAX_LINK_TTL_S));
+    let transport = if is(OpenTarget::Web) || a.transport == Some(TransportArg::Web) {
+        Transport::Web
+    } else {
+        Transport::Native
+    };
+    Ok(LinkRequest {
+        ttl_seconds,
+        qr: a.qr,
+        scheme: a.scheme.map(scheme).transpose()?,
+        open,
+        transport,
+        device: a.device,
+        app_id: a.app_id.map(|v| app_id("--app-id", v)).transpose()?,
+        relaunch: a.relaunch,
+        url: a.url,
+    })
 }
 
 /// A resolution failure as the CLI reports it: a usage error (exit 64) with the shared
@@ -144,7 +313,7 @@ pub fn link_params(req: &LinkRequest) -> LinkCreateParams {
 }
 
 /// `sessions link` (05 §6.3): every check before minting; a failed delivery revokes the link.
-pub async fn link(
+pub async fn run(
     globals: &Globals,
     out: &Output,
     req: &LinkRequest,
@@ -198,7 +367,7 @@ pub async fn mint_and_deliver(
     if req.open == Some(OpenTarget::Web) {
         let url = req.url.as_deref().unwrap_or_default();
         let web = flow.compose_web(url, &link).await.map_err(failed)?;
-        return Ok(views::web_link_created(
+        return Ok(web_link_created(
             &link.session_id,
             &web.url,
             &web.script,
@@ -219,19 +388,14 @@ pub async fn mint_and_deliver(
                 port: link.endpoint.port,
             };
             flow.deliver(&link, &d).await.map_err(failed)?;
-            Some(views::Delivery {
+            Some(Delivery {
                 target: target.as_str().to_owned(),
                 device,
             })
         }
         _ => None,
     };
-    Ok(views::link_created(
-        &link,
-        &deep_link,
-        delivered.as_ref(),
-        now,
-    ))
+    Ok(link_created(&link, &deep_link, delivered.as_ref(), now))
 }
 
 /// A failure of the shared link flow as the CLI reports it (05 §6.3): the loopback refusal is a
@@ -248,6 +412,104 @@ fn link_flow_error(e: LinkFlowError, dir: &StateDir) -> CliError {
         LinkFlowError::DeepLink(_) | LinkFlowError::WebLink(_) | LinkFlowError::Cancelled => {
             CliError::internal(e.to_string())
         }
+    }
+}
+
+/// A delivery that ran for `sessions link --open` (05 §6.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// `android`, `ios-sim` or `ios-device`.
+    pub target: String,
+    /// The serial or UDID used.
+    pub device: String,
+}
+
+/// `sessions link` for native targets, `--transport web` and no target (05 §6.3). `deep_link`
+/// is the composed link (with `pin` only for the native transport).
+pub fn link_created(
+    link: &LinkCreateResult,
+    deep_link: &str,
+    delivery: Option<&Delivery>,
+    now: OffsetDateTime,
+) -> Success {
+    let web = link.transport == Transport::Web;
+    let mut data = Map::new();
+    data.insert("sessionId".into(), json!(link.session_id));
+    data.insert("transport".into(), to_value(&link.transport));
+    data.insert("deepLink".into(), json!(deep_link));
+    data.insert("endpoint".into(), to_value(&link.endpoint));
+    data.insert("expiresAt".into(), json!(link.expires_at));
+    if !web {
+        data.insert("pin".into(), json!(link.pin));
+    }
+    if let Some(d) = delivery {
+        data.insert("delivered".into(), json!(true));
+        data.insert("target".into(), json!(d.target));
+        data.insert("device".into(), json!(d.device));
+    }
+    let host = if link.endpoint.address.contains(':') {
+        format!("[{}]", link.endpoint.address)
+    } else {
+        link.endpoint.address.clone()
+    };
+    let scheme = if web { "ws" } else { "wss" };
+    let mut rows = vec![
+        Row::field("Session", link.session_id.as_str()),
+        Row::field("Deep link", deep_link),
+        Row::field(
+            "Endpoint",
+            format!("{scheme}://{host}:{}", link.endpoint.port),
+        ),
+    ];
+    if web {
+        rows.push(Row::field("Transport", "web"));
+    } else {
+        rows.push(Row::field("Pin", link.pin.as_str()));
+    }
+    rows.push(Row::field("Expires", expires_text(link.expires_at, now)));
+    if let Some(d) = delivery {
+        rows.push(Row::field(
+            "Delivered",
+            format!("{} {}", d.target, d.device),
+        ));
+    }
+    Success::new(
+        Value::Object(data),
+        render::sections(&[Section::new("Link created", rows)]),
+    )
+}
+
+/// `sessions link --open web --url <url>` (05 §6.3): `url` is the page URL with the payload
+/// fragment, `script` the console snippet.
+pub fn web_link_created(
+    session_id: &str,
+    url: &str,
+    script: &str,
+    expires_at: u64,
+    now: OffsetDateTime,
+) -> Success {
+    let data =
+        json!({"sessionId": session_id, "url": url, "script": script, "expiresAt": expires_at});
+    let mut human = render::sections(&[Section::new(
+        "Web link created",
+        vec![
+            Row::field("Session", session_id),
+            Row::field("URL", url),
+            Row::field("Script", script),
+            Row::field("Expires", expires_text(expires_at, now)),
+        ],
+    )]);
+    human.push_str("Open the URL in the page's tab, or run the script in its console.\n");
+    Success::new(data, human)
+}
+
+fn expires_text(expires_at: u64, now: OffsetDateTime) -> String {
+    let at = i64::try_from(expires_at)
+        .ok()
+        .and_then(|s| OffsetDateTime::from_unix_timestamp(s).ok());
+    match at {
+        Some(at) => format!("{} ({})", render::iso_seconds(at), render::until(at, now)),
+        None => expires_at.to_string(),
     }
 }
 

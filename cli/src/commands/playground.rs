@@ -21,19 +21,34 @@ use appduct_protocol::control::{
 };
 use appduct_protocol::pin::SpkiPin;
 use appduct_sdk::{CallContext, Client, ClientState, RegistrationError, ToolError, Trust};
+use clap::Args;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 use tokio::io::AsyncBufReadExt as _;
 
-use crate::command::{Globals, ToolsLs};
+use super::Command;
+use super::sessions::sessions_ls;
+use super::tools::call::{new_call_id, tools_call};
+use super::tools::describe::tools_describe;
+use super::tools::ls::{ToolsLs, tools_ls};
+use super::tools::{describe_session, list_all, tool_not_found};
 use crate::connect::{self, Contact};
-use crate::dispatch::Reply;
 use crate::error::CliError;
-use crate::output::{Output, Success};
+use crate::globals::Globals;
+use crate::output::{Output, Reply, Success};
 use crate::render::Paint;
 use crate::signals::Interrupts;
-use crate::tools::{self, describe_session};
-use crate::views;
+
+#[derive(Debug, Args)]
+pub struct PlaygroundArgs {
+    /// Run a short scripted tour of the commands against the playground, then exit
+    #[arg(long)]
+    pub tour: bool,
+}
+
+pub fn validate(a: PlaygroundArgs) -> Command {
+    Command::Playground { tour: a.tour }
+}
 
 /// The playground's event (07 §7.14.2).
 pub const PING_EVENT: &str = "playground_ping";
@@ -474,7 +489,7 @@ fn call_outcome(
     dir: &StateDir,
     r: Result<appduct_protocol::control::ToolsCallResult, ToolCallError>,
 ) -> Result<Success, CliError> {
-    r.map(|r| views::tools_call(name, &r))
+    r.map(|r| tools_call(name, &r))
         .map_err(|e| connect::tool_call_error(&e, dir))
 }
 
@@ -518,7 +533,7 @@ async fn run_tour(
         .map_err(rpc)?;
     steps.push(Step {
         command: "appduct sessions ls".into(),
-        outcome: Ok(views::sessions_ls(&sessions, OffsetDateTime::now_utc())),
+        outcome: Ok(sessions_ls(&sessions, OffsetDateTime::now_utc())),
         notes: Vec::new(),
     });
 
@@ -531,15 +546,15 @@ async fn run_tour(
         groups_only: false,
         full: false,
     };
-    let listed = tools::list_all(client, dir, &sid).await?;
+    let listed = list_all(client, dir, &sid).await?;
     steps.push(Step {
         command: format!("appduct tools ls {}", session.alias),
-        outcome: Ok(views::tools_ls(&req, &listed, &session.alias)),
+        outcome: Ok(tools_ls(&req, &listed, &session.alias)),
         notes: Vec::new(),
     });
     let describe = match listed.tools.iter().find(|t| t.name() == "sum") {
-        Some(entry) => Ok(views::tools_describe(entry)),
-        None => Err(tools::tool_not_found("sum", &session.alias, &listed)),
+        Some(entry) => Ok(tools_describe(entry)),
+        None => Err(tool_not_found("sum", &session.alias, &listed)),
     };
     steps.push(Step {
         command: format!("appduct tools describe {} sum", session.alias),
@@ -552,7 +567,7 @@ async fn run_tour(
             &sid,
             "sum",
             json!({"a": 1.5, "b": 2}),
-            tools::new_call_id()?,
+            new_call_id()?,
         ))
         .await;
     steps.push(Step {
@@ -564,12 +579,8 @@ async fn run_tour(
         notes: Vec::new(),
     });
 
-    let (mut stream, pending) = client.call_tool_with_progress(call_params(
-        &sid,
-        "slow_task",
-        json!({}),
-        tools::new_call_id()?,
-    ));
+    let (mut stream, pending) =
+        client.call_tool_with_progress(call_params(&sid, "slow_task", json!({}), new_call_id()?));
     let mut notes = Vec::new();
     let mut result = std::pin::pin!(pending.result());
     let r = loop {
@@ -592,7 +603,7 @@ async fn run_tour(
             &sid,
             "throwing_tool",
             json!({}),
-            tools::new_call_id()?,
+            new_call_id()?,
         ))
         .await;
     steps.push(Step {
@@ -603,7 +614,7 @@ async fn run_tour(
 
     // A cancel: start slow_task, and once it runs, do what the first Ctrl-C of `tools call`
     // does (tools.cancel with client_cancelled).
-    let call_id = tools::new_call_id()?;
+    let call_id = new_call_id()?;
     let (mut stream, pending) =
         client.call_tool_with_progress(call_params(&sid, "slow_task", json!({}), call_id.clone()));
     let mut notes = Vec::new();

@@ -2,25 +2,66 @@
 //! session's tool and event surface, written atomically or compared with a unified diff.
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::canonical::to_canonical_pretty;
 use appduct_protocol::control::{EventsList, EventsListParams, EventsListResult, ToolsListResult};
 use appduct_protocol::errors::ErrorType;
+use clap::Args;
 use serde_json::{Map, Value, json};
 
-use crate::command::{Globals, SnapshotMode};
+use super::{describe_session, list_all};
+use crate::commands::Command;
+use crate::commands::args::{SelectorArgs, optional_selector};
 use crate::connect::{self, Contact};
-use crate::dispatch::Reply;
 use crate::error::CliError;
-use crate::output::{self, Output, Success};
+use crate::globals::Globals;
+use crate::output::{self, Output, Reply, Success};
 use crate::render::{self, Paint};
-use crate::tools::{describe_session, list_all};
+
+#[derive(Debug, Args)]
+pub struct ToolsSnapshotArgs {
+    #[command(flatten)]
+    pub selector: SelectorArgs,
+    /// Write the live surface to FILE ("-" prints it)
+    #[arg(long, value_name = "FILE")]
+    pub write: Option<PathBuf>,
+    /// Compare the live surface with FILE
+    #[arg(long, value_name = "FILE")]
+    pub check: Option<PathBuf>,
+}
+
+/// `tools snapshot --write` or `--check` (05 §7.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SnapshotMode {
+    /// `--write -`: the document itself on stdout.
+    WriteStdout,
+    Write(PathBuf),
+    Check(PathBuf),
+}
+
+pub fn validate(a: ToolsSnapshotArgs) -> Result<Command, CliError> {
+    let selector = optional_selector("tools snapshot", a.selector.positionals)?;
+    let mode = match (a.write, a.check) {
+        (Some(w), None) if w.as_os_str() == "-" => SnapshotMode::WriteStdout,
+        (Some(w), None) => SnapshotMode::Write(w),
+        (None, Some(c)) => SnapshotMode::Check(c),
+        _ => {
+            return Err(CliError::usage(
+                "tools snapshot needs exactly one of --write <file> and --check <file>",
+            ));
+        }
+    };
+    Ok(Command::ToolsSnapshot { selector, mode })
+}
 
 /// `snapshotVersion` of the document.
 pub const SNAPSHOT_VERSION: u64 = 1;
+/// The largest snapshot file `--check` reads (16 MiB): a tool surface is far smaller, and a
+/// bigger file is refused before it is read.
+pub const MAX_SNAPSHOT_FILE_BYTES: u64 = 16 << 20;
 /// Lines of context in the diff.
 pub const DIFF_CONTEXT: usize = 3;
 /// Descriptor fields a snapshot keeps besides `name`, `description` and `group`.
@@ -190,6 +231,47 @@ fn compare<'a>(file: &'a Value, live: &'a Value, key: &str) -> [Vec<&'a str>; 3]
     [added, removed, changed]
 }
 
+/// Why a snapshot file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotReadError {
+    /// Larger than [`MAX_SNAPSHOT_FILE_BYTES`]; refused from its size, before reading it.
+    #[error("it is larger than {max_bytes} bytes")]
+    TooLarge { max_bytes: u64 },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+impl SnapshotReadError {
+    /// An `inspection_error` (exit 66) naming the file, like every other unusable snapshot;
+    /// the size cap also goes into `details.maxBytes`.
+    pub fn into_cli_error(self, path: &str) -> CliError {
+        let err = inspection(path, &self);
+        match self {
+            SnapshotReadError::TooLarge { max_bytes } => err.with_detail("maxBytes", max_bytes),
+            _ => err,
+        }
+    }
+}
+
+/// The snapshot file's text, at most [`MAX_SNAPSHOT_FILE_BYTES`]: a larger regular file is
+/// refused from its length, and anything that grows past the cap while read is cut off at
+/// one byte over it and refused too.
+pub fn read_snapshot_file(path: &Path) -> Result<String, SnapshotReadError> {
+    let file = std::fs::File::open(path)?;
+    let too_large = SnapshotReadError::TooLarge {
+        max_bytes: MAX_SNAPSHOT_FILE_BYTES,
+    };
+    if file.metadata()?.len() > MAX_SNAPSHOT_FILE_BYTES {
+        return Err(too_large);
+    }
+    // The same text and UTF-8 error as `fs::read_to_string`.
+    let text = std::io::read_to_string(file.take(MAX_SNAPSHOT_FILE_BYTES + 1))?;
+    if text.len() as u64 > MAX_SNAPSHOT_FILE_BYTES {
+        return Err(too_large);
+    }
+    Ok(text)
+}
+
 fn inspection(path: &str, why: impl std::fmt::Display) -> CliError {
     CliError::inspection(format!("cannot use the snapshot {path}: {why}")).with_detail("path", path)
 }
@@ -197,7 +279,7 @@ fn inspection(path: &str, why: impl std::fmt::Display) -> CliError {
 /// `--check <file>`.
 pub fn check(path: &Path, live: &Value, alias: &str, paint: Paint) -> Result<Success, CliError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| inspection(&shown, e))?;
+    let text = read_snapshot_file(path).map_err(|e| e.into_cli_error(&shown))?;
     let file: Value = serde_json::from_str(&text).map_err(|e| inspection(&shown, e))?;
     if file.get("snapshotVersion").and_then(Value::as_u64) != Some(SNAPSHOT_VERSION) {
         return Err(inspection(&shown, "snapshotVersion is not 1"));
@@ -287,157 +369,65 @@ pub fn check(path: &Path, live: &Value, alias: &str, paint: Paint) -> Result<Suc
     Err(err)
 }
 
-/// One step of an edit script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Edit {
-    Keep(usize, usize),
-    Delete(usize),
-    Insert(usize),
-}
-
-/// A shortest edit script from `a` to `b` (Myers' O((N+M)D) algorithm): the frontier of each
-/// round is saved, then the path is walked back from the end.
-fn edit_script(a: &[&str], b: &[&str]) -> Vec<Edit> {
-    let (n, m) = (a.len() as isize, b.len() as isize);
-    let max = n + m;
-    let offset = max + 1;
-    let at = |k: isize| (k + offset) as usize;
-    let mut v = vec![0isize; (2 * max + 3) as usize];
-    let mut trace: Vec<Vec<isize>> = Vec::new();
-    'search: for d in 0..=max {
-        trace.push(v.clone());
-        for k in (-d..=d).step_by(2) {
-            let mut x = if k == -d || (k != d && v[at(k - 1)] < v[at(k + 1)]) {
-                v[at(k + 1)]
-            } else {
-                v[at(k - 1)] + 1
-            };
-            let mut y = x - k;
-            while x < n && y < m && a[x as usize] == b[y as usize] {
-                x += 1;
-                y += 1;
-            }
-            v[at(k)] = x;
-            if x >= n && y >= m {
-                break 'search;
-            }
-        }
-    }
-    let mut edits = Vec::new();
-    let (mut x, mut y) = (n, m);
-    for (d, v) in trace.iter().enumerate().rev() {
-        let d = d as isize;
-        let k = x - y;
-        let prev_k = if k == -d || (k != d && v[at(k - 1)] < v[at(k + 1)]) {
-            k + 1
-        } else {
-            k - 1
-        };
-        let prev_x = v[at(prev_k)];
-        let prev_y = prev_x - prev_k;
-        while x > prev_x && y > prev_y {
-            x -= 1;
-            y -= 1;
-            edits.push(Edit::Keep(x as usize, y as usize));
-        }
-        if d > 0 {
-            if x == prev_x {
-                edits.push(Edit::Insert((y - 1) as usize));
-            } else {
-                edits.push(Edit::Delete((x - 1) as usize));
-            }
-            x = prev_x;
-            y = prev_y;
-        }
-    }
-    edits.reverse();
-    edits
-}
-
 /// A unified diff of two texts with [`DIFF_CONTEXT`] lines of context; empty when equal.
+/// Lines are compared without their line breaks; the line diff is `similar`'s Myers (linear
+/// space), grouped into hunks whose context overlaps.
 pub fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
     let a: Vec<&str> = old.lines().collect();
     let b: Vec<&str> = new.lines().collect();
-    let edits = edit_script(&a, &b);
-    let changes: Vec<usize> = edits
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| !matches!(e, Edit::Keep(..)))
-        .map(|(i, _)| i)
-        .collect();
-    if changes.is_empty() {
+    let ops = similar::capture_diff_slices(similar::Algorithm::Myers, &a, &b);
+    let hunks = similar::group_diff_ops(ops, DIFF_CONTEXT);
+    if hunks.is_empty() {
         return String::new();
     }
     let mut out = format!("--- {old_name}\n+++ {new_name}\n");
-    // Group changes whose context overlaps into hunks.
-    let mut hunks: Vec<(usize, usize)> = Vec::new();
-    for &i in &changes {
-        let start = i.saturating_sub(DIFF_CONTEXT);
-        let end = (i + DIFF_CONTEXT + 1).min(edits.len());
-        match hunks.last_mut() {
-            Some((_, e)) if start <= *e => *e = end,
-            _ => hunks.push((start, end)),
-        }
-    }
-    for (start, end) in hunks {
-        let slice = &edits[start..end];
-        let (mut a_start, mut b_start) = (None, None);
-        let (mut a_len, mut b_len) = (0, 0);
-        // Positions of the first line on each side (for empty sides: the line before).
-        let mut ax = 0;
-        let mut by = 0;
-        for e in &edits[..start] {
-            match e {
-                Edit::Keep(..) => {
-                    ax += 1;
-                    by += 1;
-                }
-                Edit::Delete(_) => ax += 1,
-                Edit::Insert(_) => by += 1,
-            }
-        }
-        let mut body = String::new();
-        for e in slice {
-            match *e {
-                Edit::Keep(i, j) => {
-                    a_start.get_or_insert(i);
-                    b_start.get_or_insert(j);
-                    a_len += 1;
-                    b_len += 1;
-                    body.push_str(&format!(" {}\n", a[i]));
-                }
-                Edit::Delete(i) => {
-                    a_start.get_or_insert(i);
-                    a_len += 1;
-                    body.push_str(&format!("-{}\n", a[i]));
-                }
-                Edit::Insert(j) => {
-                    b_start.get_or_insert(j);
-                    b_len += 1;
-                    body.push_str(&format!("+{}\n", b[j]));
-                }
-            }
-        }
-        let range = |start: Option<usize>, fallback: usize, len: usize| {
-            let first = if len == 0 {
-                fallback
-            } else {
-                start.unwrap_or(fallback) + 1
-            };
-            if len == 1 {
-                format!("{first}")
-            } else {
-                format!("{first},{len}")
-            }
+    for hunk in hunks {
+        let (Some(first), Some(last)) = (hunk.first(), hunk.last()) else {
+            continue;
         };
+        let old_range = first.old_range().start..last.old_range().end;
+        let new_range = first.new_range().start..last.new_range().end;
         out.push_str(&format!(
             "@@ -{} +{} @@\n",
-            range(a_start, ax, a_len),
-            range(b_start, by, b_len)
+            hunk_range(&old_range),
+            hunk_range(&new_range)
         ));
-        out.push_str(&body);
+        for op in &hunk {
+            let (tag, old_span, new_span) = op.as_tag_tuple();
+            push_lines(&mut out, tag, &a[old_span], &b[new_span]);
+        }
     }
     out
+}
+
+/// The lines of one diff operation: context, removed, added, or removed then added.
+fn push_lines(out: &mut String, tag: similar::DiffTag, old: &[&str], new: &[&str]) {
+    let mut push = |mark: char, lines: &[&str]| {
+        for line in lines {
+            out.push(mark);
+            out.push_str(line);
+            out.push('\n');
+        }
+    };
+    match tag {
+        similar::DiffTag::Equal => push(' ', old),
+        similar::DiffTag::Delete => push('-', old),
+        similar::DiffTag::Insert => push('+', new),
+        similar::DiffTag::Replace => {
+            push('-', old);
+            push('+', new);
+        }
+    }
+}
+
+/// A hunk side as `first,len` (1-based), just `first` for one line, and the line before for
+/// an empty side (`0,0` at the start), as `diff -u` writes it.
+fn hunk_range(range: &std::ops::Range<usize>) -> String {
+    match range.len() {
+        0 => format!("{},0", range.start),
+        1 => format!("{}", range.start + 1),
+        len => format!("{},{len}", range.start + 1),
+    }
 }
 
 #[cfg(test)]
@@ -575,6 +565,47 @@ mod tests {
                 .exit_code(),
             66
         );
+    }
+
+    #[test]
+    fn an_oversized_snapshot_file_is_refused_without_reading_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("huge.json");
+        // Sparse: 64 GiB that would take minutes (and the memory) to read.
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(64 << 30)
+            .unwrap();
+        let e = check(&path, &playground_like(), "a", Paint::PLAIN).unwrap_err();
+        assert_eq!(e.exit_code(), 66);
+        assert_eq!(e.error_type, "inspection_error");
+        assert!(e.message.contains("huge.json"), "{}", e.message);
+        assert!(
+            e.message.contains(&MAX_SNAPSHOT_FILE_BYTES.to_string()),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            e.details.clone().unwrap()["maxBytes"],
+            json!(MAX_SNAPSHOT_FILE_BYTES)
+        );
+        // A file whose length says nothing (a device, a pipe) is cut off one byte past the cap.
+        let e = check(
+            Path::new("/dev/zero"),
+            &playground_like(),
+            "a",
+            Paint::PLAIN,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.details.clone().unwrap()["maxBytes"],
+            json!(MAX_SNAPSHOT_FILE_BYTES)
+        );
+        // At the cap exactly it is read (and judged on its content).
+        let at_cap = tmp.path().join("at-cap.json");
+        std::fs::write(&at_cap, vec![b' '; MAX_SNAPSHOT_FILE_BYTES as usize]).unwrap();
+        let e = check(&at_cap, &playground_like(), "a", Paint::PLAIN).unwrap_err();
+        assert!(e.details.clone().unwrap().get("maxBytes").is_none());
     }
 
     #[test]
