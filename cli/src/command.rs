@@ -578,34 +578,39 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         TopCommand::Events(noun) => match noun.verb {
             None => Err(missing_verb("events")),
             Some(EventsVerb::Unknown(words)) => Err(unknown_verb("events", &words)),
-            Some(EventsVerb::Ls(a)) => Ok(Command::EventsLs(EventsListParams {
-                selector: optional_selector("events ls", a.selector.positionals)?,
-                name: glob(a.name)?,
-                limit: opt(a.limit, |v| positive_int("--limit", v))?,
-                offset: opt(a.offset, |v| non_negative_int("--offset", v))?,
-            })),
-            Some(EventsVerb::Tail(a)) => Ok(Command::EventsTail(SubscribeParams {
-                session_selector: optional_selector("events tail", a.selector.positionals)?,
-                kinds: Some(vec![EventKind::AppEvent]),
-                name: glob(a.name)?,
-                payload_max_bytes: opt(a.payload_max_bytes, |v| {
-                    positive_int("--payload-max-bytes", v)
-                })?,
-                since: None,
-            })),
+            Some(EventsVerb::Ls(a)) => Ok(Command::EventsLs(
+                EventsListParams::default()
+                    .with_selector(optional_selector("events ls", a.selector.positionals)?)
+                    .with_name(glob(a.name)?)
+                    .with_limit(opt(a.limit, |v| positive_int("--limit", v))?)
+                    .with_offset(opt(a.offset, |v| non_negative_int("--offset", v))?),
+            )),
+            Some(EventsVerb::Tail(a)) => Ok(Command::EventsTail(
+                SubscribeParams::default()
+                    .with_session_selector(optional_selector(
+                        "events tail",
+                        a.selector.positionals,
+                    )?)
+                    .with_kinds(Some(vec![EventKind::AppEvent]))
+                    .with_name(glob(a.name)?)
+                    .with_payload_max_bytes(opt(a.payload_max_bytes, |v| {
+                        positive_int("--payload-max-bytes", v)
+                    })?),
+            )),
             Some(EventsVerb::Since(a)) => {
                 let (selector, cursor) =
                     selector_and_value("events since", "CURSOR", a.positionals.positionals)?;
                 let since = non_negative_int("<cursor>", &cursor)?;
-                Ok(Command::EventsSince(EventsSinceParams {
-                    selector,
-                    since: Some(since),
-                    limit: opt(a.limit, |v| positive_int("--limit", v))?,
-                    name: glob(a.name)?,
-                    payload_max_bytes: opt(a.payload_max_bytes, |v| {
-                        positive_int("--payload-max-bytes", v)
-                    })?,
-                }))
+                Ok(Command::EventsSince(
+                    EventsSinceParams::default()
+                        .with_selector(selector)
+                        .with_since(Some(since))
+                        .with_limit(opt(a.limit, |v| positive_int("--limit", v))?)
+                        .with_name(glob(a.name)?)
+                        .with_payload_max_bytes(opt(a.payload_max_bytes, |v| {
+                            positive_int("--payload-max-bytes", v)
+                        })?),
+                ))
             }
         },
         TopCommand::Daemon(noun) => match noun.verb {
@@ -888,13 +893,12 @@ fn tools_ls(a: ToolsLsArgs) -> Result<ToolsLs, CliError> {
         )));
     }
     Ok(ToolsLs {
-        params: ToolsListParams {
-            selector,
-            group,
-            filter: a.filter,
-            limit: opt(a.limit, |v| positive_int("--limit", v))?,
-            offset: opt(a.offset, |v| non_negative_int("--offset", v))?,
-        },
+        params: ToolsListParams::default()
+            .with_selector(selector)
+            .with_group(group)
+            .with_filter(a.filter)
+            .with_limit(opt(a.limit, |v| positive_int("--limit", v))?)
+            .with_offset(opt(a.offset, |v| non_negative_int("--offset", v))?),
         groups_only: a.groups,
         full: a.full,
     })

@@ -21,12 +21,11 @@ pub async fn ls(
 ) -> Result<Success, CliError> {
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
     let session = describe_session(&client, &dir, p.selector.as_deref()).await?;
-    let params = EventsListParams {
-        selector: Some(session.session_id.clone()),
-        name: p.name.clone(),
-        limit: views::effective_limit(p.limit, out.flags.json),
-        offset: p.offset,
-    };
+    let params = EventsListParams::default()
+        .with_selector(Some(session.session_id.clone()))
+        .with_name(p.name.clone())
+        .with_limit(views::effective_limit(p.limit, out.flags.json))
+        .with_offset(p.offset);
     let result = client
         .call::<EventsList>(params)
         .await
@@ -65,10 +64,7 @@ pub async fn tail(globals: &Globals, out: &Output, p: &SubscribeParams) -> Resul
         Some(sel) => Some(describe_session(&client, &dir, Some(sel)).await?.alias),
         None => None,
     };
-    let params = SubscribeParams {
-        kinds: Some(vec![EventKind::AppEvent]),
-        ..p.clone()
-    };
+    let params = p.clone().with_kinds(Some(vec![EventKind::AppEvent]));
     let mut stream = client
         .subscribe(params)
         .await

@@ -39,9 +39,9 @@ pub async fn revoke(
 ) -> Result<Success, CliError> {
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
     let result = client
-        .call::<SessionsRevoke>(SelectorParams {
-            selector: selector.map(str::to_owned),
-        })
+        .call::<SessionsRevoke>(
+            SelectorParams::default().with_selector(selector.map(str::to_owned)),
+        )
         .await
         .map_err(|e| connect::client_error(&e, &dir))?;
     Ok(views::sessions_revoke(&result))
@@ -134,14 +134,13 @@ pub fn plan(
 
 /// The `link.create` params of 05 §6.3 step 6.
 pub fn link_params(req: &LinkRequest) -> LinkCreateParams {
-    LinkCreateParams {
-        ttl_seconds: req.ttl_seconds,
-        address_override: delivery::address_override(
+    LinkCreateParams::default()
+        .with_ttl_seconds(req.ttl_seconds)
+        .with_address_override(delivery::address_override(
             req.open.and_then(OpenTarget::device_target),
             req.transport,
-        ),
-        transport: Some(req.transport),
-    }
+        ))
+        .with_transport(Some(req.transport))
 }
 
 /// `sessions link` (05 §6.3): every check before minting; a failed delivery revokes the link.
@@ -271,9 +270,7 @@ pub async fn mint_and_deliver(
 
 /// Revokes a link minted by this command after a later step failed (05 §6.3 step 7).
 async fn revoke_quietly(client: &ControlClient, session_id: &str) {
-    let params = SelectorParams {
-        selector: Some(session_id.to_owned()),
-    };
+    let params = SelectorParams::default().with_selector(Some(session_id.to_owned()));
     if let Err(e) = client.call::<SessionsRevoke>(params).await {
         tracing::warn!("could not revoke the undelivered link {session_id}: {e}");
     }

@@ -52,11 +52,11 @@ pub async fn lookup(
     name: &str,
 ) -> Result<ToolsListEntry, ToolFailure> {
     let list = client
-        .call::<ToolsList>(ToolsListParams {
-            selector: Some(session.session_id.clone()),
-            filter: Some(name.to_owned()),
-            ..Default::default()
-        })
+        .call::<ToolsList>(
+            ToolsListParams::default()
+                .with_selector(Some(session.session_id.clone()))
+                .with_filter(Some(name.to_owned())),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     list.tools
@@ -84,13 +84,14 @@ pub async fn list_tools(inner: &Inner, args: &Args) -> Result<Value, ToolFailure
     let limit = args.u64("limit").unwrap_or(DEFAULT_LIMIT);
     let offset = args.u64("offset");
     let list = client
-        .call::<ToolsList>(ToolsListParams {
-            selector: Some(session.session_id.clone()),
-            group: args.str("group").map(str::to_owned),
-            filter: args.str("filter").map(str::to_owned),
-            limit: Some(limit),
-            offset,
-        })
+        .call::<ToolsList>(
+            ToolsListParams::default()
+                .with_selector(Some(session.session_id.clone()))
+                .with_group(args.str("group").map(str::to_owned))
+                .with_filter(args.str("filter").map(str::to_owned))
+                .with_limit(Some(limit))
+                .with_offset(offset),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     let mut tools = list.tools;
@@ -166,12 +167,13 @@ pub async fn list_events(inner: &Inner, args: &Args) -> Result<Value, ToolFailur
     let offset = args.u64("offset");
     let name = args.str("name");
     let list = client
-        .call::<EventsList>(EventsListParams {
-            selector: Some(session.session_id.clone()),
-            name: name.map(str::to_owned),
-            limit: Some(limit),
-            offset,
-        })
+        .call::<EventsList>(
+            EventsListParams::default()
+                .with_selector(Some(session.session_id.clone()))
+                .with_name(name.map(str::to_owned))
+                .with_limit(Some(limit))
+                .with_offset(offset),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     let exact = name.filter(|n| !n.contains('*'));
@@ -252,16 +254,17 @@ pub async fn events(inner: &Inner, args: &Args) -> Result<Value, ToolFailure> {
     let client = inner.control().await?;
     let session = inner.resolve(&client, args.str("selector")).await?;
     let page = client
-        .call::<EventsSince>(EventsSinceParams {
-            selector: Some(session.session_id.clone()),
-            since: Some(args.u64("since").unwrap_or(0)),
-            limit: Some(args.u64("limit").unwrap_or(DEFAULT_LIMIT)),
-            name: args.str("name").map(str::to_owned),
-            payload_max_bytes: Some(
-                args.u64("payloadMaxBytes")
-                    .unwrap_or(DEFAULT_PAYLOAD_MAX_BYTES),
-            ),
-        })
+        .call::<EventsSince>(
+            EventsSinceParams::default()
+                .with_selector(Some(session.session_id.clone()))
+                .with_since(Some(args.u64("since").unwrap_or(0)))
+                .with_limit(Some(args.u64("limit").unwrap_or(DEFAULT_LIMIT)))
+                .with_name(args.str("name").map(str::to_owned))
+                .with_payload_max_bytes(Some(
+                    args.u64("payloadMaxBytes")
+                        .unwrap_or(DEFAULT_PAYLOAD_MAX_BYTES),
+                )),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     let events: Vec<Value> = page

@@ -467,11 +467,12 @@ async fn mint(
         return Err(cancelled_failure());
     }
     let link = client
-        .call::<LinkCreate>(LinkCreateParams {
-            ttl_seconds: req.ttl_seconds,
-            address_override: delivery::address_override(target, req.transport),
-            transport: Some(req.transport),
-        })
+        .call::<LinkCreate>(
+            LinkCreateParams::default()
+                .with_ttl_seconds(req.ttl_seconds)
+                .with_address_override(delivery::address_override(target, req.transport))
+                .with_transport(Some(req.transport)),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     if context.ct.is_cancelled() {
@@ -517,9 +518,7 @@ async fn compose(
 
 /// Discards a minted link that was not delivered (02 §7).
 async fn revoke(client: &ControlClient, session_id: &str) {
-    let params = SelectorParams {
-        selector: Some(session_id.to_owned()),
-    };
+    let params = SelectorParams::default().with_selector(Some(session_id.to_owned()));
     if let Err(e) = client.call::<SessionsRevoke>(params).await {
         tracing::warn!("could not revoke the undelivered link {session_id}: {e}");
     }

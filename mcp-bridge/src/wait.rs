@@ -93,20 +93,15 @@ pub async fn for_session(
         .map_err(|e| ToolFailure::from_client(&e))?;
     // Listener first, then describe, so a claim between the two is not missed.
     let mut stream = extra
-        .subscribe(SubscribeParams {
-            kinds: Some(vec![
-                EventKind::SessionClaimed,
-                EventKind::LinkExpired,
-                EventKind::SessionRevoked,
-            ]),
-            ..Default::default()
-        })
+        .subscribe(SubscribeParams::default().with_kinds(Some(vec![
+            EventKind::SessionClaimed,
+            EventKind::LinkExpired,
+            EventKind::SessionRevoked,
+        ])))
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     match extra
-        .call::<SessionsDescribe>(SelectorParams {
-            selector: Some(id.clone()),
-        })
+        .call::<SessionsDescribe>(SelectorParams::default().with_selector(Some(id.clone())))
         .await
     {
         Ok(s) => {
@@ -181,20 +176,21 @@ pub async fn for_event(
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     let mut stream = extra
-        .subscribe(SubscribeParams {
-            session_selector: Some(session.session_id.clone()),
-            kinds: Some(vec![
-                EventKind::AppEvent,
-                EventKind::SessionRevoked,
-                EventKind::SessionExpired,
-            ]),
-            name: Some(glob.clone()),
-            payload_max_bytes: Some(
-                args.u64("payloadMaxBytes")
-                    .unwrap_or(DEFAULT_PAYLOAD_MAX_BYTES),
-            ),
-            since: Some(args.u64("since").unwrap_or(0)),
-        })
+        .subscribe(
+            SubscribeParams::default()
+                .with_session_selector(Some(session.session_id.clone()))
+                .with_kinds(Some(vec![
+                    EventKind::AppEvent,
+                    EventKind::SessionRevoked,
+                    EventKind::SessionExpired,
+                ]))
+                .with_name(Some(glob.clone()))
+                .with_payload_max_bytes(Some(
+                    args.u64("payloadMaxBytes")
+                        .unwrap_or(DEFAULT_PAYLOAD_MAX_BYTES),
+                ))
+                .with_since(Some(args.u64("since").unwrap_or(0))),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     let dropped = stream.result().replay.as_ref().map_or(0, |r| r.dropped);
