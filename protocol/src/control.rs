@@ -2,8 +2,9 @@
 //! shared shapes of 03 §8, events (03 §11.1) and per-call notifications (03 §10.3).
 //!
 //! The daemon validates with [`Method::validate`] (or [`ControlRequest::parse`] for dispatch by
-//! name); clients build `Params` values directly and decode `Result`s with serde, ignoring unknown
-//! keys. Optional result keys are omitted when absent, never sent as `null`, except `group`.
+//! name); clients build `Params` values with `new`/`default` and the `with_*` setters, and decode
+//! `Result`s with serde, ignoring unknown keys. Optional result keys are omitted when absent,
+//! never sent as `null`, except `group`.
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Debug, Display};
@@ -2543,6 +2544,42 @@ mod tests {
         let obj = ErrorObject::from(e);
         assert_eq!(obj.code, -32602);
         assert_eq!(obj.error_type(), ErrorType::InvalidRequest);
+    }
+
+    #[test]
+    fn params_keys_are_the_serialised_keys() {
+        fn keys(v: impl Serialize) -> Vec<String> {
+            match serde_json::to_value(v) {
+                Ok(Value::Object(m)) => m.keys().cloned().collect(),
+                other => panic!("not an object: {other:?}"),
+            }
+        }
+        let s = || "x".to_owned();
+        let full_call = ToolsCallParams::new("t")
+            .with_selector(s())
+            .with_timeout_ms(1000)
+            .with_caller(Caller::Mcp)
+            .with_consent(Consent::Elicitation)
+            .with_call_id(s())
+            .with_progress(true);
+        assert_eq!(keys(full_call), ToolsCallParams::KEYS);
+        let full_subscribe = SubscribeParams::default()
+            .with_session_selector(s())
+            .with_kinds(vec![EventKind::AppEvent])
+            .with_name(s())
+            .with_payload_max_bytes(1)
+            .with_since(0);
+        assert_eq!(keys(full_subscribe), SubscribeParams::KEYS);
+        let full_consent = ConsentCreateParams::new(s(), s(), s())
+            .with_selector(s())
+            .with_timeout_ms(1000)
+            .with_ttl_ms(1000);
+        assert_eq!(keys(full_consent), ConsentCreateParams::KEYS);
+        let hello = HelloParams::default()
+            .with_client(ClientInfo::new(s(), s()))
+            .with_control_protocol(1);
+        assert_eq!(keys(&hello), HelloParams::KEYS);
+        assert_eq!(keys(hello.client), ClientInfo::KEYS);
     }
 
     #[test]
