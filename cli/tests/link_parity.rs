@@ -51,14 +51,14 @@ impl ControlHandler for FixedLinks {
                 } else {
                     ("192.168.1.20", 8443)
                 };
-                let payload = BootstrapPayload::try_from(&Decoded {
-                    family: 4,
-                    address: address.into(),
+                let payload = BootstrapPayload::try_from(&Decoded::new(
+                    4,
+                    address,
                     port,
-                    session_id: SESSION.into(),
-                    token_base64url: "A".repeat(43),
-                    expires_at: 1_764_494_223,
-                })
+                    SESSION,
+                    "A".repeat(43),
+                    1_764_494_223,
+                ))
                 .unwrap()
                 .encode()
                 .unwrap();

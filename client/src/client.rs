@@ -1173,13 +1173,12 @@ impl ControlClient {
         client_name: &str,
         client_version: &str,
     ) -> Result<DaemonInfo, ClientError> {
-        let params = HelloParams {
-            client: Some(ClientInfo {
-                name: client_name.to_owned(),
-                version: client_version.to_owned(),
-            }),
-            control_protocol: Some(u64::from(limits::CONTROL_PROTOCOL)),
-        };
+        let params = HelloParams::default()
+            .with_client(Some(ClientInfo::new(
+                client_name.to_owned(),
+                client_version.to_owned(),
+            )))
+            .with_control_protocol(Some(u64::from(limits::CONTROL_PROTOCOL)));
         match self.call::<DaemonHello>(params).await {
             Ok(h) => Ok(DaemonInfo::from_hello(&h)),
             Err(ClientError::Rpc { code, .. }) if code == codes::METHOD_NOT_FOUND => {
@@ -1432,13 +1431,12 @@ async fn wait_ready(
         if let Ok(s) = UnixStream::connect(&socket).await {
             let client = ControlClient::from_stream_with(s, opts.request_timeout);
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let hello = HelloParams {
-                client: Some(ClientInfo {
-                    name: opts.client_name.clone(),
-                    version: opts.client_version.clone(),
-                }),
-                control_protocol: Some(u64::from(limits::CONTROL_PROTOCOL)),
-            };
+            let hello = HelloParams::default()
+                .with_client(Some(ClientInfo::new(
+                    opts.client_name.clone(),
+                    opts.client_version.clone(),
+                )))
+                .with_control_protocol(Some(u64::from(limits::CONTROL_PROTOCOL)));
             match client
                 .call_with_timeout::<DaemonHello>(
                     hello,

@@ -681,30 +681,26 @@ mod tests {
     fn deep_links_carry_the_pin_only_for_the_native_transport() {
         use appduct_protocol::bootstrap::{BootstrapPayload, Decoded};
         use appduct_protocol::control::Endpoint;
-        let payload = BootstrapPayload::try_from(&Decoded {
-            family: 4,
-            address: "127.0.0.1".into(),
-            port: 8443,
-            session_id: "Zk3pQ0mX8sL1vB2n".into(),
-            token_base64url: "A".repeat(43),
-            expires_at: 1_764_494_223,
-        })
+        let payload = BootstrapPayload::try_from(&Decoded::new(
+            4,
+            "127.0.0.1",
+            8443,
+            "Zk3pQ0mX8sL1vB2n",
+            "A".repeat(43),
+            1_764_494_223,
+        ))
         .unwrap()
         .encode()
         .unwrap();
         let pin = "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
-        let mut link = LinkCreateResult {
-            session_id: "Zk3pQ0mX8sL1vB2n".into(),
-            transport: Transport::Native,
-            deep_link_payload: payload.clone(),
-            endpoint: Endpoint {
-                address: "127.0.0.1".into(),
-                port: 8443,
-                family: 4,
-            },
-            expires_at: 1_764_494_223,
-            pin: pin.into(),
-        };
+        let mut link = LinkCreateResult::new(
+            "Zk3pQ0mX8sL1vB2n",
+            Transport::Native,
+            payload.clone(),
+            Endpoint::new("127.0.0.1", 8443, 4),
+            1_764_494_223,
+            pin,
+        );
         assert_eq!(
             deep_link("myapp", &link).unwrap(),
             format!(

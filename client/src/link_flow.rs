@@ -250,9 +250,7 @@ impl<'a> LinkFlow<'a> {
 
     /// Discards a minted link that was not delivered (02 §7); a failure is only logged.
     pub async fn revoke(&self, session_id: &str) {
-        let params = SelectorParams {
-            selector: Some(session_id.to_owned()),
-        };
+        let params = SelectorParams::default().with_selector(Some(session_id.to_owned()));
         if let Err(e) = self.client.call::<SessionsRevoke>(params).await {
             tracing::warn!("could not revoke the undelivered link {session_id}: {e}");
         }

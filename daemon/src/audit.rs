@@ -342,14 +342,14 @@ impl AuditWriter {
     /// files and are omitted when it cannot be read.
     pub fn status(&self) -> AuditStatus {
         let scan = scan_day_files(&self.shared.dir);
-        AuditStatus {
-            path: self.shared.dir.display().to_string(),
-            failed_writes: self.failed_writes(),
-            failed_prunes: self.failed_prunes(),
-            retention_days: self.shared.retention_days,
-            files: scan.map(|(files, _)| files),
-            bytes: scan.map(|(_, bytes)| bytes),
-        }
+        AuditStatus::new(
+            self.shared.dir.display().to_string(),
+            self.failed_writes(),
+            self.failed_prunes(),
+            self.shared.retention_days,
+        )
+        .with_files(scan.map(|(files, _)| files))
+        .with_bytes(scan.map(|(_, bytes)| bytes))
     }
 }
 

@@ -164,10 +164,10 @@ impl ConsentStore {
         records.order.push_back(key);
         drop(records);
 
-        Ok(ConsentCreateResult {
+        Ok(ConsentCreateResult::new(
             handle,
-            expires_at: now_unix_ms.saturating_add(ttl_ms) / 1000,
-        })
+            now_unix_ms.saturating_add(ttl_ms) / 1000,
+        ))
     }
 
     /// `consent.take`: returns the record and deletes it (single use). Unknown, evicted,
@@ -223,14 +223,11 @@ mod tests {
     use super::*;
 
     fn params() -> ConsentCreateParams {
-        ConsentCreateParams {
-            session_id: "q3VfZ0xkR2ptTnB4".into(),
-            name: "reset_counter".into(),
-            args_sha256: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a".into(),
-            selector: None,
-            timeout_ms: None,
-            ttl_ms: None,
-        }
+        ConsentCreateParams::new(
+            "q3VfZ0xkR2ptTnB4",
+            "reset_counter",
+            "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+        )
     }
 
     /// The lookup key only finds a candidate; the full digest decides. A handle whose digest

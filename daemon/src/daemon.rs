@@ -697,10 +697,7 @@ impl Daemon {
         bus.emit(
             None,
             None,
-            EventData::DaemonStarted(DaemonStartedData {
-                version: opts.version.clone(),
-                pid,
-            }),
+            EventData::DaemonStarted(DaemonStartedData::new(opts.version.clone(), pid)),
         );
         if key_source == KeySource::Generated {
             tracing::warn!(

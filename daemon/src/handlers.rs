@@ -358,13 +358,9 @@ impl DaemonHandler {
     fn status(&self) -> StatusResult {
         let ctx = &self.inner.ctx;
         let advertised = ctx.network.advertised();
-        let events_log = ctx
-            .bus
-            .events_log_status()
-            .unwrap_or_else(|| EventsLogStatus {
-                path: ctx.identity.events_log_path.display().to_string(),
-                failed_writes: 0,
-            });
+        let events_log = ctx.bus.events_log_status().unwrap_or_else(|| {
+            EventsLogStatus::new(ctx.identity.events_log_path.display().to_string(), 0)
+        });
         StatusResult {
             version: ctx.identity.version.clone(),
             control_protocol: limits::CONTROL_PROTOCOL,
@@ -373,14 +369,14 @@ impl DaemonHandler {
             state_dir: ctx.identity.state_dir.display().to_string(),
             wss_port: ctx.network.wss_port(),
             web_port: ctx.network.web_port(),
-            advertised_address: AdvertisedAddress {
-                address: advertised.address.to_string(),
-                family: advertised.family,
-                source: match advertised.source {
+            advertised_address: AdvertisedAddress::new(
+                advertised.address.to_string(),
+                advertised.family,
+                match advertised.source {
                     AddressOrigin::Config => AddressSource::Config,
                     AddressOrigin::Detected => AddressSource::Detected,
                 },
-            },
+            ),
             pinned_keys: vec![ctx.network.pin()],
             sessions: ctx.sessions.list(),
             pending_links: ctx.sessions.pending_links() as u64,
@@ -448,10 +444,9 @@ impl DaemonHandler {
         let matching: Vec<EventsListEntry> = declared
             .into_iter()
             .filter(|e| name.as_ref().is_none_or(|g| g.matches(&e.name)))
-            .map(|e| EventsListEntry {
-                name: e.name,
-                description: e.description,
-                payload_schema: e.payload_schema.as_ref().map(Schema::to_value),
+            .map(|e| {
+                EventsListEntry::new(e.name, e.description)
+                    .with_payload_schema(e.payload_schema.as_ref().map(Schema::to_value))
             })
             .collect();
         let total = matching.len() as u64;
@@ -462,12 +457,7 @@ impl DaemonHandler {
             .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         let events: Vec<EventsListEntry> = matching.into_iter().skip(skip).take(take).collect();
         let has_more = offset.saturating_add(events.len() as u64) < total;
-        Ok(EventsListResult {
-            events,
-            total,
-            has_more,
-            offset,
-        })
+        Ok(EventsListResult::new(events, total, has_more, offset))
     }
 
     /// `events.subscribe` (03 §9.12, §4.3, §4.4). Under the bus lock, atomically: the previous
@@ -504,11 +494,9 @@ impl DaemonHandler {
                 if !conn.set_subscribed() {
                     return;
                 }
-                let result = SubscribeResult {
-                    ok: true,
-                    session_id: bound.clone(),
-                    replay,
-                };
+                let result = SubscribeResult::new()
+                    .with_session_id(bound.clone())
+                    .with_replay(replay);
                 responded = match serde_json::to_value(&result) {
                     Ok(value) => conn.respond(id, Ok(value)),
                     Err(e) => conn.respond(id, Err(ErrorObject::internal(e.to_string()))),

@@ -232,10 +232,7 @@ impl PolicyEngine {
 
     /// `daemon.status.policy` (03 §9.2): `tools` only when an override is configured.
     pub fn summary(&self) -> PolicySummary {
-        PolicySummary {
-            default: self.policy.default,
-            destructive: self.policy.destructive,
-            tools: self.policy.tools.clone(),
-        }
+        PolicySummary::new(self.policy.default, self.policy.destructive)
+            .with_tools(self.policy.tools.clone())
     }
 }

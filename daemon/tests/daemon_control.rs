@@ -204,19 +204,16 @@ async fn link_claim_list_subscribe_and_revoke() {
     assert_eq!(hello.pending_links, 1);
     // A pending link is not a session.
     let err = client
-        .call::<SessionsDescribe>(SelectorParams {
-            selector: Some(link.session_id.clone()),
-        })
+        .call::<SessionsDescribe>(
+            SelectorParams::default().with_selector(Some(link.session_id.clone())),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.error_type(), ErrorType::UnknownSession);
 
     // The web link points at the loopback web listener.
     let web = client
-        .call::<LinkCreate>(LinkCreateParams {
-            transport: Some(Transport::Web),
-            ..LinkCreateParams::default()
-        })
+        .call::<LinkCreate>(LinkCreateParams::default().with_transport(Some(Transport::Web)))
         .await
         .unwrap();
     assert_eq!(
@@ -250,7 +247,7 @@ async fn link_claim_list_subscribe_and_revoke() {
     assert_eq!(list[0].tool_count, 1);
     assert_eq!(list[0].device.model.as_deref(), Some("Pixel 8"));
     let described = client
-        .call::<SessionsDescribe>(SelectorParams { selector: None })
+        .call::<SessionsDescribe>(SelectorParams::default())
         .await
         .unwrap();
     assert_eq!(described, list[0]);
@@ -260,9 +257,7 @@ async fn link_claim_list_subscribe_and_revoke() {
 
     // Revoke by alias: the app gets 1000 revoked, subscribers session_revoked.
     let revoked = client
-        .call::<SessionsRevoke>(SelectorParams {
-            selector: Some("pixel-8".to_owned()),
-        })
+        .call::<SessionsRevoke>(SelectorParams::default().with_selector(Some("pixel-8".to_owned())))
         .await
         .unwrap();
     assert_eq!(revoked.session_id, app.session_id);
@@ -289,9 +284,9 @@ async fn link_claim_list_subscribe_and_revoke() {
 
     // A pending link is revoked only by its exact id.
     let revoked = client
-        .call::<SessionsRevoke>(SelectorParams {
-            selector: Some(web.session_id.clone()),
-        })
+        .call::<SessionsRevoke>(
+            SelectorParams::default().with_selector(Some(web.session_id.clone())),
+        )
         .await
         .unwrap();
     assert_eq!(revoked.revoked, RevokedKind::Link);
@@ -332,11 +327,11 @@ async fn subscribe_with_since_replays_then_streams_without_loss() {
 
     let subscriber = memory_client(&daemon);
     let mut stream = subscriber
-        .subscribe(SubscribeParams {
-            session_selector: Some("pixel-8".to_owned()),
-            since: Some(2),
-            ..SubscribeParams::default()
-        })
+        .subscribe(
+            SubscribeParams::default()
+                .with_session_selector(Some("pixel-8".to_owned()))
+                .with_since(Some(2)),
+        )
         .await
         .unwrap();
     let result = stream.result().clone();
@@ -355,11 +350,11 @@ async fn subscribe_with_since_replays_then_streams_without_loss() {
 
     // A new filter replaces the old one entirely: only `e9`'s name matches now.
     let mut narrowed = subscriber
-        .subscribe(SubscribeParams {
-            kinds: Some(vec![EventKind::AppEvent]),
-            name: Some("e1*".to_owned()),
-            ..SubscribeParams::default()
-        })
+        .subscribe(
+            SubscribeParams::default()
+                .with_kinds(Some(vec![EventKind::AppEvent]))
+                .with_name(Some("e1*".to_owned())),
+        )
         .await
         .unwrap();
     post_events(&app, &mut bus, 9..=10).await;
@@ -369,11 +364,11 @@ async fn subscribe_with_since_replays_then_streams_without_loss() {
 
     // since beyond the high-water mark, or without a session, is a parameter error.
     let err = subscriber
-        .subscribe(SubscribeParams {
-            session_selector: Some(app.session_id.clone()),
-            since: Some(11),
-            ..SubscribeParams::default()
-        })
+        .subscribe(
+            SubscribeParams::default()
+                .with_session_selector(Some(app.session_id.clone()))
+                .with_since(Some(11)),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.error_type(), ErrorType::InvalidRequest);
@@ -434,21 +429,18 @@ async fn events_since_pages_with_cursor_and_remaining() {
     post_events(&app, &mut bus, 1..=5).await;
 
     let page = client
-        .call::<EventsSince>(EventsSinceParams {
-            limit: Some(2),
-            ..EventsSinceParams::default()
-        })
+        .call::<EventsSince>(EventsSinceParams::default().with_limit(Some(2)))
         .await
         .unwrap();
     let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [1, 2]);
     assert_eq!((page.cursor, page.dropped, page.remaining), (2, 0, 3));
     let page = client
-        .call::<EventsSince>(EventsSinceParams {
-            selector: Some("pixel-8".to_owned()),
-            since: Some(page.cursor),
-            ..EventsSinceParams::default()
-        })
+        .call::<EventsSince>(
+            EventsSinceParams::default()
+                .with_selector(Some("pixel-8".to_owned()))
+                .with_since(Some(page.cursor)),
+        )
         .await
         .unwrap();
     let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
@@ -456,20 +448,14 @@ async fn events_since_pages_with_cursor_and_remaining() {
     assert_eq!((page.cursor, page.remaining), (5, 0));
     // Filtered by name; the cursor skips the non-matching tail.
     let page = client
-        .call::<EventsSince>(EventsSinceParams {
-            name: Some("e2".to_owned()),
-            ..EventsSinceParams::default()
-        })
+        .call::<EventsSince>(EventsSinceParams::default().with_name(Some("e2".to_owned())))
         .await
         .unwrap();
     assert_eq!(page.events.len(), 1);
     assert_eq!(page.cursor, 5);
     // Beyond the high-water mark.
     let err = client
-        .call::<EventsSince>(EventsSinceParams {
-            since: Some(6),
-            ..EventsSinceParams::default()
-        })
+        .call::<EventsSince>(EventsSinceParams::default().with_since(Some(6)))
         .await
         .unwrap_err();
     assert_eq!(err.error_type(), ErrorType::InvalidRequest);
@@ -519,22 +505,19 @@ async fn events_list_filters_sorts_and_pages_declared_events() {
     assert_eq!((all.total, all.has_more, all.offset), (3, false, 0));
 
     let page = client
-        .call::<control::EventsList>(control::EventsListParams {
-            name: Some("*_failed".to_owned()),
-            limit: Some(1),
-            offset: Some(1),
-            ..control::EventsListParams::default()
-        })
+        .call::<control::EventsList>(
+            control::EventsListParams::default()
+                .with_name(Some("*_failed".to_owned()))
+                .with_limit(Some(1))
+                .with_offset(Some(1)),
+        )
         .await
         .unwrap();
     let names: Vec<&str> = page.events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["payment_failed"]);
     assert_eq!((page.total, page.has_more, page.offset), (2, false, 1));
     let page = client
-        .call::<control::EventsList>(control::EventsListParams {
-            limit: Some(1),
-            ..control::EventsListParams::default()
-        })
+        .call::<control::EventsList>(control::EventsListParams::default().with_limit(Some(1)))
         .await
         .unwrap();
     assert!(page.has_more);

@@ -242,12 +242,12 @@ async fn a_link_is_claimable_until_its_expires_at_second() {
 }
 
 fn tool_call(session_id: &str, id: &str) -> DaemonFrame {
-    DaemonFrame::ToolCall(ToolCall {
-        session_id: session_id.to_owned(),
-        id: id.to_owned(),
-        name: "cart.add".to_owned(),
-        args: serde_json::Map::new(),
-    })
+    DaemonFrame::ToolCall(ToolCall::new(
+        session_id.to_owned(),
+        id.to_owned(),
+        "cart.add",
+        serde_json::Map::new(),
+    ))
 }
 
 /// Fills the session's outgoing queue (the app is not reading) and starts one more

@@ -38,11 +38,9 @@ const WAIT: Duration = Duration::from_secs(30);
 // ---------------------------------------------------------------------------------------------
 
 fn link_params(ttl_seconds: u32, transport: Transport) -> LinkCreateParams {
-    LinkCreateParams {
-        ttl_seconds: Some(ttl_seconds),
-        transport: Some(transport),
-        ..LinkCreateParams::default()
-    }
+    LinkCreateParams::default()
+        .with_ttl_seconds(Some(ttl_seconds))
+        .with_transport(Some(transport))
 }
 
 async fn pending(client: &ControlClient) -> u64 {
@@ -111,9 +109,9 @@ async fn link_create_past_1024_pending_links_is_refused_until_one_is_revoked_cla
 
     // A revoked link frees its slot.
     client
-        .call::<SessionsRevoke>(SelectorParams {
-            selector: Some(links[0].session_id.clone()),
-        })
+        .call::<SessionsRevoke>(
+            SelectorParams::default().with_selector(Some(links[0].session_id.clone())),
+        )
         .await
         .unwrap();
     let replacement = raw

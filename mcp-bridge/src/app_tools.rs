@@ -41,11 +41,11 @@ pub async fn lookup(
     name: &str,
 ) -> Result<ToolsListEntry, ToolFailure> {
     let list = client
-        .call::<ToolsList>(ToolsListParams {
-            selector: Some(session.session_id.clone()),
-            filter: Some(name.to_owned()),
-            ..Default::default()
-        })
+        .call::<ToolsList>(
+            ToolsListParams::default()
+                .with_selector(Some(session.session_id.clone()))
+                .with_filter(Some(name.to_owned())),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     list.tools

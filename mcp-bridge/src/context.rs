@@ -294,9 +294,9 @@ impl BridgeContext {
         selector: Option<&str>,
     ) -> Result<SessionSummary, ToolFailure> {
         client
-            .call::<SessionsDescribe>(SelectorParams {
-                selector: selector.map(str::to_owned),
-            })
+            .call::<SessionsDescribe>(
+                SelectorParams::default().with_selector(selector.map(str::to_owned)),
+            )
             .await
             .map_err(|e| ToolFailure::from_client(&e))
     }

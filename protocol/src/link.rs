@@ -19,6 +19,7 @@ const RESERVED_SCHEMES: [&str; 5] = ["http", "https", "file", "ws", "wss"];
 
 /// Why a deep-link scheme was refused (05 §5.1). Both messages start with the CLI's wording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SchemeError {
     #[error(
         "Invalid deep-link scheme: it must match ^[A-Za-z][A-Za-z0-9+.-]{{0,63}}$ (give `myapp`, not `myapp://`)"
@@ -52,6 +53,7 @@ fn is_scheme_syntax(s: &str) -> bool {
 
 /// Why the composer refused its inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ComposeError {
     #[error(transparent)]
     Scheme(#[from] SchemeError),
@@ -145,6 +147,7 @@ impl serde::Serialize for LinkError {
 
 /// A parsed link. Expiry is not checked (02 §5.2); callers use `decoded.is_expired(now)`.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ParsedLink {
     /// The raw `appduct` value, after percent-decoding: the base64url payload.
     pub payload: String,

@@ -161,4 +161,3 @@ pub fn app_id(flag: &str, raw: String) -> Result<String, CliError> {
         )))
     }
 }
-

@@ -92,34 +92,36 @@ pub fn validate(noun: EventsNoun) -> Result<Command, CliError> {
     match noun.verb {
         None => Err(missing_verb("events")),
         Some(EventsVerb::Unknown(words)) => Err(unknown_verb("events", &words)),
-        Some(EventsVerb::Ls(a)) => Ok(Command::EventsLs(EventsListParams {
-            selector: optional_selector("events ls", a.selector.positionals)?,
-            name: glob(a.name)?,
-            limit: opt(a.limit, |v| positive_int("--limit", v))?,
-            offset: opt(a.offset, |v| non_negative_int("--offset", v))?,
-        })),
-        Some(EventsVerb::Tail(a)) => Ok(Command::EventsTail(SubscribeParams {
-            session_selector: optional_selector("events tail", a.selector.positionals)?,
-            kinds: Some(vec![EventKind::AppEvent]),
-            name: glob(a.name)?,
-            payload_max_bytes: opt(a.payload_max_bytes, |v| {
-                positive_int("--payload-max-bytes", v)
-            })?,
-            since: None,
-        })),
+        Some(EventsVerb::Ls(a)) => Ok(Command::EventsLs(
+            EventsListParams::default()
+                .with_selector(optional_selector("events ls", a.selector.positionals)?)
+                .with_name(glob(a.name)?)
+                .with_limit(opt(a.limit, |v| positive_int("--limit", v))?)
+                .with_offset(opt(a.offset, |v| non_negative_int("--offset", v))?),
+        )),
+        Some(EventsVerb::Tail(a)) => Ok(Command::EventsTail(
+            SubscribeParams::default()
+                .with_session_selector(optional_selector("events tail", a.selector.positionals)?)
+                .with_kinds(Some(vec![EventKind::AppEvent]))
+                .with_name(glob(a.name)?)
+                .with_payload_max_bytes(opt(a.payload_max_bytes, |v| {
+                    positive_int("--payload-max-bytes", v)
+                })?),
+        )),
         Some(EventsVerb::Since(a)) => {
             let (selector, cursor) =
                 selector_and_value("events since", "CURSOR", a.positionals.positionals)?;
             let since = non_negative_int("<cursor>", &cursor)?;
-            Ok(Command::EventsSince(EventsSinceParams {
-                selector,
-                since: Some(since),
-                limit: opt(a.limit, |v| positive_int("--limit", v))?,
-                name: glob(a.name)?,
-                payload_max_bytes: opt(a.payload_max_bytes, |v| {
-                    positive_int("--payload-max-bytes", v)
-                })?,
-            }))
+            Ok(Command::EventsSince(
+                EventsSinceParams::default()
+                    .with_selector(selector)
+                    .with_since(Some(since))
+                    .with_limit(opt(a.limit, |v| positive_int("--limit", v))?)
+                    .with_name(glob(a.name)?)
+                    .with_payload_max_bytes(opt(a.payload_max_bytes, |v| {
+                        positive_int("--payload-max-bytes", v)
+                    })?),
+            ))
         }
     }
 }
@@ -132,12 +134,11 @@ pub async fn run_ls(
 ) -> Result<Success, CliError> {
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
     let session = describe_session(&client, &dir, p.selector.as_deref()).await?;
-    let params = EventsListParams {
-        selector: Some(session.session_id.clone()),
-        name: p.name.clone(),
-        limit: effective_limit(p.limit, out.flags.json),
-        offset: p.offset,
-    };
+    let params = EventsListParams::default()
+        .with_selector(Some(session.session_id.clone()))
+        .with_name(p.name.clone())
+        .with_limit(effective_limit(p.limit, out.flags.json))
+        .with_offset(p.offset);
     let result = client
         .call::<EventsList>(params)
         .await
@@ -180,10 +181,7 @@ pub async fn run_tail(
         Some(sel) => Some(describe_session(&client, &dir, Some(sel)).await?.alias),
         None => None,
     };
-    let params = SubscribeParams {
-        kinds: Some(vec![EventKind::AppEvent]),
-        ..p.clone()
-    };
+    let params = p.clone().with_kinds(Some(vec![EventKind::AppEvent]));
     let mut stream = client
         .subscribe(params)
         .await

@@ -215,11 +215,11 @@ fn internal(what: &str, e: impl std::fmt::Display) -> CliError {
 /// Mints a native link for this machine and connects the device with the link's pin embedded.
 async fn start_device(client: &ControlClient, dir: &StateDir) -> Result<Playground, CliError> {
     let link = client
-        .call::<LinkCreate>(LinkCreateParams {
-            ttl_seconds: None,
-            address_override: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
-            transport: Some(Transport::Native),
-        })
+        .call::<LinkCreate>(
+            LinkCreateParams::default()
+                .with_address_override(Some(IpAddr::V4(Ipv4Addr::LOCALHOST)))
+                .with_transport(Some(Transport::Native)),
+        )
         .await
         .map_err(|e| connect::client_error(&e, dir))?;
     let pin =
@@ -282,9 +282,7 @@ async fn wait_registered(
 /// Ends the playground's session: a clean disconnect, then the revoke so nothing lingers.
 async fn stop_device(client: &ControlClient, p: &Playground) {
     p.device.disconnect();
-    let params = SelectorParams {
-        selector: Some(p.session_id.clone()),
-    };
+    let params = SelectorParams::default().with_selector(Some(p.session_id.clone()));
     if let Err(e) = client.call::<SessionsRevoke>(params).await {
         tracing::debug!("revoking the playground session: {e}");
     }
@@ -469,19 +467,14 @@ impl Step {
 }
 
 fn call_params(session_id: &str, name: &str, args: Value, call_id: String) -> ToolsCallParams {
-    ToolsCallParams {
-        selector: Some(session_id.to_owned()),
-        name: name.to_owned(),
-        args: match args {
+    ToolsCallParams::new(name.to_owned())
+        .with_selector(Some(session_id.to_owned()))
+        .with_args(match args {
             Value::Object(m) => m,
             _ => Map::new(),
-        },
-        timeout_ms: None,
-        caller: Some(Caller::Cli),
-        consent: None,
-        call_id: Some(call_id),
-        progress: false,
-    }
+        })
+        .with_caller(Some(Caller::Cli))
+        .with_call_id(Some(call_id))
 }
 
 fn call_outcome(
@@ -539,10 +532,7 @@ async fn run_tour(
 
     let session = describe_session(client, dir, Some(&sid)).await?;
     let req = ToolsLs {
-        params: ToolsListParams {
-            selector: Some(sid.clone()),
-            ..ToolsListParams::default()
-        },
+        params: ToolsListParams::default().with_selector(Some(sid.clone())),
         groups_only: false,
         full: false,
     };
@@ -628,11 +618,7 @@ async fn run_tour(
                     cancelled = true;
                     notes.push("^C (Ctrl-C sends tools.cancel; the tool stops at its next step)".to_owned());
                     client
-                        .call::<ToolsCancel>(ToolsCancelParams {
-                            call_id: call_id.clone(),
-                            selector: None,
-                            reason: Some("client_cancelled".into()),
-                        })
+                        .call::<ToolsCancel>(ToolsCancelParams::new(call_id.clone()).with_reason(Some("client_cancelled".into())))
                         .await
                         .map_err(rpc)?;
                 }

@@ -9,7 +9,6 @@ use clap_complete::Shell;
 use serde_json::Value;
 
 use super::args::{non_negative_int, positive_int};
-use appduct_protocol::link::is_http_url;
 use super::doctor::{ArtifactFormat, Expectation};
 use super::parse::{REMOVED_WORDS, prescan_output_flags};
 use super::sessions::link::OpenTarget;
@@ -17,6 +16,7 @@ use super::tools::snapshot::SnapshotMode;
 use super::{Command, Early, Invocation, parse};
 use crate::error::CliError;
 use crate::globals::{RestartChoice, RestartFlag};
+use appduct_protocol::link::is_http_url;
 
 fn parse_words(words: &[&str]) -> Result<Invocation, Early> {
     let mut args = vec![OsString::from("appduct")];

@@ -289,10 +289,7 @@ fn tools_ls_grouped_layout_with_footer() {
                    {"group": "counter", "total": 2}, {"group": "diagnostics", "total": 3}, {"group": null, "total": 14}]),
     );
     let s = tools_ls(
-        &ls_req(ToolsListParams {
-            limit: Some(3),
-            ..Default::default()
-        }),
+        &ls_req(ToolsListParams::default().with_limit(Some(3))),
         &result,
         "pixel-8",
     );
@@ -343,11 +340,11 @@ fn tools_ls_flat_layout_without_footer() {
         json!([{"group": "g", "total": 2}, {"group": "g/x", "total": 2}]),
     );
     let s = tools_ls(
-        &ls_req(ToolsListParams {
-            group: Some("g".into()),
-            limit: Some(1),
-            ..Default::default()
-        }),
+        &ls_req(
+            ToolsListParams::default()
+                .with_group(Some("g".into()))
+                .with_limit(Some(1)),
+        ),
         &result,
         "p",
     );
@@ -370,10 +367,7 @@ fn tools_ls_footer_caps_the_group_list() {
         Value::Array(groups),
     );
     let s = tools_ls(
-        &ls_req(ToolsListParams {
-            offset: Some(11),
-            ..Default::default()
-        }),
+        &ls_req(ToolsListParams::default().with_offset(Some(11))),
         &result,
         "p",
     );
@@ -385,11 +379,11 @@ fn tools_ls_footer_caps_the_group_list() {
 fn tools_ls_empty_messages() {
     let empty = |total, offset| list(vec![], total, false, offset, json!([]));
     let req = |group: Option<&str>, filter: Option<&str>| {
-        ls_req(ToolsListParams {
-            group: group.map(str::to_owned),
-            filter: filter.map(str::to_owned),
-            ..Default::default()
-        })
+        ls_req(
+            ToolsListParams::default()
+                .with_group(group.map(str::to_owned))
+                .with_filter(filter.map(str::to_owned)),
+        )
     };
     assert_eq!(
         tools_ls(&req(None, None), &empty(0, 0), "pixel-8").human,
@@ -498,24 +492,14 @@ fn event_lines_full_and_truncated() {
 #[test]
 fn events_since_note() {
     let n = app_event(json!({"name": "e", "payload": null, "ts": 1}));
-    let r = EventsSinceResult {
-        events: vec![n],
-        cursor: 42,
-        dropped: 2,
-        remaining: 5,
-    };
+    let r = EventsSinceResult::new(vec![n], 42, 2, 5);
     let s = events_since(&r, Some("pixel-8"), &out());
     assert_eq!(
         s.human,
         "2026-11-30T09:12:03Z  pixel-8  e  null\ncursor 42 · dropped 2 · remaining 5 — next: appduct events since pixel-8 42\n2 events were evicted before they were read.\n5 more; run the next command to continue.\n"
     );
     assert_eq!(s.data["cursor"], 42);
-    let r = EventsSinceResult {
-        events: vec![],
-        cursor: 0,
-        dropped: 0,
-        remaining: 0,
-    };
+    let r = EventsSinceResult::new(vec![], 0, 0, 0);
     assert_eq!(
         events_since(&r, None, &out()).human,
         "cursor 0 · dropped 0 · remaining 0 — next: appduct events since 0\n"

@@ -413,14 +413,16 @@ async fn input_required(
     destructive: bool,
 ) -> Result<CallToolResponse, ToolFailure> {
     let created = client
-        .call::<ConsentCreate>(ConsentCreateParams {
-            session_id: session.session_id.clone(),
-            name: planned.name.to_owned(),
-            args_sha256: args_sha256(&Value::Object(planned.args.clone())),
-            selector: planned.selector.map(str::to_owned),
-            timeout_ms: planned.timeout_ms,
-            ttl_ms: Some(bridge.options.mrtr_ttl_ms()),
-        })
+        .call::<ConsentCreate>(
+            ConsentCreateParams::new(
+                session.session_id.clone(),
+                planned.name.to_owned(),
+                args_sha256(&Value::Object(planned.args.clone())),
+            )
+            .with_selector(planned.selector.map(str::to_owned))
+            .with_timeout_ms(planned.timeout_ms)
+            .with_ttl_ms(Some(bridge.options.mrtr_ttl_ms())),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     let message = prompt_message(planned.name, session, &planned.args, destructive);
@@ -445,7 +447,7 @@ async fn mrtr_retry(
         return Err(cancelled_failure());
     }
     let record = match client
-        .call::<ConsentTake>(ConsentTakeParams { handle })
+        .call::<ConsentTake>(ConsentTakeParams::new(handle))
         .await
     {
         Ok(r) => r,
@@ -595,16 +597,14 @@ async fn call(
     let mut retried = false;
     loop {
         let call_id = new_call_id()?;
-        let params = ToolsCallParams {
-            selector: Some(session.session_id.clone()),
-            name: planned.name.to_owned(),
-            args: planned.args.clone(),
-            timeout_ms: Some(effective),
-            caller: Some(Caller::Mcp),
-            consent,
-            call_id: Some(call_id.clone()),
-            progress: progress.is_some(),
-        };
+        let params = ToolsCallParams::new(planned.name.to_owned())
+            .with_selector(Some(session.session_id.clone()))
+            .with_args(planned.args.clone())
+            .with_timeout_ms(Some(effective))
+            .with_caller(Some(Caller::Mcp))
+            .with_consent(consent)
+            .with_call_id(Some(call_id.clone()))
+            .with_progress(progress.is_some());
         let outcome = run_call(context, client, params, &call_id, progress.as_mut()).await;
         if let Some(p) = progress.as_mut() {
             p.flush().await;
@@ -625,11 +625,11 @@ async fn call(
             }
             CallOutcome::Cancelled => {
                 let cancel = client
-                    .call::<ToolsCancel>(ToolsCancelParams {
-                        call_id: call_id.clone(),
-                        selector: Some(session.session_id.clone()),
-                        reason: Some(CANCEL_REASON.to_owned()),
-                    })
+                    .call::<ToolsCancel>(
+                        ToolsCancelParams::new(call_id.clone())
+                            .with_selector(Some(session.session_id.clone()))
+                            .with_reason(Some(CANCEL_REASON.to_owned())),
+                    )
                     .await;
                 if let Err(e) = cancel {
                     tracing::debug!("tools.cancel for {call_id} failed: {e}");

@@ -384,11 +384,10 @@ fn flow<'a>(
 /// The `link.create` params: the address rule of 02 §7 for `target` (none: the advertised
 /// address).
 fn link_params(req: &Request<'_>, target: Option<DeviceTarget>) -> LinkCreateParams {
-    LinkCreateParams {
-        ttl_seconds: req.ttl_seconds,
-        address_override: delivery::address_override(target, req.transport),
-        transport: Some(req.transport),
-    }
+    LinkCreateParams::default()
+        .with_ttl_seconds(req.ttl_seconds)
+        .with_address_override(delivery::address_override(target, req.transport))
+        .with_transport(Some(req.transport))
 }
 
 /// A failure of the shared link flow as the bridge reports it. The loopback refusal is

@@ -98,13 +98,16 @@ async fn run(bridge: &BridgeContext, args: Args) -> Result<Output, ToolFailure> 
     let client = bridge.control().await?;
     let session = bridge.resolve(&client, args.selector.as_deref()).await?;
     let page = client
-        .call::<EventsSince>(EventsSinceParams {
-            selector: Some(session.session_id.clone()),
-            since: Some(args.since.unwrap_or(0)),
-            limit: Some(args.limit.unwrap_or(DEFAULT_LIMIT)),
-            name: args.name,
-            payload_max_bytes: Some(args.payload_max_bytes.unwrap_or(DEFAULT_PAYLOAD_MAX_BYTES)),
-        })
+        .call::<EventsSince>(
+            EventsSinceParams::default()
+                .with_selector(Some(session.session_id.clone()))
+                .with_since(Some(args.since.unwrap_or(0)))
+                .with_limit(Some(args.limit.unwrap_or(DEFAULT_LIMIT)))
+                .with_name(args.name)
+                .with_payload_max_bytes(Some(
+                    args.payload_max_bytes.unwrap_or(DEFAULT_PAYLOAD_MAX_BYTES),
+                )),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     Ok(output_page(session, &page))

@@ -87,12 +87,13 @@ async fn run(bridge: &BridgeContext, args: Args) -> Result<Output, ToolFailure> 
     let session = bridge.resolve(&client, args.selector.as_deref()).await?;
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT);
     let list = client
-        .call::<EventsList>(EventsListParams {
-            selector: Some(session.session_id.clone()),
-            name: args.name.clone(),
-            limit: Some(limit),
-            offset: args.offset,
-        })
+        .call::<EventsList>(
+            EventsListParams::default()
+                .with_selector(Some(session.session_id.clone()))
+                .with_name(args.name.clone())
+                .with_limit(Some(limit))
+                .with_offset(args.offset),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     Ok(output_page(session, list, args))

@@ -114,13 +114,14 @@ async fn run(bridge: &BridgeContext, args: Args) -> Result<Output, ToolFailure> 
     let session = bridge.resolve(&client, args.selector.as_deref()).await?;
     let limit = args.limit.unwrap_or(DEFAULT_LIMIT);
     let list = client
-        .call::<ToolsList>(ToolsListParams {
-            selector: Some(session.session_id.clone()),
-            group: args.group.clone(),
-            filter: args.filter.clone(),
-            limit: Some(limit),
-            offset: args.offset,
-        })
+        .call::<ToolsList>(
+            ToolsListParams::default()
+                .with_selector(Some(session.session_id.clone()))
+                .with_group(args.group.clone())
+                .with_filter(args.filter.clone())
+                .with_limit(Some(limit))
+                .with_offset(args.offset),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     let mut tools = list.tools;

@@ -82,17 +82,20 @@ async fn run(
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     let mut stream = extra
-        .subscribe(SubscribeParams {
-            session_selector: Some(session.session_id.clone()),
-            kinds: Some(vec![
-                EventKind::AppEvent,
-                EventKind::SessionRevoked,
-                EventKind::SessionExpired,
-            ]),
-            name: Some(glob.clone()),
-            payload_max_bytes: Some(args.payload_max_bytes.unwrap_or(DEFAULT_PAYLOAD_MAX_BYTES)),
-            since: Some(args.since.unwrap_or(0)),
-        })
+        .subscribe(
+            SubscribeParams::default()
+                .with_session_selector(Some(session.session_id.clone()))
+                .with_kinds(Some(vec![
+                    EventKind::AppEvent,
+                    EventKind::SessionRevoked,
+                    EventKind::SessionExpired,
+                ]))
+                .with_name(Some(glob.clone()))
+                .with_payload_max_bytes(Some(
+                    args.payload_max_bytes.unwrap_or(DEFAULT_PAYLOAD_MAX_BYTES),
+                ))
+                .with_since(Some(args.since.unwrap_or(0))),
+        )
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     let dropped = stream.result().replay.as_ref().map_or(0, |r| r.dropped);

@@ -83,20 +83,15 @@ async fn run(
         .map_err(|e| ToolFailure::from_client(&e))?;
     // Listener first, then describe, so a claim between the two is not missed.
     let mut stream = extra
-        .subscribe(SubscribeParams {
-            kinds: Some(vec![
-                EventKind::SessionClaimed,
-                EventKind::LinkExpired,
-                EventKind::SessionRevoked,
-            ]),
-            ..Default::default()
-        })
+        .subscribe(SubscribeParams::default().with_kinds(Some(vec![
+            EventKind::SessionClaimed,
+            EventKind::LinkExpired,
+            EventKind::SessionRevoked,
+        ])))
         .await
         .map_err(|e| ToolFailure::from_client(&e))?;
     match extra
-        .call::<SessionsDescribe>(SelectorParams {
-            selector: Some(id.clone()),
-        })
+        .call::<SessionsDescribe>(SelectorParams::default().with_selector(Some(id.clone())))
         .await
     {
         Ok(s) => {

@@ -119,10 +119,7 @@ pub async fn stop(globals: &Globals) -> Result<Success, CliError> {
 }
 
 async fn hello_pid(client: &ControlClient) -> Option<u32> {
-    let params = appduct_protocol::control::HelloParams {
-        client: None,
-        control_protocol: None,
-    };
+    let params = appduct_protocol::control::HelloParams::default();
     client.call::<DaemonHello>(params).await.ok().map(|h| h.pid)
 }
 

@@ -12,10 +12,9 @@ use appduct_client::link_flow::{LinkFlow, LinkFlowError};
 use appduct_client::project::{self, ProjectError, ResolveEnv};
 use appduct_client::qr;
 use appduct_client::state_dir::StateDir;
-use appduct_protocol::control::{
-    LinkCreateParams, NoParams, SelectorParams, SessionsList, SessionsRevoke, Transport,
-};
+use appduct_protocol::control::{LinkCreateParams, LinkCreateResult, Transport};
 use appduct_protocol::limits::MAX_LINK_TTL_S;
+use appduct_protocol::link::is_http_url;
 use clap::{Args, ValueEnum};
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
@@ -302,14 +301,13 @@ pub fn plan(
 
 /// The `link.create` params of 05 §6.3 step 6.
 pub fn link_params(req: &LinkRequest) -> LinkCreateParams {
-    LinkCreateParams {
-        ttl_seconds: req.ttl_seconds,
-        address_override: delivery::address_override(
+    LinkCreateParams::default()
+        .with_ttl_seconds(req.ttl_seconds)
+        .with_address_override(delivery::address_override(
             req.open.and_then(OpenTarget::device_target),
             req.transport,
-        ),
-        transport: Some(req.transport),
-    }
+        ))
+        .with_transport(Some(req.transport))
 }
 
 /// `sessions link` (05 §6.3): every check before minting; a failed delivery revokes the link.

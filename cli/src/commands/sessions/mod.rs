@@ -68,9 +68,9 @@ pub async fn revoke(
 ) -> Result<Success, CliError> {
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
     let result = client
-        .call::<SessionsRevoke>(SelectorParams {
-            selector: selector.map(str::to_owned),
-        })
+        .call::<SessionsRevoke>(
+            SelectorParams::default().with_selector(selector.map(str::to_owned)),
+        )
         .await
         .map_err(|e| connect::client_error(&e, &dir))?;
     Ok(sessions_revoke(&result))

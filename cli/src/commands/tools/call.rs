@@ -127,16 +127,13 @@ pub fn new_call_id() -> Result<String, CliError> {
 
 /// The `tools.call` params of a `tools call` command.
 pub fn call_params(c: &ToolsCall, call_id: &str, progress: bool) -> ToolsCallParams {
-    ToolsCallParams {
-        selector: c.selector.clone(),
-        name: c.name.clone(),
-        args: c.args.clone(),
-        timeout_ms: c.timeout_ms,
-        caller: Some(Caller::Cli),
-        consent: None,
-        call_id: Some(call_id.to_owned()),
-        progress,
-    }
+    ToolsCallParams::new(c.name.clone())
+        .with_selector(c.selector.clone())
+        .with_args(c.args.clone())
+        .with_timeout_ms(c.timeout_ms)
+        .with_caller(Some(Caller::Cli))
+        .with_call_id(Some(call_id.to_owned()))
+        .with_progress(progress)
 }
 
 /// The failure reported when the CLI gave up waiting after an interrupt (05 §7.3 step 3).
@@ -195,11 +192,7 @@ pub async fn run(globals: &Globals, out: &Output, c: &ToolsCall) -> Result<Succe
             signal = signals.recv() => {
                 if signal == Interrupt::Int && cancel.is_none() {
                     let client = client.clone();
-                    let params = ToolsCancelParams {
-                        call_id: call_id.clone(),
-                        selector: None,
-                        reason: Some(DEFAULT_CANCEL_REASON.to_owned()),
-                    };
+                    let params = ToolsCancelParams::new(call_id.clone()).with_reason(Some(DEFAULT_CANCEL_REASON.to_owned()));
                     let task = tokio::spawn(async move {
                         if let Err(e) = client.call::<ToolsCancel>(params).await {
                             tracing::debug!("tools.cancel failed: {e}");

@@ -77,13 +77,12 @@ pub fn validate(a: ToolsLsArgs) -> Result<ToolsLs, CliError> {
         )));
     }
     Ok(ToolsLs {
-        params: ToolsListParams {
-            selector,
-            group,
-            filter: a.filter,
-            limit: opt(a.limit, |v| positive_int("--limit", v))?,
-            offset: opt(a.offset, |v| non_negative_int("--offset", v))?,
-        },
+        params: ToolsListParams::default()
+            .with_selector(selector)
+            .with_group(group)
+            .with_filter(a.filter)
+            .with_limit(opt(a.limit, |v| positive_int("--limit", v))?)
+            .with_offset(opt(a.offset, |v| non_negative_int("--offset", v))?),
         groups_only: a.groups,
         full: a.full,
     })

@@ -69,9 +69,9 @@ pub async fn describe_session(
     selector: Option<&str>,
 ) -> Result<SessionSummary, CliError> {
     client
-        .call::<SessionsDescribe>(SelectorParams {
-            selector: selector.map(str::to_owned),
-        })
+        .call::<SessionsDescribe>(
+            SelectorParams::default().with_selector(selector.map(str::to_owned)),
+        )
         .await
         .map_err(|e| connect::client_error(&e, dir))
 }
@@ -83,10 +83,7 @@ pub async fn list_all(
     session_id: &str,
 ) -> Result<ToolsListResult, CliError> {
     client
-        .call::<ToolsList>(ToolsListParams {
-            selector: Some(session_id.to_owned()),
-            ..ToolsListParams::default()
-        })
+        .call::<ToolsList>(ToolsListParams::default().with_selector(Some(session_id.to_owned())))
         .await
         .map_err(|e| connect::client_error(&e, dir))
 }

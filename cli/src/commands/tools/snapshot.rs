@@ -134,10 +134,9 @@ pub async fn run(
     let session = describe_session(&client, &dir, selector).await?;
     let tools = list_all(&client, &dir, &session.session_id).await?;
     let events = client
-        .call::<EventsList>(EventsListParams {
-            selector: Some(session.session_id.clone()),
-            ..EventsListParams::default()
-        })
+        .call::<EventsList>(
+            EventsListParams::default().with_selector(Some(session.session_id.clone())),
+        )
         .await
         .map_err(|e| connect::client_error(&e, &dir))?;
     let doc = document(&tools, &events);
