@@ -961,6 +961,25 @@ mod tests {
         assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
     }
 
+    /// SECURITY.md 4.5 (defect 7 of #20): `config.json` is a read-only input the user owns, so
+    /// a symlink there is followed on purpose (dotfile managers); appduct never writes it.
+    #[test]
+    fn a_symlinked_config_json_is_followed() {
+        let tmp = temp();
+        let dotfiles = tmp.path().join("dotfiles");
+        std::fs::create_dir(&dotfiles).unwrap();
+        let real = dotfiles.join("appduct.json");
+        std::fs::write(&real, br#"{"graceSeconds": 42}"#).unwrap();
+        std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let state = tmp.path().join("state");
+        std::fs::create_dir(&state).unwrap();
+        std::os::unix::fs::symlink(&real, state.join("config.json")).unwrap();
+
+        let loaded = Config::load(&state).unwrap();
+        assert_eq!(loaded.config.grace_seconds, 42);
+        assert_eq!(std::fs::read(&real).unwrap(), br#"{"graceSeconds": 42}"#);
+    }
+
     #[test]
     fn group_or_other_writable_file_warns() {
         let tmp = temp();

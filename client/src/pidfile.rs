@@ -230,12 +230,12 @@ fn wait_for_lock(
 fn open_pidfile(path: &Path) -> io::Result<(File, bool)> {
     let mut create = state_dir::private_open_options();
     create.read(true).write(true).create_new(true);
-    match state_dir::open_with(&create, path) {
+    match state_dir::open_for_writing(&mut create, path) {
         Ok(file) => Ok((file, true)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let mut existing = state_dir::private_open_options();
             existing.read(true).write(true);
-            state_dir::open_with(&existing, path).map(|file| (file, false))
+            state_dir::open_for_writing(&mut existing, path).map(|file| (file, false))
         }
         Err(e) => Err(e),
     }

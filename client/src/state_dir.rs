@@ -49,7 +49,7 @@ pub enum StateDirError {
         source: io::Error,
     },
     #[error(
-        "state directory {path} is owned by uid {owner}, not by the current user (uid {euid}); refusing to use it"
+        "{path} is owned by uid {owner}, not by the current user (uid {euid}); refusing to use it"
     )]
     ForeignOwner {
         path: PathBuf,
@@ -57,15 +57,18 @@ pub enum StateDirError {
         euid: u32,
     },
     #[error(
-        "{path} is owned by uid {owner}, not by the current user (uid {euid}), and the state \
-         directory was writable by others (mode {mode:04o}) when it was found; refusing to use \
-         it until that entry is checked and removed"
+        "{path} is owned by uid {owner}, not by the current user (uid {euid}), and {dir} was \
+         writable by others (mode {mode:04o}) when it was found; refusing to use the state \
+         directory until that entry is checked and removed"
     )]
     ForeignEntry {
         path: PathBuf,
         owner: u32,
         euid: u32,
-        /// The directory's mode before it was tightened.
+        /// The directory others could write to: the state directory or one of its
+        /// subdirectories (`audit/`), the entry itself or one of its ancestors.
+        dir: PathBuf,
+        /// That directory's mode when it was found (before any tightening).
         mode: u32,
     },
     #[error("{path} is not a directory")]
@@ -220,8 +223,22 @@ impl StateDir {
         if !meta.is_dir() {
             return Err(StateDirError::NotADirectory { path: dir });
         }
+        let euid = rustix::process::geteuid().as_raw();
+        if meta.uid() != euid {
+            return Err(StateDirError::ForeignOwner {
+                path: dir,
+                owner: meta.uid(),
+                euid,
+            });
+        }
         std::fs::set_permissions(&dir, Permissions::from_mode(DIR_MODE))
             .map_err(|e| StateDirError::io(&dir, e))?;
+        // Tightened first, then checked: nothing can be added after the walk. `prepare` walked
+        // it already; this catches an entry planted since, through a descriptor of the
+        // directory opened while it was writable.
+        let mode = meta.mode() & 0o7777;
+        let exposed = (mode & 0o022 != 0).then(|| (dir.clone(), mode));
+        refuse_foreign_entries(&dir, euid, exposed)?;
         Ok(dir)
     }
 
@@ -293,39 +310,81 @@ fn prepare_dir(root: &Path, euid: u32) -> Result<Prepared, StateDirError> {
         if mode != DIR_MODE {
             set_mode(root, DIR_MODE)?;
         }
-    } else if mode & 0o077 != 0 {
+        return Ok(Prepared {
+            created,
+            tightened_from,
+        });
+    }
+    if mode & 0o077 != 0 {
         set_mode(root, DIR_MODE)?;
         tracing::warn!(
             "state directory {} had mode {mode:04o}; tightened it to 0700",
             root.display()
         );
         tightened_from = Some(mode);
-        if mode & 0o022 != 0 {
-            // Others could create entries until now: a planted `config.json` would set the
-            // policy and `webOrigins` (project decision, beyond 01 §4.1's tightening).
-            refuse_foreign_entries(root, euid, mode)?;
-        }
     }
+    // Others could create entries in a directory with group/other write bits until now: a
+    // planted `config.json` would set the policy and `webOrigins`, a planted audit day file
+    // would receive the audit log (project decision, beyond 01 §4.1's tightening). The whole
+    // tree is walked, `audit/` included, after the chmod above.
+    let exposed = (mode & 0o022 != 0).then(|| (root.to_path_buf(), mode));
+    refuse_foreign_entries(root, euid, exposed)?;
     Ok(Prepared {
         created,
         tightened_from,
     })
 }
 
-/// Refuses the directory when one of its entries (not followed) belongs to another uid.
-fn refuse_foreign_entries(root: &Path, euid: u32, mode: u32) -> Result<(), StateDirError> {
-    let entries = std::fs::read_dir(root).map_err(|e| StateDirError::io(root, e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| StateDirError::io(root, e))?;
-        let path = entry.path();
-        let meta = std::fs::symlink_metadata(&path).map_err(|e| StateDirError::io(&path, e))?;
-        if meta.uid() != euid {
-            return Err(StateDirError::ForeignEntry {
-                path,
-                owner: meta.uid(),
-                euid,
-                mode,
-            });
+/// Walks `root` (symlinks are never followed) and refuses an entry of another uid found in a
+/// directory that others could write to: `root` itself when `exposed` names it, or any of its
+/// own subdirectories whose mode has group/other write bits, and everything below such a
+/// directory. A directory of another uid is not entered. Entries of a directory nobody else
+/// could write to are only typed from the directory listing, so the common case (0700
+/// throughout) costs one listing per directory.
+fn refuse_foreign_entries(
+    root: &Path,
+    euid: u32,
+    exposed: Option<(PathBuf, u32)>,
+) -> Result<(), StateDirError> {
+    let mut pending = vec![(root.to_path_buf(), exposed)];
+    while let Some((dir, exposed)) = pending.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            // A subdirectory of the user's that nobody else could write to and that the user
+            // made unreadable (mode 0000) holds nothing appduct writes: left alone.
+            Err(_) if exposed.is_none() && dir != root => continue,
+            Err(e) => return Err(StateDirError::io(&dir, e)),
+        };
+        for entry in entries {
+            let entry = entry.map_err(|e| StateDirError::io(&dir, e))?;
+            let is_dir = entry
+                .file_type()
+                .map_err(|e| StateDirError::io(&entry.path(), e))?
+                .is_dir();
+            if exposed.is_none() && !is_dir {
+                continue;
+            }
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).map_err(|e| StateDirError::io(&path, e))?;
+            if meta.uid() != euid {
+                if let Some((exposed_dir, mode)) = &exposed {
+                    return Err(StateDirError::ForeignEntry {
+                        path,
+                        owner: meta.uid(),
+                        euid,
+                        dir: exposed_dir.clone(),
+                        mode: *mode,
+                    });
+                }
+                continue;
+            }
+            if meta.is_dir() {
+                let mode = meta.mode() & 0o7777;
+                let below = exposed
+                    .clone()
+                    .or_else(|| (mode & 0o022 != 0).then(|| (path.clone(), mode)));
+                pending.push((path, below));
+            }
         }
     }
     Ok(())
@@ -346,19 +405,111 @@ pub fn private_open_options() -> OpenOptions {
 }
 
 /// Opens `path` with `opts` (normally from [`private_open_options`]), turning the `ELOOP` of
-/// `O_NOFOLLOW` into an error that says a symlink was refused.
+/// `O_NOFOLLOW` into an error that says a symlink was refused. For reading only: every open
+/// for writing goes through [`open_for_writing`].
 pub fn open_with(opts: &OpenOptions, path: &Path) -> io::Result<File> {
     opts.open(path).map_err(|e| refine_open_error(path, e))
 }
 
-/// Opens (creating if needed) `path` for appending, mode 0600, without following symlinks.
-pub fn open_append(path: &Path) -> io::Result<File> {
-    open_with(private_open_options().create(true).append(true), path)
+/// The one way the daemon and its clients open a file they write (08 §4.5, project decision):
+/// `opts` (from [`private_open_options`], plus the access and creation flags) with `O_NOFOLLOW`
+/// and `O_NONBLOCK` (a FIFO planted at the name fails at once instead of hanging the writer;
+/// regular files ignore the flag), then `fstat` of the opened file: it must be a regular file
+/// owned by the effective uid with a single link. Anything else is closed unwritten and
+/// refused with an [`UnsafeFileError`] (kind `PermissionDenied`) naming the file.
+pub fn open_for_writing(opts: &mut OpenOptions, path: &Path) -> io::Result<File> {
+    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+    opts.custom_flags(flags.bits() as i32);
+    let file = open_with(opts, path)?;
+    check_writable_file(&file, path, rustix::process::geteuid().as_raw())?;
+    Ok(file)
 }
 
-/// Creates `path` exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`, 0600) for writing.
+/// The `fstat` half of [`open_for_writing`], on the descriptor so no path race.
+fn check_writable_file(file: &File, path: &Path, euid: u32) -> io::Result<()> {
+    let meta = file.metadata()?;
+    let refused = if !meta.file_type().is_file() {
+        Some(UnsafeFileError::NotRegular {
+            path: path.to_path_buf(),
+            kind: kind_of(meta.file_type()),
+        })
+    } else if meta.uid() != euid {
+        Some(UnsafeFileError::ForeignOwner {
+            path: path.to_path_buf(),
+            owner: meta.uid(),
+            euid,
+        })
+    } else if meta.nlink() > 1 {
+        Some(UnsafeFileError::HardLinked {
+            path: path.to_path_buf(),
+            links: meta.nlink(),
+        })
+    } else {
+        None
+    };
+    match refused {
+        Some(e) => Err(io::Error::new(io::ErrorKind::PermissionDenied, e)),
+        None => Ok(()),
+    }
+}
+
+/// Why [`open_for_writing`] refused a file it opened: what is written there could reach
+/// someone else. Carried inside the `io::Error` (see [`UnsafeFileError::of`]); each message
+/// names the file and what the operator should do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnsafeFileError {
+    #[error(
+        "{path} is owned by uid {owner}, not by the current user (uid {euid}); refusing to \
+         write to it, because its owner could read what is written. Find out who created it, \
+         then remove it"
+    )]
+    ForeignOwner {
+        path: PathBuf,
+        owner: u32,
+        euid: u32,
+    },
+    #[error(
+        "{path} has {links} hard links; refusing to write to it, because another name of the \
+         file could expose what is written. Find the other names (find / -xdev -samefile \
+         {path}), then remove the file"
+    )]
+    HardLinked { path: PathBuf, links: u64 },
+    #[error("{path} is {kind}, not a regular file; refusing to write to it. Remove it")]
+    NotRegular { path: PathBuf, kind: &'static str },
+}
+
+impl UnsafeFileError {
+    /// The refusal inside an error of [`open_for_writing`], if that is what it is.
+    pub fn of(e: &io::Error) -> Option<&UnsafeFileError> {
+        e.get_ref()?.downcast_ref()
+    }
+}
+
+fn kind_of(file_type: std::fs::FileType) -> &'static str {
+    if file_type.is_symlink() {
+        "a symbolic link"
+    } else if file_type.is_dir() {
+        "a directory"
+    } else if file_type.is_file() {
+        "a regular file"
+    } else if file_type.is_fifo() {
+        "a FIFO"
+    } else if file_type.is_socket() {
+        "a socket"
+    } else {
+        "a special file"
+    }
+}
+
+/// Opens (creating if needed) `path` for appending, mode 0600, through [`open_for_writing`].
+pub fn open_append(path: &Path) -> io::Result<File> {
+    open_for_writing(private_open_options().create(true).append(true), path)
+}
+
+/// Creates `path` exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`, 0600) for writing, through
+/// [`open_for_writing`].
 pub fn create_new(path: &Path) -> io::Result<File> {
-    open_with(private_open_options().write(true).create_new(true), path)
+    open_for_writing(private_open_options().write(true).create_new(true), path)
 }
 
 /// Opens an existing `path` read-only without following symlinks.
@@ -390,18 +541,9 @@ pub fn remove_socket_file(path: &Path) -> Result<bool, StateDirError> {
     };
     let file_type = meta.file_type();
     if !file_type.is_socket() {
-        let kind = if file_type.is_symlink() {
-            "a symbolic link"
-        } else if file_type.is_dir() {
-            "a directory"
-        } else if file_type.is_file() {
-            "a regular file"
-        } else {
-            "a special file"
-        };
         return Err(StateDirError::NotASocket {
             path: path.to_path_buf(),
-            kind,
+            kind: kind_of(file_type),
         });
     }
     match std::fs::remove_file(path) {

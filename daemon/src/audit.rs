@@ -9,7 +9,7 @@
 
 use std::fs::{File, Permissions};
 use std::io::{self, Write as _};
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -482,16 +482,13 @@ fn write_batch(dir: &Path, batch: &[AuditRecord]) -> u64 {
     failed
 }
 
-/// Opens a day file for append like [`state_dir::open_append`] (0600, `O_NOFOLLOW`), plus
-/// `O_NONBLOCK`: a FIFO planted under a day file's name fails at once instead of hanging the
-/// writer (and with it the daemon's exit). Regular files ignore the flag.
+/// Opens a day file for append through [`state_dir::open_append`]: 0600, `O_NOFOLLOW`,
+/// `O_NONBLOCK` (a FIFO planted under a day file's name fails at once instead of hanging the
+/// writer and with it the daemon's exit), and refused unless it is a regular file of ours with
+/// one link. A refused file is never written: its records count as failed writes with one
+/// warning naming the file per batch (04 §9.5), and the daemon keeps serving (SECURITY.md 4.5).
 fn open_day_file(path: &Path) -> io::Result<File> {
-    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
-    let mut opts = state_dir::private_open_options();
-    opts.create(true)
-        .append(true)
-        .custom_flags(flags.bits() as i32);
-    state_dir::open_with(&opts, path)
+    state_dir::open_append(path)
 }
 
 /// 0600 after every append (04 §9.1); through the descriptor, so no path race.

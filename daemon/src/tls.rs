@@ -687,12 +687,8 @@ fn write_generated_key(path: &Path, overwrite: Overwrite) -> Result<WriteOutcome
 }
 
 fn write_private_file(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nofollow_flag())
-        .open(path)?;
+    // The one home for opening a file to write (O_EXCL|O_NOFOLLOW, 0600, fstat checks).
+    let mut file = appduct_client::state_dir::create_new(path)?;
     // The umask can only narrow 0600; set it exactly so the key is readable by its owner.
     file.set_permissions(fs::Permissions::from_mode(0o600))?;
     file.write_all(contents)?;
@@ -1134,6 +1130,38 @@ mod tests {
         let (key, source) = HostKey::load_or_generate(&path, true).unwrap();
         assert_eq!(source, KeySource::Loaded);
         assert_eq!(key.kind(), KeyKind::EcP384);
+    }
+
+    /// SECURITY.md 4.5 (defect 7 of #20): a key is read through a symlink, but generation
+    /// never writes through one: `keygen --force` replaces the link itself, and the first start
+    /// on a dangling `key.pem` link creates nothing at its target.
+    #[test]
+    fn generation_never_writes_through_a_symlink_at_the_key_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let existing = generated_pem(&rcgen::PKCS_ECDSA_P256_SHA256);
+        let target = write_key(dir.path(), "dotfiles-key.pem", &existing, 0o600);
+        let link = dir.path().join("key.pem");
+        symlink(&target, &link).unwrap();
+
+        assert_eq!(
+            write_generated_key(&link, Overwrite::Replace).unwrap(),
+            WriteOutcome::Replaced
+        );
+        assert_eq!(
+            fs::read_to_string(&target).unwrap(),
+            existing,
+            "target untouched"
+        );
+        assert!(fs::symlink_metadata(&link).unwrap().file_type().is_file());
+
+        let dangling_target = dir.path().join("absent.pem");
+        let dangling = dir.path().join("dangling.pem");
+        symlink(&dangling_target, &dangling).unwrap();
+        assert!(HostKey::load_or_generate(&dangling, true).is_err());
+        assert!(
+            !dangling_target.exists(),
+            "nothing created through the link"
+        );
     }
 
     #[test]
