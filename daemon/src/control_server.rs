@@ -24,19 +24,21 @@ use std::time::Duration;
 use appduct_protocol::control::{ControlRequest, NotificationMethod};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::{
-    ErrorObject, Incoming, LineBuffer, Overflow, RequestId, Response, parse_incoming, to_line,
+    ErrorObject, Incoming, Overflow, RequestId, Response, parse_incoming, to_line,
 };
 use appduct_protocol::{limits, text};
 use serde::Serialize;
 
 use crate::quiet_unix::QuietUnixStream;
+use reader::RequestReader;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
 mod peer_check;
+pub mod reader;
 
 pub use peer_check::{FixedPeerCheck, PeerCheck, SameEuid};
 
@@ -671,8 +673,8 @@ async fn read_loop<S: AsyncRead>(
     let mut closed = conn.shared.closed.subscribe();
     let mut stop_reading = conn.shared.stop_reading.subscribe();
     let mut shutdown = shutdown;
-    let mut framer = LineBuffer::new(opts.line_cap);
-    let mut buf = vec![0u8; 64 * 1024];
+    // Grows from nothing, and back down once no partial line is buffered (reader.rs).
+    let mut framer = RequestReader::new(opts.line_cap);
     let drain = 'read: loop {
         // Lines are taken one at a time, each only while the connection has room: responses are
         // always queued (03 §4.4), so a client that keeps sending requests but never reads is
@@ -695,14 +697,14 @@ async fn read_loop<S: AsyncRead>(
             }
         }
         let n = tokio::select! {
-            r = reader.read(&mut buf) => r,
+            r = framer.read_from(&mut reader) => r,
             _ = closed.wait_for(|c| *c) => return,
             _ = stop_reading.wait_for(|s| *s) => break true,
             _ = wait_shutdown(&mut shutdown) => break true,
         };
         match n {
             Ok(0) => break false,
-            Ok(n) => framer.push(&buf[..n]),
+            Ok(_) => {}
             Err(e) => {
                 tracing::debug!(conn = %conn.id(), "control read failed: {e}");
                 break false;

@@ -507,6 +507,26 @@ impl LineBuffer {
         self.buf.len() - self.start
     }
 
+    /// Bytes of memory the buffer holds (its capacity), for callers that bound idle memory.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
+    /// When nothing is pending, forgets the consumed bytes and frees the buffer if it holds more
+    /// than `keep` bytes: a long line no longer costs its size once it has been returned.
+    /// Does nothing while bytes are pending or after an overflow.
+    pub fn release_idle(&mut self, keep: usize) {
+        if self.failed || self.pending() != 0 {
+            return;
+        }
+        self.buf.clear();
+        self.start = 0;
+        self.scanned = 0;
+        if self.buf.capacity() > keep {
+            self.buf = Vec::new();
+        }
+    }
+
     pub fn push(&mut self, bytes: &[u8]) {
         if self.failed {
             return;
