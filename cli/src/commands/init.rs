@@ -1,12 +1,13 @@
 //! `appduct init` (05 §10): records the project's deep-link scheme and app ids in
 //! `<cwd>/.appduct/config.json`. Never contacts the daemon, never creates daemon files.
 
-use std::fs::{self, DirBuilder, OpenOptions, Permissions};
+use std::fs::{self, DirBuilder, Permissions};
 use std::io::{self, Write as _};
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use appduct_client::project::{self, PROBED_FILES};
+use appduct_client::state_dir;
 use appduct_protocol::link::validate_scheme;
 use clap::Args;
 use serde_json::{Map, Value, json};
@@ -294,11 +295,8 @@ fn write_config(path: &Path, config: &Map<String, Value>) -> Result<(), CliError
     text.push('\n');
     let tmp = path.with_file_name(format!(".{FILE_NAME}.tmp-{}", std::process::id()));
     let write = || -> io::Result<()> {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        // The one opener for files appduct writes (O_EXCL|O_NOFOLLOW, 0600, fstat checks).
+        let mut file = state_dir::create_new(&tmp)?;
         file.write_all(text.as_bytes())?;
         file.sync_all()?;
         fs::rename(&tmp, path)
