@@ -7,79 +7,30 @@
 #![allow(clippy::unwrap_used)]
 
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use assert_cmd::Command;
 use serde_json::Value;
 use serde_json::json;
-use tempfile::TempDir;
 
-// Only the pseudo-terminal helper: this file keeps its own state-dir-less sandbox.
 mod support;
-use support::Pty;
+use support::{Pty, Sandbox};
 
-struct Sandbox {
-    dir: TempDir,
+/// A sandbox without a state dir: argument errors must never create one.
+fn sandbox() -> Sandbox {
+    Sandbox::without_state_dir(env!("CARGO_BIN_EXE_appduct")).unwrap()
 }
 
-impl Sandbox {
-    fn new() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("adc")
-            .tempdir_in("/tmp")
-            .unwrap();
-        Self { dir }
-    }
-
-    /// A state dir that does not exist yet.
-    fn state_dir(&self) -> PathBuf {
-        self.dir.path().join("s")
-    }
-
-    fn home(&self) -> PathBuf {
-        self.dir.path().join("home")
-    }
-
-    /// `appduct --state-dir <sandbox>/s <args…>` with no `APPDUCT_*` variables and a private
-    /// home.
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_appduct"));
-        for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("APPDUCT_") {
-                cmd.env_remove(&key);
-            }
-        }
-        cmd.env_remove("NO_COLOR");
-        std::fs::create_dir_all(self.home()).unwrap();
-        cmd.env("HOME", self.home());
-        cmd.current_dir(self.dir.path());
-        cmd.arg("--state-dir").arg(self.state_dir());
-        cmd.args(args);
-        cmd
-    }
-
-    /// Runs and returns (status, stdout, stderr).
-    fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = self.cmd(args).output().unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-        )
-    }
-
-    /// The state dir was never created: nothing contacted or spawned a daemon.
-    fn assert_untouched(&self, args: &[&str]) {
-        assert!(
-            !self.state_dir().exists(),
-            "{args:?} created the state dir {}",
-            self.state_dir().display()
-        );
-        assert!(
-            !self.home().join(".appduct").exists(),
-            "{args:?} used ~/.appduct"
-        );
-    }
+/// The state dir was never created: nothing contacted or spawned a daemon.
+fn assert_untouched(sb: &Sandbox, args: &[&str]) {
+    assert!(
+        !sb.state_dir().exists(),
+        "{args:?} created the state dir {}",
+        sb.state_dir().display()
+    );
+    assert!(
+        !sb.home().join(".appduct").exists(),
+        "{args:?} used ~/.appduct"
+    );
 }
 
 const COMMAND_PATHS: &[&[&str]] = &[
@@ -112,25 +63,25 @@ const COMMAND_PATHS: &[&[&str]] = &[
 
 #[test]
 fn every_command_help_exits_zero_on_stdout() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for path in COMMAND_PATHS {
         for flag in ["--help", "-h"] {
             let mut args = path.to_vec();
             args.push(flag);
             // --json is ignored by --help.
             args.push("--json");
-            let (code, stdout, stderr) = sb.run(&args);
+            let (code, stdout, stderr) = sb.output(&args);
             assert_eq!(code, 0, "{args:?}: {stderr}");
             assert!(stdout.contains("Usage: appduct"), "{args:?}: {stdout}");
             assert_eq!(stderr, "", "{args:?}");
-            sb.assert_untouched(&args);
+            assert_untouched(&sb, &args);
         }
     }
 }
 
 #[test]
 fn noun_help_lists_the_verbs() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let cases: &[(&str, &[&str])] = &[
         ("sessions", &["ls", "revoke", "link"]),
         ("tools", &["ls", "describe", "call", "snapshot"]),
@@ -138,7 +89,7 @@ fn noun_help_lists_the_verbs() {
         ("daemon", &["run", "start", "stop", "status"]),
     ];
     for (noun, verbs) in cases {
-        let (code, stdout, _) = sb.run(&[noun, "--help"]);
+        let (code, stdout, _) = sb.output(&[noun, "--help"]);
         assert_eq!(code, 0);
         for verb in *verbs {
             assert!(
@@ -151,8 +102,8 @@ fn noun_help_lists_the_verbs() {
 
 #[test]
 fn completions_help_says_where_to_install() {
-    let sb = Sandbox::new();
-    let (code, stdout, _) = sb.run(&["completions", "--help"]);
+    let sb = sandbox();
+    let (code, stdout, _) = sb.output(&["completions", "--help"]);
     assert_eq!(code, 0);
     for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
         assert!(stdout.contains(&format!("  {shell} ")), "{shell}\n{stdout}");
@@ -161,25 +112,25 @@ fn completions_help_says_where_to_install() {
 
 #[test]
 fn bare_appduct_prints_help_and_exits_zero() {
-    let sb = Sandbox::new();
-    let (code, stdout, stderr) = sb.run(&[]);
+    let sb = sandbox();
+    let (code, stdout, stderr) = sb.output(&[]);
     assert_eq!(code, 0);
     assert!(stdout.contains("Usage: appduct"));
     assert!(stdout.contains("sessions"));
     assert_eq!(stderr, "");
-    sb.assert_untouched(&[]);
+    assert_untouched(&sb, &[]);
 }
 
 #[test]
 fn version_prints_name_and_version() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for args in [
         &["--version"][..],
         &["-V"],
         &["--json", "--version"],
         &["tools", "-V"],
     ] {
-        let (code, stdout, stderr) = sb.run(args);
+        let (code, stdout, stderr) = sb.output(args);
         assert_eq!(code, 0, "{args:?}");
         assert_eq!(stdout, format!("appduct {}\n", env!("CARGO_PKG_VERSION")));
         assert_eq!(stderr, "");
@@ -249,9 +200,9 @@ const ARGUMENT_ERRORS: &[&[&str]] = &[
 
 #[test]
 fn argument_errors_exit_64_without_touching_the_state_dir() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for args in ARGUMENT_ERRORS {
-        let (code, stdout, stderr) = sb.run(args);
+        let (code, stdout, stderr) = sb.output(args);
         assert_eq!(code, 64, "{args:?}: {stderr}");
         assert_eq!(stdout, "", "{args:?}");
         assert!(
@@ -262,17 +213,17 @@ fn argument_errors_exit_64_without_touching_the_state_dir() {
             !stderr.contains('\x1b'),
             "no colour when stderr is not a terminal"
         );
-        sb.assert_untouched(args);
+        assert_untouched(&sb, args);
     }
 }
 
 #[test]
 fn argument_errors_under_json_are_one_envelope_line() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for args in ARGUMENT_ERRORS {
         let mut with_json = args.to_vec();
         with_json.push("--json");
-        let (code, stdout, stderr) = sb.run(&with_json);
+        let (code, stdout, stderr) = sb.output(&with_json);
         assert_eq!(code, 64, "{with_json:?}");
         assert_eq!(stderr, "", "{with_json:?}: no stderr prose under --json");
         assert_eq!(stdout.matches('\n').count(), 1, "{with_json:?}: {stdout}");
@@ -286,33 +237,33 @@ fn argument_errors_under_json_are_one_envelope_line() {
                 .is_some_and(|m| !m.is_empty())
         );
         assert!(v.get("meta").is_none(), "no meta without --verbose");
-        sb.assert_untouched(&with_json);
+        assert_untouched(&sb, &with_json);
     }
 }
 
 #[test]
 fn input_that_is_not_a_json_object_exits_65() {
-    let sb = Sandbox::new();
-    let (code, stdout, _) = sb.run(&["--json", "tools", "call", "sum", "--input", "[1,2]"]);
+    let sb = sandbox();
+    let (code, stdout, _) = sb.output(&["--json", "tools", "call", "sum", "--input", "[1,2]"]);
     assert_eq!(code, 65);
     let v: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["error"]["type"], "validation_error");
     assert_eq!(v["error"]["details"]["param"], "--input");
-    let (code, _, _) = sb.run(&["tools", "call", "sum", "--input", "{nope"]);
+    let (code, _, _) = sb.output(&["tools", "call", "sum", "--input", "{nope"]);
     assert_eq!(code, 65);
-    sb.assert_untouched(&["tools", "call"]);
+    assert_untouched(&sb, &["tools", "call"]);
 }
 
 #[test]
 fn text_flags_require_a_value() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for flag in ["--filter", "--group"] {
-        let (code, stdout, _) = sb.run(&["--json", "tools", "ls", flag]);
+        let (code, stdout, _) = sb.output(&["--json", "tools", "ls", flag]);
         assert_eq!(code, 64);
         let v: Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(v["error"]["message"], format!("{flag} requires a value"));
     }
-    let (code, stdout, _) = sb.run(&["--json", "events", "ls", "--name"]);
+    let (code, stdout, _) = sb.output(&["--json", "events", "ls", "--name"]);
     assert_eq!(code, 64);
     let v: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["error"]["message"], "--name requires a value");
@@ -320,28 +271,28 @@ fn text_flags_require_a_value() {
 
 #[test]
 fn removed_words_name_the_replacement() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for (word, replacement) in [
         ("ls", "sessions ls"),
         ("revoke", "sessions revoke"),
         ("link", "sessions link"),
         ("invoke", "tools call"),
     ] {
-        let (code, stdout, stderr) = sb.run(&[word]);
+        let (code, stdout, stderr) = sb.output(&[word]);
         assert_eq!(code, 64, "{word}");
         assert_eq!(stdout, "");
         assert!(
             stderr.contains(&format!("\"appduct {replacement}\"")),
             "{stderr}"
         );
-        sb.assert_untouched(&[word]);
+        assert_untouched(&sb, &[word]);
     }
 }
 
 #[test]
 fn unknown_words_bare_nouns_and_unknown_verbs() {
-    let sb = Sandbox::new();
-    let (code, _, stderr) = sb.run(&["frobnicate"]);
+    let sb = sandbox();
+    let (code, _, stderr) = sb.output(&["frobnicate"]);
     assert_eq!(code, 64);
     assert!(
         stderr.contains("unknown command \"frobnicate\""),
@@ -355,18 +306,18 @@ fn unknown_words_bare_nouns_and_unknown_verbs() {
         (&["events", "follow"], "ls, tail, since"),
         (&["daemon", "restart"], "run, start, stop, status"),
     ] {
-        let (code, stdout, stderr) = sb.run(args);
+        let (code, stdout, stderr) = sb.output(args);
         assert_eq!(code, 64, "{args:?}");
         assert_eq!(stdout, "");
         assert!(stderr.contains(verbs), "{args:?}: {stderr}");
-        sb.assert_untouched(args);
+        assert_untouched(&sb, args);
     }
 }
 
 #[test]
 fn pretty_failure_is_multi_line_json() {
-    let sb = Sandbox::new();
-    let (code, stdout, stderr) = sb.run(&["tools", "ls", "--limit", "0", "--json", "--pretty"]);
+    let sb = sandbox();
+    let (code, stdout, stderr) = sb.output(&["tools", "ls", "--limit", "0", "--json", "--pretty"]);
     assert_eq!(code, 64);
     assert_eq!(stderr, "");
     assert!(stdout.lines().count() > 3, "{stdout}");
@@ -380,14 +331,14 @@ fn pretty_failure_is_multi_line_json() {
 
 #[test]
 fn verbose_parse_errors_have_meta_command_cli() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for args in [
         &["--verbose", "--json", "tools", "ls", "--limit", "0"][..],
         &["--verbose", "--json", "tools", "ls", "--bogus"],
         &["--verbose", "--json", "frobnicate"],
         &["frobnicate", "--verbose", "--json"],
     ] {
-        let (code, stdout, _) = sb.run(args);
+        let (code, stdout, _) = sb.output(args);
         assert_eq!(code, 64, "{args:?}");
         let v: Value = serde_json::from_str(&stdout).unwrap();
         assert_eq!(v["meta"]["command"], "cli", "{args:?}");
@@ -396,7 +347,7 @@ fn verbose_parse_errors_have_meta_command_cli() {
         assert_eq!(keys, ["ok", "error", "meta"]);
     }
     // Human mode: the meta block follows the error block on stderr.
-    let (_, stdout, stderr) = sb.run(&["--verbose", "tools", "ls", "--limit", "0"]);
+    let (_, stdout, stderr) = sb.output(&["--verbose", "tools", "ls", "--limit", "0"]);
     assert_eq!(stdout, "");
     assert!(stderr.contains("\nMeta\n  Command:    cli\n"), "{stderr}");
 }
@@ -408,8 +359,8 @@ fn mode(path: &Path) -> u32 {
 #[test]
 fn keygen_creates_a_private_key_and_prints_the_pin() {
     // SEC-03: keygen onto an existing key without --force exits 64 and keeps the file.
-    let sb = Sandbox::new();
-    let (code, stdout, stderr) = sb.run(&["keygen"]);
+    let sb = sandbox();
+    let (code, stdout, stderr) = sb.output(&["keygen"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stderr, "");
     let key = sb.state_dir().join("key.pem");
@@ -430,13 +381,13 @@ fn keygen_creates_a_private_key_and_prints_the_pin() {
 
     // Again without --force: exit 64 naming --force, key untouched.
     let before = std::fs::read(&key).unwrap();
-    let (code, _, stderr) = sb.run(&["keygen"]);
+    let (code, _, stderr) = sb.output(&["keygen"]);
     assert_eq!(code, 64);
     assert!(stderr.contains("--force"), "{stderr}");
     assert_eq!(std::fs::read(&key).unwrap(), before);
 
     // With --force and --json: a new key, `replaced: true`, a different pin.
-    let (code, stdout, stderr) = sb.run(&["keygen", "--force", "--json"]);
+    let (code, stdout, stderr) = sb.output(&["keygen", "--force", "--json"]);
     assert_eq!(code, 0);
     assert_eq!(stderr, "");
     let v: Value = serde_json::from_str(&stdout).unwrap();
@@ -450,27 +401,27 @@ fn keygen_creates_a_private_key_and_prints_the_pin() {
 
 #[test]
 fn keygen_out_needs_an_existing_directory() {
-    let sb = Sandbox::new();
-    let target = sb.dir.path().join("missing").join("k.pem");
-    let (code, _, _) = sb.run(&["keygen", "--out", target.to_str().unwrap()]);
+    let sb = sandbox();
+    let target = sb.root().join("missing").join("k.pem");
+    let (code, _, _) = sb.output(&["keygen", "--out", target.to_str().unwrap()]);
     assert_eq!(code, 64);
     assert!(!target.exists());
 
-    let (code, stdout, _) = sb.run(&["--json", "keygen", "--out", "rel.pem"]);
+    let (code, stdout, _) = sb.output(&["--json", "keygen", "--out", "rel.pem"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&stdout).unwrap();
     // A relative --out is resolved against the current directory.
     assert_eq!(
         v["data"]["path"],
-        sb.dir.path().join("rel.pem").display().to_string()
+        sb.cwd().join("rel.pem").display().to_string()
     );
-    assert_eq!(mode(&sb.dir.path().join("rel.pem")), 0o600);
-    sb.assert_untouched(&["keygen", "--out"]);
+    assert_eq!(mode(&sb.cwd().join("rel.pem")), 0o600);
+    assert_untouched(&sb, &["keygen", "--out"]);
 }
 
 #[test]
 fn every_shell_gets_a_completion_script() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for (shell, marker) in [
         ("bash", "complete -F"),
         ("zsh", "#compdef appduct"),
@@ -478,7 +429,7 @@ fn every_shell_gets_a_completion_script() {
         ("powershell", "Register-ArgumentCompleter"),
         ("elvish", "edit:completion:arg-completer[appduct]"),
     ] {
-        let (code, stdout, stderr) = sb.run(&["completions", shell]);
+        let (code, stdout, stderr) = sb.output(&["completions", shell]);
         assert_eq!((code, stderr.as_str()), (0, ""), "{shell}");
         assert!(stdout.contains(marker), "{shell}: {marker} missing");
         // Static completions include the commands and the --open targets.
@@ -486,7 +437,7 @@ fn every_shell_gets_a_completion_script() {
             assert!(stdout.contains(word), "{shell}: {word} missing");
         }
     }
-    sb.assert_untouched(&["completions"]);
+    assert_untouched(&sb, &["completions"]);
 }
 
 /// A usage error with stderr on a pseudo-terminal: the error block as the terminal got it.
@@ -511,7 +462,7 @@ fn usage_error_on_a_terminal(sb: &Sandbox, flag: Option<&str>, no_color: Option<
 
 #[test]
 fn colour_only_on_a_terminal_without_no_color() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let red = "\x1b[1;31mCommand failed\x1b[0m";
     assert!(usage_error_on_a_terminal(&sb, None, None).contains(red));
     // An empty NO_COLOR does not disable colour (05 §2.2).
@@ -525,18 +476,18 @@ fn colour_only_on_a_terminal_without_no_color() {
         assert!(!text.contains('\x1b'), "{flag:?} {env:?}: {text:?}");
     }
     // Not a terminal: never colour (the argument-error tests above read a pipe).
-    sb.assert_untouched(&["tools", "ls"]);
+    assert_untouched(&sb, &["tools", "ls"]);
 }
 
 #[test]
 fn init_records_the_project_scheme_through_the_binary() {
-    let sb = Sandbox::new();
-    let project = sb.dir.path();
+    let sb = sandbox();
+    let project = sb.cwd();
     std::fs::write(project.join("app.json"), r#"{"expo": {"scheme": "shop"}}"#).unwrap();
     let config = project.join(".appduct").join("config.json");
 
     let (code, stdout, stderr) =
-        sb.run(&["--json", "init", "--android-app-id", "com.example.shop"]);
+        sb.output(&["--json", "init", "--android-app-id", "com.example.shop"]);
     assert_eq!((code, stderr.as_str()), (0, ""), "{stdout}");
     let v: Value = serde_json::from_str(&stdout).unwrap();
     let data = &v["data"];
@@ -574,7 +525,7 @@ fn init_records_the_project_scheme_through_the_binary() {
 
     // Again: nothing changes, the file is not rewritten.
     let before = std::fs::metadata(&config).unwrap().modified().unwrap();
-    let (code, stdout, _) = sb.run(&["--json", "init"]);
+    let (code, stdout, _) = sb.output(&["--json", "init"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(
@@ -587,10 +538,10 @@ fn init_records_the_project_scheme_through_the_binary() {
     );
 
     // Another scheme needs --force; --force merges.
-    let (code, _, stderr) = sb.run(&["init", "--scheme", "other"]);
+    let (code, _, stderr) = sb.output(&["init", "--scheme", "other"]);
     assert_eq!(code, 64);
     assert!(stderr.contains("--force"), "{stderr}");
-    let (code, stdout, _) = sb.run(&["--no-color", "init", "--scheme", "other", "--force"]);
+    let (code, stdout, _) = sb.output(&["--no-color", "init", "--scheme", "other", "--force"]);
     assert_eq!(code, 0);
     let dir = project.display().to_string();
     insta::assert_snapshot!("init_human_force", stdout.replace(&dir, "<project>"));
@@ -600,18 +551,18 @@ fn init_records_the_project_scheme_through_the_binary() {
         json!({"scheme": "other", "appId": {"android": "com.example.shop"}})
     );
     // Never a daemon, a key or the state dir.
-    sb.assert_untouched(&["init"]);
+    assert_untouched(&sb, &["init"]);
 }
 
 #[test]
 fn completions_print_a_script() {
-    let sb = Sandbox::new();
-    let (code, stdout, stderr) = sb.run(&["completions", "bash"]);
+    let sb = sandbox();
+    let (code, stdout, stderr) = sb.output(&["completions", "bash"]);
     assert_eq!(code, 0);
     assert_eq!(stderr, "");
     assert!(stdout.len() > 100);
     assert!(stdout.contains("appduct"));
-    let (code, stdout, _) = sb.run(&["completions", "zsh", "--json"]);
+    let (code, stdout, _) = sb.output(&["completions", "zsh", "--json"]);
     assert_eq!(code, 0);
     let v: Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v["data"]["shell"], "zsh");
@@ -620,5 +571,5 @@ fn completions_print_a_script() {
             .as_str()
             .is_some_and(|s| s.contains("#compdef appduct"))
     );
-    sb.assert_untouched(&["completions"]);
+    assert_untouched(&sb, &["completions"]);
 }

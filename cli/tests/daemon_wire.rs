@@ -11,14 +11,16 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rustix::process::Signal;
 use serde_json::{Value, json};
-use support::{Playground, Sandbox, exists, is_stopped, signal, wait_child, write_script};
+use support::{
+    Playground, Sandbox, exists, is_stopped, sandbox, sandbox_with_config, signal,
+    spawn_until_line, wait_child, write_script,
+};
 
 #[test]
 fn daemon_run_prints_the_ready_line_refuses_a_second_host_and_stops_on_sigterm() {
-    let sb = Sandbox::new();
-    let (mut child, ready) = sb.spawn_until_line(&["--json", "daemon", "run"]);
+    let sb = sandbox();
+    let (mut child, ready) = spawn_until_line(&sb, &["--json", "daemon", "run"]);
     let daemon = &ready["data"]["daemon"];
     assert_eq!(ready["ok"], true, "{ready}");
     assert_eq!(daemon["pid"], json!(child.id()));
@@ -43,14 +45,14 @@ fn daemon_run_prints_the_ready_line_refuses_a_second_host_and_stops_on_sigterm()
     );
     assert_eq!(doc["error"]["details"]["pid"], json!(child.id()));
 
-    signal(child.id() as i32, Signal::TERM);
+    signal(child.id(), "TERM");
     assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
     assert!(!exists(&sb.socket()) && !exists(&sb.pidfile()));
 }
 
 #[test]
 fn daemon_run_human_line_and_sigint() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let mut cmd = sb.command(&["daemon", "run"]);
     cmd.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
@@ -69,13 +71,13 @@ fn daemon_run_human_line_and_sigint() {
             sb.state_dir().display()
         )
     );
-    signal(child.id() as i32, Signal::INT);
+    signal(child.id(), "INT");
     assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
 }
 
 #[test]
 fn a_second_signal_during_daemon_run_teardown_exits_130() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let mut cmd = sb.command(&["daemon", "run"]);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -99,10 +101,10 @@ fn a_second_signal_during_daemon_run_teardown_exits_130() {
     // 1 s (01 §6.6): the playground, stopped with SIGSTOP once connected.
     let pg = Playground::start(&sb);
     let device = pg.child.id();
-    signal(device as i32, Signal::STOP);
+    signal(device, "STOP");
     sb.wait_for("the playground to stop", || is_stopped(device));
 
-    signal(child.id() as i32, Signal::TERM);
+    signal(child.id(), "TERM");
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut logs = Vec::new();
     loop {
@@ -116,7 +118,7 @@ fn a_second_signal_during_daemon_run_teardown_exits_130() {
             break;
         }
     }
-    signal(child.id() as i32, Signal::TERM);
+    signal(child.id(), "TERM");
     assert_eq!(
         wait_child(&mut child, Duration::from_secs(15)),
         130,
@@ -137,25 +139,25 @@ fn a_second_signal_during_daemon_run_teardown_exits_130() {
     // signal the dead pid they name.
     let _ = std::fs::remove_file(sb.pidfile());
     let _ = std::fs::remove_file(sb.socket());
-    signal(device as i32, Signal::CONT);
+    signal(device, "CONT");
     drop(pg);
 }
 
 #[test]
 fn daemon_run_stops_cleanly_on_sighup() {
-    let sb = Sandbox::new();
-    let (mut child, ready) = sb.spawn_until_line(&["--json", "daemon", "run"]);
+    let sb = sandbox();
+    let (mut child, ready) = spawn_until_line(&sb, &["--json", "daemon", "run"]);
     assert_eq!(ready["ok"], true, "{ready}");
-    signal(child.id() as i32, Signal::HUP);
+    signal(child.id(), "HUP");
     assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
     assert!(!exists(&sb.socket()) && !exists(&sb.pidfile()));
 }
 
 #[test]
 fn mcp_with_an_invalid_scheme_still_starts_and_exits_0_when_stdin_closes() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     // --json has no effect on mcp; stdin is empty, so the client "left" at once.
-    let (code, stdout, stderr) = sb.run(&["--json", "mcp", "--scheme", "http"]);
+    let (code, stdout, stderr) = sb.output(&["--json", "mcp", "--scheme", "http"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "", "stdout carries only MCP messages");
     let scheme_lines = stderr
@@ -167,7 +169,7 @@ fn mcp_with_an_invalid_scheme_still_starts_and_exits_0_when_stdin_closes() {
 
 #[test]
 fn invalid_configuration_stops_daemon_run_with_65() {
-    let sb = Sandbox::with_config(r#"{"wssPort": "eighty"}"#);
+    let sb = sandbox_with_config(r#"{"wssPort": "eighty"}"#);
     let (code, doc) = sb.json(&["daemon", "run"]);
     assert_eq!(code, 65, "{doc}");
     assert_eq!(doc["error"]["type"], "validation_error");
@@ -183,7 +185,7 @@ fn invalid_configuration_stops_daemon_run_with_65() {
 
 #[test]
 fn start_spawns_once_status_reports_and_stop_leaves_nothing() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let started = sb.ok(&["daemon", "start"]);
     let d = &started["daemon"];
     assert_eq!(d["spawned"], true, "{started}");
@@ -196,7 +198,7 @@ fn start_spawns_once_status_reports_and_stop_leaves_nothing() {
     let again = sb.ok(&["daemon", "start"]);
     assert_eq!(again["daemon"]["spawned"], false);
     assert_eq!(again["daemon"]["pid"], pid);
-    let (code, human, _) = sb.run(&["daemon", "start"]);
+    let (code, human, _) = sb.output(&["daemon", "start"]);
     assert_eq!(code, 0);
     assert!(human.starts_with(&format!("Daemon already running (pid {pid}, wss port ")));
 
@@ -234,7 +236,7 @@ fn start_spawns_once_status_reports_and_stop_leaves_nothing() {
             .unwrap()
             .starts_with("sha256/")
     );
-    let (code, human, _) = sb.run(&["daemon", "status"]);
+    let (code, human, _) = sb.output(&["daemon", "status"]);
     assert_eq!(code, 0);
     assert!(human.starts_with("Daemon\n  Version:"), "{human}");
 
@@ -250,14 +252,14 @@ fn start_spawns_once_status_reports_and_stop_leaves_nothing() {
     assert_eq!(code, 70);
     assert_eq!(doc["error"]["type"], "connection_error");
     assert_eq!(doc["error"]["message"], "No appduct daemon is running");
-    let (code, stdout, stderr) = sb.run(&["daemon", "stop"]);
+    let (code, stdout, stderr) = sb.output(&["daemon", "stop"]);
     assert_eq!((code, stdout.as_str()), (70, ""));
     assert!(stderr.contains("No appduct daemon is running"));
 }
 
 #[test]
 fn stop_with_nothing_ever_started_is_70_and_spawns_nothing() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let (code, doc) = sb.json(&["daemon", "stop"]);
     assert_eq!(code, 70, "{doc}");
     assert!(!exists(&sb.socket()) && !exists(&sb.pidfile()));
@@ -265,9 +267,9 @@ fn stop_with_nothing_ever_started_is_70_and_spawns_nothing() {
 
 #[test]
 fn sessions_without_an_app() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     assert_eq!(sb.ok(&["sessions", "ls"]), json!([]));
-    let (code, human, stderr) = sb.run(&["sessions", "ls"]);
+    let (code, human, stderr) = sb.output(&["sessions", "ls"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(
         human,
@@ -292,7 +294,7 @@ fn pending_links(sb: &Sandbox) -> u64 {
 
 #[test]
 fn link_creation_composes_the_pinned_deep_link_and_revoke_discards_it() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let link = sb.ok(&["sessions", "link", "--scheme", "myapp", "--ttl", "120"]);
     let deep = link["deepLink"].as_str().unwrap();
     assert!(deep.starts_with("myapp:///?appduct="), "{deep}");
@@ -344,7 +346,7 @@ fn link_creation_composes_the_pinned_deep_link_and_revoke_discards_it() {
 
 #[test]
 fn link_scheme_comes_from_the_environment_or_project_config_else_64() {
-    let mut sb = Sandbox::new();
+    let mut sb = sandbox();
     let (code, doc) = sb.json(&["sessions", "link"]);
     assert_eq!(code, 64, "{doc}");
     assert!(
@@ -380,23 +382,23 @@ fn link_scheme_comes_from_the_environment_or_project_config_else_64() {
 
 #[test]
 fn human_link_with_qr_prints_the_block_and_the_code() {
-    let sb = Sandbox::new();
-    let (code, out, err) = sb.run(&["sessions", "link", "--scheme", "myapp", "--qr"]);
+    let sb = sandbox();
+    let (code, out, err) = sb.output(&["sessions", "link", "--scheme", "myapp", "--qr"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("Link created\n  Session:    "), "{out}");
     assert!(out.contains("  Deep link:  myapp:///?appduct="));
     assert!(out.contains('▀') || out.contains('▄'), "no QR code: {out}");
     // --json never carries the QR code.
-    let (_, stdout, _) = sb.run(&["--json", "sessions", "link", "--scheme", "myapp", "--qr"]);
+    let (_, stdout, _) = sb.output(&["--json", "sessions", "link", "--scheme", "myapp", "--qr"]);
     assert!(!stdout.contains('█'));
 }
 
 /// A fake `adb` that logs each argv (one line, arguments joined by `|`) and answers from
 /// environment-selected behaviour.
 fn fake_adb(sb: &mut Sandbox, devices: &str, fail_reverse: bool) -> std::path::PathBuf {
-    let bin = sb.dir.path().join("bin");
+    let bin = sb.root().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    let log = sb.dir.path().join("adb.log");
+    let log = sb.root().join("adb.log");
     let fail = if fail_reverse {
         "case \"$*\" in *reverse*) echo 'error: device offline' >&2; exit 1;; esac\n"
     } else {
@@ -409,7 +411,7 @@ fn fake_adb(sb: &mut Sandbox, devices: &str, fail_reverse: bool) -> std::path::P
             log.display()
         ),
     );
-    sb.path_prefix = Some(bin);
+    sb.set_path_prefix(bin);
     log
 }
 
@@ -423,7 +425,7 @@ fn log_lines(log: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn android_delivery_runs_the_exact_argument_vectors() {
-    let mut sb = Sandbox::new();
+    let mut sb = sandbox();
     let log = fake_adb(&mut sb, "emulator-5554\\tdevice\\n", false);
     let link = sb.ok(&[
         "sessions",
@@ -457,7 +459,7 @@ fn android_delivery_runs_the_exact_argument_vectors() {
 
 #[test]
 fn android_refusals_mint_nothing_and_a_failed_delivery_revokes_the_link() {
-    let mut sb = Sandbox::new();
+    let mut sb = sandbox();
     let log = fake_adb(&mut sb, "a1\\tdevice\\nb2\\tdevice\\n", false);
     // No app id: refused before anything runs.
     let (code, doc) = sb.json(&["sessions", "link", "--open", "android", "--scheme", "myapp"]);
@@ -480,7 +482,7 @@ fn android_refusals_mint_nothing_and_a_failed_delivery_revokes_the_link() {
     assert_eq!(code, 64);
     assert_eq!(log_lines(&log).len(), before);
 
-    let mut sb = Sandbox::new();
+    let mut sb = sandbox();
     let _log = fake_adb(&mut sb, "a1\\tdevice\\n", true);
     let (code, doc) = sb.json(&args);
     assert_eq!(code, 70, "{doc}");
@@ -498,16 +500,16 @@ fn android_refusals_mint_nothing_and_a_failed_delivery_revokes_the_link() {
 
 #[test]
 fn sigint_during_an_ordinary_command_exits_130_without_an_envelope() {
-    let mut sb = Sandbox::new();
+    let mut sb = sandbox();
     // `adb devices` announces itself, then hangs: the CLI is mid-command when interrupted.
-    let bin = sb.dir.path().join("bin");
+    let bin = sb.root().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    let marker = sb.dir.path().join("adb-started");
+    let marker = sb.root().join("adb-started");
     write_script(
         &bin.join("adb"),
         &format!("touch '{}'\nexec sleep 5\n", marker.display()),
     );
-    sb.path_prefix = Some(bin);
+    sb.set_path_prefix(bin);
     sb.ok(&["daemon", "start"]);
 
     let mut cmd = sb.command(&[
@@ -524,7 +526,7 @@ fn sigint_during_an_ordinary_command_exits_130_without_an_envelope() {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = cmd.spawn().unwrap();
     sb.wait_for("adb to run", || exists(&marker));
-    signal(child.id() as i32, Signal::INT);
+    signal(child.id(), "INT");
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130));
     assert!(out.stdout.is_empty(), "no envelope: {:?}", out.stdout);
@@ -539,7 +541,7 @@ fn sigint_during_an_ordinary_command_exits_130_without_an_envelope() {
 
 #[test]
 fn events_tail_ends_with_exit_0_when_the_daemon_closes_the_stream() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     sb.ok(&["daemon", "start"]);
     let mut cmd = sb.command(&["events", "tail"]);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -564,14 +566,11 @@ fn events_tail_ends_with_exit_0_when_the_daemon_closes_the_stream() {
 
 #[test]
 fn a_missing_delivery_tool_is_a_connection_error_naming_it() {
-    let mut sb = Sandbox::new();
-    let bin = sb.dir.path().join("empty-bin");
+    let mut sb = sandbox();
+    let bin = sb.root().join("empty-bin");
     std::fs::create_dir_all(&bin).unwrap();
-    sb.path_prefix = Some(bin);
-    sb.set_env(
-        "PATH",
-        &sb.dir.path().join("empty-bin").display().to_string(),
-    );
+    sb.set_path_prefix(bin);
+    sb.set_env("PATH", &sb.root().join("empty-bin").display().to_string());
     let (code, doc) = sb.json(&["sessions", "link", "--open", "ios-sim", "--scheme", "myapp"]);
     assert_eq!(code, 70, "{doc}");
     let hint = doc["error"]["details"]["hint"].as_str().unwrap_or_default();
@@ -579,96 +578,9 @@ fn a_missing_delivery_tool_is_a_connection_error_naming_it() {
     let _: Value = doc;
 }
 
-/// One JSON-RPC request on a fresh control connection; its response.
-fn raw_request(sb: &Sandbox, line: &str) -> Value {
-    use std::io::{BufRead as _, Write as _};
-    let mut stream = std::os::unix::net::UnixStream::connect(sb.socket()).unwrap();
-    stream.write_all(format!("{line}\n").as_bytes()).unwrap();
-    let mut reader = std::io::BufReader::new(stream);
-    let mut response = String::new();
-    reader.read_line(&mut response).unwrap();
-    serde_json::from_str(&response).unwrap()
-}
-
-/// A `daemon run` child reporting `version` (the test seam of 01 §7).
-fn host_with_version(sb: &Sandbox, version: &str) -> std::process::Child {
-    let mut cmd = sb.command(&["--json", "daemon", "run"]);
-    cmd.env("APPDUCT_DAEMON_VERSION_OVERRIDE", version)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let ready: Value = serde_json::from_str(line.trim_end()).unwrap();
-    assert_eq!(ready["data"]["daemon"]["version"], version);
-    child
-}
-
-#[test]
-fn a_newer_daemon_gets_a_human_notice_and_a_status_warning_never_json_prose() {
-    let sb = Sandbox::new();
-    let mut host = host_with_version(&sb, "99.0.0");
-    let (code, _, stderr) = sb.run(&["sessions", "ls"]);
-    assert_eq!(code, 0);
-    assert!(
-        stderr.contains("99.0.0") && stderr.contains("newer"),
-        "{stderr}"
-    );
-    let (code, stdout, stderr) = sb.run(&["--json", "sessions", "ls"]);
-    assert_eq!(
-        (code, stdout.as_str(), stderr.as_str()),
-        (0, "{\"ok\":true,\"data\":[]}\n", "")
-    );
-    let status = sb.ok(&["daemon", "status"]);
-    assert!(
-        status["warning"].as_str().unwrap().contains("99.0.0"),
-        "{status}"
-    );
-    let (_, human, _) = sb.run(&["daemon", "status"]);
-    assert!(human.contains("\nWarning: "), "{human}");
-    signal(host.id() as i32, Signal::TERM);
-    assert_eq!(wait_child(&mut host, Duration::from_secs(15)), 0);
-}
-
-#[test]
-fn an_older_busy_daemon_is_kept_unless_a_restart_is_forced() {
-    let sb = Sandbox::new();
-    let mut host = host_with_version(&sb, "0.0.1");
-    // A pending link makes the old daemon busy; minted over a raw control connection, since
-    // every CLI command that mints one would first replace the idle daemon.
-    let created = raw_request(
-        &sb,
-        r#"{"jsonrpc":"2.0","id":1,"method":"link.create","params":{}}"#,
-    );
-    assert!(created["result"]["sessionId"].is_string(), "{created}");
-    // `daemon status` never replaces.
-    assert_eq!(sb.ok(&["daemon", "status"])["daemon"]["version"], "0.0.1");
-
-    let (code, doc) = sb.json(&["sessions", "ls"]);
-    assert_eq!(code, 70, "{doc}");
-    let details = &doc["error"]["details"];
-    assert_eq!(details["daemonVersion"], "0.0.1");
-    assert_eq!(details["clientVersion"], env!("CARGO_PKG_VERSION"));
-    assert_eq!(details["pendingLinkCount"], 1);
-    let (code, _) = sb.json(&["--no-daemon-restart", "sessions", "ls"]);
-    assert_eq!(code, 70);
-
-    assert_eq!(sb.ok(&["--daemon-restart", "sessions", "ls"]), json!([]));
-    // The old host was shut down and exits 0; a new daemon of this version serves.
-    assert_eq!(wait_child(&mut host, Duration::from_secs(15)), 0);
-    assert_eq!(
-        sb.ok(&["daemon", "status"])["daemon"]["version"],
-        env!("CARGO_PKG_VERSION")
-    );
-}
-
 #[test]
 fn web_transport_to_android_reverses_the_web_port_and_drops_the_pin() {
-    let mut sb = Sandbox::new();
+    let mut sb = sandbox();
     let log = fake_adb(&mut sb, "emulator-5554\\tdevice\\n", false);
     let link = sb.ok(&[
         "sessions",
@@ -703,10 +615,10 @@ fn web_transport_to_android_reverses_the_web_port_and_drops_the_pin() {
 
 #[test]
 fn ios_simulator_delivery_opens_the_link_on_the_booted_simulator() {
-    let mut sb = Sandbox::new();
-    let bin = sb.dir.path().join("bin");
+    let mut sb = sandbox();
+    let bin = sb.root().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    let log = sb.dir.path().join("xcrun.log");
+    let log = sb.root().join("xcrun.log");
     write_script(
         &bin.join("xcrun"),
         &format!(
@@ -714,7 +626,7 @@ fn ios_simulator_delivery_opens_the_link_on_the_booted_simulator() {
             log.display()
         ),
     );
-    sb.path_prefix = Some(bin);
+    sb.set_path_prefix(bin);
     let link = sb.ok(&["sessions", "link", "--open", "ios-sim", "--scheme", "myapp"]);
     assert_eq!(link["device"], "AAAA-1111");
     assert_eq!(link["target"], "ios-sim");
@@ -738,7 +650,7 @@ fn ios_simulator_delivery_opens_the_link_on_the_booted_simulator() {
 #[test]
 fn ios_device_refuses_a_loopback_address_before_minting() {
     // SEC-43.
-    let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#);
+    let sb = sandbox_with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#);
     let (code, doc) = sb.json(&[
         "sessions",
         "link",
@@ -761,7 +673,7 @@ fn ios_device_refuses_a_loopback_address_before_minting() {
 
 #[test]
 fn a_failed_auto_spawn_names_the_socket_and_the_log_tail() {
-    let sb = Sandbox::with_config(r#"{"wssPort": "eighty"}"#);
+    let sb = sandbox_with_config(r#"{"wssPort": "eighty"}"#);
     let (code, doc) = sb.json(&["sessions", "ls"]);
     assert_eq!(code, 70, "{doc}");
     assert_eq!(doc["error"]["type"], "connection_error");
@@ -781,8 +693,8 @@ fn a_failed_auto_spawn_names_the_socket_and_the_log_tail() {
 
 #[test]
 fn stop_falls_back_to_sigterm_when_the_socket_is_gone_but_the_lock_is_held() {
-    let sb = Sandbox::new();
-    let (mut child, _) = sb.spawn_until_line(&["--json", "daemon", "run"]);
+    let sb = sandbox();
+    let (mut child, _) = spawn_until_line(&sb, &["--json", "daemon", "run"]);
     std::fs::remove_file(sb.socket()).unwrap();
     let stopped = sb.ok(&["daemon", "stop"]);
     assert_eq!(

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use support::archive::{
     self, APPDUCT_MODULE_CLASS, MARKER_CLASS, MARKER_CLASS_INCUBATOR, Method, RawEntry, ZipWriter,
 };
-use support::{Sandbox, exists};
+use support::{Sandbox, exists, sandbox};
 
 fn write(sb: &Sandbox, name: &str, bytes: &[u8]) {
     std::fs::write(sb.cwd().join(name), bytes).unwrap();
@@ -24,7 +24,7 @@ fn write(sb: &Sandbox, name: &str, bytes: &[u8]) {
 fn doctor(sb: &Sandbox, args: &[&str]) -> (i32, Value) {
     let mut all = vec!["--json", "doctor"];
     all.extend_from_slice(args);
-    let (code, stdout, stderr) = sb.run(&all);
+    let (code, stdout, stderr) = sb.output(&all);
     assert_eq!(stderr, "", "no stderr prose under --json");
     assert_eq!(stdout.matches('\n').count(), 1, "{stdout}");
     // Never contacts, so never spawns, a daemon.
@@ -73,7 +73,7 @@ fn apk(dexes: &[(&str, Vec<u8>)]) -> Vec<u8> {
 
 #[test]
 fn apk_with_the_marker_class_is_present() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     write(
         &sb,
         "app-release.apk",
@@ -111,7 +111,7 @@ fn apk_with_the_marker_class_is_present() {
     );
     assert_eq!(details["signals"], data["signals"]);
 
-    let (code, stdout, stderr) = sb.run(&[
+    let (code, stdout, stderr) = sb.output(&[
         "--no-color",
         "doctor",
         "app-release.apk",
@@ -123,7 +123,7 @@ fn apk_with_the_marker_class_is_present() {
 
 #[test]
 fn the_incubator_package_marker_counts_too() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     write(
         &sb,
         "a.APK",
@@ -136,7 +136,7 @@ fn the_incubator_package_marker_counts_too() {
 
 #[test]
 fn a_stub_without_the_marker_is_absent() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     // Appduct classes, but not the marker (a no-op stub); the marker's name only as a string
     // constant, which is no type.
     write(
@@ -168,7 +168,7 @@ fn a_stub_without_the_marker_is_absent() {
     assert_eq!(doc["error"]["details"]["assertion"]["holds"], false);
 
     // Human: the failure is the error block on stderr, nothing on stdout.
-    let (code, stdout, stderr) = sb.run(&["doctor", "stub.apk", "--assert-present"]);
+    let (code, stdout, stderr) = sb.output(&["doctor", "stub.apk", "--assert-present"]);
     assert_eq!((code, stdout.as_str()), (3, ""));
     assert!(stderr.starts_with("Command failed\n  Type:     assertion_error\n"));
 
@@ -177,14 +177,14 @@ fn a_stub_without_the_marker_is_absent() {
         "plain.apk",
         &apk(&[("classes.dex", archive::dex(&["Lcom/example/Main;"], &[]))]),
     );
-    let (code, stdout, _) = sb.run(&["--no-color", "doctor", "plain.apk", "--assert-absent"]);
+    let (code, stdout, _) = sb.output(&["--no-color", "doctor", "plain.apk", "--assert-absent"]);
     assert_eq!(code, 0);
     insta::assert_snapshot!("doctor_apk_absent", stdout);
 }
 
 #[test]
 fn dex_files_outside_the_scanned_places_do_not_count() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     // A marker in assets/ or a nested directory is not code the app loads.
     write(
         &sb,
@@ -199,7 +199,7 @@ fn dex_files_outside_the_scanned_places_do_not_count() {
 
 #[test]
 fn aab_dex_files_live_in_base_dex() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     write(
         &sb,
         "app.aab",
@@ -233,7 +233,7 @@ fn aab_dex_files_live_in_base_dex() {
 
 #[test]
 fn an_archive_without_dex_or_with_an_unreadable_dex_is_not_absent() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     write(&sb, "empty.apk", &apk(&[]));
     inspection_error(
         &sb,
@@ -271,7 +271,7 @@ fn marker_apk() -> Vec<u8> {
 
 #[test]
 fn corrupt_and_truncated_archives_exit_66() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let good = marker_apk();
 
     write(&sb, "text.apk", b"this is not a zip archive at all");
@@ -318,7 +318,7 @@ fn corrupt_and_truncated_archives_exit_66() {
 
 #[test]
 fn hostile_archives_exit_66() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let dex = archive::dex(&[MARKER_CLASS], &[]);
 
     // A bomb: declares a few bytes, inflates to far more.
@@ -413,7 +413,7 @@ fn hostile_archives_exit_66() {
 
 #[test]
 fn zip64_archives_are_read() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     write(
         &sb,
         "z64.apk",
@@ -560,7 +560,7 @@ fn ipa(main: &[u8], frameworks: &[(&str, Vec<u8>)]) -> Vec<u8> {
 
 #[test]
 fn ipa_marker_in_a_framework_is_present() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     write(
         &sb,
         "Shop.ipa",
@@ -584,14 +584,14 @@ fn ipa_marker_in_a_framework_is_present() {
             "assertion": {"expected": "present", "holds": true}
         })
     );
-    let (code, stdout, _) = sb.run(&["--no-color", "doctor", "Shop.ipa"]);
+    let (code, stdout, _) = sb.output(&["--no-color", "doctor", "Shop.ipa"]);
     assert_eq!(code, 0);
     insta::assert_snapshot!("doctor_ipa_present", stdout);
 }
 
 #[test]
 fn ipa_marker_in_the_main_executable_is_present() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     // Statically linked: no framework, the marker in the app binary, across the chunk size.
     let mut body = vec![0u8; 64 * 1024 - 4096 - 4 - 5];
     body.extend_from_slice(b"AppductCoreMarker");
@@ -610,7 +610,7 @@ fn ipa_marker_in_the_main_executable_is_present() {
 
 #[test]
 fn ipa_framework_without_the_marker_is_absent() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     write(
         &sb,
         "Stub.ipa",
@@ -632,7 +632,7 @@ fn ipa_framework_without_the_marker_is_absent() {
 
 #[test]
 fn ipa_that_cannot_be_read_exits_66() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let main = archive::mach_o(b"AppductCoreMarker");
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
@@ -722,7 +722,7 @@ fn app_dir(root: &Path, main: &[u8], frameworks: &[(&str, Vec<u8>)]) {
 
 #[test]
 fn app_directory_present_and_absent() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     app_dir(
         &sb.cwd().join("Shop.app"),
         &archive::mach_o(b"main"),
@@ -745,7 +745,7 @@ fn app_directory_present_and_absent() {
 
 #[test]
 fn app_directory_that_cannot_be_read_exits_66() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     // A symlink leading out of the bundle is refused, even to a file with the marker.
     let outside = sb.cwd().join("outside");
     std::fs::write(&outside, archive::mach_o(b"AppductCoreMarker")).unwrap();
@@ -772,7 +772,7 @@ fn app_directory_that_cannot_be_read_exits_66() {
 
 #[test]
 fn wrong_types_and_missing_paths() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for args in [
         &["x.zip"][..],
         &["x.apk.bak"],
@@ -795,7 +795,7 @@ fn wrong_types_and_missing_paths() {
     inspection_error(&sb, &["file.app"], "is not a directory");
 
     // Human failures go to stderr as the error block.
-    let (code, stdout, stderr) = sb.run(&["--no-color", "doctor", "missing.apk"]);
+    let (code, stdout, stderr) = sb.output(&["--no-color", "doctor", "missing.apk"]);
     assert_eq!((code, stdout.as_str()), (66, ""));
     insta::assert_snapshot!("doctor_missing_human_error", stderr);
 }

@@ -14,7 +14,7 @@ mod support;
 
 use std::os::unix::fs::PermissionsExt as _;
 
-use support::{Playground, Sandbox};
+use support::{Playground, Sandbox, sandbox_with_config};
 
 /// Every occurrence of each value replaced by its placeholder.
 fn redact(text: &str, pairs: &[(&str, &str)]) -> String {
@@ -95,7 +95,7 @@ impl<'a> Human<'a> {
     fn run(&self, args: &[&str]) -> (i32, String, String) {
         let mut all = vec!["--no-color"];
         all.extend_from_slice(args);
-        let (code, stdout, stderr) = self.sb.run(&all);
+        let (code, stdout, stderr) = self.sb.output(&all);
         let pairs: Vec<(&str, &str)> = self
             .redactions
             .iter()
@@ -108,7 +108,7 @@ impl<'a> Human<'a> {
 #[test]
 fn human_renderings_against_the_playground() {
     // A destructive tool denied and one override, so policy shows in listings and errors.
-    let sb = Sandbox::with_config(
+    let sb = sandbox_with_config(
         r#"{"wssPort": 0, "policy": {"destructive": "deny", "tools": {"playground/slow_task": "prompt"}}}"#,
     );
     // As the daemon would create it, so no "tightened" warning joins the output.

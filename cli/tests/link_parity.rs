@@ -1,93 +1,43 @@
 //! The CLI and the MCP bridge produce byte-identical deep links, and run identical delivery
 //! argument vectors, for the same inputs (02 §5.1, §7): `sessions link` (its planning and
-//! minting code) and `appduct_connect` (through an MCP client) against one fake daemon whose
-//! `link.create` always answers the same link, with the same scripted `adb` / `xcrun`.
+//! minting code) and `appduct_connect` (through an MCP client) against the fake daemon
+//! (`appduct_daemon::testing`), whose `link.create` always answers the same link, with the same
+//! scripted `adb` / `xcrun`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use appduct_cli::command::{LinkRequest, OpenTarget};
 use appduct_cli::sessions;
 use appduct_daemon::client::{ClientError, ControlClient};
-use appduct_daemon::control_server::{
-    BoxFuture, Connection, ControlHandler, Reply, ServerOptions, serve_connection,
-};
+use appduct_daemon::control_server::BoxFuture;
 use appduct_daemon::project::ResolveEnv;
 use appduct_daemon::seams::{CommandOutput, ScriptedCommandRunner};
 use appduct_daemon::state_dir::StateDir;
+use appduct_daemon::testing::FakeDaemon;
 use appduct_mcp::project::ProjectEnv;
 use appduct_mcp::{Bridge, BridgeOptions, DaemonConnector};
-use appduct_protocol::bootstrap::{BootstrapPayload, Decoded};
-use appduct_protocol::control::{ControlRequest, Transport};
-use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
+use appduct_protocol::control::Transport;
 use rmcp::ServiceExt as _;
 use rmcp::model::CallToolRequestParams;
 use serde_json::{Value, json};
 
-const SESSION: &str = "Zk3pQ0mX8sL1vB2n";
-const PIN: &str = "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
-
-/// Answers `link.create` with one fixed link per transport and logs its params.
-#[derive(Debug, Default)]
-struct FixedLinks {
-    minted: Mutex<Vec<Value>>,
+/// The fake daemon of the comparison: `link.create` alone, answered with one fixed link per
+/// transport, its params logged.
+fn fixed_links() -> Arc<FakeDaemon> {
+    FakeDaemon::new(&["link.create"])
 }
 
-impl ControlHandler for FixedLinks {
-    fn handle(
-        &self,
-        _conn: &Connection,
-        _id: RequestId,
-        request: ControlRequest,
-    ) -> BoxFuture<'static, Reply> {
-        let reply = match request {
-            ControlRequest::LinkCreate(p) => {
-                self.minted
-                    .lock()
-                    .unwrap()
-                    .push(serde_json::to_value(&p).unwrap());
-                let web = p.transport() == Transport::Web;
-                let (address, port) = if web {
-                    ("127.0.0.1", 53120)
-                } else {
-                    ("192.168.1.20", 8443)
-                };
-                let payload = BootstrapPayload::try_from(&Decoded {
-                    family: 4,
-                    address: address.into(),
-                    port,
-                    session_id: SESSION.into(),
-                    token_base64url: "A".repeat(43),
-                    expires_at: 1_764_494_223,
-                })
-                .unwrap()
-                .encode()
-                .unwrap();
-                Reply::Ok(json!({
-                    "sessionId": SESSION, "transport": if web { "web" } else { "native" },
-                    "deepLinkPayload": payload,
-                    "endpoint": {"address": address, "port": port, "family": 4},
-                    "expiresAt": 1_764_494_223u64, "pin": PIN,
-                }))
-            }
-            other => Reply::Err(ErrorObject::method_not_found(other.method())),
-        };
-        Box::pin(async move { reply })
-    }
-}
-
-fn serve(handler: Arc<FixedLinks>) -> ControlClient {
-    let (a, b) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(serve_connection(a, handler, ServerOptions::default()));
-    ControlClient::from_stream(b)
+fn serve(fake: &Arc<FakeDaemon>) -> ControlClient {
+    ControlClient::from_stream(fake.connect())
 }
 
 #[derive(Debug)]
-struct Connector(Arc<FixedLinks>);
+struct Connector(Arc<FakeDaemon>);
 
 impl DaemonConnector for Connector {
     fn connect(&self, _spawn: bool) -> BoxFuture<'_, Result<ControlClient, ClientError>> {
-        let client = serve(self.0.clone());
+        let client = serve(&self.0);
         Box::pin(async move { Ok(client) })
     }
 }
@@ -130,8 +80,8 @@ struct Outcome {
 }
 
 async fn via_cli(case: &Case, project: &std::path::Path, state: &std::path::Path) -> Outcome {
-    let fake = Arc::new(FixedLinks::default());
-    let client = serve(fake.clone());
+    let fake = fixed_links();
+    let client = serve(&fake);
     let req = LinkRequest {
         ttl_seconds: Some(120),
         qr: false,
@@ -155,7 +105,7 @@ async fn via_cli(case: &Case, project: &std::path::Path, state: &std::path::Path
     let success = sessions::mint_and_deliver(&client, &dir, &req, &plan, r.as_ref())
         .await
         .unwrap();
-    let minted = fake.minted.lock().unwrap().clone();
+    let minted = fake.requests("link.create");
     Outcome {
         deep_link: success.data["deepLink"].as_str().unwrap().to_owned(),
         argv: argv(&r),
@@ -164,7 +114,7 @@ async fn via_cli(case: &Case, project: &std::path::Path, state: &std::path::Path
 }
 
 async fn via_bridge(case: &Case, project: &std::path::Path, state: &std::path::Path) -> Outcome {
-    let fake = Arc::new(FixedLinks::default());
+    let fake = fixed_links();
     let r = runner(case.detection);
     let options = BridgeOptions {
         state_dir: Some(state.to_path_buf()),
@@ -195,7 +145,7 @@ async fn via_bridge(case: &Case, project: &std::path::Path, state: &std::path::P
         .unwrap();
     assert_ne!(result.is_error, Some(true), "{result:?}");
     let data = result.structured_content.unwrap();
-    let minted = fake.minted.lock().unwrap().clone();
+    let minted = fake.requests("link.create");
     Outcome {
         deep_link: data["deepLink"].as_str().unwrap().to_owned(),
         argv: argv(&r),

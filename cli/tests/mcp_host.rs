@@ -9,7 +9,7 @@ use std::os::unix::net::UnixListener;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::{Sandbox, signal, wait_child};
+use support::{Sandbox, sandbox, signal, spawn_until_line, wait_child};
 
 /// A "daemon" socket that accepts connections and never answers, so the bridge's startup
 /// handshake hangs (for 10 s, its request timeout).
@@ -36,8 +36,8 @@ fn accept_within(listener: &UnixListener, limit: Duration) -> std::os::unix::net
 
 #[test]
 fn sigterm_and_sigint_during_the_startup_connection_exit_0() {
-    for sig in [rustix::process::Signal::TERM, rustix::process::Signal::INT] {
-        let sb = Sandbox::new();
+    for sig in ["TERM", "INT"] {
+        let sb = sandbox();
         let listener = silent_daemon(&sb);
         let mut child = sb
             .command(&["mcp"])
@@ -48,9 +48,9 @@ fn sigterm_and_sigint_during_the_startup_connection_exit_0() {
             .unwrap();
         // The bridge is now waiting for `daemon.hello` to be answered.
         let _held = accept_within(&listener, Duration::from_secs(10));
-        signal(child.id() as i32, sig);
+        signal(child.id(), sig);
         let code = wait_child(&mut child, Duration::from_secs(5));
-        assert_eq!(code, 0, "{sig:?} during startup must exit 0");
+        assert_eq!(code, 0, "SIG{sig} during startup must exit 0");
         let mut out = String::new();
         std::io::Read::read_to_string(child.stdout.as_mut().unwrap(), &mut out).unwrap();
         assert_eq!(out, "", "nothing on stdout before the first response");
@@ -59,13 +59,13 @@ fn sigterm_and_sigint_during_the_startup_connection_exit_0() {
 
 #[test]
 fn usage_errors_of_mcp_stay_off_stdout_even_with_json() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     for args in [
         &["--json", "mcp", "--bogus"][..],
         &["mcp", "--json", "--bogus"],
         &["--pretty", "--json", "mcp", "extra"],
     ] {
-        let (code, stdout, stderr) = sb.run(args);
+        let (code, stdout, stderr) = sb.output(args);
         assert_eq!(code, 64, "{args:?}: {stderr}");
         assert_eq!(stdout, "", "{args:?}: stdout carries only JSON-RPC");
         assert!(
@@ -78,7 +78,7 @@ fn usage_errors_of_mcp_stay_off_stdout_even_with_json() {
         );
     }
     // Other commands keep the envelope on stdout.
-    let (code, stdout, _) = sb.run(&["--json", "sessions", "ls", "--bogus"]);
+    let (code, stdout, _) = sb.output(&["--json", "sessions", "ls", "--bogus"]);
     assert_eq!(code, 64);
     assert!(stdout.contains("\"ok\":false"), "{stdout}");
 }
@@ -87,8 +87,8 @@ fn usage_errors_of_mcp_stay_off_stdout_even_with_json() {
 fn a_state_dir_that_cannot_be_resolved_is_reported_on_stderr_for_mcp() {
     // A relative --state-dir while the working directory no longer exists: the state dir
     // cannot be made absolute, so it cannot be resolved.
-    let sb = Sandbox::new();
-    let gone = sb.dir.path().join("gone");
+    let sb = sandbox();
+    let gone = sb.root().join("gone");
     std::fs::create_dir(&gone).unwrap();
     let out = std::process::Command::new("sh")
         .arg("-c")
@@ -113,9 +113,9 @@ fn a_state_dir_that_cannot_be_resolved_is_reported_on_stderr_for_mcp() {
 
 #[test]
 fn scheme_problems_at_startup_are_one_stderr_line_and_the_bridge_still_starts() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     // An invalid --scheme.
-    let (code, stdout, stderr) = sb.run(&["mcp", "--scheme", "http"]);
+    let (code, stdout, stderr) = sb.output(&["mcp", "--scheme", "http"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "");
     let lines: Vec<&str> = stderr
@@ -126,7 +126,7 @@ fn scheme_problems_at_startup_are_one_stderr_line_and_the_bridge_still_starts() 
     assert!(lines[0].starts_with("Invalid deep-link scheme"), "{stderr}");
     assert!(lines[0].contains("starting anyway"), "{stderr}");
     // No scheme anywhere: the working directory is empty.
-    let (code, stdout, stderr) = sb.run(&["mcp"]);
+    let (code, stdout, stderr) = sb.output(&["mcp"]);
     assert_eq!(code, 0, "{stderr}");
     assert_eq!(stdout, "");
     let lines: Vec<&str> = stderr
@@ -140,16 +140,16 @@ fn scheme_problems_at_startup_are_one_stderr_line_and_the_bridge_still_starts() 
     );
     assert!(lines[0].contains("starting anyway"), "{stderr}");
     // A resolvable scheme: nothing to report.
-    let (code, _, stderr) = sb.run(&["mcp", "--scheme", "shopapp"]);
+    let (code, _, stderr) = sb.output(&["mcp", "--scheme", "shopapp"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(!stderr.contains("deep-link scheme"), "{stderr}");
 }
 
 #[test]
 fn a_failed_startup_prints_exactly_one_stderr_line_with_both_remedies() {
-    let mut sb = Sandbox::new();
+    let mut sb = sandbox();
     sb.set_env("APPDUCT_DAEMON_VERSION_OVERRIDE", "0.0.1");
-    let (mut daemon, _ready) = sb.spawn_until_line(&["--json", "daemon", "run"]);
+    let (mut daemon, _ready) = spawn_until_line(&sb, &["--json", "daemon", "run"]);
     // A pending link makes the older daemon busy, so it may not be replaced.
     let mut control = std::os::unix::net::UnixStream::connect(sb.socket()).unwrap();
     std::io::Write::write_all(
@@ -161,7 +161,7 @@ fn a_failed_startup_prints_exactly_one_stderr_line_with_both_remedies() {
     std::io::BufRead::read_line(&mut std::io::BufReader::new(&control), &mut answer).unwrap();
     assert!(answer.contains("sessionId"), "{answer}");
     // An invalid scheme too: its diagnostic must not precede the failure line.
-    let (code, stdout, stderr) = sb.run(&["mcp", "--scheme", "http"]);
+    let (code, stdout, stderr) = sb.output(&["mcp", "--scheme", "http"]);
     assert_eq!(code, 70, "{stderr}");
     assert_eq!(stdout, "");
     let lines: Vec<&str> = stderr.lines().collect();

@@ -11,9 +11,8 @@ use std::io::Write as _;
 use std::process::Stdio;
 use std::time::Duration;
 
-use rustix::process::Signal;
 use serde_json::{Value, json};
-use support::{Playground, Pty, Sandbox, is_stopped, signal, wait_child};
+use support::{Playground, Pty, Sandbox, is_stopped, sandbox, signal, wait_child};
 
 fn pending_calls(sb: &Sandbox) -> u64 {
     sb.ok(&["daemon", "status"])["daemon"]["pendingCalls"]
@@ -23,7 +22,7 @@ fn pending_calls(sb: &Sandbox) -> u64 {
 
 #[test]
 fn the_playground_serves_the_contract_to_a_second_client() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let mut pg = Playground::start(&sb);
     let data = &pg.ready["data"];
     assert_eq!(
@@ -60,7 +59,7 @@ fn the_playground_serves_the_contract_to_a_second_client() {
     assert_eq!(result.to_string(), r#"{"total":3}"#);
     assert_eq!(sb.ok(&["tools", "call", "call_count"]), json!({"count": 2}));
 
-    let (code, human, err) = sb.run(&[
+    let (code, human, err) = sb.output(&[
         "tools",
         "call",
         &pg.alias(),
@@ -98,7 +97,7 @@ fn the_playground_serves_the_contract_to_a_second_client() {
 
 #[test]
 fn listing_describing_and_snapshotting_the_playground() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let pg = Playground::start(&sb);
     let listed = sb.ok(&["tools", "ls"]);
     assert_eq!(listed["total"], 5);
@@ -107,7 +106,7 @@ fn listing_describing_and_snapshotting_the_playground() {
         listed.get("limit").is_none(),
         "JSON has no default limit: {listed}"
     );
-    let (code, human, _) = sb.run(&["tools", "ls"]);
+    let (code, human, _) = sb.output(&["tools", "ls"]);
     assert_eq!(code, 0);
     assert!(
         human.starts_with(&format!("Tools on {}\n", pg.alias())),
@@ -145,7 +144,7 @@ fn listing_describing_and_snapshotting_the_playground() {
     let (code, doc) = sb.json(&["tools", "snapshot", "--check", "tools.snapshot.json"]);
     assert_eq!(code, 3, "{doc}");
     assert_eq!(doc["error"]["details"]["changed"]["tools"], json!(["sum"]));
-    let (code, stdout, _) = sb.run(&["--json", "tools", "snapshot", "--write", "-"]);
+    let (code, stdout, _) = sb.output(&["--json", "tools", "snapshot", "--write", "-"]);
     assert_eq!(code, 0);
     assert!(
         stdout.starts_with("{\n  \"events\": ["),
@@ -196,7 +195,7 @@ fn listing_describing_and_snapshotting_the_playground() {
     assert_eq!(code, 0);
     assert_eq!(doc["meta"]["command"], "tools ls");
     assert!(doc["meta"].get("call").is_none());
-    let (code, human, _) = sb.run(&["--verbose", "sessions", "ls"]);
+    let (code, human, _) = sb.output(&["--verbose", "sessions", "ls"]);
     assert_eq!(code, 0);
     assert!(
         human.contains("\nMeta\n  Command:    sessions ls\n"),
@@ -209,7 +208,7 @@ fn listing_describing_and_snapshotting_the_playground() {
     assert_eq!(doc["error"]["type"], "tool_timeout");
 
     // Without a terminal the progress display stays off: nothing on stderr.
-    let (code, stdout, stderr) = sb.run(&["tools", "call", "slow_task"]);
+    let (code, stdout, stderr) = sb.output(&["tools", "call", "slow_task"]);
     assert_eq!(code, 0);
     assert!(stdout.starts_with("Result (slow_task on "), "{stdout}");
     assert_eq!(stderr, "");
@@ -218,14 +217,14 @@ fn listing_describing_and_snapshotting_the_playground() {
 
 #[test]
 fn ctrl_c_cancels_a_call_and_sigterm_settles_it_locally() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let pg = Playground::start(&sb);
 
     let mut call = sb.command(&["--json", "tools", "call", "slow_task"]);
     call.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = call.spawn().unwrap();
     sb.wait_for("the call to be pending", || pending_calls(&sb) == 1);
-    signal(child.id() as i32, Signal::INT);
+    signal(child.id(), "INT");
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(72));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -238,7 +237,7 @@ fn ctrl_c_cancels_a_call_and_sigterm_settles_it_locally() {
     call.stdout(Stdio::piped()).stderr(Stdio::null());
     let child = call.spawn().unwrap();
     sb.wait_for("the call to be pending", || pending_calls(&sb) == 1);
-    signal(child.id() as i32, Signal::TERM);
+    signal(child.id(), "TERM");
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(72));
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -269,7 +268,7 @@ fn reverse_keys(v: &Value) -> Value {
 
 #[test]
 fn the_tools_snapshot_guard_fails_both_ways() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let pg = Playground::start(&sb);
     let file = sb.cwd().join("tools.snapshot.json");
     sb.ok(&["tools", "snapshot", "--write", "tools.snapshot.json"]);
@@ -355,7 +354,7 @@ fn the_tools_snapshot_guard_fails_both_ways() {
         "{diff}"
     );
     // Human: the error block without Details, one line per entry, the diff, the next step.
-    let (code, stdout, stderr) = sb.run(&[
+    let (code, stdout, stderr) = sb.output(&[
         "--no-color",
         "tools",
         "snapshot",
@@ -389,7 +388,7 @@ fn the_tools_snapshot_guard_fails_both_ways() {
 
 #[test]
 fn on_a_terminal_progress_shows_and_a_second_ctrl_c_settles_locally() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let pg = Playground::start(&sb);
     let mut pty = Pty::open();
     let mut call = sb.command(&["tools", "call", "slow_task"]);
@@ -409,12 +408,12 @@ fn on_a_terminal_progress_shows_and_a_second_ctrl_c_settles_locally() {
     );
     // The app stops answering, so the first Ctrl-C's cancel stays unconfirmed.
     let device = pg.child.id();
-    signal(device as i32, Signal::STOP);
+    signal(device, "STOP");
     sb.wait_for("the playground to stop", || is_stopped(device));
 
-    signal(child.id() as i32, Signal::INT);
+    signal(child.id(), "INT");
     pty.wait_for("Cancelling…");
-    signal(child.id() as i32, Signal::INT);
+    signal(child.id(), "INT");
     assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 72);
     let mut out = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
@@ -434,14 +433,14 @@ fn on_a_terminal_progress_shows_and_a_second_ctrl_c_settles_locally() {
     // Settled by the CLI at once, not by the daemon's 2 s cancel grace.
     assert!(text.contains("\"settledBy\":\"cli\""), "{text:?}");
 
-    signal(device as i32, Signal::CONT);
+    signal(device, "CONT");
     sb.wait_for("the daemon to settle the call", || pending_calls(&sb) == 0);
     assert_eq!(pg.stop(), 0);
 }
 
 #[test]
 fn json_and_no_progress_keep_the_terminal_quiet() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let pg = Playground::start(&sb);
     for flags in [&["--json"][..], &["--no-progress"]] {
         let mut pty = Pty::open();
@@ -462,7 +461,7 @@ fn json_and_no_progress_keep_the_terminal_quiet() {
 
 #[test]
 fn events_tail_streams_app_events_until_sigint() {
-    let sb = Sandbox::new();
+    let sb = sandbox();
     let mut pg = Playground::start(&sb);
     let mut tail = sb.command(&["--json", "events", "tail"]);
     tail.stdout(Stdio::piped()).stderr(Stdio::null());
@@ -492,7 +491,7 @@ fn events_tail_streams_app_events_until_sigint() {
     let event: Value = serde_json::from_str(line.trim_end()).unwrap();
     assert_eq!(event["kind"], "app_event");
     assert_eq!(event["data"]["name"], "playground_ping");
-    signal(child.id() as i32, Signal::INT);
+    signal(child.id(), "INT");
     assert_eq!(wait_child(&mut child, Duration::from_secs(10)), 0);
     drop(stdin);
     assert_eq!(pg.stop(), 0);
@@ -500,8 +499,8 @@ fn events_tail_streams_app_events_until_sigint() {
 
 #[test]
 fn the_tour_runs_every_step_and_exits_zero() {
-    let sb = Sandbox::new();
-    let (code, out, err) = sb.run(&["playground", "--tour"]);
+    let sb = sandbox();
+    let (code, out, err) = sb.output(&["playground", "--tour"]);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
     for step in [
         "$ appduct sessions ls",

@@ -6,21 +6,21 @@
 mod support;
 
 use serde_json::json;
-use support::{Sandbox, exists, write_script};
+use support::{exists, sandbox, write_script};
 
 #[test]
 fn sec_40_hostile_ids_are_refused_before_link_create() {
-    let mut sb = Sandbox::new();
-    let bin = sb.dir.path().join("bin");
+    let mut sb = sandbox();
+    let bin = sb.root().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
-    let log = sb.dir.path().join("tools.log");
+    let log = sb.root().join("tools.log");
     for tool in ["adb", "xcrun"] {
         write_script(
             &bin.join(tool),
             &format!("echo \"{tool} $*\" >> '{}'\nexit 0\n", log.display()),
         );
     }
-    sb.path_prefix = Some(bin);
+    sb.set_path_prefix(bin);
 
     for id in ["-x", "a;rm -rf ~", "a b", "a'b"] {
         for open in ["android", "ios-device"] {

@@ -27,5 +27,7 @@ pub mod seams;
 pub mod sessions;
 pub mod spawn_lock;
 pub mod state_dir;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod timestamp;
 pub mod tls;

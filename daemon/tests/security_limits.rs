@@ -13,17 +13,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use appduct_daemon::client::ControlClient;
-use appduct_daemon::control_server::{
-    BoxFuture, Connection, ConnectionId, ControlHandler, Reply, ServerOptions, serve_connection,
-};
+use appduct_daemon::control_server::{Reply, ServerOptions, serve_connection};
 use appduct_daemon::daemon::{Daemon, DaemonOptions};
 use appduct_daemon::seams::ManualClock;
+use appduct_daemon::testing::FakeDaemon;
 use appduct_protocol::control::{
-    ControlRequest, DaemonStatus, EventKind, LinkCreate, LinkCreateParams, NoParams,
-    SelectorParams, SessionsRevoke, Transport,
+    DaemonStatus, EventKind, LinkCreate, LinkCreateParams, NoParams, SelectorParams,
+    SessionsRevoke, Transport,
 };
 use appduct_protocol::errors::ErrorType;
-use appduct_protocol::jsonrpc::RequestId;
 use appduct_protocol::limits::{MAX_CALLS_IN_FLIGHT, MAX_PENDING_LINKS, MAX_QUOTED_METHOD_LEN};
 use calls_support::{Device, Fixture, Wire, audit_lines, data, next_of};
 use control_support::{Raw, TestHandler, request, serve};
@@ -196,41 +194,36 @@ async fn until_at_least(counter: &watch::Sender<usize>, n: usize) {
         .unwrap();
 }
 
-struct Gated(Arc<GatedHandler>);
-
-impl ControlHandler for Gated {
-    fn handle(
-        &self,
-        _conn: &Connection,
-        _id: RequestId,
-        request: ControlRequest,
-    ) -> BoxFuture<'static, Reply> {
-        let h = self.0.clone();
-        match request {
-            ControlRequest::ToolsCall(_) => {
-                h.started_calls.send_modify(|n| *n += 1);
-                Box::pin(async move {
-                    h.calls.acquire().await.unwrap().forget();
-                    Reply::Ok(json!({"result": null}))
-                })
-            }
-            ControlRequest::SessionsList(_) => {
-                h.started_lists.send_modify(|n| *n += 1);
-                Box::pin(async move {
-                    h.lists.acquire().await.unwrap().forget();
-                    Reply::Ok(json!([]))
-                })
-            }
-            other => {
-                let method = other.method();
-                Box::pin(async move { Reply::Ok(json!({"answered": method})) })
-            }
-        }
-    }
-
-    fn on_close(&self, _conn: ConnectionId) {
-        self.0.closed.send_replace(true);
-    }
+/// The fake daemon answering for `h`.
+fn gated(h: &Arc<GatedHandler>) -> Arc<FakeDaemon> {
+    let fake = FakeDaemon::new(&[]);
+    let g = h.clone();
+    fake.script("tools.call", move |_, _, _| {
+        let h = g.clone();
+        h.started_calls.send_modify(|n| *n += 1);
+        Box::pin(async move {
+            h.calls.acquire().await.unwrap().forget();
+            Reply::Ok(json!({"result": null}))
+        })
+    });
+    let g = h.clone();
+    fake.script("sessions.list", move |_, _, _| {
+        let h = g.clone();
+        h.started_lists.send_modify(|n| *n += 1);
+        Box::pin(async move {
+            h.lists.acquire().await.unwrap().forget();
+            Reply::Ok(json!([]))
+        })
+    });
+    fake.script_other(|_, _, request| {
+        let method = request.method();
+        Box::pin(async move { Reply::Ok(json!({"answered": method})) })
+    });
+    let g = h.clone();
+    fake.on_close(move |_| {
+        g.closed.send_replace(true);
+    });
+    fake
 }
 
 fn lines(requests: impl IntoIterator<Item = Value>) -> Vec<u8> {
@@ -277,7 +270,7 @@ async fn connection_holding_the_most_calls() -> (Arc<GatedHandler>, Raw, tokio::
     let (client, server) = tokio::io::duplex(64 * 1024);
     let served = tokio::spawn(serve_connection(
         server,
-        Arc::new(Gated(h.clone())),
+        gated(&h).handler(),
         ServerOptions::default(),
     ));
     let mut raw = Raw::new(client);

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use appduct_e2e::OrFail as _;
 use appduct_e2e::control::Control;
-use appduct_e2e::harness::{Proc, Sandbox, is_alive, signal};
+use appduct_e2e::harness::{Proc, Sandbox, exists, is_alive, signal};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -18,10 +18,6 @@ fn mode(path: &Path) -> u32 {
     std::fs::symlink_metadata(path)
         .map(|m| m.permissions().mode() & 0o777)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn exists(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok()
 }
 
 fn pid_of(data: &Value) -> u32 {
@@ -241,6 +237,7 @@ fn old_daemon(sb: &Sandbox, version: &str) -> (Proc, u32) {
     let mut cmd = sb.command(&["--json", "daemon", "run"]);
     cmd.env("APPDUCT_DAEMON_VERSION_OVERRIDE", version);
     let (proc, ready) = sb.spawn_ready_with(cmd).or_fail();
+    assert_eq!(ready["data"]["daemon"]["version"], version, "{ready}");
     let pid = pid_of(&ready["data"]);
     sb.track_pid(pid);
     (proc, pid)
@@ -277,9 +274,13 @@ fn an_older_busy_daemon_is_kept_unless_a_restart_is_forced() {
     // SEC-53.
     let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#).or_fail();
     let (mut old, old_pid) = old_daemon(&sb, "0.0.1");
-    // A pending link makes the daemon busy; minted over the raw socket (no version check).
+    // A pending link makes the daemon busy; minted over the raw socket (no version check),
+    // since every CLI command that mints one would first replace the idle daemon.
     let mut control = Control::connect(&sb.state_dir().join("daemon.sock"), WAIT).or_fail();
-    control.result("link.create", json!({})).or_fail();
+    let created = control.result("link.create", json!({})).or_fail();
+    assert!(created["sessionId"].is_string(), "{created}");
+    // `daemon status` never replaces.
+    assert_eq!(sb.ok(&["daemon", "status"])["daemon"]["version"], "0.0.1");
 
     let refused = sb.run(&["--json", "sessions", "ls"]).or_fail();
     assert_eq!(refused.code, 70, "{refused:?}");
@@ -291,6 +292,8 @@ fn an_older_busy_daemon_is_kept_unless_a_restart_is_forced() {
     assert_eq!(error["details"]["pendingLinkCount"], 1, "{error}");
     let message = error["message"].as_str().unwrap_or_default();
     assert!(message.contains("--daemon-restart"), "{message}");
+    let (code, _) = sb.json(&["--no-daemon-restart", "sessions", "ls"]);
+    assert_eq!(code, 70);
     assert_eq!(
         old.wait_exit(Duration::ZERO),
         None,
@@ -312,10 +315,16 @@ fn an_older_busy_daemon_is_kept_unless_a_restart_is_forced() {
         .run(&["--json", "--daemon-restart", "sessions", "ls"])
         .or_fail();
     assert_eq!(forced.code, 0, "{forced:?}");
+    assert_eq!(forced.json().or_fail()["data"], json!([]), "{forced:?}");
+    // The old daemon was shut down and exits 0; a new daemon of this version serves.
     assert_eq!(old.wait_exit(WAIT), Some(0));
     let new_pid = sb.daemon_pid().unwrap_or_else(|| panic!("no new daemon"));
     sb.track_pid(new_pid);
     assert_ne!(new_pid, old_pid);
+    assert_eq!(
+        sb.ok(&["daemon", "status"])["daemon"]["version"],
+        env!("CARGO_PKG_VERSION")
+    );
 }
 
 #[test]
@@ -329,11 +338,26 @@ fn a_newer_daemon_is_used_with_a_notice_only_in_human_mode() {
     let human = sb.run(&["sessions", "ls"]).or_fail();
     assert_eq!(human.code, 0, "{human:?}");
     assert!(human.stderr.contains("99.0.0"), "{human:?}");
+    assert!(human.stderr.contains("newer"), "{human:?}");
     assert_eq!(human.stderr.lines().count(), 1, "{human:?}");
     assert!(human.stdout.starts_with("No sessions."), "{human:?}");
+    // `daemon status` warns, in its data and in its human view.
+    let status = sb.ok(&["daemon", "status"]);
+    assert!(
+        status["warning"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("99.0.0"),
+        "{status}"
+    );
+    let (_, human_status, _) = sb.output(&["daemon", "status"]);
+    assert!(human_status.contains("\nWarning: "), "{human_status}");
     // Never replaced.
     assert_eq!(newer.wait_exit(Duration::ZERO), None);
     assert_eq!(sb.daemon_pid(), Some(pid));
+    // It still stops on SIGTERM, with exit 0.
+    assert!(newer.signal("TERM"));
+    assert_eq!(newer.wait_exit(WAIT), Some(0));
 }
 
 #[test]

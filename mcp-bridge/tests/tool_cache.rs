@@ -328,8 +328,8 @@ async fn a_session_that_changes_state_or_owner_is_resolved_again() {
 async fn an_entry_looked_up_while_the_registry_changed_is_not_kept() {
     let fake = FakeDaemon::new(&METHODS);
     fake.add_session(session(ID, ALIAS), vec![sum(30_000)]);
-    let gate = Gate::new("tools.list");
-    let bridge = gated_bridge(&fake, &gate, Arc::new(ScriptedCommandRunner::new()));
+    let gate = fake.hold("tools.list");
+    let bridge = bridge_with_runner(&fake, Arc::new(ScriptedCommandRunner::new()));
     let h = start_bridge(bridge, fake.clone(), v2025()).await;
     let peer = h.client.peer().clone();
     let first = tokio::spawn(async move {

@@ -1,175 +1,60 @@
-//! A sandbox for running the built `appduct` binary against real daemons: a short state dir
-//! under /tmp with `wssPort: 0`, a private home, no inherited `APPDUCT_*` variables, and a
-//! guard that stops every daemon of the state dir when the test ends (`daemon stop`, then
-//! SIGKILL to the pid in the pidfile).
+//! The CLI's tests of its built binary: the suite's one sandbox (`appduct_e2e::harness`:
+//! a short state dir under /tmp with `wssPort: 0`, a private home, no inherited `APPDUCT_*`
+//! variables, every daemon of the state dir stopped when the test ends) for this crate's
+//! binary, plus what only these tests need: raw children (the playground, `daemon run`) with
+//! bounded waits, fake tools on PATH and a pseudo-terminal.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod archive;
 
 use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tempfile::TempDir;
 
-pub struct Sandbox {
-    pub dir: TempDir,
-    /// Extra directories put first on PATH (fake `adb` / `xcrun`).
-    pub path_prefix: Option<PathBuf>,
-    extra_env: Vec<(String, String)>,
+pub use appduct_e2e::harness::{Sandbox, exists, is_stopped, signal};
+
+/// A sandbox (`appduct_e2e::harness`) for this crate's binary, whose state dir holds
+/// `{"wssPort": 0}`.
+pub fn sandbox() -> Sandbox {
+    sandbox_with_config(r#"{"wssPort": 0}"#)
 }
 
-impl Sandbox {
-    /// A sandbox whose state dir holds `{"wssPort": 0}`.
-    pub fn new() -> Self {
-        Self::with_config(r#"{"wssPort": 0}"#)
-    }
+/// [`sandbox`] with the given `config.json`.
+pub fn sandbox_with_config(config: &str) -> Sandbox {
+    Sandbox::with_binary(env!("CARGO_BIN_EXE_appduct"), config).unwrap_or_else(|e| panic!("{e}"))
+}
 
-    pub fn with_config(config: &str) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("adw")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let sb = Self {
-            dir,
-            path_prefix: None,
-            extra_env: Vec::new(),
-        };
-        std::fs::create_dir_all(sb.state_dir()).unwrap();
-        std::fs::create_dir_all(sb.home()).unwrap();
-        std::fs::create_dir_all(sb.cwd()).unwrap();
-        std::fs::write(sb.state_dir().join("config.json"), config).unwrap();
-        sb
-    }
+/// Starts `appduct <args>` with stdout piped and reads its first line (the ready line of
+/// `daemon run --json` or `playground --json`).
+pub fn spawn_until_line(sb: &Sandbox, args: &[&str]) -> (Child, Value) {
+    spawn_until_line_with(sb, args, Stdio::null())
+}
 
-    pub fn state_dir(&self) -> PathBuf {
-        self.dir.path().join("s")
-    }
-
-    pub fn home(&self) -> PathBuf {
-        self.dir.path().join("h")
-    }
-
-    /// The working directory of every command: empty, so no project file is probed.
-    pub fn cwd(&self) -> PathBuf {
-        self.dir.path().join("w")
-    }
-
-    pub fn socket(&self) -> PathBuf {
-        self.state_dir().join("daemon.sock")
-    }
-
-    pub fn pidfile(&self) -> PathBuf {
-        self.state_dir().join("daemon.pid")
-    }
-
-    pub fn set_env(&mut self, key: &str, value: &str) {
-        self.extra_env.push((key.to_owned(), value.to_owned()));
-    }
-
-    /// `appduct --state-dir <s> <args…>` with a scrubbed environment.
-    pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_appduct"));
-        for (key, _) in std::env::vars_os() {
-            let k = key.to_string_lossy();
-            if k.starts_with("APPDUCT_") || k == "NO_COLOR" || k == "ANDROID_SERIAL" {
-                cmd.env_remove(&key);
-            }
+/// [`spawn_until_line`] with the given stdin (piped for the playground's pings).
+pub fn spawn_until_line_with(sb: &Sandbox, args: &[&str], stdin: Stdio) -> (Child, Value) {
+    let mut cmd = sb.command(args);
+    cmd.stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut reader = BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
+            sink.clear();
         }
-        cmd.env("HOME", self.home());
-        if let Some(prefix) = &self.path_prefix {
-            let path = std::env::var("PATH").unwrap_or_default();
-            cmd.env("PATH", format!("{}:{path}", prefix.display()));
-        }
-        for (k, v) in &self.extra_env {
-            cmd.env(k, v);
-        }
-        cmd.current_dir(self.cwd());
-        cmd.arg("--state-dir").arg(self.state_dir());
-        cmd.args(args);
-        cmd.stdin(Stdio::null());
-        cmd
-    }
-
-    /// Runs to completion: (exit code, stdout, stderr).
-    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let out = self.command(args).output().unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8(out.stdout).unwrap(),
-            String::from_utf8(out.stderr).unwrap(),
-        )
-    }
-
-    /// Runs with `--json` and parses the one stdout document.
-    pub fn json(&self, args: &[&str]) -> (i32, Value) {
-        let mut all = vec!["--json"];
-        all.extend_from_slice(args);
-        let (code, stdout, stderr) = self.run(&all);
-        let doc = serde_json::from_str(stdout.trim_end()).unwrap_or_else(|e| {
-            panic!("{args:?}: stdout is not one JSON document ({e}): {stdout:?} stderr: {stderr}")
-        });
-        assert_eq!(
-            stdout.matches('\n').count(),
-            1,
-            "{args:?}: one line expected: {stdout:?}"
-        );
-        (code, doc)
-    }
-
-    /// Runs with `--json` and returns `data` of a success.
-    pub fn ok(&self, args: &[&str]) -> Value {
-        let (code, doc) = self.json(args);
-        assert_eq!(code, 0, "{args:?}: {doc}");
-        assert_eq!(doc["ok"], true, "{args:?}: {doc}");
-        doc["data"].clone()
-    }
-
-    /// Starts `appduct <args>` with stdout piped and reads its first line (the ready line of
-    /// `daemon run --json` or `playground --json`).
-    pub fn spawn_until_line(&self, args: &[&str]) -> (Child, Value) {
-        self.spawn_until_line_with(args, Stdio::null())
-    }
-
-    /// [`Sandbox::spawn_until_line`] with the given stdin (piped for the playground's pings).
-    pub fn spawn_until_line_with(&self, args: &[&str], stdin: Stdio) -> (Child, Value) {
-        let mut cmd = self.command(args);
-        cmd.stdin(stdin)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        reader.read_line(&mut line).unwrap();
-        // Keep draining stdout so the child never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            while reader.read_line(&mut sink).is_ok_and(|n| n > 0) {
-                sink.clear();
-            }
-        });
-        let doc = serde_json::from_str(line.trim_end())
-            .unwrap_or_else(|e| panic!("{args:?}: first line is not JSON ({e}): {line:?}"));
-        (child, doc)
-    }
-
-    pub fn daemon_pid(&self) -> Option<i32> {
-        let text = std::fs::read_to_string(self.pidfile()).ok()?;
-        text.lines().next()?.trim().parse().ok()
-    }
-
-    /// Polls (bounded) until `check` holds.
-    pub fn wait_for(&self, what: &str, mut check: impl FnMut() -> bool) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !check() {
-            assert!(Instant::now() < deadline, "timed out waiting for {what}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
+    });
+    let doc = serde_json::from_str(line.trim_end())
+        .unwrap_or_else(|e| panic!("{args:?}: first line is not JSON ({e}): {line:?}"));
+    (child, doc)
 }
 
 /// A running `appduct --json playground`: `stop` sends SIGINT and waits for its exit status; a
@@ -182,7 +67,7 @@ pub struct Playground {
 
 impl Playground {
     pub fn start(sb: &Sandbox) -> Self {
-        let (child, ready) = sb.spawn_until_line_with(&["--json", "playground"], Stdio::piped());
+        let (child, ready) = spawn_until_line_with(sb, &["--json", "playground"], Stdio::piped());
         assert_eq!(ready["ok"], true, "{ready}");
         Self { child, ready }
     }
@@ -192,7 +77,7 @@ impl Playground {
     }
 
     pub fn stop(mut self) -> i32 {
-        signal(self.child.id() as i32, rustix::process::Signal::INT);
+        signal(self.child.id(), "INT");
         wait_child(&mut self.child, Duration::from_secs(15))
     }
 }
@@ -204,22 +89,6 @@ impl Drop for Playground {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = self.command(&["daemon", "stop"]).output();
-        if let Some(pid) = self.daemon_pid() {
-            signal(pid, rustix::process::Signal::KILL);
-        }
-    }
-}
-
-/// Sends `sig` to `pid` (ignoring a process that is already gone).
-pub fn signal(pid: i32, sig: rustix::process::Signal) {
-    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-        let _ = rustix::process::kill_process(pid, sig);
     }
 }
 
@@ -238,30 +107,11 @@ pub fn wait_child(child: &mut Child, limit: Duration) -> i32 {
     }
 }
 
-pub fn exists(path: &Path) -> bool {
-    std::fs::symlink_metadata(path).is_ok()
-}
-
 /// Writes an executable shell script.
 pub fn write_script(path: &Path, body: &str) {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::write(path, format!("#!/bin/sh\n{body}")).unwrap();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-/// Whether `pid` is stopped (job control), from `/proc/<pid>/stat`.
-pub fn is_stopped(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            // The state follows the parenthesised command name.
-            let after = &stat[stat.rfind(')')? + 1..];
-            after
-                .split_whitespace()
-                .next()
-                .map(|s| s == "T" || s == "t")
-        })
-        .unwrap_or(false)
 }
 
 /// A pseudo-terminal whose slave side a child gets as a stream (so that stream "is a

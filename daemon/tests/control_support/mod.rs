@@ -1,4 +1,5 @@
-//! A scripted `ControlHandler` and raw line helpers shared by the control-plane tests.
+//! The control-plane tests' daemon, scripted on the shared fake (`appduct_daemon::testing`),
+//! and raw line helpers.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::collections::HashMap;
@@ -7,15 +8,16 @@ use std::sync::{Arc, Mutex};
 
 use appduct_daemon::control_server::serve_unix;
 use appduct_daemon::control_server::{
-    BoxFuture, Connection, ConnectionId, ControlHandler, Reply, ServerOptions, serve_connection,
+    Connection, ConnectionId, Reply, ServerOptions, serve_connection,
 };
 use appduct_daemon::seams::FixedPeerCheck;
+use appduct_daemon::testing::FakeDaemon;
 use appduct_protocol::control::{
     ControlRequest, EventNotification, ToolCallProgressNotify, ToolCallProgressParams,
     ToolCallStartedNotify, ToolCallStartedParams, features,
 };
 use appduct_protocol::errors::ErrorType;
-use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
+use appduct_protocol::jsonrpc::ErrorObject;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, ReadHalf, WriteHalf};
@@ -119,145 +121,157 @@ impl TestHandler {
     }
 }
 
-/// `ControlHandler` is implemented on a newtype so the handler keeps an `Arc` to itself.
-pub struct Handler(pub Arc<TestHandler>);
-
-impl ControlHandler for Handler {
-    fn handle(
-        &self,
-        conn: &Connection,
-        id: RequestId,
-        request: ControlRequest,
-    ) -> BoxFuture<'static, Reply> {
-        let h = self.0.clone();
-        let conn = conn.clone();
-        match request {
-            ControlRequest::DaemonHello(_) => {
-                h.hellos.fetch_add(1, Ordering::SeqCst);
-                let version = h.version.lock().unwrap().clone();
-                let (s, l, c) = *h.pending.lock().unwrap();
-                Box::pin(async move {
-                    match version {
-                        Some(v) => Reply::Ok(json!({
-                            "version": v, "controlProtocol": 1, "minControlProtocol": 1,
-                            "pid": 1, "startedAt": "2026-11-30T09:12:03.120Z", "stateDir": "/x",
-                            "features": features::ALL, "sessionCount": s, "pendingLinks": l,
-                            "pendingCalls": c, "someFutureKey": true
-                        })),
-                        None => Reply::Err(ErrorObject::method_not_found("daemon.hello")),
-                    }
-                })
-            }
-            ControlRequest::DaemonStatus(_) => {
-                let (s, l, _) = *h.pending.lock().unwrap();
-                let sessions: Vec<Value> = (0..s).map(|i| json!({"sessionId": i})).collect();
-                Box::pin(async move {
-                    Reply::Ok(json!({"version": "0.0.1", "sessions": sessions, "pendingLinks": l}))
-                })
-            }
-            ControlRequest::SessionsList(_) => Box::pin(async { Reply::Ok(json!([])) }),
-            ControlRequest::ToolsCancel(p) => {
-                let gate = h.take_gate(&p.call_id);
-                Box::pin(async move {
-                    let cancelled = match gate {
-                        Some(rx) => rx.await.unwrap_or(false),
-                        None => false,
-                    };
-                    Reply::Ok(json!({"cancelled": cancelled, "extra": 1}))
-                })
-            }
-            ControlRequest::ToolsCall(p) => {
-                h.hook(&conn);
-                let call_id = p.call_id.clone().unwrap_or_else(|| "call_minted".into());
-                let gate = h.take_gate(&call_id);
-                Box::pin(async move {
-                    if p.progress {
-                        conn.notify::<ToolCallStartedNotify>(&ToolCallStartedParams {
+impl TestHandler {
+    /// The fake daemon that answers for this handler: one script per method above, and an
+    /// internal error for any other.
+    fn scripted(me: &Arc<Self>) -> Arc<FakeDaemon> {
+        let fake = FakeDaemon::new(&[]);
+        let h = me.clone();
+        fake.script("daemon.hello", move |_, _, _| {
+            let h = h.clone();
+            h.hellos.fetch_add(1, Ordering::SeqCst);
+            let version = h.version.lock().unwrap().clone();
+            let (s, l, c) = *h.pending.lock().unwrap();
+            Box::pin(async move {
+                match version {
+                    Some(v) => Reply::Ok(json!({
+                        "version": v, "controlProtocol": 1, "minControlProtocol": 1,
+                        "pid": 1, "startedAt": "2026-11-30T09:12:03.120Z", "stateDir": "/x",
+                        "features": features::ALL, "sessionCount": s, "pendingLinks": l,
+                        "pendingCalls": c, "someFutureKey": true
+                    })),
+                    None => Reply::Err(ErrorObject::method_not_found("daemon.hello")),
+                }
+            })
+        });
+        let h = me.clone();
+        fake.script("daemon.status", move |_, _, _| {
+            let (s, l, _) = *h.pending.lock().unwrap();
+            let sessions: Vec<Value> = (0..s).map(|i| json!({"sessionId": i})).collect();
+            Box::pin(async move {
+                Reply::Ok(json!({"version": "0.0.1", "sessions": sessions, "pendingLinks": l}))
+            })
+        });
+        fake.script("sessions.list", |_, _, _| {
+            Box::pin(async { Reply::Ok(json!([])) })
+        });
+        let h = me.clone();
+        fake.script("tools.cancel", move |_, _, request| {
+            let ControlRequest::ToolsCancel(p) = request else {
+                unreachable!("routed by method")
+            };
+            let gate = h.take_gate(&p.call_id);
+            Box::pin(async move {
+                let cancelled = match gate {
+                    Some(rx) => rx.await.unwrap_or(false),
+                    None => false,
+                };
+                Reply::Ok(json!({"cancelled": cancelled, "extra": 1}))
+            })
+        });
+        let h = me.clone();
+        fake.script("tools.call", move |conn, id, request| {
+            let ControlRequest::ToolsCall(p) = request else {
+                unreachable!("routed by method")
+            };
+            let h = h.clone();
+            h.hook(conn);
+            let conn = conn.clone();
+            let call_id = p.call_id.clone().unwrap_or_else(|| "call_minted".into());
+            let gate = h.take_gate(&call_id);
+            Box::pin(async move {
+                if p.progress {
+                    conn.notify::<ToolCallStartedNotify>(&ToolCallStartedParams {
+                        request_id: id.clone(),
+                        call_id: call_id.clone(),
+                        session_id: "q3VfZ0xkR2ptTnB4".into(),
+                        alias: "pixel-8".into(),
+                        name: p.name.clone(),
+                        deadline_ms: 5000,
+                        ts: 1,
+                    });
+                    for i in 1..=2u32 {
+                        conn.notify::<ToolCallProgressNotify>(&ToolCallProgressParams {
                             request_id: id.clone(),
                             call_id: call_id.clone(),
                             session_id: "q3VfZ0xkR2ptTnB4".into(),
-                            alias: "pixel-8".into(),
-                            name: p.name.clone(),
-                            deadline_ms: 5000,
-                            ts: 1,
+                            progress: Some(i.into()),
+                            message: Some(format!("{} step {i}", p.name)),
+                            ts: 2,
                         });
-                        for i in 1..=2u32 {
-                            conn.notify::<ToolCallProgressNotify>(&ToolCallProgressParams {
-                                request_id: id.clone(),
-                                call_id: call_id.clone(),
-                                session_id: "q3VfZ0xkR2ptTnB4".into(),
-                                progress: Some(i.into()),
-                                message: Some(format!("{} step {i}", p.name)),
-                                ts: 2,
-                            });
-                        }
                     }
-                    if let Some(rx) = gate {
-                        let _ = rx.await;
-                    }
-                    if p.name == "denied" {
-                        return Reply::Err(
-                            ErrorObject::application(
-                                ErrorType::PolicyDenied,
-                                "Policy denies \"denied\"",
-                            )
-                            .with_call_id(call_id)
-                            .with_details(json!({"reason": "policy"})),
-                        );
-                    }
-                    Reply::Ok(json!({"result": {"name": p.name}, "callId": call_id,
-                        "sessionId": "q3VfZ0xkR2ptTnB4", "alias": "pixel-8", "durationMs": 3,
-                        "future": "ignored"}))
-                })
-            }
-            ControlRequest::EventsSubscribe(_) => {
-                h.keep(&conn);
-                let events = std::mem::take(&mut *h.subscribe_events.lock().unwrap());
-                conn.set_subscribed();
-                // The response goes out before any event under the new filter (03 §4.3).
-                conn.respond(&id, Ok(json!({"ok": true})));
-                for e in events {
-                    let line = serde_json::to_vec(
-                        &json!({"jsonrpc": "2.0", "method": "event", "params": e}),
-                    )
-                    .unwrap();
-                    conn.send_notification(line);
                 }
-                Box::pin(async { Reply::AlreadySent })
+                if let Some(rx) = gate {
+                    let _ = rx.await;
+                }
+                if p.name == "denied" {
+                    return Reply::Err(
+                        ErrorObject::application(
+                            ErrorType::PolicyDenied,
+                            "Policy denies \"denied\"",
+                        )
+                        .with_call_id(call_id)
+                        .with_details(json!({"reason": "policy"})),
+                    );
+                }
+                Reply::Ok(json!({"result": {"name": p.name}, "callId": call_id,
+                    "sessionId": "q3VfZ0xkR2ptTnB4", "alias": "pixel-8", "durationMs": 3,
+                    "future": "ignored"}))
+            })
+        });
+        let h = me.clone();
+        fake.script("events.subscribe", move |conn, id, _| {
+            let h = h.clone();
+            h.keep(conn);
+            let events = std::mem::take(&mut *h.subscribe_events.lock().unwrap());
+            conn.set_subscribed();
+            // The response goes out before any event under the new filter (03 §4.3).
+            conn.respond(&id, Ok(json!({"ok": true})));
+            for e in events {
+                let line =
+                    serde_json::to_vec(&json!({"jsonrpc": "2.0", "method": "event", "params": e}))
+                        .unwrap();
+                conn.send_notification(line);
             }
-            ControlRequest::DaemonShutdown(_) => {
-                h.shutdowns.fetch_add(1, Ordering::SeqCst);
-                // Like the daemon: answer, flush, then tear down (03 §9.3).
-                conn.respond(&id, Ok(json!({"ok": true})));
-                let stop = h.shutdown_tx.lock().unwrap().clone();
-                Box::pin(async move {
-                    conn.flushed().await;
-                    if let Some(tx) = stop {
-                        tx.send_replace(true);
-                    }
-                    Reply::AlreadySent
-                })
+            Box::pin(async { Reply::AlreadySent })
+        });
+        let h = me.clone();
+        fake.script("daemon.shutdown", move |conn, id, _| {
+            let h = h.clone();
+            h.shutdowns.fetch_add(1, Ordering::SeqCst);
+            // Like the daemon: answer, flush, then tear down (03 §9.3).
+            conn.respond(&id, Ok(json!({"ok": true})));
+            let stop = h.shutdown_tx.lock().unwrap().clone();
+            let conn = conn.clone();
+            Box::pin(async move {
+                conn.flushed().await;
+                if let Some(tx) = stop {
+                    tx.send_replace(true);
+                }
+                Reply::AlreadySent
+            })
+        });
+        let h = me.clone();
+        fake.script("sessions.describe", move |conn, _, _| {
+            // Keeps the connection so tests can push notifications on it.
+            h.keep(conn);
+            Box::pin(async {
+                Reply::Err(ErrorObject::application(ErrorType::NoSession, "No session"))
+            })
+        });
+        fake.script_other(|_, _, request| {
+            let m = request.method();
+            Box::pin(
+                async move { Reply::Err(ErrorObject::internal(format!("{m} is not scripted"))) },
+            )
+        });
+        let h = me.clone();
+        fake.on_close(move |conn| {
+            if let Some(tx) = h.closed_tx.lock().unwrap().as_ref() {
+                let _ = tx.send(conn);
             }
-            ControlRequest::SessionsDescribe(_) => {
-                // Keeps the connection so tests can push notifications on it.
-                h.keep(&conn);
-                Box::pin(async {
-                    Reply::Err(ErrorObject::application(ErrorType::NoSession, "No session"))
-                })
-            }
-            other => {
-                let m = other.method();
-                Box::pin(async move {
-                    Reply::Err(ErrorObject::internal(format!("{m} is not scripted")))
-                })
-            }
-        }
-    }
-
-    fn on_close(&self, conn: ConnectionId) {
-        if let Some(tx) = self.0.closed_tx.lock().unwrap().as_ref() {
-            let _ = tx.send(conn);
-        }
+        });
+        fake
     }
 }
 
@@ -278,7 +292,11 @@ pub fn serve(
     buffer: usize,
 ) -> (DuplexStream, tokio::task::JoinHandle<()>) {
     let (client, server) = tokio::io::duplex(buffer);
-    let task = tokio::spawn(serve_connection(server, Arc::new(Handler(handler)), opts));
+    let task = tokio::spawn(serve_connection(
+        server,
+        TestHandler::scripted(&handler).handler(),
+        opts,
+    ));
     (client, task)
 }
 
@@ -345,7 +363,7 @@ pub fn start_uds(
     tokio::spawn(async move {
         serve_unix(
             listener,
-            Arc::new(Handler(handler)),
+            TestHandler::scripted(&handler).handler(),
             ServerOptions::default(),
             Arc::new(FixedPeerCheck(allow)),
             rx,
