@@ -4,15 +4,15 @@
 
 use std::path::Path;
 
-use appduct_daemon::client::{
+use appduct_client::client::{
     ClientError, ClientOptions, ControlClient, ToolCallError, VersionCheck, VersionPolicy, classify,
 };
-use appduct_daemon::config::Config;
-use appduct_daemon::state_dir::StateDir;
+use appduct_client::config::Config;
+use appduct_client::state_dir::StateDir;
 use serde_json::Value;
 
-use crate::command::{Globals, RestartChoice};
 use crate::error::CliError;
+use crate::globals::{Globals, RestartChoice};
 use crate::output::Output;
 
 /// `daemon.hello` `client.name` of the command line.
@@ -124,7 +124,7 @@ pub fn tool_call_error(e: &ToolCallError, dir: &StateDir) -> CliError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::RestartFlag;
+    use crate::globals::RestartFlag;
     use crate::output::OutputFlags;
     use std::io;
     use std::time::Duration;
@@ -165,7 +165,7 @@ mod tests {
         )
         .unwrap();
         // `Unset` reads APPDUCT_DAEMON_RESTART, which the test environment does not set.
-        if std::env::var_os(crate::command::DAEMON_RESTART_ENV).is_none() {
+        if std::env::var_os(crate::globals::DAEMON_RESTART_ENV).is_none() {
             assert!(force_restart(&globals(RestartFlag::Unset), tmp.path()));
         }
         assert!(!force_restart(&globals(RestartFlag::Forbid), tmp.path()));

@@ -1,52 +1,43 @@
 //! The `appduct` command line (`shared/spec/05-cli.md`) as a library, so the binary stays a thin
 //! `main` and tests can reach the parser and renderers.
 //!
-//! - [`command`]: arguments → validated [`command::Invocation`] (or help, version, usage error).
-//! - [`output`] and [`render`]: the output contract of 05 §3 and the human helpers.
-//! - [`dispatch`]: runs an invocation; daemon-backed commands go through one function, on a
-//!   tokio runtime, with exit 130 on SIGINT/SIGTERM unless the command handles them itself.
+//! - [`commands`]: one module per command (or noun), each owning its clap arguments, their
+//!   validation into a typed request, its run and its human/JSON view; `commands/mod.rs` holds
+//!   the top-level clap tree and the dispatch table ([`commands::run`]: daemon-backed commands
+//!   on a tokio runtime, with exit 130 on SIGINT/SIGTERM unless the command handles them
+//!   itself), `commands/parse.rs` turns arguments into a [`commands::Invocation`] (or help,
+//!   version, usage error). `sessions link` resolves schemes and app ids, delivers links and
+//!   draws the terminal QR code with the daemon crate's client-side `project`, `delivery` and
+//!   `qr` modules, shared with the MCP bridge; `doctor` reads artifacts with the bounded
+//!   readers of `appduct-doctor` and never contacts the daemon.
+//! - [`output`] and [`render`]: the output contract of 05 §3 (with [`output::Reply`], what a
+//!   command returns to be printed) and the shared human helpers.
+//! - [`globals`]: the parsed global flags every command reads.
 //! - [`connect`]: the typed control client per command (auto-spawn, version policy, notices)
 //!   and the mapping of client failures onto CLI errors.
-//! - [`host`] (`daemon run`), [`lifecycle`] (`daemon start | stop | status`), [`sessions`]
-//!   (scheme and app-id resolution, delivery and the terminal QR code come from the daemon
-//!   crate's client-side `project`, `delivery` and `qr` modules, shared with the MCP bridge),
-//!   [`tools`] (with [`progress`]), [`snapshot`], [`events`], [`playground`] (the SDK-backed
-//!   demo device and its tour), [`doctor`] (artifact inspection with its own bounded zip, dex
-//!   and plist readers; never contacts the daemon).
+//! - [`progress`], [`signals`], [`logging`], [`error`]: the `tools call` progress display,
+//!   SIGINT/SIGTERM, tracing setup, `CliError` and exit codes.
 
-pub mod args;
-pub mod command;
-pub mod completions;
+pub mod commands;
 pub mod connect;
-pub mod dispatch;
-pub mod doctor;
 pub mod error;
-pub mod events;
-pub mod host;
-pub mod init;
-pub mod keygen;
-pub mod lifecycle;
+pub mod globals;
 pub mod logging;
 pub mod output;
-pub mod playground;
 pub mod progress;
 pub mod render;
-pub mod sessions;
 pub mod signals;
-pub mod snapshot;
-pub mod tools;
-pub mod views;
 
 use std::ffi::OsString;
 
-use command::{Command, Early};
+use commands::{Command, Early};
 use logging::{LogRole, LogSetup};
 use output::Output;
 
 /// Runs the command line `args` (program name first) and returns the process exit status.
 pub fn main_with_args(args: Vec<OsString>) -> u8 {
     let mcp = names_mcp(&args);
-    match command::parse(args) {
+    match commands::parse(args) {
         Err(Early::Print(text)) => {
             output::write_stdout(&text);
             0
@@ -74,7 +65,7 @@ pub fn main_with_args(args: Vec<OsString>) -> u8 {
             let env = std::env::var(logging::LOG_ENV).ok();
             LogSetup::choose(role, inv.globals.output.json, env.as_deref())
                 .install(out.stderr_paint.enabled);
-            dispatch::run(&inv, &out)
+            commands::run(&inv, &out)
         }
     }
 }

@@ -46,6 +46,15 @@ impl Success {
     }
 }
 
+/// What a command produced, for [`crate::commands::run`] to print.
+#[derive(Debug)]
+pub enum Reply {
+    /// A result for [`Output::print_success`] (envelope or human text per the flags).
+    Success(Success),
+    /// The command printed its own output (streams, hosts, raw documents); its exit status.
+    Done(u8),
+}
+
 /// Renders and prints everything a command shows, per the flags of this run.
 #[derive(Debug, Clone)]
 pub struct Output {

@@ -8,7 +8,7 @@
 use std::io::Write as _;
 use std::time::{Duration, Instant};
 
-use appduct_daemon::client::CallProgress;
+use appduct_client::client::CallProgress;
 use serde_json::Number;
 
 use crate::render;
@@ -219,26 +219,23 @@ mod tests {
     use appduct_protocol::jsonrpc::RequestId;
 
     fn started() -> CallProgress {
-        CallProgress::Started(ToolCallStartedParams {
-            request_id: RequestId::Number(1),
-            call_id: "cli-1".into(),
-            session_id: "s".into(),
-            alias: "pixel-8".into(),
-            name: "sum".into(),
-            deadline_ms: 5000,
-            ts: 0,
-        })
+        CallProgress::Started(ToolCallStartedParams::new(
+            RequestId::Number(1),
+            "cli-1",
+            "s",
+            "pixel-8",
+            "sum",
+            5000,
+            0,
+        ))
     }
 
     fn progress(v: Option<f64>, m: Option<&str>) -> CallProgress {
-        CallProgress::Progress(ToolCallProgressParams {
-            request_id: RequestId::Number(1),
-            call_id: "cli-1".into(),
-            session_id: "s".into(),
-            progress: v.and_then(Number::from_f64),
-            message: m.map(str::to_owned),
-            ts: 0,
-        })
+        CallProgress::Progress(
+            ToolCallProgressParams::new(RequestId::Number(1), "cli-1", "s", 0)
+                .with_progress(v.and_then(Number::from_f64))
+                .with_message(m.map(str::to_owned)),
+        )
     }
 
     #[test]
@@ -277,15 +274,15 @@ mod tests {
     #[test]
     fn app_supplied_alias_and_message_reach_the_bar_without_control_characters() {
         let mut d = Display::new("evil", None);
-        d.update(&CallProgress::Started(ToolCallStartedParams {
-            request_id: RequestId::Number(1),
-            call_id: "cli-1".into(),
-            session_id: "s".into(),
-            alias: "pixel\u{1b}[2J-8".into(),
-            name: "evil".into(),
-            deadline_ms: 5000,
-            ts: 0,
-        }));
+        d.update(&CallProgress::Started(ToolCallStartedParams::new(
+            RequestId::Number(1),
+            "cli-1",
+            "s",
+            "pixel\u{1b}[2J-8",
+            "evil",
+            5000,
+            0,
+        )));
         d.update(&progress(
             Some(0.5),
             Some("a\u{1b}]0;x\u{7}b\u{9b}2J\nc\td\u{7f}"),

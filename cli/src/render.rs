@@ -2,48 +2,12 @@
 //! of `sessions ls`, label/value blocks, ANSI styling and the cleaning of app-supplied text
 //! (08 §4.13). Pure functions; nothing here prints.
 
-use time::{OffsetDateTime, UtcOffset};
+use time::OffsetDateTime;
 
-/// `2026-11-30T09:12:03Z`: ISO 8601 UTC with seconds precision.
-pub fn iso_seconds(at: OffsetDateTime) -> String {
-    let at = at.to_offset(UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        at.year(),
-        u8::from(at.month()),
-        at.day(),
-        at.hour(),
-        at.minute(),
-        at.second()
-    )
-}
-
-/// `2026-11-30T09:12:03.120Z`: the `meta.timestamp` form (05 §3.4).
-pub fn iso_millis(at: OffsetDateTime) -> String {
-    let at = at.to_offset(UtcOffset::UTC);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        at.year(),
-        u8::from(at.month()),
-        at.day(),
-        at.hour(),
-        at.minute(),
-        at.second(),
-        at.millisecond()
-    )
-}
-
-/// [`iso_seconds`] of a Unix time in seconds; `None` outside the representable range.
-pub fn iso_seconds_from_unix_s(unix_s: i64) -> Option<String> {
-    OffsetDateTime::from_unix_timestamp(unix_s)
-        .ok()
-        .map(iso_seconds)
-}
-
-/// [`iso_seconds`] of a Unix time in milliseconds (sub-second part dropped).
-pub fn iso_seconds_from_unix_ms(unix_ms: i64) -> Option<String> {
-    iso_seconds_from_unix_s(unix_ms.div_euclid(1000))
-}
+// The ISO instant formats have one home, shared with the daemon.
+pub use appduct_client::timestamp::{
+    iso_millis, iso_seconds, iso_seconds_from_unix_ms, iso_seconds_from_unix_s,
+};
 
 /// Parses an RFC 3339 instant (as the daemon reports `startedAt`).
 pub fn parse_instant(text: &str) -> Option<OffsetDateTime> {
@@ -320,45 +284,26 @@ impl Paint {
     }
 }
 
+/// A serialisable value as JSON `data` (`null` if it cannot be represented).
+pub fn to_value<T: serde::Serialize>(v: &T) -> serde_json::Value {
+    serde_json::to_value(v).unwrap_or(serde_json::Value::Null)
+}
+
+/// App-supplied JSON (results, schemas) as pretty human text, control characters escaped.
+pub fn pretty_json(v: &serde_json::Value) -> String {
+    human_json(v, true)
+}
+
+/// `1 tool`, `2 tools`.
+pub fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::ffi::OsStr;
     use time::macros::datetime;
-
-    #[test]
-    fn instants_are_utc_with_seconds_precision() {
-        assert_eq!(
-            iso_seconds(datetime!(2026-11-30 09:12:03.120 UTC)),
-            "2026-11-30T09:12:03Z"
-        );
-        // Another offset is converted to UTC.
-        assert_eq!(
-            iso_seconds(datetime!(2026-11-30 10:12:03 +01:00)),
-            "2026-11-30T09:12:03Z"
-        );
-        assert_eq!(
-            iso_millis(datetime!(2026-11-30 09:12:03.120 UTC)),
-            "2026-11-30T09:12:03.120Z"
-        );
-        assert_eq!(
-            iso_millis(datetime!(2026-01-02 03:04:05 UTC)),
-            "2026-01-02T03:04:05.000Z"
-        );
-    }
-
-    #[test]
-    fn unix_times_render_and_out_of_range_is_none() {
-        assert_eq!(
-            iso_seconds_from_unix_s(1_764_494_223).as_deref(),
-            Some("2025-11-30T09:17:03Z")
-        );
-        assert_eq!(
-            iso_seconds_from_unix_ms(1_764_494_223_999).as_deref(),
-            Some("2025-11-30T09:17:03Z")
-        );
-        assert_eq!(iso_seconds_from_unix_s(i64::MAX), None);
-    }
 
     #[test]
     fn rfc3339_instants_parse() {

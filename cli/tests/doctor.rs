@@ -9,7 +9,7 @@ mod support;
 
 use std::path::Path;
 
-use appduct_cli::doctor::zip::{Crc32, Limits, ZipArchive, ZipError};
+use appduct_doctor::zip::{Crc32, Limits, ZipArchive, ZipError};
 use serde_json::{Value, json};
 use support::archive::{
     self, APPDUCT_MODULE_CLASS, MARKER_CLASS, MARKER_CLASS_INCUBATOR, Method, RawEntry, ZipWriter,

@@ -7,13 +7,12 @@
 
 use std::sync::Arc;
 
-use appduct_cli::command::{LinkRequest, OpenTarget};
-use appduct_cli::sessions;
-use appduct_daemon::client::{ClientError, ControlClient};
+use appduct_cli::commands::sessions::link::{self as sessions, LinkRequest, OpenTarget};
+use appduct_client::client::{ClientError, ControlClient};
+use appduct_client::command_runner::{CommandOutput, ScriptedCommandRunner};
+use appduct_client::project::ResolveEnv;
+use appduct_client::state_dir::StateDir;
 use appduct_daemon::control_server::BoxFuture;
-use appduct_daemon::project::ResolveEnv;
-use appduct_daemon::seams::{CommandOutput, ScriptedCommandRunner};
-use appduct_daemon::state_dir::StateDir;
 use appduct_daemon::testing::FakeDaemon;
 use appduct_mcp::project::ProjectEnv;
 use appduct_mcp::{Bridge, BridgeOptions, DaemonConnector};
@@ -211,8 +210,8 @@ async fn cli_and_bridge_compose_identical_links_and_run_identical_argv() {
             "link.create params differ for {what}"
         );
         assert_eq!(
-            appduct_daemon::qr::terminal_qr(&cli.deep_link).unwrap(),
-            appduct_daemon::qr::terminal_qr(&bridge.deep_link).unwrap()
+            appduct_client::qr::terminal_qr(&cli.deep_link).unwrap(),
+            appduct_client::qr::terminal_qr(&bridge.deep_link).unwrap()
         );
     }
 }

@@ -1,11 +1,12 @@
 //! Advertised-address selection (02 §6): the pure choice of the address a native link carries,
-//! over whatever an [`AddressSource`](crate::seams::AddressSource) reports.
+//! over whatever an [`AddressSource`] reports, and the address source seam (01 §9.1) with the
+//! OS enumeration and a settable test double.
 
+use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
-
-use crate::seams::AddressSource;
 
 /// One address of one network interface, in the order the OS reported it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,10 +139,111 @@ impl AdvertisedAddress {
     }
 }
 
+/// The host's interface addresses in OS order, fed to [`select_advertised`].
+pub trait AddressSource: Send + Sync + fmt::Debug {
+    fn interfaces(&self) -> Vec<InterfaceAddr>;
+}
+
+/// OS interface enumeration through `getifaddrs` (the `if-addrs` crate), on Linux and macOS
+/// alike: every address in OS order with its interface name. `up` is the interface's
+/// operational state (`IFF_RUNNING`), `loopback` the address's own loopback range. IPv6
+/// link-local addresses are left out by the crate; selection never picks them anyway. If the
+/// enumeration fails, it falls back to the source address the routing table picks for a UDP
+/// "connect" to a documentation address (no packet is sent): one address per family, reported
+/// as up.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OsAddresses;
+
+impl AddressSource for OsAddresses {
+    fn interfaces(&self) -> Vec<InterfaceAddr> {
+        match if_addrs::get_if_addrs() {
+            Ok(list) => list
+                .into_iter()
+                .map(|i| InterfaceAddr {
+                    addr: i.ip(),
+                    up: i.is_oper_up(),
+                    loopback: i.is_loopback(),
+                    name: i.name,
+                })
+                .collect(),
+            Err(e) => {
+                tracing::warn!(
+                    "cannot enumerate interfaces ({e}); using the route to a documentation address instead"
+                );
+                route_source_addresses()
+            }
+        }
+    }
+}
+
+/// The local addresses the routing table would use to reach 192.0.2.1 and 2001:db8::1.
+fn route_source_addresses() -> Vec<InterfaceAddr> {
+    let probes: [(&str, &str); 2] = [("0.0.0.0:0", "192.0.2.1:9"), ("[::]:0", "[2001:db8::1]:9")];
+    probes
+        .iter()
+        .filter_map(|(bind, target)| {
+            let socket = std::net::UdpSocket::bind(bind).ok()?;
+            socket.connect(target).ok()?;
+            let local = socket.local_addr().ok()?.ip();
+            Some(InterfaceAddr::new("default-route", local))
+        })
+        .collect()
+}
+
+/// Locks a mutex, recovering the data if a panicking thread poisoned it.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A settable list of interfaces for tests; clones share the list, so a test can change what the
+/// daemon sees between calls.
+#[derive(Debug, Clone, Default)]
+pub struct StaticAddresses {
+    list: Arc<Mutex<Vec<InterfaceAddr>>>,
+}
+
+impl StaticAddresses {
+    /// Each address on its own up, non-loopback interface (`test0`, `test1`, …).
+    pub fn new(addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        let s = StaticAddresses::default();
+        s.set(addrs);
+        s
+    }
+
+    /// Like [`StaticAddresses::new`] from text literals.
+    pub fn parse<'a>(
+        addrs: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Self, std::net::AddrParseError> {
+        let parsed = addrs
+            .into_iter()
+            .map(str::parse)
+            .collect::<Result<Vec<IpAddr>, _>>()?;
+        Ok(StaticAddresses::new(parsed))
+    }
+
+    pub fn set(&self, addrs: impl IntoIterator<Item = IpAddr>) {
+        let list = addrs
+            .into_iter()
+            .enumerate()
+            .map(|(i, addr)| InterfaceAddr::new(format!("test{i}"), addr))
+            .collect();
+        *lock(&self.list) = list;
+    }
+
+    pub fn set_interfaces(&self, list: Vec<InterfaceAddr>) {
+        *lock(&self.list) = list;
+    }
+}
+
+impl AddressSource for StaticAddresses {
+    fn interfaces(&self) -> Vec<InterfaceAddr> {
+        lock(&self.list).clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::seams::StaticAddresses;
 
     fn up(addr: &str) -> InterfaceAddr {
         InterfaceAddr::new("eth0", addr.parse().unwrap())
@@ -240,5 +342,50 @@ mod tests {
             serde_json::to_value(detected).unwrap(),
             serde_json::json!({"address": "192.168.1.20", "family": 4, "source": "detected"})
         );
+    }
+
+    #[test]
+    fn static_addresses_can_change_between_calls() {
+        let source = StaticAddresses::parse(["192.168.1.20"]).unwrap();
+        let view: Arc<dyn AddressSource> = Arc::new(source.clone());
+        assert_eq!(view.interfaces()[0].addr.to_string(), "192.168.1.20");
+        assert!(view.interfaces()[0].up && !view.interfaces()[0].loopback);
+        source.set(["10.0.0.2".parse().unwrap(), "fd00::1".parse().unwrap()]);
+        let now: Vec<String> = view
+            .interfaces()
+            .iter()
+            .map(|i| i.addr.to_string())
+            .collect();
+        assert_eq!(now, ["10.0.0.2", "fd00::1"]);
+        assert!(StaticAddresses::parse(["not-an-ip"]).is_err());
+    }
+
+    #[test]
+    fn os_addresses_do_not_fail() {
+        // Whatever the host has, the list is well formed; selection always yields an address.
+        let list = OsAddresses.interfaces();
+        let chosen = select_advertised(&list);
+        assert!(!chosen.is_unspecified());
+    }
+
+    #[test]
+    fn route_fallback_reports_only_concrete_addresses() {
+        // May be empty on a host without routes; whatever it reports must be dialable.
+        for i in route_source_addresses() {
+            assert!(!i.addr.is_unspecified(), "{i:?}");
+            assert!(i.up && !i.loopback);
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_os_reports_loopback() {
+        // Every Linux network namespace has `lo` with 127.0.0.1, flagged loopback.
+        let list = OsAddresses.interfaces();
+        let lo = list
+            .iter()
+            .find(|i| i.addr == IpAddr::V4(Ipv4Addr::LOCALHOST))
+            .expect("127.0.0.1 is listed");
+        assert!(lo.loopback, "{lo:?}");
     }
 }

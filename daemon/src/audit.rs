@@ -24,8 +24,8 @@ use time::{Date, Month, OffsetDateTime, PrimitiveDateTime};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::seams::Clock;
-use crate::state_dir::{self, FILE_MODE, StateDir, StateDirError};
+use crate::clock::Clock;
+use appduct_client::state_dir::{self, FILE_MODE, StateDir, StateDirError};
 
 /// Records the queue holds before new ones are dropped (04 §9.5).
 pub const AUDIT_QUEUE_CAPACITY: usize = 10_000;
@@ -126,7 +126,7 @@ fn to_utc(unix_ms: u64) -> OffsetDateTime {
 }
 
 /// ISO 8601 UTC with milliseconds, `2026-11-30T09:14:22.518Z` (03 §8.1).
-pub use crate::timestamp::format_iso_ms as format_ts;
+pub use appduct_client::timestamp::format_iso_ms as format_ts;
 
 fn format_date(date: Date) -> String {
     format!(
@@ -342,14 +342,14 @@ impl AuditWriter {
     /// files and are omitted when it cannot be read.
     pub fn status(&self) -> AuditStatus {
         let scan = scan_day_files(&self.shared.dir);
-        AuditStatus {
-            path: self.shared.dir.display().to_string(),
-            failed_writes: self.failed_writes(),
-            failed_prunes: self.failed_prunes(),
-            retention_days: self.shared.retention_days,
-            files: scan.map(|(files, _)| files),
-            bytes: scan.map(|(_, bytes)| bytes),
-        }
+        AuditStatus::new(
+            self.shared.dir.display().to_string(),
+            self.failed_writes(),
+            self.failed_prunes(),
+            self.shared.retention_days,
+        )
+        .with_files(scan.map(|(files, _)| files))
+        .with_bytes(scan.map(|(_, bytes)| bytes))
     }
 }
 

@@ -49,15 +49,15 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::audit::{AuditRecord, AuditWriter};
+use crate::clock::Clock;
 use crate::consent::ConsentStore;
 use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply};
-use crate::daemon::{CallsContext, CallsFactory};
+use crate::daemon::CallsContext;
 use crate::events::EventBus;
 use crate::handlers::CallsApi;
 use crate::policy::PolicyEngine;
-use crate::random::random_bytes;
-use crate::seams::Clock;
 use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
+use appduct_client::random::random_bytes;
 
 pub use list::{ToolsPage, group_totals, in_group, list_tools, simple_lowercase};
 
@@ -293,8 +293,11 @@ pub enum Checkpoint {
 /// A test seam: runs synchronously on the request's task at each [`Checkpoint`], with no lock
 /// held, so a test can land a transition, a shutdown or a cancel exactly between two steps
 /// that otherwise run back to back.
-pub trait PipelineProbe: Send + Sync {
+pub trait PipelineProbe: Send + Sync + fmt::Debug {
     fn reached(&self, call_id: &str, at: Checkpoint);
+
+    /// The module stopped its timers (shutdown step 1, or a start that failed after step 6).
+    fn timers_stopped(&self) {}
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -331,16 +334,6 @@ impl fmt::Debug for Calls {
     }
 }
 
-/// The [`CallsFactory`] `DaemonOptions` installs by default.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CallsModule;
-
-impl CallsFactory for CallsModule {
-    fn start(&self, ctx: &CallsContext) -> Arc<dyn CallsApi> {
-        Arc::new(Calls::start(ctx))
-    }
-}
-
 /// The engine keeps its router for its lifetime; a weak reference avoids a cycle through the
 /// module's own handle on the engine.
 struct Router(Weak<Inner>);
@@ -360,17 +353,9 @@ impl CallRouter for Router {
 }
 
 impl Calls {
-    /// Builds the module from the daemon's parts and installs its router on the engine.
-    pub fn start(ctx: &CallsContext) -> Self {
-        Self::build(ctx, None)
-    }
-
-    /// [`start`](Self::start) with a [`PipelineProbe`] (tests).
-    pub fn start_with_probe(ctx: &CallsContext, probe: Arc<dyn PipelineProbe>) -> Self {
-        Self::build(ctx, Some(probe))
-    }
-
-    fn build(ctx: &CallsContext, probe: Option<Arc<dyn PipelineProbe>>) -> Self {
+    /// Builds the module from the daemon's parts and installs its router on the engine; `probe`
+    /// (tests) runs at each pipeline [`Checkpoint`].
+    pub fn start(ctx: &CallsContext, probe: Option<Arc<dyn PipelineProbe>>) -> Self {
         let inner = Arc::new_cyclic(|this| Inner {
             sessions: ctx.sessions.clone(),
             bus: ctx.bus.clone(),
@@ -433,12 +418,17 @@ impl CallsApi for Calls {
     }
 
     fn stop_timers(&self) {
-        let mut table = lock(&self.inner.table);
-        table.timers_stopped = true;
-        for call in table.calls.values_mut() {
-            for timer in call.timers.drain(..) {
-                timer.abort();
+        {
+            let mut table = lock(&self.inner.table);
+            table.timers_stopped = true;
+            for call in table.calls.values_mut() {
+                for timer in call.timers.drain(..) {
+                    timer.abort();
+                }
             }
+        }
+        if let Some(probe) = &self.inner.probe {
+            probe.timers_stopped();
         }
     }
 
@@ -492,13 +482,13 @@ impl Inner {
         let page = list_tools(&registry, params, |tool| {
             self.policy.evaluate(&session.alias, tool).decision
         });
-        Ok(ToolsListResult {
-            tools: page.tools,
-            total: page.total,
-            has_more: page.has_more,
-            offset: page.offset,
-            groups: page.groups,
-        })
+        Ok(ToolsListResult::new(
+            page.tools,
+            page.total,
+            page.has_more,
+            page.offset,
+            page.groups,
+        ))
     }
 
     // -- consent records ----------------------------------------------------------------------
@@ -532,6 +522,7 @@ impl Inner {
             consent,
             call_id,
             progress,
+            ..
         } = params;
         let args = Value::Object(args);
         let sha = args_sha256(&args);
@@ -689,12 +680,7 @@ impl Inner {
                 return finished.await;
             }
         };
-        let frame = DaemonFrame::ToolCall(ToolCall {
-            session_id: session_id.clone(),
-            id: wire_id,
-            name,
-            args,
-        });
+        let frame = DaemonFrame::ToolCall(ToolCall::new(session_id.clone(), wire_id, name, args));
         // A full device queue makes the write wait; a cancel, the issuing connection closing
         // or the call settling meanwhile stops it. `mpsc` sends are cancel-safe: a write
         // dropped before it finished queued nothing, so no frame reaches the app (04 §6.2).
@@ -924,25 +910,25 @@ impl Inner {
         self.bus.emit(
             Some(&target.session_id),
             Some(&target.alias),
-            EventData::ToolCallStarted(ToolCallStartedData {
-                name: call.name.clone(),
-                call_id: call.call_id.clone(),
-                wire_id: call.wire_id.clone(),
-                caller: call.caller,
-                deadline_ms: call.deadline_ms,
-            }),
+            EventData::ToolCallStarted(ToolCallStartedData::new(
+                call.name.clone(),
+                call.call_id.clone(),
+                call.wire_id.clone(),
+                call.caller,
+                call.deadline_ms,
+            )),
         );
         if call.progress {
             call.conn
-                .notify::<ToolCallStartedNotify>(&ToolCallStartedParams {
-                    request_id: call.request_id.clone(),
-                    call_id: call.call_id.clone(),
-                    session_id: target.session_id.clone(),
-                    alias: target.alias.clone(),
-                    name: call.name.clone(),
-                    deadline_ms: call.deadline_ms,
-                    ts: self.clock.now_unix_ms(),
-                });
+                .notify::<ToolCallStartedNotify>(&ToolCallStartedParams::new(
+                    call.request_id.clone(),
+                    call.call_id.clone(),
+                    target.session_id.clone(),
+                    target.alias.clone(),
+                    call.name.clone(),
+                    call.deadline_ms,
+                    self.clock.now_unix_ms(),
+                ));
         }
     }
 
@@ -1075,13 +1061,13 @@ impl Inner {
             });
         }
         let response = match (outcome, &call.target) {
-            (Outcome::Result(result), Some(target)) => Ok(ToolsCallResult {
+            (Outcome::Result(result), Some(target)) => Ok(ToolsCallResult::new(
                 result,
-                call_id: call.call_id.clone(),
-                session_id: target.session_id.clone(),
-                alias: target.alias.clone(),
+                call.call_id.clone(),
+                target.session_id.clone(),
+                target.alias.clone(),
                 duration_ms,
-            }),
+            )),
             (Outcome::Result(_), None) => Err(ErrorObject::internal(
                 "A call without a session produced a result",
             )
@@ -1153,22 +1139,23 @@ impl Inner {
         self.bus.emit(
             Some(&target.session_id),
             Some(&target.alias),
-            EventData::ToolCallProgress(ToolCallProgressData {
-                call_id: call.call_id.clone(),
-                progress: progress.progress.clone(),
-                message: progress.message.clone(),
-            }),
+            EventData::ToolCallProgress(
+                ToolCallProgressData::new(call.call_id.clone())
+                    .with_progress(progress.progress.clone())
+                    .with_message(progress.message.clone()),
+            ),
         );
         if call.progress {
-            call.conn
-                .notify::<ToolCallProgressNotify>(&ToolCallProgressParams {
-                    request_id: call.request_id.clone(),
-                    call_id: call.call_id.clone(),
-                    session_id: target.session_id.clone(),
-                    progress: progress.progress.clone(),
-                    message: progress.message.clone(),
-                    ts: self.clock.now_unix_ms(),
-                });
+            call.conn.notify::<ToolCallProgressNotify>(
+                &ToolCallProgressParams::new(
+                    call.request_id.clone(),
+                    call.call_id.clone(),
+                    target.session_id.clone(),
+                    self.clock.now_unix_ms(),
+                )
+                .with_progress(progress.progress.clone())
+                .with_message(progress.message.clone()),
+            );
         }
     }
 
@@ -1224,7 +1211,7 @@ impl Inner {
             Some(key) => self.cancel(key, params.reason()).await,
             None => false,
         };
-        Ok(ToolsCancelResult { cancelled })
+        Ok(ToolsCancelResult::new(cancelled))
     }
 
     /// The cancel procedure of 04 §6.2 for call `key`; the result is `cancelled`.
@@ -1373,11 +1360,11 @@ impl Inner {
 }
 
 fn cancel_frame(target: &Target, wire_id: &str, reason: &str) -> DaemonFrame {
-    DaemonFrame::ToolCancel(ToolCancel {
-        session_id: target.session_id.clone(),
-        id: wire_id.to_owned(),
-        reason: reason.to_owned(),
-    })
+    DaemonFrame::ToolCancel(ToolCancel::new(
+        target.session_id.clone(),
+        wire_id.to_owned(),
+        reason.to_owned(),
+    ))
 }
 
 #[cfg(test)]

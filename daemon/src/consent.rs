@@ -164,10 +164,10 @@ impl ConsentStore {
         records.order.push_back(key);
         drop(records);
 
-        Ok(ConsentCreateResult {
+        Ok(ConsentCreateResult::new(
             handle,
-            expires_at: now_unix_ms.saturating_add(ttl_ms) / 1000,
-        })
+            now_unix_ms.saturating_add(ttl_ms) / 1000,
+        ))
     }
 
     /// `consent.take`: returns the record and deletes it (single use). Unknown, evicted,
@@ -213,7 +213,7 @@ fn lookup_key(digest: &HandleDigest) -> LookupKey {
 
 /// `cr_` + base64url (no padding) of 32 CSPRNG bytes.
 fn new_handle() -> Result<String, ErrorObject> {
-    let bytes = crate::random::random_bytes::<TOKEN_BYTES>()
+    let bytes = appduct_client::random::random_bytes::<TOKEN_BYTES>()
         .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
     Ok(format!("{HANDLE_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes)))
 }
@@ -223,14 +223,11 @@ mod tests {
     use super::*;
 
     fn params() -> ConsentCreateParams {
-        ConsentCreateParams {
-            session_id: "q3VfZ0xkR2ptTnB4".into(),
-            name: "reset_counter".into(),
-            args_sha256: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a".into(),
-            selector: None,
-            timeout_ms: None,
-            ttl_ms: None,
-        }
+        ConsentCreateParams::new(
+            "q3VfZ0xkR2ptTnB4",
+            "reset_counter",
+            "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+        )
     }
 
     /// The lookup key only finds a candidate; the full digest decides. A handle whose digest

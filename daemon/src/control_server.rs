@@ -36,10 +36,12 @@ use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 
-use crate::seams::PeerCheck;
+mod peer_check;
+
+pub use peer_check::{FixedPeerCheck, PeerCheck, SameEuid};
 
 /// A boxed `Send` future (the seams' alias), so handlers stay usable as trait objects.
-pub use crate::seams::BoxFuture;
+pub use appduct_client::BoxFuture;
 
 /// Runs once when a connection closes (for example: cancel the `tools.call`s it issued with
 /// reason `connection_closed`, 04 §6.1).

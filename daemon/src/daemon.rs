@@ -28,23 +28,27 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use crate::address::AdvertisedAddress;
+use crate::address::{AddressSource, OsAddresses};
 use crate::audit::{AuditWriter, PruneSchedule};
-use crate::config::{Config, ConfigError};
+use crate::calls::{Calls, PipelineProbe};
+use crate::clock::{Clock, SystemClock};
 use crate::control_server::{self, ControlHandler, ServerOptions};
+use crate::control_server::{PeerCheck, SameEuid};
 use crate::device_socket::DeviceSocket;
 use crate::events::{EventBus, EventsLog};
-use crate::handlers::{CallsApi, DaemonHandler, DaemonIdentity, HandlerContext, ShutdownSwitch};
+use crate::handlers::{
+    CallsApi as _, DaemonHandler, DaemonIdentity, HandlerContext, ShutdownSwitch,
+};
 use crate::links::{DaemonLinkEnv, LinkEnvironment, LinkError};
 use crate::listener::{self, AcceptContext, AcceptedDevice, PreclaimLimiter, RunningListener};
-use crate::pidfile::{PidfileError, PidfileLock, PidfileOptions};
 use crate::policy::PolicyEngine;
-use crate::seams::{
-    AddressSource, Clock, OsAddresses, PeerCheck, SameEuid, SystemClock, VERSION_OVERRIDE_ENV,
-};
 use crate::sessions::{EngineOptions, SessionManager};
-use crate::state_dir::{self, FILE_MODE, StateDir, StateDirError};
-use crate::timestamp::format_iso_ms;
 use crate::tls::{HostKey, KeyError, KeySource, TlsError, TlsState};
+use appduct_client::config::{Config, ConfigError};
+use appduct_client::pidfile::{PidfileError, PidfileLock, PidfileOptions};
+use appduct_client::spawn::VERSION_OVERRIDE_ENV;
+use appduct_client::state_dir::{self, FILE_MODE, StateDir, StateDirError};
+use appduct_client::timestamp::format_iso_ms;
 
 /// The daemon's own version (the workspace version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -81,7 +85,7 @@ pub struct ConfigOverrides {
     pub advertised_ip: Option<IpAddr>,
 }
 
-/// What a calls module gets to start from (startup step 6).
+/// What the calls module starts from (startup step 6).
 #[derive(Debug, Clone)]
 pub struct CallsContext {
     pub sessions: SessionManager,
@@ -92,12 +96,6 @@ pub struct CallsContext {
     pub policy: PolicyEngine,
     /// Audit records of settled calls go here (04 §9).
     pub audit: AuditWriter,
-}
-
-/// Starts the calls module (call manager, policy, audit writer) at startup step 6. It installs
-/// its own `CallRouter` on `ctx.sessions` and returns the control-plane side.
-pub trait CallsFactory: Send + Sync + fmt::Debug {
-    fn start(&self, ctx: &CallsContext) -> Arc<dyn CallsApi>;
 }
 
 /// Everything [`Daemon::start`] needs. The limits not in `config.json` default to the constants
@@ -119,8 +117,8 @@ pub struct DaemonOptions {
     /// Reported by `daemon.hello`, `daemon.status` and `daemon_started`.
     pub version: String,
     pub pidfile: PidfileOptions,
-    /// The calls module; [`crate::calls::CallsModule`] unless replaced or removed.
-    pub calls: Option<Arc<dyn CallsFactory>>,
+    /// Tests only: a probe the calls module runs at each pipeline checkpoint.
+    pub pipeline_probe: Option<Arc<dyn PipelineProbe>>,
 }
 
 impl DaemonOptions {
@@ -160,7 +158,7 @@ impl DaemonOptions {
             control_drain_timeout: server.drain_timeout,
             version,
             pidfile: PidfileOptions::default(),
-            calls: Some(Arc::new(crate::calls::CallsModule)),
+            pipeline_probe: None,
         }
     }
 
@@ -221,14 +219,10 @@ impl DaemonOptions {
         self
     }
 
-    pub fn calls(mut self, factory: Arc<dyn CallsFactory>) -> Self {
-        self.calls = Some(factory);
-        self
-    }
-
-    /// Starts without a calls module (its methods then answer `internal_error`).
-    pub fn without_calls(mut self) -> Self {
-        self.calls = None;
+    /// Runs `probe` at each checkpoint of the calls module's `tools.call` pipeline (tests that
+    /// land a transition or a cancel between two steps).
+    pub fn pipeline_probe(mut self, probe: Arc<dyn PipelineProbe>) -> Self {
+        self.pipeline_probe = Some(probe);
         self
     }
 
@@ -450,7 +444,7 @@ async fn take_over_socket(path: &Path) -> Result<(), StartError> {
 #[derive(Default)]
 struct StartupGuard {
     pidfile: Option<PidfileLock>,
-    calls: Option<Arc<dyn CallsApi>>,
+    calls: Option<Calls>,
     device_pump: Option<JoinHandle<()>>,
     listener_stop: Option<watch::Sender<bool>>,
     socket: Option<PathBuf>,
@@ -508,7 +502,7 @@ struct Shared {
     web_addr: SocketAddr,
     handler: DaemonHandler,
     control_handler: Arc<dyn ControlHandler>,
-    calls: Option<Arc<dyn CallsApi>>,
+    calls: Calls,
     server_options: ServerOptions,
     pre_claim_timeout: Duration,
     shutdown: ShutdownSwitch,
@@ -596,8 +590,8 @@ impl Daemon {
             Arc::clone(&clock),
             Arc::clone(&late_env) as Arc<dyn LinkEnvironment>,
         );
-        let calls = opts.calls.as_ref().map(|factory| {
-            factory.start(&CallsContext {
+        let calls = Calls::start(
+            &CallsContext {
                 sessions: sessions.clone(),
                 bus: bus.clone(),
                 clock: Arc::clone(&clock),
@@ -605,9 +599,10 @@ impl Daemon {
                 state_dir: dir.clone(),
                 policy: policy.clone(),
                 audit: audit.clone(),
-            })
-        });
-        guard.calls = calls.clone();
+            },
+            opts.pipeline_probe.clone(),
+        );
+        guard.calls = Some(calls.clone());
         let (accepted, accepted_rx) = mpsc::channel(ACCEPTED_QUEUE);
         guard.device_pump = Some(tokio::spawn(pump_devices(sessions.clone(), accepted_rx)));
 
@@ -657,7 +652,7 @@ impl Daemon {
             sessions: sessions.clone(),
             bus: bus.clone(),
             network: Arc::clone(&network),
-            calls: calls.clone(),
+            calls: Arc::new(calls.clone()),
             shutdown: shutdown.clone(),
         });
         let control_handler: Arc<dyn ControlHandler> = Arc::new(handler.clone());
@@ -702,10 +697,7 @@ impl Daemon {
         bus.emit(
             None,
             None,
-            EventData::DaemonStarted(DaemonStartedData {
-                version: opts.version.clone(),
-                pid,
-            }),
+            EventData::DaemonStarted(DaemonStartedData::new(opts.version.clone(), pid)),
         );
         if key_source == KeySource::Generated {
             tracing::warn!(
@@ -804,11 +796,9 @@ async fn teardown(shared: &Shared, running: Running) {
     for timer in timers {
         timer.abort();
     }
-    if let Some(calls) = &shared.calls {
-        calls.stop_timers();
-    }
+    shared.calls.stop_timers();
 
-    // 2. Pending calls: the calls module's hook rejects them with `session_not_active`.
+    // 2. Pending calls: the calls module rejects them with `session_not_active`.
     reject_pending_calls(shared);
 
     // 3. Device sockets: the engine refuses new connections and links, stops its timers, tells
@@ -858,9 +848,7 @@ async fn teardown(shared: &Shared, running: Running) {
 
 /// Shutdown step 2 (04 §8.2).
 fn reject_pending_calls(shared: &Shared) {
-    if let Some(calls) = &shared.calls {
-        calls.reject_pending_for_shutdown();
-    }
+    shared.calls.reject_pending_for_shutdown();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -918,6 +906,11 @@ impl DaemonHandle {
     }
 
     /// The session engine.
+    /// The calls module.
+    pub fn calls(&self) -> &Calls {
+        &self.shared.calls
+    }
+
     pub fn sessions(&self) -> &SessionManager {
         &self.shared.sessions
     }

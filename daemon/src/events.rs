@@ -27,8 +27,8 @@ use appduct_protocol::jsonrpc::ErrorObject;
 use serde_json::{Number, Value, json};
 use tokio::sync::mpsc;
 
-use crate::seams::Clock;
-use crate::state_dir;
+use crate::clock::Clock;
+use appduct_client::state_dir;
 
 /// Records the events-log writer may hold before new ones are dropped and counted as failed
 /// writes (the same bound as the audit queue, 04 §9.5).
@@ -175,10 +175,11 @@ pub fn truncate_app_event(data: &AppEventData, payload_max_bytes: Option<u64>) -
 /// `n` as delivered under `payload_max_bytes`.
 pub fn for_delivery(n: &EventNotification, payload_max_bytes: Option<u64>) -> EventNotification {
     match (&n.data, payload_max_bytes) {
-        (EventData::AppEvent(d), Some(_)) => EventNotification {
-            data: EventData::AppEvent(truncate_app_event(d, payload_max_bytes)),
-            ..n.clone()
-        },
+        (EventData::AppEvent(d), Some(_)) => {
+            let mut delivered = n.clone();
+            delivered.data = EventData::AppEvent(truncate_app_event(d, payload_max_bytes));
+            delivered
+        }
         _ => n.clone(),
     }
 }
@@ -278,13 +279,9 @@ impl EventBus {
         alias: Option<&str>,
         data: EventData,
     ) -> EventNotification {
-        let notification = EventNotification {
-            session_id: session_id.map(str::to_owned),
-            alias: alias.map(str::to_owned),
-            ts: self.inner.clock.now_unix_ms(),
-            seq: 0,
-            data,
-        };
+        let notification = EventNotification::new(self.inner.clock.now_unix_ms(), 0, data)
+            .with_session_id(session_id.map(str::to_owned))
+            .with_alias(alias.map(str::to_owned));
         if let Some(log) = &self.inner.log
             && notification.kind() != EventKind::AppEvent
         {
@@ -313,13 +310,13 @@ impl EventBus {
         let buffer = state.buffers.get_mut(session_id)?;
         buffer.high_water_mark += 1;
         let seq = buffer.high_water_mark;
-        let notification = EventNotification {
-            session_id: Some(session_id.to_owned()),
-            alias: alias.map(str::to_owned),
-            ts: now,
+        let notification = EventNotification::new(
+            now,
             seq,
-            data: EventData::AppEvent(AppEventData::Full { name, payload, ts }),
-        };
+            EventData::AppEvent(AppEventData::Full { name, payload, ts }),
+        )
+        .with_session_id(Some(session_id.to_owned()))
+        .with_alias(alias.map(str::to_owned));
         if buffer.ring.len() >= capacity {
             buffer.ring.pop_front();
         }
@@ -391,11 +388,11 @@ impl EventBus {
                     } else {
                         Vec::new()
                     };
-                let info = Replay {
-                    count: events.len() as u64,
-                    dropped: dropped(buffer, since),
-                    cursor: buffer.high_water_mark,
-                };
+                let info = Replay::new(
+                    events.len() as u64,
+                    dropped(buffer, since),
+                    buffer.high_water_mark,
+                );
                 Some((info, events))
             }
         };
@@ -471,12 +468,12 @@ impl EventBus {
             Some(last) if remaining > 0 => last.seq,
             _ => buffer.high_water_mark,
         };
-        Ok(EventsSinceResult {
+        Ok(EventsSinceResult::new(
             events,
             cursor,
-            dropped: dropped(buffer, query.since),
+            dropped(buffer, query.since),
             remaining,
-        })
+        ))
     }
 
     /// Every notification emitted from now on, untruncated, for in-process observers (tests
@@ -641,10 +638,7 @@ impl EventsLog {
 
     /// `daemon.status.eventsLog`.
     pub fn status(&self) -> EventsLogStatus {
-        EventsLogStatus {
-            path: self.shared.path.display().to_string(),
-            failed_writes: self.failed_writes(),
-        }
+        EventsLogStatus::new(self.shared.path.display().to_string(), self.failed_writes())
     }
 
     /// Blocks until everything queued before this call is written, at most `timeout`.

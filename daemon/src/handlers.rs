@@ -2,10 +2,10 @@
 //! session engine, the event bus, the TLS identity and the configuration.
 //!
 //! `tools.list`, `tools.call`, `tools.cancel`, `consent.create` and `consent.take` belong to the
-//! calls module. They are routed to a [`CallsApi`] when one is installed; without one they are
-//! answered `-32603 internal_error` ("… is not available in this build") and the `daemon.hello`
-//! features that depend on them (`calls.callId`, `calls.progress`, `consent.records`,
-//! `tools.groups`) are not advertised. Reserved and unknown names never get here:
+//! calls module, always installed, which this file reaches through [`CallsApi`]; the
+//! `daemon.hello` features that depend on it (`calls.callId`, `calls.progress`,
+//! `consent.records`, `tools.groups`) are the ones it reports. Reserved and unknown names never
+//! get here:
 //! [`ControlRequest::parse`] answers them `-32601` (03 §4.1, §9.15).
 //!
 //! Locking: the bus delivers subscriptions under its lock, so the subscription sinks built here
@@ -47,7 +47,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Hooks for modules that plug in later
+// The calls module's side of the control plane
 // ---------------------------------------------------------------------------------------------
 
 /// The calls module as the control plane sees it: the five methods it owns, its counters, and
@@ -143,7 +143,7 @@ pub struct HandlerContext {
     pub bus: EventBus,
     /// Bound ports, advertised address and pin.
     pub network: Arc<DaemonLinkEnv>,
-    pub calls: Option<Arc<dyn CallsApi>>,
+    pub calls: Arc<dyn CallsApi>,
     pub shutdown: ShutdownSwitch,
 }
 
@@ -151,7 +151,6 @@ impl fmt::Debug for HandlerContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HandlerContext")
             .field("identity", &self.identity)
-            .field("calls", &self.calls.is_some())
             .field("shutdown", &self.shutdown.is_requested())
             .finish_non_exhaustive()
     }
@@ -201,10 +200,6 @@ impl fmt::Debug for DaemonHandler {
 
 fn shutting_down() -> ErrorObject {
     ErrorObject::internal("The daemon is shutting down")
-}
-
-fn not_available(method: &str) -> ErrorObject {
-    ErrorObject::internal(format!("{method} is not available in this build"))
 }
 
 fn unknown_session(session_id: &str) -> ErrorObject {
@@ -319,32 +314,19 @@ impl DaemonHandler {
             | ControlRequest::ToolsCall(_)
             | ControlRequest::ToolsCancel(_)
             | ControlRequest::ConsentCreate(_)
-            | ControlRequest::ConsentTake(_)) => match &ctx.calls {
-                Some(api) => api.handle(&conn, id, calls).await,
-                None => Reply::Err(not_available(calls.method())),
-            },
+            | ControlRequest::ConsentTake(_)) => ctx.calls.handle(&conn, id, calls).await,
         }
     }
 
     // -- daemon.* ---------------------------------------------------------------------------
 
     fn pending_calls(&self) -> u64 {
-        self.inner
-            .ctx
-            .calls
-            .as_ref()
-            .map_or(0, |calls| calls.pending_calls())
+        self.inner.ctx.calls.pending_calls()
     }
 
     /// `features` in the order of 03 §9.1: ours plus whatever the calls module implements.
     fn features(&self) -> Vec<String> {
-        let from_calls = self
-            .inner
-            .ctx
-            .calls
-            .as_ref()
-            .map(|calls| calls.features())
-            .unwrap_or_default();
+        let from_calls = self.inner.ctx.calls.features();
         control::features::ALL
             .iter()
             .filter(|f| OWN_FEATURES.contains(f) || from_calls.contains(f))
@@ -376,13 +358,9 @@ impl DaemonHandler {
     fn status(&self) -> StatusResult {
         let ctx = &self.inner.ctx;
         let advertised = ctx.network.advertised();
-        let events_log = ctx
-            .bus
-            .events_log_status()
-            .unwrap_or_else(|| EventsLogStatus {
-                path: ctx.identity.events_log_path.display().to_string(),
-                failed_writes: 0,
-            });
+        let events_log = ctx.bus.events_log_status().unwrap_or_else(|| {
+            EventsLogStatus::new(ctx.identity.events_log_path.display().to_string(), 0)
+        });
         StatusResult {
             version: ctx.identity.version.clone(),
             control_protocol: limits::CONTROL_PROTOCOL,
@@ -391,14 +369,14 @@ impl DaemonHandler {
             state_dir: ctx.identity.state_dir.display().to_string(),
             wss_port: ctx.network.wss_port(),
             web_port: ctx.network.web_port(),
-            advertised_address: AdvertisedAddress {
-                address: advertised.address.to_string(),
-                family: advertised.family,
-                source: match advertised.source {
+            advertised_address: AdvertisedAddress::new(
+                advertised.address.to_string(),
+                advertised.family,
+                match advertised.source {
                     AddressOrigin::Config => AddressSource::Config,
                     AddressOrigin::Detected => AddressSource::Detected,
                 },
-            },
+            ),
             pinned_keys: vec![ctx.network.pin()],
             sessions: ctx.sessions.list(),
             pending_links: ctx.sessions.pending_links() as u64,
@@ -466,10 +444,9 @@ impl DaemonHandler {
         let matching: Vec<EventsListEntry> = declared
             .into_iter()
             .filter(|e| name.as_ref().is_none_or(|g| g.matches(&e.name)))
-            .map(|e| EventsListEntry {
-                name: e.name,
-                description: e.description,
-                payload_schema: e.payload_schema.as_ref().map(Schema::to_value),
+            .map(|e| {
+                EventsListEntry::new(e.name, e.description)
+                    .with_payload_schema(e.payload_schema.as_ref().map(Schema::to_value))
             })
             .collect();
         let total = matching.len() as u64;
@@ -480,12 +457,7 @@ impl DaemonHandler {
             .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         let events: Vec<EventsListEntry> = matching.into_iter().skip(skip).take(take).collect();
         let has_more = offset.saturating_add(events.len() as u64) < total;
-        Ok(EventsListResult {
-            events,
-            total,
-            has_more,
-            offset,
-        })
+        Ok(EventsListResult::new(events, total, has_more, offset))
     }
 
     /// `events.subscribe` (03 §9.12, §4.3, §4.4). Under the bus lock, atomically: the previous
@@ -522,11 +494,9 @@ impl DaemonHandler {
                 if !conn.set_subscribed() {
                     return;
                 }
-                let result = SubscribeResult {
-                    ok: true,
-                    session_id: bound.clone(),
-                    replay,
-                };
+                let result = SubscribeResult::new()
+                    .with_session_id(bound.clone())
+                    .with_replay(replay);
                 responded = match serde_json::to_value(&result) {
                     Ok(value) => conn.respond(id, Ok(value)),
                     Err(e) => conn.respond(id, Err(ErrorObject::internal(e.to_string()))),

@@ -20,15 +20,15 @@ use appduct_protocol::limits::{MAX_FAILED_CLAIMS, SESSION_ID_BYTES, TOKEN_BYTES}
 use serde_json::json;
 use tokio::task::AbortHandle;
 
+use crate::address::AddressSource;
 use crate::address::AdvertisedAddress;
-use crate::seams::AddressSource;
 use crate::tls::TlsState;
 
 // ---------------------------------------------------------------------------------------------
 // Randomness
 // ---------------------------------------------------------------------------------------------
 
-pub use crate::random::{RandomError, random_bytes};
+pub use appduct_client::random::{RandomError, random_bytes};
 
 // ---------------------------------------------------------------------------------------------
 // Where links point
@@ -519,27 +519,18 @@ pub fn mint(
     let token = ClaimToken::from_bytes(random_bytes::<TOKEN_BYTES>()?);
     let ttl = u64::from(params.ttl_seconds.unwrap_or(default_ttl));
     let expires_at = now_unix_ms / 1000 + ttl;
-    let payload = BootstrapPayload {
-        address,
-        port,
-        session_id: id.clone(),
-        token: token.clone(),
-        expires_at,
-    };
+    let payload = BootstrapPayload::new(address, port, id.clone(), token.clone(), expires_at);
     let deep_link_payload = payload.encode()?;
-    let result = LinkCreateResult {
-        session_id: id.clone(),
+    // An IPv4-mapped address travels as IPv4 (02 §4.4); report what the payload holds.
+    let endpoint = Endpoint::new(address.to_canonical().to_string(), port, payload.family());
+    let result = LinkCreateResult::new(
+        id.clone(),
         transport,
         deep_link_payload,
-        endpoint: Endpoint {
-            // An IPv4-mapped address travels as IPv4 (02 §4.4); report what the payload holds.
-            address: address.to_canonical().to_string(),
-            port,
-            family: payload.family(),
-        },
+        endpoint,
         expires_at,
-        pin: env.pin(),
-    };
+        env.pin(),
+    );
     let link = PendingLink {
         transport,
         token,
@@ -612,14 +603,7 @@ mod tests {
             1_764_493_923 + 300,
             "floor(now_ms/1000) + ttl"
         );
-        assert_eq!(
-            r.endpoint,
-            Endpoint {
-                address: "192.168.1.20".into(),
-                port: 8443,
-                family: 4
-            }
-        );
+        assert_eq!(r.endpoint, Endpoint::new("192.168.1.20", 8443, 4));
         assert_eq!(r.pin, StaticLinkEnv::default().pin);
         let decoded = bootstrap::decode(&r.deep_link_payload).unwrap();
         assert_eq!(decoded.session_id, r.session_id);
@@ -770,7 +754,7 @@ mod tests {
 
     #[test]
     fn daemon_env_remints_the_leaf_when_the_advertised_address_changes() {
-        use crate::seams::StaticAddresses;
+        use crate::address::StaticAddresses;
         use crate::tls::HostKey;
         let dir = tempfile::tempdir().unwrap();
         let (key, _) = HostKey::load_or_generate(&dir.path().join("key.pem"), true).unwrap();

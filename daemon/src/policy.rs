@@ -13,7 +13,7 @@ use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::ErrorObject;
 use serde_json::{Value, json};
 
-use crate::config::{Config, Decision, Policy};
+use appduct_client::config::{Config, Decision, Policy};
 
 /// The configuration key that produced a decision (04 §7.2), shown in denials as `source`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,10 +232,7 @@ impl PolicyEngine {
 
     /// `daemon.status.policy` (03 §9.2): `tools` only when an override is configured.
     pub fn summary(&self) -> PolicySummary {
-        PolicySummary {
-            default: self.policy.default,
-            destructive: self.policy.destructive,
-            tools: self.policy.tools.clone(),
-        }
+        PolicySummary::new(self.policy.default, self.policy.destructive)
+            .with_tools(self.policy.tools.clone())
     }
 }

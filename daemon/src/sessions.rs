@@ -41,11 +41,11 @@ use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
 
-use crate::config::Config;
+use crate::clock::Clock;
 use crate::device_socket::{DeviceSender, DeviceSocket};
 use crate::events::EventBus;
 use crate::links::{self, LinkEnvironment, LinkTable};
-use crate::seams::Clock;
+use appduct_client::config::Config;
 use registry::{Registry, SharedTools};
 
 // ---------------------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ pub struct ResolvedSession {
 }
 
 /// `2026-11-30T09:12:03.120Z`: ISO 8601 UTC with milliseconds (03 §8.1).
-pub use crate::timestamp::format_iso_ms as format_timestamp_ms;
+pub use appduct_client::timestamp::format_iso_ms as format_timestamp_ms;
 
 // ---------------------------------------------------------------------------------------------
 // State
@@ -501,10 +501,10 @@ impl SessionManager {
             self.inner.bus.emit(
                 Some(&id),
                 None,
-                EventData::LinkCreated(LinkCreatedData {
-                    expires_at: minted.result.expires_at,
-                    transport: minted.result.transport,
-                }),
+                EventData::LinkCreated(LinkCreatedData::new(
+                    minted.result.expires_at,
+                    minted.result.transport,
+                )),
             );
             return Ok(minted.result);
         }
@@ -553,16 +553,13 @@ impl SessionManager {
                 self.inner.bus.emit(
                     Some(link_id),
                     None,
-                    EventData::SessionRevoked(SessionRevokedData {
-                        previous_state: PreviousState::Pending,
-                    }),
+                    EventData::SessionRevoked(SessionRevokedData::new(PreviousState::Pending)),
                 );
-                return Ok(RevokeResult {
-                    ok: true,
-                    session_id: link_id.to_owned(),
-                    alias: None,
-                    revoked: RevokedKind::Link,
-                });
+                return Ok(RevokeResult::new(
+                    link_id.to_owned(),
+                    None,
+                    RevokedKind::Link,
+                ));
             }
         };
         let Some(session) = st.sessions.remove(&id) else {
@@ -581,16 +578,15 @@ impl SessionManager {
         self.inner.bus.emit(
             Some(&id),
             Some(&session.alias),
-            EventData::SessionRevoked(SessionRevokedData { previous_state }),
+            EventData::SessionRevoked(SessionRevokedData::new(previous_state)),
         );
         self.inner.bus.close_session(&id);
         self.inner.calls_ended(&id, CallsEnded::Revoked);
-        Ok(RevokeResult {
-            ok: true,
-            session_id: id,
-            alias: Some(session.alias),
-            revoked: RevokedKind::Session,
-        })
+        Ok(RevokeResult::new(
+            id,
+            Some(session.alias),
+            RevokedKind::Session,
+        ))
     }
 
     /// The session's tool registry by name (code-point order); also for suspended sessions.

@@ -415,18 +415,14 @@ impl FakeDaemon {
             }
             ControlRequest::LinkCreate(p) => {
                 let web = p.transport() == Transport::Web;
-                let view = Decoded {
-                    family: 4,
-                    address: if web {
-                        "127.0.0.1".into()
-                    } else {
-                        "192.168.1.20".into()
-                    },
-                    port: if web { 53120 } else { 8443 },
-                    session_id: "Zk3pQ0mX8sL1vB2n".into(),
-                    token_base64url: "A".repeat(43),
-                    expires_at: 1_764_494_223,
-                };
+                let view = Decoded::new(
+                    4,
+                    if web { "127.0.0.1" } else { "192.168.1.20" },
+                    if web { 53120 } else { 8443 },
+                    "Zk3pQ0mX8sL1vB2n",
+                    "A".repeat(43),
+                    1_764_494_223,
+                );
                 let payload = BootstrapPayload::try_from(&view)
                     .unwrap_or_else(|e| panic!("the fixed link is valid: {e:?}"))
                     .encode()

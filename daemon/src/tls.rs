@@ -598,7 +598,7 @@ fn provider() -> CryptoProvider {
 }
 
 fn random_bytes<const N: usize>() -> Result<[u8; N], TlsError> {
-    crate::random::random_bytes().map_err(|_| TlsError::Random)
+    appduct_client::random::random_bytes().map_err(|_| TlsError::Random)
 }
 
 /// Creates a new EC P-256 PKCS#8 key at `path` with mode 0600, atomically (`appduct keygen`).

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use appduct_client::state_dir::StateDir;
 use appduct_daemon::audit::{
     AuditRecord, AuditWriter, FlushError, PRUNE_PERIOD, SHUTDOWN_FLUSH_TIMEOUT,
 };
-use appduct_daemon::seams::{Clock, ManualClock};
-use appduct_daemon::state_dir::StateDir;
+use appduct_daemon::clock::{Clock, ManualClock};
 use appduct_protocol::canonical::args_sha256;
 use appduct_protocol::control::{Caller, Consent, DeniedReason, Settlement};
 use appduct_protocol::errors::ErrorType;

@@ -8,8 +8,8 @@ mod daemon_support;
 
 use std::time::Duration;
 
-use appduct_daemon::config::Decision;
-use appduct_daemon::seams::ManualClock;
+use appduct_client::config::Decision;
+use appduct_daemon::clock::ManualClock;
 use appduct_protocol::control::EventKind;
 use calls_support::*;
 use serde_json::{Value, json};

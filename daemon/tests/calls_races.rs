@@ -10,10 +10,9 @@ mod daemon_support;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use appduct_client::config::{Config, Decision};
 use appduct_daemon::calls::{Calls, Checkpoint, PipelineProbe};
-use appduct_daemon::config::{Config, Decision};
-use appduct_daemon::daemon::{CallsContext, CallsFactory};
-use appduct_daemon::handlers::CallsApi;
+use appduct_daemon::handlers::CallsApi as _;
 use appduct_daemon::sessions::SessionManager;
 use appduct_protocol::control::{EventKind, EventNotification};
 use calls_support::*;
@@ -70,23 +69,10 @@ impl PipelineProbe for Probe {
     }
 }
 
-/// The calls module with `probe` installed.
-#[derive(Debug)]
-struct Probed(Arc<Probe>);
-
-impl CallsFactory for Probed {
-    fn start(&self, ctx: &CallsContext) -> Arc<dyn CallsApi> {
-        let calls = Calls::start_with_probe(ctx, Arc::clone(&self.0) as Arc<dyn PipelineProbe>);
-        let _ = self.0.calls.set(calls.clone());
-        let _ = self.0.sessions.set(ctx.sessions.clone());
-        Arc::new(calls)
-    }
-}
-
 /// The standard fixture with a probed calls module and `slow_task` on `prompt`.
 async fn probed() -> (Fixture, Arc<Probe>) {
     let probe = Arc::new(Probe::default());
-    let factory = Arc::new(Probed(Arc::clone(&probe)));
+    let installed = Arc::clone(&probe) as Arc<dyn PipelineProbe>;
     let f = Fixture::with(
         move |options, dir| {
             let mut config = Config::defaults(dir);
@@ -94,11 +80,14 @@ async fn probed() -> (Fixture, Arc<Probe>) {
                 .policy
                 .tools
                 .insert("pixel-8/slow_task".into(), Decision::Prompt);
-            options.config(config).calls(factory)
+            options.config(config).pipeline_probe(installed)
         },
         standard_tools(),
     )
     .await;
+    // The actions run on later calls, so the daemon's parts can be handed over now.
+    let _ = probe.calls.set(f.daemon.calls().clone());
+    let _ = probe.sessions.set(f.daemon.sessions().clone());
     (f, probe)
 }
 

@@ -9,8 +9,8 @@ mod daemon_support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use appduct_daemon::client::{CallProgress, ToolCallError};
-use appduct_daemon::config::{Config, Decision};
+use appduct_client::client::{CallProgress, ToolCallError};
+use appduct_client::config::{Config, Decision};
 use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions};
 use appduct_protocol::control::{
     LinkCreate, LinkCreateParams, SessionState, ToolsCallParams, ToolsCallResult, ToolsCancel,
@@ -307,11 +307,7 @@ async fn cancelling_one_of_two_concurrent_same_tool_calls_cancels_only_that_one(
     let (keep, dropped) = (keep.unwrap(), dropped.unwrap());
 
     let cancelled = control
-        .call::<ToolsCancel>(ToolsCancelParams {
-            call_id: "drop-1".to_owned(),
-            selector: None,
-            reason: None,
-        })
+        .call::<ToolsCancel>(ToolsCancelParams::new("drop-1"))
         .await
         .unwrap();
     assert!(cancelled.cancelled);
@@ -645,11 +641,7 @@ async fn audit_records_ok_error_denied_and_cancelled_without_raw_args() {
     let driver = async {
         let inv = s.gate.next().await;
         control
-            .call::<ToolsCancel>(ToolsCancelParams {
-                call_id: "audit-c".to_owned(),
-                selector: None,
-                reason: None,
-            })
+            .call::<ToolsCancel>(ToolsCancelParams::new("audit-c"))
             .await
             .unwrap();
         inv

@@ -17,14 +17,7 @@ const SESSION: &str = "q3VfZ0xkR2ptTnB4";
 const SHA: &str = "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a";
 
 fn params(name: &str, ttl_ms: Option<u64>) -> ConsentCreateParams {
-    ConsentCreateParams {
-        session_id: SESSION.into(),
-        name: name.into(),
-        args_sha256: SHA.into(),
-        selector: None,
-        timeout_ms: None,
-        ttl_ms,
-    }
+    ConsentCreateParams::new(SESSION, name, SHA).with_ttl_ms(ttl_ms)
 }
 
 fn live(id: &str) -> bool {

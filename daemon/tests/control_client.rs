@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::client::{CallProgress, ClientError, ControlClient, ToolCallError, classify};
+use appduct_client::client::{CallProgress, ClientError, ControlClient, ToolCallError, classify};
 use appduct_daemon::control_server::ServerOptions;
 use appduct_protocol::control::{
     EventKind, NoParams, SessionsList, SubscribeParams, ToolsCallParams, ToolsCancel,
@@ -23,24 +23,11 @@ fn connected(h: &Arc<TestHandler>) -> (ControlClient, tokio::task::JoinHandle<()
 }
 
 fn cancel(call_id: &str) -> ToolsCancelParams {
-    ToolsCancelParams {
-        call_id: call_id.into(),
-        selector: None,
-        reason: None,
-    }
+    ToolsCancelParams::new(call_id)
 }
 
 fn tool(name: &str, call_id: Option<&str>) -> ToolsCallParams {
-    ToolsCallParams {
-        selector: None,
-        name: name.into(),
-        args: Default::default(),
-        timeout_ms: None,
-        caller: None,
-        consent: None,
-        call_id: call_id.map(str::to_owned),
-        progress: false,
-    }
+    ToolsCallParams::new(name).with_call_id(call_id.map(str::to_owned))
 }
 
 #[tokio::test]
@@ -260,10 +247,7 @@ async fn subscription_yields_events_after_the_response_and_skips_unknown_kinds()
     h.queue_subscribe_events(vec![future, app_event(1, "a"), app_event(2, "b")]);
     let (client, task) = connected(&h);
     let mut events = client
-        .subscribe(SubscribeParams {
-            kinds: Some(vec![EventKind::AppEvent]),
-            ..Default::default()
-        })
+        .subscribe(SubscribeParams::default().with_kinds(Some(vec![EventKind::AppEvent])))
         .await
         .unwrap();
     assert!(events.result().ok);
@@ -348,7 +332,7 @@ fn classify_maps_every_variant() {
                 sessions: 1,
                 pending_links: 0,
                 pending_calls: 2,
-                reason: appduct_daemon::client::MismatchReason::DaemonBusy,
+                reason: appduct_client::client::MismatchReason::DaemonBusy,
             },
             ErrorType::ConnectionError,
             70,

@@ -7,10 +7,10 @@ mod control_support;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use appduct_daemon::client::{
+use appduct_client::client::{
     ClientError, ClientOptions, ControlClient, MismatchReason, reset_version_checks,
 };
-use appduct_daemon::seams::{RecordingSpawner, SpawnedChild};
+use appduct_client::spawn::{RecordingSpawner, SpawnedChild};
 use appduct_protocol::control::{NoParams, SessionsList};
 use control_support::{TestHandler, short_tempdir, start_uds};
 

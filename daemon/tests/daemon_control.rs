@@ -6,7 +6,7 @@
 
 mod daemon_support;
 
-use appduct_daemon::config::{Config, Decision};
+use appduct_client::config::{Config, Decision};
 use appduct_daemon::daemon::{Daemon, DaemonOptions};
 use appduct_protocol::control::{
     self, DaemonHello, DaemonStatus, EventData, EventKind, EventsSince, EventsSinceParams,
@@ -151,9 +151,9 @@ async fn exact_wire_shapes_over_an_in_memory_connection() {
 }
 
 #[tokio::test]
-async fn reserved_and_unknown_methods_are_not_found_and_calls_methods_are_unavailable() {
+async fn reserved_and_unknown_methods_are_not_found() {
     let dir = state_dir();
-    let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()).without_calls())
+    let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()))
         .await
         .unwrap();
     let mut raw = RawControl::new(&daemon);
@@ -169,25 +169,6 @@ async fn reserved_and_unknown_methods_are_not_found_and_calls_methods_are_unavai
         let reply = raw.request(id, method, json!({})).await;
         assert_eq!(reply["error"]["code"], -32601, "{method}: {reply}");
         assert_eq!(reply["error"]["data"]["type"], "invalid_request");
-    }
-    for (method, params) in [
-        ("tools.list", json!({})),
-        ("tools.call", json!({"name": "x"})),
-        ("tools.cancel", json!({"callId": "a"})),
-        (
-            "consent.create",
-            json!({"sessionId": "s", "name": "x", "argsSha256": "0".repeat(64)}),
-        ),
-        ("consent.take", json!({"handle": "cr_x"})),
-    ] {
-        id += 1;
-        let reply = raw.request(id, method, params).await;
-        assert_eq!(reply["error"]["code"], -32603, "{method}: {reply}");
-        assert_eq!(reply["error"]["data"]["type"], "internal_error");
-        assert_eq!(
-            reply["error"]["message"],
-            format!("{method} is not available in this build")
-        );
     }
     daemon.shutdown().await;
 }
@@ -223,19 +204,16 @@ async fn link_claim_list_subscribe_and_revoke() {
     assert_eq!(hello.pending_links, 1);
     // A pending link is not a session.
     let err = client
-        .call::<SessionsDescribe>(SelectorParams {
-            selector: Some(link.session_id.clone()),
-        })
+        .call::<SessionsDescribe>(
+            SelectorParams::default().with_selector(Some(link.session_id.clone())),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.error_type(), ErrorType::UnknownSession);
 
     // The web link points at the loopback web listener.
     let web = client
-        .call::<LinkCreate>(LinkCreateParams {
-            transport: Some(Transport::Web),
-            ..LinkCreateParams::default()
-        })
+        .call::<LinkCreate>(LinkCreateParams::default().with_transport(Some(Transport::Web)))
         .await
         .unwrap();
     assert_eq!(
@@ -269,7 +247,7 @@ async fn link_claim_list_subscribe_and_revoke() {
     assert_eq!(list[0].tool_count, 1);
     assert_eq!(list[0].device.model.as_deref(), Some("Pixel 8"));
     let described = client
-        .call::<SessionsDescribe>(SelectorParams { selector: None })
+        .call::<SessionsDescribe>(SelectorParams::default())
         .await
         .unwrap();
     assert_eq!(described, list[0]);
@@ -279,9 +257,7 @@ async fn link_claim_list_subscribe_and_revoke() {
 
     // Revoke by alias: the app gets 1000 revoked, subscribers session_revoked.
     let revoked = client
-        .call::<SessionsRevoke>(SelectorParams {
-            selector: Some("pixel-8".to_owned()),
-        })
+        .call::<SessionsRevoke>(SelectorParams::default().with_selector(Some("pixel-8".to_owned())))
         .await
         .unwrap();
     assert_eq!(revoked.session_id, app.session_id);
@@ -308,9 +284,9 @@ async fn link_claim_list_subscribe_and_revoke() {
 
     // A pending link is revoked only by its exact id.
     let revoked = client
-        .call::<SessionsRevoke>(SelectorParams {
-            selector: Some(web.session_id.clone()),
-        })
+        .call::<SessionsRevoke>(
+            SelectorParams::default().with_selector(Some(web.session_id.clone())),
+        )
         .await
         .unwrap();
     assert_eq!(revoked.revoked, RevokedKind::Link);
@@ -351,11 +327,11 @@ async fn subscribe_with_since_replays_then_streams_without_loss() {
 
     let subscriber = memory_client(&daemon);
     let mut stream = subscriber
-        .subscribe(SubscribeParams {
-            session_selector: Some("pixel-8".to_owned()),
-            since: Some(2),
-            ..SubscribeParams::default()
-        })
+        .subscribe(
+            SubscribeParams::default()
+                .with_session_selector(Some("pixel-8".to_owned()))
+                .with_since(Some(2)),
+        )
         .await
         .unwrap();
     let result = stream.result().clone();
@@ -374,11 +350,11 @@ async fn subscribe_with_since_replays_then_streams_without_loss() {
 
     // A new filter replaces the old one entirely: only `e9`'s name matches now.
     let mut narrowed = subscriber
-        .subscribe(SubscribeParams {
-            kinds: Some(vec![EventKind::AppEvent]),
-            name: Some("e1*".to_owned()),
-            ..SubscribeParams::default()
-        })
+        .subscribe(
+            SubscribeParams::default()
+                .with_kinds(Some(vec![EventKind::AppEvent]))
+                .with_name(Some("e1*".to_owned())),
+        )
         .await
         .unwrap();
     post_events(&app, &mut bus, 9..=10).await;
@@ -388,11 +364,11 @@ async fn subscribe_with_since_replays_then_streams_without_loss() {
 
     // since beyond the high-water mark, or without a session, is a parameter error.
     let err = subscriber
-        .subscribe(SubscribeParams {
-            session_selector: Some(app.session_id.clone()),
-            since: Some(11),
-            ..SubscribeParams::default()
-        })
+        .subscribe(
+            SubscribeParams::default()
+                .with_session_selector(Some(app.session_id.clone()))
+                .with_since(Some(11)),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.error_type(), ErrorType::InvalidRequest);
@@ -453,21 +429,18 @@ async fn events_since_pages_with_cursor_and_remaining() {
     post_events(&app, &mut bus, 1..=5).await;
 
     let page = client
-        .call::<EventsSince>(EventsSinceParams {
-            limit: Some(2),
-            ..EventsSinceParams::default()
-        })
+        .call::<EventsSince>(EventsSinceParams::default().with_limit(Some(2)))
         .await
         .unwrap();
     let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, [1, 2]);
     assert_eq!((page.cursor, page.dropped, page.remaining), (2, 0, 3));
     let page = client
-        .call::<EventsSince>(EventsSinceParams {
-            selector: Some("pixel-8".to_owned()),
-            since: Some(page.cursor),
-            ..EventsSinceParams::default()
-        })
+        .call::<EventsSince>(
+            EventsSinceParams::default()
+                .with_selector(Some("pixel-8".to_owned()))
+                .with_since(Some(page.cursor)),
+        )
         .await
         .unwrap();
     let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
@@ -475,20 +448,14 @@ async fn events_since_pages_with_cursor_and_remaining() {
     assert_eq!((page.cursor, page.remaining), (5, 0));
     // Filtered by name; the cursor skips the non-matching tail.
     let page = client
-        .call::<EventsSince>(EventsSinceParams {
-            name: Some("e2".to_owned()),
-            ..EventsSinceParams::default()
-        })
+        .call::<EventsSince>(EventsSinceParams::default().with_name(Some("e2".to_owned())))
         .await
         .unwrap();
     assert_eq!(page.events.len(), 1);
     assert_eq!(page.cursor, 5);
     // Beyond the high-water mark.
     let err = client
-        .call::<EventsSince>(EventsSinceParams {
-            since: Some(6),
-            ..EventsSinceParams::default()
-        })
+        .call::<EventsSince>(EventsSinceParams::default().with_since(Some(6)))
         .await
         .unwrap_err();
     assert_eq!(err.error_type(), ErrorType::InvalidRequest);
@@ -538,22 +505,19 @@ async fn events_list_filters_sorts_and_pages_declared_events() {
     assert_eq!((all.total, all.has_more, all.offset), (3, false, 0));
 
     let page = client
-        .call::<control::EventsList>(control::EventsListParams {
-            name: Some("*_failed".to_owned()),
-            limit: Some(1),
-            offset: Some(1),
-            ..control::EventsListParams::default()
-        })
+        .call::<control::EventsList>(
+            control::EventsListParams::default()
+                .with_name(Some("*_failed".to_owned()))
+                .with_limit(Some(1))
+                .with_offset(Some(1)),
+        )
         .await
         .unwrap();
     let names: Vec<&str> = page.events.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["payment_failed"]);
     assert_eq!((page.total, page.has_more, page.offset), (2, false, 1));
     let page = client
-        .call::<control::EventsList>(control::EventsListParams {
-            limit: Some(1),
-            ..control::EventsListParams::default()
-        })
+        .call::<control::EventsList>(control::EventsListParams::default().with_limit(Some(1)))
         .await
         .unwrap();
     assert!(page.has_more);
@@ -601,105 +565,4 @@ async fn an_over_cap_subscriber_is_disconnected_and_its_subscription_ends() {
     let closed = app.answer_close();
     daemon.shutdown().await;
     assert_eq!(closed.await.unwrap().0, 1001);
-}
-
-/// A stand-in calls module that records what the daemon asks of it.
-#[derive(Debug, Default)]
-struct FakeCalls {
-    log: std::sync::Mutex<Vec<String>>,
-    sessions: std::sync::OnceLock<appduct_daemon::sessions::SessionManager>,
-}
-
-impl appduct_daemon::handlers::CallsApi for FakeCalls {
-    fn handle(
-        &self,
-        _conn: &appduct_daemon::control_server::Connection,
-        _id: appduct_protocol::jsonrpc::RequestId,
-        request: control::ControlRequest,
-    ) -> appduct_daemon::control_server::BoxFuture<'static, appduct_daemon::control_server::Reply>
-    {
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("handle {}", request.method()));
-        Box::pin(async { appduct_daemon::control_server::Reply::Ok(json!({"fake": true})) })
-    }
-
-    fn pending_calls(&self) -> u64 {
-        3
-    }
-
-    fn features(&self) -> Vec<&'static str> {
-        vec![
-            control::features::TOOLS_GROUPS,
-            control::features::CALLS_CALL_ID,
-        ]
-    }
-
-    fn stop_timers(&self) {
-        self.log.lock().unwrap().push("stop_timers".to_owned());
-    }
-
-    fn reject_pending_for_shutdown(&self) {
-        let open = self.sessions.get().unwrap().connection_count();
-        self.log
-            .lock()
-            .unwrap()
-            .push(format!("reject_pending (device connections open: {open})"));
-    }
-}
-
-#[derive(Debug)]
-struct FakeCallsFactory(std::sync::Arc<FakeCalls>);
-
-impl appduct_daemon::daemon::CallsFactory for FakeCallsFactory {
-    fn start(
-        &self,
-        ctx: &appduct_daemon::daemon::CallsContext,
-    ) -> std::sync::Arc<dyn appduct_daemon::handlers::CallsApi> {
-        let _ = self.0.sessions.set(ctx.sessions.clone());
-        self.0.clone()
-    }
-}
-
-#[tokio::test]
-async fn an_installed_calls_module_gets_its_methods_features_and_shutdown_steps() {
-    let dir = state_dir();
-    let calls = std::sync::Arc::new(FakeCalls::default());
-    let daemon = Daemon::start(
-        DaemonOptions::for_tests(dir.path())
-            .calls(std::sync::Arc::new(FakeCallsFactory(calls.clone()))),
-    )
-    .await
-    .unwrap();
-    let mut raw = RawControl::new(&daemon);
-    let reply = raw.request(1, "tools.list", json!({})).await;
-    assert_eq!(reply["result"], json!({"fake": true}));
-    let hello = raw.request(2, "daemon.hello", json!({})).await;
-    // In the order of 03 §9.1, ours and the module's.
-    assert_eq!(
-        hello["result"]["features"],
-        json!([
-            "calls.callId",
-            "events.subscribe.since",
-            "events.list",
-            "tools.groups"
-        ])
-    );
-    assert_eq!(hello["result"]["pendingCalls"], 3);
-    let status = raw.request(3, "daemon.status", json!({})).await;
-    assert_eq!(status["result"]["pendingCalls"], 3);
-
-    let client = memory_client(&daemon);
-    let closed = claim(&daemon, &client, "Pixel 8").await.answer_close();
-    daemon.shutdown().await;
-    assert_eq!(closed.await.unwrap().0, 1001);
-    assert_eq!(
-        *calls.log.lock().unwrap(),
-        [
-            "handle tools.list",
-            "stop_timers",
-            "reject_pending (device connections open: 1)"
-        ]
-    );
 }

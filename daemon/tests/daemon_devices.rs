@@ -80,10 +80,7 @@ async fn claim_over<S: AsyncRead + AsyncWrite + Unpin>(
 
 async fn create_link(daemon: &DaemonHandle, transport: Transport) -> LinkCreateResult {
     memory_client(daemon)
-        .call::<LinkCreate>(LinkCreateParams {
-            transport: Some(transport),
-            ..LinkCreateParams::default()
-        })
+        .call::<LinkCreate>(LinkCreateParams::default().with_transport(Some(transport)))
         .await
         .unwrap()
 }

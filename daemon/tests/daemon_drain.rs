@@ -3,92 +3,40 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod calls_support;
 mod daemon_support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use appduct_daemon::control_server::{BoxFuture, Connection, Reply};
-use appduct_daemon::daemon::{CallsContext, CallsFactory, Daemon, DaemonOptions};
-use appduct_daemon::handlers::CallsApi;
-use appduct_protocol::control::ControlRequest;
-use appduct_protocol::jsonrpc::RequestId;
+use appduct_daemon::daemon::{Daemon, DaemonOptions};
+use calls_support::Fixture;
 use daemon_support::{RawControl, WAIT, state_dir};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
-use tokio::sync::{Notify, oneshot};
-
-/// A calls module whose `tools.call` answers only when the test opens its gate.
-#[derive(Debug, Default)]
-struct GatedCalls {
-    gate: Mutex<Option<oneshot::Receiver<()>>>,
-    entered: Notify,
-}
-
-impl CallsApi for GatedCalls {
-    fn handle(&self, _: &Connection, _: RequestId, _: ControlRequest) -> BoxFuture<'static, Reply> {
-        let gate = self.gate.lock().unwrap().take();
-        self.entered.notify_one();
-        Box::pin(async move {
-            if let Some(gate) = gate {
-                let _ = gate.await;
-            }
-            Reply::Ok(json!({"answered": true}))
-        })
-    }
-
-    fn pending_calls(&self) -> u64 {
-        0
-    }
-
-    fn features(&self) -> Vec<&'static str> {
-        Vec::new()
-    }
-
-    fn reject_pending_for_shutdown(&self) {}
-}
-
-#[derive(Debug)]
-struct GatedFactory(Arc<GatedCalls>);
-
-impl CallsFactory for GatedFactory {
-    fn start(&self, _: &CallsContext) -> Arc<dyn CallsApi> {
-        self.0.clone()
-    }
-}
 
 /// Step 5 stops reading, but the response to a request still in flight is written before the
-/// connection closes.
+/// connection closes. The request is a `tools.call` the device answers only once the closing
+/// has begun.
 #[tokio::test]
 async fn closing_control_connections_still_writes_responses_in_flight() {
-    let dir = state_dir();
-    let calls = Arc::new(GatedCalls::default());
-    let (open, gate) = oneshot::channel();
-    *calls.gate.lock().unwrap() = Some(gate);
-    let daemon = Daemon::start(
-        DaemonOptions::for_tests(dir.path()).calls(Arc::new(GatedFactory(calls.clone()))),
-    )
-    .await
-    .unwrap();
-    let mut raw = RawControl::new(&daemon);
+    let mut f = Fixture::new().await;
+    let mut raw = RawControl::new(&f.daemon);
     raw.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools.call",
-                    "params": {"name": "cart.add"}}))
+                    "params": {"name": "slow_task"}}))
         .await;
-    tokio::time::timeout(WAIT, calls.entered.notified())
-        .await
-        .unwrap();
+    let (wire_id, _) = f.device.tool_call().await;
     let closing = tokio::spawn({
-        let handler = daemon.handler().clone();
+        let handler = f.daemon.handler().clone();
         async move { handler.close_connections(WAIT).await }
     });
     tokio::task::yield_now().await;
-    open.send(()).unwrap();
+    f.device.result(&wire_id, json!({"answered": true})).await;
     let response = raw.next().await.expect("EOF before the owed response");
     assert_eq!(response["id"], 1);
-    assert_eq!(response["result"], json!({"answered": true}));
+    assert_eq!(response["result"]["result"], json!({"answered": true}));
     assert_eq!(raw.next().await, None);
     tokio::time::timeout(WAIT, closing).await.unwrap().unwrap();
-    daemon.shutdown().await;
+    f.stop().await;
 }
 
 /// 03 §9.3: the daemon flushes the `daemon.shutdown` response before teardown, but a client that

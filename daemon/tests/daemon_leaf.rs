@@ -9,8 +9,9 @@ mod daemon_support;
 use std::net::IpAddr;
 use std::time::Duration;
 
+use appduct_daemon::address::StaticAddresses;
+use appduct_daemon::clock::{Clock, ManualClock, SystemClock};
 use appduct_daemon::daemon::{Daemon, DaemonOptions, LEAF_RENEWAL_INTERVAL};
-use appduct_daemon::seams::{Clock, ManualClock, StaticAddresses, SystemClock};
 use appduct_protocol::control::{
     AddressSource, DaemonStatus, LinkCreate, LinkCreateParams, NoParams,
 };

@@ -8,10 +8,10 @@ mod daemon_support;
 
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 
+use appduct_client::pidfile::PidfileOptions;
+use appduct_client::state_dir::StateDirError;
 use appduct_daemon::daemon::{Daemon, DaemonOptions, StartError};
 use appduct_daemon::device_socket::{AppEvent, memory_device_pair};
-use appduct_daemon::pidfile::PidfileOptions;
-use appduct_daemon::state_dir::StateDirError;
 use appduct_daemon::tls::{self, KeyError, Overwrite};
 use appduct_protocol::control::{
     DaemonShutdown, DaemonStatus, EventData, EventKind, NoParams, OkResult, Transport,
@@ -317,48 +317,18 @@ async fn requests_after_teardown_started_are_refused() {
     assert_eq!(raw.next().await, None);
 }
 
-/// A calls module that only records being asked to stop its timers.
+/// A probe in the calls module that only records the module stopping its timers.
 #[derive(Debug, Default)]
 struct TimerCalls {
     stopped: std::sync::atomic::AtomicUsize,
 }
 
-impl appduct_daemon::handlers::CallsApi for TimerCalls {
-    fn handle(
-        &self,
-        _: &appduct_daemon::control_server::Connection,
-        _: appduct_protocol::jsonrpc::RequestId,
-        _: appduct_protocol::control::ControlRequest,
-    ) -> appduct_daemon::control_server::BoxFuture<'static, appduct_daemon::control_server::Reply>
-    {
-        Box::pin(async { appduct_daemon::control_server::Reply::Ok(serde_json::json!({})) })
-    }
+impl appduct_daemon::calls::PipelineProbe for TimerCalls {
+    fn reached(&self, _: &str, _: appduct_daemon::calls::Checkpoint) {}
 
-    fn pending_calls(&self) -> u64 {
-        0
-    }
-
-    fn features(&self) -> Vec<&'static str> {
-        Vec::new()
-    }
-
-    fn stop_timers(&self) {
+    fn timers_stopped(&self) {
         self.stopped
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-
-    fn reject_pending_for_shutdown(&self) {}
-}
-
-#[derive(Debug)]
-struct TimerCallsFactory(std::sync::Arc<TimerCalls>);
-
-impl appduct_daemon::daemon::CallsFactory for TimerCallsFactory {
-    fn start(
-        &self,
-        _: &appduct_daemon::daemon::CallsContext,
-    ) -> std::sync::Arc<dyn appduct_daemon::handlers::CallsApi> {
-        self.0.clone()
     }
 }
 
@@ -370,8 +340,7 @@ async fn a_start_failing_after_the_calls_module_started_stops_its_timers() {
     // The wss port is taken, so startup fails at step 7, after the calls module (step 6).
     let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
     let calls = std::sync::Arc::new(TimerCalls::default());
-    let mut opts = DaemonOptions::for_tests(dir.path())
-        .calls(std::sync::Arc::new(TimerCallsFactory(calls.clone())));
+    let mut opts = DaemonOptions::for_tests(dir.path()).pipeline_probe(calls.clone());
     opts.overrides.wss_port = Some(taken.local_addr().unwrap().port());
     let err = Daemon::start(opts).await.unwrap_err();
     assert!(
@@ -389,12 +358,9 @@ async fn a_start_failing_after_the_calls_module_started_stops_its_timers() {
 
     // A successful start hands the module to the supervisor: stopped once, at shutdown.
     let calls = std::sync::Arc::new(TimerCalls::default());
-    let daemon = Daemon::start(
-        DaemonOptions::for_tests(dir.path())
-            .calls(std::sync::Arc::new(TimerCallsFactory(calls.clone()))),
-    )
-    .await
-    .unwrap();
+    let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()).pipeline_probe(calls.clone()))
+        .await
+        .unwrap();
     assert_eq!(calls.stopped.load(std::sync::atomic::Ordering::SeqCst), 0);
     daemon.shutdown().await;
     assert_eq!(calls.stopped.load(std::sync::atomic::Ordering::SeqCst), 1);

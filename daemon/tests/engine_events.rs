@@ -7,10 +7,10 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use appduct_daemon::clock::ManualClock;
 use appduct_daemon::events::{
     EventBus, EventFilter, EventsLog, SinceQuery, SubscribeRequest, truncate_app_event,
 };
-use appduct_daemon::seams::ManualClock;
 use appduct_protocol::control::{
     AppEventData, EventData, EventKind, EventNotification, Replay, SessionSuspendedData,
     SubscribeParams, SuspendReason, ToolsChangedData,
@@ -46,7 +46,7 @@ fn glob(s: &str) -> Glob {
 }
 
 fn tools_changed(n: u64) -> EventData {
-    EventData::ToolsChanged(ToolsChangedData { tool_count: n })
+    EventData::ToolsChanged(ToolsChangedData::new(n))
 }
 
 #[test]
@@ -319,17 +319,12 @@ fn filters_bind_sessions_kinds_and_names() {
     bus.emit(
         Some(SID),
         None,
-        EventData::SessionSuspended(SessionSuspendedData {
-            reason: SuspendReason::ConnectionLost,
-        }),
+        EventData::SessionSuspended(SessionSuspendedData::new(SuspendReason::ConnectionLost)),
     );
     bus.emit(
         None,
         None,
-        EventData::DaemonStarted(appduct_protocol::control::DaemonStartedData {
-            version: "0".into(),
-            pid: 1,
-        }),
+        EventData::DaemonStarted(appduct_protocol::control::DaemonStartedData::new("0", 1)),
     );
     assert_eq!(
         entries(&bound),
@@ -353,10 +348,7 @@ fn filter_from_params_validates_the_glob_and_copies_fields() {
     assert_eq!(f.kinds, Some(vec![EventKind::AppEvent]));
     assert_eq!(f.payload_max_bytes, Some(5));
     assert!(f.name.unwrap().matches("abc"));
-    let bad = SubscribeParams {
-        name: Some(String::new()),
-        ..SubscribeParams::default()
-    };
+    let bad = SubscribeParams::default().with_name(Some(String::new()));
     assert!(EventFilter::from_params(&bad, None).is_err());
 }
 
@@ -469,14 +461,7 @@ fn replay_comes_after_the_response_and_before_live_events() {
     assert_eq!(
         entries(&log),
         [
-            format!(
-                "response {:?}",
-                Some(Replay {
-                    count: 2,
-                    dropped: 1,
-                    cursor: 6
-                })
-            ),
+            format!("response {:?}", Some(Replay::new(2, 1, 6))),
             format!("3:a:{SID}"),
             format!("5:a:{SID}"),
             format!("7:a:{SID}"),
@@ -603,9 +588,7 @@ fn events_log_excludes_app_events_and_writes_one_json_line_each() {
     bus.emit(
         Some(SID),
         Some("pixel-8"),
-        EventData::SessionSuspended(SessionSuspendedData {
-            reason: SuspendReason::AppBackgrounded,
-        }),
+        EventData::SessionSuspended(SessionSuspendedData::new(SuspendReason::AppBackgrounded)),
     );
     assert!(
         bus.events_log()
@@ -685,13 +668,7 @@ fn events_log_refuses_to_follow_a_symlink() {
     let path = dir.path().join("events.log");
     std::os::unix::fs::symlink(&target, &path).unwrap();
     let log = EventsLog::start(path, dir.path().join("events.log.1"), 1 << 20).unwrap();
-    log.enqueue(&EventNotification {
-        session_id: None,
-        alias: None,
-        ts: 0,
-        seq: 0,
-        data: tools_changed(0),
-    });
+    log.enqueue(&EventNotification::new(0, 0, tools_changed(0)));
     assert!(log.flush_blocking(Duration::from_secs(5)));
     assert_eq!(log.failed_writes(), 1);
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "");

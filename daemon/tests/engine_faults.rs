@@ -9,10 +9,10 @@ mod engine_support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use appduct_daemon::clock::ManualClock;
 use appduct_daemon::device_socket::{AppEvent, OUTGOING_QUEUE, from_websocket, websocket_config};
 use appduct_daemon::events::EventBus;
 use appduct_daemon::links::StaticLinkEnv;
-use appduct_daemon::seams::ManualClock;
 use appduct_daemon::sessions::{
     CallFrame, CallRouter, CallsEnded, EngineOptions, SendFailure, SessionManager,
 };
@@ -242,12 +242,12 @@ async fn a_link_is_claimable_until_its_expires_at_second() {
 }
 
 fn tool_call(session_id: &str, id: &str) -> DaemonFrame {
-    DaemonFrame::ToolCall(ToolCall {
-        session_id: session_id.to_owned(),
-        id: id.to_owned(),
-        name: "cart.add".to_owned(),
-        args: serde_json::Map::new(),
-    })
+    DaemonFrame::ToolCall(ToolCall::new(
+        session_id.to_owned(),
+        id.to_owned(),
+        "cart.add",
+        serde_json::Map::new(),
+    ))
 }
 
 /// Fills the session's outgoing queue (the app is not reading) and starts one more

@@ -590,12 +590,12 @@ async fn call_frames_reach_the_router_and_daemon_frames_reach_the_app() {
     let mut c = h.claim(None).await;
     let sid = c.session_id.clone();
     h.router.take();
-    let call = DaemonFrame::ToolCall(ToolCall {
-        session_id: sid.clone(),
-        id: "call_AAECAwQFBgcICQoLDA0ODw".into(),
-        name: "cart_total".into(),
-        args: Map::new(),
-    });
+    let call = DaemonFrame::ToolCall(ToolCall::new(
+        sid.clone(),
+        "call_AAECAwQFBgcICQoLDA0ODw",
+        "cart_total",
+        Map::new(),
+    ));
     h.mgr.send_to_session(&sid, &call).await.unwrap();
     assert_eq!(expect_text(&mut c.app).await, call.to_value());
     for frame in [
@@ -643,18 +643,18 @@ async fn call_frames_reach_the_router_and_daemon_frames_reach_the_app() {
         RouterCall::Frame(_, CallFrame::Error(_))
     ));
 
-    let cancel = DaemonFrame::ToolCancel(ToolCancel {
-        session_id: sid.clone(),
-        id: "call_AAECAwQFBgcICQoLDA0ODw".into(),
-        reason: "client_cancelled".into(),
-    });
+    let cancel = DaemonFrame::ToolCancel(ToolCancel::new(
+        sid.clone(),
+        "call_AAECAwQFBgcICQoLDA0ODw",
+        "client_cancelled",
+    ));
     h.mgr.send_to_session(&sid, &cancel).await.unwrap();
     assert_eq!(expect_text(&mut c.app).await["type"], "tool_cancel");
 }
 
 #[tokio::test(start_paused = true)]
 async fn without_a_router_call_frames_are_dropped_and_the_socket_stays_open() {
-    let clock = appduct_daemon::seams::ManualClock::new(START_MS);
+    let clock = appduct_daemon::clock::ManualClock::new(START_MS);
     let bus = appduct_daemon::events::EventBus::new(Arc::new(clock.clone()), 8);
     let mgr = appduct_daemon::sessions::SessionManager::new(
         EngineOptions::default(),
@@ -706,12 +706,7 @@ async fn send_to_session_failures() {
     let mut c = h.claim(None).await;
     let sid = c.session_id.clone();
     let call = |args: Map<String, Value>| {
-        DaemonFrame::ToolCall(ToolCall {
-            session_id: sid.clone(),
-            id: "call_x".into(),
-            name: "t".into(),
-            args,
-        })
+        DaemonFrame::ToolCall(ToolCall::new(sid.clone(), "call_x", "t", args))
     };
     let mut big = Map::new();
     big.insert("blob".into(), Value::String("x".repeat(MAX_MESSAGE_BYTES)));
@@ -761,12 +756,14 @@ async fn frame_limit_vectors_against_the_in_memory_daemon() {
         let filler = v["filler"].as_str().unwrap();
         let mut c = h.claim(None).await;
         let build = |payload: String| {
-            AppFrame::Event(EventFrame {
-                session_id: c.session_id.clone(),
-                name: "frame_limit".into(),
-                payload: Some(Value::String(payload)),
-                ts: 1_764_494_412_345_u64.into(),
-            })
+            AppFrame::Event(
+                EventFrame::new(
+                    c.session_id.clone(),
+                    "frame_limit",
+                    1_764_494_412_345_u64.into(),
+                )
+                .with_payload(Some(Value::String(payload))),
+            )
             .encode()
         };
         let gap = frame_bytes - build(String::new()).len();

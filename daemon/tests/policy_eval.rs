@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use appduct_daemon::config::{Config, Decision, Policy};
+use appduct_client::config::{Config, Decision, Policy};
 use appduct_daemon::policy::{Evaluation, Permit, PolicyEngine, PolicySource};
 use appduct_protocol::control::{Consent, DeniedReason, Settlement};
 use appduct_protocol::descriptor::{ToolDescriptor, validate_tool_descriptor};

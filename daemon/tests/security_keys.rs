@@ -12,8 +12,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
+use appduct_daemon::address::StaticAddresses;
 use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions, StartError};
-use appduct_daemon::seams::StaticAddresses;
 use appduct_daemon::tls::{HostKey, KeyError, KeyKind, SUPPORTED_KEYS};
 use appduct_protocol::control::{DaemonStatus, LinkCreate, LinkCreateParams, NoParams};
 use appduct_protocol::pin::SpkiPin;

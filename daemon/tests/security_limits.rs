@@ -12,10 +12,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::client::ControlClient;
+use appduct_client::client::ControlClient;
+use appduct_daemon::clock::ManualClock;
 use appduct_daemon::control_server::{Reply, ServerOptions, serve_connection};
 use appduct_daemon::daemon::{Daemon, DaemonOptions};
-use appduct_daemon::seams::ManualClock;
 use appduct_daemon::testing::FakeDaemon;
 use appduct_protocol::control::{
     DaemonStatus, EventKind, LinkCreate, LinkCreateParams, NoParams, SelectorParams,
@@ -36,11 +36,9 @@ const WAIT: Duration = Duration::from_secs(30);
 // ---------------------------------------------------------------------------------------------
 
 fn link_params(ttl_seconds: u32, transport: Transport) -> LinkCreateParams {
-    LinkCreateParams {
-        ttl_seconds: Some(ttl_seconds),
-        transport: Some(transport),
-        ..LinkCreateParams::default()
-    }
+    LinkCreateParams::default()
+        .with_ttl_seconds(Some(ttl_seconds))
+        .with_transport(Some(transport))
 }
 
 async fn pending(client: &ControlClient) -> u64 {
@@ -109,9 +107,9 @@ async fn link_create_past_1024_pending_links_is_refused_until_one_is_revoked_cla
 
     // A revoked link frees its slot.
     client
-        .call::<SessionsRevoke>(SelectorParams {
-            selector: Some(links[0].session_id.clone()),
-        })
+        .call::<SessionsRevoke>(
+            SelectorParams::default().with_selector(Some(links[0].session_id.clone())),
+        )
         .await
         .unwrap();
     let replacement = raw

@@ -10,9 +10,9 @@ mod daemon_support;
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::sync::{Arc, Mutex};
 
+use appduct_client::state_dir::StateDirError;
+use appduct_daemon::control_server::{PeerCheck, SameEuid};
 use appduct_daemon::daemon::{Daemon, DaemonOptions, StartError};
-use appduct_daemon::seams::{PeerCheck, SameEuid};
-use appduct_daemon::state_dir::StateDirError;
 use appduct_protocol::control::{DaemonStatus, NoParams};
 use appduct_protocol::errors::ErrorType;
 use daemon_support::*;

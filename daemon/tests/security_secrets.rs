@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use appduct_daemon::delivery;
+use appduct_client::delivery;
 use appduct_daemon::device_socket::{AppEvent, memory_device_pair};
 use appduct_protocol::bootstrap;
 use appduct_protocol::control::{EventKind, LinkCreateResult, Transport};

@@ -26,6 +26,12 @@ const RULES: &[Rule] = &[
         krate: "appduct-protocol",
         forbidden: &["tokio", "rmcp", "clap"],
     },
+    // Project decision (issue #15): the client crate is what the frontends run in their own
+    // process; the daemon depends on it for the shared local files, never the reverse.
+    Rule {
+        krate: "appduct-client",
+        forbidden: &["appduct-daemon", "rmcp", "clap", "indicatif", "comfy-table"],
+    },
     Rule {
         krate: "appduct-daemon",
         forbidden: &["rmcp", "clap", "indicatif", "comfy-table"],
@@ -46,6 +52,12 @@ const RULES: &[Rule] = &[
     Rule {
         krate: "appduct-e2e",
         forbidden: &["appduct-daemon"],
+    },
+    // Project decision (not in 01 §3.2): doctor's artifact readers are pure (the fuzz targets
+    // reach them), with no runtime, frontend or daemon below them.
+    Rule {
+        krate: "appduct-doctor",
+        forbidden: &["appduct-daemon", "tokio", "clap", "anyhow", "rmcp"],
     },
     // Project decision (not in 01 §3.2): the fuzz target bodies exercise the decoders and
     // validators only, never the daemon or a frontend's CLI stack.
@@ -428,13 +440,22 @@ mod fake {
                 "appduct-daemon",
                 &[
                     ("appduct-protocol", None),
+                    ("appduct-client", None),
                     ("tokio", None),
                     ("rustls", None),
                 ],
             ),
             pkg(
+                "appduct-client",
+                &[("appduct-protocol", None), ("tokio", None)],
+            ),
+            pkg(
                 "appduct-mcp",
-                &[("appduct-protocol", None), ("appduct-daemon", None)],
+                &[
+                    ("appduct-protocol", None),
+                    ("appduct-client", None),
+                    ("appduct-daemon", Some("dev")),
+                ],
             ),
             pkg(
                 "appduct",
@@ -449,8 +470,16 @@ mod fake {
                 &[("appduct-sdk", None), ("tempfile", Some("dev"))],
             ),
             pkg(
+                "appduct-doctor",
+                &[("thiserror", None), ("miniz_oxide", None)],
+            ),
+            pkg(
                 "appduct-fuzz",
-                &[("appduct-protocol", None), ("appduct-mcp", None)],
+                &[
+                    ("appduct-protocol", None),
+                    ("appduct-mcp", None),
+                    ("appduct-doctor", None),
+                ],
             ),
         ]
     }
@@ -490,6 +519,18 @@ mod fake {
 fn clean_fake_workspace_has_no_violations() {
     let meta = fake::metadata(fake::clean_members(), fake::clean_extra());
     assert_eq!(violations(&meta), Vec::<String>::new());
+}
+
+#[test]
+fn the_client_crate_may_not_depend_on_the_daemon_even_in_tests() {
+    let found = violations(&fake::with_dep(
+        "appduct-client",
+        "appduct-daemon",
+        Some("dev"),
+    ));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].starts_with("appduct-client"), "{found:?}");
+    assert!(found[0].contains("appduct-daemon"), "{found:?}");
 }
 
 #[test]

@@ -2,11 +2,14 @@
 //! the validator and `tools/list` cannot drift apart.
 //!
 //! Order: unknown keys, then required keys, then types and ranges in schema order; the first
-//! failure is reported as an `invalid_request` tool error naming the parameter.
+//! failure is reported as an `invalid_request` tool error naming the parameter. Each built-in
+//! then reads its validated arguments as its own typed struct ([`Args::parse`]), so the refusals
+//! stay these, worded once.
 
 use appduct_protocol::control::is_valid_group;
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::text::as_integer;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::error::ToolFailure;
@@ -34,6 +37,17 @@ impl Args {
 
     pub fn has(&self, key: &str) -> bool {
         self.0.contains_key(key)
+    }
+
+    /// The arguments as a built-in's typed struct. They passed the schema that struct mirrors,
+    /// so a mismatch is a bug in the bridge, not the caller's.
+    pub fn parse<T: DeserializeOwned>(self) -> Result<T, ToolFailure> {
+        serde_json::from_value(Value::Object(self.0)).map_err(|e| {
+            ToolFailure::new(
+                ErrorType::InternalError,
+                format!("validated arguments do not fit the built-in: {e}"),
+            )
+        })
     }
 }
 

@@ -4,8 +4,8 @@
 
 use std::fmt;
 
-use appduct_daemon::client::{ClientError, ClientOptions, ControlClient, VersionCheck};
-use appduct_daemon::seams::BoxFuture;
+use appduct_client::BoxFuture;
+use appduct_client::client::{ClientError, ClientOptions, ControlClient, VersionCheck};
 
 /// Opens control connections.
 pub trait DaemonConnector: Send + Sync + fmt::Debug + 'static {

@@ -1,7 +1,7 @@
 //! The error contract of every built-in (06 §6.6): a tool result with `isError: true`, one text
 //! item `[<type>] <message> <details>`, `_meta["appduct/error"]`, and no `structuredContent`.
 
-use appduct_daemon::client::{ClientError, ToolCallError, classify};
+use appduct_client::client::{ClientError, ToolCallError, classify};
 use appduct_protocol::errors::ErrorType;
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::{Map, Value, json};

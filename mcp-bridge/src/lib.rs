@@ -6,20 +6,21 @@
 //! Entry points: [`serve`] runs the bridge over any rmcp transport with an injected
 //! [`DaemonConnector`]; [`run_stdio`] is the whole `appduct mcp` host except logging setup.
 
+mod app_events;
+mod app_tools;
 pub mod args;
 mod builtins;
-mod call;
 pub mod catalog;
-mod connect;
 pub mod connector;
+mod context;
 pub mod deferred_log;
 pub mod error;
 pub mod framing;
+mod identity;
 pub mod options;
 pub mod progress;
 pub mod project;
 pub mod server;
-mod status;
 pub mod stdio;
 mod tool_cache;
 mod wait;

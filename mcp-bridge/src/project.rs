@@ -1,14 +1,14 @@
 //! Project directory resolution (06 §6.13): the bridge-specific part, finding D from the `cwd`
 //! argument, the client's roots, `CLAUDE_PROJECT_DIR` or the server's own directory. Scheme
 //! and app ids are then resolved in D by the shared client-side resolver,
-//! `appduct_daemon::project` (05 §5.1–§5.3), exactly as the CLI resolves them in its current
+//! `appduct_client::project` (05 §5.1–§5.3), exactly as the CLI resolves them in its current
 //! directory; its errors become `invalid_request` with the same message.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use appduct_daemon::project::{self as shared, Platform, ProjectError, ResolveEnv, ResolvedScheme};
+use appduct_client::project::{self as shared, Platform, ProjectError, ResolveEnv, ResolvedScheme};
 use rmcp::RoleServer;
 use rmcp::model::{ClientResult, ProtocolVersion, ServerRequest};
 use rmcp::service::{Peer, PeerRequestOptions, RequestContext};
@@ -74,7 +74,7 @@ impl ProjectEnv {
             claude_project_dir: std::env::var("CLAUDE_PROJECT_DIR").ok(),
             server_cwd: std::env::current_dir().ok(),
             home: std::env::home_dir(),
-            android_serial: std::env::var(appduct_daemon::delivery::ANDROID_SERIAL_ENV).ok(),
+            android_serial: std::env::var(appduct_client::delivery::ANDROID_SERIAL_ENV).ok(),
             detects_simulators: cfg!(target_os = "macos"),
         }
     }

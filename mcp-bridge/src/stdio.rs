@@ -8,7 +8,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::client::{ClientError, ClientOptions};
+use appduct_client::client::{ClientError, ClientOptions};
 use appduct_protocol::link::validate_scheme;
 use rmcp::serve_server;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -313,7 +313,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use appduct_daemon::client::MismatchReason;
+    use appduct_client::client::MismatchReason;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]

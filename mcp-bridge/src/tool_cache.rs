@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use appduct_daemon::client::{ClientError, ControlClient, EventStream};
+use appduct_client::client::{ClientError, ControlClient, EventStream};
 use appduct_protocol::control::{
     EventKind, EventNotification, SelectorParams, SessionSummary, SessionsDescribe,
     SubscribeParams, ToolsListEntry,
@@ -138,10 +138,7 @@ impl ToolCache {
     /// Subscribes `client`, the persistent connection, to the invalidating kinds.
     pub async fn subscribe(client: ControlClient) -> Result<Self, ClientError> {
         let events = client
-            .subscribe(SubscribeParams {
-                kinds: Some(INVALIDATING_KINDS.to_vec()),
-                ..SubscribeParams::default()
-            })
+            .subscribe(SubscribeParams::default().with_kinds(Some(INVALIDATING_KINDS.to_vec())))
             .await?;
         let entries = Arc::new(Mutex::new(Entries::default()));
         let (barrier, barriers) = mpsc::unbounded_channel();
@@ -158,9 +155,9 @@ impl ToolCache {
     /// it reflects what the describe saw.
     pub async fn resolve(&self, selector: Option<&str>) -> Result<SessionSummary, ClientError> {
         self.client
-            .call::<SessionsDescribe>(SelectorParams {
-                selector: selector.map(str::to_owned),
-            })
+            .call::<SessionsDescribe>(
+                SelectorParams::default().with_selector(selector.map(str::to_owned)),
+            )
             .await
     }
 

@@ -261,14 +261,11 @@ fn slow_task(
 }
 
 fn progress_line(request_id: &RequestId, call_id: &str, p: f64) -> Vec<u8> {
-    let n = ToolCallProgressNotify::notification(&ToolCallProgressParams {
-        request_id: request_id.clone(),
-        call_id: call_id.to_owned(),
-        session_id: ID.to_owned(),
-        progress: serde_json::Number::from_f64(p),
-        message: Some(format!("at {p}")),
-        ts: 1,
-    })
+    let n = ToolCallProgressNotify::notification(
+        &ToolCallProgressParams::new(request_id.clone(), call_id.to_owned(), ID.to_owned(), 1)
+            .with_progress(serde_json::Number::from_f64(p))
+            .with_message(Some(format!("at {p}"))),
+    )
     .unwrap();
     let mut line = serde_json::to_vec(&n).unwrap();
     line.push(b'\n');

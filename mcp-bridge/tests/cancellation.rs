@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::seams::{CommandRunner, ScriptedCommandRunner};
+use appduct_client::command_runner::{CommandRunner, ScriptedCommandRunner};
 use serde_json::{Value, json};
 use support::*;
 
@@ -104,7 +104,7 @@ impl GatedRunner {
     fn new(hold: usize, outputs: &[&str]) -> Arc<Self> {
         let script = ScriptedCommandRunner::new();
         for out in outputs {
-            script.push_output(appduct_daemon::seams::CommandOutput {
+            script.push_output(appduct_client::command_runner::CommandOutput {
                 code: Some(0),
                 stdout: (*out).into(),
                 stderr: String::new(),
@@ -131,7 +131,7 @@ impl CommandRunner for GatedRunner {
         program: &'a str,
         args: &'a [String],
         env: &'a [(String, String)],
-    ) -> appduct_daemon::seams::BoxFuture<'a, std::io::Result<appduct_daemon::seams::CommandOutput>>
+    ) -> appduct_client::BoxFuture<'a, std::io::Result<appduct_client::command_runner::CommandOutput>>
     {
         let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         self.started

@@ -8,8 +8,9 @@ mod support;
 use std::io;
 use std::sync::Arc;
 
-use appduct_daemon::seams::{
-    BoxFuture, CommandInvocation, CommandOutput, CommandRunner, ScriptedCommandRunner,
+use appduct_client::BoxFuture;
+use appduct_client::command_runner::{
+    CommandInvocation, CommandOutput, CommandRunner, ScriptedCommandRunner,
 };
 use appduct_mcp::catalog;
 use appduct_mcp::project::ProjectEnv;
@@ -503,7 +504,7 @@ async fn an_explicit_qr_target_returns_the_shared_terminal_qr_of_the_deep_link()
     assert_eq!(r["delivered"], false);
     assert_eq!(
         r["qr"],
-        appduct_daemon::qr::terminal_qr(deep).unwrap().as_str()
+        appduct_client::qr::terminal_qr(deep).unwrap().as_str()
     );
     assert!(r["instructions"].as_str().unwrap().contains("qr"));
     assert!(r.get("note").is_none());

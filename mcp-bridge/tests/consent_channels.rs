@@ -10,7 +10,7 @@ mod support;
 use std::sync::Arc;
 
 use appduct_daemon::control_server::Reply;
-use appduct_daemon::seams::ScriptedCommandRunner;
+use appduct_client::command_runner::ScriptedCommandRunner;
 use serde_json::{Value, json};
 use support::*;
 

@@ -7,7 +7,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::seams::ScriptedCommandRunner;
+use appduct_client::command_runner::ScriptedCommandRunner;
 use appduct_mcp::{Bridge, DaemonConnector, serve_stdio};
 use serde_json::json;
 use support::*;
@@ -91,9 +91,9 @@ impl DaemonConnector for HangingConnector {
     fn connect(
         &self,
         _spawn: bool,
-    ) -> appduct_daemon::seams::BoxFuture<
+    ) -> appduct_client::BoxFuture<
         '_,
-        Result<appduct_daemon::client::ControlClient, appduct_daemon::client::ClientError>,
+        Result<appduct_client::client::ControlClient, appduct_client::client::ClientError>,
     > {
         Box::pin(std::future::pending())
     }

@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::seams::ScriptedCommandRunner;
+use appduct_client::command_runner::ScriptedCommandRunner;
 use appduct_mcp::Bridge;
 use serde_json::{Value, json};
 use support::*;

@@ -57,7 +57,7 @@ fn the_control_plane_reads_the_same_null_unknown_key_as_absent() {
     // The other side of the documented difference (03 §6).
     assert_eq!(
         SelectorParams::validate(Some(&json!({"selectr": null}))),
-        Ok(SelectorParams { selector: None })
+        Ok(SelectorParams::default())
     );
     assert!(SelectorParams::validate(Some(&json!({"selectr": "x"}))).is_err());
 }

@@ -4,7 +4,7 @@
 
 mod support;
 
-use appduct_daemon::seams::ScriptedCommandRunner;
+use appduct_client::command_runner::ScriptedCommandRunner;
 use appduct_mcp::catalog;
 use rmcp::model::ProtocolVersion;
 use serde_json::json;

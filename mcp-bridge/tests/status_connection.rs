@@ -31,7 +31,7 @@ async fn the_status_connection_neither_spawns_nor_runs_the_version_check() {
             ));
         }
     });
-    let mut options = appduct_daemon::client::ClientOptions::new(dir.path(), "appduct-mcp");
+    let mut options = appduct_client::client::ClientOptions::new(dir.path(), "appduct-mcp");
     options.version_policy.force_restart = true;
     let connector = appduct_mcp::SocketConnector::new(options);
     let client = connector.connect(false).await.unwrap();
@@ -47,13 +47,13 @@ async fn the_status_connection_neither_spawns_nor_runs_the_version_check() {
         .prefix("adm")
         .tempdir_in("/tmp")
         .unwrap();
-    let options = appduct_daemon::client::ClientOptions::new(empty.path(), "appduct-mcp");
+    let options = appduct_client::client::ClientOptions::new(empty.path(), "appduct-mcp");
     let err = appduct_mcp::SocketConnector::new(options)
         .connect(false)
         .await
         .unwrap_err();
     assert!(
-        matches!(err, appduct_daemon::client::ClientError::Unreachable { .. }),
+        matches!(err, appduct_client::client::ClientError::Unreachable { .. }),
         "{err}"
     );
     assert_eq!(std::fs::read_dir(empty.path()).unwrap().count(), 0);

@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::seams::ScriptedCommandRunner;
+use appduct_client::command_runner::ScriptedCommandRunner;
 use appduct_mcp::catalog;
 use appduct_protocol::control::{PolicyDecision, SessionState, ToolsListEntry};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ElicitationAction, ProtocolVersion};

@@ -27,6 +27,7 @@ pub const MAX_PAYLOAD_TEXT_LEN: usize = (MAX_PAYLOAD_BYTES * 4).div_ceil(3);
 
 /// A decoded bootstrap payload. Debug output never shows the token (it is a [`ClaimToken`]).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct BootstrapPayload {
     /// Where the app connects. An IPv4-mapped IPv6 address encodes as IPv4 (02 §4.4).
     pub address: IpAddr,
@@ -41,6 +42,7 @@ pub struct BootstrapPayload {
 
 /// Why the encoder refused a payload (02 §4.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EncodeError {
     #[error("the port must be 1..=65535, not 0")]
     PortZero,
@@ -55,6 +57,7 @@ pub enum EncodeError {
 /// Why a payload was rejected (02 §4.2, §4.3). Decoding is all-or-nothing, so every failure is
 /// one of these and never a partial payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     #[error("the payload is empty")]
     Empty,
@@ -77,6 +80,22 @@ pub enum DecodeError {
 }
 
 impl BootstrapPayload {
+    pub fn new(
+        address: IpAddr,
+        port: u16,
+        session_id: impl Into<String>,
+        token: ClaimToken,
+        expires_at: u64,
+    ) -> Self {
+        Self {
+            address,
+            port,
+            session_id: session_id.into(),
+            token,
+            expires_at,
+        }
+    }
+
     /// The family byte this payload encodes with: IPv4 and IPv4-mapped IPv6 are 4.
     pub fn family(&self) -> u8 {
         match wire_address(self.address) {
@@ -247,6 +266,7 @@ impl<'a> Reader<'a> {
 /// It carries the token in clear, so its `Debug` redacts it.
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct Decoded {
     pub family: u8,
     pub address: String,
@@ -254,6 +274,26 @@ pub struct Decoded {
     pub session_id: String,
     pub token_base64url: String,
     pub expires_at: u64,
+}
+
+impl Decoded {
+    pub fn new(
+        family: u8,
+        address: impl Into<String>,
+        port: u16,
+        session_id: impl Into<String>,
+        token_base64url: impl Into<String>,
+        expires_at: u64,
+    ) -> Self {
+        Self {
+            family,
+            address: address.into(),
+            port,
+            session_id: session_id.into(),
+            token_base64url: token_base64url.into(),
+            expires_at,
+        }
+    }
 }
 
 impl std::fmt::Debug for Decoded {
@@ -271,6 +311,7 @@ impl std::fmt::Debug for Decoded {
 
 /// Why a [`Decoded`] view does not describe a payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ViewError {
     #[error("family must be 4 or 6 and match the address")]
     Family,

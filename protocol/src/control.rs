@@ -2,8 +2,9 @@
 //! shared shapes of 03 §8, events (03 §11.1) and per-call notifications (03 §10.3).
 //!
 //! The daemon validates with [`Method::validate`] (or [`ControlRequest::parse`] for dispatch by
-//! name); clients build `Params` values directly and decode `Result`s with serde, ignoring unknown
-//! keys. Optional result keys are omitted when absent, never sent as `null`, except `group`.
+//! name); clients build `Params` values with `new`/`default` and the `with_*` setters, and decode
+//! `Result`s with serde, ignoring unknown keys. Optional result keys are omitted when absent,
+//! never sent as `null`, except `group`.
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Debug, Display};
@@ -561,6 +562,47 @@ wire_enum! {
 // Params
 // ---------------------------------------------------------------------------------------------
 
+/// Declares a params struct with each field's wire key written next to it, so the key is
+/// defined once: serde renames the field to it, and `KEYS` lists the keys in declaration order,
+/// which is what `validate` accepts and what an unknown-key error reports as `acceptedKeys`
+/// (03 §6). A field written `=> with_x` gets a `with_x` setter taking anything that converts
+/// into the field's type (for an optional field: `T` or `Option<T>`). The struct is
+/// `#[non_exhaustive]`: other crates start from `new`/`default` and chain setters.
+macro_rules! params {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $(
+                $(#[$fmeta:meta])*
+                $key:literal => pub $field:ident: $ty:ty $(=> $setter:ident)?,
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[non_exhaustive]
+        pub struct $name {
+            $(
+                $(#[$fmeta])*
+                #[serde(rename = $key)]
+                pub $field: $ty,
+            )*
+        }
+
+        impl $name {
+            /// The wire keys of this params object, in declaration order (03 §6).
+            pub const KEYS: &'static [&'static str] = &[$($key),*];
+
+            $($(
+                #[must_use]
+                pub fn $setter(mut self, value: impl Into<$ty>) -> Self {
+                    self.$field = value.into();
+                    self
+                }
+            )?)*
+        }
+    };
+}
+
 /// Params of methods that take none; `{}` is accepted (03 §9.2).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct NoParams {}
@@ -572,27 +614,39 @@ impl NoParams {
     }
 }
 
-/// `daemon.hello` `client` (03 §9.1).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClientInfo {
-    pub name: String,
-    pub version: String,
+params! {
+    /// `daemon.hello` `client` (03 §9.1).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ClientInfo {
+        "name" => pub name: String,
+        "version" => pub version: String,
+    }
 }
 
-/// `daemon.hello` params (03 §9.1).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HelloParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client: Option<ClientInfo>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub control_protocol: Option<u64>,
+impl ClientInfo {
+    pub fn new(name: impl Into<String>, version: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            version: version.into(),
+        }
+    }
+}
+
+params! {
+    /// `daemon.hello` params (03 §9.1).
+    #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    pub struct HelloParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "client" => pub client: Option<ClientInfo> => with_client,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "controlProtocol" => pub control_protocol: Option<u64> => with_control_protocol,
+    }
 }
 
 impl HelloParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(params, &["client", "controlProtocol"])?;
-        let client = match p.nested("client", &["name", "version"])? {
+        let p = Obj::params(params, Self::KEYS)?;
+        let client = match p.nested("client", ClientInfo::KEYS)? {
             None => None,
             Some(c) => {
                 let name = c.string("name", 1, MAX_CLIENT_FIELD_LEN)?;
@@ -611,21 +665,22 @@ impl HelloParams {
     }
 }
 
-/// `link.create` params (03 §9.4).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LinkCreateParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_seconds: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub address_override: Option<IpAddr>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub transport: Option<Transport>,
+params! {
+    /// `link.create` params (03 §9.4).
+    #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    pub struct LinkCreateParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "ttlSeconds" => pub ttl_seconds: Option<u32> => with_ttl_seconds,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "addressOverride" => pub address_override: Option<IpAddr> => with_address_override,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "transport" => pub transport: Option<Transport> => with_transport,
+    }
 }
 
 impl LinkCreateParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(params, &["ttlSeconds", "addressOverride", "transport"])?;
+        let p = Obj::params(params, Self::KEYS)?;
         let ttl_seconds = p
             .integer("ttlSeconds", 1, u64::from(limits::MAX_LINK_TTL_S))?
             .map(|t| t as u32);
@@ -661,35 +716,42 @@ impl LinkCreateParams {
     }
 }
 
-/// `consent.create` params (03 §9.14).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ConsentCreateParams {
-    pub session_id: String,
-    pub name: String,
-    #[serde(rename = "argsSha256")]
-    pub args_sha256: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ttl_ms: Option<u64>,
+params! {
+    /// `consent.create` params (03 §9.14).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ConsentCreateParams {
+        "sessionId" => pub session_id: String,
+        "name" => pub name: String,
+        "argsSha256" => pub args_sha256: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "selector" => pub selector: Option<String> => with_selector,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "timeoutMs" => pub timeout_ms: Option<u64> => with_timeout_ms,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "ttlMs" => pub ttl_ms: Option<u64> => with_ttl_ms,
+    }
 }
 
 impl ConsentCreateParams {
+    /// Params with the three required keys; `selector`, `timeoutMs` and `ttlMs` through the
+    /// `with_*` setters.
+    pub fn new(
+        session_id: impl Into<String>,
+        name: impl Into<String>,
+        args_sha256: impl Into<String>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            name: name.into(),
+            args_sha256: args_sha256.into(),
+            selector: None,
+            timeout_ms: None,
+            ttl_ms: None,
+        }
+    }
+
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(
-            params,
-            &[
-                "sessionId",
-                "name",
-                "argsSha256",
-                "selector",
-                "timeoutMs",
-                "ttlMs",
-            ],
-        )?;
+        let p = Obj::params(params, Self::KEYS)?;
         // Any string is looked up as it is: an id that names no live session (the empty string
         // included) is `unknown_session`, decided by the daemon (03 §9.14).
         let session_id = p.any_string("sessionId")?;
@@ -727,11 +789,13 @@ impl ConsentCreateParams {
     }
 }
 
-/// `consent.take` params (03 §9.14).
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConsentTakeParams {
-    /// A bearer secret: whoever holds it consumes the consent.
-    pub handle: String,
+params! {
+    /// `consent.take` params (03 §9.14).
+    #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ConsentTakeParams {
+        /// A bearer secret: whoever holds it consumes the consent.
+        "handle" => pub handle: String,
+    }
 }
 
 impl Debug for ConsentTakeParams {
@@ -743,8 +807,14 @@ impl Debug for ConsentTakeParams {
 }
 
 impl ConsentTakeParams {
+    pub fn new(handle: impl Into<String>) -> Self {
+        Self {
+            handle: handle.into(),
+        }
+    }
+
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(params, &["handle"])?;
+        let p = Obj::params(params, Self::KEYS)?;
         let handle = p.string("handle", 1, MAX_CONSENT_HANDLE_LEN)?;
         Ok(Self {
             handle: p.required("handle", handle)?,
@@ -752,41 +822,45 @@ impl ConsentTakeParams {
     }
 }
 
-/// `{selector?}` of `sessions.describe` and `sessions.revoke` (03 §9.6, §9.7).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct SelectorParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
+params! {
+    /// `{selector?}` of `sessions.describe` and `sessions.revoke` (03 §9.6, §9.7).
+    #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    pub struct SelectorParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "selector" => pub selector: Option<String> => with_selector,
+    }
 }
 
 impl SelectorParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(params, &["selector"])?;
+        let p = Obj::params(params, Self::KEYS)?;
         Ok(Self {
             selector: p.selector("selector")?,
         })
     }
 }
 
-/// `tools.list` params (03 §9.8).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct ToolsListParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub group: Option<String>,
-    /// `None` also when the caller sent an empty string.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub filter: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offset: Option<u64>,
+params! {
+    /// `tools.list` params (03 §9.8).
+    #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    pub struct ToolsListParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "selector" => pub selector: Option<String> => with_selector,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "group" => pub group: Option<String> => with_group,
+        /// `None` also when the caller sent an empty string.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "filter" => pub filter: Option<String> => with_filter,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "limit" => pub limit: Option<u64> => with_limit,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "offset" => pub offset: Option<u64> => with_offset,
+    }
 }
 
 impl ToolsListParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(params, &["selector", "group", "filter", "limit", "offset"])?;
+        let p = Obj::params(params, Self::KEYS)?;
         Ok(Self {
             selector: p.selector("selector")?,
             group: p.pattern(
@@ -803,44 +877,41 @@ impl ToolsListParams {
     }
 }
 
-/// `tools.call` params (03 §9.9).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolsCallParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
-    pub name: String,
-    /// `{}` when absent.
-    #[serde(default)]
-    pub args: Map<String, Value>,
-    /// After validation: truncated and clamped to [1000, 600000] (04 §4.1).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeout_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub caller: Option<Caller>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub consent: Option<Consent>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub progress: bool,
+params! {
+    /// `tools.call` params (03 §9.9).
+    #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+    pub struct ToolsCallParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "selector" => pub selector: Option<String> => with_selector,
+        "name" => pub name: String,
+        /// `{}` when absent.
+        #[serde(default)]
+        "args" => pub args: Map<String, Value> => with_args,
+        /// After validation: truncated and clamped to [1000, 600000] (04 §4.1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "timeoutMs" => pub timeout_ms: Option<u64> => with_timeout_ms,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "caller" => pub caller: Option<Caller> => with_caller,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "consent" => pub consent: Option<Consent> => with_consent,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "callId" => pub call_id: Option<String> => with_call_id,
+        #[serde(default, skip_serializing_if = "is_false")]
+        "progress" => pub progress: bool => with_progress,
+    }
 }
 
 impl ToolsCallParams {
+    /// A call of tool `name` with `{}` args; the rest through the `with_*` setters.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            ..Self::default()
+        }
+    }
+
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(
-            params,
-            &[
-                "selector",
-                "name",
-                "args",
-                "timeoutMs",
-                "caller",
-                "consent",
-                "callId",
-                "progress",
-            ],
-        )?;
+        let p = Obj::params(params, Self::KEYS)?;
         let name = p.string("name", 1, limits::MAX_TOOL_NAME_LEN)?;
         let args = match p.get("args") {
             None => Map::new(),
@@ -909,20 +980,29 @@ impl ToolsCallParams {
     }
 }
 
-/// `tools.cancel` params (03 §9.10).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolsCancelParams {
-    pub call_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
+params! {
+    /// `tools.cancel` params (03 §9.10).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ToolsCancelParams {
+        "callId" => pub call_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "selector" => pub selector: Option<String> => with_selector,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "reason" => pub reason: Option<String> => with_reason,
+    }
 }
 
 impl ToolsCancelParams {
+    pub fn new(call_id: impl Into<String>) -> Self {
+        Self {
+            call_id: call_id.into(),
+            selector: None,
+            reason: None,
+        }
+    }
+
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(params, &["callId", "selector", "reason"])?;
+        let p = Obj::params(params, Self::KEYS)?;
         let call_id = p.pattern(
             "callId",
             is_valid_call_id,
@@ -945,22 +1025,24 @@ impl ToolsCancelParams {
     }
 }
 
-/// `events.list` params (03 §9.11).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct EventsListParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub offset: Option<u64>,
+params! {
+    /// `events.list` params (03 §9.11).
+    #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    pub struct EventsListParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "selector" => pub selector: Option<String> => with_selector,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "name" => pub name: Option<String> => with_name,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "limit" => pub limit: Option<u64> => with_limit,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "offset" => pub offset: Option<u64> => with_offset,
+    }
 }
 
 impl EventsListParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(params, &["selector", "name", "limit", "offset"])?;
+        let p = Obj::params(params, Self::KEYS)?;
         Ok(Self {
             selector: p.selector("selector")?,
             name: p.glob("name")?,
@@ -970,35 +1052,27 @@ impl EventsListParams {
     }
 }
 
-/// `events.subscribe` params (03 §9.12).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SubscribeParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_selector: Option<String>,
-    /// Non-empty and distinct when present; absent = all kinds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kinds: Option<Vec<EventKind>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload_max_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<u64>,
+params! {
+    /// `events.subscribe` params (03 §9.12).
+    #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    pub struct SubscribeParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "sessionSelector" => pub session_selector: Option<String> => with_session_selector,
+        /// Non-empty and distinct when present; absent = all kinds.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "kinds" => pub kinds: Option<Vec<EventKind>> => with_kinds,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "name" => pub name: Option<String> => with_name,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "payloadMaxBytes" => pub payload_max_bytes: Option<u64> => with_payload_max_bytes,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "since" => pub since: Option<u64> => with_since,
+    }
 }
 
 impl SubscribeParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(
-            params,
-            &[
-                "sessionSelector",
-                "kinds",
-                "name",
-                "payloadMaxBytes",
-                "since",
-            ],
-        )?;
+        let p = Obj::params(params, Self::KEYS)?;
         let kinds = match p.get("kinds") {
             None => None,
             Some(Value::Array(items)) if !items.is_empty() => {
@@ -1065,28 +1139,26 @@ impl SubscribeParams {
     }
 }
 
-/// `events.since` params (03 §9.13).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EventsSinceParams {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub selector: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub since: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub limit: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub payload_max_bytes: Option<u64>,
+params! {
+    /// `events.since` params (03 §9.13).
+    #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    pub struct EventsSinceParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "selector" => pub selector: Option<String> => with_selector,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "since" => pub since: Option<u64> => with_since,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "limit" => pub limit: Option<u64> => with_limit,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "name" => pub name: Option<String> => with_name,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "payloadMaxBytes" => pub payload_max_bytes: Option<u64> => with_payload_max_bytes,
+    }
 }
 
 impl EventsSinceParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
-        let p = Obj::params(
-            params,
-            &["selector", "since", "limit", "name", "payloadMaxBytes"],
-        )?;
+        let p = Obj::params(params, Self::KEYS)?;
         Ok(Self {
             selector: p.selector("selector")?,
             since: p.integer("since", 0, limits::MAX_SAFE_INTEGER)?,
@@ -1103,6 +1175,7 @@ impl EventsSinceParams {
 
 /// Device fields as claimed; `{}` when none (03 §8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Device {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manufacturer: Option<String>,
@@ -1111,6 +1184,12 @@ pub struct Device {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub os: Option<String>,
 }
+
+setters!(Device {
+    with_manufacturer => manufacturer: Option<String>,
+    with_model => model: Option<String>,
+    with_os => os: Option<String>,
+});
 
 /// A live session (03 §8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -1134,6 +1213,7 @@ pub struct SessionSummary {
 
 /// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (03 §8.3).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolsListEntry {
     /// Descriptor fields in the order the app sent them, without `group`.
     pub descriptor: Map<String, Value>,
@@ -1143,6 +1223,19 @@ pub struct ToolsListEntry {
 }
 
 impl ToolsListEntry {
+    /// An entry from descriptor fields already filtered to [`Self::DESCRIPTOR_KEYS`].
+    pub fn new(
+        descriptor: Map<String, Value>,
+        group: Option<String>,
+        policy: PolicyDecision,
+    ) -> Self {
+        Self {
+            descriptor,
+            group,
+            policy,
+        }
+    }
+
     /// Descriptor fields of 02 §10.1 that a listing reports; anything else the app sent was an
     /// ignored unknown field (a stray `timeoutMs`, for example).
     pub const DESCRIPTOR_KEYS: &[&str] = &[
@@ -1225,19 +1318,41 @@ impl<'de> Deserialize<'de> for ToolsListEntry {
 
 /// One `groups` row of `tools.list`; `group: null` counts ungrouped tools (03 §9.8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct GroupTotal {
     pub group: Option<String>,
     pub total: u64,
 }
 
+impl GroupTotal {
+    pub fn new(group: Option<String>, total: u64) -> Self {
+        Self { group, total }
+    }
+}
+
 /// A declared event as listed by `events.list` (03 §8.3).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EventsListEntry {
     pub name: String,
     pub description: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub payload_schema: Option<Value>,
 }
+
+impl EventsListEntry {
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            payload_schema: None,
+        }
+    }
+}
+
+setters!(EventsListEntry {
+    with_payload_schema => payload_schema: Option<Value>,
+});
 
 // ---------------------------------------------------------------------------------------------
 // Results
@@ -1277,14 +1392,26 @@ impl HelloResult {
 
 /// `daemon.status` `advertisedAddress` (03 §9.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AdvertisedAddress {
     pub address: String,
     pub family: u8,
     pub source: AddressSource,
 }
 
+impl AdvertisedAddress {
+    pub fn new(address: impl Into<String>, family: u8, source: AddressSource) -> Self {
+        Self {
+            address: address.into(),
+            family,
+            source,
+        }
+    }
+}
+
 /// `daemon.status` `policy`; `tools` is omitted when empty (03 §9.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PolicySummary {
     pub default: PolicyDecision,
     pub destructive: PolicyDecision,
@@ -1292,10 +1419,26 @@ pub struct PolicySummary {
     pub tools: BTreeMap<String, PolicyDecision>,
 }
 
+impl PolicySummary {
+    /// A summary without per-tool overrides; add them with `with_tools`.
+    pub fn new(default: PolicyDecision, destructive: PolicyDecision) -> Self {
+        Self {
+            default,
+            destructive,
+            tools: BTreeMap::new(),
+        }
+    }
+}
+
+setters!(PolicySummary {
+    with_tools => tools: BTreeMap<String, PolicyDecision>,
+});
+
 /// `daemon.status` `audit`; `files` and `bytes` are omitted when the directory cannot be read
 /// (04 §9.7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct AuditStatus {
     pub path: String,
     pub failed_writes: u64,
@@ -1307,12 +1450,47 @@ pub struct AuditStatus {
     pub bytes: Option<u64>,
 }
 
+impl AuditStatus {
+    /// A status without `files` and `bytes` (the directory could not be read); add them with
+    /// the setters.
+    pub fn new(
+        path: impl Into<String>,
+        failed_writes: u64,
+        failed_prunes: u64,
+        retention_days: u32,
+    ) -> Self {
+        Self {
+            path: path.into(),
+            failed_writes,
+            failed_prunes,
+            retention_days,
+            files: None,
+            bytes: None,
+        }
+    }
+}
+
+setters!(AuditStatus {
+    with_files => files: Option<u64>,
+    with_bytes => bytes: Option<u64>,
+});
+
 /// `daemon.status` `eventsLog` (03 §9.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct EventsLogStatus {
     pub path: String,
     pub failed_writes: u64,
+}
+
+impl EventsLogStatus {
+    pub fn new(path: impl Into<String>, failed_writes: u64) -> Self {
+        Self {
+            path: path.into(),
+            failed_writes,
+        }
+    }
 }
 
 /// `daemon.status` result (03 §9.2).
@@ -1350,15 +1528,27 @@ impl Default for OkResult {
 
 /// `link.create` `endpoint` (03 §9.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Endpoint {
     pub address: String,
     pub port: u16,
     pub family: u8,
 }
 
+impl Endpoint {
+    pub fn new(address: impl Into<String>, port: u16, family: u8) -> Self {
+        Self {
+            address: address.into(),
+            port,
+            family,
+        }
+    }
+}
+
 /// `link.create` result (03 §9.4).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct LinkCreateResult {
     pub session_id: String,
     pub transport: Transport,
@@ -1368,6 +1558,26 @@ pub struct LinkCreateResult {
     /// Unix seconds.
     pub expires_at: u64,
     pub pin: String,
+}
+
+impl LinkCreateResult {
+    pub fn new(
+        session_id: impl Into<String>,
+        transport: Transport,
+        deep_link_payload: impl Into<String>,
+        endpoint: Endpoint,
+        expires_at: u64,
+        pin: impl Into<String>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            transport,
+            deep_link_payload: deep_link_payload.into(),
+            endpoint,
+            expires_at,
+            pin: pin.into(),
+        }
+    }
 }
 
 impl Debug for LinkCreateResult {
@@ -1386,11 +1596,21 @@ impl Debug for LinkCreateResult {
 /// `consent.create` result (03 §9.14).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ConsentCreateResult {
     /// A bearer secret: redacted from `Debug`.
     pub handle: String,
     /// Unix seconds: `floor((now_ms + ttlMs) / 1000)`.
     pub expires_at: u64,
+}
+
+impl ConsentCreateResult {
+    pub fn new(handle: impl Into<String>, expires_at: u64) -> Self {
+        Self {
+            handle: handle.into(),
+            expires_at,
+        }
+    }
 }
 
 impl Debug for ConsentCreateResult {
@@ -1405,6 +1625,7 @@ impl Debug for ConsentCreateResult {
 /// The stored consent record, returned by `consent.take` (03 §9.14).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ConsentRecord {
     pub session_id: String,
     pub name: String,
@@ -1416,9 +1637,31 @@ pub struct ConsentRecord {
     pub timeout_ms: Option<u64>,
 }
 
+impl ConsentRecord {
+    pub fn new(
+        session_id: impl Into<String>,
+        name: impl Into<String>,
+        args_sha256: impl Into<String>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            name: name.into(),
+            args_sha256: args_sha256.into(),
+            selector: None,
+            timeout_ms: None,
+        }
+    }
+}
+
+setters!(ConsentRecord {
+    with_selector => selector: Option<String>,
+    with_timeout_ms => timeout_ms: Option<u64>,
+});
+
 /// `sessions.revoke` result; `alias` is `null` for a link (03 §9.7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct RevokeResult {
     pub ok: bool,
     pub session_id: String,
@@ -1426,9 +1669,22 @@ pub struct RevokeResult {
     pub revoked: RevokedKind,
 }
 
+impl RevokeResult {
+    /// `{ok: true, …}`: `alias` is `None` for a link.
+    pub fn new(session_id: impl Into<String>, alias: Option<String>, revoked: RevokedKind) -> Self {
+        Self {
+            ok: true,
+            session_id: session_id.into(),
+            alias,
+            revoked,
+        }
+    }
+}
+
 /// `tools.list` result (03 §9.8).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ToolsListResult {
     pub tools: Vec<ToolsListEntry>,
     pub total: u64,
@@ -1437,9 +1693,28 @@ pub struct ToolsListResult {
     pub groups: Vec<GroupTotal>,
 }
 
+impl ToolsListResult {
+    pub fn new(
+        tools: Vec<ToolsListEntry>,
+        total: u64,
+        has_more: bool,
+        offset: u64,
+        groups: Vec<GroupTotal>,
+    ) -> Self {
+        Self {
+            tools,
+            total,
+            has_more,
+            offset,
+            groups,
+        }
+    }
+}
+
 /// `tools.call` result (03 §9.9); `result` is the app's value verbatim, `null` included.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ToolsCallResult {
     pub result: Value,
     pub call_id: String,
@@ -1448,15 +1723,41 @@ pub struct ToolsCallResult {
     pub duration_ms: u64,
 }
 
+impl ToolsCallResult {
+    pub fn new(
+        result: Value,
+        call_id: impl Into<String>,
+        session_id: impl Into<String>,
+        alias: impl Into<String>,
+        duration_ms: u64,
+    ) -> Self {
+        Self {
+            result,
+            call_id: call_id.into(),
+            session_id: session_id.into(),
+            alias: alias.into(),
+            duration_ms,
+        }
+    }
+}
+
 /// `tools.cancel` result (03 §9.10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ToolsCancelResult {
     pub cancelled: bool,
+}
+
+impl ToolsCancelResult {
+    pub fn new(cancelled: bool) -> Self {
+        Self { cancelled }
+    }
 }
 
 /// `events.list` result (03 §9.11).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct EventsListResult {
     pub events: Vec<EventsListEntry>,
     pub total: u64,
@@ -1464,17 +1765,40 @@ pub struct EventsListResult {
     pub offset: u64,
 }
 
+impl EventsListResult {
+    pub fn new(events: Vec<EventsListEntry>, total: u64, has_more: bool, offset: u64) -> Self {
+        Self {
+            events,
+            total,
+            has_more,
+            offset,
+        }
+    }
+}
+
 /// `events.subscribe` `replay` (03 §9.12, §11.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Replay {
     pub count: u64,
     pub dropped: u64,
     pub cursor: u64,
 }
 
+impl Replay {
+    pub fn new(count: u64, dropped: u64, cursor: u64) -> Self {
+        Self {
+            count,
+            dropped,
+            cursor,
+        }
+    }
+}
+
 /// `events.subscribe` result (03 §9.12).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct SubscribeResult {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1483,13 +1807,47 @@ pub struct SubscribeResult {
     pub replay: Option<Replay>,
 }
 
+impl SubscribeResult {
+    /// `{ok: true}`; a session subscription adds `sessionId` and `replay` with the setters.
+    pub fn new() -> Self {
+        Self {
+            ok: true,
+            session_id: None,
+            replay: None,
+        }
+    }
+}
+
+impl Default for SubscribeResult {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+setters!(SubscribeResult {
+    with_session_id => session_id: Option<String>,
+    with_replay => replay: Option<Replay>,
+});
+
 /// `events.since` result (03 §9.13, §11.4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct EventsSinceResult {
     pub events: Vec<EventNotification>,
     pub cursor: u64,
     pub dropped: u64,
     pub remaining: u64,
+}
+
+impl EventsSinceResult {
+    pub fn new(events: Vec<EventNotification>, cursor: u64, dropped: u64, remaining: u64) -> Self {
+        Self {
+            events,
+            cursor,
+            dropped,
+            remaining,
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1501,53 +1859,115 @@ pub struct EventsSinceResult {
 pub struct Empty {}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct DaemonStartedData {
     pub version: String,
     pub pid: u32,
 }
 
+impl DaemonStartedData {
+    pub fn new(version: impl Into<String>, pid: u32) -> Self {
+        Self {
+            version: version.into(),
+            pid,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct LinkCreatedData {
     /// Unix seconds.
     pub expires_at: u64,
     pub transport: Transport,
 }
 
+impl LinkCreatedData {
+    pub fn new(expires_at: u64, transport: Transport) -> Self {
+        Self {
+            expires_at,
+            transport,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SessionClaimedData {
     #[serde(default)]
     pub device: Device,
     pub transport: Transport,
 }
 
+impl SessionClaimedData {
+    pub fn new(device: Device, transport: Transport) -> Self {
+        Self { device, transport }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SessionSuspendedData {
     pub reason: SuspendReason,
 }
 
+impl SessionSuspendedData {
+    pub fn new(reason: SuspendReason) -> Self {
+        Self { reason }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct SessionResumedData {
     pub replaced_socket: bool,
 }
 
+impl SessionResumedData {
+    pub fn new(replaced_socket: bool) -> Self {
+        Self { replaced_socket }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct SessionRevokedData {
     pub previous_state: PreviousState,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ToolsChangedData {
-    pub tool_count: u64,
+impl SessionRevokedData {
+    pub fn new(previous_state: PreviousState) -> Self {
+        Self { previous_state }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ToolsChangedData {
+    pub tool_count: u64,
+}
+
+impl ToolsChangedData {
+    pub fn new(tool_count: u64) -> Self {
+        Self { tool_count }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct EventsChangedData {
     pub event_count: u64,
+}
+
+impl EventsChangedData {
+    pub fn new(event_count: u64) -> Self {
+        Self { event_count }
+    }
 }
 
 /// `app_event` data, whole or truncated by `payloadMaxBytes` (03 §11.6). `ts` is the app's
@@ -1582,6 +2002,7 @@ impl AppEventData {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ToolCallStartedData {
     pub name: String,
     pub call_id: String,
@@ -1590,9 +2011,28 @@ pub struct ToolCallStartedData {
     pub deadline_ms: u64,
 }
 
+impl ToolCallStartedData {
+    pub fn new(
+        name: impl Into<String>,
+        call_id: impl Into<String>,
+        wire_id: impl Into<String>,
+        caller: Caller,
+        deadline_ms: u64,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            call_id: call_id.into(),
+            wire_id: wire_id.into(),
+            caller,
+            deadline_ms,
+        }
+    }
+}
+
 /// `progress` and `message` are forwarded as the app sent them (04 §5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ToolCallProgressData {
     pub call_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1601,10 +2041,26 @@ pub struct ToolCallProgressData {
     pub message: Option<String>,
 }
 
+impl ToolCallProgressData {
+    pub fn new(call_id: impl Into<String>) -> Self {
+        Self {
+            call_id: call_id.into(),
+            progress: None,
+            message: None,
+        }
+    }
+}
+
+setters!(ToolCallProgressData {
+    with_progress => progress: Option<Number>,
+    with_message => message: Option<String>,
+});
+
 /// `tool_call_finished` data; `errorType` iff the outcome is `error` or `cancelled`,
 /// `deniedReason` iff `denied` (04 §9.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ToolCallFinishedData {
     pub name: String,
     pub call_id: String,
@@ -1751,6 +2207,7 @@ impl EventData {
 /// Params of the `event` notification and items of `events.since` (03 §8.4). Serialised as
 /// `{kind, sessionId?, alias?, ts, seq, data}`.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EventNotification {
     /// Absent for `daemon_started`; the link's id for `link_*`.
     pub session_id: Option<String>,
@@ -1762,7 +2219,23 @@ pub struct EventNotification {
     pub data: EventData,
 }
 
+setters!(EventNotification {
+    with_session_id => session_id: Option<String>,
+    with_alias => alias: Option<String>,
+});
+
 impl EventNotification {
+    /// An event without `sessionId` and `alias` (a daemon-wide kind); add them with the setters.
+    pub fn new(ts: u64, seq: u64, data: EventData) -> Self {
+        Self {
+            session_id: None,
+            alias: None,
+            ts,
+            seq,
+            data,
+        }
+    }
+
     pub fn kind(&self) -> EventKind {
         self.data.kind()
     }
@@ -1770,6 +2243,7 @@ impl EventNotification {
 
 /// An event line a client cannot decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EventDecodeError {
     /// Clients ignore kinds they do not know (03 §13).
     #[error("unknown event kind {0:?}")]
@@ -1888,6 +2362,7 @@ impl NotificationMethod for ToolCallProgressNotify {
 /// Params of the per-call `tool_call_started` notification (03 §10.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ToolCallStartedParams {
     /// JSON-RPC id of the `tools.call`.
     pub request_id: RequestId,
@@ -1900,9 +2375,32 @@ pub struct ToolCallStartedParams {
     pub ts: u64,
 }
 
+impl ToolCallStartedParams {
+    pub fn new(
+        request_id: RequestId,
+        call_id: impl Into<String>,
+        session_id: impl Into<String>,
+        alias: impl Into<String>,
+        name: impl Into<String>,
+        deadline_ms: u64,
+        ts: u64,
+    ) -> Self {
+        Self {
+            request_id,
+            call_id: call_id.into(),
+            session_id: session_id.into(),
+            alias: alias.into(),
+            name: name.into(),
+            deadline_ms,
+            ts,
+        }
+    }
+}
+
 /// Params of the per-call `tool_call_progress` notification (03 §10.3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ToolCallProgressParams {
     pub request_id: RequestId,
     pub call_id: String,
@@ -1913,6 +2411,29 @@ pub struct ToolCallProgressParams {
     pub message: Option<String>,
     pub ts: u64,
 }
+
+impl ToolCallProgressParams {
+    pub fn new(
+        request_id: RequestId,
+        call_id: impl Into<String>,
+        session_id: impl Into<String>,
+        ts: u64,
+    ) -> Self {
+        Self {
+            request_id,
+            call_id: call_id.into(),
+            session_id: session_id.into(),
+            progress: None,
+            message: None,
+            ts,
+        }
+    }
+}
+
+setters!(ToolCallProgressParams {
+    with_progress => progress: Option<Number>,
+    with_message => message: Option<String>,
+});
 
 /// A notification as a client sees it. Unknown methods and event kinds are kept as
 /// [`ServerNotification::Unknown`] so the caller can ignore them (03 §13).
@@ -1927,6 +2448,7 @@ pub enum ServerNotification {
 /// A known notification whose params do not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {method} notification: {reason}")]
+#[non_exhaustive]
 pub struct NotificationError {
     pub method: String,
     pub reason: String,
@@ -2022,6 +2544,42 @@ mod tests {
         let obj = ErrorObject::from(e);
         assert_eq!(obj.code, -32602);
         assert_eq!(obj.error_type(), ErrorType::InvalidRequest);
+    }
+
+    #[test]
+    fn params_keys_are_the_serialised_keys() {
+        fn keys(v: impl Serialize) -> Vec<String> {
+            match serde_json::to_value(v) {
+                Ok(Value::Object(m)) => m.keys().cloned().collect(),
+                other => panic!("not an object: {other:?}"),
+            }
+        }
+        let s = || "x".to_owned();
+        let full_call = ToolsCallParams::new("t")
+            .with_selector(s())
+            .with_timeout_ms(1000)
+            .with_caller(Caller::Mcp)
+            .with_consent(Consent::Elicitation)
+            .with_call_id(s())
+            .with_progress(true);
+        assert_eq!(keys(full_call), ToolsCallParams::KEYS);
+        let full_subscribe = SubscribeParams::default()
+            .with_session_selector(s())
+            .with_kinds(vec![EventKind::AppEvent])
+            .with_name(s())
+            .with_payload_max_bytes(1)
+            .with_since(0);
+        assert_eq!(keys(full_subscribe), SubscribeParams::KEYS);
+        let full_consent = ConsentCreateParams::new(s(), s(), s())
+            .with_selector(s())
+            .with_timeout_ms(1000)
+            .with_ttl_ms(1000);
+        assert_eq!(keys(full_consent), ConsentCreateParams::KEYS);
+        let hello = HelloParams::default()
+            .with_client(ClientInfo::new(s(), s()))
+            .with_control_protocol(1);
+        assert_eq!(keys(&hello), HelloParams::KEYS);
+        assert_eq!(keys(hello.client), ClientInfo::KEYS);
     }
 
     #[test]

@@ -20,6 +20,7 @@ use crate::text::{as_integer, truncate_utf16, utf16_len, utf16_len_within};
 
 /// Why a descriptor was refused. Every variant names the field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DescriptorError {
     #[error("a descriptor must be a JSON object, not {found}")]
     NotAnObject { found: &'static str },
@@ -75,11 +76,18 @@ impl DescriptorError {
 /// The three MCP tool hints a descriptor may carry. Each is absent or a boolean; absent hints
 /// stay absent when the descriptor is encoded again.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Annotations {
     pub read_only_hint: Option<bool>,
     pub destructive_hint: Option<bool>,
     pub idempotent_hint: Option<bool>,
 }
+
+setters!(Annotations {
+    with_read_only_hint => read_only_hint: Option<bool>,
+    with_destructive_hint => destructive_hint: Option<bool>,
+    with_idempotent_hint => idempotent_hint: Option<bool>,
+});
 
 impl Annotations {
     /// Wire keys, in the order they are written.
@@ -194,6 +202,7 @@ impl<'de> Deserialize<'de> for Schema {
 /// A validated tool descriptor (02 §10.1), in wire form. Equal descriptors are equal on the
 /// wire (schemas compare as text), so a holder may share one copy among equal registrations.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct ToolDescriptor {
     pub name: String,
     pub description: String,
@@ -205,7 +214,28 @@ pub struct ToolDescriptor {
     pub group: Option<String>,
 }
 
+setters!(ToolDescriptor {
+    with_input_schema => input_schema: Option<Schema>,
+    with_output_schema => output_schema: Option<Schema>,
+    with_annotations => annotations: Option<Annotations>,
+    with_timeout_ms => timeout_ms: Option<u64>,
+    with_group => group: Option<String>,
+});
+
 impl ToolDescriptor {
+    /// A descriptor with only its required fields; the optional ones through the setters.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            input_schema: None,
+            output_schema: None,
+            annotations: None,
+            timeout_ms: None,
+            group: None,
+        }
+    }
+
     /// The call deadline: `timeout_ms` clamped to [1000, 600000], or 10000 when absent.
     pub fn effective_timeout_ms(&self) -> u64 {
         self.timeout_ms.map_or(DEFAULT_CALL_TIMEOUT_MS, |t| {
@@ -252,11 +282,27 @@ impl ToolDescriptor {
 
 /// A validated event descriptor (02 §10.2), in wire form.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EventDescriptor {
     pub name: String,
     pub description: String,
     pub payload_schema: Option<Schema>,
 }
+
+impl EventDescriptor {
+    /// A descriptor without `payload_schema`; add one with `with_payload_schema`.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            payload_schema: None,
+        }
+    }
+}
+
+setters!(EventDescriptor {
+    with_payload_schema => payload_schema: Option<Schema>,
+});
 
 impl EventDescriptor {
     /// The wire object: known fields only, `payload_schema` omitted when absent.

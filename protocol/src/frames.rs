@@ -155,14 +155,22 @@ pub use crate::errors::ToolErrorType;
 
 /// The optional device fields of a claim (02 §9.3), each at most 256 UTF-16 code units.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeviceInfo {
     pub manufacturer: Option<String>,
     pub model: Option<String>,
     pub os: Option<String>,
 }
 
+setters!(DeviceInfo {
+    with_manufacturer => manufacturer: Option<String>,
+    with_model => model: Option<String>,
+    with_os => os: Option<String>,
+});
+
 /// `session_claim`: the first frame on a socket, with a link's token.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionClaim {
     pub session_id: String,
     /// base64url of the link's 32 token bytes, compared by the daemon (02 §12).
@@ -170,11 +178,36 @@ pub struct SessionClaim {
     pub device: DeviceInfo,
 }
 
+impl SessionClaim {
+    /// A claim without device fields; add them with `with_device`.
+    pub fn new(session_id: impl Into<String>, token: impl Into<String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            token: token.into(),
+            device: DeviceInfo::default(),
+        }
+    }
+}
+
+setters!(SessionClaim {
+    with_device => device: DeviceInfo,
+});
+
 /// `session_resume`: the first frame on a socket, with the latest resume token.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionResume {
     pub session_id: String,
     pub resume_token: String,
+}
+
+impl SessionResume {
+    pub fn new(session_id: impl Into<String>, resume_token: impl Into<String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            resume_token: resume_token.into(),
+        }
+    }
 }
 
 // Tokens never reach logs (02 §12), so these frames print without them.
@@ -199,9 +232,19 @@ impl fmt::Debug for SessionResume {
 
 /// `tool_registry_snapshot`: replaces the tool registry. Names are unique, at most 2048 tools.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolRegistrySnapshot {
     pub session_id: String,
     pub tools: Vec<ToolDescriptor>,
+}
+
+impl ToolRegistrySnapshot {
+    pub fn new(session_id: impl Into<String>, tools: Vec<ToolDescriptor>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            tools,
+        }
+    }
 }
 
 /// One change of a tool registry delta.
@@ -216,16 +259,36 @@ pub enum ToolDelta {
 
 /// `tool_registry_delta`: a tool added or replaced, or removed by name.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolRegistryDelta {
     pub session_id: String,
     pub change: ToolDelta,
 }
 
+impl ToolRegistryDelta {
+    pub fn new(session_id: impl Into<String>, change: ToolDelta) -> Self {
+        Self {
+            session_id: session_id.into(),
+            change,
+        }
+    }
+}
+
 /// `event_registry_snapshot`: replaces the event registry. Names are unique, at most 2048 events.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EventRegistrySnapshot {
     pub session_id: String,
     pub events: Vec<EventDescriptor>,
+}
+
+impl EventRegistrySnapshot {
+    pub fn new(session_id: impl Into<String>, events: Vec<EventDescriptor>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            events,
+        }
+    }
 }
 
 /// One change of an event registry delta.
@@ -237,21 +300,43 @@ pub enum EventDelta {
 
 /// `event_registry_delta`: an event declared or withdrawn.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EventRegistryDelta {
     pub session_id: String,
     pub change: EventDelta,
 }
 
+impl EventRegistryDelta {
+    pub fn new(session_id: impl Into<String>, change: EventDelta) -> Self {
+        Self {
+            session_id: session_id.into(),
+            change,
+        }
+    }
+}
+
 /// `tool_result`: the successful reply to a call. `result` may be `null`; the key is always sent.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolResult {
     pub session_id: String,
     pub id: String,
     pub result: Value,
 }
 
+impl ToolResult {
+    pub fn new(session_id: impl Into<String>, id: impl Into<String>, result: Value) -> Self {
+        Self {
+            session_id: session_id.into(),
+            id: id.into(),
+            result,
+        }
+    }
+}
+
 /// The `error` object of a `tool_error`.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolErrorBody {
     pub error_type: ToolErrorType,
     /// At most 4096 UTF-16 code units.
@@ -260,16 +345,43 @@ pub struct ToolErrorBody {
     pub details: Option<Value>,
 }
 
+impl ToolErrorBody {
+    /// A body without `details`; add them with `with_details`.
+    pub fn new(error_type: ToolErrorType, message: impl Into<String>) -> Self {
+        Self {
+            error_type,
+            message: message.into(),
+            details: None,
+        }
+    }
+}
+
+setters!(ToolErrorBody {
+    with_details => details: Option<Value>,
+});
+
 /// `tool_error`: the failed reply to a call.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolError {
     pub session_id: String,
     pub id: String,
     pub error: ToolErrorBody,
 }
 
+impl ToolError {
+    pub fn new(session_id: impl Into<String>, id: impl Into<String>, error: ToolErrorBody) -> Self {
+        Self {
+            session_id: session_id.into(),
+            id: id.into(),
+            error,
+        }
+    }
+}
+
 /// `tool_call_progress`: best-effort progress of a call in flight.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolCallProgress {
     pub session_id: String,
     pub id: String,
@@ -278,8 +390,25 @@ pub struct ToolCallProgress {
     pub message: Option<String>,
 }
 
+impl ToolCallProgress {
+    pub fn new(session_id: impl Into<String>, id: impl Into<String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            id: id.into(),
+            progress: None,
+            message: None,
+        }
+    }
+}
+
+setters!(ToolCallProgress {
+    with_progress => progress: Option<Number>,
+    with_message => message: Option<String>,
+});
+
 /// `event`: app telemetry outside calls.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct EventFrame {
     pub session_id: String,
     /// 1..=4096 UTF-16 code units, any characters.
@@ -289,6 +418,22 @@ pub struct EventFrame {
     /// Unix milliseconds, a finite number ≥ 0 kept as received.
     pub ts: Number,
 }
+
+impl EventFrame {
+    /// An event without a payload; add one with `with_payload`.
+    pub fn new(session_id: impl Into<String>, name: impl Into<String>, ts: Number) -> Self {
+        Self {
+            session_id: session_id.into(),
+            name: name.into(),
+            payload: None,
+            ts,
+        }
+    }
+}
+
+setters!(EventFrame {
+    with_payload => payload: Option<Value>,
+});
 
 /// Every app → daemon frame (02 §9.3).
 #[derive(Debug, Clone, PartialEq)]
@@ -307,6 +452,7 @@ pub enum AppFrame {
 
 /// `session_ack`: the daemon's reply to a valid claim or resume (02 §9.4).
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionAck {
     pub session_id: String,
     pub alias: String,
@@ -316,6 +462,30 @@ pub struct SessionAck {
     /// Written as `"event_registry": true` when set, omitted otherwise (it is never `false`).
     pub event_registry: bool,
 }
+
+impl SessionAck {
+    /// An ack without `event_registry`; set it with `with_event_registry`.
+    pub fn new(
+        session_id: impl Into<String>,
+        alias: impl Into<String>,
+        resume_token: impl Into<String>,
+        keepalive_interval_s: u64,
+        grace_s: u64,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            alias: alias.into(),
+            resume_token: resume_token.into(),
+            keepalive_interval_s,
+            grace_s,
+            event_registry: false,
+        }
+    }
+}
+
+setters!(SessionAck {
+    with_event_registry => event_registry: bool,
+});
 
 impl fmt::Debug for SessionAck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -332,6 +502,7 @@ impl fmt::Debug for SessionAck {
 
 /// `tool_call`: invoke a registered tool. `id` is the daemon-minted wire id.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ToolCall {
     pub session_id: String,
     pub id: String,
@@ -339,12 +510,43 @@ pub struct ToolCall {
     pub args: Map<String, Value>,
 }
 
+impl ToolCall {
+    pub fn new(
+        session_id: impl Into<String>,
+        id: impl Into<String>,
+        name: impl Into<String>,
+        args: Map<String, Value>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            id: id.into(),
+            name: name.into(),
+            args,
+        }
+    }
+}
+
 /// `tool_cancel`: ask the app to abandon a call in flight.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ToolCancel {
     pub session_id: String,
     pub id: String,
     pub reason: String,
+}
+
+impl ToolCancel {
+    pub fn new(
+        session_id: impl Into<String>,
+        id: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            id: id.into(),
+            reason: reason.into(),
+        }
+    }
 }
 
 /// Every daemon → app frame (02 §9.4).
@@ -871,6 +1073,7 @@ pub enum Phase<'a> {
 /// could be a token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}: {detail}")]
+#[non_exhaustive]
 pub struct Rejection {
     pub reason: CloseReason,
     pub detail: String,

@@ -9,6 +9,7 @@ use crate::limits::MAX_GLOB_LEN;
 
 /// Why a string is not a valid glob.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum GlobError {
     #[error("glob must not be empty")]
     Empty,

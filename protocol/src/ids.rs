@@ -23,6 +23,7 @@ pub const CALL_ID_LEN: usize = 27;
 
 /// Why a string is not a well-formed identifier of the kind asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum IdError {
     #[error("a session id is 16 base64url characters (12 bytes) not starting with '-'")]
     SessionId,

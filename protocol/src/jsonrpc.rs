@@ -80,6 +80,7 @@ impl fmt::Display for RequestId {
 /// A request with an id. `params` is `None` when absent or `null`; method validation treats
 /// both as `{}` (03 §6).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Request {
     pub id: RequestId,
     pub method: String,
@@ -112,6 +113,7 @@ impl Serialize for Request {
 /// A message without an id: daemon → client notifications (03 §4.2), or a client notification
 /// the daemon ignores (03 §4.1).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Notification {
     pub method: String,
     pub params: Option<Value>,
@@ -140,6 +142,7 @@ impl Serialize for Notification {
 
 /// A response: `id` is `None` (sent as `null`) when the request's id could not be read.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Response {
     pub id: Option<RequestId>,
     pub outcome: Result<Value, ErrorObject>,
@@ -177,6 +180,7 @@ impl Serialize for Response {
 /// `error` of a response (03 §5.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message} ({})", data.error_type)]
+#[non_exhaustive]
 pub struct ErrorObject {
     pub code: i64,
     pub message: String,
@@ -187,6 +191,7 @@ pub struct ErrorObject {
 
 /// `error.data`: always carries `type` when sent by the daemon (03 §5.1).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ErrorData {
     #[serde(rename = "type", default, deserialize_with = "null_as_default")]
     pub error_type: ErrorType,
@@ -197,6 +202,22 @@ pub struct ErrorData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub details: Option<Box<Value>>,
 }
+
+impl ErrorData {
+    /// `{type}` without `callId` or `details`.
+    pub fn new(error_type: ErrorType) -> Self {
+        Self {
+            error_type,
+            call_id: None,
+            details: None,
+        }
+    }
+}
+
+setters!(ErrorData {
+    with_call_id => call_id: Option<String>,
+    with_details => details: Option<Box<Value>>,
+});
 
 fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
 where
@@ -387,6 +408,7 @@ pub enum ServerMessage {
 
 /// A daemon line the client cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum MessageError {
     #[error("daemon sent a line that is not valid UTF-8")]
     Utf8,

@@ -19,6 +19,7 @@ const RESERVED_SCHEMES: [&str; 5] = ["http", "https", "file", "ws", "wss"];
 
 /// Why a deep-link scheme was refused (05 §5.1). Both messages start with the CLI's wording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SchemeError {
     #[error(
         "Invalid deep-link scheme: it must match ^[A-Za-z][A-Za-z0-9+.-]{{0,63}}$ (give `myapp`, not `myapp://`)"
@@ -52,6 +53,7 @@ fn is_scheme_syntax(s: &str) -> bool {
 
 /// Why the composer refused its inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ComposeError {
     #[error(transparent)]
     Scheme(#[from] SchemeError),
@@ -85,7 +87,7 @@ pub fn compose_deep_link(
 
 /// Composes a web link (02 §5.3): the page URL without its fragment, then `#appduct=<payload>`.
 pub fn compose_web_link(page_url: &str, payload: &str) -> Result<String, ComposeError> {
-    if !is_http_page_url(page_url) {
+    if !is_http_url(page_url) {
         return Err(ComposeError::PageUrl);
     }
     bootstrap::decode(payload)?;
@@ -101,8 +103,9 @@ pub fn web_script(payload: &str) -> Result<String, ComposeError> {
 }
 
 /// `http://` or `https://` (any case) followed by a non-empty authority, with no whitespace or
-/// control characters anywhere.
-fn is_http_page_url(url: &str) -> bool {
+/// control characters anywhere: the page URL of a web link. The one home of this rule; the CLI
+/// and the MCP bridge check their `url` argument with it before minting.
+pub fn is_http_url(url: &str) -> bool {
     if !is_url_shaped(url) {
         return false;
     }
@@ -144,6 +147,7 @@ impl serde::Serialize for LinkError {
 
 /// A parsed link. Expiry is not checked (02 §5.2); callers use `decoded.is_expired(now)`.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ParsedLink {
     /// The raw `appduct` value, after percent-decoding: the base64url payload.
     pub payload: String,

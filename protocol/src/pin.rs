@@ -20,6 +20,7 @@ pub const PIN_LEN: usize = 51;
 pub struct SpkiPin(String);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PinError {
     #[error("a pin must look like sha256/ followed by 43 base64 characters and '='")]
     Malformed,

@@ -375,13 +375,7 @@ fn app_values_at_the_depth_cap_reach_clients_intact() {
         panic!("the frame guard refused a result at the cap");
     };
     // ...and the daemon's response line carrying it parses on the client side.
-    let call = ToolsCallResult {
-        result: result.result,
-        call_id: "a".into(),
-        session_id: SID.into(),
-        alias: "pixel-8".into(),
-        duration_ms: 1,
-    };
+    let call = ToolsCallResult::new(result.result, "a", SID, "pixel-8", 1);
     let response = Response::success(
         RequestId::Number(1),
         serde_json::to_value(&call).unwrap_or_default(),
@@ -468,18 +462,14 @@ fn glob_params_and_glob_new_count_length_alike() {
 fn secrets_never_reach_debug_output() {
     const PAYLOAD: &str = "AgTAqAEUIPsQWmszcFEwbVg4c0wxdkIybjSECRET";
     const HANDLE: &str = "cr_7hV0k1lX4dZ8Qm2sN6pR9tB3wY5cE1aF0gH2jK4mL6o";
-    let link = LinkCreateResult {
-        session_id: "Zk3pQ0mX8sL1vB2n".into(),
-        transport: Transport::Native,
-        deep_link_payload: PAYLOAD.into(),
-        endpoint: Endpoint {
-            address: "192.168.1.20".into(),
-            port: 8443,
-            family: 4,
-        },
-        expires_at: 1_764_494_223,
-        pin: "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".into(),
-    };
+    let link = LinkCreateResult::new(
+        "Zk3pQ0mX8sL1vB2n",
+        Transport::Native,
+        PAYLOAD,
+        Endpoint::new("192.168.1.20", 8443, 4),
+        1_764_494_223,
+        "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=",
+    );
     let text = format!("{link:?} {link:#?}");
     assert!(!text.contains("SECRET"), "{text}");
     assert!(
@@ -487,13 +477,8 @@ fn secrets_never_reach_debug_output() {
         "{text}"
     );
 
-    let created = ConsentCreateResult {
-        handle: HANDLE.into(),
-        expires_at: 1,
-    };
-    let take = ConsentTakeParams {
-        handle: HANDLE.into(),
-    };
+    let created = ConsentCreateResult::new(HANDLE, 1);
+    let take = ConsentTakeParams::new(HANDLE);
     let request = ControlRequest::ConsentTake(take.clone());
     for text in [
         format!("{created:?}"),
@@ -833,14 +818,7 @@ fn subscribe_results() {
     let bound: SubscribeResult = round_trip(
         r#"{"ok":true,"sessionId":"q3VfZ0xkR2ptTnB4","replay":{"count":3,"dropped":2,"cursor":9}}"#,
     );
-    assert_eq!(
-        bound.replay,
-        Some(Replay {
-            count: 3,
-            dropped: 2,
-            cursor: 9
-        })
-    );
+    assert_eq!(bound.replay, Some(Replay::new(3, 2, 9)));
 }
 
 const APP_EVENT_EXAMPLE: &str = r#"{"kind":"app_event","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1764493923120,"seq":42,

@@ -37,15 +37,15 @@ fn payload() -> impl Strategy<Value = BootstrapPayload> {
         any::<[u8; 32]>(),
         0..=MAX_SAFE_INTEGER,
     )
-        .prop_map(
-            |(address, port, session_id, token, expires_at)| BootstrapPayload {
+        .prop_map(|(address, port, session_id, token, expires_at)| {
+            BootstrapPayload::new(
                 address,
                 port,
                 session_id,
-                token: ClaimToken::from_bytes(token),
+                ClaimToken::from_bytes(token),
                 expires_at,
-            },
-        )
+            )
+        })
 }
 
 fn pin() -> impl Strategy<Value = SpkiPin> {
@@ -64,7 +64,8 @@ proptest! {
     #[test]
     fn ipv4_mapped_addresses_round_trip_as_ipv4(v4 in any::<[u8; 4]>(), p in payload()) {
         let v4 = Ipv4Addr::from(v4);
-        let mapped = BootstrapPayload { address: IpAddr::V6(v4.to_ipv6_mapped()), ..p };
+        let mut mapped = p;
+        mapped.address = IpAddr::V6(v4.to_ipv6_mapped());
         let back = mapped.encode().ok().and_then(|t| bootstrap::decode(&t).ok());
         prop_assert_eq!(back.map(|b| b.address), Some(IpAddr::V4(v4)));
     }

@@ -78,10 +78,11 @@ fn tool_descriptor() -> impl Strategy<Value = ToolDescriptor> {
         any::<Option<bool>>(),
         any::<Option<bool>>(),
     )
-        .prop_map(|(r, d, i)| Annotations {
-            read_only_hint: r,
-            destructive_hint: d,
-            idempotent_hint: i,
+        .prop_map(|(r, d, i)| {
+            Annotations::default()
+                .with_read_only_hint(r)
+                .with_destructive_hint(d)
+                .with_idempotent_hint(i)
         });
     (
         tool_name(),
@@ -94,25 +95,20 @@ fn tool_descriptor() -> impl Strategy<Value = ToolDescriptor> {
     )
         .prop_map(
             |(name, description, input_schema, output_schema, annotations, timeout_ms, group)| {
-                ToolDescriptor {
-                    name,
-                    description,
-                    input_schema,
-                    output_schema,
-                    annotations,
-                    timeout_ms,
-                    group,
-                }
+                ToolDescriptor::new(name, description)
+                    .with_input_schema(input_schema)
+                    .with_output_schema(output_schema)
+                    .with_annotations(annotations)
+                    .with_timeout_ms(timeout_ms)
+                    .with_group(group)
             },
         )
 }
 
 fn event_descriptor() -> impl Strategy<Value = EventDescriptor> {
     (text(1, 30), text(1, 30), prop::option::of(schema())).prop_map(
-        |(name, description, payload_schema)| EventDescriptor {
-            name,
-            description,
-            payload_schema,
+        |(name, description, payload_schema)| {
+            EventDescriptor::new(name, description).with_payload_schema(payload_schema)
         },
     )
 }
@@ -132,10 +128,11 @@ fn app_frame() -> impl Strategy<Value = AppFrame> {
         prop::option::of(text(0, 20)),
         prop::option::of(text(0, 20)),
     )
-        .prop_map(|(manufacturer, model, os)| DeviceInfo {
-            manufacturer,
-            model,
-            os,
+        .prop_map(|(manufacturer, model, os)| {
+            DeviceInfo::default()
+                .with_manufacturer(manufacturer)
+                .with_model(model)
+                .with_os(os)
         });
     let error_type = prop::sample::select(ToolErrorType::ALL.to_vec());
     let ts = prop_oneof![
@@ -144,24 +141,17 @@ fn app_frame() -> impl Strategy<Value = AppFrame> {
     ];
     prop_oneof![
         (identifier(), identifier(), device).prop_map(|(session_id, token, device)| {
-            AppFrame::SessionClaim(SessionClaim {
-                session_id,
-                token,
-                device,
-            })
+            AppFrame::SessionClaim(SessionClaim::new(session_id, token).with_device(device))
         }),
         (identifier(), identifier()).prop_map(|(session_id, resume_token)| {
-            AppFrame::SessionResume(SessionResume {
-                session_id,
-                resume_token,
-            })
+            AppFrame::SessionResume(SessionResume::new(session_id, resume_token))
         }),
         (identifier(), prop::collection::vec(tool_descriptor(), 0..4)).prop_map(
             |(session_id, tools)| {
-                AppFrame::ToolRegistrySnapshot(ToolRegistrySnapshot {
+                AppFrame::ToolRegistrySnapshot(ToolRegistrySnapshot::new(
                     session_id,
-                    tools: unique_by_name(tools, |t| &t.name),
-                })
+                    unique_by_name(tools, |t| &t.name),
+                ))
             }
         ),
         (
@@ -172,17 +162,17 @@ fn app_frame() -> impl Strategy<Value = AppFrame> {
             ]
         )
             .prop_map(|(session_id, change)| {
-                AppFrame::ToolRegistryDelta(ToolRegistryDelta { session_id, change })
+                AppFrame::ToolRegistryDelta(ToolRegistryDelta::new(session_id, change))
             }),
         (
             identifier(),
             prop::collection::vec(event_descriptor(), 0..4)
         )
             .prop_map(|(session_id, events)| {
-                AppFrame::EventRegistrySnapshot(EventRegistrySnapshot {
+                AppFrame::EventRegistrySnapshot(EventRegistrySnapshot::new(
                     session_id,
-                    events: unique_by_name(events, |e| &e.name),
-                })
+                    unique_by_name(events, |e| &e.name),
+                ))
             }),
         (
             identifier(),
@@ -192,14 +182,10 @@ fn app_frame() -> impl Strategy<Value = AppFrame> {
             ]
         )
             .prop_map(|(session_id, change)| {
-                AppFrame::EventRegistryDelta(EventRegistryDelta { session_id, change })
+                AppFrame::EventRegistryDelta(EventRegistryDelta::new(session_id, change))
             }),
         (identifier(), identifier(), json_value()).prop_map(|(session_id, id, result)| {
-            AppFrame::ToolResult(ToolResult {
-                session_id,
-                id,
-                result,
-            })
+            AppFrame::ToolResult(ToolResult::new(session_id, id, result))
         }),
         (
             identifier(),
@@ -209,15 +195,11 @@ fn app_frame() -> impl Strategy<Value = AppFrame> {
             prop::option::of(json_value())
         )
             .prop_map(|(session_id, id, error_type, message, details)| {
-                AppFrame::ToolError(ToolError {
+                AppFrame::ToolError(ToolError::new(
                     session_id,
                     id,
-                    error: ToolErrorBody {
-                        error_type,
-                        message,
-                        details,
-                    },
-                })
+                    ToolErrorBody::new(error_type, message).with_details(details),
+                ))
             }),
         (
             identifier(),
@@ -226,12 +208,11 @@ fn app_frame() -> impl Strategy<Value = AppFrame> {
             prop::option::of(text(0, 30))
         )
             .prop_map(|(session_id, id, progress, message)| {
-                AppFrame::ToolCallProgress(ToolCallProgress {
-                    session_id,
-                    id,
-                    progress,
-                    message,
-                })
+                AppFrame::ToolCallProgress(
+                    ToolCallProgress::new(session_id, id)
+                        .with_progress(progress)
+                        .with_message(message),
+                )
             }),
         (
             identifier(),
@@ -240,12 +221,7 @@ fn app_frame() -> impl Strategy<Value = AppFrame> {
             ts
         )
             .prop_map(|(session_id, name, payload, ts)| {
-                AppFrame::Event(EventFrame {
-                    session_id,
-                    name,
-                    payload,
-                    ts,
-                })
+                AppFrame::Event(EventFrame::new(session_id, name, ts).with_payload(payload))
             }),
     ]
 }
@@ -269,32 +245,25 @@ fn daemon_frame() -> impl Strategy<Value = DaemonFrame> {
                     grace_s,
                     event_registry,
                 )| {
-                    DaemonFrame::SessionAck(SessionAck {
-                        session_id,
-                        alias,
-                        resume_token,
-                        keepalive_interval_s,
-                        grace_s,
-                        event_registry,
-                    })
+                    DaemonFrame::SessionAck(
+                        SessionAck::new(
+                            session_id,
+                            alias,
+                            resume_token,
+                            keepalive_interval_s,
+                            grace_s,
+                        )
+                        .with_event_registry(event_registry),
+                    )
                 }
             ),
         (identifier(), identifier(), text(0, 20), object()).prop_map(
             |(session_id, id, name, args)| {
-                DaemonFrame::ToolCall(ToolCall {
-                    session_id,
-                    id,
-                    name,
-                    args,
-                })
+                DaemonFrame::ToolCall(ToolCall::new(session_id, id, name, args))
             }
         ),
         (identifier(), identifier(), text(1, 30)).prop_map(|(session_id, id, reason)| {
-            DaemonFrame::ToolCancel(ToolCancel {
-                session_id,
-                id,
-                reason,
-            })
+            DaemonFrame::ToolCancel(ToolCancel::new(session_id, id, reason))
         }),
     ]
 }

@@ -91,13 +91,13 @@ fn sec_23_tokens_print_redacted_and_compare_by_value() {
 fn sec_23_types_that_carry_a_token_as_text_redact_it() {
     let token = ClaimToken::from_bytes(secret_bytes());
     let token_text = token.to_base64url();
-    let payload = bootstrap::BootstrapPayload {
-        address: "192.168.1.20".parse().unwrap(),
-        port: 8443,
-        session_id: "Zk3pQ0mX8sL1vB2n".into(),
+    let payload = bootstrap::BootstrapPayload::new(
+        "192.168.1.20".parse().unwrap(),
+        8443,
+        "Zk3pQ0mX8sL1vB2n",
         token,
-        expires_at: 1_764_494_223,
-    };
+        1_764_494_223,
+    );
     let encoded = payload.encode().unwrap();
     let decoded = bootstrap::decode(&encoded).unwrap();
     let parsed = link::parse(&format!("myapp:///?appduct={encoded}")).unwrap();

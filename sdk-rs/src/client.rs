@@ -234,11 +234,10 @@ impl ClientBuilder {
         model: Option<&str>,
         os: Option<&str>,
     ) -> Self {
-        self.device = DeviceInfo {
-            manufacturer: manufacturer.map(str::to_owned),
-            model: model.map(str::to_owned),
-            os: os.map(str::to_owned),
-        };
+        self.device = DeviceInfo::default()
+            .with_manufacturer(manufacturer.map(str::to_owned))
+            .with_model(model.map(str::to_owned))
+            .with_os(os.map(str::to_owned));
         self
     }
 

@@ -333,19 +333,19 @@ fn reason_or_rejected(reason: Option<&str>) -> String {
 }
 
 fn tool_error_frame(session_id: &str, id: &str, body: ToolErrorBody) -> AppFrame {
-    AppFrame::ToolError(appduct_protocol::frames::ToolError {
-        session_id: session_id.to_owned(),
-        id: id.to_owned(),
-        error: body,
-    })
+    AppFrame::ToolError(appduct_protocol::frames::ToolError::new(
+        session_id.to_owned(),
+        id.to_owned(),
+        body,
+    ))
 }
 
 fn error_body(error_type: ToolErrorType, message: &str, details: Option<Value>) -> ToolErrorBody {
-    ToolErrorBody {
+    ToolErrorBody::new(
         error_type,
-        message: truncate_utf16(message, MAX_FREE_TEXT_LEN).to_owned(),
-        details,
-    }
+        truncate_utf16(message, MAX_FREE_TEXT_LEN).to_owned(),
+    )
+    .with_details(details)
 }
 
 impl Core {
@@ -353,11 +353,10 @@ impl Core {
     /// code units and empty ones dropped (07 §7.7.3).
     pub fn new(device: DeviceInfo, random: Random) -> Self {
         Self {
-            device: DeviceInfo {
-                manufacturer: device_field(device.manufacturer),
-                model: device_field(device.model),
-                os: device_field(device.os),
-            },
+            device: DeviceInfo::default()
+                .with_manufacturer(device_field(device.manufacturer))
+                .with_model(device_field(device.model))
+                .with_os(device_field(device.os)),
             random,
             mode: Mode::Idle,
             reported: ClientState::Idle,
@@ -580,18 +579,17 @@ impl Core {
         let frame = match &mut self.mode {
             Mode::Claiming(c) => c.tries.current_mut(conn).map(|slot| {
                 slot.opened = true;
-                AppFrame::SessionClaim(SessionClaim {
-                    session_id: c.target.session_id.clone(),
-                    token: c.target.token.clone(),
-                    device: self.device.clone(),
-                })
+                AppFrame::SessionClaim(
+                    SessionClaim::new(c.target.session_id.clone(), c.target.token.clone())
+                        .with_device(self.device.clone()),
+                )
             }),
             Mode::Held(h) => h.tries.current_mut(conn).filter(|c| !c.acked).map(|slot| {
                 slot.opened = true;
-                AppFrame::SessionResume(SessionResume {
-                    session_id: h.session_id.clone(),
-                    resume_token: h.resume_token.clone(),
-                })
+                AppFrame::SessionResume(SessionResume::new(
+                    h.session_id.clone(),
+                    h.resume_token.clone(),
+                ))
             }),
             _ => None,
         };
@@ -780,10 +778,10 @@ impl Core {
         };
         let session_id = h.session_id.clone();
         let event_registry = h.event_registry;
-        let tools = AppFrame::ToolRegistrySnapshot(ToolRegistrySnapshot {
-            session_id: session_id.clone(),
-            tools: self.tools(),
-        });
+        let tools = AppFrame::ToolRegistrySnapshot(ToolRegistrySnapshot::new(
+            session_id.clone(),
+            self.tools(),
+        ));
         if let Err(e) = self.send(conn, &tools) {
             self.error(
                 ErrorPhase::Socket,
@@ -792,10 +790,10 @@ impl Core {
             );
         }
         if event_registry {
-            let events = AppFrame::EventRegistrySnapshot(EventRegistrySnapshot {
+            let events = AppFrame::EventRegistrySnapshot(EventRegistrySnapshot::new(
                 session_id,
-                events: self.events(),
-            });
+                self.events(),
+            ));
             if let Err(e) = self.send(conn, &events) {
                 self.error(
                     ErrorPhase::Socket,
@@ -1178,11 +1176,9 @@ impl Core {
                     error_body(ToolErrorType::ToolOutputValidationError, &message, None),
                 )
             }
-            Ok(result) => AppFrame::ToolResult(ToolResult {
-                session_id: session_id.clone(),
-                id: id.to_owned(),
-                result,
-            }),
+            Ok(result) => {
+                AppFrame::ToolResult(ToolResult::new(session_id.clone(), id.to_owned(), result))
+            }
             Err(e) => tool_error_frame(
                 &session_id,
                 id,
@@ -1221,12 +1217,11 @@ impl Core {
         let Some(session_id) = self.active().map(|h| h.session_id.clone()) else {
             return false;
         };
-        let frame = AppFrame::ToolCallProgress(ToolCallProgress {
-            session_id,
-            id: id.to_owned(),
-            progress: progress.and_then(Number::from_f64),
-            message: message.map(|m| truncate_utf16(m, MAX_FREE_TEXT_LEN).to_owned()),
-        });
+        let frame = AppFrame::ToolCallProgress(
+            ToolCallProgress::new(session_id, id.to_owned())
+                .with_progress(progress.and_then(Number::from_f64))
+                .with_message(message.map(|m| truncate_utf16(m, MAX_FREE_TEXT_LEN).to_owned())),
+        );
         self.send_active(&frame).is_ok()
     }
 
@@ -1248,10 +1243,10 @@ impl Core {
         let id = self.next_registration_id();
         self.tools.upsert(id, &tool.name, tool.clone())?;
         if let Some(session_id) = self.active().map(|h| h.session_id.clone()) {
-            let frame = AppFrame::ToolRegistryDelta(ToolRegistryDelta {
+            let frame = AppFrame::ToolRegistryDelta(ToolRegistryDelta::new(
                 session_id,
-                change: ToolDelta::Upsert(tool),
-            });
+                ToolDelta::Upsert(tool),
+            ));
             if let Err(e) = self.send_active(&frame) {
                 self.error(
                     ErrorPhase::Socket,
@@ -1269,10 +1264,10 @@ impl Core {
             return false;
         };
         if let Some(session_id) = self.active().map(|h| h.session_id.clone()) {
-            let frame = AppFrame::ToolRegistryDelta(ToolRegistryDelta {
+            let frame = AppFrame::ToolRegistryDelta(ToolRegistryDelta::new(
                 session_id,
-                change: ToolDelta::Remove { name },
-            });
+                ToolDelta::Remove { name },
+            ));
             let _ = self.send_active(&frame);
         }
         true
@@ -1293,10 +1288,10 @@ impl Core {
         let id = self.next_registration_id();
         self.events.upsert(id, &event.name, event.clone())?;
         if let Some(session_id) = self.event_session() {
-            let frame = AppFrame::EventRegistryDelta(EventRegistryDelta {
+            let frame = AppFrame::EventRegistryDelta(EventRegistryDelta::new(
                 session_id,
-                change: EventDelta::Upsert(event),
-            });
+                EventDelta::Upsert(event),
+            ));
             if let Err(e) = self.send_active(&frame) {
                 self.error(
                     ErrorPhase::Socket,
@@ -1314,10 +1309,10 @@ impl Core {
             return false;
         };
         if let Some(session_id) = self.event_session() {
-            let frame = AppFrame::EventRegistryDelta(EventRegistryDelta {
+            let frame = AppFrame::EventRegistryDelta(EventRegistryDelta::new(
                 session_id,
-                change: EventDelta::Remove { name },
-            });
+                EventDelta::Remove { name },
+            ));
             let _ = self.send_active(&frame);
         }
         true
@@ -1348,12 +1343,9 @@ impl Core {
         let Some(session_id) = self.active().map(|h| h.session_id.clone()) else {
             return Err(EventError::NotActive);
         };
-        let frame = AppFrame::Event(EventFrame {
-            session_id,
-            name: name.to_owned(),
-            payload,
-            ts: Number::from(now),
-        });
+        let frame = AppFrame::Event(
+            EventFrame::new(session_id, name.to_owned(), Number::from(now)).with_payload(payload),
+        );
         self.send_active(&frame).map_err(|size| {
             let message = format!(
                 "Event \"{name}\" is {} bytes; the frame limit is {MAX_MESSAGE_BYTES}.",
@@ -1460,11 +1452,10 @@ mod tests {
 
     #[test]
     fn the_claim_carries_device_fields_cut_to_bounds() {
-        let device = DeviceInfo {
-            manufacturer: Some("m".repeat(300)),
-            model: Some(String::new()),
-            os: Some("os".into()),
-        };
+        let device = DeviceInfo::default()
+            .with_manufacturer(Some("m".repeat(300)))
+            .with_model(Some(String::new()))
+            .with_os(Some("os".into()));
         let mut c = Core::new(device, Box::new(|| 0.5));
         c.connect_bootstrap(Bootstrap {
             session_id: "s1".into(),

@@ -594,13 +594,13 @@ async fn links_are_fully_validated_before_touching_a_held_session() -> TestResul
     let pin = daemon.pin.clone().ok_or("pin")?;
     let native = ConnectOptions::default();
     let payload_at = |addr: &str| {
-        appduct_protocol::bootstrap::BootstrapPayload {
-            address: addr.parse().expect("an address"),
-            port: 8443,
-            session_id: "s".into(),
-            token: appduct_protocol::ids::ClaimToken::from_bytes([1; 32]),
-            expires_at: support::now_s() + 300,
-        }
+        appduct_protocol::bootstrap::BootstrapPayload::new(
+            addr.parse().expect("an address"),
+            8443,
+            "s",
+            appduct_protocol::ids::ClaimToken::from_bytes([1; 32]),
+            support::now_s() + 300,
+        )
         .encode()
         .expect("encodes")
     };
@@ -646,13 +646,13 @@ async fn the_lan_rule_can_be_turned_off_and_pin_mode_needs_pins() -> TestResult 
     ));
     let client = Client::builder().allow_private_lan_only(false).build()?;
     let daemon = FakeDaemon::wss().await?;
-    let payload = appduct_protocol::bootstrap::BootstrapPayload {
-        address: "8.8.8.8".parse()?,
-        port: 9,
-        session_id: "s".into(),
-        token: appduct_protocol::ids::ClaimToken::from_bytes([1; 32]),
-        expires_at: support::now_s() + 300,
-    }
+    let payload = appduct_protocol::bootstrap::BootstrapPayload::new(
+        "8.8.8.8".parse()?,
+        9,
+        "s",
+        appduct_protocol::ids::ClaimToken::from_bytes([1; 32]),
+        support::now_s() + 300,
+    )
     .encode()?;
     let link = appduct_protocol::link::compose_deep_link("demo", &payload, daemon.pin.as_ref())?;
     let pending = client.start_connect(&link, ConnectOptions::default());

@@ -2,7 +2,7 @@
 //! deflated entries, optional ZIP64 end records, raw entries that lie about themselves), dex
 //! files with chosen type descriptors, Info.plists and Mach-O-looking executables.
 
-use appduct_cli::doctor::zip::Crc32;
+use appduct_doctor::zip::Crc32;
 
 pub const MARKER_CLASS: &str = "Lcom/callstack/appduct/AppductNativeMarker;";
 pub const MARKER_CLASS_INCUBATOR: &str = "Lcom/callstackincubator/appduct/AppductNativeMarker;";

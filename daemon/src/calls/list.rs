@@ -60,20 +60,14 @@ pub fn group_totals(tools: &[ToolDescriptor]) -> Vec<GroupTotal> {
     }
     let mut rows = Vec::new();
     for (top, (total, subs)) in tops {
-        rows.push(GroupTotal {
-            group: Some(top.to_owned()),
-            total,
-        });
-        rows.extend(subs.into_iter().map(|(sub, total)| GroupTotal {
-            group: Some(sub.to_owned()),
-            total,
-        }));
+        rows.push(GroupTotal::new(Some(top.to_owned()), total));
+        rows.extend(
+            subs.into_iter()
+                .map(|(sub, total)| GroupTotal::new(Some(sub.to_owned()), total)),
+        );
     }
     if ungrouped > 0 {
-        rows.push(GroupTotal {
-            group: None,
-            total: ungrouped,
-        });
+        rows.push(GroupTotal::new(None, ungrouped));
     }
     rows
 }
@@ -133,15 +127,8 @@ mod tests {
     use serde_json::json;
 
     fn tool(name: &str, description: &str, group: Option<&str>) -> ToolDescriptor {
-        ToolDescriptor {
-            name: name.to_owned(),
-            description: description.to_owned(),
-            input_schema: None,
-            output_schema: None,
-            annotations: None,
-            timeout_ms: None,
-            group: group.map(str::to_owned),
-        }
+        ToolDescriptor::new(name.to_owned(), description.to_owned())
+            .with_group(group.map(str::to_owned))
     }
 
     fn names(page: &ToolsPage) -> Vec<&str> {
@@ -194,42 +181,27 @@ mod tests {
         assert_eq!(
             rows,
             [
-                GroupTotal {
-                    group: Some("top".into()),
-                    total: 1
-                },
-                GroupTotal {
-                    group: Some("top/sub".into()),
-                    total: 1
-                }
+                GroupTotal::new(Some("top".into()), 1),
+                GroupTotal::new(Some("top/sub".into()), 1)
             ]
         );
     }
 
     #[test]
     fn group_narrowing_takes_subgroups_and_never_prefixes() {
-        let params = ToolsListParams {
-            group: Some("checkout".into()),
-            ..Default::default()
-        };
+        let params = ToolsListParams::default().with_group(Some("checkout".into()));
         let page = list_tools(&registry(), &params, allow);
         assert_eq!(names(&page), ["add_item", "pay", "refund"]);
         assert_eq!(page.total, 3);
         // `groups` ignores the narrowing.
         assert_eq!(page.groups.len(), 8);
 
-        let sub = ToolsListParams {
-            group: Some("checkout/payment".into()),
-            ..Default::default()
-        };
+        let sub = ToolsListParams::default().with_group(Some("checkout/payment".into()));
         assert_eq!(
             names(&list_tools(&registry(), &sub, allow)),
             ["pay", "refund"]
         );
-        let unknown = ToolsListParams {
-            group: Some("nope".into()),
-            ..Default::default()
-        };
+        let unknown = ToolsListParams::default().with_group(Some("nope".into()));
         let page = list_tools(&registry(), &unknown, allow);
         assert!(page.tools.is_empty());
         assert_eq!((page.total, page.has_more), (0, false));
@@ -240,26 +212,17 @@ mod tests {
 
     #[test]
     fn the_filter_is_a_case_insensitive_substring_of_name_or_description() {
-        let params = ToolsListParams {
-            filter: Some("ZERO".into()),
-            ..Default::default()
-        };
+        let params = ToolsListParams::default().with_filter(Some("ZERO".into()));
         assert_eq!(
             names(&list_tools(&registry(), &params, allow)),
             ["reset_counter"]
         );
-        let params = ToolsListParams {
-            filter: Some("COUNTER".into()),
-            ..Default::default()
-        };
+        let params = ToolsListParams::default().with_filter(Some("COUNTER".into()));
         assert_eq!(
             names(&list_tools(&registry(), &params, allow)),
             ["increment", "reset_counter"]
         );
-        let params = ToolsListParams {
-            filter: Some("no such text".into()),
-            ..Default::default()
-        };
+        let params = ToolsListParams::default().with_filter(Some("no such text".into()));
         assert_eq!(list_tools(&registry(), &params, allow).total, 0);
     }
 
@@ -270,10 +233,7 @@ mod tests {
         assert_eq!(simple_lowercase("\u{130}"), "i");
         assert_eq!(simple_lowercase("ΣΑΣ"), "σασ");
         let registry = [tool("tool", "Élan vital", None)];
-        let params = ToolsListParams {
-            filter: Some("éLAN".into()),
-            ..Default::default()
-        };
+        let params = ToolsListParams::default().with_filter(Some("éLAN".into()));
         assert_eq!(list_tools(&registry, &params, allow).total, 1);
     }
 
@@ -298,32 +258,25 @@ mod tests {
         );
         let page = list_tools(
             &registry(),
-            &ToolsListParams {
-                limit: Some(2),
-                offset: Some(3),
-                ..Default::default()
-            },
+            &ToolsListParams::default()
+                .with_limit(Some(2))
+                .with_offset(Some(3)),
             allow,
         );
         assert_eq!(names(&page), ["ax", "increment"]);
         assert_eq!((page.total, page.has_more, page.offset), (9, true, 3));
         let last = list_tools(
             &registry(),
-            &ToolsListParams {
-                limit: Some(2),
-                offset: Some(7),
-                ..Default::default()
-            },
+            &ToolsListParams::default()
+                .with_limit(Some(2))
+                .with_offset(Some(7)),
             allow,
         );
         assert_eq!(names(&last), ["reset_counter", "x_tool"]);
         assert!(!last.has_more);
         let past = list_tools(
             &registry(),
-            &ToolsListParams {
-                offset: Some(100),
-                ..Default::default()
-            },
+            &ToolsListParams::default().with_offset(Some(100)),
             allow,
         );
         assert!(past.tools.is_empty());
@@ -333,10 +286,9 @@ mod tests {
     #[test]
     fn entries_carry_group_and_policy() {
         let mut destructive = tool("wipe", "Wipe.", None);
-        destructive.annotations = Some(appduct_protocol::descriptor::Annotations {
-            destructive_hint: Some(true),
-            ..Default::default()
-        });
+        destructive.annotations = Some(
+            appduct_protocol::descriptor::Annotations::default().with_destructive_hint(Some(true)),
+        );
         let registry = [destructive, tool("look", "Look.", Some("g"))];
         let page = list_tools(&registry, &ToolsListParams::default(), |t| {
             if t.is_destructive() {

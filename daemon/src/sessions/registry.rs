@@ -126,11 +126,7 @@ mod tests {
     use super::*;
 
     fn event(name: &str, description: &str) -> EventDescriptor {
-        EventDescriptor {
-            name: name.to_owned(),
-            description: description.to_owned(),
-            payload_schema: None,
-        }
+        EventDescriptor::new(name.to_owned(), description.to_owned())
     }
 
     fn names(registry: &Registry<EventDescriptor>) -> Vec<&str> {
@@ -169,15 +165,7 @@ mod tests {
     }
 
     fn tool(name: &str, description: &str) -> ToolDescriptor {
-        ToolDescriptor {
-            name: name.to_owned(),
-            description: description.to_owned(),
-            input_schema: None,
-            output_schema: None,
-            annotations: None,
-            timeout_ms: None,
-            group: None,
-        }
+        ToolDescriptor::new(name.to_owned(), description.to_owned())
     }
 
     #[test]

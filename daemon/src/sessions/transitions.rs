@@ -26,14 +26,16 @@ use crate::device_socket::DeviceSender;
 use crate::links::{ClaimCheck, random_bytes};
 
 fn ack_text(session_id: &str, alias: &str, token: &ResumeToken, options: &EngineOptions) -> String {
-    DaemonFrame::SessionAck(SessionAck {
-        session_id: session_id.to_owned(),
-        alias: alias.to_owned(),
-        resume_token: token.to_base64url(),
-        keepalive_interval_s: u64::from(options.keepalive_interval_s),
-        grace_s: u64::from(options.grace_s),
-        event_registry: true,
-    })
+    DaemonFrame::SessionAck(
+        SessionAck::new(
+            session_id.to_owned(),
+            alias.to_owned(),
+            token.to_base64url(),
+            u64::from(options.keepalive_interval_s),
+            u64::from(options.grace_s),
+        )
+        .with_event_registry(true),
+    )
     .encode()
 }
 
@@ -139,11 +141,10 @@ impl Inner {
         let Some(link) = st.links.take(id) else {
             return Err(CloseReason::UnknownSession);
         };
-        let device = Device {
-            manufacturer: claim.device.manufacturer.clone(),
-            model: claim.device.model.clone(),
-            os: claim.device.os.clone(),
-        };
+        let device = Device::default()
+            .with_manufacturer(claim.device.manufacturer.clone())
+            .with_model(claim.device.model.clone())
+            .with_os(claim.device.os.clone());
         st.sessions.insert(
             id.to_owned(),
             Session {
@@ -165,7 +166,7 @@ impl Inner {
         self.bus.emit(
             Some(id),
             Some(&alias),
-            EventData::SessionClaimed(SessionClaimedData { device, transport }),
+            EventData::SessionClaimed(SessionClaimedData::new(device, transport)),
         );
         Ok(id.to_owned())
     }
@@ -223,9 +224,7 @@ impl Inner {
         self.bus.emit(
             Some(id),
             Some(&alias),
-            EventData::SessionResumed(SessionResumedData {
-                replaced_socket: replaced,
-            }),
+            EventData::SessionResumed(SessionResumedData::new(replaced)),
         );
         if replaced {
             self.calls_ended(id, CallsEnded::Replaced);
@@ -310,9 +309,7 @@ impl Inner {
         self.bus.emit(
             Some(id),
             Some(&session.alias),
-            EventData::ToolsChanged(ToolsChangedData {
-                tool_count: session.tools.len() as u64,
-            }),
+            EventData::ToolsChanged(ToolsChangedData::new(session.tools.len() as u64)),
         );
     }
 
@@ -320,9 +317,7 @@ impl Inner {
         self.bus.emit(
             Some(id),
             Some(&session.alias),
-            EventData::EventsChanged(EventsChangedData {
-                event_count: session.events.len() as u64,
-            }),
+            EventData::EventsChanged(EventsChangedData::new(session.events.len() as u64)),
         );
     }
 
@@ -358,7 +353,7 @@ impl Inner {
         self.bus.emit(
             Some(session_id),
             Some(&alias),
-            EventData::SessionSuspended(SessionSuspendedData { reason }),
+            EventData::SessionSuspended(SessionSuspendedData::new(reason)),
         );
         self.calls_ended(session_id, CallsEnded::Suspended(reason));
     }

@@ -7,8 +7,8 @@
 use std::collections::VecDeque;
 use std::path::Path;
 
-use appduct_daemon::client::ControlClient;
-use appduct_daemon::config::Config;
+use appduct_client::client::ControlClient;
+use appduct_client::config::Config;
 use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions};
 use appduct_daemon::device_socket::{AppEvent, MemoryApp, memory_device_pair};
 use appduct_protocol::control::{

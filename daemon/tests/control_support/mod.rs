@@ -6,11 +6,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use appduct_daemon::control_server::FixedPeerCheck;
 use appduct_daemon::control_server::serve_unix;
 use appduct_daemon::control_server::{
     Connection, ConnectionId, Reply, ServerOptions, serve_connection,
 };
-use appduct_daemon::seams::FixedPeerCheck;
 use appduct_daemon::testing::FakeDaemon;
 use appduct_protocol::control::{
     ControlRequest, EventNotification, ToolCallProgressNotify, ToolCallProgressParams,
@@ -181,24 +181,26 @@ impl TestHandler {
             let gate = h.take_gate(&call_id);
             Box::pin(async move {
                 if p.progress {
-                    conn.notify::<ToolCallStartedNotify>(&ToolCallStartedParams {
-                        request_id: id.clone(),
-                        call_id: call_id.clone(),
-                        session_id: "q3VfZ0xkR2ptTnB4".into(),
-                        alias: "pixel-8".into(),
-                        name: p.name.clone(),
-                        deadline_ms: 5000,
-                        ts: 1,
-                    });
+                    conn.notify::<ToolCallStartedNotify>(&ToolCallStartedParams::new(
+                        id.clone(),
+                        call_id.clone(),
+                        "q3VfZ0xkR2ptTnB4",
+                        "pixel-8",
+                        p.name.clone(),
+                        5000,
+                        1,
+                    ));
                     for i in 1..=2u32 {
-                        conn.notify::<ToolCallProgressNotify>(&ToolCallProgressParams {
-                            request_id: id.clone(),
-                            call_id: call_id.clone(),
-                            session_id: "q3VfZ0xkR2ptTnB4".into(),
-                            progress: Some(i.into()),
-                            message: Some(format!("{} step {i}", p.name)),
-                            ts: 2,
-                        });
+                        conn.notify::<ToolCallProgressNotify>(
+                            &ToolCallProgressParams::new(
+                                id.clone(),
+                                call_id.clone(),
+                                "q3VfZ0xkR2ptTnB4",
+                                2,
+                            )
+                            .with_progress(Some(i.into()))
+                            .with_message(Some(format!("{} step {i}", p.name))),
+                        );
                     }
                 }
                 if let Some(rx) = gate {

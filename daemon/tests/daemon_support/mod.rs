@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use appduct_daemon::client::{ClientOptions, ControlClient};
+use appduct_client::client::{ClientOptions, ControlClient};
 use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions};
 use appduct_daemon::device_socket::{AppEvent, MemoryApp, memory_device_pair};
 use appduct_protocol::bootstrap;

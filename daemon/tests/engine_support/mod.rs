@@ -7,10 +7,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use appduct_daemon::clock::ManualClock;
 use appduct_daemon::device_socket::{AppEvent, MemoryApp, memory_device_pair};
 use appduct_daemon::events::EventBus;
 use appduct_daemon::links::StaticLinkEnv;
-use appduct_daemon::seams::ManualClock;
 use appduct_daemon::sessions::{CallFrame, CallRouter, CallsEnded, EngineOptions, SessionManager};
 use appduct_protocol::bootstrap;
 use appduct_protocol::control::{

@@ -12,6 +12,9 @@ pub mod control_line;
 pub mod deep_link;
 pub mod descriptor;
 pub mod device_frame;
+pub mod doctor_dex;
+pub mod doctor_plist;
+pub mod doctor_zip;
 pub mod mcp_args;
 
 /// A target's body: feeds one input through the code under test, panicking on a broken
@@ -27,4 +30,7 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("control_line", control_line::run),
     ("descriptor", descriptor::run),
     ("mcp_args", mcp_args::run),
+    ("doctor_zip", doctor_zip::run),
+    ("doctor_plist", doctor_plist::run),
+    ("doctor_dex", doctor_dex::run),
 ];

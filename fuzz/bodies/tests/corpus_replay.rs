@@ -111,3 +111,18 @@ fn every_target_has_a_corpus_and_a_fuzz_binary() {
         );
     }
 }
+
+#[test]
+fn doctor_zip_corpus_replays() {
+    replay("doctor_zip");
+}
+
+#[test]
+fn doctor_plist_corpus_replays() {
+    replay("doctor_plist");
+}
+
+#[test]
+fn doctor_dex_corpus_replays() {
+    replay("doctor_dex");
+}

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use appduct_daemon::seams::ScriptedCommandRunner;
+use appduct_client::command_runner::ScriptedCommandRunner;
 use appduct_mcp::{Bridge, LineTransport};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};

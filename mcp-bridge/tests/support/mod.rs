@@ -18,9 +18,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use appduct_daemon::client::{ClientError, ControlClient};
+use appduct_client::client::{ClientError, ControlClient};
+use appduct_client::command_runner::{CommandRunner, ScriptedCommandRunner};
 use appduct_daemon::control_server::BoxFuture;
-use appduct_daemon::seams::{CommandRunner, ScriptedCommandRunner};
 use appduct_mcp::project::ProjectEnv;
 use appduct_mcp::{Bridge, BridgeOptions, DaemonConnector};
 use rmcp::model::{

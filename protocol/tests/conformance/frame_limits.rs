@@ -15,12 +15,14 @@ use crate::common::{Report, load};
 const SESSION_ID: &str = "Qm9vdHN0cmFwSWQx";
 
 fn event_frame(payload: String) -> String {
-    AppFrame::Event(EventFrame {
-        session_id: SESSION_ID.to_owned(),
-        name: "frame_limit".to_owned(),
-        payload: Some(Value::String(payload)),
-        ts: 1_764_494_412_345_u64.into(),
-    })
+    AppFrame::Event(
+        EventFrame::new(
+            SESSION_ID.to_owned(),
+            "frame_limit".to_owned(),
+            1_764_494_412_345_u64.into(),
+        )
+        .with_payload(Some(Value::String(payload))),
+    )
     .encode()
 }
 

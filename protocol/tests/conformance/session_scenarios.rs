@@ -35,15 +35,14 @@ fn check_file(file: &'static str) {
                 }
                 (_, Some("connect")) => {
                     let frame = match step["mode"].as_str() {
-                        Some("claim") => Some(AppFrame::SessionClaim(SessionClaim {
-                            session_id: text("sessionId"),
-                            token: text("token"),
-                            device: DeviceInfo::default(),
-                        })),
-                        Some("resume") => Some(AppFrame::SessionResume(SessionResume {
-                            session_id: text("sessionId"),
-                            resume_token: text("resumeToken"),
-                        })),
+                        Some("claim") => Some(AppFrame::SessionClaim(
+                            SessionClaim::new(text("sessionId"), text("token"))
+                                .with_device(DeviceInfo::default()),
+                        )),
+                        Some("resume") => Some(AppFrame::SessionResume(SessionResume::new(
+                            text("sessionId"),
+                            text("resumeToken"),
+                        ))),
                         _ => None,
                     };
                     let verdict = frame

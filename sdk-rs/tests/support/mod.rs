@@ -131,13 +131,13 @@ impl FakeDaemon {
 
     /// A bootstrap payload for this listener.
     pub fn payload(&self, expires_at: u64) -> String {
-        BootstrapPayload {
-            address: self.addr.ip(),
-            port: self.addr.port(),
-            session_id: SESSION.to_owned(),
-            token: ClaimToken::from_bytes(TOKEN_BYTES),
+        BootstrapPayload::new(
+            self.addr.ip(),
+            self.addr.port(),
+            SESSION.to_owned(),
+            ClaimToken::from_bytes(TOKEN_BYTES),
             expires_at,
-        }
+        )
         .encode()
         .unwrap_or_default()
     }

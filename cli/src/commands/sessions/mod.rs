@@ -1,0 +1,143 @@
+//! `appduct sessions ls | revoke | link` (05 §6); `link` lives in [`link`].
+
+pub mod link;
+
+use appduct_protocol::control::{
+    NoParams, RevokeResult, RevokedKind, SelectorParams, SessionState, SessionSummary,
+    SessionsList, SessionsRevoke,
+};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use std::ffi::OsString;
+use time::OffsetDateTime;
+
+use super::Command;
+use super::args::{SelectorArgs, optional_selector};
+use super::parse::{missing_verb, unknown_verb};
+use crate::connect::{self, Contact};
+use crate::error::CliError;
+use crate::globals::Globals;
+use crate::output::{Output, Success};
+use crate::render::{self, to_value};
+
+#[derive(Debug, Args)]
+pub struct SessionsNoun {
+    #[command(subcommand)]
+    pub verb: Option<SessionsVerb>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionsVerb {
+    /// List live sessions
+    Ls,
+    /// Revoke a session, or discard a pending link named by its id
+    Revoke(SelectorArgs),
+    /// Mint a link (deep link, QR code or web link) and optionally deliver it
+    Link(link::LinkArgs),
+    #[command(external_subcommand)]
+    Unknown(Vec<OsString>),
+}
+
+pub fn validate(noun: SessionsNoun) -> Result<Command, CliError> {
+    match noun.verb {
+        None => Err(missing_verb("sessions")),
+        Some(SessionsVerb::Unknown(words)) => Err(unknown_verb("sessions", &words)),
+        Some(SessionsVerb::Ls) => Ok(Command::SessionsLs),
+        Some(SessionsVerb::Revoke(a)) => Ok(Command::SessionsRevoke {
+            selector: optional_selector("sessions revoke", a.positionals)?,
+        }),
+        Some(SessionsVerb::Link(a)) => Ok(Command::SessionsLink(link::validate(a)?)),
+    }
+}
+
+/// `sessions ls`.
+pub async fn ls(globals: &Globals, out: &Output) -> Result<Success, CliError> {
+    let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
+    let sessions = client
+        .call::<SessionsList>(NoParams {})
+        .await
+        .map_err(|e| connect::client_error(&e, &dir))?;
+    Ok(sessions_ls(&sessions, OffsetDateTime::now_utc()))
+}
+
+/// `sessions revoke [selector]`.
+pub async fn revoke(
+    globals: &Globals,
+    out: &Output,
+    selector: Option<&str>,
+) -> Result<Success, CliError> {
+    let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
+    let result = client
+        .call::<SessionsRevoke>(
+            SelectorParams::default().with_selector(selector.map(str::to_owned)),
+        )
+        .await
+        .map_err(|e| connect::client_error(&e, &dir))?;
+    Ok(sessions_revoke(&result))
+}
+
+/// `sessions ls` (05 §6.1): `data` is the array; human is the borderless table.
+pub fn sessions_ls(sessions: &[SessionSummary], now: OffsetDateTime) -> Success {
+    if sessions.is_empty() {
+        return Success::new(
+            json!([]),
+            "No sessions. Run \"appduct sessions link\" to connect an app.\n",
+        );
+    }
+    let mut rows = vec![
+        ["ALIAS", "STATE", "DEVICE", "TOOLS", "AGE"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for s in sessions {
+        let state = match (s.state, s.suspend_reason) {
+            (SessionState::Active, _) => "active".to_owned(),
+            (SessionState::Suspended, Some(reason)) => format!("suspended ({reason})"),
+            (SessionState::Suspended, None) => "suspended".to_owned(),
+        };
+        let age = render::parse_instant(&s.claimed_at).map_or_else(
+            || "-".to_owned(),
+            |at| render::age(render::seconds_between(at, now)),
+        );
+        rows.push(vec![
+            render::clean_line(&s.alias),
+            state,
+            device_text(s),
+            s.tool_count.to_string(),
+            age,
+        ]);
+    }
+    Success::new(to_value(&sessions), render::table(&rows))
+}
+
+/// `manufacturer model (os)` with the parts that are known; `-` when none is. The parts come
+/// from the app's claim, so they are cleaned (08 §4.13).
+fn device_text(s: &SessionSummary) -> String {
+    let d = &s.device;
+    let part = |p: Option<&str>| p.map(render::clean_line).filter(|p| !p.is_empty());
+    let name = [part(d.manufacturer.as_deref()), part(d.model.as_deref())]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" ");
+    match (name.is_empty(), part(d.os.as_deref())) {
+        (true, None) => "-".to_owned(),
+        (true, Some(os)) => os,
+        (false, None) => name,
+        (false, Some(os)) => format!("{name} ({os})"),
+    }
+}
+
+/// `sessions revoke` (05 §6.2).
+pub fn sessions_revoke(r: &RevokeResult) -> Success {
+    let human = match (r.revoked, r.alias.as_deref()) {
+        (RevokedKind::Link, _) => format!("Discarded pending link {}.\n", r.session_id),
+        (RevokedKind::Session, Some(alias)) => format!(
+            "Revoked {} ({}).\n",
+            render::clean_line(alias),
+            r.session_id
+        ),
+        (RevokedKind::Session, None) => format!("Revoked {}.\n", r.session_id),
+    };
+    Success::new(to_value(r), human)
+}

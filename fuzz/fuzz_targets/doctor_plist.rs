@@ -1,0 +1,3 @@
+#![no_main]
+// Body and invariants: fuzz/bodies/src/doctor_plist.rs.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| appduct_fuzz::doctor_plist::run(data));
