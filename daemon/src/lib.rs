@@ -19,4 +19,6 @@ pub mod listener;
 pub mod policy;
 pub mod quiet_unix;
 pub mod sessions;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tls;

@@ -1,7 +1,10 @@
-//! Version replacement over real Unix sockets (03 §12 step 4–5, 01 §7). One test, because the
-//! "at most one replacement per process" state is global to the test binary.
+//! Version replacement over real Unix sockets (03 §12 step 4–5, 01 §7). One test, in a binary
+//! of its own, because the "at most one replacement per process" state is global to the
+//! process (the `it` binary's version-check tests would see it).
 #![allow(clippy::unwrap_used)]
 
+// Shared with the `it` binary, which holds every other control-plane test.
+#[path = "it/control_support/mod.rs"]
 mod control_support;
 
 use std::sync::Arc;

@@ -6,6 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![cfg(target_os = "linux")]
 
+// Shared with the `it` binary, which holds every other daemon test.
+#[path = "it/daemon_support/mod.rs"]
 mod daemon_support;
 
 use std::collections::HashSet;

@@ -6,10 +6,13 @@
 //! or `daemon.status`. Raw call arguments and the host key stay out of the same places
 //! (08 §4.10, §4.11, SEC-45).
 //!
-//! This file holds one test: it installs a process-wide tracing subscriber.
+//! This file holds one test, in a binary of its own: it installs a process-wide tracing
+//! subscriber.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+// Shared with the `it` binary, which holds every other daemon test.
+#[path = "it/daemon_support/mod.rs"]
 mod daemon_support;
 
 use std::fmt::Write as _;

@@ -26,6 +26,8 @@ pub enum HarnessError {
     Io(String),
     /// The binary printed something that is not the expected JSON.
     Output(String),
+    /// A Node part `scripts/test` prepares is missing (the message says what to run).
+    Unprepared(String),
 }
 
 impl fmt::Display for HarnessError {
@@ -39,6 +41,7 @@ impl fmt::Display for HarnessError {
             ),
             Self::Io(m) => write!(f, "harness I/O failed: {m}"),
             Self::Output(m) => write!(f, "unexpected output: {m}"),
+            Self::Unprepared(m) => f.write_str(m),
         }
     }
 }
@@ -90,12 +93,17 @@ impl Ran {
 }
 
 /// A private state dir (`wssPort: 0`), home and working directory under /tmp, short enough for
-/// a Unix socket path.
+/// a Unix socket path. The one sandbox of the suite: the cross-process tests here and the CLI's
+/// tests of its built binary (`cli/tests`) both run the binary through it.
 #[derive(Debug)]
 pub struct Sandbox {
     bin: PathBuf,
     dir: TempDir,
     pids: Mutex<Vec<u32>>,
+    /// Extra environment of every command.
+    env: Vec<(String, String)>,
+    /// A directory put first on PATH (fake `adb` / `xcrun`).
+    path_prefix: Option<PathBuf>,
 }
 
 impl Sandbox {
@@ -105,20 +113,34 @@ impl Sandbox {
 
     /// A sandbox whose `config.json` is `config`.
     pub fn with_config(config: &str) -> Result<Self, HarnessError> {
-        let bin = appduct_bin()?;
+        Self::with_binary(appduct_bin()?, config)
+    }
+
+    /// A sandbox running `bin` (a crate's own `CARGO_BIN_EXE_appduct`) with `config`.
+    pub fn with_binary(bin: impl Into<PathBuf>, config: &str) -> Result<Self, HarnessError> {
+        let sb = Self::without_state_dir(bin)?;
+        std::fs::create_dir_all(sb.state_dir()).map_err(io)?;
+        std::fs::write(sb.state_dir().join("config.json"), config).map_err(io)?;
+        Ok(sb)
+    }
+
+    /// A sandbox with a home and working directory but no state dir yet, for tests proving
+    /// that a command never created one.
+    pub fn without_state_dir(bin: impl Into<PathBuf>) -> Result<Self, HarnessError> {
         let dir = tempfile::Builder::new()
             .prefix("ade")
             .tempdir_in("/tmp")
             .map_err(io)?;
         let sb = Self {
-            bin,
+            bin: bin.into(),
             dir,
             pids: Mutex::new(Vec::new()),
+            env: Vec::new(),
+            path_prefix: None,
         };
-        for d in [sb.state_dir(), sb.home(), sb.cwd()] {
+        for d in [sb.home(), sb.cwd()] {
             std::fs::create_dir_all(d).map_err(io)?;
         }
-        std::fs::write(sb.state_dir().join("config.json"), config).map_err(io)?;
         Ok(sb)
     }
 
@@ -127,8 +149,19 @@ impl Sandbox {
         &self.bin
     }
 
+    /// The temporary directory holding the state dir, home and working directory (room for a
+    /// test's own files: fake tools, logs, keys).
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
     pub fn state_dir(&self) -> PathBuf {
         self.dir.path().join("s")
+    }
+
+    /// The daemon's control socket.
+    pub fn socket(&self) -> PathBuf {
+        self.state_dir().join("daemon.sock")
     }
 
     /// Every audit record written so far, in day-file and line order.
@@ -140,6 +173,7 @@ impl Sandbox {
         self.dir.path().join("h")
     }
 
+    /// The working directory of every command: empty, so no project file is probed.
     pub fn cwd(&self) -> PathBuf {
         self.dir.path().join("w")
     }
@@ -148,13 +182,34 @@ impl Sandbox {
         self.state_dir().join("daemon.pid")
     }
 
-    /// `appduct --state-dir <s> <args…>`, environment scrubbed of `APPDUCT_*`, stdin null.
+    /// Adds `key=value` to the environment of every later command.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// Puts `dir` first on the PATH of every later command (fake `adb` / `xcrun`).
+    pub fn set_path_prefix(&mut self, dir: PathBuf) {
+        self.path_prefix = Some(dir);
+    }
+
+    /// `appduct --state-dir <s> <args…>`, environment scrubbed of `APPDUCT_*`, `NO_COLOR` and
+    /// `ANDROID_SERIAL` (plus what [`Sandbox::set_env`] added), stdin null.
     pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
         let mut cmd = Command::new(&self.bin);
         for (key, _) in std::env::vars_os() {
-            if key.to_string_lossy().starts_with("APPDUCT_") || key == "NO_COLOR" {
+            if key.to_string_lossy().starts_with("APPDUCT_")
+                || key == "NO_COLOR"
+                || key == "ANDROID_SERIAL"
+            {
                 cmd.env_remove(&key);
             }
+        }
+        if let Some(prefix) = &self.path_prefix {
+            let path = std::env::var("PATH").unwrap_or_default();
+            cmd.env("PATH", format!("{}:{path}", prefix.display()));
+        }
+        for (key, value) in &self.env {
+            cmd.env(key, value);
         }
         cmd.env("HOME", self.home())
             .current_dir(self.cwd())
@@ -173,6 +228,52 @@ impl Sandbox {
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
+    }
+
+    /// Runs a command to completion: (exit code, stdout, stderr); panics if it cannot run or
+    /// prints anything but UTF-8.
+    #[track_caller]
+    pub fn output(&self, args: &[&str]) -> (i32, String, String) {
+        let out = self
+            .command(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{} did not run: {e}", self.bin.display()));
+        let text = |bytes: Vec<u8>| {
+            String::from_utf8(bytes).unwrap_or_else(|e| panic!("output is not UTF-8: {e}"))
+        };
+        (
+            out.status.code().unwrap_or(-1),
+            text(out.stdout),
+            text(out.stderr),
+        )
+    }
+
+    /// Runs `--json <args>` and parses stdout, which must be exactly one JSON line; panics
+    /// otherwise.
+    #[track_caller]
+    pub fn json(&self, args: &[&str]) -> (i32, Value) {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let (code, stdout, stderr) = self.output(&all);
+        let doc = serde_json::from_str(stdout.trim_end()).unwrap_or_else(|e| {
+            panic!("{args:?}: stdout is not one JSON document ({e}): {stdout:?} stderr: {stderr}")
+        });
+        assert_eq!(
+            stdout.matches('\n').count(),
+            1,
+            "{args:?}: one line expected: {stdout:?}"
+        );
+        (code, doc)
+    }
+
+    /// Runs `--json <args>` and returns `data` of a success (exit 0, `ok: true`); panics
+    /// otherwise.
+    #[track_caller]
+    pub fn ok(&self, args: &[&str]) -> Value {
+        let (code, doc) = self.json(args);
+        assert_eq!(code, 0, "{args:?}: {doc}");
+        assert_eq!(doc["ok"], true, "{args:?}: {doc}");
+        doc["data"].clone()
     }
 
     /// Runs `--json <args>` and returns `data` of a success envelope.
@@ -271,6 +372,15 @@ impl Sandbox {
         text.lines().next()?.trim().parse().ok()
     }
 
+    /// Polls every 50 ms, at most 10 s, until `check` holds; panics naming `what` otherwise.
+    #[track_caller]
+    pub fn wait_for(&self, what: &str, check: impl FnMut() -> bool) {
+        assert!(
+            Self::wait_until(Duration::from_secs(10), check),
+            "timed out waiting for {what}"
+        );
+    }
+
     /// Polls every 50 ms, at most `limit`, until `check` holds.
     pub fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
         let deadline = Instant::now() + limit;
@@ -288,6 +398,10 @@ impl Sandbox {
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
+        if !self.state_dir().exists() {
+            // Nothing ever ran against it (see `without_state_dir`).
+            return;
+        }
         let _ = self.command(&["daemon", "stop"]).output();
         let dir = self.state_dir().display().to_string();
         let mut pids = self.pids.lock().map(|p| p.clone()).unwrap_or_default();
@@ -300,6 +414,11 @@ impl Drop for Sandbox {
             }
         }
     }
+}
+
+/// Whether anything (a file, a socket, a dangling symlink) is at `path`.
+pub fn exists(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
 }
 
 /// The arguments of a process, empty when it is gone.
@@ -326,7 +445,23 @@ pub fn is_alive(pid: u32) -> bool {
     }
 }
 
-/// Sends a signal by name (`INT`, `TERM`, `KILL`) through kill(1): the suite has no unsafe code.
+/// Whether `pid` is stopped (job control), from `/proc/<pid>/stat`.
+pub fn is_stopped(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            // The state follows the parenthesised command name.
+            let after = stat.get(stat.rfind(')')? + 1..)?;
+            after
+                .split_whitespace()
+                .next()
+                .map(|s| s == "T" || s == "t")
+        })
+        .unwrap_or(false)
+}
+
+/// Sends a signal by name (`INT`, `TERM`, `KILL`, `STOP`, `CONT`, `HUP`) through kill(1): the
+/// suite has no unsafe code.
 pub fn signal(pid: u32, name: &str) -> bool {
     Command::new("kill")
         .arg(format!("-{name}"))

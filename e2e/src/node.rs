@@ -1,22 +1,19 @@
 //! Node.js processes of the suite.
 //!
 //! - The TypeScript SDK as a device process: `appduct-playground-node` (07 §7.14.3), built from
-//!   `sdk-ts/` with `npm ci && npm run build` the first time a test needs it. One JSON line on
+//!   `sdk-ts/` by `scripts/test` (`npm ci`, `npm run build`; tests never run npm). One JSON line on
 //!   its stdout per `stateChange`, `sessionChange` and `error`; a `ping` line on stdin posts
 //!   `playground_ping`; end of stdin disconnects and exits 0.
-//! - The official MCP TypeScript client (`e2e/mcp-client/`), driving `appduct mcp`.
+//! - The official MCP TypeScript client (`e2e/mcp-client/`, installed by `scripts/test`),
+//!   driving `appduct mcp`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use crate::harness::{HarnessError, Proc, Sandbox};
-
-/// Serialises the one-time build across the tests of a binary.
-static BUILD: Mutex<()> = Mutex::new(());
 
 /// The `sdk-ts` workspace of this repository.
 pub fn sdk_ts_dir() -> PathBuf {
@@ -25,56 +22,50 @@ pub fn sdk_ts_dir() -> PathBuf {
         .join("sdk-ts")
 }
 
-fn npm(dir: &Path, args: &[&str]) -> Result<(), HarnessError> {
-    let out = Command::new("npm")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| HarnessError::Io(format!("npm {args:?}: {e} (is Node.js installed?)")))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(HarnessError::Io(format!(
-            "npm {args:?} failed in {}: {}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        )))
-    }
+/// The error of a Node part the tests need but `scripts/test` has not prepared: tests never
+/// install or build Node code themselves.
+fn unprepared(what: &Path, prepare: &str) -> HarnessError {
+    HarnessError::Unprepared(format!(
+        "{} is missing: run `scripts/test`, or prepare it with `{prepare}`",
+        what.display()
+    ))
 }
 
-/// `playground/dist/node/main.js`, building the TypeScript workspace first when it or the SDK's
-/// Node entry is missing (`npm ci` only when `node_modules` is absent). An existing build is
-/// used as is, even if older than the sources.
+/// `playground/dist/node/main.js` of the built TypeScript workspace (`scripts/test` runs
+/// `npm ci` and `npm run build` in `sdk-ts/`). An existing build is used as is, even if older
+/// than the sources.
 pub fn node_playground() -> Result<PathBuf, HarnessError> {
-    let dir = sdk_ts_dir();
-    let main = dir.join("playground/dist/node/main.js");
-    let entry = dir.join("packages/sdk/dist/node/index.js");
-    let _guard = BUILD
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !main.is_file() || !entry.is_file() {
-        if !dir.join("node_modules").is_dir() {
-            npm(&dir, &["ci", "--no-audit", "--no-fund"])?;
+    node_playground_in(&sdk_ts_dir())
+}
+
+fn node_playground_in(dir: &Path) -> Result<PathBuf, HarnessError> {
+    let prepare = "(cd sdk-ts && npm ci && npm run build)";
+    for needed in [
+        dir.join("node_modules"),
+        dir.join("packages/sdk/dist/node/index.js"),
+    ] {
+        if !needed.exists() {
+            return Err(unprepared(&needed, prepare));
         }
-        npm(&dir, &["run", "build"])?;
     }
+    let main = dir.join("playground/dist/node/main.js");
     if main.is_file() {
         Ok(main)
     } else {
-        Err(HarnessError::MissingBinary(main))
+        Err(unprepared(&main, prepare))
     }
 }
 
-/// `e2e/mcp-client/client.mjs`, the official MCP TypeScript client driver, with its
-/// dependencies installed (`npm ci` when `node_modules` is absent).
+/// `e2e/mcp-client/client.mjs`, the official MCP TypeScript client driver, whose dependencies
+/// `scripts/test` installs.
 pub fn official_mcp_client() -> Result<PathBuf, HarnessError> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp-client");
-    let _guard = BUILD
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !dir.join("node_modules").is_dir() {
-        npm(&dir, &["ci", "--no-audit", "--no-fund"])?;
+    official_mcp_client_in(&Path::new(env!("CARGO_MANIFEST_DIR")).join("mcp-client"))
+}
+
+fn official_mcp_client_in(dir: &Path) -> Result<PathBuf, HarnessError> {
+    let modules = dir.join("node_modules");
+    if !modules.is_dir() {
+        return Err(unprepared(&modules, "(cd e2e/mcp-client && npm ci)"));
     }
     Ok(dir.join("client.mjs"))
 }
@@ -170,5 +161,29 @@ impl NodeProc {
 
     pub fn proc(&mut self) -> &mut Proc {
         &mut self.proc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unprepared_node_part_names_the_command_that_prepares_it() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let err = node_playground_in(tmp.path()).err().map(|e| e.to_string());
+        let err = err.unwrap_or_default();
+        assert!(err.contains("node_modules is missing"), "{err}");
+        assert!(
+            err.contains("(cd sdk-ts && npm ci && npm run build)"),
+            "{err}"
+        );
+
+        let err = official_mcp_client_in(tmp.path())
+            .err()
+            .map(|e| e.to_string());
+        let err = err.unwrap_or_default();
+        assert!(err.contains("(cd e2e/mcp-client && npm ci)"), "{err}");
+        assert!(err.contains("scripts/test"), "{err}");
     }
 }

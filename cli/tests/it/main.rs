@@ -1,0 +1,13 @@
+//! Every integration test of this crate in one binary (one link instead of one per file):
+//! one module per former test file, the shared support modules beside them.
+
+mod support;
+
+mod cli_args;
+mod daemon_wire;
+mod doctor;
+mod human_snapshots;
+mod link_parity;
+mod mcp_host;
+mod playground;
+mod security_delivery;

@@ -1,0 +1,18 @@
+//! Every integration test of this crate in one binary (one link instead of one per file):
+//! one module per former test file, the shared support modules beside them.
+
+mod audit_settled;
+mod calls;
+mod dependency_rules;
+mod devices;
+mod drift;
+mod hostility;
+mod journeys;
+mod lifecycle;
+mod mcp;
+mod mcp_consent;
+mod mcp_official;
+mod mcp_rmcp;
+mod sdk_device;
+mod security;
+mod ts_sdk;

@@ -1,0 +1,11 @@
+//! Every integration test of this crate in one binary (one link instead of one per file):
+//! one module per former test file, the shared support modules beside them.
+
+mod conformance;
+mod control_plane;
+mod prop_canonical;
+mod prop_codecs;
+mod prop_frames;
+mod prop_glob;
+mod prop_signature;
+mod security_tokens;
