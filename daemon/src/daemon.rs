@@ -40,8 +40,9 @@ use crate::handlers::{
     CallsApi as _, DaemonHandler, DaemonIdentity, HandlerContext, ShutdownSwitch,
 };
 use crate::links::{DaemonLinkEnv, LinkEnvironment, LinkError};
-use crate::listener::{self, AcceptContext, AcceptedDevice, PreclaimLimiter, RunningListener};
+use crate::listener::{self, AcceptContext, AcceptedDevice, RunningListener};
 use crate::policy::PolicyEngine;
+use crate::preclaim::{PreclaimBudget, PreclaimPolicy};
 use crate::sessions::{EngineOptions, SessionManager};
 use crate::tls::{HostKey, KeyError, KeySource, TlsError, TlsState};
 use appduct_client::config::{Config, ConfigError};
@@ -109,7 +110,9 @@ pub struct DaemonOptions {
     pub addresses: Arc<dyn AddressSource>,
     pub peer_check: Arc<dyn PeerCheck>,
     pub pre_claim_timeout: Duration,
-    pub max_preclaim_connections: usize,
+    /// The wss listener's pre-claim budget; the web listener gets one of the same capacity
+    /// where every peer is local (SECURITY.md "Pre-claim budget").
+    pub preclaim: PreclaimPolicy,
     pub control_line_cap: usize,
     pub subscriber_buffer_cap: usize,
     /// How long a closing control connection may take to flush.
@@ -152,7 +155,7 @@ impl DaemonOptions {
             addresses: Arc::new(OsAddresses),
             peer_check: Arc::new(SameEuid::new()),
             pre_claim_timeout: Duration::from_millis(limits::PRE_CLAIM_TIMEOUT_MS),
-            max_preclaim_connections: limits::MAX_PRECLAIM_CONNECTIONS,
+            preclaim: PreclaimPolicy::wss(),
             control_line_cap: server.line_cap,
             subscriber_buffer_cap: server.subscriber_buffer_cap,
             control_drain_timeout: server.drain_timeout,
@@ -194,8 +197,15 @@ impl DaemonOptions {
         self
     }
 
+    /// Pre-claim connections each listener holds at most.
     pub fn max_preclaim_connections(mut self, max: usize) -> Self {
-        self.max_preclaim_connections = max;
+        self.preclaim = self.preclaim.capacity(max);
+        self
+    }
+
+    /// The whole wss pre-claim policy (tests: a per-source cap, a reserve, loopback as stranger).
+    pub fn preclaim(mut self, policy: PreclaimPolicy) -> Self {
+        self.preclaim = policy;
         self
     }
 
@@ -609,20 +619,26 @@ impl Daemon {
         // 7–8. Device listeners.
         let (listener_stop, listener_stop_rx) = watch::channel(false);
         guard.listener_stop = Some(listener_stop);
+        // Each listener has its own budget, so a flood on the wss port (reachable from the LAN)
+        // cannot hold back a web page on the loopback listener.
         let accept = AcceptContext {
-            preclaim: PreclaimLimiter::new(opts.max_preclaim_connections),
+            preclaim: PreclaimBudget::new(opts.preclaim),
             pre_claim_timeout: opts.pre_claim_timeout,
             accepted,
             shutdown: listener_stop_rx,
         };
+        let web_accept = AcceptContext {
+            preclaim: PreclaimBudget::new(PreclaimPolicy::web(opts.preclaim.capacity)),
+            ..accept.clone()
+        };
         let wss = listener::bind_wss(config.wss_port)
-            .and_then(|sockets| listener::serve_wss(sockets, tls.server_config(), accept.clone()))
+            .and_then(|sockets| listener::serve_wss(sockets, tls.server_config(), accept))
             .map_err(|source| StartError::Bind {
                 listener: "wss",
                 source,
             })?;
         let web = listener::bind_web()
-            .and_then(|socket| listener::serve_web(socket, config.web_origins.clone(), accept))
+            .and_then(|socket| listener::serve_web(socket, config.web_origins.clone(), web_accept))
             .map_err(|source| StartError::Bind {
                 listener: "web",
                 source,
@@ -1071,9 +1087,10 @@ mod tests {
             opts.subscriber_buffer_cap,
             limits::SUBSCRIBER_BUFFER_CAP_BYTES
         );
+        assert_eq!(opts.preclaim, PreclaimPolicy::wss());
         assert_eq!(
-            opts.max_preclaim_connections,
-            limits::MAX_PRECLAIM_CONNECTIONS
+            opts.clone().max_preclaim_connections(7).preclaim.capacity,
+            7
         );
         let opts = opts.detect_address().subscriber_buffer_cap(10);
         assert_eq!(opts.overrides.advertised_ip, None);

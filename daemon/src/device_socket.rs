@@ -7,7 +7,10 @@
 //! plain). Neither checks the 262144-byte message limit on text the engine receives; the engine
 //! does that itself (02 §8). Streams built with [`websocket_config`] also carry that limit inside
 //! tungstenite, so nothing larger is ever buffered; the adapter reports such a refusal as
-//! [`Incoming::TooBig`] and closes `1009 message_too_big` itself.
+//! [`Incoming::TooBig`] and closes `1009 message_too_big` itself. A WebSocket protocol violation
+//! (RFC 6455 §7.1.7) is answered by the adapter too, `1002 protocol_error` or `1007
+//! invalid_payload`, and the engine reads `Ended(Closed)`. A connection made with
+//! [`from_websocket_evictable`] is dropped at once when its pre-claim slot is evicted.
 //!
 //! Lifecycle contract, identical for both implementations:
 //! - `close()` queues a close frame behind earlier messages; the transport then finishes the close
@@ -33,6 +36,8 @@ use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
+
+use crate::preclaim::Eviction;
 
 /// Items the engine has not consumed yet, per connection. When full, the adapter stops reading.
 /// Kept small: each item may be a 256 KiB message, an unauthenticated peer needs only one (its
@@ -75,7 +80,8 @@ pub enum ConnectionEnd {
     Closed,
     /// The daemon terminated the connection (or dropped every sender) without a close frame.
     Terminated,
-    /// The connection broke without a close frame: TCP reset or EOF, TLS or protocol error.
+    /// The connection broke without a close frame: TCP reset or EOF, TLS error. (A WebSocket
+    /// protocol violation is answered with a `1002`/`1007` close and ends `Closed`.)
     Lost(String),
     /// Writing failed; the transport tried `1011 send_failed` (best effort). Socket loss.
     WriteFailed(String),
@@ -507,6 +513,16 @@ pub fn from_websocket<S>(ws: WebSocketStream<S>) -> DeviceSocket
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    from_websocket_evictable(ws, Eviction::never())
+}
+
+/// [`from_websocket`] for a connection holding a pre-claim slot: an eviction before the first
+/// message drops TCP at once (the engine reads `Ended(Terminated)`), and delivering the first
+/// message other than a ping or pong protects the connection from eviction.
+pub fn from_websocket_evictable<S>(ws: WebSocketStream<S>, eviction: Eviction) -> DeviceSocket
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (in_tx, in_rx) = mpsc::channel(INCOMING_QUEUE);
     let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
     let socket = DeviceSocket::new(in_rx, out_tx);
@@ -518,7 +534,7 @@ where
     // itself (a future keeps its arguments for its whole life, and every idle connection keeps
     // its task).
     let (sink, stream) = ws.split();
-    tokio::spawn(drive(sink, stream, in_tx, out_rx, drop_signals));
+    tokio::spawn(drive(sink, stream, in_tx, out_rx, drop_signals, eviction));
     socket
 }
 
@@ -578,7 +594,32 @@ enum ReadEnd {
     Halted,
     PeerClosed,
     TooBig,
+    /// The peer broke RFC 6455; the driver answers with this close (§7.1.7) before dropping TCP.
+    Violation(CloseReason, String),
     Lost(String),
+}
+
+/// The close that answers a read error, when the error is the peer breaking RFC 6455 rather
+/// than the transport failing: `1007 invalid_payload` for text that is not UTF-8, `1002
+/// protocol_error` for framing violations (project decision: the spec's table has no row for
+/// them, so the RFC's codes apply).
+fn violation_close(error: &tungstenite::Error) -> Option<CloseReason> {
+    match error {
+        tungstenite::Error::Utf8 => Some(CloseReason::InvalidPayload),
+        tungstenite::Error::Protocol(
+            ProtocolError::NonZeroReservedBits
+            | ProtocolError::UnmaskedFrameFromClient
+            | ProtocolError::FragmentedControlFrame
+            | ProtocolError::ControlFrameTooBig
+            | ProtocolError::UnknownControlFrameType(_)
+            | ProtocolError::UnknownDataFrameType(_)
+            | ProtocolError::UnexpectedContinueFrame
+            | ProtocolError::ExpectedFragment(_)
+            | ProtocolError::InvalidOpcode(_)
+            | ProtocolError::InvalidCloseSequence,
+        ) => Some(CloseReason::ProtocolError),
+        _ => None,
+    }
 }
 
 #[derive(Debug)]
@@ -608,6 +649,7 @@ async fn drive<S>(
     in_tx: mpsc::Sender<Incoming>,
     out_rx: mpsc::Receiver<Outgoing>,
     drop_signals: DropSignals,
+    eviction: Eviction,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -615,7 +657,8 @@ async fn drive<S>(
     let end = tokio::select! {
         biased;
         end = drop_signals.must_drop() => end,
-        end = transport(sink, stream, &in_tx, out_rx) => end,
+        _ = eviction.evicted() => ConnectionEnd::Terminated,
+        end = transport(sink, stream, &in_tx, out_rx, &eviction) => end,
     };
     let _ = in_tx.send(Incoming::Ended(end)).await;
 }
@@ -626,6 +669,7 @@ async fn transport<S>(
     stream: WsRead<S>,
     in_tx: &mpsc::Sender<Incoming>,
     out_rx: mpsc::Receiver<Outgoing>,
+    eviction: &Eviction,
 ) -> ConnectionEnd
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -635,7 +679,7 @@ where
         flush: Notify::new(),
     };
     let ((stream, read_end), (sink, write_end)) = tokio::join!(
-        read_half(stream, in_tx.clone(), &control),
+        read_half(stream, in_tx.clone(), &control, eviction),
         write_half(sink, out_rx, &control),
     );
     // The ending holds the whole stream by value and may linger: boxed, so its room is taken
@@ -666,22 +710,14 @@ where
         }
         (ReadEnd::TooBig, _) => {
             if let Some(ws) = ws.as_mut() {
-                let deadline = Instant::now() + close_wait();
-                let sent = tokio::time::timeout_at(
-                    deadline,
-                    ws.send(close_frame(CloseReason::MessageTooBig)),
-                )
-                .await;
-                // `SendAfterClosing`: the engine's own close went out first.
-                if matches!(
-                    sent,
-                    Ok(Ok(())
-                        | Err(tungstenite::Error::Protocol(
-                            ProtocolError::SendAfterClosing
-                        )))
-                ) {
-                    linger(ws.get_mut(), deadline).await;
-                }
+                close_after_read_error(ws, CloseReason::MessageTooBig).await;
+            }
+            ConnectionEnd::Closed
+        }
+        (ReadEnd::Violation(reason, detail), _) => {
+            tracing::debug!("device connection broke RFC 6455 ({detail}); closing {reason}");
+            if let Some(ws) = ws.as_mut() {
+                close_after_read_error(ws, reason).await;
             }
             ConnectionEnd::Closed
         }
@@ -689,6 +725,26 @@ where
         (_, WriteEnd::SenderGone) => ConnectionEnd::Terminated,
         (ReadEnd::Lost(detail), _) => ConnectionEnd::Lost(detail),
         (ReadEnd::Halted, WriteEnd::Halted) => ConnectionEnd::Lost("connection stopped".to_owned()),
+    }
+}
+
+/// Sends `reason` after the reader stopped on an unreadable message, then lingers; both within
+/// one close wait.
+async fn close_after_read_error<S>(ws: &mut WebSocketStream<S>, reason: CloseReason)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let deadline = Instant::now() + close_wait();
+    let sent = tokio::time::timeout_at(deadline, ws.send(close_frame(reason))).await;
+    // `SendAfterClosing`: the engine's own close went out first.
+    if matches!(
+        sent,
+        Ok(Ok(())
+            | Err(tungstenite::Error::Protocol(
+                ProtocolError::SendAfterClosing
+            )))
+    ) {
+        linger(ws.get_mut(), deadline).await;
     }
 }
 
@@ -715,11 +771,12 @@ async fn read_half<S>(
     mut stream: WsRead<S>,
     in_tx: mpsc::Sender<Incoming>,
     control: &Control,
+    eviction: &Eviction,
 ) -> (WsRead<S>, ReadEnd)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let end = read_loop(&mut stream, &in_tx, control).await;
+    let end = read_loop(&mut stream, &in_tx, control, eviction).await;
     control.stop.send_replace(true);
     (stream, end)
 }
@@ -728,11 +785,14 @@ async fn read_loop<S>(
     stream: &mut WsRead<S>,
     in_tx: &mpsc::Sender<Incoming>,
     control: &Control,
+    eviction: &Eviction,
 ) -> ReadEnd
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut halted = control.stop.subscribe();
+    // Set once the first message that decides the pre-claim outcome went to the engine.
+    let mut protected = false;
     let mut peer_closed = false;
     // False once the engine dropped its receiver: keep reading (close handshake) but discard.
     let mut deliver = true;
@@ -769,6 +829,9 @@ where
                 size, ..
             }))) => {
                 // The stream cannot continue past a refused frame; the driver closes 1009.
+                if !protected && !eviction.protect() {
+                    return ReadEnd::Halted;
+                }
                 if deliver {
                     tokio::select! {
                         biased;
@@ -785,8 +848,20 @@ where
                     ReadEnd::Lost("connection closed without a close frame".to_owned())
                 };
             }
-            Some(Err(error)) => return ReadEnd::Lost(error.to_string()),
+            Some(Err(error)) => {
+                return match violation_close(&error) {
+                    Some(reason) => ReadEnd::Violation(reason, error.to_string()),
+                    None => ReadEnd::Lost(error.to_string()),
+                };
+            }
         };
+        if !protected && !matches!(item, WireMessage::Ping(_) | WireMessage::Pong(_)) {
+            // An eviction that won the race drops this message with the connection.
+            if !eviction.protect() {
+                return ReadEnd::Halted;
+            }
+            protected = true;
+        }
         if deliver {
             tokio::select! {
                 biased;

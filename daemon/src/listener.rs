@@ -1,8 +1,9 @@
 //! The device listeners (02 §2, §8): `wss://` on `wssPort` and loopback `ws://` for web pages.
 //!
-//! Each accepted TCP connection takes a pre-claim slot from a [`PreclaimLimiter`] shared by both
-//! listeners, or is closed at once without reading. Its pre-claim deadline starts at accept and
-//! bounds the TLS handshake and the HTTP upgrade (TCP is dropped when it passes first). An opened
+//! Each accepted TCP connection takes a pre-claim slot from its listener's own [`PreclaimBudget`]
+//! (which may evict an older pending connection, see [`crate::preclaim`]), or is closed at once
+//! without reading. Its pre-claim deadline starts at accept and bounds the TLS handshake and the
+//! HTTP upgrade (TCP is dropped when it passes first, or when the slot is evicted). An opened
 //! WebSocket is handed on as an [`AcceptedDevice`], together with its slot and deadline, for the
 //! session engine to claim or close `1008 pre_claim_timeout`.
 //!
@@ -18,7 +19,7 @@ use std::time::Duration;
 use appduct_protocol::limits;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
@@ -30,6 +31,7 @@ use tokio_tungstenite::tungstenite::http::{self, HeaderValue, header};
 use tokio_tungstenite::tungstenite::protocol::Role;
 
 use crate::device_socket::{self, DeviceSocket, flag_set};
+use crate::preclaim::{Eviction, Progress};
 
 /// Largest upgrade request head read before giving up on a connection.
 pub const MAX_REQUEST_HEAD_BYTES: usize = 8 * 1024;
@@ -40,52 +42,7 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 /// The listener a connection arrived on (02 §2.3); the one wire enum lives in the protocol crate.
 pub use appduct_protocol::control::Transport;
 
-/// Bounds the connections in the pre-claim stage across both listeners (02 §8).
-#[derive(Debug, Clone)]
-pub struct PreclaimLimiter {
-    permits: Arc<Semaphore>,
-    capacity: usize,
-}
-
-impl PreclaimLimiter {
-    pub fn new(capacity: usize) -> Self {
-        Self {
-            permits: Arc::new(Semaphore::new(capacity)),
-            capacity,
-        }
-    }
-
-    /// A slot, or `None` when every slot is taken.
-    pub fn try_acquire(&self) -> Option<PreclaimSlot> {
-        Arc::clone(&self.permits)
-            .try_acquire_owned()
-            .ok()
-            .map(|permit| PreclaimSlot { _permit: permit })
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Slots currently held.
-    pub fn in_use(&self) -> usize {
-        self.capacity
-            .saturating_sub(self.permits.available_permits())
-    }
-}
-
-impl Default for PreclaimLimiter {
-    fn default() -> Self {
-        Self::new(limits::MAX_PRECLAIM_CONNECTIONS)
-    }
-}
-
-/// One pre-claim slot. The engine drops it once the claim or resume has been processed (or the
-/// connection ends), which lets the next connection in.
-#[derive(Debug)]
-pub struct PreclaimSlot {
-    _permit: OwnedSemaphorePermit,
-}
+pub use crate::preclaim::{PreclaimBudget, PreclaimPolicy, PreclaimSlot, Refusal};
 
 /// An opened device WebSocket, not yet claimed.
 #[derive(Debug)]
@@ -99,10 +56,10 @@ pub struct AcceptedDevice {
     pub claim_deadline: Instant,
 }
 
-/// What both listeners share.
+/// What a listener's accept loops share. The daemon gives each listener its own `preclaim`.
 #[derive(Debug, Clone)]
 pub struct AcceptContext {
-    pub preclaim: PreclaimLimiter,
+    pub preclaim: PreclaimBudget,
     /// `limits::PRE_CLAIM_TIMEOUT_MS` in production; tests lower it.
     pub pre_claim_timeout: Duration,
     /// Opened connections go here. When the receiver is dropped the listeners stop.
@@ -277,10 +234,13 @@ async fn accept_loop(listener: TcpListener, flavor: Arc<Flavor>, ctx: AcceptCont
         let accepted_at = Instant::now();
         // IPv4 clients of the dual-stack socket appear as `::ffff:a.b.c.d`; report them as IPv4.
         let peer = SocketAddr::new(peer.ip().to_canonical(), peer.port());
-        let Some(slot) = ctx.preclaim.try_acquire() else {
-            tracing::debug!(%peer, "pre-claim limit reached; connection closed");
-            drop(tcp);
-            continue;
+        let slot = match ctx.preclaim.admit_at(peer.ip(), progress_at_accept(&tcp)) {
+            Ok(slot) => slot,
+            Err(refusal) => {
+                tracing::debug!(%peer, "pre-claim slot refused ({refusal}); connection closed");
+                drop(tcp);
+                continue;
+            }
         };
         let _ = tcp.set_nodelay(true);
         tokio::spawn(open_connection(
@@ -294,6 +254,17 @@ async fn accept_loop(listener: TcpListener, flavor: Arc<Flavor>, ctx: AcceptCont
     }
 }
 
+/// Whether the peer's first bytes (TLS ClientHello, upgrade request) are already waiting, so a
+/// client that is talking is not taken for idle during a burst of accepts.
+fn progress_at_accept(tcp: &TcpStream) -> Progress {
+    use rustix::net::{RecvFlags, recv};
+    let mut byte = [0u8; 1];
+    match recv(tcp, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+        Ok((1.., _)) => Progress::Handshaking,
+        _ => Progress::Idle,
+    }
+}
+
 async fn open_connection(
     tcp: TcpStream,
     peer: SocketAddr,
@@ -304,10 +275,23 @@ async fn open_connection(
 ) {
     let claim_deadline = accepted_at + ctx.pre_claim_timeout;
     let mut shutdown = ctx.shutdown.clone();
+    let eviction = slot.eviction();
     let opened = tokio::select! {
         biased;
         _ = flag_set(&mut shutdown) => return,
-        opened = tokio::time::timeout_at(claim_deadline, open(tcp, &flavor)) => opened,
+        _ = eviction.evicted() => {
+            tracing::debug!(%peer, "evicted from the pre-claim budget during the handshake");
+            return;
+        }
+        opened = tokio::time::timeout_at(claim_deadline, async {
+            // An idle socket stays in the first eviction class until its peer sends something.
+            // `peek`, not `readable`: readiness may be a false positive.
+            tcp.peek(&mut [0u8; 1]).await?;
+            eviction.advance(Progress::Handshaking);
+            let opened = open(tcp, &flavor, eviction.clone()).await?;
+            eviction.advance(Progress::Open);
+            Ok::<_, OpenError>(opened)
+        }) => opened,
     };
     let (socket, transport) = match opened {
         Ok(Ok(opened)) => opened,
@@ -350,16 +334,22 @@ enum OpenError {
     Rejected(Rejection),
 }
 
-async fn open(tcp: TcpStream, flavor: &Flavor) -> Result<(DeviceSocket, Transport), OpenError> {
+async fn open(
+    tcp: TcpStream,
+    flavor: &Flavor,
+    eviction: Eviction,
+) -> Result<(DeviceSocket, Transport), OpenError> {
     match flavor {
         Flavor::Wss(acceptor) => {
             let tls = acceptor.accept(tcp).await.map_err(OpenError::Tls)?;
             let ws = upgrade(tls, None).await?;
-            Ok((device_socket::from_websocket(ws), Transport::Native))
+            let socket = device_socket::from_websocket_evictable(ws, eviction);
+            Ok((socket, Transport::Native))
         }
         Flavor::Web(policy) => {
             let ws = upgrade(tcp, Some(policy)).await?;
-            Ok((device_socket::from_websocket(ws), Transport::Web))
+            let socket = device_socket::from_websocket_evictable(ws, eviction);
+            Ok((socket, Transport::Web))
         }
     }
 }
@@ -893,26 +883,6 @@ mod tests {
                     .starts_with(&format!("HTTP/1.1 {} ", r.status()))
             );
         }
-    }
-
-    #[test]
-    fn preclaim_limiter_counts_slots() {
-        let limiter = PreclaimLimiter::new(2);
-        let a = limiter.try_acquire();
-        let b = limiter.try_acquire();
-        assert!(a.is_some() && b.is_some());
-        assert!(limiter.try_acquire().is_none());
-        assert_eq!(limiter.in_use(), 2);
-        drop(a);
-        assert_eq!(limiter.in_use(), 1);
-        assert!(
-            limiter.clone().try_acquire().is_some(),
-            "clones share slots"
-        );
-        assert_eq!(
-            PreclaimLimiter::default().capacity(),
-            limits::MAX_PRECLAIM_CONNECTIONS
-        );
     }
 
     #[test]

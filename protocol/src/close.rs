@@ -6,8 +6,13 @@
 pub const NORMAL: u16 = 1000;
 /// Going away: `app_backgrounded` (app) or `daemon_shutdown` (daemon).
 pub const GOING_AWAY: u16 = 1001;
+/// Protocol error (RFC 6455 §7.4.1): a WebSocket framing violation (project decision, issue #20).
+pub const PROTOCOL_ERROR: u16 = 1002;
 /// Unsupported data: a binary message.
 pub const UNSUPPORTED_DATA: u16 = 1003;
+/// Invalid frame payload data (RFC 6455 §7.4.1): a text message that is not UTF-8 (project
+/// decision, issue #20).
+pub const INVALID_PAYLOAD: u16 = 1007;
 /// Policy violation: every terminal protocol rejection.
 pub const POLICY_VIOLATION: u16 = 1008;
 /// Message too big.
@@ -45,11 +50,16 @@ pub enum CloseReason {
     MessageTooBig,
     SendFailed,
     InternalError,
+    /// A WebSocket framing violation: unmasked frame, reserved bits, orphan continuation,
+    /// oversized or fragmented control frame, unknown opcode, malformed close (RFC 6455 §7.1.7).
+    ProtocolError,
+    /// A text message (or close reason) that is not valid UTF-8.
+    InvalidPayload,
 }
 
 impl CloseReason {
     /// Every reason of the table, in table order.
-    pub const ALL: [CloseReason; 22] = [
+    pub const ALL: [CloseReason; 24] = [
         Self::SessionReplaced,
         Self::Revoked,
         Self::AppBackgrounded,
@@ -72,6 +82,8 @@ impl CloseReason {
         Self::MessageTooBig,
         Self::SendFailed,
         Self::InternalError,
+        Self::ProtocolError,
+        Self::InvalidPayload,
     ];
 
     pub const fn code(self) -> u16 {
@@ -79,6 +91,8 @@ impl CloseReason {
             Self::SessionReplaced | Self::Revoked => NORMAL,
             Self::AppBackgrounded | Self::DaemonShutdown => GOING_AWAY,
             Self::BinaryFrameNotSupported => UNSUPPORTED_DATA,
+            Self::ProtocolError => PROTOCOL_ERROR,
+            Self::InvalidPayload => INVALID_PAYLOAD,
             Self::MessageTooBig => MESSAGE_TOO_BIG,
             Self::SendFailed | Self::InternalError => INTERNAL_ERROR,
             Self::PreClaimTimeout
@@ -122,6 +136,8 @@ impl CloseReason {
             Self::MessageTooBig => "message_too_big",
             Self::SendFailed => "send_failed",
             Self::InternalError => "internal_error",
+            Self::ProtocolError => "protocol_error",
+            Self::InvalidPayload => "invalid_payload",
         }
     }
 

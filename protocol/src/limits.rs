@@ -8,8 +8,16 @@ pub const MAX_ARGS_BYTES: usize = 261_120;
 
 /// Pre-claim timeout from TCP accept, in milliseconds (02 §8).
 pub const PRE_CLAIM_TIMEOUT_MS: u64 = 10_000;
-/// Connections allowed in the pre-claim stage across both listeners (02 §8).
+/// Connections allowed in the pre-claim stage, per listener: the wss and the web listener each
+/// have a budget of this size (02 §8; issue #20 made it per listener). When it is full a newcomer
+/// evicts the oldest pending connection that has not sent its first frame (SECURITY.md).
 pub const MAX_PRECLAIM_CONNECTIONS: usize = 128;
+/// Pre-claim connections one non-loopback address may hold on the wss listener; the next one is
+/// closed at accept, before TLS (project decision, SECURITY.md).
+pub const MAX_PRECLAIM_PER_SOURCE: usize = 16;
+/// Pre-claim slots of the wss listener that non-loopback peers can never take (project decision,
+/// SECURITY.md): local apps and simulators get in without evicting anyone during a LAN flood.
+pub const PRECLAIM_LOOPBACK_RESERVE: usize = 16;
 /// Keepalive: missed pongs after which the daemon terminates the connection (02 §8).
 pub const MAX_MISSED_PONGS: u32 = 2;
 /// Time the daemon waits for the peer's close frame after sending its own (02 §8).

@@ -226,25 +226,39 @@ async fn adapter_round_trips_and_enforces_the_size_limit() -> TestResult {
 }
 
 #[tokio::test]
-async fn connections_over_the_preclaim_cap_are_closed_at_once() -> TestResult {
+async fn a_full_budget_evicts_the_oldest_connection_that_has_not_sent_a_message() -> TestResult {
     let mut h = harness(2, LONG);
     let web = start_web(&h)?;
     let addr = web.local_addr();
-    let _first = client(addr).await?;
-    let first = next_device(&mut h.devices).await?;
-    let _second = client(addr).await?;
-    let _second_device = next_device(&mut h.devices).await?;
+    let mut first_ws = client(addr).await?;
+    let mut first = next_device(&mut h.devices).await?;
+    let mut second_ws = client(addr).await?;
+    let mut second = next_device(&mut h.devices).await?;
     assert_eq!(h.ctx.preclaim.in_use(), 2);
 
-    // The pre-claim timeout is ten minutes, so an end within WAIT is the immediate close.
-    let mut third = TcpStream::connect(addr).await?;
-    let (received, _) = read_until_closed(&mut third).await?;
-    assert!(received.is_empty(), "closed without an answer");
-
-    drop(first.preclaim);
-    let _fourth = client(addr).await?;
-    let fourth = next_device(&mut h.devices).await?;
-    assert_eq!(fourth.transport, Transport::Web);
+    // The first one's claim reaches the engine: it can no longer be evicted.
+    first_ws.send(Message::Text("{}".into())).await?;
+    assert_eq!(
+        timeout(WAIT, first.socket.recv()).await?,
+        Incoming::Message(WireMessage::Text("{}".to_owned()))
+    );
+    // A third connection evicts the oldest unprotected one (the second): TCP dropped, no close.
+    let _third_ws = client(addr).await?;
+    let third = next_device(&mut h.devices).await?;
+    assert_eq!(third.transport, Transport::Web);
+    assert_eq!(
+        timeout(WAIT, second.socket.recv()).await?,
+        Incoming::Ended(ConnectionEnd::Terminated)
+    );
+    let next = client_message(&mut second_ws).await;
+    assert!(next.is_err(), "no frame after an eviction: {next:?}");
+    assert_eq!(h.ctx.preclaim.in_use(), 2);
+    // The first one is untouched.
+    first.socket.sender().send_text("{}".to_owned()).await?;
+    assert_eq!(
+        client_message(&mut first_ws).await?,
+        Message::Text("{}".into())
+    );
     Ok(())
 }
 

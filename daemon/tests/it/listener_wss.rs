@@ -1,6 +1,6 @@
 //! Real-socket tests of the wss listener (02 §2.1, §8; SEC-32, SEC-33): TLS with a self-signed
 //! P-256 certificate, dual-stack binding, the pre-claim deadline during a stalled TLS handshake,
-//! and the pre-claim cap shared with the web listener.
+//! and a pre-claim budget separate from the web listener's.
 
 use crate::listener_support;
 use crate::tls_support;
@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use appduct_daemon::device_socket::{Incoming, WireMessage};
-use appduct_daemon::listener::{self, RunningListener, Transport};
+use appduct_daemon::listener::{self, AcceptContext, PreclaimBudget, RunningListener, Transport};
 use appduct_protocol::pin::SpkiPin;
 use futures_util::{SinkExt, StreamExt};
 use listener_support::*;
@@ -130,21 +130,21 @@ async fn a_stalled_tls_handshake_is_dropped_at_the_preclaim_deadline() -> TestRe
 }
 
 #[tokio::test]
-async fn the_preclaim_cap_is_shared_by_both_listeners() -> TestResult {
+async fn each_listener_has_its_own_preclaim_budget() -> TestResult {
     let (config, cert) = server_config()?;
     let mut h = harness(1, LONG);
     let wss = start_wss(&h, config)?;
-    let web = listener::serve_web(listener::bind_web()?, Vec::new(), h.ctx.clone())?;
+    // The daemon gives the web listener a budget of its own, as here.
+    let web_ctx = AcceptContext {
+        preclaim: PreclaimBudget::with_capacity(1),
+        ..h.ctx.clone()
+    };
+    let web = listener::serve_web(listener::bind_web()?, Vec::new(), web_ctx.clone())?;
 
+    // The wss budget is full; the web listener still upgrades.
     let _ws = wss_client(loopback(&wss, Ipv4Addr::LOCALHOST.into()), &cert).await?;
-    let native = next_device(&mut h.devices).await?;
-
-    let mut refused = TcpStream::connect(web.local_addr()).await?;
-    let (received, _) = read_until_closed(&mut refused).await?;
-    assert!(received.is_empty(), "closed at once without an answer");
-
-    // Once the engine releases the slot, the web listener accepts again.
-    drop(native.preclaim);
+    let _native = next_device(&mut h.devices).await?;
+    assert_eq!(h.ctx.preclaim.in_use(), 1);
     let mut stream = TcpStream::connect(web.local_addr()).await?;
     let port = web.local_addr().port();
     stream
@@ -158,6 +158,9 @@ async fn the_preclaim_cap_is_shared_by_both_listeners() -> TestResult {
         )
         .await?;
     assert!(read_head(&mut stream).await?.starts_with("HTTP/1.1 101 "));
-    assert_eq!(next_device(&mut h.devices).await?.transport, Transport::Web);
+    let page = next_device(&mut h.devices).await?;
+    assert_eq!(page.transport, Transport::Web);
+    assert_eq!(web_ctx.preclaim.in_use(), 1);
+    assert_eq!(h.ctx.preclaim.in_use(), 1);
     Ok(())
 }

@@ -35,5 +35,7 @@ mod policy_eval;
 mod security_keys;
 mod security_limits;
 mod security_local;
+mod security_preclaim;
+mod security_ws_violations;
 mod security_files;
 mod tls_handshakes;

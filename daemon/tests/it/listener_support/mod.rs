@@ -6,7 +6,7 @@ use std::error::Error;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use appduct_daemon::listener::{AcceptContext, AcceptedDevice, PreclaimLimiter};
+use appduct_daemon::listener::{AcceptContext, AcceptedDevice, PreclaimBudget};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
@@ -30,7 +30,7 @@ pub fn harness(capacity: usize, pre_claim_timeout: Duration) -> Harness {
     let (shutdown, shutdown_rx) = watch::channel(false);
     Harness {
         ctx: AcceptContext {
-            preclaim: PreclaimLimiter::new(capacity),
+            preclaim: PreclaimBudget::with_capacity(capacity),
             pre_claim_timeout,
             accepted,
             shutdown: shutdown_rx,
