@@ -6,8 +6,8 @@
 //!   the top-level clap tree and the dispatch table ([`commands::run`]: daemon-backed commands
 //!   on a tokio runtime, with exit 130 on SIGINT/SIGTERM unless the command handles them
 //!   itself), `commands/parse.rs` turns arguments into a [`commands::Invocation`] (or help,
-//!   version, usage error). `sessions link` resolves schemes and app ids, delivers links and
-//!   draws the terminal QR code with the daemon crate's client-side `project`, `delivery` and
+//!   version, usage error). `sessions link` resolves schemes and app ids, runs the link-connect
+//!   flow and draws the terminal QR code with `appduct-client`'s `project`, `link_flow` and
 //!   `qr` modules, shared with the MCP bridge; `doctor` reads artifacts with the bounded
 //!   readers of `appduct-doctor` and never contacts the daemon.
 //! - [`output`] and [`render`]: the output contract of 05 §3 (with [`output::Reply`], what a

@@ -4,6 +4,11 @@
 //! script), deliver it, and revoke a minted link that a later step failed or a cancel stopped
 //! (02 §7, 06 §6.12). Argument parsing and rendering stay with each frontend; both compose
 //! byte-identical links and run the same argument vectors.
+//!
+//! The flow is entered whole, so the order of its steps is written once and no caller can mint
+//! a link without the revoke-on-failure and cancel guarantees: [`LinkFlow::open_on_device`]
+//! (reachability, detection, mint, deep link, delivery), [`LinkFlow::open_web`] (mint, web link
+//! and script) and [`LinkFlow::mint_native`] (mint and deep link, for a QR code or no target).
 
 use std::future::Future;
 use std::path::Path;
@@ -74,13 +79,24 @@ pub struct WebLink {
 pub struct DeliveredLink {
     pub link: LinkCreateResult,
     pub deep_link: String,
+    /// The serial or UDID the link was opened on.
+    pub device: String,
+}
+
+/// Which device of a target gets the link.
+#[derive(Debug, Clone, Copy)]
+pub enum DeviceChoice<'a> {
+    /// Detect it (05 §6.3 step 5): the requested serial or UDID, else the only one attached.
+    Detect { requested: Option<&'a str> },
+    /// Already found by the caller's own detection (the bridge's auto-detection).
+    Detected(&'a str),
 }
 
 /// What to open where, for [`LinkFlow::open_on_device`].
 #[derive(Debug, Clone, Copy)]
 pub struct DeviceOpen<'a> {
     pub target: DeviceTarget,
-    pub device: &'a str,
+    pub device: DeviceChoice<'a>,
     /// The app id (Android, physical iPhone); none for a simulator.
     pub app_id: Option<&'a str>,
     pub relaunch: bool,
@@ -133,7 +149,7 @@ impl<'a> LinkFlow<'a> {
 
     /// 05 §6.3 step 4: a physical iPhone cannot reach a loopback advertised address, so
     /// `ios-device` is refused before anything is minted. Other targets pass without a call.
-    pub async fn check_reachable(&self, target: DeviceTarget) -> Result<(), LinkFlowError> {
+    async fn check_reachable(&self, target: DeviceTarget) -> Result<(), LinkFlowError> {
         if target != DeviceTarget::IosDevice {
             return Ok(());
         }
@@ -148,7 +164,7 @@ impl<'a> LinkFlow<'a> {
     }
 
     /// Device detection (05 §6.3 step 5); a cancel drops it, which kills its helper process.
-    pub async fn detect(
+    async fn detect(
         &self,
         target: DeviceTarget,
         requested: Option<&str>,
@@ -159,7 +175,7 @@ impl<'a> LinkFlow<'a> {
 
     /// `link.create`. Not started for a cancelled request; not raced either, so the id of the
     /// link is always learnt, and a link minted for a request cancelled meanwhile is revoked.
-    pub async fn mint(&self, params: LinkCreateParams) -> Result<LinkCreateResult, LinkFlowError> {
+    async fn mint(&self, params: LinkCreateParams) -> Result<LinkCreateResult, LinkFlowError> {
         if self.is_cancelled() {
             return Err(LinkFlowError::Cancelled);
         }
@@ -172,7 +188,7 @@ impl<'a> LinkFlow<'a> {
     }
 
     /// The shared deep-link composer; a link that cannot be composed is revoked.
-    pub async fn compose_native(
+    async fn compose_native(
         &self,
         scheme: &str,
         link: &LinkCreateResult,
@@ -188,7 +204,7 @@ impl<'a> LinkFlow<'a> {
 
     /// The web link on `page_url` and the connect script (02 §5.3); a link that cannot be
     /// composed is revoked.
-    pub async fn compose_web(
+    async fn compose_web(
         &self,
         page_url: &str,
         link: &LinkCreateResult,
@@ -208,7 +224,7 @@ impl<'a> LinkFlow<'a> {
     /// Delivers `d` (05 §6.3 step 7, 02 §7); a failed delivery revokes the link. With a cancel
     /// token the delivery races it: a cancel stops the helper (dropped, so killed) and revokes
     /// the link, which was never opened.
-    pub async fn deliver(
+    async fn deliver(
         &self,
         link: &LinkCreateResult,
         d: &Delivery<'_>,
@@ -227,29 +243,63 @@ impl<'a> LinkFlow<'a> {
         outcome
     }
 
-    /// Mints a link with `params`, composes its deep link and opens it on `open.device`;
-    /// whatever fails after minting revokes the link.
+    /// 05 §6.3 steps 4–7 for a device target: refuses a loopback address for a physical
+    /// iPhone, detects the device (unless the caller already did), then mints a link with
+    /// `params`, composes its deep link and opens it there. Nothing is minted before every
+    /// check passed; whatever fails after minting revokes the link.
     pub async fn open_on_device(
         &self,
         params: LinkCreateParams,
         open: DeviceOpen<'_>,
     ) -> Result<DeliveredLink, LinkFlowError> {
-        let link = self.mint(params).await?;
-        let deep_link = self.compose_native(open.scheme, &link).await?;
+        self.check_reachable(open.target).await?;
+        let device = match open.device {
+            DeviceChoice::Detect { requested } => self.detect(open.target, requested).await?,
+            DeviceChoice::Detected(device) => device.to_owned(),
+        };
+        let (link, deep_link) = self.mint_native(params, open.scheme).await?;
         let d = Delivery {
             target: open.target,
-            device: open.device,
+            device: &device,
             app_id: open.app_id,
             relaunch: open.relaunch,
             deep_link: &deep_link,
             port: link.endpoint.port,
         };
         self.deliver(&link, &d).await?;
-        Ok(DeliveredLink { link, deep_link })
+        Ok(DeliveredLink {
+            link,
+            deep_link,
+            device,
+        })
+    }
+
+    /// Mints a link with `params` and composes its web link on `page_url` and the connect
+    /// script (02 §5.3); a link that cannot be composed is revoked.
+    pub async fn open_web(
+        &self,
+        params: LinkCreateParams,
+        page_url: &str,
+    ) -> Result<(LinkCreateResult, WebLink), LinkFlowError> {
+        let link = self.mint(params).await?;
+        let web = self.compose_web(page_url, &link).await?;
+        Ok((link, web))
+    }
+
+    /// Mints a link with `params` and composes its deep link with `scheme`, for a QR code or a
+    /// link printed without a target; a link that cannot be composed is revoked.
+    pub async fn mint_native(
+        &self,
+        params: LinkCreateParams,
+        scheme: &str,
+    ) -> Result<(LinkCreateResult, String), LinkFlowError> {
+        let link = self.mint(params).await?;
+        let deep_link = self.compose_native(scheme, &link).await?;
+        Ok((link, deep_link))
     }
 
     /// Discards a minted link that was not delivered (02 §7); a failure is only logged.
-    pub async fn revoke(&self, session_id: &str) {
+    async fn revoke(&self, session_id: &str) {
         let params = SelectorParams::default().with_selector(Some(session_id.to_owned()));
         if let Err(e) = self.client.call::<SessionsRevoke>(params).await {
             tracing::warn!("could not revoke the undelivered link {session_id}: {e}");

@@ -1,7 +1,16 @@
 //! Advertised-address selection (02 §6): the pure choice of the address a native link carries,
 //! over whatever an [`AddressSource`] reports, and the address source seam (01 §9.1) with the
 //! OS enumeration and a settable test double.
+//!
+//! Selection skips interfaces that are not *running* (`IFF_RUNNING`: operationally up, which
+//! implies administratively up) and loopback interfaces. Running rather than merely up is a
+//! project decision: an interface without carrier cannot be reached by a phone, and `if-addrs`
+//! reports only the operational state. An interface counts as loopback when it carries any
+//! loopback address (127/8 or `::1`; in practice `lo` / `lo0`), and then every address on it is
+//! loopback, as with the interface flag `IFF_LOOPBACK`: a non-127 address bound to `lo` is never
+//! advertised.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -14,9 +23,9 @@ pub struct InterfaceAddr {
     /// Interface name (`eth0`, `en0`, …), for diagnostics only.
     pub name: String,
     pub addr: IpAddr,
-    /// The interface is administratively up.
+    /// The interface is running (`IFF_RUNNING`: operationally up, so also administratively up).
     pub up: bool,
-    /// The interface is a loopback interface.
+    /// The interface is a loopback interface (see the module doc).
     pub loopback: bool,
 }
 
@@ -145,9 +154,9 @@ pub trait AddressSource: Send + Sync + fmt::Debug {
 }
 
 /// OS interface enumeration through `getifaddrs` (the `if-addrs` crate), on Linux and macOS
-/// alike: every address in OS order with its interface name. `up` is the interface's
-/// operational state (`IFF_RUNNING`), `loopback` the address's own loopback range. IPv6
-/// link-local addresses are left out by the crate; selection never picks them anyway. If the
+/// alike: every address in OS order with its interface name, mapped by [`interface_addrs`]
+/// (`up` is `IFF_RUNNING`, `loopback` is per interface). IPv6 link-local addresses are left out
+/// by the crate; selection never picks them anyway. If the
 /// enumeration fails, it falls back to the source address the routing table picks for a UDP
 /// "connect" to a documentation address (no packet is sent): one address per family, reported
 /// as up.
@@ -157,15 +166,10 @@ pub struct OsAddresses;
 impl AddressSource for OsAddresses {
     fn interfaces(&self) -> Vec<InterfaceAddr> {
         match if_addrs::get_if_addrs() {
-            Ok(list) => list
-                .into_iter()
-                .map(|i| InterfaceAddr {
-                    addr: i.ip(),
-                    up: i.is_oper_up(),
-                    loopback: i.is_loopback(),
-                    name: i.name,
-                })
-                .collect(),
+            Ok(list) => interface_addrs(list.into_iter().map(|i| {
+                let (ip, running) = (i.ip(), i.is_oper_up());
+                (i.name, ip, running)
+            })),
             Err(e) => {
                 tracing::warn!(
                     "cannot enumerate interfaces ({e}); using the route to a documentation address instead"
@@ -174,6 +178,28 @@ impl AddressSource for OsAddresses {
             }
         }
     }
+}
+
+/// Maps the OS's `(interface name, address, running)` triples, in OS order, to
+/// [`InterfaceAddr`]s: `up` is the running state, and every address of an interface that carries
+/// any loopback address is loopback (interface-level semantics, see the module doc).
+pub fn interface_addrs(
+    list: impl IntoIterator<Item = (String, IpAddr, bool)>,
+) -> Vec<InterfaceAddr> {
+    let list: Vec<(String, IpAddr, bool)> = list.into_iter().collect();
+    let loopback_names: HashSet<&str> = list
+        .iter()
+        .filter(|(_, ip, _)| ip.is_loopback())
+        .map(|(name, _, _)| name.as_str())
+        .collect();
+    list.iter()
+        .map(|(name, ip, running)| InterfaceAddr {
+            name: name.clone(),
+            addr: *ip,
+            up: *running,
+            loopback: loopback_names.contains(name.as_str()),
+        })
+        .collect()
 }
 
 /// The local addresses the routing table would use to reach 192.0.2.1 and 2001:db8::1.
@@ -315,6 +341,56 @@ mod tests {
         let list = vec![down, lo, up("203.0.113.1")];
         assert_eq!(select_advertised(&list).to_string(), "203.0.113.1");
         assert_eq!(select_advertised(&list[..2]).to_string(), "127.0.0.1");
+    }
+
+    fn os_entry(name: &str, ip: &str, running: bool) -> (String, IpAddr, bool) {
+        (name.to_owned(), ip.parse().unwrap(), running)
+    }
+
+    #[test]
+    fn loopback_is_a_property_of_the_interface() {
+        let list = interface_addrs([
+            os_entry("lo", "127.0.0.1", true),
+            os_entry("lo", "10.9.9.9", true),
+            os_entry("eth0", "192.168.1.5", true),
+            os_entry("lo", "::1", true),
+            os_entry("eth0", "2001:db8::5", true),
+        ]);
+        let flags: Vec<(&str, String, bool)> = list
+            .iter()
+            .map(|i| (i.name.as_str(), i.addr.to_string(), i.loopback))
+            .collect();
+        assert_eq!(
+            flags,
+            [
+                ("lo", "127.0.0.1".to_owned(), true),
+                // A VIP bound to `lo` is loopback too, so it is never advertised.
+                ("lo", "10.9.9.9".to_owned(), true),
+                ("eth0", "192.168.1.5".to_owned(), false),
+                ("lo", "::1".to_owned(), true),
+                ("eth0", "2001:db8::5".to_owned(), false),
+            ]
+        );
+        assert_eq!(select_advertised(&list).to_string(), "192.168.1.5");
+        let only_lo = interface_addrs([
+            os_entry("lo", "10.9.9.9", true),
+            os_entry("lo", "127.0.0.1", true),
+        ]);
+        assert!(only_lo.iter().all(|i| i.loopback));
+        assert_eq!(select_advertised(&only_lo).to_string(), "127.0.0.1");
+    }
+
+    #[test]
+    fn up_is_the_running_state() {
+        let list = interface_addrs([
+            os_entry("eth0", "192.168.1.5", false),
+            os_entry("wlan0", "10.0.0.7", true),
+        ]);
+        assert_eq!(list.iter().map(|i| i.up).collect::<Vec<_>>(), [false, true]);
+        assert!(list.iter().all(|i| !i.loopback));
+        // An interface without carrier is skipped.
+        assert_eq!(select_advertised(&list).to_string(), "10.0.0.7");
+        assert_eq!(select_advertised(&list[..1]).to_string(), "127.0.0.1");
     }
 
     #[test]

@@ -298,6 +298,9 @@ pub trait PipelineProbe: Send + Sync + fmt::Debug {
 
     /// The module stopped its timers (shutdown step 1, or a start that failed after step 6).
     fn timers_stopped(&self) {}
+
+    /// Shutdown step 2 rejected the pending calls; runs once they are settled.
+    fn pending_rejected(&self) {}
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -449,6 +452,9 @@ impl CallsApi for Calls {
         };
         for (call, outcome) in calls {
             self.inner.finish(call, outcome);
+        }
+        if let Some(probe) = &self.inner.probe {
+            probe.pending_rejected();
         }
     }
 }

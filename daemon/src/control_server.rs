@@ -42,7 +42,8 @@ pub mod reader;
 
 pub use peer_check::{FixedPeerCheck, PeerCheck, SameEuid};
 
-/// A boxed `Send` future (the seams' alias), so handlers stay usable as trait objects.
+/// A boxed `Send` future (`appduct-client`'s alias, shared with its seams), so handlers stay
+/// usable as trait objects.
 pub use appduct_client::BoxFuture;
 
 /// Runs once when a connection closes (for example: cancel the `tools.call`s it issued with

@@ -27,8 +27,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
-use crate::address::AdvertisedAddress;
-use crate::address::{AddressSource, OsAddresses};
+use crate::address::{AddressSource, AdvertisedAddress, OsAddresses};
 use crate::audit::{AuditWriter, PruneSchedule};
 use crate::calls::{Calls, PipelineProbe};
 use crate::clock::{Clock, SystemClock};
@@ -921,12 +920,12 @@ impl DaemonHandle {
         &self.shared.audit
     }
 
-    /// The session engine.
     /// The calls module.
     pub fn calls(&self) -> &Calls {
         &self.shared.calls
     }
 
+    /// The session engine.
     pub fn sessions(&self) -> &SessionManager {
         &self.shared.sessions
     }

@@ -565,9 +565,11 @@ wire_enum! {
 /// Declares a params struct with each field's wire key written next to it, so the key is
 /// defined once: serde renames the field to it, and `KEYS` lists the keys in declaration order,
 /// which is what `validate` accepts and what an unknown-key error reports as `acceptedKeys`
-/// (03 §6). A field written `=> with_x` gets a `with_x` setter taking anything that converts
-/// into the field's type (for an optional field: `T` or `Option<T>`). The struct is
-/// `#[non_exhaustive]`: other crates start from `new`/`default` and chain setters.
+/// (03 §6). Each key is also an associated constant named after its field (`"ttlSeconds"` =>
+/// `ttl_seconds` gives `TTL_SECONDS`), which `validate` uses instead of repeating the literal,
+/// so a misspelt key does not compile. A field written `=> with_x` gets a `with_x` setter taking
+/// anything that converts into the field's type (for an optional field: `T` or `Option<T>`).
+/// The struct is `#[non_exhaustive]`: other crates start from `new`/`default` and chain setters.
 macro_rules! params {
     (
         $(#[$meta:meta])*
@@ -591,6 +593,13 @@ macro_rules! params {
         impl $name {
             /// The wire keys of this params object, in declaration order (03 §6).
             pub const KEYS: &'static [&'static str] = &[$($key),*];
+
+            pastey::paste! {
+                $(
+                    #[doc = concat!("The wire key `", $key, "`.")]
+                    pub const [<$field:upper>]: &'static str = $key;
+                )*
+            }
 
             $($(
                 #[must_use]
@@ -646,18 +655,18 @@ params! {
 impl HelloParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
-        let client = match p.nested("client", ClientInfo::KEYS)? {
+        let client = match p.nested(Self::CLIENT, ClientInfo::KEYS)? {
             None => None,
             Some(c) => {
-                let name = c.string("name", 1, MAX_CLIENT_FIELD_LEN)?;
-                let version = c.string("version", 1, MAX_CLIENT_FIELD_LEN)?;
+                let name = c.string(ClientInfo::NAME, 1, MAX_CLIENT_FIELD_LEN)?;
+                let version = c.string(ClientInfo::VERSION, 1, MAX_CLIENT_FIELD_LEN)?;
                 Some(ClientInfo {
-                    name: c.required("name", name)?,
-                    version: c.required("version", version)?,
+                    name: c.required(ClientInfo::NAME, name)?,
+                    version: c.required(ClientInfo::VERSION, version)?,
                 })
             }
         };
-        let control_protocol = p.integer("controlProtocol", 1, limits::MAX_SAFE_INTEGER)?;
+        let control_protocol = p.integer(Self::CONTROL_PROTOCOL, 1, limits::MAX_SAFE_INTEGER)?;
         Ok(Self {
             client,
             control_protocol,
@@ -682,24 +691,25 @@ impl LinkCreateParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
         let ttl_seconds = p
-            .integer("ttlSeconds", 1, u64::from(limits::MAX_LINK_TTL_S))?
+            .integer(Self::TTL_SECONDS, 1, u64::from(limits::MAX_LINK_TTL_S))?
             .map(|t| t as u32);
-        let address_override = match p.get("addressOverride") {
+        let address_override = match p.get(Self::ADDRESS_OVERRIDE) {
             None => None,
             Some(Value::String(s)) => Some(s.parse::<IpAddr>().map_err(|_| {
-                ParamError::invalid("addressOverride", "must be an IPv4 or IPv6 literal")
+                ParamError::invalid(Self::ADDRESS_OVERRIDE, "must be an IPv4 or IPv6 literal")
             })?),
             Some(_) => {
                 return Err(ParamError::invalid(
-                    "addressOverride",
+                    Self::ADDRESS_OVERRIDE,
                     "must be an IPv4 or IPv6 literal",
                 ));
             }
         };
-        let transport = p.enumeration::<Transport>("transport", "must be \"native\" or \"web\"")?;
+        let transport =
+            p.enumeration::<Transport>(Self::TRANSPORT, "must be \"native\" or \"web\"")?;
         if address_override.is_some() && transport == Some(Transport::Web) {
             return Err(ParamError::invalid(
-                "addressOverride",
+                Self::ADDRESS_OVERRIDE,
                 "is not allowed with transport \"web\" (web links always use 127.0.0.1)",
             ));
         }
@@ -754,21 +764,21 @@ impl ConsentCreateParams {
         let p = Obj::params(params, Self::KEYS)?;
         // Any string is looked up as it is: an id that names no live session (the empty string
         // included) is `unknown_session`, decided by the daemon (03 §9.14).
-        let session_id = p.any_string("sessionId")?;
-        let name = p.string("name", 1, limits::MAX_TOOL_NAME_LEN)?;
+        let session_id = p.any_string(Self::SESSION_ID)?;
+        let name = p.string(Self::NAME, 1, limits::MAX_TOOL_NAME_LEN)?;
         let args_sha256 = p.pattern(
-            "argsSha256",
+            Self::ARGS_SHA256,
             is_valid_sha256_hex,
             "must be 64 lower-case hex digits",
         )?;
         let (min, max) = (limits::MIN_CALL_TIMEOUT_MS, limits::MAX_CALL_TIMEOUT_MS);
         Ok(Self {
-            session_id: p.required("sessionId", session_id)?,
-            name: p.required("name", name)?,
-            args_sha256: p.required("argsSha256", args_sha256)?,
-            selector: p.selector("selector")?,
-            timeout_ms: p.integer("timeoutMs", min, max)?,
-            ttl_ms: p.integer("ttlMs", min, max)?,
+            session_id: p.required(Self::SESSION_ID, session_id)?,
+            name: p.required(Self::NAME, name)?,
+            args_sha256: p.required(Self::ARGS_SHA256, args_sha256)?,
+            selector: p.selector(Self::SELECTOR)?,
+            timeout_ms: p.integer(Self::TIMEOUT_MS, min, max)?,
+            ttl_ms: p.integer(Self::TTL_MS, min, max)?,
         })
     }
 
@@ -815,9 +825,9 @@ impl ConsentTakeParams {
 
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
-        let handle = p.string("handle", 1, MAX_CONSENT_HANDLE_LEN)?;
+        let handle = p.string(Self::HANDLE, 1, MAX_CONSENT_HANDLE_LEN)?;
         Ok(Self {
-            handle: p.required("handle", handle)?,
+            handle: p.required(Self::HANDLE, handle)?,
         })
     }
 }
@@ -835,7 +845,7 @@ impl SelectorParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
         Ok(Self {
-            selector: p.selector("selector")?,
+            selector: p.selector(Self::SELECTOR)?,
         })
     }
 }
@@ -862,17 +872,17 @@ impl ToolsListParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
         Ok(Self {
-            selector: p.selector("selector")?,
+            selector: p.selector(Self::SELECTOR)?,
             group: p.pattern(
-                "group",
+                Self::GROUP,
                 is_valid_group,
                 "must be 1 or 2 segments joined by \"/\", each [a-zA-Z0-9_-]{1,64}",
             )?,
             filter: p
-                .string("filter", 0, limits::MAX_TOOLS_FILTER_LEN)?
+                .string(Self::FILTER, 0, limits::MAX_TOOLS_FILTER_LEN)?
                 .filter(|f| !f.is_empty()),
-            limit: p.integer("limit", 1, limits::MAX_SAFE_INTEGER)?,
-            offset: p.integer("offset", 0, limits::MAX_SAFE_INTEGER)?,
+            limit: p.integer(Self::LIMIT, 1, limits::MAX_SAFE_INTEGER)?,
+            offset: p.integer(Self::OFFSET, 0, limits::MAX_SAFE_INTEGER)?,
         })
     }
 }
@@ -912,8 +922,8 @@ impl ToolsCallParams {
 
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
-        let name = p.string("name", 1, limits::MAX_TOOL_NAME_LEN)?;
-        let args = match p.get("args") {
+        let name = p.string(Self::NAME, 1, limits::MAX_TOOL_NAME_LEN)?;
+        let args = match p.get(Self::ARGS) {
             None => Map::new(),
             Some(v @ Value::Object(m)) => {
                 if compact_json_len(v) > limits::MAX_ARGS_BYTES {
@@ -939,38 +949,40 @@ impl ToolsCallParams {
                 }
                 m.clone()
             }
-            Some(_) => return Err(ParamError::invalid("args", "must be a JSON object")),
+            Some(_) => return Err(ParamError::invalid(Self::ARGS, "must be a JSON object")),
         };
-        let timeout_ms = match p.get("timeoutMs") {
-            None => None,
-            Some(v) => Some(
-                as_finite(v)
-                    .map(clamp_timeout_ms)
-                    .ok_or_else(|| ParamError::invalid("timeoutMs", "must be a finite number"))?,
-            ),
-        };
-        let consent = match p.get("consent") {
+        let timeout_ms =
+            match p.get(Self::TIMEOUT_MS) {
+                None => None,
+                Some(v) => Some(as_finite(v).map(clamp_timeout_ms).ok_or_else(|| {
+                    ParamError::invalid(Self::TIMEOUT_MS, "must be a finite number")
+                })?),
+            };
+        let consent = match p.get(Self::CONSENT) {
             None => None,
             Some(Value::String(s)) if s == "elicitation" => Some(Consent::Elicitation),
             // Legacy value, accepted and ignored (04 §7.3).
             Some(Value::String(s)) if s == "client" => None,
             Some(_) => {
-                return Err(ParamError::invalid("consent", "must be \"elicitation\""));
+                return Err(ParamError::invalid(
+                    Self::CONSENT,
+                    "must be \"elicitation\"",
+                ));
             }
         };
         Ok(Self {
-            selector: p.selector("selector")?,
-            name: p.required("name", name)?,
+            selector: p.selector(Self::SELECTOR)?,
+            name: p.required(Self::NAME, name)?,
             args,
             timeout_ms,
-            caller: p.enumeration("caller", "must be \"cli\", \"mcp\" or \"client\"")?,
+            caller: p.enumeration(Self::CALLER, "must be \"cli\", \"mcp\" or \"client\"")?,
             consent,
             call_id: p.pattern(
-                "callId",
+                Self::CALL_ID,
                 is_valid_call_id,
                 "must match ^[A-Za-z0-9_-]{1,128}$",
             )?,
-            progress: p.boolean("progress")?.unwrap_or(false),
+            progress: p.boolean(Self::PROGRESS)?.unwrap_or(false),
         })
     }
 
@@ -1004,15 +1016,15 @@ impl ToolsCancelParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
         let call_id = p.pattern(
-            "callId",
+            Self::CALL_ID,
             is_valid_call_id,
             "must match ^[A-Za-z0-9_-]{1,128}$",
         )?;
         Ok(Self {
-            call_id: p.required("callId", call_id)?,
-            selector: p.selector("selector")?,
+            call_id: p.required(Self::CALL_ID, call_id)?,
+            selector: p.selector(Self::SELECTOR)?,
             reason: p.pattern(
-                "reason",
+                Self::REASON,
                 is_valid_cancel_reason,
                 "must match [a-z0-9_]{1,64}",
             )?,
@@ -1044,10 +1056,10 @@ impl EventsListParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
         Ok(Self {
-            selector: p.selector("selector")?,
-            name: p.glob("name")?,
-            limit: p.integer("limit", 1, limits::MAX_SAFE_INTEGER)?,
-            offset: p.integer("offset", 0, limits::MAX_SAFE_INTEGER)?,
+            selector: p.selector(Self::SELECTOR)?,
+            name: p.glob(Self::NAME)?,
+            limit: p.integer(Self::LIMIT, 1, limits::MAX_SAFE_INTEGER)?,
+            offset: p.integer(Self::OFFSET, 0, limits::MAX_SAFE_INTEGER)?,
         })
     }
 }
@@ -1073,7 +1085,7 @@ params! {
 impl SubscribeParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
-        let kinds = match p.get("kinds") {
+        let kinds = match p.get(Self::KINDS) {
             None => None,
             Some(Value::Array(items)) if !items.is_empty() => {
                 let mut kinds = Vec::with_capacity(items.len());
@@ -1082,7 +1094,7 @@ impl SubscribeParams {
                         .as_str()
                         .and_then(|s| s.parse::<EventKind>().ok())
                         .ok_or_else(|| {
-                            ParamError::invalid("kinds", format!("{item} is not an event kind"))
+                            ParamError::invalid(Self::KINDS, format!("{item} is not an event kind"))
                                 .with_detail(
                                     "acceptedValues",
                                     EventKind::ALL
@@ -1103,23 +1115,26 @@ impl SubscribeParams {
             }
             Some(_) => {
                 return Err(ParamError::invalid(
-                    "kinds",
+                    Self::KINDS,
                     "must be a non-empty array of event kinds",
                 ));
             }
         };
-        let session_selector = p.selector("sessionSelector")?;
-        let since = p.integer("since", 0, limits::MAX_SAFE_INTEGER)?;
+        let session_selector = p.selector(Self::SESSION_SELECTOR)?;
+        let since = p.integer(Self::SINCE, 0, limits::MAX_SAFE_INTEGER)?;
         if since.is_some() {
             if session_selector.is_none() {
-                return Err(ParamError::invalid("since", "requires \"sessionSelector\""));
+                return Err(ParamError::invalid(
+                    Self::SINCE,
+                    "requires \"sessionSelector\"",
+                ));
             }
             if kinds
                 .as_ref()
                 .is_some_and(|k| !k.contains(&EventKind::AppEvent))
             {
                 return Err(ParamError::invalid(
-                    "since",
+                    Self::SINCE,
                     "requires \"kinds\" to be absent or to contain \"app_event\"",
                 ));
             }
@@ -1127,8 +1142,8 @@ impl SubscribeParams {
         Ok(Self {
             session_selector,
             kinds,
-            name: p.glob("name")?,
-            payload_max_bytes: p.integer("payloadMaxBytes", 1, limits::MAX_SAFE_INTEGER)?,
+            name: p.glob(Self::NAME)?,
+            payload_max_bytes: p.integer(Self::PAYLOAD_MAX_BYTES, 1, limits::MAX_SAFE_INTEGER)?,
             since,
         })
     }
@@ -1160,11 +1175,11 @@ impl EventsSinceParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
         Ok(Self {
-            selector: p.selector("selector")?,
-            since: p.integer("since", 0, limits::MAX_SAFE_INTEGER)?,
-            limit: p.integer("limit", 1, limits::MAX_SAFE_INTEGER)?,
-            name: p.glob("name")?,
-            payload_max_bytes: p.integer("payloadMaxBytes", 1, limits::MAX_SAFE_INTEGER)?,
+            selector: p.selector(Self::SELECTOR)?,
+            since: p.integer(Self::SINCE, 0, limits::MAX_SAFE_INTEGER)?,
+            limit: p.integer(Self::LIMIT, 1, limits::MAX_SAFE_INTEGER)?,
+            name: p.glob(Self::NAME)?,
+            payload_max_bytes: p.integer(Self::PAYLOAD_MAX_BYTES, 1, limits::MAX_SAFE_INTEGER)?,
         })
     }
 }

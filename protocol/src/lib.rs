@@ -15,7 +15,7 @@
 //!   built with `new(required…)` and chained `with_*` setters for optional fields; an optional
 //!   field's setter takes `T` or `Option<T>`. Fields stay public for reading and mutation.
 //!   Control params declare each field's wire key once ([`control`]'s `params!`), and
-//!   `validate` accepts exactly those keys.
+//!   `validate` accepts exactly those keys, naming each through its generated constant.
 //! - **Daemon snapshots** whose every field is required and which one daemon function fills
 //!   (`HelloResult`, `StatusResult`, `SessionSummary`) stay exhaustive: a field added to the
 //!   protocol must be filled there, and the struct literal is where the compiler says so; a

@@ -566,3 +566,122 @@ async fn an_over_cap_subscriber_is_disconnected_and_its_subscription_ends() {
     daemon.shutdown().await;
     assert_eq!(closed.await.unwrap().0, 1001);
 }
+
+/// Notes, at each step of shutdown the calls module reports, how many calls were pending and
+/// how many device connections were open.
+#[derive(Debug, Default)]
+struct ShutdownSteps {
+    daemon: std::sync::OnceLock<appduct_daemon::daemon::DaemonHandle>,
+    log: std::sync::Mutex<Vec<String>>,
+}
+
+impl ShutdownSteps {
+    fn note(&self, step: &str) {
+        let daemon = self.daemon.get().unwrap();
+        self.log.lock().unwrap().push(format!(
+            "{step} (pending calls: {}, device connections open: {})",
+            daemon.calls().pending(),
+            daemon.sessions().connection_count()
+        ));
+    }
+}
+
+impl appduct_daemon::calls::PipelineProbe for ShutdownSteps {
+    fn reached(&self, _: &str, _: appduct_daemon::calls::Checkpoint) {}
+
+    fn timers_stopped(&self) {
+        self.note("timers stopped");
+    }
+
+    fn pending_rejected(&self) {
+        self.note("pending calls rejected");
+    }
+}
+
+/// The calls module, a fixed part of the daemon: its features in `daemon.hello`, its pending
+/// calls in `daemon.hello` and `daemon.status`, and its shutdown steps (01 §6.6 steps 1–2):
+/// timers stop, then pending calls are rejected while the device connection is still open.
+#[tokio::test]
+async fn the_calls_module_reports_features_and_pending_calls_and_shuts_down_in_order() {
+    let dir = state_dir();
+    let steps = std::sync::Arc::new(ShutdownSteps::default());
+    let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()).pipeline_probe(steps.clone()))
+        .await
+        .unwrap();
+    steps.daemon.set(daemon.clone()).unwrap();
+    let mut raw = RawControl::new(&daemon);
+    let hello = raw.request(1, "daemon.hello", json!({})).await;
+    // In the order of 03 §9.1, the daemon's and the calls module's.
+    assert_eq!(
+        hello["result"]["features"],
+        json!([
+            "calls.callId",
+            "calls.progress",
+            "consent.records",
+            "events.subscribe.since",
+            "events.list",
+            "tools.groups"
+        ])
+    );
+    assert_eq!(hello["result"]["pendingCalls"], 0);
+
+    let client = memory_client(&daemon);
+    let mut app = claim(&daemon, &client, "Pixel 8").await;
+    app.send(
+        json!({"type": "tool_registry_snapshot", "session_id": app.session_id,
+                    "tools": [{"name": "slow_task", "description": "Blocks until answered."}]}),
+    )
+    .await;
+    let sessions = daemon.sessions().clone();
+    let session_id = app.session_id.clone();
+    until(move || sessions.tools_of(&session_id).is_some_and(|t| t.len() == 1)).await;
+
+    // One call in flight: the device holds it unanswered.
+    raw.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools.call",
+                    "params": {"name": "slow_task"}}))
+        .await;
+    let frame = expect_text(&mut app.app).await;
+    assert_eq!(frame["type"], "tool_call", "{frame}");
+    let hello = raw.request(3, "daemon.hello", json!({})).await;
+    assert_eq!(hello["result"]["pendingCalls"], 1);
+    let status = raw.request(4, "daemon.status", json!({})).await;
+    assert_eq!(status["result"]["pendingCalls"], 1);
+
+    // Settled: none pending.
+    app.send(
+        json!({"type": "tool_result", "session_id": app.session_id, "id": frame["id"],
+                    "result": {"done": true}}),
+    )
+    .await;
+    let settled = raw.next().await.unwrap();
+    assert_eq!(
+        (&settled["id"], &settled["result"]["result"]),
+        (&json!(2), &json!({"done": true}))
+    );
+    let hello = raw.request(5, "daemon.hello", json!({})).await;
+    assert_eq!(hello["result"]["pendingCalls"], 0);
+    let status = raw.request(6, "daemon.status", json!({})).await;
+    assert_eq!(status["result"]["pendingCalls"], 0);
+
+    // Another call in flight, then shutdown.
+    raw.send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools.call",
+                    "params": {"name": "slow_task"}}))
+        .await;
+    assert_eq!(expect_text(&mut app.app).await["type"], "tool_call");
+    let closed = app.answer_close();
+    daemon.shutdown().await;
+    assert_eq!(closed.await.unwrap().0, 1001);
+    let rejected = raw.next().await.unwrap();
+    assert_eq!(rejected["id"], 7);
+    assert_eq!(
+        rejected["error"]["data"]["details"],
+        json!({"reason": "daemon_shutdown"})
+    );
+    assert_eq!(
+        *steps.log.lock().unwrap(),
+        [
+            "timers stopped (pending calls: 1, device connections open: 1)",
+            "pending calls rejected (pending calls: 0, device connections open: 1)"
+        ]
+    );
+}

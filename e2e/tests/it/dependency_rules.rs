@@ -12,58 +12,81 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// One row of the 01 §3.2 table: `krate` MUST NOT depend directly on any of `forbidden`.
+/// One row of the 01 §3.2 table: `krate` MUST NOT depend directly on any of `forbidden` as a
+/// dependency of one of `kinds` (cargo's `normal`, `build`, `dev`).
 struct Rule {
     krate: &'static str,
     forbidden: &'static [&'static str],
+    kinds: &'static [&'static str],
 }
 
-/// The "MUST NOT depend on" column. Applied to every dependency kind (normal, build and dev):
-/// the table does not exempt test code. "Any socket/TLS/FS crate" of the protocol row is
-/// checked by [`is_io_crate`], directly and transitively.
+/// Every dependency kind: the 01 §3.2 table does not exempt test code.
+const EVERY_KIND: &[&str] = &["normal", "build", "dev"];
+/// What the crate ships with; its tests (dev dependencies) are exempt.
+const NOT_DEV: &[&str] = &["normal", "build"];
+
+/// The "MUST NOT depend on" column, applied to every dependency kind unless a row says
+/// otherwise. "Any socket/TLS/FS crate" of the protocol row is checked by [`is_io_crate`],
+/// directly and transitively.
 const RULES: &[Rule] = &[
     Rule {
         krate: "appduct-protocol",
         forbidden: &["tokio", "rmcp", "clap"],
+        kinds: EVERY_KIND,
     },
     // Project decision (issue #15): the client crate is what the frontends run in their own
     // process; the daemon depends on it for the shared local files, never the reverse.
     Rule {
         krate: "appduct-client",
         forbidden: &["appduct-daemon", "rmcp", "clap", "indicatif", "comfy-table"],
+        kinds: EVERY_KIND,
     },
     Rule {
         krate: "appduct-daemon",
         forbidden: &["rmcp", "clap", "indicatif", "comfy-table"],
+        kinds: EVERY_KIND,
     },
     Rule {
         krate: "appduct-mcp",
         forbidden: &["clap", "indicatif"],
+        kinds: EVERY_KIND,
+    },
+    // Project decision (issue #15): the bridge reaches the daemon over the control socket
+    // through appduct-client; only its tests may run a real daemon in process.
+    Rule {
+        krate: "appduct-mcp",
+        forbidden: &["appduct-daemon"],
+        kinds: NOT_DEV,
     },
     Rule {
         krate: "appduct",
         forbidden: &[],
+        kinds: EVERY_KIND,
     },
     Rule {
         krate: "appduct-sdk",
         forbidden: &["appduct-daemon", "rmcp", "clap"],
+        kinds: EVERY_KIND,
     },
     // "appduct-daemon internals (it drives the built binary)".
     Rule {
         krate: "appduct-e2e",
         forbidden: &["appduct-daemon"],
+        kinds: EVERY_KIND,
     },
     // Project decision (not in 01 §3.2): doctor's artifact readers are pure (the fuzz targets
     // reach them), with no runtime, frontend or daemon below them.
     Rule {
         krate: "appduct-doctor",
         forbidden: &["appduct-daemon", "tokio", "clap", "anyhow", "rmcp"],
+        kinds: EVERY_KIND,
     },
     // Project decision (not in 01 §3.2): the fuzz target bodies exercise the decoders and
     // validators only, never the daemon or a frontend's CLI stack.
     Rule {
         krate: "appduct-fuzz",
         forbidden: &["appduct-daemon", "clap", "anyhow", "tokio-rustls"],
+        kinds: EVERY_KIND,
     },
 ];
 
@@ -160,8 +183,9 @@ fn violations(metadata: &Value) -> Vec<String> {
             continue;
         };
         for dep in declared_dependencies(packages[id]) {
-            let forbidden = rule.forbidden.contains(&dep.name)
-                || (rule.krate == PROTOCOL && is_io_crate(dep.name));
+            let forbidden = rule.kinds.contains(&dep.kind)
+                && (rule.forbidden.contains(&dep.name)
+                    || (rule.krate == PROTOCOL && is_io_crate(dep.name)));
             if forbidden {
                 found.push(format!(
                     "{} MUST NOT depend on {} (declared as a {} dependency)",
@@ -538,6 +562,9 @@ fn every_forbidden_cell_is_caught_as_a_direct_dependency() {
     for rule in RULES {
         for &dep in rule.forbidden {
             for kind in [None, Some("dev"), Some("build")] {
+                if !rule.kinds.contains(&kind.unwrap_or("normal")) {
+                    continue;
+                }
                 let found = violations(&fake::with_dep(rule.krate, dep, kind));
                 assert!(
                     found
@@ -549,6 +576,27 @@ fn every_forbidden_cell_is_caught_as_a_direct_dependency() {
             }
         }
     }
+}
+
+#[test]
+fn the_bridge_may_use_the_daemon_in_its_tests_only() {
+    // The clean fixture already has appduct-mcp dev-depending on appduct-daemon.
+    assert!(violations(&fake::metadata(fake::clean_members(), fake::clean_extra())).is_empty());
+    for (kind, label) in [(None, "normal"), (Some("build"), "build")] {
+        let found = violations(&fake::with_dep("appduct-mcp", "appduct-daemon", kind));
+        assert_eq!(
+            found,
+            vec![format!(
+                "appduct-mcp MUST NOT depend on appduct-daemon (declared as a {label} dependency)"
+            )]
+        );
+    }
+    // A row limited to some kinds still applies to those kinds only: clap stays forbidden in
+    // the bridge's tests too.
+    assert_eq!(
+        violations(&fake::with_dep("appduct-mcp", "clap", Some("dev"))),
+        vec!["appduct-mcp MUST NOT depend on clap (declared as a dev dependency)".to_owned()]
+    );
 }
 
 #[test]

@@ -216,7 +216,7 @@ async fn first_round(
         }
     }
     call(
-        bridge, context, &client, &session, planned, effective, consent, progress,
+        context, &client, &session, planned, effective, consent, progress,
     )
     .await
 }
@@ -517,7 +517,7 @@ async fn mrtr_retry(
         }
         let progress = Progress::for_request(context);
         return call(
-            bridge, context, &client, &session, planned, effective, None, progress,
+            context, &client, &session, planned, effective, None, progress,
         )
         .await;
     };
@@ -542,7 +542,6 @@ async fn mrtr_retry(
     }
     let progress = Progress::for_request(context);
     call(
-        bridge,
         context,
         &client,
         &session,
@@ -577,9 +576,7 @@ fn is_call_id_in_use(e: &ToolCallError) -> bool {
 }
 
 /// Step 6–7: `tools.call` with an explicit timeout and our callId, then the mapping.
-#[allow(clippy::too_many_arguments)]
 async fn call(
-    _bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
     client: &ControlClient,
     session: &SessionSummary,

@@ -7,7 +7,7 @@
 
 use appduct_client::client::ControlClient;
 use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
-use appduct_client::link_flow::{DeviceOpen, LinkFlow, LinkFlowError};
+use appduct_client::link_flow::{DeviceChoice, DeviceOpen, LinkFlow, LinkFlowError};
 use appduct_client::project::{self as shared, ProjectError, ResolveEnv};
 use appduct_client::qr;
 use appduct_protocol::control::{LinkCreateParams, LinkCreateResult, Transport};
@@ -355,13 +355,8 @@ async fn web(
 ) -> Result<Output, ToolFailure> {
     let page = req.url.unwrap_or_default();
     let client = unless_cancelled(context, inner.control()).await?;
-    let flow = flow(inner, context, &client);
-    let link = flow
-        .mint(link_params(req, None))
-        .await
-        .map_err(|e| flow_failure(&e, inner))?;
-    let web = flow
-        .compose_web(page, &link)
+    let (link, web) = flow(inner, context, &client)
+        .open_web(link_params(req, None), page)
         .await
         .map_err(|e| flow_failure(&e, inner))?;
     Ok(Output {
@@ -446,35 +441,30 @@ fn requested_device(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Option<String
 }
 
 /// An explicit device target: every check, detection, then mint, compose and deliver; a
-/// failed delivery discards the link (02 §7).
+/// failed delivery discards the link (02 §7). A cancelled detection is dropped, which kills its
+/// helper process (the runner kills on drop).
 async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Output, ToolFailure> {
     let app_id = app_id_for(ctx, target)?;
     let requested = requested_device(ctx, target)?;
     let client = unless_cancelled(ctx.context, ctx.inner.control()).await?;
-    let flow = flow(ctx.inner, ctx.context, &client);
-    let failed = |e: LinkFlowError| flow_failure(&e, ctx.inner);
-    flow.check_reachable(target).await.map_err(failed)?;
-    // Dropping a detection kills its helper process (the runner kills on drop).
-    let device = flow
-        .detect(target, requested.as_deref())
-        .await
-        .map_err(failed)?;
     let open = DeviceOpen {
         target,
-        device: &device,
+        device: DeviceChoice::Detect {
+            requested: requested.as_deref(),
+        },
         app_id: app_id.as_deref(),
         relaunch: ctx.req.relaunch,
         scheme: ctx.scheme,
     };
-    let opened = flow
+    let opened = flow(ctx.inner, ctx.context, &client)
         .open_on_device(link_params(ctx.req, Some(target)), open)
         .await
-        .map_err(failed)?;
+        .map_err(|e| flow_failure(&e, ctx.inner))?;
     Ok(delivered(
         &opened.link,
         &opened.deep_link,
         target,
-        &device,
+        &opened.device,
         false,
     ))
 }
@@ -533,7 +523,7 @@ async fn auto(ctx: &Ctx<'_>) -> Result<Output, ToolFailure> {
     let flow = flow(ctx.inner, ctx.context, &client);
     let open = DeviceOpen {
         target,
-        device: &device,
+        device: DeviceChoice::Detected(&device),
         app_id: app_id.as_deref(),
         relaunch: false,
         scheme: ctx.scheme,
@@ -601,16 +591,10 @@ async fn qr_result(
     client: &ControlClient,
     note: Option<String>,
 ) -> Result<Output, ToolFailure> {
-    let flow = flow(ctx.inner, ctx.context, client);
-    let failed = |e: LinkFlowError| flow_failure(&e, ctx.inner);
-    let link = flow
-        .mint(link_params(ctx.req, None))
+    let (link, deep_link) = flow(ctx.inner, ctx.context, client)
+        .mint_native(link_params(ctx.req, None), ctx.scheme)
         .await
-        .map_err(failed)?;
-    let deep_link = flow
-        .compose_native(ctx.scheme, &link)
-        .await
-        .map_err(failed)?;
+        .map_err(|e| flow_failure(&e, ctx.inner))?;
     let mut notes: Vec<String> = note.into_iter().collect();
     let qr = match qr::terminal_qr(&deep_link) {
         Ok(text) => Some(text),

@@ -1,14 +1,14 @@
 //! `appduct sessions link` (05 §6.3): flag combination rules, scheme and app-id resolution,
-//! minting, delivery (scheme and app-id resolution, delivery and the terminal QR code come from
-//! the daemon crate's client-side `project`, `delivery` and `qr` modules, shared with the MCP
-//! bridge), and the link's rendering.
+//! the shared link-connect flow, and the link's rendering. Resolution, the flow (minting,
+//! delivery, revoke on failure) and the terminal QR code come from `appduct-client`'s
+//! `project`, `link_flow` and `qr` modules, shared with the MCP bridge's `appduct_connect`.
 
 use std::path::PathBuf;
 
 use appduct_client::client::ControlClient;
 use appduct_client::command_runner::CommandRunner;
 use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
-use appduct_client::link_flow::{LinkFlow, LinkFlowError};
+use appduct_client::link_flow::{DeviceChoice, DeviceOpen, LinkFlow, LinkFlowError};
 use appduct_client::project::{self, ProjectError, ResolveEnv};
 use appduct_client::qr;
 use appduct_client::state_dir::StateDir;
@@ -338,7 +338,8 @@ pub async fn run(
     Ok(success)
 }
 
-/// Steps 4–7 of 05 §6.3 on an open connection, after [`plan`]: the shared link flow.
+/// Steps 4–7 of 05 §6.3 on an open connection, after [`plan`]: runs the shared link flow for
+/// the request's target and renders its result.
 pub async fn mint_and_deliver(
     client: &ControlClient,
     dir: &StateDir,
@@ -348,52 +349,57 @@ pub async fn mint_and_deliver(
 ) -> Result<Success, CliError> {
     let flow = LinkFlow::new(client, runner);
     let failed = |e| link_flow_error(e, dir);
-    let target = req.open.and_then(OpenTarget::device_target);
-    if let Some(target) = target {
-        flow.check_reachable(target).await.map_err(failed)?;
-    }
-    let device = match target {
-        Some(target) => Some(
-            flow.detect(target, plan.requested_device.as_deref())
-                .await
-                .map_err(failed)?,
-        ),
-        None => None,
-    };
-    let link = flow.mint(link_params(req)).await.map_err(failed)?;
-    let now = OffsetDateTime::now_utc();
-    if req.open == Some(OpenTarget::Web) {
-        let url = req.url.as_deref().unwrap_or_default();
-        let web = flow.compose_web(url, &link).await.map_err(failed)?;
-        return Ok(web_link_created(
-            &link.session_id,
-            &web.url,
-            &web.script,
-            link.expires_at,
-            now,
-        ));
-    }
     let scheme = plan.scheme.as_deref().unwrap_or_default();
-    let deep_link = flow.compose_native(scheme, &link).await.map_err(failed)?;
-    let delivered = match (target, device) {
-        (Some(target), Some(device)) => {
-            let d = delivery::Delivery {
+    match (req.open, req.open.and_then(OpenTarget::device_target)) {
+        (Some(OpenTarget::Web), _) => {
+            let url = req.url.as_deref().unwrap_or_default();
+            let (link, web) = flow.open_web(link_params(req), url).await.map_err(failed)?;
+            Ok(web_link_created(
+                &link.session_id,
+                &web.url,
+                &web.script,
+                link.expires_at,
+                OffsetDateTime::now_utc(),
+            ))
+        }
+        (_, Some(target)) => {
+            let open = DeviceOpen {
                 target,
-                device: &device,
+                device: DeviceChoice::Detect {
+                    requested: plan.requested_device.as_deref(),
+                },
                 app_id: plan.app_id.as_deref(),
                 relaunch: req.relaunch,
-                deep_link: &deep_link,
-                port: link.endpoint.port,
+                scheme,
             };
-            flow.deliver(&link, &d).await.map_err(failed)?;
-            Some(Delivery {
+            let opened = flow
+                .open_on_device(link_params(req), open)
+                .await
+                .map_err(failed)?;
+            let delivered = Delivery {
                 target: target.as_str().to_owned(),
-                device,
-            })
+                device: opened.device,
+            };
+            Ok(link_created(
+                &opened.link,
+                &opened.deep_link,
+                Some(&delivered),
+                OffsetDateTime::now_utc(),
+            ))
         }
-        _ => None,
-    };
-    Ok(link_created(&link, &deep_link, delivered.as_ref(), now))
+        (_, None) => {
+            let (link, deep_link) = flow
+                .mint_native(link_params(req), scheme)
+                .await
+                .map_err(failed)?;
+            Ok(link_created(
+                &link,
+                &deep_link,
+                None,
+                OffsetDateTime::now_utc(),
+            ))
+        }
+    }
 }
 
 /// A failure of the shared link flow as the CLI reports it (05 §6.3): the loopback refusal is a

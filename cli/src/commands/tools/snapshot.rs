@@ -370,7 +370,8 @@ pub fn check(path: &Path, live: &Value, alias: &str, paint: Paint) -> Result<Suc
 
 /// A unified diff of two texts with [`DIFF_CONTEXT`] lines of context; empty when equal.
 /// Lines are compared without their line breaks; the line diff is `similar`'s Myers (linear
-/// space), grouped into hunks whose context overlaps.
+/// space), grouped into hunks whose context overlaps. Where several shortest diffs exist, the
+/// hunks are the one `similar` picks (pinned by `ambiguous_diffs_keep_todays_hunks`).
 pub fn unified_diff(old: &str, new: &str, old_name: &str, new_name: &str) -> String {
     let a: Vec<&str> = old.lines().collect();
     let b: Vec<&str> = new.lines().collect();
@@ -636,6 +637,73 @@ mod tests {
             "n",
         );
         assert_eq!(d, "--- o\n+++ n\n@@ -6,4 +6,3 @@\n 6\n 7\n 8\n-9\n");
+    }
+
+    /// A snapshot of tools named `names`, pretty-printed: every tool object ends in the same
+    /// `    },` line, so a diff of two such lists has several equally short answers.
+    fn snapshot_of(names: &[&str]) -> String {
+        let list: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"name": n, "description": format!("The {n} tool."), "group": null, "policy": "allow"}))
+            .collect();
+        canonical_text(&document(&tools(Value::Array(list)), &events(json!([]))))
+    }
+
+    /// Golden outputs of ambiguous diffs: hunks follow `similar`'s Myers choice, and these pin
+    /// it (the tool-list cases are also what the hand-written Myers printed before).
+    #[test]
+    fn ambiguous_diffs_keep_todays_hunks() {
+        let inserted = unified_diff(
+            &snapshot_of(&["alpha", "gamma"]),
+            &snapshot_of(&["alpha", "beta", "gamma"]),
+            "o",
+            "n",
+        );
+        assert_eq!(
+            inserted,
+            "--- o\n+++ n\n@@ -8,6 +8,11 @@\n       \"name\": \"alpha\"\n     },\n     {\n\
+             +      \"description\": \"The beta tool.\",\n+      \"group\": null,\n\
+             +      \"name\": \"beta\"\n+    },\n+    {\n\
+             \x20      \"description\": \"The gamma tool.\",\n       \"group\": null,\n\
+             \x20      \"name\": \"gamma\"\n"
+        );
+        let appended = unified_diff(
+            &snapshot_of(&["alpha", "beta"]),
+            &snapshot_of(&["alpha", "alpha2", "beta", "beta2"]),
+            "o",
+            "n",
+        );
+        assert_eq!(
+            appended,
+            "--- o\n+++ n\n@@ -8,9 +8,19 @@\n       \"name\": \"alpha\"\n     },\n     {\n\
+             +      \"description\": \"The alpha2 tool.\",\n+      \"group\": null,\n\
+             +      \"name\": \"alpha2\"\n+    },\n+    {\n\
+             \x20      \"description\": \"The beta tool.\",\n       \"group\": null,\n\
+             \x20      \"name\": \"beta\"\n+    },\n+    {\n\
+             +      \"description\": \"The beta2 tool.\",\n+      \"group\": null,\n\
+             +      \"name\": \"beta2\"\n     }\n   ]\n }\n"
+        );
+        let removed = unified_diff(
+            &snapshot_of(&["alpha", "beta", "gamma"]),
+            &snapshot_of(&["alpha", "gamma"]),
+            "o",
+            "n",
+        );
+        assert_eq!(
+            removed,
+            "--- o\n+++ n\n@@ -8,11 +8,6 @@\n       \"name\": \"alpha\"\n     },\n     {\n\
+             -      \"description\": \"The beta tool.\",\n-      \"group\": null,\n\
+             -      \"name\": \"beta\"\n-    },\n-    {\n\
+             \x20      \"description\": \"The gamma tool.\",\n       \"group\": null,\n\
+             \x20      \"name\": \"gamma\"\n"
+        );
+        // Repeated `},` lines moved around: one of several shortest scripts (the hand-written
+        // Myers chose another here).
+        let shuffled = unified_diff("x\n},\ny\n},\nz\n", "},\nx\n},\n},\ny\nz\n},\n", "o", "n");
+        assert_eq!(
+            shuffled,
+            "--- o\n+++ n\n@@ -1,5 +1,7 @@\n+},\n x\n },\n+},\n y\n+z\n },\n-z\n"
+        );
     }
 
     #[test]
