@@ -1106,6 +1106,21 @@ impl Inner {
                 ));
                 self.settle_by_wire(session_id, &error.id, outcome);
             }
+            CallFrame::Invalid { id, detail } => {
+                // The closest type of 03 §5.3 for an answer the daemon cannot pass on (project
+                // decision, issue #20 defect 4): the result was not serialisable within bounds.
+                let outcome = Outcome::error(
+                    ErrorObject::application(
+                        ErrorType::ToolSerializationError,
+                        format!("The app's answer could not be passed on: {detail}."),
+                    )
+                    .with_details(serde_json::json!({
+                        "reason": "too_deep",
+                        "maxDepth": limits::MAX_JSON_DEPTH,
+                    })),
+                );
+                self.settle_by_wire(session_id, &id, outcome);
+            }
         }
     }
 

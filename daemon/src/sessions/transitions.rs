@@ -305,6 +305,27 @@ impl Inner {
         Ok(())
     }
 
+    /// An answer from connection `conn` for call `wire_id` that broke a per-value bound: that
+    /// call fails, the connection stays. Dropped like any frame once `conn` lost the session.
+    pub(super) fn fail_call(&self, conn: u64, session_id: &str, wire_id: String, detail: String) {
+        // Held while routing, as `apply` does, so the call cannot race a transition.
+        let st = self.state();
+        if st
+            .sessions
+            .get(session_id)
+            .is_some_and(|s| s.is_attached(conn))
+        {
+            self.call_frame(
+                session_id,
+                CallFrame::Invalid {
+                    id: wire_id,
+                    detail,
+                },
+            );
+        }
+        drop(st);
+    }
+
     pub(super) fn tools_changed(&self, id: &str, session: &Session) {
         self.bus.emit(
             Some(id),

@@ -1,0 +1,129 @@
+//! Issue #20, defects 1 and 4: what a paired app can make the daemon hold and write. A real
+//! in-process daemon, real `appduct-sdk` apps over the wss listener, typed control clients;
+//! every wait is bounded and tied to a condition.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod daemon_support;
+
+use appduct_client::client::ControlClient;
+use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions};
+use appduct_protocol::control::{LinkCreate, LinkCreateParams, SessionState, ToolsCallParams};
+use appduct_protocol::limits::MAX_JSON_DEPTH;
+use appduct_protocol::link::compose_deep_link;
+use appduct_sdk::{CallContext, Client, ClientState, Trust};
+use daemon_support::{WAIT, memory_client, state_dir};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::time::timeout;
+
+struct Setup {
+    _dir: TempDir,
+    daemon: DaemonHandle,
+    app: Client,
+    session_id: String,
+}
+
+/// A daemon and one SDK app holding `register`'s tools, connected and active.
+async fn setup(register: impl FnOnce(&Client)) -> Setup {
+    let dir = state_dir();
+    let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()))
+        .await
+        .unwrap();
+    let link = memory_client(&daemon)
+        .call::<LinkCreate>(LinkCreateParams::default())
+        .await
+        .unwrap();
+    let pin = daemon.pin();
+    let deep_link = compose_deep_link("test", &link.deep_link_payload, Some(&pin)).unwrap();
+    let app = Client::builder()
+        .trust(Trust::Pin(vec![pin]))
+        .build()
+        .unwrap();
+    register(&app);
+    timeout(WAIT, app.connect(&deep_link))
+        .await
+        .unwrap()
+        .unwrap();
+    let session_id = link.session_id;
+    wait_active(&daemon, &session_id).await;
+    Setup {
+        _dir: dir,
+        daemon,
+        app,
+        session_id,
+    }
+}
+
+async fn wait_active(daemon: &DaemonHandle, session_id: &str) {
+    let sessions = daemon.sessions().clone();
+    daemon_support::until(move || {
+        sessions
+            .summary(session_id)
+            .is_some_and(|s| s.state == SessionState::Active)
+            && sessions.tools_of(session_id).is_some_and(|t| !t.is_empty())
+    })
+    .await;
+}
+
+fn call(name: &str, args: Value) -> ToolsCallParams {
+    serde_json::from_value(json!({"name": name, "args": args})).unwrap()
+}
+
+/// An object nested `depth` levels (`{"a":{"a":…{}}}`), the outermost being level 1.
+fn nested_object(depth: usize) -> Value {
+    let mut v = json!({});
+    for _ in 1..depth {
+        v = json!({ "a": v });
+    }
+    v
+}
+
+fn register_echo(app: &Client) {
+    let descriptor = json!({"name": "echo", "description": "Wraps its input.",
+                            "input_schema": {"type": "object"},
+                            "output_schema": {"type": "object"}});
+    app.register_tool(&descriptor, |args: Value, _ctx: CallContext| async move {
+        Ok(json!({ "echo": args }))
+    })
+    .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 4: an answer nested past the cap fails its call and keeps the app
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_answer_nested_past_the_cap_fails_its_call_and_keeps_the_app_connected() {
+    let s = setup(register_echo).await;
+    let control: ControlClient = memory_client(&s.daemon);
+
+    // The args are at the cap, so the daemon accepts them; the echo is one level deeper.
+    let deep = nested_object(MAX_JSON_DEPTH);
+    let failed = timeout(WAIT, control.call_tool(call("echo", deep)))
+        .await
+        .expect("the call never settled")
+        .expect_err("a 65-deep answer cannot be passed on");
+    assert_eq!(
+        failed.error.error_type().as_str(),
+        "tool_serialization_error",
+        "{failed:?}"
+    );
+    let details = failed.error.details().unwrap_or_default();
+    assert_eq!(details["reason"], "too_deep", "{details}");
+    assert_eq!(details["maxDepth"], MAX_JSON_DEPTH, "{details}");
+
+    // The app was not disconnected: still active on both sides, and the next call succeeds.
+    assert_eq!(s.app.state(), ClientState::Active);
+    assert_eq!(
+        s.daemon.sessions().summary(&s.session_id).unwrap().state,
+        SessionState::Active
+    );
+    let ok = timeout(WAIT, control.call_tool(call("echo", json!({"x": 1}))))
+        .await
+        .expect("the call never settled")
+        .unwrap();
+    assert_eq!(ok.result, json!({"echo": {"x": 1}}));
+    assert_eq!(s.app.state(), ClientState::Active);
+    s.daemon.shutdown().await;
+}
