@@ -9,7 +9,8 @@ mod daemon_support;
 use appduct_client::client::ControlClient;
 use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions};
 use appduct_protocol::control::{LinkCreate, LinkCreateParams, SessionState, ToolsCallParams};
-use appduct_protocol::limits::MAX_JSON_DEPTH;
+use appduct_protocol::descriptor::validate_tool_descriptor;
+use appduct_protocol::limits::{MAX_JSON_DEPTH, MAX_REGISTRY_BYTES};
 use appduct_protocol::link::compose_deep_link;
 use appduct_sdk::{CallContext, Client, ClientState, Trust};
 use daemon_support::{WAIT, memory_client, state_dir};
@@ -125,5 +126,69 @@ async fn an_answer_nested_past_the_cap_fails_its_call_and_keeps_the_app_connecte
         .unwrap();
     assert_eq!(ok.result, json!({"echo": {"x": 1}}));
     assert_eq!(s.app.state(), ClientState::Active);
+    s.daemon.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 1 (a): a session's registry is bounded in bytes
+// ---------------------------------------------------------------------------------------------
+
+/// A tool of about 200 KB: one frame each, so only many of them reach the cap.
+fn big_tool(i: usize) -> Value {
+    json!({"name": format!("big_{i:03}"), "description": "Large schema.",
+           "input_schema": {"type": "object", "description": "x".repeat(200_000)}})
+}
+
+fn held(descriptor: &Value) -> usize {
+    validate_tool_descriptor(descriptor).unwrap().held_bytes()
+}
+
+fn register_noop(app: &Client, descriptor: &Value) {
+    app.register_tool(descriptor, |_args: Value, _ctx: CallContext| async move {
+        Ok(Value::Null)
+    })
+    .unwrap();
+}
+
+async fn wait_tools(daemon: &DaemonHandle, session_id: &str, count: usize) {
+    let sessions = daemon.sessions().clone();
+    daemon_support::until(move || {
+        sessions
+            .tools_of(session_id)
+            .is_some_and(|t| t.len() == count)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn registry_bytes_up_to_the_cap_are_held_and_one_delta_past_it_closes_invalid_registry() {
+    let small = json!({"name": "small", "description": "A small tool."});
+    let s = setup(|app| register_noop(app, &small)).await;
+
+    // As many big tools as fit under the cap with the small one: all accepted.
+    let fit = (MAX_REGISTRY_BYTES - held(&small)) / held(&big_tool(0));
+    assert!(fit > 10, "the cap takes many frames: {fit}");
+    for i in 0..fit {
+        register_noop(&s.app, &big_tool(i));
+    }
+    wait_tools(&s.daemon, &s.session_id, fit + 1).await;
+    let total: usize = held(&small) + (0..fit).map(|i| held(&big_tool(i))).sum::<usize>();
+    assert!(total <= MAX_REGISTRY_BYTES);
+    assert_eq!(s.app.state(), ClientState::Active);
+
+    // One more passes the cap: the app is closed `1008 invalid_registry` (terminal) and the
+    // daemon keeps the registry it held before the frame.
+    register_noop(&s.app, &big_tool(fit));
+    let app = s.app.clone();
+    daemon_support::until(move || matches!(app.state(), ClientState::Closed { .. })).await;
+    assert_eq!(
+        s.app.state(),
+        ClientState::Closed {
+            reason: "invalid_registry".to_owned()
+        }
+    );
+    let kept = s.daemon.sessions().tools_of(&s.session_id).unwrap();
+    assert_eq!(kept.len(), fit + 1);
+    assert!(kept.iter().all(|t| t.name != format!("big_{fit:03}")));
     s.daemon.shutdown().await;
 }
