@@ -59,7 +59,9 @@ use crate::policy::PolicyEngine;
 use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
 use appduct_client::random::random_bytes;
 
-pub use list::{ToolsPage, group_totals, in_group, list_tools, simple_lowercase};
+pub use list::{
+    ToolsPage, group_totals, in_group, list_tools, list_tools_within, simple_lowercase,
+};
 
 /// How long the daemon waits for the app after sending `tool_cancel` (04 §6.2).
 pub const CANCEL_GRACE: Duration = Duration::from_millis(limits::CANCEL_GRACE_MS);

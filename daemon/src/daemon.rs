@@ -231,6 +231,7 @@ impl DaemonOptions {
             line_cap: self.control_line_cap,
             subscriber_buffer_cap: self.subscriber_buffer_cap,
             drain_timeout: self.control_drain_timeout,
+            ..ServerOptions::default()
         }
     }
 }

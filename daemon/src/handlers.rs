@@ -36,7 +36,9 @@ use tokio::sync::watch;
 
 use crate::address::AddressOrigin;
 use crate::audit::AuditWriter;
-use crate::control_server::{BoxFuture, Connection, ConnectionId, ControlHandler, Reply};
+use crate::control_server::{
+    BoxFuture, Connection, ConnectionId, ControlHandler, PAGE_ITEM_BYTES, Reply, serialized_len,
+};
 use crate::events::{EventBus, EventFilter, SinceQuery, SubscribeRequest, SubscriptionId};
 use crate::links::{DaemonLinkEnv, LinkEnvironment};
 use crate::policy::PolicyEngine;
@@ -455,7 +457,16 @@ impl DaemonHandler {
         let take = params
             .limit
             .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-        let events: Vec<EventsListEntry> = matching.into_iter().skip(skip).take(take).collect();
+        // Bounded in bytes like `tools.list` (project decision, issue #20).
+        let mut bytes = 0usize;
+        let mut events: Vec<EventsListEntry> = Vec::new();
+        for entry in matching.into_iter().skip(skip).take(take) {
+            bytes = bytes.saturating_add(serialized_len(&entry) + 1);
+            if bytes > PAGE_ITEM_BYTES && !events.is_empty() {
+                break;
+            }
+            events.push(entry);
+        }
         let has_more = offset.saturating_add(events.len() as u64) < total;
         Ok(EventsListResult::new(events, total, has_more, offset))
     }
