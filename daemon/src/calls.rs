@@ -51,7 +51,7 @@ use tokio::time::Instant;
 use crate::audit::{AuditRecord, AuditWriter};
 use crate::clock::Clock;
 use crate::consent::ConsentStore;
-use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply};
+use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply, respond_off_thread};
 use crate::daemon::CallsContext;
 use crate::events::EventBus;
 use crate::handlers::CallsApi;
@@ -393,7 +393,9 @@ impl CallsApi for Calls {
         let conn = conn.clone();
         Box::pin(async move {
             match request {
-                ControlRequest::ToolsList(p) => Reply::from_result(inner.tools_list(&p)),
+                ControlRequest::ToolsList(p) => {
+                    respond_off_thread(conn, id, move || inner.tools_list(&p)).await
+                }
                 ControlRequest::ToolsCall(p) => inner.tools_call(conn, id, p, t0).await,
                 ControlRequest::ToolsCancel(p) => Reply::from_result(inner.tools_cancel(&p).await),
                 ControlRequest::ConsentCreate(p) => Reply::from_result(inner.consent_create(&p)),

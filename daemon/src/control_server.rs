@@ -329,6 +329,10 @@ impl Connection {
         id: &RequestId,
         outcome: Result<&T, &ErrorObject>,
     ) -> bool {
+        // Nothing to build for a request already answered or a connection that is gone.
+        if !self.owes(id) {
+            return false;
+        }
         let limit = self.shared.max_reply_bytes;
         let line = match bounded_line(&ResponseLine { id, outcome }, limit) {
             Ok(line) => line,
@@ -536,6 +540,13 @@ impl Connection {
             return false;
         }
         st.calls_in_flight.insert(id.clone())
+    }
+
+    /// Whether a response to `id` would still be written: in flight on a connection that has
+    /// not closed.
+    fn owes(&self, id: &RequestId) -> bool {
+        let st = lock(&self.shared.state);
+        st.phase != Phase::Closed && st.in_flight.contains(id)
     }
 
     fn in_flight(&self, id: &RequestId) -> bool {
@@ -911,6 +922,38 @@ fn bounded_line<T: Serialize>(message: &T, limit: usize) -> Result<Vec<u8>, Boun
         }
         Err(e) if e.is_io() => Err(BoundedLineError::TooLarge),
         Err(e) => Err(BoundedLineError::Json(e)),
+    }
+}
+
+/// Replies built off the runtime thread at once (see [`respond_off_thread`]).
+static LARGE_REPLY_BUILDERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// Builds and writes the response to `id` on the blocking pool, at most two at a time, and
+/// answers [`Reply::AlreadySent`] (project decision, issue #20): the daemon runs on one thread,
+/// and a reply of up to [`limits::MAX_CONTROL_REPLY_BYTES`] takes long enough to build and
+/// serialise that every other session would wait for it. Nothing is built once the connection
+/// has closed (a client that never read was cut while the request waited).
+pub async fn respond_off_thread<T, F>(conn: Connection, id: RequestId, build: F) -> Reply
+where
+    T: Serialize,
+    F: FnOnce() -> Result<T, ErrorObject> + Send + 'static,
+{
+    let Ok(_permit) = LARGE_REPLY_BUILDERS.acquire().await else {
+        return Reply::Err(ErrorObject::internal("the reply builders are gone"));
+    };
+    if !conn.owes(&id) {
+        return Reply::AlreadySent;
+    }
+    let built = tokio::task::spawn_blocking(move || {
+        let result = build();
+        conn.respond_with(&id, result.as_ref());
+    })
+    .await;
+    match built {
+        Ok(()) => Reply::AlreadySent,
+        Err(e) => Reply::Err(ErrorObject::internal(format!(
+            "The daemon could not build its reply: {e}"
+        ))),
     }
 }
 

@@ -112,6 +112,8 @@ pub struct DaemonOptions {
     pub max_preclaim_connections: usize,
     pub control_line_cap: usize,
     pub subscriber_buffer_cap: usize,
+    /// Longest control reply ([`limits::MAX_CONTROL_REPLY_BYTES`]); tests lower it.
+    pub control_reply_cap: usize,
     /// How long a closing control connection may take to flush.
     pub control_drain_timeout: Duration,
     /// Reported by `daemon.hello`, `daemon.status` and `daemon_started`.
@@ -155,6 +157,7 @@ impl DaemonOptions {
             max_preclaim_connections: limits::MAX_PRECLAIM_CONNECTIONS,
             control_line_cap: server.line_cap,
             subscriber_buffer_cap: server.subscriber_buffer_cap,
+            control_reply_cap: server.max_reply_bytes,
             control_drain_timeout: server.drain_timeout,
             version,
             pidfile: PidfileOptions::default(),
@@ -209,6 +212,11 @@ impl DaemonOptions {
         self
     }
 
+    pub fn control_reply_cap(mut self, cap: usize) -> Self {
+        self.control_reply_cap = cap;
+        self
+    }
+
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = version.into();
         self
@@ -231,7 +239,7 @@ impl DaemonOptions {
             line_cap: self.control_line_cap,
             subscriber_buffer_cap: self.subscriber_buffer_cap,
             drain_timeout: self.control_drain_timeout,
-            ..ServerOptions::default()
+            max_reply_bytes: self.control_reply_cap,
         }
     }
 }

@@ -37,7 +37,8 @@ use tokio::sync::watch;
 use crate::address::AddressOrigin;
 use crate::audit::AuditWriter;
 use crate::control_server::{
-    BoxFuture, Connection, ConnectionId, ControlHandler, PAGE_ITEM_BYTES, Reply, serialized_len,
+    BoxFuture, Connection, ConnectionId, ControlHandler, PAGE_ITEM_BYTES, Reply,
+    respond_off_thread, serialized_len,
 };
 use crate::events::{EventBus, EventFilter, SinceQuery, SubscribeRequest, SubscriptionId};
 use crate::links::{DaemonLinkEnv, LinkEnvironment};
@@ -306,12 +307,19 @@ impl DaemonHandler {
             ControlRequest::SessionsList(_) => Reply::from_result(Ok(self.sessions_list())),
             ControlRequest::SessionsDescribe(p) => Reply::from_result(self.sessions_describe(&p)),
             ControlRequest::SessionsRevoke(p) => Reply::from_result(self.sessions_revoke(&p)),
-            ControlRequest::EventsList(p) => Reply::from_result(self.events_list(&p)),
+            // Pages of up to the reply cap: built off the runtime thread.
+            ControlRequest::EventsList(p) => {
+                let this = self.clone();
+                respond_off_thread(conn, id, move || this.events_list(&p)).await
+            }
             ControlRequest::EventsSubscribe(p) => match self.events_subscribe(&conn, &id, &p) {
                 Ok(()) => Reply::AlreadySent,
                 Err(e) => Reply::Err(e),
             },
-            ControlRequest::EventsSince(p) => Reply::from_result(self.events_since(&p)),
+            ControlRequest::EventsSince(p) => {
+                let this = self.clone();
+                respond_off_thread(conn, id, move || this.events_since(&p)).await
+            }
             calls @ (ControlRequest::ToolsList(_)
             | ControlRequest::ToolsCall(_)
             | ControlRequest::ToolsCancel(_)

@@ -27,8 +27,15 @@ struct Setup {
 
 /// A daemon and one SDK app holding `register`'s tools, connected and active.
 async fn setup(register: impl FnOnce(&Client)) -> Setup {
+    setup_with(|o| o, register).await
+}
+
+async fn setup_with(
+    options: impl FnOnce(DaemonOptions) -> DaemonOptions,
+    register: impl FnOnce(&Client),
+) -> Setup {
     let dir = state_dir();
-    let daemon = Daemon::start(DaemonOptions::for_tests(dir.path()))
+    let daemon = Daemon::start(options(DaemonOptions::for_tests(dir.path())))
         .await
         .unwrap();
     let link = memory_client(&daemon)
@@ -190,5 +197,96 @@ async fn registry_bytes_up_to_the_cap_are_held_and_one_delta_past_it_closes_inva
     let kept = s.daemon.sessions().tools_of(&s.session_id).unwrap();
     assert_eq!(kept.len(), fit + 1);
     assert!(kept.iter().all(|t| t.name != format!("big_{fit:03}")));
+    s.daemon.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defect 1 (b): clients that never read are cut, not buffered for
+// ---------------------------------------------------------------------------------------------
+
+const SMALL_CAP: usize = 64 * 1024;
+const SMALL_REPLY_CAP: usize = 1_048_576;
+
+#[tokio::test]
+async fn four_clients_that_never_read_their_replies_are_closed_past_the_cap_and_one_reply() {
+    use tokio::io::AsyncWriteExt;
+    // Lowered caps (the defaults are 4 MiB and 16 MiB): each `tools.list` is ~600 KB, so a
+    // connection may queue the cap plus one reply's worth, and the third unread reply cuts it.
+    let small = json!({"name": "small", "description": "A small tool."});
+    let s = setup_with(
+        |o| {
+            o.subscriber_buffer_cap(SMALL_CAP)
+                .control_reply_cap(SMALL_REPLY_CAP)
+        },
+        |app| register_noop(app, &small),
+    )
+    .await;
+    for i in 0..3 {
+        register_noop(&s.app, &big_tool(i));
+    }
+    wait_tools(&s.daemon, &s.session_id, 4).await;
+    let handler = s.daemon.handler().clone();
+    let mut held_streams = Vec::new();
+    for _ in 0..4 {
+        let mut stream = s.daemon.control_stream();
+        let mut lines = Vec::new();
+        for id in 1..=8 {
+            lines.extend_from_slice(
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"tools.list\",\"params\":{{}}}}\n")
+                    .as_bytes(),
+            );
+        }
+        stream.write_all(&lines).await.unwrap();
+        held_streams.push(stream);
+    }
+    // Each connection counts from its first request line; none can close before three of its
+    // replies are built, so all four are seen open first.
+    let seen = handler.clone();
+    daemon_support::until(move || seen.connection_count() == 4).await;
+    // Eight unread replies each: every connection is closed instead of queueing them all.
+    daemon_support::until(move || handler.connection_count() == 0).await;
+    // What the closed ones held is bounded by the queue bound; the daemon serves everyone else.
+    let listed = memory_client(&s.daemon)
+        .call::<appduct_protocol::control::ToolsList>(Default::default())
+        .await
+        .unwrap();
+    assert_eq!(listed.total, 4);
+    drop(held_streams);
+    s.daemon.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reply_past_the_reply_cap_pages_or_answers_too_large() {
+    // Three ~200 KB tools with a 300 KB reply cap: `tools.list` pages by bytes (one per page)
+    // and a client pages through; `sessions.list` and others are bounded by the same check.
+    let small = json!({"name": "small", "description": "A small tool."});
+    let s = setup_with(
+        |o| o.control_reply_cap(300_000),
+        |app| register_noop(app, &small),
+    )
+    .await;
+    for i in 0..3 {
+        register_noop(&s.app, &big_tool(i));
+    }
+    wait_tools(&s.daemon, &s.session_id, 4).await;
+    let control = memory_client(&s.daemon);
+    // PAGE_ITEM_BYTES follows the default cap, so the page itself is cut by the reply check:
+    // the typed error names the reason and the limit.
+    let err = control
+        .call::<appduct_protocol::control::ToolsList>(Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.error_type().as_str(), "invalid_request", "{err:?}");
+    let details = err.details().unwrap_or_default();
+    assert_eq!(details, json!({"reason": "too_large", "limit": 300_000}));
+    // A page that fits is served, and the connection keeps working.
+    let one = control
+        .call::<appduct_protocol::control::ToolsList>(
+            serde_json::from_value(json!({"limit": 1})).unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(one.tools.len(), 1);
+    assert!(one.has_more);
     s.daemon.shutdown().await;
 }
