@@ -358,4 +358,48 @@ mod tests {
         }
         assert_eq!(seen, names(&whole));
     }
+
+    /// Issue #20 (c): what building the largest `tools.list` page costs. Run with
+    /// `cargo test --release -p appduct-daemon --lib largest_page -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn largest_page_build_time() {
+        use appduct_protocol::control::ToolsListResult;
+        use appduct_protocol::limits::MAX_REGISTRY_BYTES;
+        // Worst case per held byte: descriptions of control characters escape to six bytes.
+        let description = format!("x{}", "\u{1}".repeat(4_095));
+        let mut registry = Vec::new();
+        let mut held = 0;
+        while registry.len() < 2_048 {
+            let t = tool(&format!("t_{:04}", registry.len()), &description, None);
+            if held + t.held_bytes() > MAX_REGISTRY_BYTES {
+                break;
+            }
+            held += t.held_bytes();
+            registry.push(t);
+        }
+        let mut samples = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..5 {
+            let start = std::time::Instant::now();
+            let page = list_tools(&registry, &ToolsListParams::default(), allow);
+            let result = ToolsListResult::new(
+                page.tools,
+                page.total,
+                page.has_more,
+                page.offset,
+                page.groups,
+            );
+            bytes = serde_json::to_vec(&result).unwrap().len();
+            samples.push(start.elapsed());
+        }
+        samples.sort();
+        println!(
+            "largest tools.list page: {} tools held {held} B, reply {bytes} B, build+serialise median {:?} (min {:?}, max {:?})",
+            registry.len(),
+            samples[2],
+            samples[0],
+            samples[4]
+        );
+    }
 }
