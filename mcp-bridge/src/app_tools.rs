@@ -49,7 +49,7 @@ pub async fn lookup(
     let mut found = None;
     loop {
         let page = client
-            .call::<ToolsList>(params.clone().with_offset(Some(offset)))
+            .call::<ToolsList>(params.clone().with_offset((offset > 0).then_some(offset)))
             .await
             .map_err(|e| ToolFailure::from_client(&e))?;
         let reached = page.tools.last().is_some_and(|t| t.name() >= name);
