@@ -18,8 +18,9 @@ use appduct_protocol::control::{
     ClientInfo, DaemonHello, DaemonShutdown, EventNotification, EventsSubscribe, HelloParams,
     HelloResult, Method, NoParams, ServerNotification, SubscribeParams, SubscribeResult,
     ToolCallProgressParams, ToolCallStartedParams, ToolsCall, ToolsCallParams, ToolsCallResult,
-    clamp_timeout_ms,
+    ToolsList, ToolsListParams, ToolsListResult, clamp_timeout_ms,
 };
+use appduct_protocol::control::{EventsList, EventsListParams, EventsListResult};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::{
     ErrorObject, LineBuffer, Request, RequestId, ServerMessage, codes, parse_server_message,
@@ -646,6 +647,71 @@ impl ControlClient {
         let after = self.timeout_for(M::NAME, &params);
         let v = self.inner.request(M::NAME, Some(params), after).await?;
         decode(M::NAME, v)
+    }
+
+    /// `tools.list` through every page from `params.offset` (up to `params.limit` tools when
+    /// given): the daemon ends a page early once it holds `MAX_CONTROL_REPLY_BYTES` worth of
+    /// descriptors, so a whole registry can take several requests. `total` and `groups` are the
+    /// first page's; `hasMore` is the last page's.
+    pub async fn list_all_tools(
+        &self,
+        params: ToolsListParams,
+    ) -> Result<ToolsListResult, ClientError> {
+        let mut all = self.call::<ToolsList>(params.clone()).await?;
+        let start = params.offset.unwrap_or(0);
+        while all.has_more && !all.tools.is_empty() {
+            let listed = all.tools.len() as u64;
+            let remaining = match params.limit {
+                Some(limit) if listed >= limit => break,
+                Some(limit) => Some(limit - listed),
+                None => None,
+            };
+            let page = self
+                .call::<ToolsList>(
+                    params
+                        .clone()
+                        .with_offset(Some(start + listed))
+                        .with_limit(remaining),
+                )
+                .await?;
+            if page.tools.is_empty() {
+                break;
+            }
+            all.has_more = page.has_more;
+            all.tools.extend(page.tools);
+        }
+        Ok(all)
+    }
+
+    /// `events.list` through every page, as [`ControlClient::list_all_tools`] does.
+    pub async fn list_all_events(
+        &self,
+        params: EventsListParams,
+    ) -> Result<EventsListResult, ClientError> {
+        let mut all = self.call::<EventsList>(params.clone()).await?;
+        let start = params.offset.unwrap_or(0);
+        while all.has_more && !all.events.is_empty() {
+            let listed = all.events.len() as u64;
+            let remaining = match params.limit {
+                Some(limit) if listed >= limit => break,
+                Some(limit) => Some(limit - listed),
+                None => None,
+            };
+            let page = self
+                .call::<EventsList>(
+                    params
+                        .clone()
+                        .with_offset(Some(start + listed))
+                        .with_limit(remaining),
+                )
+                .await?;
+            if page.events.is_empty() {
+                break;
+            }
+            all.has_more = page.has_more;
+            all.events.extend(page.events);
+        }
+        Ok(all)
     }
 
     /// [`ControlClient::call`] with an explicit timeout.

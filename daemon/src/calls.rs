@@ -51,7 +51,7 @@ use tokio::time::Instant;
 use crate::audit::{AuditRecord, AuditWriter};
 use crate::clock::Clock;
 use crate::consent::ConsentStore;
-use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply};
+use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply, respond_off_thread};
 use crate::daemon::CallsContext;
 use crate::events::EventBus;
 use crate::handlers::CallsApi;
@@ -59,7 +59,9 @@ use crate::policy::PolicyEngine;
 use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
 use appduct_client::random::random_bytes;
 
-pub use list::{ToolsPage, group_totals, in_group, list_tools, simple_lowercase};
+pub use list::{
+    ToolsPage, group_totals, in_group, list_tools, list_tools_within, simple_lowercase,
+};
 
 /// How long the daemon waits for the app after sending `tool_cancel` (04 §6.2).
 pub const CANCEL_GRACE: Duration = Duration::from_millis(limits::CANCEL_GRACE_MS);
@@ -394,7 +396,9 @@ impl CallsApi for Calls {
         let conn = conn.clone();
         Box::pin(async move {
             match request {
-                ControlRequest::ToolsList(p) => Reply::from_result(inner.tools_list(&p)),
+                ControlRequest::ToolsList(p) => {
+                    respond_off_thread(conn, id, move || inner.tools_list(&p)).await
+                }
                 ControlRequest::ToolsCall(p) => inner.tools_call(conn, id, p, t0).await,
                 ControlRequest::ToolsCancel(p) => Reply::from_result(inner.tools_cancel(&p).await),
                 ControlRequest::ConsentCreate(p) => Reply::from_result(inner.consent_create(&p)),
@@ -1111,6 +1115,21 @@ impl Inner {
                     body.details,
                 ));
                 self.settle_by_wire(session_id, &error.id, outcome);
+            }
+            CallFrame::Invalid { id, detail } => {
+                // The closest type of 03 §5.3 for an answer the daemon cannot pass on (project
+                // decision, issue #20 defect 4): the result was not serialisable within bounds.
+                let outcome = Outcome::error(
+                    ErrorObject::application(
+                        ErrorType::ToolSerializationError,
+                        format!("The app's answer could not be passed on: {detail}."),
+                    )
+                    .with_details(serde_json::json!({
+                        "reason": "too_deep",
+                        "maxDepth": limits::MAX_JSON_DEPTH,
+                    })),
+                );
+                self.settle_by_wire(session_id, &id, outcome);
             }
         }
     }

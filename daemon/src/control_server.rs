@@ -67,6 +67,10 @@ pub struct ServerOptions {
     /// at daemon shutdown) before it is closed anyway (project decision: a peer that stopped
     /// reading must not hold up shutdown).
     pub drain_timeout: Duration,
+    /// Longest response line ([`limits::MAX_CONTROL_REPLY_BYTES`]): a longer one is answered
+    /// `-32000` with `details: {reason: "too_large", limit}` instead. Also what a connection may
+    /// queue beyond `subscriber_buffer_cap` before it is closed as a client that never reads.
+    pub max_reply_bytes: usize,
 }
 
 impl Default for ServerOptions {
@@ -75,6 +79,7 @@ impl Default for ServerOptions {
             line_cap: limits::CONTROL_LINE_CAP_BYTES,
             subscriber_buffer_cap: limits::SUBSCRIBER_BUFFER_CAP_BYTES,
             drain_timeout: Duration::from_secs(1),
+            max_reply_bytes: limits::MAX_CONTROL_REPLY_BYTES,
         }
     }
 }
@@ -183,6 +188,7 @@ struct Shared {
     id: ConnectionId,
     peer_pid: Option<u32>,
     cap: usize,
+    max_reply_bytes: usize,
     drain_timeout: Duration,
     state: Mutex<State>,
     /// Wakes the writer: a line was queued or the phase changed.
@@ -226,6 +232,7 @@ impl Connection {
                 id: ConnectionId::next(),
                 peer_pid,
                 cap: opts.subscriber_buffer_cap,
+                max_reply_bytes: opts.max_reply_bytes,
                 drain_timeout: opts.drain_timeout,
                 state: Mutex::new(State {
                     phase: Phase::Open,
@@ -325,9 +332,21 @@ impl Connection {
         id: &RequestId,
         outcome: Result<&T, &ErrorObject>,
     ) -> bool {
-        let line = match to_line(&ResponseLine { id, outcome }) {
+        // Nothing to build for a request already answered or a connection that is gone.
+        if !self.owes(id) {
+            return false;
+        }
+        let limit = self.shared.max_reply_bytes;
+        let line = match bounded_line(&ResponseLine { id, outcome }, limit) {
             Ok(line) => line,
-            Err(e) => {
+            Err(BoundedLineError::TooLarge) => {
+                tracing::warn!(conn = %self.shared.id, "the response to {id} would pass {limit} bytes; answering too_large");
+                match to_line(&Response::error(Some(id.clone()), reply_too_large(limit))) {
+                    Ok(line) => line,
+                    Err(_) => return false,
+                }
+            }
+            Err(BoundedLineError::Json(e)) => {
                 tracing::error!(conn = %self.shared.id, "cannot serialise the response to {id}: {e}");
                 match to_line(&Response::error(
                     Some(id.clone()),
@@ -454,6 +473,19 @@ impl Connection {
             self.close_over_cap(st);
             return false;
         }
+        // Responses are always queued, and requests read before the reader stopped may still
+        // answer: past one largest reply beyond the cap the client is not reading, and is cut
+        // (project decision, issue #20), so a connection never holds more than that.
+        if st.unwritten > cap.saturating_add(self.shared.max_reply_bytes) {
+            tracing::warn!(
+                conn = %self.shared.id,
+                peer_pid = ?self.shared.peer_pid,
+                "closing a control client that does not read: {} bytes are waiting to be written",
+                st.unwritten
+            );
+            self.set_closed(st);
+            return false;
+        }
         self.shared.wake_writer.notify_one();
         true
     }
@@ -511,6 +543,13 @@ impl Connection {
             return false;
         }
         st.calls_in_flight.insert(id.clone())
+    }
+
+    /// Whether a response to `id` would still be written: in flight on a connection that has
+    /// not closed.
+    fn owes(&self, id: &RequestId) -> bool {
+        let st = lock(&self.shared.state);
+        st.phase != Phase::Closed && st.in_flight.contains(id)
     }
 
     fn in_flight(&self, id: &RequestId) -> bool {
@@ -837,6 +876,114 @@ fn dispatch(conn: &Connection, handler: &Arc<dyn ControlHandler>, line: &[u8]) {
         drop(guard);
     });
 }
+
+/// A reply longer than [`ServerOptions::max_reply_bytes`] (project decision, issue #20): the
+/// caller narrows or pages its request, so `-32000 invalid_request` with `details.reason`.
+pub fn reply_too_large(limit: usize) -> ErrorObject {
+    ErrorObject::application(
+        ErrorType::InvalidRequest,
+        format!(
+            "The reply would be longer than {limit} bytes; narrow the request (a selector, a \
+             filter, a smaller limit) and page through the result"
+        ),
+    )
+    .with_details(json!({ "reason": "too_large", "limit": limit }))
+}
+
+enum BoundedLineError {
+    TooLarge,
+    Json(serde_json::Error),
+}
+
+/// [`to_line`] that stops writing once the line passes `limit` bytes (terminator included), so
+/// an oversized reply is never built whole.
+fn bounded_line<T: Serialize>(message: &T, limit: usize) -> Result<Vec<u8>, BoundedLineError> {
+    struct Bounded {
+        out: Vec<u8>,
+        limit: usize,
+    }
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.out.len() + buf.len() >= self.limit {
+                return Err(std::io::Error::other("too large"));
+            }
+            self.out.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut w = Bounded {
+        out: Vec::new(),
+        limit,
+    };
+    match serde_json::to_writer(&mut w, message) {
+        Ok(()) => {
+            w.out.push(b'\n');
+            Ok(w.out)
+        }
+        Err(e) if e.is_io() => Err(BoundedLineError::TooLarge),
+        Err(e) => Err(BoundedLineError::Json(e)),
+    }
+}
+
+/// Replies built off the runtime thread at once (see [`respond_off_thread`]).
+static LARGE_REPLY_BUILDERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+
+/// Builds and writes the response to `id` on the blocking pool, at most two at a time, and
+/// answers [`Reply::AlreadySent`] (project decision, issue #20): the daemon runs on one thread,
+/// and a reply of up to [`limits::MAX_CONTROL_REPLY_BYTES`] takes long enough to build and
+/// serialise that every other session would wait for it. Nothing is built once the connection
+/// has closed (a client that never read was cut while the request waited).
+pub async fn respond_off_thread<T, F>(conn: Connection, id: RequestId, build: F) -> Reply
+where
+    T: Serialize,
+    F: FnOnce() -> Result<T, ErrorObject> + Send + 'static,
+{
+    let Ok(_permit) = LARGE_REPLY_BUILDERS.acquire().await else {
+        return Reply::Err(ErrorObject::internal("the reply builders are gone"));
+    };
+    if !conn.owes(&id) {
+        return Reply::AlreadySent;
+    }
+    let built = tokio::task::spawn_blocking(move || {
+        let result = build();
+        conn.respond_with(&id, result.as_ref());
+    })
+    .await;
+    match built {
+        Ok(()) => Reply::AlreadySent,
+        Err(e) => Reply::Err(ErrorObject::internal(format!(
+            "The daemon could not build its reply: {e}"
+        ))),
+    }
+}
+
+/// Bytes of `value`'s compact JSON, counted without building it: what byte-bounded pages add
+/// up per item (0 if it cannot be serialised, which a reply then reports itself).
+pub fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    match serde_json::to_writer(&mut counter, value) {
+        Ok(()) => counter.0,
+        Err(_) => 0,
+    }
+}
+
+/// What the items of one byte-bounded page (`tools.list`, `events.list`, `events.since`) may
+/// take together: the reply cap less 1 MiB for the envelope and the rest of the result
+/// (`tools.list`'s `groups` is at most 4,096 short rows).
+pub const PAGE_ITEM_BYTES: usize = limits::MAX_CONTROL_REPLY_BYTES - 1_048_576;
 
 /// The refusal of a `tools.call` past [`limits::MAX_CALLS_IN_FLIGHT`] on one connection (project
 /// decision): the caller can act on it, so `-32000 invalid_request` with `details.reason`.

@@ -114,6 +114,8 @@ pub struct DaemonOptions {
     pub preclaim: PreclaimPolicy,
     pub control_line_cap: usize,
     pub subscriber_buffer_cap: usize,
+    /// Longest control reply ([`limits::MAX_CONTROL_REPLY_BYTES`]); tests lower it.
+    pub control_reply_cap: usize,
     /// How long a closing control connection may take to flush.
     pub control_drain_timeout: Duration,
     /// Reported by `daemon.hello`, `daemon.status` and `daemon_started`.
@@ -157,6 +159,7 @@ impl DaemonOptions {
             preclaim: PreclaimPolicy::wss(),
             control_line_cap: server.line_cap,
             subscriber_buffer_cap: server.subscriber_buffer_cap,
+            control_reply_cap: server.max_reply_bytes,
             control_drain_timeout: server.drain_timeout,
             version,
             pidfile: PidfileOptions::default(),
@@ -218,6 +221,11 @@ impl DaemonOptions {
         self
     }
 
+    pub fn control_reply_cap(mut self, cap: usize) -> Self {
+        self.control_reply_cap = cap;
+        self
+    }
+
     pub fn version(mut self, version: impl Into<String>) -> Self {
         self.version = version.into();
         self
@@ -240,6 +248,7 @@ impl DaemonOptions {
             line_cap: self.control_line_cap,
             subscriber_buffer_cap: self.subscriber_buffer_cap,
             drain_timeout: self.control_drain_timeout,
+            max_reply_bytes: self.control_reply_cap,
         }
     }
 }

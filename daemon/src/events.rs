@@ -28,6 +28,7 @@ use serde_json::{Number, Value, json};
 use tokio::sync::mpsc;
 
 use crate::clock::Clock;
+use crate::control_server::{PAGE_ITEM_BYTES, serialized_len};
 use appduct_client::state_dir;
 
 /// Records the events-log writer may hold before new ones are dropped and counted as failed
@@ -457,10 +458,20 @@ impl EventBus {
             .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
         let mut events = Vec::new();
         let mut total = 0usize;
+        // Bounded in bytes too (project decision, issue #20): the page ends early and `cursor`
+        // continues after its last event, as with `limit`.
+        let mut bytes = 0usize;
+        let mut full = false;
         for event in matching(buffer, query.since, query.name.as_ref()) {
             total += 1;
-            if events.len() < limit {
-                events.push(for_delivery(event, query.payload_max_bytes));
+            if events.len() < limit && !full {
+                let delivered = for_delivery(event, query.payload_max_bytes);
+                bytes = bytes.saturating_add(serialized_len(&delivered) + 1);
+                if bytes > PAGE_ITEM_BYTES && !events.is_empty() {
+                    full = true;
+                } else {
+                    events.push(delivered);
+                }
             }
         }
         let remaining = (total - events.len()) as u64;

@@ -36,7 +36,10 @@ use tokio::sync::watch;
 
 use crate::address::AddressOrigin;
 use crate::audit::AuditWriter;
-use crate::control_server::{BoxFuture, Connection, ConnectionId, ControlHandler, Reply};
+use crate::control_server::{
+    BoxFuture, Connection, ConnectionId, ControlHandler, PAGE_ITEM_BYTES, Reply,
+    respond_off_thread, serialized_len,
+};
 use crate::events::{EventBus, EventFilter, SinceQuery, SubscribeRequest, SubscriptionId};
 use crate::links::{DaemonLinkEnv, LinkEnvironment};
 use crate::policy::PolicyEngine;
@@ -304,12 +307,19 @@ impl DaemonHandler {
             ControlRequest::SessionsList(_) => Reply::from_result(Ok(self.sessions_list())),
             ControlRequest::SessionsDescribe(p) => Reply::from_result(self.sessions_describe(&p)),
             ControlRequest::SessionsRevoke(p) => Reply::from_result(self.sessions_revoke(&p)),
-            ControlRequest::EventsList(p) => Reply::from_result(self.events_list(&p)),
+            // Pages of up to the reply cap: built off the runtime thread.
+            ControlRequest::EventsList(p) => {
+                let this = self.clone();
+                respond_off_thread(conn, id, move || this.events_list(&p)).await
+            }
             ControlRequest::EventsSubscribe(p) => match self.events_subscribe(&conn, &id, &p) {
                 Ok(()) => Reply::AlreadySent,
                 Err(e) => Reply::Err(e),
             },
-            ControlRequest::EventsSince(p) => Reply::from_result(self.events_since(&p)),
+            ControlRequest::EventsSince(p) => {
+                let this = self.clone();
+                respond_off_thread(conn, id, move || this.events_since(&p)).await
+            }
             calls @ (ControlRequest::ToolsList(_)
             | ControlRequest::ToolsCall(_)
             | ControlRequest::ToolsCancel(_)
@@ -455,7 +465,16 @@ impl DaemonHandler {
         let take = params
             .limit
             .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-        let events: Vec<EventsListEntry> = matching.into_iter().skip(skip).take(take).collect();
+        // Bounded in bytes like `tools.list` (project decision, issue #20).
+        let mut bytes = 0usize;
+        let mut events: Vec<EventsListEntry> = Vec::new();
+        for entry in matching.into_iter().skip(skip).take(take) {
+            bytes = bytes.saturating_add(serialized_len(&entry) + 1);
+            if bytes > PAGE_ITEM_BYTES && !events.is_empty() {
+                break;
+            }
+            events.push(entry);
+        }
         let has_more = offset.saturating_add(events.len() as u64) < total;
         Ok(EventsListResult::new(events, total, has_more, offset))
     }

@@ -89,6 +89,12 @@ pub enum CallFrame {
     Result(ToolResult),
     Error(ToolError),
     Progress(ToolCallProgress),
+    /// An answer for call `id` that broke a per-value bound (nesting depth) and fails that
+    /// call, the connection kept (issue #20 defect 4); `detail` says what was wrong.
+    Invalid {
+        id: String,
+        detail: String,
+    },
 }
 
 impl CallFrame {
@@ -98,6 +104,7 @@ impl CallFrame {
             Self::Result(f) => &f.id,
             Self::Error(f) => &f.id,
             Self::Progress(f) => &f.id,
+            Self::Invalid { id, .. } => id,
         }
     }
 }

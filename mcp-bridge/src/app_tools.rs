@@ -40,29 +40,40 @@ pub async fn lookup(
     session: &SessionSummary,
     name: &str,
 ) -> Result<ToolsListEntry, ToolFailure> {
-    let list = client
-        .call::<ToolsList>(
-            ToolsListParams::default()
-                .with_selector(Some(session.session_id.clone()))
-                .with_filter(Some(name.to_owned())),
+    let params = ToolsListParams::default()
+        .with_selector(Some(session.session_id.clone()))
+        .with_filter(Some(name.to_owned()));
+    // The filter can match many tools and the daemon pages by bytes: pages come in name order,
+    // so read on until the page that reaches `name`, holding one page at a time.
+    let mut offset = 0u64;
+    let mut found = None;
+    loop {
+        let page = client
+            .call::<ToolsList>(params.clone().with_offset((offset > 0).then_some(offset)))
+            .await
+            .map_err(|e| ToolFailure::from_client(&e))?;
+        let reached = page.tools.last().is_some_and(|t| t.name() >= name);
+        offset += page.tools.len() as u64;
+        if let Some(entry) = page.tools.into_iter().find(|t| t.name() == name) {
+            found = Some(entry);
+            break;
+        }
+        if reached || !page.has_more || offset == 0 {
+            break;
+        }
+    }
+    found.ok_or_else(|| {
+        ToolFailure::new(
+            ErrorType::ToolNotFound,
+            format!(
+                "\"{name}\" is not a tool of {}; see appduct_list_tools",
+                session.alias
+            ),
         )
-        .await
-        .map_err(|e| ToolFailure::from_client(&e))?;
-    list.tools
-        .into_iter()
-        .find(|t| t.name() == name)
-        .ok_or_else(|| {
-            ToolFailure::new(
-                ErrorType::ToolNotFound,
-                format!(
-                    "\"{name}\" is not a tool of {}; see appduct_list_tools",
-                    session.alias
-                ),
-            )
-            .with_details(json!({
-                "name": name,
-                "session": session.alias,
-                "sessionId": session.session_id,
-            }))
-        })
+        .with_details(json!({
+            "name": name,
+            "session": session.alias,
+            "sessionId": session.session_id,
+        }))
+    })
 }

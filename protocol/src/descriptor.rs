@@ -199,6 +199,14 @@ impl<'de> Deserialize<'de> for Schema {
     }
 }
 
+/// What a descriptor's keys, annotations and number take beyond its texts, counted once per
+/// descriptor by `held_bytes` so that many tiny entries also add up.
+pub const FIXED_DESCRIPTOR_BYTES: usize = 128;
+
+fn schema_bytes(schema: Option<&Schema>) -> usize {
+    schema.map_or(0, |s| s.as_str().len())
+}
+
 /// A validated tool descriptor (02 §10.1), in wire form. Equal descriptors are equal on the
 /// wire (schemas compare as text), so a holder may share one copy among equal registrations.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -234,6 +242,18 @@ impl ToolDescriptor {
             timeout_ms: None,
             group: None,
         }
+    }
+
+    /// Bytes the descriptor's text takes as held: name, description, group and each schema's
+    /// compact JSON, plus [`FIXED_DESCRIPTOR_BYTES`] for the rest. What
+    /// [`crate::limits::MAX_REGISTRY_BYTES`] counts.
+    pub fn held_bytes(&self) -> usize {
+        FIXED_DESCRIPTOR_BYTES
+            + self.name.len()
+            + self.description.len()
+            + self.group.as_ref().map_or(0, String::len)
+            + schema_bytes(self.input_schema.as_ref())
+            + schema_bytes(self.output_schema.as_ref())
     }
 
     /// The call deadline: `timeout_ms` clamped to [1000, 600000], or 10000 when absent.
@@ -305,6 +325,14 @@ setters!(EventDescriptor {
 });
 
 impl EventDescriptor {
+    /// Bytes the descriptor's text takes as held, as [`ToolDescriptor::held_bytes`] counts.
+    pub fn held_bytes(&self) -> usize {
+        FIXED_DESCRIPTOR_BYTES
+            + self.name.len()
+            + self.description.len()
+            + schema_bytes(self.payload_schema.as_ref())
+    }
+
     /// The wire object: known fields only, `payload_schema` omitted when absent.
     pub fn to_map(&self) -> Map<String, Value> {
         let mut map = Map::new();

@@ -580,6 +580,16 @@ fn put_opt<T: Into<Value> + Clone>(map: &mut Map<String, Value>, key: &str, valu
 }
 
 impl AppFrame {
+    /// The wire id of the call a `tool_result`, `tool_error` or `tool_call_progress` answers.
+    pub fn answered_call(&self) -> Option<&str> {
+        match self {
+            Self::ToolResult(f) => Some(&f.id),
+            Self::ToolError(f) => Some(&f.id),
+            Self::ToolCallProgress(f) => Some(&f.id),
+            _ => None,
+        }
+    }
+
     /// The wire `type`.
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -1077,6 +1087,12 @@ pub enum Phase<'a> {
 pub struct Rejection {
     pub reason: CloseReason,
     pub detail: String,
+    /// The wire id of the call this message answers, when it is a `tool_result`, `tool_error`
+    /// or `tool_call_progress` whose only fault is a value nested deeper than
+    /// [`MAX_JSON_DEPTH`]: the daemon fails that one call (`tool_serialization_error`) and keeps
+    /// the connection, instead of sending [`Self::reason`] (project decision, issue #20: a caller
+    /// whose 64-deep `args` a tool echoes one level deeper must not disconnect the app).
+    pub failed_call: Option<String>,
 }
 
 impl Rejection {
@@ -1084,7 +1100,14 @@ impl Rejection {
         Self {
             reason,
             detail: detail.into(),
+            failed_call: None,
         }
+    }
+
+    /// This rejection, answering call `wire_id`: see [`Self::failed_call`].
+    fn failing_call(mut self, wire_id: String) -> Self {
+        self.failed_call = Some(wire_id);
+        self
     }
 
     /// A binary message (02 §9.5 step 1): `1003 binary_frame_not_supported`.
@@ -1143,6 +1166,14 @@ impl AckedType {
         Self::ALL.into_iter().find(|kind| kind.as_str() == s)
     }
 
+    /// A frame that answers one call by its wire id.
+    fn is_call_answer(self) -> bool {
+        matches!(
+            self,
+            Self::ToolResult | Self::ToolError | Self::ToolCallProgress
+        )
+    }
+
     fn is_registry(self) -> bool {
         matches!(
             self,
@@ -1163,6 +1194,10 @@ enum Guard {
 }
 
 impl Guard {
+    fn is_call_answer(self) -> bool {
+        matches!(self, Self::Acked(kind) if kind.is_call_answer())
+    }
+
     fn type_name(self) -> &'static str {
         match self {
             Self::Claim => "session_claim",
@@ -1318,6 +1353,7 @@ fn text_depth(text: &str) -> usize {
 struct FrameHead {
     ty: Option<HeadField>,
     session_id: Option<HeadField>,
+    id: Option<HeadField>,
 }
 
 /// A top-level field: its text when it is a string, else its JSON kind.
@@ -1338,6 +1374,15 @@ impl FrameHead {
             _ => None,
         }
     }
+
+    /// The `id` when it is a valid identifier (02 §9.1).
+    fn call_id(&self) -> Option<String> {
+        let Some(HeadField(Ok(id))) = &self.id else {
+            return None;
+        };
+        let m = Map::from_iter([("id".to_owned(), Value::String(id.clone()))]);
+        identifier(&m, "id").ok()
+    }
 }
 
 impl<'de> Deserialize<'de> for FrameHead {
@@ -1355,6 +1400,7 @@ impl<'de> Deserialize<'de> for FrameHead {
                     match key.as_str() {
                         "type" => head.ty = Some(map.next_value()?),
                         "session_id" => head.session_id = Some(map.next_value()?),
+                        "id" => head.id = Some(map.next_value()?),
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
@@ -1416,7 +1462,15 @@ fn reject_too_deep(text: &str, phase: Phase<'_>) -> Rejection {
         }
     };
     match select_guard(head.type_field(), head.session_id(), phase) {
-        Ok(guard) => guard.reject(too_deep()),
+        Ok(guard) => {
+            let rejection = guard.reject(too_deep());
+            // Too deep to parse, so the rest of the guard cannot run: an answer with a string
+            // `session_id` (routing checked it) and a valid `id` fails its call.
+            match (guard.is_call_answer(), head.session_id(), head.call_id()) {
+                (true, Some(_), Some(id)) => rejection.failing_call(id),
+                _ => rejection,
+            }
+        }
         Err(rejection) => rejection,
     }
 }
@@ -1456,10 +1510,19 @@ pub fn decode_app_value(value: &Value, phase: Phase<'_>) -> Result<AppFrame, Rej
 fn decode_app_object(m: &Map<String, Value>, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
     let sent_session_id = m.get("session_id").and_then(Value::as_str);
     let guard = select_guard(TypeField::of(m.get("type")), sent_session_id, phase)?;
+    let guarded = guard.run(m).map_err(|e| guard.reject(e));
     if m.values().any(|v| json_depth(v) > MAX_JSON_DEPTH) {
-        return Err(guard.reject(too_deep()));
+        let rejection = guard.reject(too_deep());
+        return Err(match guarded {
+            // Well-formed apart from its depth: the call fails, the connection stays.
+            Ok(frame) => match frame.answered_call() {
+                Some(id) => rejection.failing_call(id.to_owned()),
+                None => rejection,
+            },
+            Err(_) => rejection,
+        });
     }
-    guard.run(m).map_err(|e| guard.reject(e))
+    guarded
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1926,6 +1989,60 @@ mod tests {
         assert_eq!(
             reason(decode_app_value(&v, Phase::PreAck)),
             CloseReason::ExpectedClaimOrResume
+        );
+    }
+
+    #[test]
+    fn too_deep_call_answers_name_the_call_to_fail_and_other_frames_do_not() {
+        let heads = [
+            (RESULT_HEAD, "result"),
+            (
+                r#""type":"tool_error","session_id":"Qm9vdHN0cmFwSWQx","id":"c","error":{"type":"tool_execution_error","message":"m"}"#,
+                "extra",
+            ),
+            (
+                r#""type":"tool_call_progress","session_id":"Qm9vdHN0cmFwSWQx","id":"c""#,
+                "extra",
+            ),
+        ];
+        for depth in [MAX_JSON_DEPTH + 1, 127, 200, 100_000] {
+            for (head, field) in heads {
+                let text = with_field(head, field, depth);
+                let r = decode_app_message(&text, ACKED).unwrap_err();
+                assert_eq!(r.failed_call.as_deref(), Some("c"), "{depth} {head}");
+                assert_eq!(r.reason, CloseReason::InvalidMessage);
+            }
+            // An answer that breaks its guard too, or names no valid id, closes as before.
+            let no_id = with_field(
+                r#""type":"tool_result","session_id":"Qm9vdHN0cmFwSWQx","id":7"#,
+                "result",
+                depth,
+            );
+            assert_eq!(
+                decode_app_message(&no_id, ACKED).unwrap_err().failed_call,
+                None
+            );
+            let event_head = r#""type":"event","session_id":"Qm9vdHN0cmFwSWQx","name":"e","ts":1"#;
+            let event = with_field(event_head, "payload", depth);
+            assert_eq!(
+                decode_app_message(&event, ACKED).unwrap_err().failed_call,
+                None
+            );
+        }
+        let missing_result = with_field(
+            r#""type":"tool_result","session_id":"Qm9vdHN0cmFwSWQx","id":"c""#,
+            "extra",
+            MAX_JSON_DEPTH + 1,
+        );
+        let v = parsed(&missing_result);
+        assert_eq!(decode_app_value(&v, ACKED).unwrap_err().failed_call, None);
+        let v = parsed(&with_field(RESULT_HEAD, "result", MAX_JSON_DEPTH + 1));
+        assert_eq!(
+            decode_app_value(&v, ACKED)
+                .unwrap_err()
+                .failed_call
+                .as_deref(),
+            Some("c")
         );
     }
 

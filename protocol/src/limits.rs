@@ -50,6 +50,16 @@ pub const MAX_TOOL_NAME_LEN: usize = 64;
 /// Tools or events one registry may hold (02 §10.3).
 pub const MAX_REGISTRY_ENTRIES: usize = 2_048;
 
+/// Bytes one session's tool and event registries may hold together, counted as
+/// [`crate::descriptor::ToolDescriptor::held_bytes`] (names, descriptions, groups and schemas
+/// as their compact JSON text). A snapshot or delta that would pass it is refused like any
+/// invalid registry, `1008 invalid_registry` with the prior registry kept (project decision,
+/// issue #20). Frames of 256 KiB and 2,048 entries per kind let an app make the daemon hold
+/// about 1 GiB for one session; 8 MiB is over ten times a large real registry (500 tools with
+/// 8 KiB of schemas each is 4 MiB) and keeps one session's `tools.list` page, descriptors plus
+/// envelopes, under [`MAX_CONTROL_REPLY_BYTES`].
+pub const MAX_REGISTRY_BYTES: usize = 8 * 1_048_576;
+
 /// Call deadline default and clamp, milliseconds (02 §10.1, 04 §4).
 pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 10_000;
 pub const MIN_CALL_TIMEOUT_MS: u64 = 1_000;
@@ -83,6 +93,12 @@ pub const MAX_CALLS_IN_FLIGHT: usize = 1_024;
 /// Control plane: longest method name a `-32601` reply quotes, in UTF-16 code units; a longer
 /// one is cut and ends in `…` (project decision: a hostile line cannot inflate the reply).
 pub const MAX_QUOTED_METHOD_LEN: usize = 64;
+/// Control plane: largest reply line the daemon writes, in bytes (project decision, issue #20).
+/// Replies that list app-controlled data page by bytes below it (`tools.list` ends its page
+/// early and returns `nextOffset`); any other reply that would pass it is answered
+/// `-32000 invalid_request` with `details: {reason: "too_large", limit}`. A quarter of
+/// [`CLIENT_MIN_LINE_BYTES`], so every conforming client reads every reply.
+pub const MAX_CONTROL_REPLY_BYTES: usize = 16 * 1_048_576;
 /// Control plane: lines clients must accept (03 §3).
 pub const CLIENT_MIN_LINE_BYTES: usize = 64 * 1_048_576;
 /// Control protocol spoken by this crate, and the oldest one the daemon serves (03 §9.1).

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 use appduct_protocol::control::{GroupTotal, PolicyDecision, ToolsListEntry, ToolsListParams};
 use appduct_protocol::descriptor::ToolDescriptor;
 
+use crate::control_server::{PAGE_ITEM_BYTES, serialized_len};
+
 /// One page of `tools.list` before serialisation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolsPage {
@@ -73,11 +75,25 @@ pub fn group_totals(tools: &[ToolDescriptor]) -> Vec<GroupTotal> {
 }
 
 /// Steps 2–6 of 03 §9.8 over `registry` (the session's current tools, in any order).
-/// `policy` gives each listed entry its effective decision.
+/// `policy` gives each listed entry its effective decision. The page also ends before its
+/// entries pass [`PAGE_ITEM_BYTES`] of JSON (see [`list_tools_within`]).
 pub fn list_tools(
     registry: &[ToolDescriptor],
     params: &ToolsListParams,
     policy: impl Fn(&ToolDescriptor) -> PolicyDecision,
+) -> ToolsPage {
+    list_tools_within(registry, params, policy, PAGE_ITEM_BYTES)
+}
+
+/// [`list_tools`] with the page's entries bounded to `max_bytes` of compact JSON (project
+/// decision, issue #20): the page ends early, `hasMore` stays `offset + tools.length < total`,
+/// and the caller continues at that offset. The first entry is always listed, so paging moves
+/// on (one descriptor is far below any such bound: it came in one frame).
+pub fn list_tools_within(
+    registry: &[ToolDescriptor],
+    params: &ToolsListParams,
+    policy: impl Fn(&ToolDescriptor) -> PolicyDecision,
+    max_bytes: usize,
 ) -> ToolsPage {
     let filter = params.filter.as_deref().map(simple_lowercase);
     let mut matching: Vec<&ToolDescriptor> = registry
@@ -103,12 +119,17 @@ pub fn list_tools(
     let take = params
         .limit
         .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    let tools: Vec<ToolsListEntry> = matching
-        .into_iter()
-        .skip(skip)
-        .take(take)
-        .map(|t| ToolsListEntry::from_descriptor(&t.to_map(), policy(t)))
-        .collect();
+    let mut bytes = 0usize;
+    let mut tools: Vec<ToolsListEntry> = Vec::new();
+    for t in matching.into_iter().skip(skip).take(take) {
+        let entry = ToolsListEntry::from_descriptor(&t.to_map(), policy(t));
+        // An entry's comma counts too.
+        bytes = bytes.saturating_add(serialized_len(&entry) + 1);
+        if bytes > max_bytes && !tools.is_empty() {
+            break;
+        }
+        tools.push(entry);
+    }
     let has_more = offset.saturating_add(tools.len() as u64) < total;
     ToolsPage {
         tools,
@@ -305,6 +326,80 @@ mod tests {
                 {"name": "wipe", "description": "Wipe.", "annotations": {"destructiveHint": true},
                  "group": null, "policy": "deny"}
             ])
+        );
+    }
+
+    #[test]
+    fn pages_end_before_their_bytes_pass_the_bound_and_paging_by_offset_lists_everything() {
+        let all = registry();
+        let whole = list_tools(&all, &ToolsListParams::default(), allow);
+        let mut seen = Vec::new();
+        let mut offset = 0u64;
+        loop {
+            let params = ToolsListParams::default().with_offset(Some(offset));
+            // Room for about two entries; a bound below one entry still lists one.
+            for max in [1, 300] {
+                let page = list_tools_within(&all, &params, allow, max);
+                assert!(!page.tools.is_empty() || offset >= whole.total);
+                if max == 1 {
+                    assert!(page.tools.len() <= 1);
+                }
+            }
+            let page = list_tools_within(&all, &params, allow, 300);
+            assert!(page.tools.len() < all.len(), "the bound ends pages early");
+            assert_eq!(page.total, whole.total);
+            assert_eq!(page.groups, whole.groups);
+            seen.extend(names(&page).into_iter().map(str::to_owned));
+            offset += page.tools.len() as u64;
+            assert_eq!(page.has_more, offset < page.total);
+            if !page.has_more {
+                break;
+            }
+        }
+        assert_eq!(seen, names(&whole));
+    }
+
+    /// Issue #20 (c): what building the largest `tools.list` page costs. Run with
+    /// `cargo test --release -p appduct-daemon --lib largest_page -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn largest_page_build_time() {
+        use appduct_protocol::control::ToolsListResult;
+        use appduct_protocol::limits::MAX_REGISTRY_BYTES;
+        // Worst case per held byte: descriptions of control characters escape to six bytes.
+        let description = format!("x{}", "\u{1}".repeat(4_095));
+        let mut registry = Vec::new();
+        let mut held = 0;
+        while registry.len() < 2_048 {
+            let t = tool(&format!("t_{:04}", registry.len()), &description, None);
+            if held + t.held_bytes() > MAX_REGISTRY_BYTES {
+                break;
+            }
+            held += t.held_bytes();
+            registry.push(t);
+        }
+        let mut samples = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..5 {
+            let start = std::time::Instant::now();
+            let page = list_tools(&registry, &ToolsListParams::default(), allow);
+            let result = ToolsListResult::new(
+                page.tools,
+                page.total,
+                page.has_more,
+                page.offset,
+                page.groups,
+            );
+            bytes = serde_json::to_vec(&result).unwrap().len();
+            samples.push(start.elapsed());
+        }
+        samples.sort();
+        println!(
+            "largest tools.list page: {} tools held {held} B, reply {bytes} B, build+serialise median {:?} (min {:?}, max {:?})",
+            registry.len(),
+            samples[2],
+            samples[0],
+            samples[4]
         );
     }
 }

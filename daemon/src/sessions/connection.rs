@@ -263,7 +263,22 @@ impl Connection {
                     unyielded += text.len();
                     let phase = Phase::Acked { session_id };
                     match decode_app_message(&text, phase) {
-                        Err(rejection) => rejection.reason,
+                        Err(rejection) => match rejection.failed_call {
+                            Some(wire_id) => {
+                                tracing::warn!(
+                                    %session_id, %wire_id, detail = %rejection.detail,
+                                    "failing a call whose answer breaks a bound"
+                                );
+                                self.inner.fail_call(
+                                    self.id,
+                                    session_id,
+                                    wire_id,
+                                    rejection.detail,
+                                );
+                                continue;
+                            }
+                            None => rejection.reason,
+                        },
                         Ok(frame) => match self.inner.apply(self.id, session_id, frame) {
                             Ok(()) => continue,
                             Err(reason) => reason,

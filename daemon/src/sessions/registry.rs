@@ -12,11 +12,16 @@ use appduct_protocol::limits::MAX_REGISTRY_ENTRIES;
 /// An entry a registry orders and finds by name.
 pub(super) trait Named {
     fn name(&self) -> &str;
+    /// What [`appduct_protocol::limits::MAX_REGISTRY_BYTES`] counts of the entry.
+    fn held_bytes(&self) -> usize;
 }
 
 impl Named for Arc<ToolDescriptor> {
     fn name(&self) -> &str {
         &self.name
+    }
+    fn held_bytes(&self) -> usize {
+        ToolDescriptor::held_bytes(self)
     }
 }
 
@@ -24,21 +29,32 @@ impl Named for EventDescriptor {
     fn name(&self) -> &str {
         &self.name
     }
+    fn held_bytes(&self) -> usize {
+        EventDescriptor::held_bytes(self)
+    }
 }
 
-/// An upsert of a new name into a registry that already holds [`MAX_REGISTRY_ENTRIES`].
+/// Why an upsert was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct RegistryFull;
+pub(super) enum RegistryFull {
+    /// A new name into a registry that already holds [`MAX_REGISTRY_ENTRIES`].
+    Entries,
+    /// The registry would hold more than the bytes it was allowed.
+    Bytes,
+}
 
 /// Entries by name, in code-point order (byte order of UTF-8).
 pub(super) struct Registry<T> {
     entries: Vec<T>,
+    /// Sum of the entries' `held_bytes`.
+    bytes: usize,
 }
 
 impl<T> Default for Registry<T> {
     fn default() -> Self {
         Self {
             entries: Vec::new(),
+            bytes: 0,
         }
     }
 }
@@ -49,7 +65,13 @@ impl<T: Named> Registry<T> {
         let mut entries: Vec<T> = entries.into_iter().collect();
         entries.sort_unstable_by(|a, b| a.name().cmp(b.name()));
         entries.shrink_to_fit();
-        Self { entries }
+        let bytes = entries.iter().map(Named::held_bytes).sum();
+        Self { entries, bytes }
+    }
+
+    /// Sum of the entries' `held_bytes`.
+    pub(super) fn bytes(&self) -> usize {
+        self.bytes
     }
 
     fn position(&self, name: &str) -> Result<usize, usize> {
@@ -60,20 +82,30 @@ impl<T: Named> Registry<T> {
         self.position(name).ok().map(|i| &self.entries[i])
     }
 
-    /// Replaces the entry of the same name, or adds it while there is room.
-    pub(super) fn upsert(&mut self, entry: T) -> Result<(), RegistryFull> {
-        match self.position(entry.name()) {
+    /// Replaces the entry of the same name, or adds it while there is room, as long as the
+    /// registry then holds at most `max_bytes`; a refusal changes nothing.
+    pub(super) fn upsert(&mut self, entry: T, max_bytes: usize) -> Result<(), RegistryFull> {
+        let position = self.position(entry.name());
+        let replaced = position.map_or(0, |i| self.entries[i].held_bytes());
+        let bytes = self.bytes - replaced + entry.held_bytes();
+        if bytes > max_bytes {
+            return Err(RegistryFull::Bytes);
+        }
+        match position {
             Ok(i) => self.entries[i] = entry,
-            Err(_) if self.entries.len() >= MAX_REGISTRY_ENTRIES => return Err(RegistryFull),
+            Err(_) if self.entries.len() >= MAX_REGISTRY_ENTRIES => {
+                return Err(RegistryFull::Entries);
+            }
             Err(i) => self.entries.insert(i, entry),
         }
+        self.bytes = bytes;
         Ok(())
     }
 
     /// Removes the entry named `name`, if any.
     pub(super) fn remove(&mut self, name: &str) {
         if let Ok(i) = self.position(name) {
-            self.entries.remove(i);
+            self.bytes -= self.entries.remove(i).held_bytes();
         }
     }
 
@@ -151,9 +183,9 @@ mod tests {
     #[test]
     fn upserts_replace_or_insert_in_order_and_removes_forget() {
         let mut registry = Registry::from_snapshot([event("b", "1"), event("d", "2")]);
-        assert_eq!(registry.upsert(event("c", "3")), Ok(()));
-        assert_eq!(registry.upsert(event("a", "4")), Ok(()));
-        assert_eq!(registry.upsert(event("b", "replaced")), Ok(()));
+        assert_eq!(registry.upsert(event("c", "3"), usize::MAX), Ok(()));
+        assert_eq!(registry.upsert(event("a", "4"), usize::MAX), Ok(()));
+        assert_eq!(registry.upsert(event("b", "replaced"), usize::MAX), Ok(()));
         assert_eq!(names(&registry), ["a", "b", "c", "d"]);
         assert_eq!(
             registry.get("b").map(|e| e.description.as_str()),
@@ -200,9 +232,38 @@ mod tests {
         let mut registry = Registry::from_snapshot(
             (0..MAX_REGISTRY_ENTRIES).map(|i| event(&format!("e{i:04}"), "x")),
         );
-        assert_eq!(registry.upsert(event("new", "x")), Err(RegistryFull));
-        assert_eq!(registry.upsert(event("e0007", "replaced")), Ok(()));
+        assert_eq!(
+            registry.upsert(event("new", "x"), usize::MAX),
+            Err(RegistryFull::Entries)
+        );
+        assert_eq!(
+            registry.upsert(event("e0007", "replaced"), usize::MAX),
+            Ok(())
+        );
         assert_eq!(registry.len(), MAX_REGISTRY_ENTRIES);
         assert!(registry.get("new").is_none());
+    }
+
+    #[test]
+    fn bytes_follow_snapshots_upserts_and_removes_and_a_refusal_changes_nothing() {
+        let one = event("a", "xx").held_bytes();
+        let mut registry = Registry::from_snapshot([event("a", "xx"), event("b", "xx")]);
+        assert_eq!(registry.bytes(), 2 * one);
+        // Replacing counts the new entry instead of the old one.
+        assert_eq!(registry.upsert(event("a", "xxxx"), usize::MAX), Ok(()));
+        assert_eq!(registry.bytes(), 2 * one + 2);
+        registry.remove("a");
+        assert_eq!(registry.bytes(), one);
+        // Exactly at the bound passes; one byte past it is refused and leaves all as it was.
+        assert_eq!(registry.upsert(event("c", "xx"), 2 * one), Ok(()));
+        assert_eq!(
+            registry.upsert(event("b", "xxx"), 2 * one),
+            Err(RegistryFull::Bytes)
+        );
+        assert_eq!(registry.bytes(), 2 * one);
+        assert_eq!(
+            registry.get("b").map(|e| e.description.as_str()),
+            Some("xx")
+        );
     }
 }

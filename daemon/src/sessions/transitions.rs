@@ -13,12 +13,12 @@ use appduct_protocol::frames::{
     AppFrame, DaemonFrame, EventDelta, SessionAck, SessionClaim, SessionResume, ToolDelta,
 };
 use appduct_protocol::ids::ResumeToken;
-use appduct_protocol::limits::TOKEN_BYTES;
+use appduct_protocol::limits::{MAX_REGISTRY_BYTES, TOKEN_BYTES};
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
-use super::registry::Registry;
+use super::registry::{Registry, RegistryFull};
 use super::{
     CallFrame, CallRouter, CallsEnded, ConnCtl, EngineOptions, Inner, Session, Socket, State, alias,
 };
@@ -37,6 +37,24 @@ fn ack_text(session_id: &str, alias: &str, token: &ResumeToken, options: &Engine
         .with_event_registry(true),
     )
     .encode()
+}
+
+/// The close for a registry frame that would take the session past [`MAX_REGISTRY_BYTES`]; the
+/// close reason is the spec's `invalid_registry`, the log names the cap.
+fn registry_too_large(session_id: &str) -> CloseReason {
+    tracing::warn!(
+        %session_id,
+        limit = MAX_REGISTRY_BYTES,
+        "refusing a registry frame: the session's tools and events would pass MAX_REGISTRY_BYTES"
+    );
+    CloseReason::InvalidRegistry
+}
+
+fn registry_refused(session_id: &str, full: RegistryFull) -> CloseReason {
+    match full {
+        RegistryFull::Bytes => registry_too_large(session_id),
+        RegistryFull::Entries => CloseReason::InvalidRegistry,
+    }
 }
 
 impl Inner {
@@ -253,8 +271,15 @@ impl Inner {
             return Ok(());
         }
         let alias = Some(session.alias.as_str());
+        // The other kind's bytes leave this much for the registry a frame changes.
+        let tools_budget = MAX_REGISTRY_BYTES.saturating_sub(session.events.bytes());
+        let events_budget = MAX_REGISTRY_BYTES.saturating_sub(session.tools.bytes());
         match frame {
             AppFrame::ToolRegistrySnapshot(snapshot) => {
+                let bytes: usize = snapshot.tools.iter().map(|t| t.held_bytes()).sum();
+                if bytes > tools_budget {
+                    return Err(registry_too_large(session_id));
+                }
                 session.tools = Registry::from_snapshot(
                     snapshot.tools.into_iter().map(|t| shared_tools.share(t)),
                 );
@@ -264,13 +289,17 @@ impl Inner {
                 match delta.change {
                     ToolDelta::Upsert(tool) => session
                         .tools
-                        .upsert(shared_tools.share(tool))
-                        .map_err(|_| CloseReason::InvalidRegistry)?,
+                        .upsert(shared_tools.share(tool), tools_budget)
+                        .map_err(|full| registry_refused(session_id, full))?,
                     ToolDelta::Remove { name } => session.tools.remove(&name),
                 }
                 self.tools_changed(session_id, session);
             }
             AppFrame::EventRegistrySnapshot(snapshot) => {
+                let bytes: usize = snapshot.events.iter().map(|e| e.held_bytes()).sum();
+                if bytes > events_budget {
+                    return Err(registry_too_large(session_id));
+                }
                 session.events = Registry::from_snapshot(snapshot.events);
                 self.events_changed(session_id, session);
             }
@@ -278,8 +307,8 @@ impl Inner {
                 match delta.change {
                     EventDelta::Upsert(event) => session
                         .events
-                        .upsert(event)
-                        .map_err(|_| CloseReason::InvalidRegistry)?,
+                        .upsert(event, events_budget)
+                        .map_err(|full| registry_refused(session_id, full))?,
                     EventDelta::Remove { name } => session.events.remove(&name),
                 }
                 self.events_changed(session_id, session);
@@ -303,6 +332,27 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// An answer from connection `conn` for call `wire_id` that broke a per-value bound: that
+    /// call fails, the connection stays. Dropped like any frame once `conn` lost the session.
+    pub(super) fn fail_call(&self, conn: u64, session_id: &str, wire_id: String, detail: String) {
+        // Held while routing, as `apply` does, so the call cannot race a transition.
+        let st = self.state();
+        if st
+            .sessions
+            .get(session_id)
+            .is_some_and(|s| s.is_attached(conn))
+        {
+            self.call_frame(
+                session_id,
+                CallFrame::Invalid {
+                    id: wire_id,
+                    detail,
+                },
+            );
+        }
+        drop(st);
     }
 
     pub(super) fn tools_changed(&self, id: &str, session: &Session) {

@@ -37,5 +37,6 @@ mod security_keys;
 mod security_limits;
 mod security_local;
 mod security_preclaim;
+mod security_replies;
 mod security_ws_violations;
 mod tls_handshakes;

@@ -111,10 +111,13 @@ pub async fn run(globals: &Globals, out: &Output, req: &ToolsLs) -> Result<Succe
     } else {
         effective_limit(req.params.limit, out.flags.json)
     };
-    let result = client
-        .call::<ToolsList>(params)
-        .await
-        .map_err(|e| connect::client_error(&e, &dir))?;
+    // Without `--limit` (`--json`) every tool is wanted: page through the reply bound.
+    let result = if req.groups_only || params.limit.is_some() {
+        client.call::<ToolsList>(params).await
+    } else {
+        client.list_all_tools(params).await
+    };
+    let result = result.map_err(|e| connect::client_error(&e, &dir))?;
     Ok(tools_ls(req, &result, &session.alias))
 }
 

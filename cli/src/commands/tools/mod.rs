@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use appduct_client::client::ControlClient;
 use appduct_client::state_dir::StateDir;
 use appduct_protocol::control::{
-    SelectorParams, SessionSummary, SessionsDescribe, ToolsList, ToolsListEntry, ToolsListParams,
+    SelectorParams, SessionSummary, SessionsDescribe, ToolsListEntry, ToolsListParams,
     ToolsListResult,
 };
 use appduct_protocol::errors::ErrorType;
@@ -76,14 +76,14 @@ pub async fn describe_session(
         .map_err(|e| connect::client_error(&e, dir))
 }
 
-/// Every tool of a session, unpaged.
+/// Every tool of a session, through as many pages as the daemon's reply bound takes.
 pub async fn list_all(
     client: &ControlClient,
     dir: &StateDir,
     session_id: &str,
 ) -> Result<ToolsListResult, CliError> {
     client
-        .call::<ToolsList>(ToolsListParams::default().with_selector(Some(session_id.to_owned())))
+        .list_all_tools(ToolsListParams::default().with_selector(Some(session_id.to_owned())))
         .await
         .map_err(|e| connect::client_error(&e, dir))
 }

@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::canonical::to_canonical_pretty;
-use appduct_protocol::control::{EventsList, EventsListParams, EventsListResult, ToolsListResult};
+use appduct_protocol::control::{EventsListParams, EventsListResult, ToolsListResult};
 use appduct_protocol::errors::ErrorType;
 use clap::Args;
 use serde_json::{Map, Value, json};
@@ -134,7 +134,7 @@ pub async fn run(
     let session = describe_session(&client, &dir, selector).await?;
     let tools = list_all(&client, &dir, &session.session_id).await?;
     let events = client
-        .call::<EventsList>(
+        .list_all_events(
             EventsListParams::default().with_selector(Some(session.session_id.clone())),
         )
         .await
