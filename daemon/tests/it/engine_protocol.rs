@@ -736,7 +736,7 @@ fn conformance_dir() -> std::path::PathBuf {
         Some(d) => d.into(),
         None => concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/conformance/appduct-v2"
+            "/../protocol/tests/vectors/appduct-v2"
         )
         .into(),
     }

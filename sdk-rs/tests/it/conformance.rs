@@ -19,7 +19,7 @@ fn vectors_dir() -> PathBuf {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/conformance/appduct-v2"
+            "/../protocol/tests/vectors/appduct-v2"
         )),
     }
 }

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
-/// The vector directory: `APPDUCT_CONFORMANCE_DIR` when set, else `../shared/conformance/appduct-v2`
-/// relative to the workspace root (the project's checkout sits beside `shared/`).
+/// The vector directory: `APPDUCT_CONFORMANCE_DIR` when set, else the in-repository copy
+/// `protocol/tests/vectors/appduct-v2` (see its README).
 pub fn dir() -> PathBuf {
     match std::env::var_os("APPDUCT_CONFORMANCE_DIR") {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../shared/conformance/appduct-v2"
+            "/tests/vectors/appduct-v2"
         )),
     }
 }

@@ -1,4 +1,4 @@
-// Conformance (02 §18, 07 §7.15): every vector file in shared/conformance/appduct-v2 runs through
+// Conformance (02 §18, 07 §7.15): every vector file in protocol/tests/vectors/appduct-v2 runs through
 // the SDK; a missing or empty directory, or a `*.json` file no suite consumes, fails the run.
 // Test names are the vectors' names, so a failing case is reported by its name.
 

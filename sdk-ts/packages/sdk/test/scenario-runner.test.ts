@@ -84,7 +84,7 @@ describe("vector set", () => {
     const saved = process.env.APPDUCT_CONFORMANCE_DIR;
     try {
       delete process.env.APPDUCT_CONFORMANCE_DIR;
-      expect(conformanceDir()).toBe(path.resolve(SDK_TS_ROOT, "../../shared/conformance/appduct-v2"));
+      expect(conformanceDir()).toBe(path.resolve(SDK_TS_ROOT, "../protocol/tests/vectors/appduct-v2"));
       process.env.APPDUCT_CONFORMANCE_DIR = "/abs/vectors";
       expect(conformanceDir()).toBe("/abs/vectors");
       process.env.APPDUCT_CONFORMANCE_DIR = "../shared/x";

@@ -10,14 +10,14 @@ export const SDK_TS_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.u
 
 /**
  * The vector directory: `APPDUCT_CONFORMANCE_DIR` when set (a relative value is read from the
- * repository root, as `.ci/run` does), else `../../shared/conformance/appduct-v2` from `sdk-ts/`.
+ * repository root, as `.ci/run` does), else the in-repository copy `protocol/tests/vectors/appduct-v2`.
  */
 export function conformanceDir(): string {
   const override = process.env.APPDUCT_CONFORMANCE_DIR;
   if (override !== undefined && override !== "") {
     return path.isAbsolute(override) ? override : path.resolve(SDK_TS_ROOT, "..", override);
   }
-  return path.resolve(SDK_TS_ROOT, "../../shared/conformance/appduct-v2");
+  return path.resolve(SDK_TS_ROOT, "../protocol/tests/vectors/appduct-v2");
 }
 
 export class VectorSet {
