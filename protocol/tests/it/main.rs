@@ -3,6 +3,7 @@
 
 mod conformance;
 mod control_plane;
+mod doc_examples;
 mod prop_canonical;
 mod prop_codecs;
 mod prop_frames;
