@@ -49,7 +49,11 @@ fn examples() -> (Vec<Example>, Vec<String>) {
     assert!(!files.is_empty(), "no documents in docs/protocol");
     let (mut out, mut errors) = (Vec::new(), Vec::new());
     for path in files {
-        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
         let lines: Vec<&str> = text.lines().collect();
         let mut i = 0;
@@ -75,7 +79,9 @@ fn examples() -> (Vec<Example>, Vec<String>) {
                 .unwrap_or_else(|| panic!("{at}: unterminated fence"));
             let body = lines[i + 1..end].join("\n");
             match marker {
-                None => errors.push(format!("{at}: a json example without an `<!-- example: … -->` marker")),
+                None => errors.push(format!(
+                    "{at}: a json example without an `<!-- example: … -->` marker"
+                )),
                 Some(m) => {
                     let mut words = m.split_whitespace().map(str::to_owned);
                     let kind = words.next().unwrap_or_default();
@@ -108,13 +114,17 @@ fn same(what: &str, got: &Value, want: &Value) -> Result<(), String> {
     if got == want {
         Ok(())
     } else {
-        Err(format!("{what} re-encodes as\n  {got}\nnot as the example\n  {want}"))
+        Err(format!(
+            "{what} re-encodes as\n  {got}\nnot as the example\n  {want}"
+        ))
     }
 }
 
 fn check_bootstrap(ex: &Example) -> Result<(), String> {
     let v = parse(&ex.text)?;
-    let text = v["base64url"].as_str().ok_or("`base64url` must be a string")?;
+    let text = v["base64url"]
+        .as_str()
+        .ok_or("`base64url` must be a string")?;
     let payload = bootstrap::decode(text).map_err(|e| format!("does not decode: {e}"))?;
     let decoded = serde_json::to_value(payload.decoded()).map_err(|e| e.to_string())?;
     same("the decoded payload", &decoded, &v["decoded"])?;
@@ -153,7 +163,10 @@ fn check_app_frame_refused(ex: &Example) -> Result<(), String> {
     match frames::decode_app_message(&ex.text, phase_for(ty, &v)) {
         Ok(f) => Err(format!("accepted as {}", f.type_name())),
         Err(r) if r.reason.reason() == reason => Ok(()),
-        Err(r) => Err(format!("refused as {}, not {reason} ({r})", r.reason.reason())),
+        Err(r) => Err(format!(
+            "refused as {}, not {reason} ({r})",
+            r.reason.reason()
+        )),
     }
 }
 
@@ -278,7 +291,12 @@ fn every_json_example_in_the_protocol_docs_matches_the_code() {
     let (examples, mut failures) = examples();
     for ex in &examples {
         if let Err(e) = check(ex) {
-            failures.push(format!("{} ({} {}): {e}", ex.at, ex.kind, ex.args.join(" ")));
+            failures.push(format!(
+                "{} ({} {}): {e}",
+                ex.at,
+                ex.kind,
+                ex.args.join(" ")
+            ));
         }
     }
     assert!(
@@ -288,7 +306,11 @@ fn every_json_example_in_the_protocol_docs_matches_the_code() {
         examples.len(),
         failures.join("\n")
     );
-    assert!(examples.len() > 40, "only {} examples found", examples.len());
+    assert!(
+        examples.len() > 40,
+        "only {} examples found",
+        examples.len()
+    );
 }
 
 #[test]
