@@ -362,3 +362,49 @@ fn the_examples_cover_every_frame_method_notification_and_event_kind() {
         .collect();
     assert!(missing.is_empty(), "no event example of kind: {missing:?}");
 }
+
+/// Section numbers (`§D7.3`, `§C8.9`) are how code and documents cite these references: every
+/// cited number must be a heading, and no number may head two sections.
+#[test]
+fn every_cited_section_number_exists_once() {
+    let mut headings: Vec<String> = Vec::new();
+    let mut cited: BTreeSet<(String, String)> = BTreeSet::new();
+    for name in ["device.md", "control.md"] {
+        let text = std::fs::read_to_string(docs_dir().join(name))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        for line in text.lines() {
+            if let Some(rest) = line
+                .strip_prefix("## ")
+                .or_else(|| line.strip_prefix("### "))
+            {
+                let number = rest.split_whitespace().next().unwrap_or_default();
+                headings.push(number.trim_end_matches('.').to_owned());
+            }
+            for (i, _) in line.match_indices('§') {
+                let tail = &line[i + '§'.len_utf8()..];
+                let number: String = tail
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '.')
+                    .collect();
+                let number = number.trim_end_matches('.');
+                if number.starts_with(['D', 'C']) {
+                    cited.insert((name.to_owned(), number.to_owned()));
+                }
+            }
+        }
+    }
+    assert!(
+        cited.len() > 20,
+        "only {} cited section numbers found",
+        cited.len()
+    );
+    let unique: BTreeSet<&String> = headings.iter().collect();
+    assert_eq!(
+        unique.len(),
+        headings.len(),
+        "a section number heads two sections"
+    );
+    let missing: Vec<&(String, String)> =
+        cited.iter().filter(|(_, n)| !unique.contains(n)).collect();
+    assert!(missing.is_empty(), "cited but not a heading: {missing:?}");
+}
