@@ -514,6 +514,13 @@ pub fn mint(
         ),
         // Web links always carry loopback and the web port (02 §5.3).
         Transport::Web => (IpAddr::V4(Ipv4Addr::LOCALHOST), env.web_port()),
+        // Sealed links (issue #23) are minted on branch `sealed-daemon`; this branch only has
+        // the protocol and SDK sides.
+        Transport::Sealed => {
+            return Err(LinkError::Tls(
+                "sealed links are not minted by this build".to_owned(),
+            ));
+        }
     };
     let id = mint_session_id(is_taken)?;
     let token = ClaimToken::from_bytes(random_bytes::<TOKEN_BYTES>()?);

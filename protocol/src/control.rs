@@ -495,8 +495,9 @@ macro_rules! wire_enum {
 pub struct UnknownValue(pub String);
 
 wire_enum! {
-    /// Listener a link or session belongs to (02 §2.3).
-    Transport { Native = "native", Web = "web" }
+    /// Listener a link or session belongs to (02 §2.3); `sealed` is ours (issue #23): the plain
+    /// route of the wss port with a Noise channel inside.
+    Transport { Native = "native", Web = "web", Sealed = "sealed" }
 }
 wire_enum! {
     /// `SessionSummary.state` (03 §8.2).

@@ -52,6 +52,9 @@ pub struct Endpoint {
     pub port: u16,
     /// Pins the presented leaf must match (native only).
     pub pins: Vec<SpkiPin>,
+    /// The daemon's X25519 static key (sealed only, issue #23): the handshake authenticates
+    /// the daemon by it.
+    pub sealed_key: Option<[u8; 32]>,
 }
 
 impl Endpoint {
@@ -59,7 +62,7 @@ impl Endpoint {
     pub fn url(&self) -> String {
         let scheme = match self.transport {
             Transport::Native => "wss",
-            Transport::Web => "ws",
+            Transport::Web | Transport::Sealed => "ws",
         };
         match self.address {
             IpAddr::V4(v4) => format!("{scheme}://{v4}:{}/", self.port),
@@ -95,6 +98,9 @@ impl fmt::Debug for Bootstrap {
 pub enum OpenFailure {
     /// The leaf's SPKI pin is not trusted: terminal, never retried (02 §3.4).
     PinMismatch,
+    /// The sealed handshake failed (the daemon does not hold the link's key): terminal, never
+    /// retried, like a pin mismatch.
+    HandshakeFailed,
     /// Anything else (refused, unreachable, TLS or upgrade failure): retried.
     Other(String),
 }
@@ -627,6 +633,21 @@ impl Core {
                         self.fail_claim(ConnectError::PinMismatch, reasons::PIN_MISMATCH)
                     }
                     _ => self.end_session(reasons::PIN_MISMATCH, abort_reasons::SESSION_SUSPENDED),
+                }
+            }
+            OpenFailure::HandshakeFailed => {
+                self.error(
+                    ErrorPhase::Connect,
+                    reasons::HANDSHAKE_FAILED,
+                    "the sealed handshake failed: the daemon does not hold the link's key"
+                        .to_owned(),
+                );
+                match &self.mode {
+                    Mode::Claiming(_) => {
+                        self.fail_claim(ConnectError::HandshakeFailed, reasons::HANDSHAKE_FAILED)
+                    }
+                    _ => self
+                        .end_session(reasons::HANDSHAKE_FAILED, abort_reasons::SESSION_SUSPENDED),
                 }
             }
             OpenFailure::Other(detail) => {
@@ -1374,6 +1395,7 @@ mod tests {
     fn endpoint() -> Endpoint {
         Endpoint {
             transport: Transport::Native,
+            sealed_key: None,
             address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 8443,
             pins: Vec::new(),
@@ -1652,6 +1674,23 @@ mod tests {
         })));
         assert!(out.contains(&Output::Session(SessionEvent::Lost {
             reason: "pin_mismatch".into()
+        })));
+        assert_eq!(c.poll_timeout(), None);
+    }
+
+    #[test]
+    fn a_failed_sealed_handshake_ends_a_held_session_without_retry() {
+        let mut c = active_core(false);
+        c.on_closed(T0, 1, Some(1006), None);
+        c.on_timeout(T0 + 250);
+        let conn = opened(&drain(&mut c)).unwrap();
+        c.on_open_failed(T0 + 260, conn, OpenFailure::HandshakeFailed);
+        let out = drain(&mut c);
+        assert!(out.contains(&Output::State(ClientState::Closed {
+            reason: "handshake_failed".into()
+        })));
+        assert!(out.contains(&Output::Session(SessionEvent::Lost {
+            reason: "handshake_failed".into()
         })));
         assert_eq!(c.poll_timeout(), None);
     }
