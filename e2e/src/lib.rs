@@ -8,12 +8,14 @@
 //! - [`device`]: decoded links, SDK devices and a raw-frame fake device (the SDK's `testing`
 //!   feature).
 //! - [`node`]: the TypeScript SDK's Node playground as a device process.
+//! - [`soak`]: the bounded soak run of issue #20 (`scripts/soak`).
 
 pub mod control;
 pub mod device;
 pub mod harness;
 pub mod mcp;
 pub mod node;
+pub mod soak;
 
 /// Runs blocking work (a CLI command, a bounded poll) from a multi-thread tokio test without
 /// stalling the tasks of in-process SDK devices.

@@ -16,4 +16,5 @@ mod mcp_rmcp;
 mod reply_bounds;
 mod sdk_device;
 mod security;
+mod soak;
 mod ts_sdk;
