@@ -15,5 +15,6 @@ mod mcp_official;
 mod mcp_rmcp;
 mod reply_bounds;
 mod sdk_device;
+mod sealed_device;
 mod security;
 mod ts_sdk;
