@@ -184,24 +184,23 @@ impl Connection {
                 drop(guard.take());
             }
             let rejected = match item {
-                Incoming::Message(WireMessage::Text(text)) if self.channel == Channel::Cleartext => {
-                    // The plain route without a handshake (issue #23): a claim or resume here
-                    // carried its token in the clear.
-                    match decode_app_message(&text, Phase::PreAck) {
-                        Ok(frame @ (AppFrame::SessionClaim(_) | AppFrame::SessionResume(_))) => {
-                            SessionManager::from_inner(Arc::clone(&self.inner))
-                                .refuse_cleartext(&frame);
-                            CloseReason::WrongTransport
-                        }
-                        _ => CloseReason::ExpectedSealedHandshake,
-                    }
-                }
                 Incoming::Message(WireMessage::Text(text)) => {
                     let rng = match self.channel {
                         Channel::Sealed { rng } => Some(rng),
                         Channel::Plain | Channel::Cleartext => None,
                     };
+                    // The plain route without a handshake (issue #23): a claim or resume here
+                    // carried its token in the clear; only a link refusal belongs here.
+                    let cleartext = self.channel == Channel::Cleartext;
                     let outcome = match decode_app_message(&text, Phase::PreAck) {
+                        Err(_) if cleartext => Err(CloseReason::ExpectedSealedHandshake),
+                        Ok(frame @ (AppFrame::SessionClaim(_) | AppFrame::SessionResume(_)))
+                            if cleartext =>
+                        {
+                            SessionManager::from_inner(Arc::clone(&self.inner))
+                                .refuse_cleartext(&frame);
+                            Err(CloseReason::WrongTransport)
+                        }
                         Err(rejection) => Err(rejection.reason),
                         Ok(AppFrame::SessionClaim(claim)) => {
                             self.inner
@@ -211,6 +210,7 @@ impl Connection {
                             self.inner
                                 .resume(self.id, &self.sender, &resume, self.transport, rng)
                         }
+                        Ok(_) if cleartext => Err(CloseReason::ExpectedSealedHandshake),
                         Ok(_) => Err(CloseReason::ExpectedClaimOrResume),
                     };
                     match outcome {
