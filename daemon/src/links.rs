@@ -671,6 +671,29 @@ mod tests {
     }
 
     #[test]
+    fn sealed_links_carry_the_static_key_the_wss_port_and_sealed_key() {
+        let m = minted(serde_json::json!({"transport": "sealed"}));
+        let r = &m.result;
+        assert_eq!(r.transport, Transport::Sealed);
+        assert_eq!(m.link.transport, Transport::Sealed);
+        assert_eq!(r.endpoint, Endpoint::new("192.168.1.20", 8443, 4));
+        assert!(
+            bootstrap::decode(&r.deep_link_payload).is_err(),
+            "v2 decoders refuse it"
+        );
+        let sealed = bootstrap::decode_sealed(&r.deep_link_payload).unwrap();
+        let key = StaticLinkEnv::default().sealed_key;
+        assert_eq!(sealed.static_key, key);
+        assert_eq!(sealed.payload.session_id, r.session_id);
+        assert_eq!(sealed.payload.port, 8443);
+        assert_eq!(r.sealed_key.as_deref(), Some(sealed_key_text(&key).as_str()));
+        // Native and web links have no sealedKey; an override applies to sealed links too.
+        assert_eq!(minted(serde_json::json!({})).result.sealed_key, None);
+        let m = minted(serde_json::json!({"transport": "sealed", "addressOverride": "127.0.0.1"}));
+        assert_eq!(m.result.endpoint, Endpoint::new("127.0.0.1", 8443, 4));
+    }
+
+    #[test]
     fn taken_ids_are_rerolled_and_an_exhausted_space_fails() {
         let first = mint_session_id(|_| false).unwrap();
         let taken = first.clone();

@@ -49,8 +49,8 @@ fn definition() -> Definition {
                 "appId": {"type": "string", "minLength": 1, "description": "Android package or iOS bundle id; defaults to the project's appduct config."},
                 "relaunch": {"type": "boolean", "description": "ios-device only: terminate the running app before opening the link."},
                 "url": {"type": "string", "minLength": 1, "description": "web only: http(s) page URL to open with the link."},
-                "for": {"type": "string", "enum": ["react-native", "web", "native"], "description": "The kind of app: react-native = JS-only @appduct/sdk/react-native (Expo Go too; sealed link, works on a phone over Wi-Fi), web = a web page, native = an app with a pinning native module. Default: the project's platform from appduct init, else native."},
-                "transport": {"type": "string", "enum": ["native", "web", "sealed"], "description": "Link transport, when not chosen by for (they must agree): web = loopback link, sealed = encrypted LAN link for JS-only apps, native = pinned TLS."},
+                "for": {"type": "string", "enum": ["react-native", "web", "native"], "description": "App kind: react-native (JS-only SDK, Expo Go: sealed link, Wi-Fi ok), web, native. Default: the project platform."},
+                "transport": {"type": "string", "enum": ["native", "web", "sealed"], "description": "Link transport; must agree with for. web = loopback, sealed = encrypted LAN link for JS-only apps, native = pinned TLS."},
                 "ttlSeconds": {"type": "integer", "minimum": 1, "maximum": 86400, "description": "Link lifetime in seconds; default 300."},
                 "cwd": cwd_prop()
             },
