@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
+use appduct_protocol::bootstrap::STATIC_KEY_BYTES;
 use appduct_protocol::control::{DaemonStartedData, EventData, Transport};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::limits;
-use appduct_protocol::bootstrap::STATIC_KEY_BYTES;
 use appduct_protocol::pin::SpkiPin;
 use rustls_pki_types::CertificateDer;
 use tokio::io::DuplexStream;

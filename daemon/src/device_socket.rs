@@ -38,8 +38,7 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use appduct_protocol::sealed::{
-    self, Opened, SealedChannel, SealedError, SealedReceiver,
-    SealedSender,
+    self, Opened, SealedChannel, SealedError, SealedReceiver, SealedSender,
 };
 
 use crate::preclaim::Eviction;
@@ -601,8 +600,13 @@ pub fn from_plain_route_text<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    spawn_adapter(ws, eviction, Codec::Plain, Some(Message::Text(first.into())))
-        .with_channel(Channel::Cleartext)
+    spawn_adapter(
+        ws,
+        eviction,
+        Codec::Plain,
+        Some(Message::Text(first.into())),
+    )
+    .with_channel(Channel::Cleartext)
 }
 
 fn spawn_adapter<S>(
@@ -664,7 +668,11 @@ struct SealedFault {
 impl Codec {
     /// Turns a received message into what the engine sees: `Ok(None)` for a fragment record
     /// with more to come. Pings, pongs and close frames pass through.
-    fn incoming(&self, message: Message, record_closed: &mut bool) -> Result<Option<Message>, SealedFault> {
+    fn incoming(
+        &self,
+        message: Message,
+        record_closed: &mut bool,
+    ) -> Result<Option<Message>, SealedFault> {
         let Codec::Sealed(codec) = self else {
             return Ok(Some(message));
         };
@@ -883,7 +891,13 @@ where
     );
     // The ending holds the whole stream by value and may linger: boxed, so its room is taken
     // only while a connection ends rather than in the task of every open connection.
-    Box::pin(finish(stream.reunite(sink).ok(), read_end, write_end, codec)).await
+    Box::pin(finish(
+        stream.reunite(sink).ok(),
+        read_end,
+        write_end,
+        codec,
+    ))
+    .await
 }
 
 /// How the connection ended, after sending the close a failed write or an oversized message
@@ -924,7 +938,10 @@ where
         }
         (ReadEnd::Sealed(fault), _) => {
             let reason = fault.error.close_reason();
-            tracing::debug!("sealed device connection failed ({}); closing {reason}", fault.error);
+            tracing::debug!(
+                "sealed device connection failed ({}); closing {reason}",
+                fault.error
+            );
             if let Some(ws) = ws.as_mut() {
                 let closing = codec.closing(reason, fault.error.sends_close_record());
                 close_after_read_error(ws, closing).await;

@@ -686,7 +686,10 @@ mod tests {
         assert_eq!(sealed.static_key, key);
         assert_eq!(sealed.payload.session_id, r.session_id);
         assert_eq!(sealed.payload.port, 8443);
-        assert_eq!(r.sealed_key.as_deref(), Some(sealed_key_text(&key).as_str()));
+        assert_eq!(
+            r.sealed_key.as_deref(),
+            Some(sealed_key_text(&key).as_str())
+        );
         // Native and web links have no sealedKey; an override applies to sealed links too.
         assert_eq!(minted(serde_json::json!({})).result.sealed_key, None);
         let m = minted(serde_json::json!({"transport": "sealed", "addressOverride": "127.0.0.1"}));

@@ -412,19 +412,17 @@ async fn plain_route(
         }
     };
     match first {
-        Message::Binary(message1) => {
-            match sealed_handshake(&mut ws, keys, &message1).await {
-                Ok((channel, rng)) => Ok(device_socket::from_sealed_websocket(
-                    ws, channel, rng, eviction,
-                )),
-                Err(error) => {
-                    if error == SealedError::HandshakeFailed {
-                        close_plain(&mut ws, CloseReason::SealedHandshakeFailed).await;
-                    }
-                    Err(OpenError::Sealed(error))
+        Message::Binary(message1) => match sealed_handshake(&mut ws, keys, &message1).await {
+            Ok((channel, rng)) => Ok(device_socket::from_sealed_websocket(
+                ws, channel, rng, eviction,
+            )),
+            Err(error) => {
+                if error == SealedError::HandshakeFailed {
+                    close_plain(&mut ws, CloseReason::SealedHandshakeFailed).await;
                 }
+                Err(OpenError::Sealed(error))
             }
-        }
+        },
         Message::Text(text) => Ok(device_socket::from_plain_route_text(
             ws,
             text.as_str().to_owned(),

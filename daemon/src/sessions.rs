@@ -31,8 +31,8 @@ use appduct_protocol::control::{
 use appduct_protocol::descriptor::{EventDescriptor, ToolDescriptor};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::frames::{
-    AppFrame,
-    DaemonFrame, FrameTooLarge, ToolCallProgress, ToolError, ToolResult, check_outgoing_size,
+    AppFrame, DaemonFrame, FrameTooLarge, ToolCallProgress, ToolError, ToolResult,
+    check_outgoing_size,
 };
 use appduct_protocol::ids::ResumeToken;
 use appduct_protocol::jsonrpc::ErrorObject;
@@ -621,10 +621,9 @@ impl SessionManager {
         match frame {
             AppFrame::SessionClaim(claim) => {
                 let id = claim.session_id.as_str();
-                let leaked = st
-                    .links
-                    .get(id)
-                    .is_some_and(|link| !link.is_expired(now_s) && link.token_matches(&claim.token));
+                let leaked = st.links.get(id).is_some_and(|link| {
+                    !link.is_expired(now_s) && link.token_matches(&claim.token)
+                });
                 if leaked {
                     st.links.revoke(id);
                     tracing::warn!(

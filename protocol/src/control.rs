@@ -711,8 +711,7 @@ impl LinkCreateParams {
                 ));
             }
         };
-        let transport =
-            p.enumeration::<Transport>(
+        let transport = p.enumeration::<Transport>(
             Self::TRANSPORT,
             "must be \"native\", \"web\" or \"sealed\"",
         )?;

@@ -536,7 +536,11 @@ mod tests {
         let done = run(&req(None, false), &env).unwrap();
         assert_eq!(p.config()["platform"], "react-native");
         assert_eq!(done.data["platform"], "react-native");
-        assert!(done.human.contains("react-native (sealed links)"), "{}", done.human);
+        assert!(
+            done.human.contains("react-native (sealed links)"),
+            "{}",
+            done.human
+        );
         // A different --platform needs --force.
         let mut native = req(None, false);
         native.platform = Some(AppKind::Native);

@@ -547,14 +547,24 @@ fn link_for_picks_the_transport_and_conflicts_exit_64() {
         ("native", Transport::Native),
     ] {
         let l = link(&["--for", app]);
-        assert_eq!((l.transport, l.transport_defaulted), (transport, false), "{app}");
+        assert_eq!(
+            (l.transport, l.transport_defaulted),
+            (transport, false),
+            "{app}"
+        );
         // --transport naming the same transport agrees.
         let l = link(&["--for", app, "--transport", transport.as_str()]);
         assert_eq!(l.transport, transport);
     }
-    assert_eq!(link(&["--transport", "sealed"]).transport, Transport::Sealed);
+    assert_eq!(
+        link(&["--transport", "sealed"]).transport,
+        Transport::Sealed
+    );
     let l = link(&[]);
-    assert_eq!((l.transport, l.transport_defaulted), (Transport::Native, true));
+    assert_eq!(
+        (l.transport, l.transport_defaulted),
+        (Transport::Native, true)
+    );
     let l = link(&["--for", "react-native", "--open", "ios-device"]);
     assert_eq!(l.transport, Transport::Sealed);
 
@@ -562,9 +572,30 @@ fn link_for_picks_the_transport_and_conflicts_exit_64() {
         &["--for", "react-native", "--transport", "native"][..],
         &["--for", "native", "--transport", "sealed"],
         &["--for", "web", "--transport", "native"],
-        &["--for", "react-native", "--open", "web", "--url", "http://localhost:5173/"],
-        &["--for", "native", "--open", "web", "--url", "http://localhost:5173/"],
-        &["--transport", "sealed", "--open", "web", "--url", "http://localhost:5173/"],
+        &[
+            "--for",
+            "react-native",
+            "--open",
+            "web",
+            "--url",
+            "http://localhost:5173/",
+        ],
+        &[
+            "--for",
+            "native",
+            "--open",
+            "web",
+            "--url",
+            "http://localhost:5173/",
+        ],
+        &[
+            "--transport",
+            "sealed",
+            "--open",
+            "web",
+            "--url",
+            "http://localhost:5173/",
+        ],
         &["--for", "ios"],
     ] {
         let mut words = vec!["sessions", "link"];

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use appduct_protocol::close::CloseReason;
 use appduct_protocol::control::{
-    Device, EventData, EventsChangedData, SessionClaimedData, SessionResumedData,
-    RngSource, SessionSuspendedData, SuspendReason, ToolsChangedData, Transport,
+    Device, EventData, EventsChangedData, RngSource, SessionClaimedData, SessionResumedData,
+    SessionSuspendedData, SuspendReason, ToolsChangedData, Transport,
 };
 use appduct_protocol::frames::{
     AppFrame, DaemonFrame, EventDelta, SessionAck, SessionClaim, SessionResume, ToolDelta,

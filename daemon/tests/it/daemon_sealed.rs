@@ -315,7 +315,10 @@ async fn sealed_claim_and_call_round_trip_with_nothing_in_cleartext() {
     let link = create_link(&daemon, Transport::Sealed).await;
     assert_eq!(link.transport, Transport::Sealed);
     assert_eq!(link.endpoint.port, daemon.wss_addr().port());
-    assert!(bootstrap::decode(&link.deep_link_payload).is_err(), "v2 decoders refuse it");
+    assert!(
+        bootstrap::decode(&link.deep_link_payload).is_err(),
+        "v2 decoders refuse it"
+    );
     let status = client.call::<DaemonStatus>(NoParams {}).await.unwrap();
     let key_text = expected_sealed_key(&daemon);
     assert_eq!(status.sealed_key.as_deref(), Some(key_text.as_str()));
@@ -323,15 +326,19 @@ async fn sealed_claim_and_call_round_trip_with_nothing_in_cleartext() {
     assert_eq!(URL_SAFE_NO_PAD.encode(link_key(&link)), key_text);
 
     let recorder = Recorder::start(wss_v4(&daemon)).await;
-    let mut app = sealed_connect(recorder.addr, link_key(&link)).await.unwrap();
+    let mut app = sealed_connect(recorder.addr, link_key(&link))
+        .await
+        .unwrap();
     let ack = app.claim(&link, "Pixel 8").await;
     assert_eq!(ack["type"], "session_ack", "{ack}");
     let resume_token = ack["resume_token"].as_str().unwrap().to_owned();
     event_of(&mut bus, EventKind::SessionClaimed).await;
 
-    app.send_frame(&json!({"type": "tool_registry_snapshot", "session_id": link.session_id,
-        "tools": [{"name": "needle_tool_name", "description": "Finds needles."}]}))
-        .await;
+    app.send_frame(
+        &json!({"type": "tool_registry_snapshot", "session_id": link.session_id,
+        "tools": [{"name": "needle_tool_name", "description": "Finds needles."}]}),
+    )
+    .await;
     let sessions = daemon.sessions().clone();
     let id = link.session_id.clone();
     until(move || sessions.tools_of(&id).is_some_and(|t| t.len() == 1)).await;
@@ -344,9 +351,11 @@ async fn sealed_claim_and_call_round_trip_with_nothing_in_cleartext() {
     assert_eq!(call["type"], "tool_call", "{call}");
     assert_eq!(call["name"], "needle_tool_name");
     assert_eq!(call["args"], json!({"q": "needle-argument-value"}));
-    app.send_frame(&json!({"type": "tool_result", "session_id": link.session_id,
-        "id": call["id"], "result": {"found": "needle-result-value"}}))
-        .await;
+    app.send_frame(
+        &json!({"type": "tool_result", "session_id": link.session_id,
+        "id": call["id"], "result": {"found": "needle-result-value"}}),
+    )
+    .await;
     let reply = raw.next().await.unwrap();
     assert_eq!(
         reply["result"]["result"],
@@ -384,10 +393,7 @@ async fn wrong_static_key_fails_the_handshake_and_the_link_stays_claimable() {
     let link = create_link(&daemon, Transport::Sealed).await;
     let other = *StaticKeypair::from_private_bytes([9; 32]).public_key();
     let refused = sealed_connect(wss_v4(&daemon), other).await.err().unwrap();
-    assert_eq!(
-        refused,
-        ended_with(1008, "sealed_handshake_failed", false)
-    );
+    assert_eq!(refused, ended_with(1008, "sealed_handshake_failed", false));
     let mut app = sealed_connect(wss_v4(&daemon), link_key(&link))
         .await
         .unwrap();
@@ -421,12 +427,9 @@ async fn garbage_and_malformed_handshakes_get_defined_closes() {
         );
     }
     // Message 1 with a payload that is not the agreed JSON.
-    let mut initiator = Initiator::with_hello_payload(
-        key,
-        random_bytes::<32>().unwrap(),
-        b"not json".to_vec(),
-    )
-    .unwrap();
+    let mut initiator =
+        Initiator::with_hello_payload(key, random_bytes::<32>().unwrap(), b"not json".to_vec())
+            .unwrap();
     let mut ws = plain_ws(addr).await;
     ws.send(Message::Binary(initiator.write_message1().unwrap().into()))
         .await
@@ -438,7 +441,9 @@ async fn garbage_and_malformed_handshakes_get_defined_closes() {
     // A first message over a record's size: refused before it is buffered.
     let mut ws = plain_ws(addr).await;
     let _ = ws
-        .send(Message::Binary(vec![0u8; sealed::MAX_RECORD_BYTES + 1].into()))
+        .send(Message::Binary(
+            vec![0u8; sealed::MAX_RECORD_BYTES + 1].into(),
+        ))
         .await;
     assert_eq!(
         expect_plain_close(&mut ws).await,
@@ -465,8 +470,10 @@ async fn bad_records_close_sealed_record_invalid_and_spare_other_sessions() {
     // The bystander: a sealed session with a tool.
     let (mut other, _, other_link) = sealed_claim(&daemon, "Bystander").await;
     other
-        .send_frame(&json!({"type": "tool_registry_snapshot", "session_id": other_link.session_id,
-            "tools": [{"name": "ping", "description": "Answers."}]}))
+        .send_frame(
+            &json!({"type": "tool_registry_snapshot", "session_id": other_link.session_id,
+            "tools": [{"name": "ping", "description": "Answers."}]}),
+        )
         .await;
     let sessions = daemon.sessions().clone();
     let id = other_link.session_id.clone();
@@ -522,15 +529,19 @@ async fn bad_records_close_sealed_record_invalid_and_spare_other_sessions() {
     let call = other.next_frame().await;
     assert_eq!(call["name"], "ping");
     other
-        .send_frame(&json!({"type": "tool_result", "session_id": other_link.session_id,
-            "id": call["id"], "result": "pong"}))
+        .send_frame(
+            &json!({"type": "tool_result", "session_id": other_link.session_id,
+            "id": call["id"], "result": "pong"}),
+        )
         .await;
     assert_eq!(raw.next().await.unwrap()["result"]["result"], "pong");
 
     // A v2 close sent by the daemon is sealed: revoke gives a close record, then the close.
-    raw.send(json!({"jsonrpc": "2.0", "id": 2, "method": "sessions.revoke",
-        "params": {"selector": "bystander"}}))
-        .await;
+    raw.send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "sessions.revoke",
+        "params": {"selector": "bystander"}}),
+    )
+    .await;
     assert_eq!(other.ended().await, ended_with(1000, "revoked", true));
     daemon.shutdown().await;
 }
@@ -546,7 +557,9 @@ async fn cleartext_claims_on_the_plain_route_are_refused_and_a_leaked_token_revo
     // A wrong token in cleartext: refused, nothing counted or revoked.
     let mut ws = plain_ws(addr).await;
     let forged = claim_frame(&link.session_id, &URL_SAFE_NO_PAD.encode([0u8; 32]), "X");
-    ws.send(Message::Text(forged.to_string().into())).await.unwrap();
+    ws.send(Message::Text(forged.to_string().into()))
+        .await
+        .unwrap();
     assert_eq!(
         expect_plain_close(&mut ws).await,
         (1008, "wrong_transport".to_owned())
@@ -556,16 +569,25 @@ async fn cleartext_claims_on_the_plain_route_are_refused_and_a_leaked_token_revo
     // The right token in cleartext: refused the same way, and the link is revoked.
     let mut ws = plain_ws(addr).await;
     let leaked = claim_frame(&link.session_id, &sealed_claim_token(&link), "X");
-    ws.send(Message::Text(leaked.to_string().into())).await.unwrap();
+    ws.send(Message::Text(leaked.to_string().into()))
+        .await
+        .unwrap();
     assert_eq!(
         expect_plain_close(&mut ws).await,
         (1008, "wrong_transport".to_owned())
     );
     let revoked = event_of(&mut bus, EventKind::SessionRevoked).await;
-    assert_eq!(revoked.session_id.as_deref(), Some(link.session_id.as_str()));
+    assert_eq!(
+        revoked.session_id.as_deref(),
+        Some(link.session_id.as_str())
+    );
     let mut app = sealed_connect(addr, link_key(&link)).await.unwrap();
-    app.send_frame(&claim_frame(&link.session_id, &sealed_claim_token(&link), "Late"))
-        .await;
+    app.send_frame(&claim_frame(
+        &link.session_id,
+        &sealed_claim_token(&link),
+        "Late",
+    ))
+    .await;
     assert_eq!(app.ended().await, ended_with(1008, "unknown_session", true));
 
     // A live session's resume token in cleartext: the session is revoked.
@@ -573,7 +595,9 @@ async fn cleartext_claims_on_the_plain_route_are_refused_and_a_leaked_token_revo
     let mut ws = plain_ws(addr).await;
     let resume = json!({"type": "session_resume", "protocol_version": 2,
         "session_id": live.session_id, "resume_token": ack["resume_token"]});
-    ws.send(Message::Text(resume.to_string().into())).await.unwrap();
+    ws.send(Message::Text(resume.to_string().into()))
+        .await
+        .unwrap();
     assert_eq!(
         expect_plain_close(&mut ws).await,
         (1008, "wrong_transport".to_owned())
@@ -596,7 +620,9 @@ async fn links_are_refused_on_the_other_transport_both_ways() {
         .await
         .unwrap();
     let frame = claim_frame(&link.session_id, &sealed_claim_token(&link), "X");
-    wss.send(Message::Text(frame.to_string().into())).await.unwrap();
+    wss.send(Message::Text(frame.to_string().into()))
+        .await
+        .unwrap();
     let close = loop {
         match timeout(WAIT, wss.next()).await.unwrap() {
             Some(Ok(Message::Close(Some(f)))) => break (u16::from(f.code), f.reason.to_string()),

@@ -38,8 +38,8 @@ async fn a_react_native_project_gets_sealed_links_and_a_sealed_device_serves_cal
     // The project's platform picks the kind of link; --for says the same explicitly.
     let link = cli(|| sb.data(&["sessions", "link"])).unwrap_or_else(|e| fail(e));
     assert_eq!(link["transport"], "sealed", "{link}");
-    let link = cli(|| sb.data(&["sessions", "link", "--for", "react-native"]))
-        .unwrap_or_else(|e| fail(e));
+    let link =
+        cli(|| sb.data(&["sessions", "link", "--for", "react-native"])).unwrap_or_else(|e| fail(e));
     assert_eq!(link["transport"], "sealed", "{link}");
     let deep = link["deepLink"].as_str().unwrap_or_default().to_owned();
     let payload = link["payload"].as_str().unwrap_or_default();
@@ -53,8 +53,8 @@ async fn a_react_native_project_gets_sealed_links_and_a_sealed_device_serves_cal
         status["daemon"]["wssPort"].as_u64().unwrap_or_default() as u16
     );
     // An explicit native link still works, and conflicting flags are refused (exit 64).
-    let native = cli(|| sb.data(&["sessions", "link", "--for", "native"]))
-        .unwrap_or_else(|e| fail(e));
+    let native =
+        cli(|| sb.data(&["sessions", "link", "--for", "native"])).unwrap_or_else(|e| fail(e));
     assert_eq!(native["transport"], "native");
     let (code, _, _) = cli(|| {
         sb.output(&[

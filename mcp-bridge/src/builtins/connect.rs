@@ -243,7 +243,10 @@ fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
     let for_app = match args.for_app.as_deref() {
         None => None,
         Some(name) => Some(AppKind::parse(name).ok_or_else(|| {
-            invalid("for", "\"for\" must be \"react-native\", \"web\" or \"native\"")
+            invalid(
+                "for",
+                "\"for\" must be \"react-native\", \"web\" or \"native\"",
+            )
         })?),
     };
     let by_flag = match args.transport.as_deref() {
@@ -275,7 +278,11 @@ fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
             ));
         }
         (Some(t @ (Transport::Native | Transport::Sealed)), Target::Web) => {
-            let param = if by_flag.is_some() { "transport" } else { "for" };
+            let param = if by_flag.is_some() {
+                "transport"
+            } else {
+                "for"
+            };
             return Err(invalid(
                 param,
                 format!("target \"web\" always uses transport \"web\", not \"{t}\""),
@@ -366,8 +373,7 @@ async fn run(
         // The project's `platform` (appduct init), else native (issue #23).
         let kind = shared::default_app_kind(&env).map_err(|e| project::project_failure(&e))?;
         req.transport = kind.transport();
-        if req.transport == Transport::Web
-            && req.target == Target::Device(DeviceTarget::IosDevice)
+        if req.transport == Transport::Web && req.target == Target::Device(DeviceTarget::IosDevice)
         {
             return Err(invalid(
                 "for",
