@@ -516,6 +516,16 @@ async fn bad_records_close_sealed_record_invalid_and_spare_other_sessions() {
         }
     }
 
+    // A message over a record's size after the handshake: 1009, sealed as a close record first.
+    let (mut app, _, _) = sealed_claim(&daemon, "Bigger").await;
+    let _ = app
+        .ws
+        .send(Message::Binary(
+            vec![0u8; sealed::MAX_RECORD_BYTES + 1].into(),
+        ))
+        .await;
+    assert_eq!(app.ended().await, ended_with(1009, "message_too_big", true));
+
     // A text message after the handshake: 1002, sealed as a close record first.
     let (mut app, _, _) = sealed_claim(&daemon, "Texter").await;
     app.ws.send(Message::Text("{}".into())).await.unwrap();
