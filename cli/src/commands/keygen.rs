@@ -183,8 +183,13 @@ mod tests {
         assert_eq!(mode, 0o600);
         let dir_mode = std::fs::metadata(&state).unwrap().permissions().mode() & 0o777;
         assert_eq!(dir_mode, 0o700);
-        assert!(s.human.starts_with("Key ready\n  Path:       "));
-        assert!(s.human.contains("\n  Algorithm:  EC P-256\n"));
+        assert!(s.human.starts_with("Key ready\n  Path:        "));
+        assert!(s.human.contains("\n  Algorithm:   EC P-256\n"));
+        // The sealed transport's static key, derived from this key (issue #23).
+        let sealed = HostKey::load(&key).unwrap().sealed_public_key();
+        assert_eq!(s.data["sealedKey"], sealed.as_str());
+        assert_eq!(sealed.len(), 43, "unpadded base64url of 32 bytes");
+        assert!(s.human.contains(&format!("\n  Sealed key:  {sealed}\n")));
     }
 
     #[test]
