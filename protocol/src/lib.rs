@@ -32,7 +32,9 @@
 //!   `link` (scheme and compose errors), `descriptor`, `ids`, `pin`, `glob`, `jsonrpc::MessageError`,
 //!   `control::EventDecodeError`) are `#[non_exhaustive]`, so a new failure reason is additive.
 //!   `link::LinkError` and `frames::DaemonMessageError` stay exhaustive: the SDK maps each
-//!   link error to its connect error code, and the fuzz body checks each daemon message error.
+//!   link error to its connect error code, and the fuzz body checks each daemon message error;
+//!   so do `sealed::SealedError` and `sealed::Malformed` (each maps to one close, and the fuzz
+//!   model checks each).
 //!   Error structs built only here (`frames::Rejection`, `control::NotificationError`) are
 //!   `#[non_exhaustive]` too; `Rejection` has `new`.
 //! - Validated newtypes and ids (`SessionId`, `CallId`, tokens, `SpkiPin`, `Schema`, `Glob`)

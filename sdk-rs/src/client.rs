@@ -21,8 +21,9 @@ use appduct_protocol::descriptor::{
     EventDescriptor, ToolDescriptor, validate_event_descriptor, validate_tool_descriptor,
 };
 use appduct_protocol::frames::DeviceInfo;
+use appduct_protocol::ids::ClaimToken;
 use appduct_protocol::limits::CLOSE_HANDSHAKE_WAIT_MS;
-use appduct_protocol::link::{self, AnyParsedLink, LinkError};
+use appduct_protocol::link::{self, AnyParsedLink, LinkError, RefusalReason};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::runtime::Handle;
@@ -34,6 +35,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use crate::cancel::CancellationToken;
 use crate::clock::{Clock, TokioClock, default_random};
 use crate::core::{Bootstrap, CallStart, ConnId, ConnectId, Core, Endpoint, OpenFailure, Output};
+use crate::refusal::send_link_refused;
 use crate::registry::RegistrationId;
 use crate::sealed::{SealedEvent, SealedSocket};
 use crate::transport::{DeviceSocket, DialError, DialOptions, dial};
@@ -738,6 +740,14 @@ async fn drain(socket: &mut DeviceSocket) {
 // Client
 // -------------------------------------------------------------------------------------------------
 
+/// Where and how to refuse a link.
+struct Refusal {
+    address: IpAddr,
+    port: u16,
+    session_id: String,
+    token: ClaimToken,
+}
+
 /// The outcome of a started `connect`: resolves when the claim is acked or ends without one.
 #[derive(Debug)]
 pub struct PendingConnect {
@@ -928,10 +938,17 @@ impl Client {
             return Err(ConnectError::AddressNotAllowed(address));
         }
         let expires_at = decoded.expires_at;
+        let refusal = Refusal {
+            address,
+            port: decoded.port,
+            session_id: decoded.session_id.clone(),
+            token: decoded.token.clone(),
+        };
         if decoded.is_expired(self.shared.clock.now_ms() / 1000) {
+            self.refuse(refusal, RefusalReason::LinkExpired);
             return Err(ConnectError::ExpiredPayload { expires_at });
         }
-        Ok(self.connect_bootstrap(Bootstrap {
+        let pending = self.connect_bootstrap(Bootstrap {
             session_id: decoded.session_id.clone(),
             token: decoded.token.to_base64url(),
             expires_at,
@@ -942,7 +959,46 @@ impl Client {
                 pins,
                 sealed_key,
             },
-        }))
+        });
+        Ok(self.refuse_on_failure(pending, refusal))
+    }
+
+    /// Sends a `link_refused` frame in the background (best effort; issue #23).
+    fn refuse(&self, refusal: Refusal, reason: RefusalReason) {
+        let timeout = self.shared.dial.timeout;
+        self.shared.runtime.spawn(async move {
+            let outcome = send_link_refused(
+                refusal.address,
+                refusal.port,
+                &refusal.session_id,
+                &refusal.token,
+                reason,
+                timeout,
+            )
+            .await;
+            tracing::debug!(%reason, ?outcome, "appduct: link refusal sent");
+        });
+    }
+
+    /// Passes the claim's outcome on, and refuses the link when the daemon could not be trusted
+    /// with it: a failed sealed handshake or a pin mismatch.
+    fn refuse_on_failure(&self, pending: PendingConnect, refusal: Refusal) -> PendingConnect {
+        let (tx, rx) = oneshot::channel();
+        // Weak: a pending claim must not keep a dropped client alive.
+        let weak = Arc::downgrade(&self.shared);
+        self.shared.runtime.spawn(async move {
+            let result = pending.await;
+            let reason = match &result {
+                Err(ConnectError::HandshakeFailed) => Some(RefusalReason::HandshakeFailed),
+                Err(ConnectError::PinMismatch) => Some(RefusalReason::PinMismatch),
+                _ => None,
+            };
+            if let (Some(reason), Some(shared)) = (reason, weak.upgrade()) {
+                Client { shared }.refuse(refusal, reason);
+            }
+            let _ = tx.send(result);
+        });
+        PendingConnect { rx }
     }
 
     /// The pins a native connection trusts (02 §3.4): embedded pins win; in `link` mode the

@@ -1679,6 +1679,23 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_sealed_handshake_ends_a_held_session_without_retry() {
+        let mut c = active_core(false);
+        c.on_closed(T0, 1, Some(1006), None);
+        c.on_timeout(T0 + 250);
+        let conn = opened(&drain(&mut c)).unwrap();
+        c.on_open_failed(T0 + 260, conn, OpenFailure::HandshakeFailed);
+        let out = drain(&mut c);
+        assert!(out.contains(&Output::State(ClientState::Closed {
+            reason: "handshake_failed".into()
+        })));
+        assert!(out.contains(&Output::Session(SessionEvent::Lost {
+            reason: "handshake_failed".into()
+        })));
+        assert_eq!(c.poll_timeout(), None);
+    }
+
+    #[test]
     fn a_new_link_supersedes_a_held_session() {
         let mut c = active_core(false);
         c.connect_bootstrap(Bootstrap {

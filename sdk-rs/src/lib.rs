@@ -33,6 +33,7 @@ pub mod cancel;
 pub mod client;
 pub mod clock;
 pub mod core;
+pub mod refusal;
 pub mod registry;
 pub mod sealed;
 #[cfg(feature = "testing")]

@@ -84,6 +84,13 @@ async fn a_wrong_pin_is_refused_inside_the_tls_handshake_before_any_frame() -> T
         },
     )
     .await?;
+    // One more connection: the `link_refused` frame over plain `ws://` (issue #23), which this
+    // TLS-only fake rejects at its TLS handshake; the real daemon's port reads it as its plain
+    // route (sdk-rs/tests/it/sealed.rs checks the frame). Then nothing: no retry.
+    match daemon.next().await? {
+        Accepted::TlsFailed(_) => {}
+        Accepted::Upgraded { .. } => panic!("a refusal never upgrades over TLS"),
+    }
     assert!(
         !daemon.connection_within(Duration::from_millis(300)).await,
         "a pin mismatch is never retried"

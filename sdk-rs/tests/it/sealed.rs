@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use appduct_protocol::bootstrap::{BootstrapPayload, SealedBootstrapPayload};
 use appduct_protocol::ids::ClaimToken;
-use appduct_protocol::link::{compose_deep_link, compose_sealed_deep_link};
+use appduct_protocol::link::{
+    RefusalReason, compose_deep_link, compose_sealed_deep_link, verify_refusal_proof,
+};
 use appduct_protocol::sealed::{
     Hello, Opened, Responder, RngSource, SealedChannel, SealedError, StaticKeypair,
 };
@@ -345,10 +347,58 @@ async fn a_link_for_another_static_key_fails_the_handshake_once() -> TestResult 
             reason: "handshake_failed".into()
         }
     );
+    // The app tells the daemon why, on a new plain connection, proving it holds the link.
+    let mut refusal = daemon.next_conn().await?;
+    let frame = refusal.frame_of("link_refused").await?;
+    assert_refusal(&frame, RefusalReason::HandshakeFailed);
+    refusal.close(1000, "refusal_recorded").await?;
     assert!(
         !daemon.connection_within(Duration::from_millis(300)).await,
         "a failed handshake is never retried"
     );
+    Ok(())
+}
+
+/// A `link_refused` frame for the test link: its proof checks against the claim token, which the
+/// frame never carries.
+fn assert_refusal(frame: &Value, reason: RefusalReason) {
+    assert_eq!(frame["session_id"], SESSION);
+    assert_eq!(frame["reason"], reason.as_str());
+    let proof = frame["proof"].as_str().unwrap_or_default();
+    assert!(verify_refusal_proof(
+        &ClaimToken::from_bytes(TOKEN_BYTES),
+        SESSION,
+        reason,
+        proof
+    ));
+    assert!(!frame.to_string().contains(&support::claim_token()));
+    assert_eq!(frame.as_object().map(|o| o.len()), Some(4));
+}
+
+#[tokio::test]
+async fn an_expired_sealed_link_is_refused_as_expired() -> TestResult {
+    let mut daemon = FakeDaemon::web().await?;
+    let client = client()?;
+    let payload = BootstrapPayload::new(
+        daemon.addr.ip(),
+        daemon.addr.port(),
+        SESSION.to_owned(),
+        ClaimToken::from_bytes(TOKEN_BYTES),
+        support::now_s() - 1,
+    );
+    let text = SealedBootstrapPayload::new(payload, *keys().public_key()).encode()?;
+    let link = compose_sealed_deep_link("demo", &text)?;
+    assert!(matches!(
+        client.start_connect(&link, ConnectOptions::default()),
+        Err(ConnectError::ExpiredPayload { .. })
+    ));
+    let mut refusal = daemon.next_conn().await?;
+    assert_refusal(
+        &refusal.frame_of("link_refused").await?,
+        RefusalReason::LinkExpired,
+    );
+    refusal.close(1008, "invalid_refusal").await?;
+    assert!(!daemon.connection_within(Duration::from_millis(300)).await);
     Ok(())
 }
 
