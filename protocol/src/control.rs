@@ -500,6 +500,11 @@ wire_enum! {
     Transport { Native = "native", Web = "web", Sealed = "sealed" }
 }
 wire_enum! {
+    /// Where a sealed app's Noise ephemeral key came from, as it said in handshake message 1
+    /// (issue #23): the platform CSPRNG, or the HMAC-DRBG seeded from tokens and timing.
+    RngSource { Csprng = "csprng", Drbg = "drbg" }
+}
+wire_enum! {
     /// `SessionSummary.state` (03 §8.2).
     SessionState { Active = "active", Suspended = "suspended" }
 }
@@ -706,8 +711,10 @@ impl LinkCreateParams {
                 ));
             }
         };
-        let transport =
-            p.enumeration::<Transport>(Self::TRANSPORT, "must be \"native\" or \"web\"")?;
+        let transport = p.enumeration::<Transport>(
+            Self::TRANSPORT,
+            "must be \"native\", \"web\" or \"sealed\"",
+        )?;
         if address_override.is_some() && transport == Some(Transport::Web) {
             return Err(ParamError::invalid(
                 Self::ADDRESS_OVERRIDE,
@@ -1225,6 +1232,10 @@ pub struct SessionSummary {
     pub suspend_reason: Option<SuspendReason>,
     pub tool_count: u64,
     pub event_count: u64,
+    /// Sealed sessions only (issue #23): the randomness source the app named in handshake
+    /// message 1 on its latest connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rng: Option<RngSource>,
 }
 
 /// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (03 §8.3).
@@ -1528,6 +1539,10 @@ pub struct StatusResult {
     pub policy: PolicySummary,
     pub audit: AuditStatus,
     pub events_log: EventsLogStatus,
+    /// The daemon's sealed-transport static public key (issue #23), unpadded base64url of 32
+    /// bytes; absent only when the host key could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_key: Option<String>,
 }
 
 /// `{ok: true}` of `daemon.shutdown` (03 §9.3).
@@ -1574,6 +1589,10 @@ pub struct LinkCreateResult {
     /// Unix seconds.
     pub expires_at: u64,
     pub pin: String,
+    /// Sealed links only (issue #23): the daemon's X25519 static public key the payload carries,
+    /// unpadded base64url of 32 bytes (also inside `deepLinkPayload`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_key: Option<String>,
 }
 
 impl LinkCreateResult {
@@ -1592,7 +1611,14 @@ impl LinkCreateResult {
             endpoint,
             expires_at,
             pin: pin.into(),
+            sealed_key: None,
         }
+    }
+
+    /// Sets `sealedKey` (sealed links).
+    pub fn with_sealed_key(mut self, key: Option<String>) -> Self {
+        self.sealed_key = key;
+        self
     }
 }
 
@@ -1605,6 +1631,7 @@ impl Debug for LinkCreateResult {
             .field("endpoint", &self.endpoint)
             .field("expires_at", &self.expires_at)
             .field("pin", &self.pin)
+            .field("sealed_key", &self.sealed_key)
             .finish()
     }
 }

@@ -372,8 +372,16 @@ fn keygen_creates_a_private_key_and_prints_the_pin() {
             .starts_with("-----BEGIN PRIVATE KEY-----")
     );
     assert!(stdout.starts_with("Key ready\n"), "{stdout}");
-    assert!(stdout.contains(&format!("  Path:       {}\n", key.display())));
-    assert!(stdout.contains("  Algorithm:  EC P-256\n"));
+    assert!(stdout.contains(&format!("  Path:        {}\n", key.display())));
+    assert!(stdout.contains("  Algorithm:   EC P-256\n"));
+    let sealed_line = stdout
+        .lines()
+        .find(|l| l.starts_with("  Sealed key:"))
+        .unwrap();
+    assert_eq!(
+        sealed_line.trim_start_matches("  Sealed key:").trim().len(),
+        43
+    );
     let pin_line = stdout.lines().find(|l| l.starts_with("  Pin:")).unwrap();
     let pin = pin_line.trim_start_matches("  Pin:").trim();
     assert!(pin.starts_with("sha256/") && pin.ends_with('='), "{pin}");

@@ -224,7 +224,9 @@ fn start_spawns_once_status_reports_and_stop_leaves_nothing() {
             "webPort",
             "advertisedAddress",
             "pinnedKeys",
+            "sealedKey",
             "sessionCount",
+            "sessionsByTransport",
             "pendingLinks",
             "pendingCalls"
         ]

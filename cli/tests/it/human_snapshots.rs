@@ -136,6 +136,7 @@ fn human_renderings_against_the_playground() {
             ("Web port", "<web-port>"),
             ("Address", "<address> (<source>)"),
             ("Pin", "<pin>"),
+            ("Sealed key", "<sealed-key>"),
         ],
     );
     insta::assert_snapshot!("daemon_status", out);

@@ -15,6 +15,7 @@ mod mcp_official;
 mod mcp_rmcp;
 mod reply_bounds;
 mod sdk_device;
+mod sealed_device;
 mod security;
 mod soak;
 mod ts_sdk;

@@ -597,3 +597,68 @@ async fn an_auto_detected_android_device_needs_an_app_id_before_minting() {
     assert_eq!(details(&r)["param"], "appId");
     assert!(fake.methods().is_empty());
 }
+
+#[tokio::test]
+async fn for_picks_the_transport_the_project_platform_is_the_default_and_conflicts_are_refused() {
+    let fake = FakeDaemon::new(&["link.create"]);
+    let h = harness(fake.clone(), Runner::new(), test_env()).await;
+    let transport_of = |fake: &Arc<FakeDaemon>| {
+        fake.requests("link.create")
+            .last()
+            .map(|p| p["transport"].clone())
+            .unwrap()
+    };
+    // No platform recorded: native, as before.
+    let plain = shop();
+    let r = structured(
+        &h.call(
+            catalog::CONNECT,
+            json!({"target": "none", "cwd": cwd(&plain)}),
+        )
+        .await,
+    );
+    assert_eq!(r["transport"], "native");
+    assert_eq!(transport_of(&fake), "native");
+    // A react-native project: sealed, with no pin in the deep link.
+    let rn = project(r#"{"scheme": "shopapp", "platform": "react-native"}"#);
+    let r = structured(
+        &h.call(catalog::CONNECT, json!({"target": "none", "cwd": cwd(&rn)}))
+            .await,
+    );
+    assert_eq!(r["transport"], "sealed");
+    assert_eq!(transport_of(&fake), "sealed");
+    assert!(!r["deepLink"].as_str().unwrap().contains("pin="), "{r}");
+    // `for` wins over the project; `transport` that agrees is fine.
+    for args in [
+        json!({"target": "none", "cwd": cwd(&rn), "for": "native"}),
+        json!({"target": "none", "cwd": cwd(&rn), "for": "native", "transport": "native"}),
+    ] {
+        let r = structured(&h.call(catalog::CONNECT, args.clone()).await);
+        assert_eq!(r["transport"], "native", "{args}");
+    }
+    let minted = fake.requests("link.create").len();
+    for (args, param) in [
+        (
+            json!({"target": "none", "for": "react-native", "transport": "native"}),
+            "transport",
+        ),
+        (
+            json!({"target": "web", "url": "https://x.test", "for": "react-native"}),
+            "for",
+        ),
+        (
+            json!({"target": "web", "url": "https://x.test", "transport": "sealed"}),
+            "transport",
+        ),
+    ] {
+        let r = h.call(catalog::CONNECT, args.clone()).await;
+        assert_eq!(error_type(&r), "invalid_request", "{args}");
+        assert_eq!(details(&r)["param"], param, "{args}");
+    }
+    // A value outside the enum is refused by the input schema.
+    let r = h
+        .call(catalog::CONNECT, json!({"target": "none", "for": "ios"}))
+        .await;
+    assert_eq!(error_type(&r), "invalid_request");
+    assert_eq!(fake.requests("link.create").len(), minted, "nothing minted");
+}
