@@ -176,27 +176,26 @@ fn wire_address(address: IpAddr) -> IpAddr {
 
 /// Decodes the text form (02 §4.2, §4.3). Expiry is not checked.
 pub fn decode(text: &str) -> Result<BootstrapPayload, DecodeError> {
-    if text.is_empty() {
-        return Err(DecodeError::Empty);
-    }
-    // Longer text cannot be a valid payload; refuse before allocating for it.
-    if text.len() > MAX_PAYLOAD_TEXT_LEN {
-        return Err(DecodeError::Length);
-    }
-    // The URL_SAFE_NO_PAD engine rejects characters outside [A-Za-z0-9_-], any '=', a length of
-    // 1 mod 4 and non-zero trailing bits, which is exactly the canonical form of 02 §4.2.
-    let bytes = URL_SAFE_NO_PAD
-        .decode(text)
-        .map_err(|_| DecodeError::NotBase64url)?;
-    decode_bytes(&bytes)
+    decode_bytes(&decode_text(text, MAX_PAYLOAD_TEXT_LEN)?)
 }
 
 /// Decodes the binary layout of 02 §4.1.
 pub fn decode_bytes(bytes: &[u8]) -> Result<BootstrapPayload, DecodeError> {
+    decode_layout(bytes, VERSION, 0).map(|(payload, _)| payload)
+}
+
+/// The v2 layout with `version` as its first byte and `tail` more bytes after `expires_at`
+/// (0 for v2, the static key for a sealed payload), which are returned unread. The checks and
+/// their order are those of v2 for both versions.
+fn decode_layout(
+    bytes: &[u8],
+    version: u8,
+    tail: usize,
+) -> Result<(BootstrapPayload, &[u8]), DecodeError> {
     let mut r = Reader(bytes);
-    let version = r.u8().ok_or(DecodeError::Empty)?;
-    if version != VERSION {
-        return Err(DecodeError::Version(version));
+    let found = r.u8().ok_or(DecodeError::Empty)?;
+    if found != version {
+        return Err(DecodeError::Version(found));
     }
     let family = r.u8().ok_or(DecodeError::Length)?;
     let address = match family {
@@ -213,7 +212,7 @@ pub fn decode_bytes(bytes: &[u8]) -> Result<BootstrapPayload, DecodeError> {
     } else {
         FIXED_V6
     };
-    if bytes.len() != fixed + id_len {
+    if bytes.len() != fixed + id_len + tail {
         return Err(DecodeError::Length);
     }
     if port == 0 {
@@ -231,13 +230,14 @@ pub fn decode_bytes(bytes: &[u8]) -> Result<BootstrapPayload, DecodeError> {
     if expires_at > MAX_SAFE_INTEGER {
         return Err(DecodeError::ExpiresAtTooLarge);
     }
-    Ok(BootstrapPayload {
+    let payload = BootstrapPayload {
         address,
         port,
         session_id,
         token,
         expires_at,
-    })
+    };
+    Ok((payload, r.0))
 }
 
 /// Sequential reads over the payload bytes; `None` when the input runs out.
@@ -260,6 +260,115 @@ impl<'a> Reader<'a> {
     fn u8(&mut self) -> Option<u8> {
         self.array::<1>().map(|[b]| b)
     }
+}
+
+/// First byte of a sealed payload (issue #23, PROTOCOL.md "Sealed transport"). appduct v2 SDKs
+/// refuse it as an unsupported version, so they never act on a sealed link.
+pub const SEALED_VERSION: u8 = 0x03;
+/// Bytes of the daemon's X25519 static public key at the end of a sealed payload.
+pub const STATIC_KEY_BYTES: usize = 32;
+/// Longest sealed payload, in bytes and in base64url characters.
+pub const MAX_SEALED_PAYLOAD_BYTES: usize = MAX_PAYLOAD_BYTES + STATIC_KEY_BYTES;
+pub const MAX_SEALED_PAYLOAD_TEXT_LEN: usize = (MAX_SEALED_PAYLOAD_BYTES * 4).div_ceil(3);
+
+/// A sealed bootstrap payload (version `0x03`): the v2 fields, then the daemon's 32-byte X25519
+/// static public key, which the app authenticates the daemon by (as a native link's pin).
+/// Debug output never shows the token.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SealedBootstrapPayload {
+    /// The v2 fields, encoded exactly as in v2 apart from the version byte.
+    pub payload: BootstrapPayload,
+    /// The daemon's X25519 static public key (not secret).
+    pub static_key: [u8; STATIC_KEY_BYTES],
+}
+
+impl SealedBootstrapPayload {
+    pub fn new(payload: BootstrapPayload, static_key: [u8; STATIC_KEY_BYTES]) -> Self {
+        Self {
+            payload,
+            static_key,
+        }
+    }
+
+    /// The v2 layout with version `0x03`, then the static key: `81 + n` bytes for IPv4, `93 + n`
+    /// for IPv6.
+    pub fn encode_bytes(&self) -> Result<Vec<u8>, EncodeError> {
+        let mut out = self.payload.encode_bytes()?;
+        out[0] = SEALED_VERSION;
+        out.extend_from_slice(&self.static_key);
+        Ok(out)
+    }
+
+    /// The unpadded base64url text form.
+    pub fn encode(&self) -> Result<String, EncodeError> {
+        self.encode_bytes().map(|b| URL_SAFE_NO_PAD.encode(b))
+    }
+}
+
+/// Decodes the text form of a sealed payload, as strictly as [`decode`] reads v2: canonical
+/// unpadded base64url, version `0x03`, every v2 field rule, exact length. Expiry is not checked.
+pub fn decode_sealed(text: &str) -> Result<SealedBootstrapPayload, DecodeError> {
+    decode_sealed_bytes(&decode_text(text, MAX_SEALED_PAYLOAD_TEXT_LEN)?)
+}
+
+/// Decodes the binary layout of a sealed payload.
+pub fn decode_sealed_bytes(bytes: &[u8]) -> Result<SealedBootstrapPayload, DecodeError> {
+    let (payload, rest) = decode_layout(bytes, SEALED_VERSION, STATIC_KEY_BYTES)?;
+    let static_key = rest.try_into().map_err(|_| DecodeError::Length)?;
+    Ok(SealedBootstrapPayload {
+        payload,
+        static_key,
+    })
+}
+
+/// A payload of either version, as a link may carry.
+#[derive(Debug, Clone)]
+pub enum AnyPayload {
+    /// Version `0x02`: a native or web link.
+    V2(BootstrapPayload),
+    /// Version `0x03`: a sealed link.
+    Sealed(SealedBootstrapPayload),
+}
+
+impl AnyPayload {
+    /// The v2 fields, whichever the version.
+    pub fn fields(&self) -> &BootstrapPayload {
+        match self {
+            Self::V2(p) => p,
+            Self::Sealed(s) => &s.payload,
+        }
+    }
+}
+
+/// Decodes a payload of version `0x02` or `0x03` (the version byte decides); any other version
+/// is [`DecodeError::Version`]. [`decode`] stays v2-only.
+pub fn decode_any(text: &str) -> Result<AnyPayload, DecodeError> {
+    decode_any_bytes(&decode_text(text, MAX_SEALED_PAYLOAD_TEXT_LEN)?)
+}
+
+/// [`decode_any`] on the binary layout.
+pub fn decode_any_bytes(bytes: &[u8]) -> Result<AnyPayload, DecodeError> {
+    match bytes.first() {
+        Some(&SEALED_VERSION) => decode_sealed_bytes(bytes).map(AnyPayload::Sealed),
+        _ => decode_bytes(bytes).map(AnyPayload::V2),
+    }
+}
+
+/// The base64url step of every decoder, with the length cap of its versions.
+fn decode_text(text: &str, max_len: usize) -> Result<Vec<u8>, DecodeError> {
+    if text.is_empty() {
+        return Err(DecodeError::Empty);
+    }
+    // Longer text cannot be a valid payload; refuse before allocating for it.
+    if text.len() > max_len {
+        return Err(DecodeError::Length);
+    }
+    // The URL_SAFE_NO_PAD engine rejects characters outside [A-Za-z0-9_-], any '=', a length of
+    // 1 mod 4 and non-zero trailing bits, which is exactly the canonical form of 02 §4.2.
+    URL_SAFE_NO_PAD
+        .decode(text)
+        .map_err(|_| DecodeError::NotBase64url)
 }
 
 /// The decoded form of 02 §4.3: `{family, address, port, sessionId, tokenBase64url, expiresAt}`.

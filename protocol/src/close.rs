@@ -55,11 +55,23 @@ pub enum CloseReason {
     ProtocolError,
     /// A text message (or close reason) that is not valid UTF-8.
     InvalidPayload,
+    /// Sealed route (issue #23): the first message was text and not a `link_refused` frame.
+    ExpectedSealedHandshake,
+    /// Sealed route: Noise message 1 of the wrong size, or one that does not decrypt (a link
+    /// minted for another static key), or a handshake payload that is not the agreed JSON.
+    SealedHandshakeFailed,
+    /// Sealed route: a record that fails authentication (tampered, replayed, reordered,
+    /// truncated). Sent as a bare WebSocket close: the channel can no longer seal a record.
+    SealedRecordInvalid,
+    /// A `link_refused` frame for an unknown or non-pending session, or with a bad proof.
+    InvalidRefusal,
+    /// A `link_refused` frame was checked and recorded on its pending link.
+    RefusalRecorded,
 }
 
 impl CloseReason {
     /// Every reason of the table, in table order.
-    pub const ALL: [CloseReason; 24] = [
+    pub const ALL: [CloseReason; 29] = [
         Self::SessionReplaced,
         Self::Revoked,
         Self::AppBackgrounded,
@@ -84,11 +96,16 @@ impl CloseReason {
         Self::InternalError,
         Self::ProtocolError,
         Self::InvalidPayload,
+        Self::ExpectedSealedHandshake,
+        Self::SealedHandshakeFailed,
+        Self::SealedRecordInvalid,
+        Self::InvalidRefusal,
+        Self::RefusalRecorded,
     ];
 
     pub const fn code(self) -> u16 {
         match self {
-            Self::SessionReplaced | Self::Revoked => NORMAL,
+            Self::SessionReplaced | Self::Revoked | Self::RefusalRecorded => NORMAL,
             Self::AppBackgrounded | Self::DaemonShutdown => GOING_AWAY,
             Self::BinaryFrameNotSupported => UNSUPPORTED_DATA,
             Self::ProtocolError => PROTOCOL_ERROR,
@@ -108,7 +125,11 @@ impl CloseReason {
             | Self::InvalidResumeToken
             | Self::InvalidRegistry
             | Self::InvalidMessage
-            | Self::WrongTransport => POLICY_VIOLATION,
+            | Self::WrongTransport
+            | Self::ExpectedSealedHandshake
+            | Self::SealedHandshakeFailed
+            | Self::SealedRecordInvalid
+            | Self::InvalidRefusal => POLICY_VIOLATION,
         }
     }
 
@@ -138,6 +159,11 @@ impl CloseReason {
             Self::InternalError => "internal_error",
             Self::ProtocolError => "protocol_error",
             Self::InvalidPayload => "invalid_payload",
+            Self::ExpectedSealedHandshake => "expected_sealed_handshake",
+            Self::SealedHandshakeFailed => "sealed_handshake_failed",
+            Self::SealedRecordInvalid => "sealed_record_invalid",
+            Self::InvalidRefusal => "invalid_refusal",
+            Self::RefusalRecorded => "refusal_recorded",
         }
     }
 

@@ -69,5 +69,6 @@ pub mod jsonrpc;
 pub mod limits;
 pub mod link;
 pub mod pin;
+pub mod sealed;
 pub mod signature;
 pub mod text;

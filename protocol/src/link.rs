@@ -5,7 +5,12 @@
 //! rules of 02 §5.2 (a `+` stays a `+`, duplicates are errors, reading stops at `&`) differ
 //! from `application/x-www-form-urlencoded`, so a general URL crate would need overriding anyway.
 
-use crate::bootstrap::{self, BootstrapPayload, DecodeError};
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::Mac as _;
+
+use crate::bootstrap::{self, AnyPayload, BootstrapPayload, DecodeError, SealedBootstrapPayload};
+use crate::ids::ClaimToken;
 use crate::pin::SpkiPin;
 
 /// Query (or fragment) parameter carrying the bootstrap payload.
@@ -83,6 +88,15 @@ pub fn compose_deep_link(
         ));
     }
     Ok(link)
+}
+
+/// Composes a sealed deep link (issue #23): `<scheme>:///?appduct=<payload>`, never a pin (the
+/// daemon's static key is inside the payload). `payload` must decode as a sealed payload
+/// (version `0x03`).
+pub fn compose_sealed_deep_link(scheme: &str, payload: &str) -> Result<String, ComposeError> {
+    validate_scheme(scheme)?;
+    bootstrap::decode_sealed(payload)?;
+    Ok(format!("{scheme}:///?{PAYLOAD_PARAM}={payload}"))
 }
 
 /// Composes a web link (02 §5.3): the page URL without its fragment, then `#appduct=<payload>`.
@@ -212,6 +226,70 @@ pub fn parse_connect_input(input: &str) -> Result<ParsedLink, LinkError> {
         finish(link.fragment)
     } else {
         finish(link.query)
+    }
+}
+
+/// A parsed link of either payload version. Expiry is not checked.
+#[derive(Debug, Clone)]
+pub enum AnyParsedLink {
+    /// A v2 payload: exactly what [`parse_connect_input`] returns.
+    V2(ParsedLink),
+    /// A sealed payload (version `0x03`).
+    Sealed(ParsedSealedLink),
+}
+
+/// A parsed sealed link. A `pin` parameter, if any, is ignored: the static key in the payload
+/// authenticates the daemon.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ParsedSealedLink {
+    /// The raw `appduct` value, after percent-decoding: the base64url payload.
+    pub payload: String,
+    pub decoded: SealedBootstrapPayload,
+}
+
+impl std::fmt::Debug for ParsedSealedLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The payload text contains the claim token.
+        f.debug_struct("ParsedSealedLink")
+            .field("payload", &"<redacted>")
+            .field("decoded", &self.decoded)
+            .finish()
+    }
+}
+
+/// [`parse_connect_input`] for SDKs that speak the sealed transport: the same input forms and
+/// the same rules, but the payload may be v2 or sealed (the version byte decides, through
+/// [`bootstrap::decode_any`]). For every input whose payload is v2, the answer is
+/// [`parse_connect_input`]'s.
+pub fn parse_any_connect_input(input: &str) -> Result<AnyParsedLink, LinkError> {
+    let input = trim_link(input);
+    if scheme_end(input).is_none() {
+        if input.is_empty() || !input.bytes().all(is_base64url_byte) {
+            return Err(LinkError::InvalidUrl);
+        }
+        return finish_any(input.to_owned(), None);
+    }
+    let link = LinkParams::read(input)?;
+    let params = if link.fragment.payload.is_some() {
+        link.fragment
+    } else {
+        link.query
+    };
+    let payload = params.payload.ok_or(LinkError::MissingPayload)?;
+    finish_any(payload, params.pin)
+}
+
+fn finish_any(payload: String, pin: Option<String>) -> Result<AnyParsedLink, LinkError> {
+    match bootstrap::decode_any(&payload).map_err(LinkError::InvalidPayload)? {
+        AnyPayload::V2(decoded) => Ok(AnyParsedLink::V2(ParsedLink {
+            payload,
+            decoded,
+            pin: pin.and_then(|p| SpkiPin::parse(&p).ok()),
+        })),
+        AnyPayload::Sealed(decoded) => {
+            Ok(AnyParsedLink::Sealed(ParsedSealedLink { payload, decoded }))
+        }
     }
 }
 
@@ -380,6 +458,95 @@ fn hex_value(b: u8) -> Option<u8> {
     char::from(b)
         .to_digit(16)
         .and_then(|d| u8::try_from(d).ok())
+}
+
+/// Why an app refused a link (`link_refused`, PROTOCOL.md "Refusals").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefusalReason {
+    /// A link of a kind this SDK cannot use (a native link given to a JS-only app, …).
+    UnsupportedLink,
+    /// The link's `expires_at` has passed on the app's clock.
+    LinkExpired,
+    /// The sealed handshake failed (a link minted for another static key).
+    HandshakeFailed,
+    /// The wss certificate did not match the link's pin.
+    PinMismatch,
+}
+
+impl RefusalReason {
+    pub const ALL: [RefusalReason; 4] = [
+        Self::UnsupportedLink,
+        Self::LinkExpired,
+        Self::HandshakeFailed,
+        Self::PinMismatch,
+    ];
+
+    /// The wire string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::UnsupportedLink => "unsupported_link",
+            Self::LinkExpired => "link_expired",
+            Self::HandshakeFailed => "handshake_failed",
+            Self::PinMismatch => "pin_mismatch",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The message a refusal proof authenticates: `appduct link_refused v1\n<session_id>\n<reason>`.
+fn refusal_message(session_id: &str, reason: RefusalReason) -> String {
+    format!("appduct link_refused v1\n{session_id}\n{}", reason.as_str())
+}
+
+fn refusal_mac(
+    token: &ClaimToken,
+    session_id: &str,
+    reason: RefusalReason,
+) -> hmac::Hmac<sha2::Sha256> {
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()) else {
+        unreachable!("HMAC takes keys of any length");
+    };
+    mac.update(refusal_message(session_id, reason).as_bytes());
+    mac
+}
+
+/// The `proof` of a `link_refused` frame: unpadded base64url of HMAC-SHA256(key = the 32 claim
+/// token bytes, message = `appduct link_refused v1\n<session_id>\n<reason>`). The app proves it
+/// holds the link without sending the token.
+pub fn refusal_proof(token: &ClaimToken, session_id: &str, reason: RefusalReason) -> String {
+    URL_SAFE_NO_PAD.encode(
+        refusal_mac(token, session_id, reason)
+            .finalize()
+            .into_bytes(),
+    )
+}
+
+/// Checks a presented proof in constant time. Anything but the canonical 43-character text of
+/// the right MAC is `false`.
+pub fn verify_refusal_proof(
+    token: &ClaimToken,
+    session_id: &str,
+    reason: RefusalReason,
+    proof: &str,
+) -> bool {
+    if proof.len() != 43 {
+        return false;
+    }
+    let Ok(presented) = URL_SAFE_NO_PAD.decode(proof) else {
+        return false;
+    };
+    refusal_mac(token, session_id, reason)
+        .verify_slice(&presented)
+        .is_ok()
 }
 
 #[cfg(test)]

@@ -8,4 +8,5 @@ mod prop_codecs;
 mod prop_frames;
 mod prop_glob;
 mod prop_signature;
+mod sealed;
 mod security_tokens;
