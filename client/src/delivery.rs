@@ -102,11 +102,12 @@ impl DeviceTarget {
     }
 }
 
-/// `addressOverride` of `link.create` (02 §6, §7): `127.0.0.1` for a native link to a target
-/// that reaches the host's loopback; nothing for a web-transport link (the daemon refuses the
-/// pair) or a link that keeps the advertised LAN address (`ios-device`, QR).
+/// `addressOverride` of `link.create` (02 §6, §7): `127.0.0.1` for a native or sealed link to a
+/// target that reaches the host's loopback (both listen on the wss port); nothing for a
+/// web-transport link (the daemon refuses the pair) or a link that keeps the advertised LAN
+/// address (`ios-device`, QR).
 pub fn address_override(target: Option<DeviceTarget>, transport: Transport) -> Option<IpAddr> {
-    (transport == Transport::Native && target.is_some_and(DeviceTarget::reaches_loopback))
+    (transport != Transport::Web && target.is_some_and(DeviceTarget::reaches_loopback))
         .then_some(IpAddr::V4(Ipv4Addr::LOCALHOST))
 }
 
@@ -126,7 +127,7 @@ pub enum DeepLinkError {
 }
 
 /// The deep link of a minted link (02 §5.1) with the one shared composer: the pin for the
-/// native transport, none for web. Both frontends call this, so their links are byte-identical
+/// native transport, none for web and sealed (the sealed payload carries the daemon's key). Both frontends call this, so their links are byte-identical
 /// for the same `link.create` result and scheme.
 pub fn deep_link(scheme: &str, link: &LinkCreateResult) -> Result<String, DeepLinkError> {
     let pin = match link.transport {
@@ -138,7 +139,7 @@ pub fn deep_link(scheme: &str, link: &LinkCreateResult) -> Result<String, DeepLi
                 })?,
             )
         }
-        Transport::Web => None,
+        Transport::Web | Transport::Sealed => None,
     };
     Ok(compose_deep_link(
         scheme,

@@ -19,6 +19,7 @@ use std::time::Duration;
 use appduct_protocol::control::{DaemonStartedData, EventData, Transport};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::limits;
+use appduct_protocol::bootstrap::STATIC_KEY_BYTES;
 use appduct_protocol::pin::SpkiPin;
 use rustls_pki_types::CertificateDer;
 use tokio::io::DuplexStream;
@@ -378,6 +379,12 @@ impl LinkEnvironment for LateLinkEnv {
     fn pin(&self) -> String {
         self.env.get().map_or_else(String::new, |env| env.pin())
     }
+
+    fn sealed_key(&self) -> [u8; STATIC_KEY_BYTES] {
+        self.env
+            .get()
+            .map_or([0; STATIC_KEY_BYTES], |env| env.sealed_key())
+    }
 }
 
 /// Hands every opened device connection to the engine.
@@ -640,7 +647,10 @@ impl Daemon {
             ..accept.clone()
         };
         let wss = listener::bind_wss(config.wss_port)
-            .and_then(|sockets| listener::serve_wss(sockets, tls.server_config(), accept))
+            .and_then(|sockets| {
+                let sealed = Arc::clone(tls.key().sealed_keys());
+                listener::serve_wss(sockets, tls.server_config(), sealed, accept)
+            })
             .map_err(|source| StartError::Bind {
                 listener: "wss",
                 source,

@@ -37,7 +37,15 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{self, Message};
 
+use appduct_protocol::sealed::{
+    self, Opened, SealedChannel, SealedError, SealedReceiver,
+    SealedSender,
+};
+
 use crate::preclaim::Eviction;
+
+/// Where a sealed app's randomness came from (shown in the session details).
+pub use appduct_protocol::control::RngSource;
 
 /// Items the engine has not consumed yet, per connection. When full, the adapter stops reading.
 /// Kept small: each item may be a 256 KiB message, an unauthenticated peer needs only one (its
@@ -294,11 +302,26 @@ impl DeviceReceiver {
     }
 }
 
+/// What protects a connection's frames on the wire, as the engine needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Channel {
+    /// Frames as WebSocket text: TLS (native), loopback (web), or the in-memory pair.
+    #[default]
+    Plain,
+    /// The sealed transport (issue #23): frames travel inside Noise records; `rng` is what the
+    /// app said about its randomness in handshake message 1.
+    Sealed { rng: RngSource },
+    /// The plain route of the wss port whose first message was text, not a handshake: only a
+    /// `link_refused` frame is acceptable; a claim or resume here travelled in cleartext.
+    Cleartext,
+}
+
 /// One device connection: both halves together.
 #[derive(Debug)]
 pub struct DeviceSocket {
     receiver: DeviceReceiver,
     sender: DeviceSender,
+    channel: Channel,
 }
 
 impl DeviceSocket {
@@ -316,7 +339,19 @@ impl DeviceSocket {
                 ended: None,
             },
             sender: DeviceSender { tx, shared },
+            channel: Channel::Plain,
         }
+    }
+
+    /// How this connection's frames are protected on the wire.
+    pub fn channel(&self) -> Channel {
+        self.channel
+    }
+
+    /// Marks the channel (adapters, and tests that play a sealed app in memory).
+    pub fn with_channel(mut self, channel: Channel) -> Self {
+        self.channel = channel;
+        self
     }
 
     pub async fn recv(&mut self) -> Incoming {
@@ -523,6 +558,62 @@ pub fn from_websocket_evictable<S>(ws: WebSocketStream<S>, eviction: Eviction) -
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    spawn_adapter(ws, eviction, Codec::Plain, None)
+}
+
+/// WebSocket settings of the wss port's plain route (issue #23): a message is one sealed
+/// record at most, so anything over 65,535 bytes is refused unbuffered (`1009
+/// message_too_big`). A `link_refused` text frame fits easily.
+pub fn plain_route_config() -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER_BYTES)
+        .max_message_size(Some(sealed::MAX_RECORD_BYTES))
+        .max_frame_size(Some(sealed::MAX_RECORD_BYTES))
+}
+
+/// The plain route after a completed handshake (the listener read message 1 and wrote message
+/// 2): incoming records are opened into text frames and outgoing text is sealed into records;
+/// a close from the engine goes out as a close record, then the WebSocket close.
+pub fn from_sealed_websocket<S>(
+    ws: WebSocketStream<S>,
+    channel: SealedChannel,
+    rng: RngSource,
+    eviction: Eviction,
+) -> DeviceSocket
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (tx, rx) = channel.split();
+    let codec = Codec::Sealed(SealedCodec {
+        rx: Mutex::new(rx),
+        tx: Mutex::new(tx),
+    });
+    spawn_adapter(ws, eviction, codec, None).with_channel(Channel::Sealed { rng })
+}
+
+/// The plain route when its first message was `first`, a text message (no handshake): that
+/// message is delivered first, then the connection works like the web listener's.
+pub fn from_plain_route_text<S>(
+    ws: WebSocketStream<S>,
+    first: String,
+    eviction: Eviction,
+) -> DeviceSocket
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    spawn_adapter(ws, eviction, Codec::Plain, Some(Message::Text(first.into())))
+        .with_channel(Channel::Cleartext)
+}
+
+fn spawn_adapter<S>(
+    ws: WebSocketStream<S>,
+    eviction: Eviction,
+    codec: Codec,
+    first: Option<Message>,
+) -> DeviceSocket
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let (in_tx, in_rx) = mpsc::channel(INCOMING_QUEUE);
     let (out_tx, out_rx) = mpsc::channel(OUTGOING_QUEUE);
     let socket = DeviceSocket::new(in_rx, out_tx);
@@ -534,8 +625,109 @@ where
     // itself (a future keeps its arguments for its whole life, and every idle connection keeps
     // its task).
     let (sink, stream) = ws.split();
-    tokio::spawn(drive(sink, stream, in_tx, out_rx, drop_signals, eviction));
+    tokio::spawn(drive(
+        sink,
+        stream,
+        in_tx,
+        out_rx,
+        drop_signals,
+        eviction,
+        Box::new(codec),
+        first,
+    ));
     socket
+}
+
+/// How WebSocket messages map to and from the engine's text frames.
+enum Codec {
+    /// One text message per frame (native, web).
+    Plain,
+    /// One or more sealed records per frame (issue #23).
+    Sealed(SealedCodec),
+}
+
+/// Both halves of an established sealed channel. The reader opens with `rx`; the writer, and
+/// the driver's final close after both halves stopped, seal with `tx`. Neither lock is held
+/// across an await.
+struct SealedCodec {
+    rx: Mutex<SealedReceiver>,
+    tx: Mutex<SealedSender>,
+}
+
+/// Why an incoming message breaks the sealed channel: the close to send, and whether a close
+/// record can still precede it.
+#[derive(Debug)]
+struct SealedFault {
+    error: SealedError,
+}
+
+impl Codec {
+    /// Turns a received message into what the engine sees: `Ok(None)` for a fragment record
+    /// with more to come. Pings, pongs and close frames pass through.
+    fn incoming(&self, message: Message, record_closed: &mut bool) -> Result<Option<Message>, SealedFault> {
+        let Codec::Sealed(codec) = self else {
+            return Ok(Some(message));
+        };
+        let mut rx = codec.rx.lock().unwrap_or_else(PoisonError::into_inner);
+        match message {
+            Message::Binary(record) => match rx.open_record(&record) {
+                Ok(None) => Ok(None),
+                Ok(Some(Opened::Frame(text))) => Ok(Some(Message::Text(text.into()))),
+                Ok(Some(Opened::Close { code, reason })) => {
+                    *record_closed = true;
+                    Ok(Some(Message::Close(Some(CloseFrame {
+                        code: CloseCode::from(code),
+                        reason: reason.into(),
+                    }))))
+                }
+                Err(error) => Err(SealedFault { error }),
+            },
+            Message::Text(_) => Err(SealedFault {
+                error: rx.text_message(),
+            }),
+            // A WebSocket close is not authenticated: after a close record it only ends the
+            // connection; without one it tells the engine nothing but that the peer left.
+            Message::Close(_) if *record_closed => Ok(None),
+            Message::Close(_) => Ok(Some(Message::Close(None))),
+            other => Ok(Some(other)),
+        }
+    }
+
+    /// The WebSocket messages of one outgoing command: a text frame becomes its records, a
+    /// close becomes a close record and the close frame.
+    fn outgoing(&self, command: Outgoing) -> Result<Vec<Message>, SealedError> {
+        let Codec::Sealed(codec) = self else {
+            return Ok(vec![message_of(command)]);
+        };
+        let mut tx = codec.tx.lock().unwrap_or_else(PoisonError::into_inner);
+        match command {
+            Outgoing::Text(text) => Ok(tx
+                .seal_frame(&text)?
+                .into_iter()
+                .map(|record| Message::Binary(record.into()))
+                .collect()),
+            Outgoing::Close(reason) => {
+                let mut out = Vec::with_capacity(2);
+                if let Ok(record) = tx.seal_close(reason.code(), reason.reason()) {
+                    out.push(Message::Binary(record.into()));
+                }
+                out.push(close_frame(reason));
+                Ok(out)
+            }
+            other => Ok(vec![message_of(other)]),
+        }
+    }
+
+    /// The close that ends the connection after a read failure, preceded by a close record
+    /// when the channel can still seal one.
+    fn closing(&self, reason: CloseReason, record: bool) -> Vec<Message> {
+        match self {
+            Codec::Sealed(_) if record => self
+                .outgoing(Outgoing::Close(reason))
+                .unwrap_or_else(|_| vec![close_frame(reason)]),
+            _ => vec![close_frame(reason)],
+        }
+    }
 }
 
 /// What tells the transport to drop TCP regardless of what its halves are doing.
@@ -596,6 +788,8 @@ enum ReadEnd {
     TooBig,
     /// The peer broke RFC 6455; the driver answers with this close (§7.1.7) before dropping TCP.
     Violation(CloseReason, String),
+    /// A sealed record or message broke the sealed channel (issue #23).
+    Sealed(SealedFault),
     Lost(String),
 }
 
@@ -643,6 +837,7 @@ fn close_wait() -> Duration {
     Duration::from_millis(limits::CLOSE_HANDSHAKE_WAIT_MS)
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn drive<S>(
     sink: WsWrite<S>,
     stream: WsRead<S>,
@@ -650,6 +845,8 @@ async fn drive<S>(
     out_rx: mpsc::Receiver<Outgoing>,
     drop_signals: DropSignals,
     eviction: Eviction,
+    codec: Box<Codec>,
+    first: Option<Message>,
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -658,7 +855,7 @@ async fn drive<S>(
         biased;
         end = drop_signals.must_drop() => end,
         _ = eviction.evicted() => ConnectionEnd::Terminated,
-        end = transport(sink, stream, &in_tx, out_rx, &eviction) => end,
+        end = transport(sink, stream, &in_tx, out_rx, &eviction, &codec, first) => end,
     };
     let _ = in_tx.send(Incoming::Ended(end)).await;
 }
@@ -670,6 +867,8 @@ async fn transport<S>(
     in_tx: &mpsc::Sender<Incoming>,
     out_rx: mpsc::Receiver<Outgoing>,
     eviction: &Eviction,
+    codec: &Codec,
+    first: Option<Message>,
 ) -> ConnectionEnd
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -679,12 +878,12 @@ where
         flush: Notify::new(),
     };
     let ((stream, read_end), (sink, write_end)) = tokio::join!(
-        read_half(stream, in_tx.clone(), &control, eviction),
-        write_half(sink, out_rx, &control),
+        read_half(stream, in_tx.clone(), &control, eviction, codec, first),
+        write_half(sink, out_rx, &control, codec),
     );
     // The ending holds the whole stream by value and may linger: boxed, so its room is taken
     // only while a connection ends rather than in the task of every open connection.
-    Box::pin(finish(stream.reunite(sink).ok(), read_end, write_end)).await
+    Box::pin(finish(stream.reunite(sink).ok(), read_end, write_end, codec)).await
 }
 
 /// How the connection ended, after sending the close a failed write or an oversized message
@@ -693,6 +892,7 @@ async fn finish<S>(
     mut ws: Option<WebSocketStream<S>>,
     read_end: ReadEnd,
     write_end: WriteEnd,
+    codec: &Codec,
 ) -> ConnectionEnd
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -710,14 +910,24 @@ where
         }
         (ReadEnd::TooBig, _) => {
             if let Some(ws) = ws.as_mut() {
-                close_after_read_error(ws, CloseReason::MessageTooBig).await;
+                let closing = codec.closing(CloseReason::MessageTooBig, true);
+                close_after_read_error(ws, closing).await;
             }
             ConnectionEnd::Closed
         }
         (ReadEnd::Violation(reason, detail), _) => {
             tracing::debug!("device connection broke RFC 6455 ({detail}); closing {reason}");
             if let Some(ws) = ws.as_mut() {
-                close_after_read_error(ws, reason).await;
+                close_after_read_error(ws, codec.closing(reason, true)).await;
+            }
+            ConnectionEnd::Closed
+        }
+        (ReadEnd::Sealed(fault), _) => {
+            let reason = fault.error.close_reason();
+            tracing::debug!("sealed device connection failed ({}); closing {reason}", fault.error);
+            if let Some(ws) = ws.as_mut() {
+                let closing = codec.closing(reason, fault.error.sends_close_record());
+                close_after_read_error(ws, closing).await;
             }
             ConnectionEnd::Closed
         }
@@ -730,12 +940,18 @@ where
 
 /// Sends `reason` after the reader stopped on an unreadable message, then lingers; both within
 /// one close wait.
-async fn close_after_read_error<S>(ws: &mut WebSocketStream<S>, reason: CloseReason)
+async fn close_after_read_error<S>(ws: &mut WebSocketStream<S>, closing: Vec<Message>)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let deadline = Instant::now() + close_wait();
-    let sent = tokio::time::timeout_at(deadline, ws.send(close_frame(reason))).await;
+    let sent = tokio::time::timeout_at(deadline, async {
+        for message in closing {
+            ws.feed(message).await?;
+        }
+        ws.flush().await
+    })
+    .await;
     // `SendAfterClosing`: the engine's own close went out first.
     if matches!(
         sent,
@@ -772,11 +988,13 @@ async fn read_half<S>(
     in_tx: mpsc::Sender<Incoming>,
     control: &Control,
     eviction: &Eviction,
+    codec: &Codec,
+    first: Option<Message>,
 ) -> (WsRead<S>, ReadEnd)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let end = read_loop(&mut stream, &in_tx, control, eviction).await;
+    let end = read_loop(&mut stream, &in_tx, control, eviction, codec, first).await;
     control.stop.send_replace(true);
     (stream, end)
 }
@@ -786,21 +1004,43 @@ async fn read_loop<S>(
     in_tx: &mpsc::Sender<Incoming>,
     control: &Control,
     eviction: &Eviction,
+    codec: &Codec,
+    mut first: Option<Message>,
 ) -> ReadEnd
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut halted = control.stop.subscribe();
+    // A close record arrived: the channel's own close (sealed only).
+    let mut record_closed = false;
     // Set once the first message that decides the pre-claim outcome went to the engine.
     let mut protected = false;
     let mut peer_closed = false;
     // False once the engine dropped its receiver: keep reading (close handshake) but discard.
     let mut deliver = true;
     loop {
-        let next = tokio::select! {
-            biased;
-            _ = flag_set(&mut halted) => return ReadEnd::Halted,
-            next = stream.next() => next,
+        let next = match first.take() {
+            Some(message) => Some(Ok(message)),
+            None => tokio::select! {
+                biased;
+                _ = flag_set(&mut halted) => return ReadEnd::Halted,
+                next = stream.next() => next,
+            },
+        };
+        let next = match next {
+            Some(Ok(message)) => match codec.incoming(message, &mut record_closed) {
+                Ok(Some(message)) => Some(Ok(message)),
+                Ok(None) => {
+                    if record_closed {
+                        // The WebSocket close after a close record: tungstenite answers it.
+                        peer_closed = true;
+                        control.flush.notify_one();
+                    }
+                    continue;
+                }
+                Err(fault) => return ReadEnd::Sealed(fault),
+            },
+            other => other,
         };
         let item = match next {
             Some(Ok(message)) => match message {
@@ -879,11 +1119,12 @@ async fn write_half<S>(
     mut sink: WsWrite<S>,
     mut out_rx: mpsc::Receiver<Outgoing>,
     control: &Control,
+    codec: &Codec,
 ) -> (WsWrite<S>, WriteEnd)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let end = write_loop(&mut sink, &mut out_rx, control).await;
+    let end = write_loop(&mut sink, &mut out_rx, control, codec).await;
     control.stop.send_replace(true);
     (sink, end)
 }
@@ -902,6 +1143,21 @@ fn is_finished(error: &tungstenite::Error) -> bool {
 /// hold its first frame back indefinitely.
 const WRITE_BATCH: usize = 32;
 
+/// Queues the messages of one command in the sink, through the codec. A frame the sealed
+/// channel cannot seal (nonce exhaustion, never in practice) fails the write.
+async fn feed<S>(sink: &mut WsWrite<S>, codec: &Codec, command: Outgoing) -> tungstenite::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let messages = codec.outgoing(command).map_err(|e| {
+        tungstenite::Error::Io(std::io::Error::other(format!("sealing failed: {e}")))
+    })?;
+    for message in messages {
+        sink.feed(message).await?;
+    }
+    Ok(())
+}
+
 fn message_of(command: Outgoing) -> Message {
     match command {
         Outgoing::Text(text) => Message::Text(text.into()),
@@ -915,6 +1171,7 @@ async fn write_loop<S>(
     sink: &mut WsWrite<S>,
     out_rx: &mut mpsc::Receiver<Outgoing>,
     control: &Control,
+    codec: &Codec,
 ) -> WriteEnd
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -940,12 +1197,12 @@ where
                 };
                 // Everything already queued goes out in one flush: with several calls in flight
                 // this is one TLS write and one syscall for many frames, not one each.
-                sink.feed(message_of(first)).await?;
+                feed(sink, codec, first).await?;
                 let mut batched = 1;
                 while !closing && batched < WRITE_BATCH {
                     let Ok(next) = out_rx.try_recv() else { break };
                     closing = matches!(next, Outgoing::Close(_));
-                    sink.feed(message_of(next)).await?;
+                    feed(sink, codec, next).await?;
                     batched += 1;
                 }
                 sink.flush().await

@@ -395,6 +395,7 @@ impl DaemonHandler {
             // Counts the day files; `files`/`bytes` are omitted when the directory is unreadable.
             audit: ctx.audit.status(),
             events_log,
+            sealed_key: Some(crate::tls::sealed_key_text(&ctx.network.sealed_key())),
         }
     }
 

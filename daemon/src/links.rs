@@ -11,7 +11,9 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use appduct_protocol::bootstrap::{BootstrapPayload, EncodeError};
+use appduct_protocol::bootstrap::{
+    BootstrapPayload, EncodeError, STATIC_KEY_BYTES, SealedBootstrapPayload,
+};
 use appduct_protocol::control::{Endpoint, LinkCreateParams, LinkCreateResult, Transport};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::ids::{ClaimToken, SessionId};
@@ -22,7 +24,7 @@ use tokio::task::AbortHandle;
 
 use crate::address::AddressSource;
 use crate::address::AdvertisedAddress;
-use crate::tls::TlsState;
+use crate::tls::{TlsState, sealed_key_text};
 
 // ---------------------------------------------------------------------------------------------
 // Randomness
@@ -135,6 +137,8 @@ pub trait LinkEnvironment: Send + Sync + fmt::Debug {
     fn web_port(&self) -> u16;
     /// The pin of the host key (`sha256/…`).
     fn pin(&self) -> String;
+    /// The sealed transport's X25519 static public key (issue #23), which sealed links carry.
+    fn sealed_key(&self) -> [u8; STATIC_KEY_BYTES];
 }
 
 /// The production environment: the TLS identity, the address seam and the bound ports.
@@ -191,6 +195,10 @@ impl LinkEnvironment for DaemonLinkEnv {
     fn pin(&self) -> String {
         self.tls.pin().to_string()
     }
+
+    fn sealed_key(&self) -> [u8; STATIC_KEY_BYTES] {
+        *self.tls.key().sealed_keys().public_key()
+    }
 }
 
 /// A fixed environment for tests: no TLS, one address.
@@ -200,6 +208,7 @@ pub struct StaticLinkEnv {
     pub wss_port: u16,
     pub web_port: u16,
     pub pin: String,
+    pub sealed_key: [u8; STATIC_KEY_BYTES],
 }
 
 impl Default for StaticLinkEnv {
@@ -209,6 +218,7 @@ impl Default for StaticLinkEnv {
             wss_port: 8443,
             web_port: 53120,
             pin: "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=".to_owned(),
+            sealed_key: [0x5e; STATIC_KEY_BYTES],
         }
     }
 }
@@ -228,6 +238,10 @@ impl LinkEnvironment for StaticLinkEnv {
 
     fn pin(&self) -> String {
         self.pin.clone()
+    }
+
+    fn sealed_key(&self) -> [u8; STATIC_KEY_BYTES] {
+        self.sealed_key
     }
 }
 
@@ -262,6 +276,12 @@ impl PendingLink {
     /// Failed claims counted so far.
     pub fn failures(&self) -> u32 {
         self.failures
+    }
+
+    /// Whether `token` (base64url) is this link's claim token, in constant time; nothing is
+    /// counted (the plain route's cleartext check, issue #23).
+    pub fn token_matches(&self, token: &str) -> bool {
+        self.token.matches(token)
     }
 
     /// 02 §4.3: expired once `now_seconds >= expires_at`.
@@ -508,7 +528,8 @@ pub fn mint(
     // override, so the leaf stays current for the native links that follow.
     let advertised = env.native_address(now_unix_ms)?;
     let (address, port) = match transport {
-        Transport::Native => (
+        // Sealed links reach the plain route of the same port (PROTOCOL.md "Sealed transport").
+        Transport::Native | Transport::Sealed => (
             params.address_override.unwrap_or(advertised),
             env.wss_port(),
         ),
@@ -520,9 +541,16 @@ pub fn mint(
     let ttl = u64::from(params.ttl_seconds.unwrap_or(default_ttl));
     let expires_at = now_unix_ms / 1000 + ttl;
     let payload = BootstrapPayload::new(address, port, id.clone(), token.clone(), expires_at);
-    let deep_link_payload = payload.encode()?;
+    let family = payload.family();
+    let (deep_link_payload, sealed_key) = if transport == Transport::Sealed {
+        let key = env.sealed_key();
+        let sealed = SealedBootstrapPayload::new(payload, key).encode()?;
+        (sealed, Some(sealed_key_text(&key)))
+    } else {
+        (payload.encode()?, None)
+    };
     // An IPv4-mapped address travels as IPv4 (02 §4.4); report what the payload holds.
-    let endpoint = Endpoint::new(address.to_canonical().to_string(), port, payload.family());
+    let endpoint = Endpoint::new(address.to_canonical().to_string(), port, family);
     let result = LinkCreateResult::new(
         id.clone(),
         transport,
@@ -530,7 +558,8 @@ pub fn mint(
         endpoint,
         expires_at,
         env.pin(),
-    );
+    )
+    .with_sealed_key(sealed_key);
     let link = PendingLink {
         transport,
         token,

@@ -30,7 +30,16 @@ use tokio_tungstenite::tungstenite::handshake::server::Request;
 use tokio_tungstenite::tungstenite::http::{self, HeaderValue, header};
 use tokio_tungstenite::tungstenite::protocol::Role;
 
+use appduct_protocol::close::CloseReason;
+use appduct_protocol::control::RngSource;
+use appduct_protocol::sealed::{self, Responder, SealedChannel, SealedError, StaticKeypair};
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{self, Message};
+
 use crate::device_socket::{self, DeviceSocket, flag_set};
+use crate::links::random_bytes;
 use crate::preclaim::{Eviction, Progress};
 
 /// Largest upgrade request head read before giving up on a connection.
@@ -162,17 +171,20 @@ fn ipv6_unavailable(error: &io::Error) -> bool {
 // ---------------------------------------------------------------------------------------------
 
 enum Flavor {
-    Wss(TlsAcceptor),
+    /// The wss port: TLS, or the plain route of the sealed transport, by the first byte.
+    Wss(TlsAcceptor, Arc<StaticKeypair>),
     Web(WebPolicy),
 }
 
-/// Starts the wss accept loops on listeners from [`bind_wss`].
+/// Starts the wss accept loops on listeners from [`bind_wss`]. `sealed` is the static key of
+/// the plain route's Noise responder (issue #23).
 pub fn serve_wss(
     listeners: Vec<TcpListener>,
     tls: Arc<rustls::ServerConfig>,
+    sealed: Arc<StaticKeypair>,
     ctx: AcceptContext,
 ) -> io::Result<RunningListener> {
-    serve(listeners, Flavor::Wss(TlsAcceptor::from(tls)), ctx)
+    serve(listeners, Flavor::Wss(TlsAcceptor::from(tls), sealed), ctx)
 }
 
 /// Starts the web accept loop on a listener from [`bind_web`].
@@ -286,9 +298,12 @@ async fn open_connection(
         opened = tokio::time::timeout_at(claim_deadline, async {
             // An idle socket stays in the first eviction class until its peer sends something.
             // `peek`, not `readable`: readiness may be a false positive.
-            tcp.peek(&mut [0u8; 1]).await?;
+            let mut first = [0u8; 1];
+            if tcp.peek(&mut first).await? == 0 {
+                return Err(OpenError::Eof);
+            }
             eviction.advance(Progress::Handshaking);
-            let opened = open(tcp, &flavor, eviction.clone()).await?;
+            let opened = open(tcp, first[0], &flavor, eviction.clone()).await?;
             eviction.advance(Progress::Open);
             Ok::<_, OpenError>(opened)
         }) => opened,
@@ -332,30 +347,137 @@ enum OpenError {
     HeadTooLarge,
     #[error("upgrade refused: {0:?}")]
     Rejected(Rejection),
+    #[error("first byte {0:#04x} is neither a TLS handshake nor an HTTP GET")]
+    UnknownFirstByte(u8),
+    #[error("sealed handshake failed: {0}")]
+    Sealed(SealedError),
+    #[error("the peer left before the sealed handshake")]
+    NoHandshake,
 }
+
+/// First byte of a TLS handshake record: the native transport.
+pub const TLS_HANDSHAKE_BYTE: u8 = 0x16;
+/// First byte of an HTTP `GET`: the plain route of the sealed transport.
+pub const PLAIN_ROUTE_BYTE: u8 = b'G';
 
 async fn open(
     tcp: TcpStream,
+    first: u8,
     flavor: &Flavor,
     eviction: Eviction,
 ) -> Result<(DeviceSocket, Transport), OpenError> {
     match flavor {
-        Flavor::Wss(acceptor) => {
+        Flavor::Wss(acceptor, _) if first == TLS_HANDSHAKE_BYTE => {
             let tls = acceptor.accept(tcp).await.map_err(OpenError::Tls)?;
-            let ws = upgrade(tls, None).await?;
+            let ws = upgrade(tls, None, device_socket::websocket_config()).await?;
             let socket = device_socket::from_websocket_evictable(ws, eviction);
             Ok((socket, Transport::Native))
         }
+        Flavor::Wss(_, sealed) if first == PLAIN_ROUTE_BYTE => {
+            let ws = upgrade(tcp, None, device_socket::plain_route_config()).await?;
+            let socket = plain_route(ws, sealed, eviction).await?;
+            Ok((socket, Transport::Sealed))
+        }
+        Flavor::Wss(..) => Err(OpenError::UnknownFirstByte(first)),
         Flavor::Web(policy) => {
-            let ws = upgrade(tcp, Some(policy)).await?;
+            let ws = upgrade(tcp, Some(policy), device_socket::websocket_config()).await?;
             let socket = device_socket::from_websocket_evictable(ws, eviction);
             Ok((socket, Transport::Web))
         }
     }
 }
 
+/// The plain route after its upgrade (issue #23): the first message decides. Binary is Noise
+/// message 1: answered with message 2, then the connection is sealed. Text is handed on as it
+/// is (a `link_refused` frame, or a cleartext claim the engine refuses). A handshake that fails
+/// is closed `1008 sealed_handshake_failed` here. Pings before it are answered by tungstenite.
+/// The caller bounds all of this by the pre-claim deadline and the slot's eviction.
+async fn plain_route(
+    mut ws: WebSocketStream<TcpStream>,
+    keys: &StaticKeypair,
+    eviction: Eviction,
+) -> Result<DeviceSocket, OpenError> {
+    let first = loop {
+        match ws.next().await {
+            Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => continue,
+            Some(Ok(message)) => break message,
+            Some(Err(error)) => {
+                let too_big = matches!(error, tungstenite::Error::Capacity(_));
+                if too_big {
+                    close_plain(&mut ws, CloseReason::MessageTooBig).await;
+                }
+                return Err(OpenError::Io(io::Error::other(error.to_string())));
+            }
+            None => return Err(OpenError::NoHandshake),
+        }
+    };
+    match first {
+        Message::Binary(message1) => {
+            match sealed_handshake(&mut ws, keys, &message1).await {
+                Ok((channel, rng)) => Ok(device_socket::from_sealed_websocket(
+                    ws, channel, rng, eviction,
+                )),
+                Err(error) => {
+                    if error == SealedError::HandshakeFailed {
+                        close_plain(&mut ws, CloseReason::SealedHandshakeFailed).await;
+                    }
+                    Err(OpenError::Sealed(error))
+                }
+            }
+        }
+        Message::Text(text) => Ok(device_socket::from_plain_route_text(
+            ws,
+            text.as_str().to_owned(),
+            eviction,
+        )),
+        _ => Err(OpenError::NoHandshake),
+    }
+}
+
+/// Responder side of the handshake: message 1 in, message 2 out, then the channel.
+async fn sealed_handshake(
+    ws: &mut WebSocketStream<TcpStream>,
+    keys: &StaticKeypair,
+    message1: &[u8],
+) -> Result<(SealedChannel, RngSource), SealedError> {
+    let ephemeral = random_bytes::<{ sealed::KEY_BYTES }>().map_err(|_| SealedError::Internal)?;
+    let mut responder = Responder::new(keys, ephemeral)?;
+    let hello = responder.read_message1(message1)?;
+    let message2 = responder.write_message2()?;
+    let channel = responder.into_transport()?;
+    ws.send(Message::Binary(message2.into()))
+        .await
+        .map_err(|_| SealedError::Internal)?;
+    let rng = match hello.rng {
+        sealed::RngSource::Csprng => RngSource::Csprng,
+        sealed::RngSource::Drbg => RngSource::Drbg,
+    };
+    Ok((channel, rng))
+}
+
+/// Sends a close on the plain route before the channel exists and drops TCP within the close
+/// wait.
+async fn close_plain(ws: &mut WebSocketStream<TcpStream>, reason: CloseReason) {
+    let frame = CloseFrame {
+        code: CloseCode::from(reason.code()),
+        reason: reason.reason().into(),
+    };
+    let wait = Duration::from_millis(limits::CLOSE_HANDSHAKE_WAIT_MS);
+    let _ = tokio::time::timeout(wait, async {
+        if ws.close(Some(frame)).await.is_ok() {
+            // Until the peer's close (or EOF): it then reads ours before TCP goes.
+            while let Some(Ok(_)) = ws.next().await {}
+        }
+    })
+    .await;
+}
+
 /// Reads the request head, applies [`check_upgrade`], answers, and opens the WebSocket.
-async fn upgrade<S>(mut stream: S, web: Option<&WebPolicy>) -> Result<WebSocketStream<S>, OpenError>
+async fn upgrade<S>(
+    mut stream: S,
+    web: Option<&WebPolicy>,
+    config: WebSocketConfig,
+) -> Result<WebSocketStream<S>, OpenError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -380,13 +502,7 @@ where
     );
     stream.write_all(response.as_bytes()).await?;
     stream.flush().await?;
-    Ok(WebSocketStream::from_partially_read(
-        stream,
-        tail,
-        Role::Server,
-        Some(device_socket::websocket_config()),
-    )
-    .await)
+    Ok(WebSocketStream::from_partially_read(stream, tail, Role::Server, Some(config)).await)
 }
 
 enum Head {

@@ -19,18 +19,19 @@ mod transitions;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use appduct_protocol::close::CloseReason;
 use appduct_protocol::control::{
     Device, EventData, LinkCreateParams, LinkCreateResult, LinkCreatedData, PreviousState,
-    RevokeResult, RevokedKind, SessionRevokedData, SessionState, SessionSummary, SuspendReason,
-    Transport,
+    RevokeResult, RevokedKind, RngSource, SessionRevokedData, SessionState, SessionSummary,
+    SuspendReason, Transport,
 };
 use appduct_protocol::descriptor::{EventDescriptor, ToolDescriptor};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::frames::{
+    AppFrame,
     DaemonFrame, FrameTooLarge, ToolCallProgress, ToolError, ToolResult, check_outgoing_size,
 };
 use appduct_protocol::ids::ResumeToken;
@@ -188,6 +189,8 @@ struct Session {
     created_at_ms: u64,
     claimed_at_ms: u64,
     resume_token: ResumeToken,
+    /// Sealed sessions: the randomness source of the latest handshake.
+    rng: Option<RngSource>,
     socket: Socket,
     /// By name, so listings come out in code-point order.
     /// Shared so a call's lookup ([`SessionManager::tool_of`]) copies nothing.
@@ -225,6 +228,7 @@ impl Session {
             suspend_reason,
             tool_count: self.tools.len() as u64,
             event_count: self.events.len() as u64,
+            rng: self.rng,
         }
     }
 
@@ -390,6 +394,11 @@ impl fmt::Debug for SessionManager {
 }
 
 impl SessionManager {
+    /// The manager of an engine, for a connection task that needs a manager-level operation.
+    fn from_inner(inner: Arc<Inner>) -> Self {
+        Self { inner }
+    }
+
     pub fn new(
         options: EngineOptions,
         bus: EventBus,
@@ -569,9 +578,13 @@ impl SessionManager {
                 ));
             }
         };
-        let Some(session) = st.sessions.remove(&id) else {
-            return Err(ErrorObject::internal("The resolved session vanished"));
-        };
+        self.revoke_live(st, id)
+            .ok_or_else(|| ErrorObject::internal("The resolved session vanished"))
+    }
+
+    /// T17 for the live session `id`, under the engine lock `st`; `None` when it is not live.
+    fn revoke_live(&self, mut st: MutexGuard<'_, State>, id: String) -> Option<RevokeResult> {
+        let session = st.sessions.remove(&id)?;
         let previous_state = match session.socket {
             Socket::Attached { conn, .. } => {
                 st.stop_connection(conn, CloseReason::Revoked);
@@ -589,11 +602,58 @@ impl SessionManager {
         );
         self.inner.bus.close_session(&id);
         self.inner.calls_ended(&id, CallsEnded::Revoked);
-        Ok(RevokeResult::new(
+        Some(RevokeResult::new(
             id,
             Some(session.alias),
             RevokedKind::Session,
         ))
+    }
+
+    /// A `session_claim` or `session_resume` that arrived in cleartext on the wss port's plain
+    /// route (issue #23): whoever sent it put its token on the LAN in the clear. When the token
+    /// is right, the link (revoked, as `sessions.revoke` would: `session_revoked` with
+    /// `previousState: "pending"`) or the live session (revoked, T17) is ended, since anyone who
+    /// saw the bytes could use it. A wrong token changes nothing and is not counted. The app is
+    /// closed `1008 wrong_transport` either way, so the answer reveals nothing.
+    pub(crate) fn refuse_cleartext(&self, frame: &AppFrame) {
+        let now_s = self.inner.clock.now_unix_ms() / 1000;
+        let mut st = self.inner.state();
+        match frame {
+            AppFrame::SessionClaim(claim) => {
+                let id = claim.session_id.as_str();
+                let leaked = st
+                    .links
+                    .get(id)
+                    .is_some_and(|link| !link.is_expired(now_s) && link.token_matches(&claim.token));
+                if leaked {
+                    st.links.revoke(id);
+                    tracing::warn!(
+                        session = %id,
+                        "a claim token arrived in cleartext on the plain route; link revoked"
+                    );
+                    self.inner.bus.emit(
+                        Some(id),
+                        None,
+                        EventData::SessionRevoked(SessionRevokedData::new(PreviousState::Pending)),
+                    );
+                }
+            }
+            AppFrame::SessionResume(resume) => {
+                let id = resume.session_id.as_str();
+                let leaked = st
+                    .sessions
+                    .get(id)
+                    .is_some_and(|s| s.resume_token.matches(&resume.resume_token));
+                if leaked {
+                    tracing::warn!(
+                        session = %id,
+                        "a resume token arrived in cleartext on the plain route; session revoked"
+                    );
+                    let _ = self.revoke_live(st, id.to_owned());
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The session's tool registry by name (code-point order); also for suspended sessions.

@@ -95,6 +95,7 @@ pub fn session(id: &str, alias: &str) -> SessionSummary {
         suspend_reason: None,
         tool_count: 0,
         event_count: 0,
+        rng: None,
     }
 }
 

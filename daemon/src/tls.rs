@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use appduct_protocol::limits::{LEAF_BACKDATE_S, LEAF_RENEW_BEFORE_S, LEAF_VALIDITY_S};
 use appduct_protocol::pin::SpkiPin;
+use appduct_protocol::sealed::StaticKeypair;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use rcgen::{
@@ -256,6 +257,9 @@ pub struct HostKey {
     spki_der: Vec<u8>,
     cert_signer: KeyPair,
     tls_signer: Arc<dyn SigningKey>,
+    /// The sealed transport's X25519 static key, derived from the key's PKCS#8 DER (issue #23);
+    /// held in memory only.
+    sealed: Arc<StaticKeypair>,
 }
 
 impl fmt::Debug for HostKey {
@@ -278,6 +282,7 @@ impl HostKey {
             found,
         };
         let (kind, pkcs8) = classify_key_file(&bytes).map_err(unsupported)?;
+        let sealed = Arc::new(StaticKeypair::from_host_key_der(&pkcs8));
         let cert_signer = KeyPair::from_pkcs8_der_and_sign_algo(
             &PrivatePkcs8KeyDer::from(pkcs8.as_slice()),
             kind.signature_algorithm(),
@@ -299,6 +304,7 @@ impl HostKey {
             spki_der,
             cert_signer,
             tls_signer,
+            sealed,
         })
     }
 
@@ -338,6 +344,16 @@ impl HostKey {
     /// DER SubjectPublicKeyInfo of the key.
     pub fn spki_der(&self) -> &[u8] {
         &self.spki_der
+    }
+
+    /// The sealed transport's static key pair (PROTOCOL.md "Sealed transport").
+    pub fn sealed_keys(&self) -> &Arc<StaticKeypair> {
+        &self.sealed
+    }
+
+    /// The sealed static public key as carried in `sealedKey`: unpadded base64url.
+    pub fn sealed_public_key(&self) -> String {
+        sealed_key_text(self.sealed.public_key())
     }
 
     /// Mints a leaf for `advertised_ip` at `now_unix_ms` per the table of 02 §3.2.
@@ -485,6 +501,11 @@ impl ResolvesServerCert for LeafResolver {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
     }
+}
+
+/// A sealed static public key as the control plane shows it (`sealedKey`): unpadded base64url.
+pub fn sealed_key_text(key: &[u8; 32]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
 }
 
 /// The daemon's TLS identity: host key, current leaf and the server configuration of the

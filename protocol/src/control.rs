@@ -495,8 +495,14 @@ macro_rules! wire_enum {
 pub struct UnknownValue(pub String);
 
 wire_enum! {
-    /// Listener a link or session belongs to (02 §2.3).
-    Transport { Native = "native", Web = "web" }
+    /// Listener a link or session belongs to (02 §2.3); `sealed` is ours (issue #23): the plain
+    /// route of the wss port with a Noise channel inside.
+    Transport { Native = "native", Web = "web", Sealed = "sealed" }
+}
+wire_enum! {
+    /// Where a sealed app's Noise ephemeral key came from, as it said in handshake message 1
+    /// (issue #23): the platform CSPRNG, or the HMAC-DRBG seeded from tokens and timing.
+    RngSource { Csprng = "csprng", Drbg = "drbg" }
 }
 wire_enum! {
     /// `SessionSummary.state` (03 §8.2).
@@ -706,7 +712,10 @@ impl LinkCreateParams {
             }
         };
         let transport =
-            p.enumeration::<Transport>(Self::TRANSPORT, "must be \"native\" or \"web\"")?;
+            p.enumeration::<Transport>(
+            Self::TRANSPORT,
+            "must be \"native\", \"web\" or \"sealed\"",
+        )?;
         if address_override.is_some() && transport == Some(Transport::Web) {
             return Err(ParamError::invalid(
                 Self::ADDRESS_OVERRIDE,
@@ -1224,6 +1233,10 @@ pub struct SessionSummary {
     pub suspend_reason: Option<SuspendReason>,
     pub tool_count: u64,
     pub event_count: u64,
+    /// Sealed sessions only (issue #23): the randomness source the app named in handshake
+    /// message 1 on its latest connection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rng: Option<RngSource>,
 }
 
 /// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (03 §8.3).
@@ -1527,6 +1540,10 @@ pub struct StatusResult {
     pub policy: PolicySummary,
     pub audit: AuditStatus,
     pub events_log: EventsLogStatus,
+    /// The daemon's sealed-transport static public key (issue #23), unpadded base64url of 32
+    /// bytes; absent only when the host key could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_key: Option<String>,
 }
 
 /// `{ok: true}` of `daemon.shutdown` (03 §9.3).
@@ -1573,6 +1590,10 @@ pub struct LinkCreateResult {
     /// Unix seconds.
     pub expires_at: u64,
     pub pin: String,
+    /// Sealed links only (issue #23): the daemon's X25519 static public key the payload carries,
+    /// unpadded base64url of 32 bytes (also inside `deepLinkPayload`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_key: Option<String>,
 }
 
 impl LinkCreateResult {
@@ -1591,7 +1612,14 @@ impl LinkCreateResult {
             endpoint,
             expires_at,
             pin: pin.into(),
+            sealed_key: None,
         }
+    }
+
+    /// Sets `sealedKey` (sealed links).
+    pub fn with_sealed_key(mut self, key: Option<String>) -> Self {
+        self.sealed_key = key;
+        self
     }
 }
 
@@ -1604,6 +1632,7 @@ impl Debug for LinkCreateResult {
             .field("endpoint", &self.endpoint)
             .field("expires_at", &self.expires_at)
             .field("pin", &self.pin)
+            .field("sealed_key", &self.sealed_key)
             .finish()
     }
 }

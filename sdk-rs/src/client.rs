@@ -808,6 +808,11 @@ impl Client {
                 }
                 Vec::new()
             }
+            Transport::Sealed => {
+                return Err(ConnectError::UnsupportedLink(
+                    "this SDK does not speak the sealed transport",
+                ));
+            }
         };
         if self.shared.allow_private_lan_only && !is_private_lan_address(address) {
             return Err(ConnectError::AddressNotAllowed(address));

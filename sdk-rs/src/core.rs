@@ -59,7 +59,7 @@ impl Endpoint {
     pub fn url(&self) -> String {
         let scheme = match self.transport {
             Transport::Native => "wss",
-            Transport::Web => "ws",
+            Transport::Web | Transport::Sealed => "ws",
         };
         match self.address {
             IpAddr::V4(v4) => format!("{scheme}://{v4}:{}/", self.port),

@@ -85,6 +85,11 @@ async fn dial_inner(endpoint: &Endpoint, options: &DialOptions) -> Result<Device
     let io: Box<dyn DeviceIo> = match endpoint.transport {
         Transport::Web => Box::new(tcp),
         Transport::Native => Box::new(tls_handshake(tcp, endpoint, options).await?),
+        Transport::Sealed => {
+            return Err(DialError::Failed(
+                "this SDK does not speak the sealed transport".to_owned(),
+            ));
+        }
     };
     let (socket, _response) =
         tokio_tungstenite::client_async_with_config(endpoint.url(), io, Some(websocket_config()))

@@ -14,9 +14,9 @@ use futures_util::FutureExt;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::Inner;
+use super::{Inner, SessionManager};
 use crate::device_socket::{
-    DeviceReceiver, DeviceSender, DeviceSocket, Incoming, SendError, WireMessage,
+    Channel, DeviceReceiver, DeviceSender, DeviceSocket, Incoming, SendError, WireMessage,
 };
 
 /// How long the engine waits for the peer's close (and for room to queue its own) after closing.
@@ -40,6 +40,7 @@ struct Connection {
     inner: Arc<Inner>,
     id: u64,
     transport: Transport,
+    channel: Channel,
     receiver: DeviceReceiver,
     sender: DeviceSender,
     /// Set by whoever takes the socket away (resume elsewhere, revoke, shutdown): the close to
@@ -56,6 +57,7 @@ pub(super) async fn run<G>(
     claim_deadline: Instant,
     guard: G,
 ) {
+    let channel = socket.channel();
     let (mut receiver, sender) = socket.split();
     let Some((id, stop)) = inner.register_connection(&sender) else {
         drop(guard);
@@ -70,6 +72,7 @@ pub(super) async fn run<G>(
         inner,
         id,
         transport,
+        channel,
         receiver,
         sender,
         stop,
@@ -181,16 +184,32 @@ impl Connection {
                 drop(guard.take());
             }
             let rejected = match item {
+                Incoming::Message(WireMessage::Text(text)) if self.channel == Channel::Cleartext => {
+                    // The plain route without a handshake (issue #23): a claim or resume here
+                    // carried its token in the clear.
+                    match decode_app_message(&text, Phase::PreAck) {
+                        Ok(frame @ (AppFrame::SessionClaim(_) | AppFrame::SessionResume(_))) => {
+                            SessionManager::from_inner(Arc::clone(&self.inner))
+                                .refuse_cleartext(&frame);
+                            CloseReason::WrongTransport
+                        }
+                        _ => CloseReason::ExpectedSealedHandshake,
+                    }
+                }
                 Incoming::Message(WireMessage::Text(text)) => {
+                    let rng = match self.channel {
+                        Channel::Sealed { rng } => Some(rng),
+                        Channel::Plain | Channel::Cleartext => None,
+                    };
                     let outcome = match decode_app_message(&text, Phase::PreAck) {
                         Err(rejection) => Err(rejection.reason),
                         Ok(AppFrame::SessionClaim(claim)) => {
                             self.inner
-                                .claim(self.id, &self.sender, &claim, self.transport)
+                                .claim(self.id, &self.sender, &claim, self.transport, rng)
                         }
                         Ok(AppFrame::SessionResume(resume)) => {
                             self.inner
-                                .resume(self.id, &self.sender, &resume, self.transport)
+                                .resume(self.id, &self.sender, &resume, self.transport, rng)
                         }
                         Ok(_) => Err(CloseReason::ExpectedClaimOrResume),
                     };

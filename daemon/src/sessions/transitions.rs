@@ -7,7 +7,7 @@ use std::time::Duration;
 use appduct_protocol::close::CloseReason;
 use appduct_protocol::control::{
     Device, EventData, EventsChangedData, SessionClaimedData, SessionResumedData,
-    SessionSuspendedData, SuspendReason, ToolsChangedData, Transport,
+    RngSource, SessionSuspendedData, SuspendReason, ToolsChangedData, Transport,
 };
 use appduct_protocol::frames::{
     AppFrame, DaemonFrame, EventDelta, SessionAck, SessionClaim, SessionResume, ToolDelta,
@@ -117,6 +117,7 @@ impl Inner {
         sender: &DeviceSender,
         claim: &SessionClaim,
         transport: Transport,
+        rng: Option<RngSource>,
     ) -> Result<String, CloseReason> {
         let token = ResumeToken::from_bytes(
             random_bytes::<TOKEN_BYTES>().map_err(|_| CloseReason::InternalError)?,
@@ -172,6 +173,7 @@ impl Inner {
                 created_at_ms: link.created_at_ms,
                 claimed_at_ms: now,
                 resume_token: token,
+                rng,
                 socket: Socket::Attached {
                     conn,
                     sender: sender.clone(),
@@ -196,6 +198,7 @@ impl Inner {
         sender: &DeviceSender,
         resume: &SessionResume,
         transport: Transport,
+        rng: Option<RngSource>,
     ) -> Result<String, CloseReason> {
         let token = ResumeToken::from_bytes(
             random_bytes::<TOKEN_BYTES>().map_err(|_| CloseReason::InternalError)?,
@@ -220,6 +223,7 @@ impl Inner {
             .map_err(|_| CloseReason::SendFailed)?;
         // The previous token stops working the moment the new one is issued.
         session.resume_token = token;
+        session.rng = rng;
         let previous = std::mem::replace(
             &mut session.socket,
             Socket::Attached {

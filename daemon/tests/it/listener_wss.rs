@@ -12,6 +12,7 @@ use std::time::Duration;
 use appduct_daemon::device_socket::{Incoming, WireMessage};
 use appduct_daemon::listener::{self, AcceptContext, PreclaimBudget, RunningListener, Transport};
 use appduct_protocol::pin::SpkiPin;
+use appduct_protocol::sealed::StaticKeypair;
 use futures_util::{SinkExt, StreamExt};
 use listener_support::*;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -57,7 +58,13 @@ fn start_wss(
     config: Arc<rustls::ServerConfig>,
 ) -> Result<RunningListener, BoxError> {
     let listeners = listener::bind_wss(0)?;
-    Ok(listener::serve_wss(listeners, config, harness.ctx.clone())?)
+    let sealed = Arc::new(StaticKeypair::from_private_bytes([7; 32]));
+    Ok(listener::serve_wss(
+        listeners,
+        config,
+        sealed,
+        harness.ctx.clone(),
+    )?)
 }
 
 fn loopback(running: &RunningListener, ip: IpAddr) -> SocketAddr {

@@ -25,6 +25,7 @@ mod daemon_devices;
 mod daemon_drain;
 mod daemon_leaf;
 mod daemon_lifecycle;
+mod daemon_sealed;
 mod engine_events;
 mod engine_faults;
 mod engine_protocol;
