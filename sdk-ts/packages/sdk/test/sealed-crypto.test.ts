@@ -218,9 +218,18 @@ describe("records", () => {
   it("close records carry a code and a reason cut to 123 bytes on a character boundary", () => {
     const assembler = new RecordAssembler();
     expect(assembler.push(closeRecord(1008, "session_revoked"))).toEqual({ type: "close", code: 1008, reason: "session_revoked" });
+    // Nothing may follow a close record.
+    expect(() => assembler.push(frameRecords("{}")[0] as Uint8Array)).toThrow(RecordError);
     const long = closeRecord(1000, "é".repeat(100));
     expect(long.length).toBe(3 + 122);
-    expect(assembler.push(long)).toEqual({ type: "close", code: 1000, reason: "é".repeat(61) });
+    expect(new RecordAssembler().push(long)).toEqual({ type: "close", code: 1000, reason: "é".repeat(61) });
+  });
+
+  it("close codes a WebSocket close cannot carry (1005, 1006, 2000) are refused both ways", () => {
+    for (const code of [1005, 1006, 1015, 2000, 999]) {
+      expect(() => closeRecord(code, "")).toThrow(RecordError);
+      expect(() => new RecordAssembler().push(Uint8Array.of(2, code >> 8, code & 255))).toThrow(RecordError);
+    }
   });
 
   it("refuses an empty plaintext, unknown kinds, short close records, invalid UTF-8 and oversized frames", () => {

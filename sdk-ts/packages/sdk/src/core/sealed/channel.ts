@@ -37,7 +37,7 @@ function readJsonPayload(bytes: Uint8Array): Record<string, unknown> {
 /** Records after the handshake, one direction each. */
 class Records {
   private readonly assembler = new RecordAssembler();
-  private broken = false;
+  private broken: NoiseError | RecordError | null = null;
 
   constructor(private readonly ciphers: TransportCiphers) {}
 
@@ -59,16 +59,15 @@ class Records {
    * `NoiseError` (authentication failed: the channel is then broken for good) or `RecordError`.
    */
   open(message: Uint8Array): RecordEvent {
-    if (this.broken) throw new NoiseError("the channel is broken");
-    if (message.length > MAX_NOISE_MESSAGE) throw new RecordError(1009, "message_too_big");
-    let plain: Uint8Array;
+    if (this.broken) throw this.broken;
     try {
-      plain = this.ciphers.receive.decryptWithAd(new Uint8Array(0), message);
+      if (message.length > MAX_NOISE_MESSAGE) throw new RecordError(1009, "message_too_big");
+      return this.assembler.push(this.ciphers.receive.decryptWithAd(new Uint8Array(0), message));
     } catch (error) {
-      this.broken = true;
+      // Every failure is final: later records get the same error.
+      this.broken = error instanceof RecordError || error instanceof NoiseError ? error : new NoiseError("the channel is broken");
       throw error;
     }
-    return this.assembler.push(plain);
   }
 }
 
@@ -132,6 +131,8 @@ export class SealedResponder {
   accept(message1: Uint8Array, reply: Record<string, unknown> = {}): { message2: Uint8Array; records: SealedRecords; payload: Record<string, unknown> } {
     if (message1.length < MIN_MESSAGE1 || message1.length > MAX_MESSAGE1) throw new NoiseError("message 1 of a wrong length");
     const payload = readJsonPayload(this.hs.readMessage(message1));
+    // As the daemon: the app must say where its randomness came from.
+    if (payload.rng !== "csprng" && payload.rng !== "drbg") throw new NoiseError("message 1 names no known rng source");
     const message2 = this.hs.writeMessage(jsonPayload(reply));
     return { message2, records: new Records(this.hs.split()), payload };
   }

@@ -44,8 +44,17 @@ export function frameRecords(text: string): Uint8Array[] {
   return out;
 }
 
-/** The plaintext of a close record; the reason is cut to 123 bytes on a character boundary. */
+/** Close codes a WebSocket close frame may carry, so a close record may too. */
+export function isSendableCloseCode(code: number): boolean {
+  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) || (code >= 3000 && code <= 4999);
+}
+
+/**
+ * The plaintext of a close record; the reason is cut to 123 bytes on a character boundary.
+ * Throws `RecordError` for a code no close frame may carry (1005, 1006, …).
+ */
 export function closeRecord(code: number, reason: string): Uint8Array {
+  if (!Number.isInteger(code) || !isSendableCloseCode(code)) throw new RecordError(1002, "protocol_error");
   let bytes = encodeUtf8(reason);
   let cut = reason;
   while (bytes.length > MAX_CLOSE_REASON_BYTES) {
@@ -62,19 +71,29 @@ export function closeRecord(code: number, reason: string): Uint8Array {
 
 export type RecordEvent = { type: "frame"; text: string } | { type: "close"; code: number; reason: string } | { type: "partial" };
 
-/** Reassembles frames from decrypted record plaintexts; throws `RecordError` on bad input. */
+/**
+ * Reassembles frames from decrypted record plaintexts; throws `RecordError` on bad input. After
+ * a close record, any record is `1002 protocol_error`.
+ */
 export class RecordAssembler {
   private parts: Uint8Array[] = [];
   private size = 0;
+  private closed = false;
 
   push(plaintext: Uint8Array): RecordEvent {
+    if (this.closed) throw new RecordError(1002, "protocol_error");
     if (plaintext.length === 0) throw new RecordError(1002, "protocol_error");
     const kind = plaintext[0];
     if (kind === KIND_CLOSE) {
       if (plaintext.length < 3 || plaintext.length > 3 + MAX_CLOSE_REASON_BYTES) throw new RecordError(1002, "protocol_error");
+      const code = ((plaintext[1] as number) << 8) | (plaintext[2] as number);
+      if (!isSendableCloseCode(code)) throw new RecordError(1002, "protocol_error");
       const reason = decodeUtf8Strict(plaintext.subarray(3));
       if (reason === null) throw new RecordError(1007, "invalid_payload");
-      return { type: "close", code: ((plaintext[1] as number) << 8) | (plaintext[2] as number), reason };
+      this.closed = true;
+      this.parts = [];
+      this.size = 0;
+      return { type: "close", code, reason };
     }
     if (kind !== KIND_FRAGMENT && kind !== KIND_LAST) throw new RecordError(1002, "protocol_error");
     const data = plaintext.subarray(1);
