@@ -1,7 +1,8 @@
 // The sealed transport's crypto inside a real Hermes (npm's hermes-engine-cli 0.12.0, Linux
 // binary): no `crypto`, no TextEncoder, as on phones. test/hermes/sealed-entry.ts is bundled with
-// esbuild into one file; class syntax, which this Hermes does not parse, is then lowered by
-// Babel's class transform, as React Native's Babel preset does for Hermes. The script checks the
+// esbuild into one file (async functions lowered to generators); class syntax, which this Hermes
+// does not parse, is then lowered by Babel's class transform, as React Native's Babel preset does
+// for Hermes. The script checks the
 // Noise vectors produced by snow (and cacophony), then sealed round trips with each randomness
 // source; any failure throws and `hermes` exits non-zero.
 
@@ -33,6 +34,9 @@ async function bundle(entry: string, vectorSets: { name: string; vectors: unknow
     platform: "neutral",
     mainFields: ["module", "main"],
     target: "es2019",
+    // This Hermes parses async function declarations but not async arrows; React Native's Babel
+    // preset lowers both, as esbuild does here (to generators).
+    supported: { "async-await": false },
     logLevel: "silent",
   });
   const code = (built.outputFiles[0] as { text: string }).text;
@@ -71,6 +75,15 @@ describe("Hermes (hermes-engine-cli 0.12.0)", () => {
     expect(ran.stdout).toContain("round trip drbg ok");
     expect(ran.stdout).toContain("round trip csprng ok");
     expect(ran.stdout).toMatch(/APPDUCT_HERMES_OK vectors=\d+/);
+  }, 120_000);
+
+  it("runs the React Native client itself: a sealed claim and a tool call over the DRBG path", async () => {
+    const file = await bundle(path.join(here, "hermes", "client-entry.ts"), []);
+    const ran = await runHermes(file);
+    expect(ran.stderr).toBe("");
+    expect(ran.code).toBe(0);
+    expect(ran.stdout).toContain("connected");
+    expect(ran.stdout).toContain("APPDUCT_HERMES_CLIENT_OK rng=drbg frames=session_claim,tool_registry_snapshot,tool_result");
   }, 120_000);
 
   it("fails when the bundle throws (the harness would notice a broken crypto path)", async () => {
