@@ -17,6 +17,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use appduct_protocol::control::Transport;
 use appduct_protocol::link::{SchemeError, validate_scheme};
 use serde_json::{Value, json};
 
@@ -125,6 +126,93 @@ impl Platform {
     }
 }
 
+/// What kind of app a link is for (issue #23): `appduct sessions link --for`, the `for`
+/// argument of `appduct_connect`, and the `platform` key `appduct init` records in the project
+/// config. It picks the link's transport; this is the one place that mapping lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AppKind {
+    /// A JavaScript-only React Native app (`@appduct/sdk/react-native`, Expo Go included):
+    /// sealed links, which it can use without native code.
+    ReactNative,
+    /// A web page: loopback web links.
+    Web,
+    /// An app with a pinning native module (any appduct v2 SDK): native links.
+    Native,
+}
+
+impl AppKind {
+    pub const ALL: [AppKind; 3] = [AppKind::ReactNative, AppKind::Web, AppKind::Native];
+    /// The project config key `appduct init` writes.
+    pub const CONFIG_KEY: &'static str = "platform";
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AppKind::ReactNative => "react-native",
+            AppKind::Web => "web",
+            AppKind::Native => "native",
+        }
+    }
+
+    /// `react-native`, `web` or `native`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// The transport of links for this kind of app.
+    pub fn transport(self) -> Transport {
+        match self {
+            AppKind::ReactNative => Transport::Sealed,
+            AppKind::Web => Transport::Web,
+            AppKind::Native => Transport::Native,
+        }
+    }
+}
+
+impl fmt::Display for AppKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The `platform` of the nearest project config that has one. A value that is not an
+/// [`AppKind`] is an error naming the file, like a bad `scheme`.
+pub fn project_app_kind(env: &ResolveEnv) -> Result<Option<AppKind>, ProjectError> {
+    for path in env.project_configs() {
+        if let Some(value) = string_key(&read_json(&path)?, "/platform", &path)? {
+            return AppKind::parse(&value)
+                .map(Some)
+                .ok_or(ProjectError::InvalidPlatform { value, path });
+        }
+    }
+    Ok(None)
+}
+
+/// The kind a link is for when the caller names none: the project's `platform`, else
+/// `native` (the transport of every appduct v2 SDK).
+pub fn default_app_kind(env: &ResolveEnv) -> Result<AppKind, ProjectError> {
+    Ok(project_app_kind(env)?.unwrap_or(AppKind::Native))
+}
+
+/// What `appduct init` records when not told: `react-native` when the `package.json` in `dir`
+/// depends on `react-native` or `expo` (any dependency list); nothing otherwise, since a native
+/// app and a web page cannot be told apart from files reliably.
+pub fn detect_app_kind(dir: &Path) -> Option<AppKind> {
+    let text = std::fs::read_to_string(dir.join("package.json")).ok()?;
+    let json: Value = serde_json::from_str(&text).ok()?;
+    let lists = [
+        "dependencies",
+        "devDependencies",
+        "peerDependencies",
+        "optionalDependencies",
+    ];
+    let depends = |name: &str| {
+        lists
+            .iter()
+            .any(|list| json.get(*list).and_then(|deps| deps.get(name)).is_some())
+    };
+    (depends("react-native") || depends("expo")).then_some(AppKind::ReactNative)
+}
+
 /// Where a resolved scheme came from (`schemeSource` of `appduct_status`, 06 §6.8.9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchemeSource {
@@ -191,6 +279,11 @@ pub enum ProjectError {
         key = platform.key()
     )]
     NoAppId { platform: Platform },
+    #[error(
+        "platform \"{value}\" in {} must be \"react-native\", \"web\" or \"native\"",
+        path.display()
+    )]
+    InvalidPlatform { value: String, path: PathBuf },
 }
 
 impl ProjectError {
@@ -219,6 +312,9 @@ impl ProjectError {
                 Some(json!({"appId": id, "source": origin}))
             }
             ProjectError::NoAppId { platform } => Some(json!({"platform": platform.key()})),
+            ProjectError::InvalidPlatform { value, path } => {
+                Some(json!({"platform": value, "path": path.display().to_string()}))
+            }
         }
     }
 
@@ -1134,6 +1230,64 @@ targets:
                 .unwrap()
                 .ends_with("config.json")
         );
+    }
+
+    #[test]
+    fn app_kinds_map_to_transports_and_default_from_the_project_platform() {
+        assert_eq!(AppKind::ReactNative.transport(), Transport::Sealed);
+        assert_eq!(AppKind::Web.transport(), Transport::Web);
+        assert_eq!(AppKind::Native.transport(), Transport::Native);
+        for kind in AppKind::ALL {
+            assert_eq!(AppKind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(AppKind::parse("ReactNative"), None);
+
+        let f = Fixture::new();
+        // No project config: native (the state dir's config is never a project).
+        f.write("state/config.json", r#"{"platform": "react-native"}"#);
+        assert_eq!(default_app_kind(&f.env()).unwrap(), AppKind::Native);
+        f.write("proj/.appduct/config.json", r#"{"scheme": "shop"}"#);
+        assert_eq!(default_app_kind(&f.env()).unwrap(), AppKind::Native);
+        f.write(
+            "proj/.appduct/config.json",
+            r#"{"scheme": "shop", "platform": "react-native"}"#,
+        );
+        assert_eq!(default_app_kind(&f.env()).unwrap(), AppKind::ReactNative);
+        // The nearest config that has a platform wins.
+        f.write("proj/app/.appduct/config.json", r#"{"platform": "web"}"#);
+        assert_eq!(default_app_kind(&f.env()).unwrap(), AppKind::Web);
+        f.write("proj/app/.appduct/config.json", r#"{"platform": "ios"}"#);
+        let e = default_app_kind(&f.env()).unwrap_err();
+        assert!(matches!(e, ProjectError::InvalidPlatform { .. }), "{e}");
+        assert!(e.to_string().contains("react-native"), "{e}");
+        f.write("proj/app/.appduct/config.json", r#"{"platform": 1}"#);
+        assert!(matches!(
+            default_app_kind(&f.env()),
+            Err(ProjectError::NotAString { .. })
+        ));
+    }
+
+    #[test]
+    fn react_native_is_detected_from_package_json_dependencies() {
+        let f = Fixture::new();
+        let dir = f.tmp.path().join("proj");
+        assert_eq!(detect_app_kind(&dir), None);
+        for deps in [
+            r#"{"dependencies": {"react-native": "0.76.0"}}"#,
+            r#"{"dependencies": {"expo": "~52.0.0"}}"#,
+            r#"{"devDependencies": {"react-native": "*"}}"#,
+        ] {
+            f.write("proj/package.json", deps);
+            assert_eq!(detect_app_kind(&dir), Some(AppKind::ReactNative), "{deps}");
+        }
+        for other in [
+            r#"{"dependencies": {"react": "19.0.0", "react-dom": "19.0.0"}}"#,
+            r#"{"name": "react-native"}"#,
+            "not json",
+        ] {
+            f.write("proj/package.json", other);
+            assert_eq!(detect_app_kind(&dir), None, "{other}");
+        }
     }
 
     #[test]

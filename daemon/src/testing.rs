@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use appduct_protocol::bootstrap::{BootstrapPayload, Decoded};
+use appduct_protocol::bootstrap::{BootstrapPayload, Decoded, SealedBootstrapPayload};
 use appduct_protocol::control::{
     ControlRequest, Device, PolicyDecision, SessionState, SessionSummary, ToolsCallParams,
     ToolsListEntry, Transport, features,
@@ -79,6 +79,9 @@ pub struct FakeDaemon {
     pub connections: AtomicUsize,
     pub subscribers: Mutex<Vec<Connection>>,
 }
+
+/// The sealed static public key of the fake daemon's sealed links.
+pub const SEALED_KEY: [u8; 32] = [0x5e; 32];
 
 pub const PIN: &str = "sha256/47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=";
 
@@ -424,16 +427,25 @@ impl FakeDaemon {
                     "A".repeat(43),
                     1_764_494_223,
                 );
-                let payload = BootstrapPayload::try_from(&view)
-                    .unwrap_or_else(|e| panic!("the fixed link is valid: {e:?}"))
-                    .encode()
-                    .unwrap_or_else(|e| panic!("the fixed link encodes: {e:?}"));
-                ready(Reply::Ok(json!({
-                    "sessionId": "Zk3pQ0mX8sL1vB2n", "transport": if web { "web" } else { "native" },
+                let fields = BootstrapPayload::try_from(&view)
+                    .unwrap_or_else(|e| panic!("the fixed link is valid: {e:?}"));
+                let sealed = p.transport() == Transport::Sealed;
+                let payload = if sealed {
+                    SealedBootstrapPayload::new(fields, SEALED_KEY).encode()
+                } else {
+                    fields.encode()
+                }
+                .unwrap_or_else(|e| panic!("the fixed link encodes: {e:?}"));
+                let mut link = json!({
+                    "sessionId": "Zk3pQ0mX8sL1vB2n", "transport": p.transport().as_str(),
                     "deepLinkPayload": payload,
                     "endpoint": {"address": view.address, "port": view.port, "family": 4},
                     "expiresAt": 1_764_494_223u64, "pin": PIN,
-                })))
+                });
+                if sealed {
+                    link["sealedKey"] = json!(crate::tls::sealed_key_text(&SEALED_KEY));
+                }
+                ready(Reply::Ok(link))
             }
             ControlRequest::ConsentCreate(p) => {
                 if self.resolve(Some(&p.session_id)).is_err() {

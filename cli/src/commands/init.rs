@@ -6,7 +6,7 @@ use std::io::{self, Write as _};
 use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-use appduct_client::project::{self, PROBED_FILES};
+use appduct_client::project::{self, AppKind, PROBED_FILES};
 use appduct_client::state_dir;
 use appduct_protocol::link::validate_scheme;
 use clap::Args;
@@ -30,9 +30,32 @@ pub struct InitArgs {
     /// Android application id
     #[arg(long, value_name = "ID")]
     pub android_app_id: Option<String>,
+    /// What kind of app this is; picks the kind of link `sessions link` and `appduct_connect`
+    /// mint by default (default: react-native when package.json depends on react-native or
+    /// expo)
+    #[arg(long, value_enum, value_name = "PLATFORM")]
+    pub platform: Option<PlatformArg>,
     /// Replace recorded values
     #[arg(long)]
     pub force: bool,
+}
+
+/// `--platform` (and `sessions link --for`): the kinds of [`AppKind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlatformArg {
+    ReactNative,
+    Web,
+    Native,
+}
+
+impl PlatformArg {
+    pub fn kind(self) -> AppKind {
+        match self {
+            PlatformArg::ReactNative => AppKind::ReactNative,
+            PlatformArg::Web => AppKind::Web,
+            PlatformArg::Native => AppKind::Native,
+        }
+    }
 }
 
 /// `init` (05 §10); values already checked against §5.1 and §5.2.
@@ -41,6 +64,8 @@ pub struct InitRequest {
     pub scheme: Option<String>,
     pub ios_app_id: Option<String>,
     pub android_app_id: Option<String>,
+    /// `--platform`; else detected, else left out.
+    pub platform: Option<AppKind>,
     pub force: bool,
 }
 
@@ -55,6 +80,7 @@ pub fn validate(a: InitArgs) -> Result<Command, CliError> {
             .android_app_id
             .map(|v| app_id("--android-app-id", v))
             .transpose()?,
+        platform: a.platform.map(PlatformArg::kind),
         force: a.force,
     }))
 }
@@ -150,6 +176,10 @@ pub fn run(req: &InitRequest, env: &InitEnv) -> Result<Success, CliError> {
     if !app_ids.is_empty() {
         config.insert("appId".into(), Value::Object(app_ids.clone()));
     }
+    let platform = choose_platform(req, &config, &path, &env.cwd)?;
+    if let Some(kind) = platform {
+        config.insert(AppKind::CONFIG_KEY.into(), json!(kind.as_str()));
+    }
 
     let changed = existing.as_ref() != Some(&config);
     if changed {
@@ -159,7 +189,44 @@ pub fn run(req: &InitRequest, env: &InitEnv) -> Result<Success, CliError> {
     tighten(&dir, 0o700)?;
     tighten(&path, 0o600)?;
 
-    Ok(render_result(&path, &chosen, created, changed, &app_ids))
+    Ok(render_result(
+        &path, &chosen, created, changed, &app_ids, platform,
+    ))
+}
+
+/// The `platform` to record (issue #23): `--platform`, else the recorded one, else detected
+/// from `package.json`; a different `--platform` than the recorded one needs `--force`.
+fn choose_platform(
+    req: &InitRequest,
+    config: &Map<String, Value>,
+    path: &Path,
+    cwd: &Path,
+) -> Result<Option<AppKind>, CliError> {
+    let recorded = match config.get(AppKind::CONFIG_KEY) {
+        None => None,
+        Some(Value::String(s)) => match AppKind::parse(s) {
+            Some(kind) => Some(kind),
+            None if req.force || req.platform.is_some() => None,
+            None => {
+                return Err(malformed(
+                    path,
+                    "\"platform\" must be \"react-native\", \"web\" or \"native\"",
+                ));
+            }
+        },
+        Some(_) => return Err(malformed(path, "\"platform\" must be a string")),
+    };
+    match (req.platform, recorded) {
+        (Some(given), Some(current)) if given != current && !req.force => {
+            Err(CliError::usage(format!(
+                "{} already records platform \"{current}\"; pass --force to replace it with \"{given}\"",
+                path.display()
+            )))
+        }
+        (Some(given), _) => Ok(Some(given)),
+        (None, Some(current)) => Ok(Some(current)),
+        (None, None) => Ok(project::detect_app_kind(cwd)),
+    }
 }
 
 fn choose_scheme(
@@ -341,6 +408,7 @@ fn render_result(
     created: bool,
     changed: bool,
     app_ids: &Map<String, Value>,
+    platform: Option<AppKind>,
 ) -> Success {
     let mut data = Map::new();
     data.insert("path".into(), json!(path.display().to_string()));
@@ -353,6 +421,9 @@ fn render_result(
     data.insert("changed".into(), json!(changed));
     if !app_ids.is_empty() {
         data.insert("appId".into(), Value::Object(app_ids.clone()));
+    }
+    if let Some(kind) = platform {
+        data.insert("platform".into(), json!(kind.as_str()));
     }
     data.insert(
         "mcpServerEntry".into(),
@@ -382,6 +453,14 @@ fn render_result(
             .map(|(platform, id)| format!("{platform} {}", id.as_str().unwrap_or_default()))
             .collect();
         rows.push(Row::field("App ids", ids.join(", ")));
+    }
+    if let Some(kind) = platform {
+        let links = match kind.transport() {
+            appduct_protocol::control::Transport::Sealed => "sealed links",
+            appduct_protocol::control::Transport::Web => "web links",
+            appduct_protocol::control::Transport::Native => "native links",
+        };
+        rows.push(Row::field("Platform", format!("{kind} ({links})")));
     }
     if let Some(note) = &chosen.note {
         rows.push(Row::field("Note", note.as_str()));
@@ -440,8 +519,37 @@ mod tests {
             scheme: scheme.map(str::to_owned),
             ios_app_id: None,
             android_app_id: None,
+            platform: None,
             force,
         }
+    }
+
+    #[test]
+    fn platform_is_given_detected_kept_and_replaced_only_with_force() {
+        let p = Project::new();
+        let env = p.env();
+        // Nothing to detect: no platform recorded (links default to native).
+        run(&req(Some("shop"), false), &env).unwrap();
+        assert_eq!(p.config().get("platform"), None);
+        // Detected from package.json.
+        p.write("package.json", r#"{"dependencies": {"expo": "~52.0.0"}}"#);
+        let done = run(&req(None, false), &env).unwrap();
+        assert_eq!(p.config()["platform"], "react-native");
+        assert_eq!(done.data["platform"], "react-native");
+        assert!(done.human.contains("react-native (sealed links)"), "{}", done.human);
+        // A different --platform needs --force.
+        let mut native = req(None, false);
+        native.platform = Some(AppKind::Native);
+        let e = run(&native, &env).unwrap_err();
+        assert_eq!(e.exit_code(), 64);
+        assert!(e.to_string().contains("--force"), "{e}");
+        native.force = true;
+        run(&native, &env).unwrap();
+        assert_eq!(p.config()["platform"], "native");
+        // Kept on a later run, even though package.json says react-native.
+        run(&req(None, false), &env).unwrap();
+        assert_eq!(p.config()["platform"], "native");
+        assert_eq!(p.config()["scheme"], "shop");
     }
 
     fn mode(path: &Path) -> u32 {

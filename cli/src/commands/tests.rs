@@ -530,3 +530,45 @@ fn labels_and_daemon_use() {
     assert!(!command(&["keygen"]).uses_daemon());
     assert!(!command(&["completions", "zsh"]).uses_daemon());
 }
+
+#[test]
+fn link_for_picks_the_transport_and_conflicts_exit_64() {
+    let link = |flags: &[&str]| {
+        let mut words = vec!["sessions", "link"];
+        words.extend_from_slice(flags);
+        let Command::SessionsLink(l) = command(&words) else {
+            panic!("{flags:?}")
+        };
+        l
+    };
+    for (app, transport) in [
+        ("react-native", Transport::Sealed),
+        ("web", Transport::Web),
+        ("native", Transport::Native),
+    ] {
+        let l = link(&["--for", app]);
+        assert_eq!((l.transport, l.transport_defaulted), (transport, false), "{app}");
+        // --transport naming the same transport agrees.
+        let l = link(&["--for", app, "--transport", transport.as_str()]);
+        assert_eq!(l.transport, transport);
+    }
+    assert_eq!(link(&["--transport", "sealed"]).transport, Transport::Sealed);
+    let l = link(&[]);
+    assert_eq!((l.transport, l.transport_defaulted), (Transport::Native, true));
+    let l = link(&["--for", "react-native", "--open", "ios-device"]);
+    assert_eq!(l.transport, Transport::Sealed);
+
+    for flags in [
+        &["--for", "react-native", "--transport", "native"][..],
+        &["--for", "native", "--transport", "sealed"],
+        &["--for", "web", "--transport", "native"],
+        &["--for", "react-native", "--open", "web", "--url", "http://localhost:5173/"],
+        &["--for", "native", "--open", "web", "--url", "http://localhost:5173/"],
+        &["--transport", "sealed", "--open", "web", "--url", "http://localhost:5173/"],
+        &["--for", "ios"],
+    ] {
+        let mut words = vec!["sessions", "link"];
+        words.extend_from_slice(flags);
+        assert_eq!(usage(&words).exit_code(), 64, "{flags:?}");
+    }
+}

@@ -87,6 +87,7 @@ async fn via_cli(case: &Case, project: &std::path::Path, state: &std::path::Path
         scheme: None,
         open: case.open,
         transport: case.transport,
+        transport_defaulted: false,
         device: None,
         app_id: None,
         relaunch: false,
@@ -193,12 +194,38 @@ async fn cli_and_bridge_compose_identical_links_and_run_identical_argv() {
             connect: json!({"target": "none"}),
             commands: 0,
         },
+        // Sealed links (issue #23): `--for react-native` and `"for": "react-native"`.
+        Case {
+            open: None,
+            transport: Transport::Sealed,
+            detection: "",
+            connect: json!({"target": "none", "for": "react-native"}),
+            commands: 0,
+        },
+        Case {
+            open: Some(OpenTarget::Android),
+            transport: Transport::Sealed,
+            detection: adb,
+            connect: json!({"target": "android", "transport": "sealed"}),
+            commands: 3,
+        },
     ];
     for case in &cases {
         let cli = via_cli(case, project.path(), state.path()).await;
         let bridge = via_bridge(case, project.path(), state.path()).await;
         let what = &case.connect;
         assert!(cli.deep_link.starts_with("shopapp:///?appduct="), "{what}");
+        // Only a native link carries a pin; a sealed link carries the daemon's key inside.
+        assert_eq!(
+            cli.deep_link.contains("&pin="),
+            case.transport == Transport::Native,
+            "{what}"
+        );
+        if case.transport == Transport::Sealed {
+            let payload = cli.deep_link.trim_start_matches("shopapp:///?appduct=");
+            let sealed = appduct_protocol::bootstrap::decode_sealed(payload).unwrap();
+            assert_eq!(sealed.static_key, appduct_daemon::testing::SEALED_KEY);
+        }
         assert_eq!(
             cli.deep_link, bridge.deep_link,
             "deep links differ for {what}"

@@ -15,7 +15,9 @@
 use std::net::IpAddr;
 
 use appduct_protocol::bootstrap::{
-    self, BootstrapPayload, Decoded, FAMILY_V4, MAX_PAYLOAD_BYTES, MAX_PAYLOAD_TEXT_LEN,
+    self, AnyPayload, BootstrapPayload, Decoded, FAMILY_V4, MAX_PAYLOAD_BYTES,
+    MAX_PAYLOAD_TEXT_LEN, MAX_SEALED_PAYLOAD_BYTES, MAX_SEALED_PAYLOAD_TEXT_LEN, SEALED_VERSION,
+    STATIC_KEY_BYTES,
 };
 use appduct_protocol::ids::ClaimToken;
 use base64::Engine as _;
@@ -27,6 +29,8 @@ pub fn run(data: &[u8]) {
         check_payload(payload);
         check_binary_round_trip(payload, data);
     }
+
+    check_sealed(data, &from_bytes);
 
     let wrapped = URL_SAFE_NO_PAD.encode(data);
     let from_wrapped = bootstrap::decode(&wrapped);
@@ -61,6 +65,54 @@ pub fn run(data: &[u8]) {
             assert_same_after_mapping(&payload, &encoded);
         } else {
             assert_eq!(encoded, text, "the accepted text is not canonical");
+        }
+    }
+}
+
+/// Sealed payloads (issue #23): `decode_any` answers v2 exactly when `decode_bytes` accepts, and
+/// sealed exactly when `decode_sealed_bytes` does; a sealed payload is its v2 fields plus the
+/// key, and re-encodes to the input (but for an IPv4-mapped address, as in v2).
+fn check_sealed(data: &[u8], v2: &Result<BootstrapPayload, bootstrap::DecodeError>) {
+    let sealed = bootstrap::decode_sealed_bytes(data);
+    match bootstrap::decode_any_bytes(data) {
+        Ok(AnyPayload::V2(p)) => {
+            assert_eq!(
+                v2.as_ref().map(BootstrapPayload::decoded).ok(),
+                Some(p.decoded())
+            );
+        }
+        Ok(AnyPayload::Sealed(s)) => {
+            assert!(v2.is_err(), "a payload is v2 and sealed at once");
+            let direct = sealed
+                .as_ref()
+                .unwrap_or_else(|e| panic!("decode_any accepted what decode_sealed refused: {e}"));
+            assert_eq!(direct.static_key, s.static_key);
+            check_payload(&s.payload);
+            let bytes = s
+                .encode_bytes()
+                .unwrap_or_else(|e| panic!("a decoded sealed payload does not encode: {e}"));
+            assert!(bytes.len() <= MAX_SEALED_PAYLOAD_BYTES);
+            assert_eq!(bytes[0], SEALED_VERSION);
+            assert_eq!(bytes[bytes.len() - STATIC_KEY_BYTES..], s.static_key);
+            if !is_v4_mapped(s.payload.address) {
+                assert_eq!(bytes, data, "encode(decode_sealed(x)) != x");
+            }
+            let text = URL_SAFE_NO_PAD.encode(data);
+            assert!(text.len() <= MAX_SEALED_PAYLOAD_TEXT_LEN);
+            assert!(matches!(
+                bootstrap::decode_any(&text),
+                Ok(AnyPayload::Sealed(_))
+            ));
+            assert!(
+                bootstrap::decode(&text).is_err(),
+                "the v2 decoder took a sealed payload"
+            );
+        }
+        Err(_) => {
+            assert!(
+                v2.is_err() && sealed.is_err(),
+                "decode_any refused an accepted payload"
+            );
         }
     }
 }

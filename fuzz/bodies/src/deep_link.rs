@@ -13,8 +13,9 @@
 
 use appduct_protocol::bootstrap;
 use appduct_protocol::link::{
-    self, LinkError, MAX_SCHEME_LEN, ParsedLink, compose_deep_link, compose_web_link, handle_url,
-    parse, parse_connect_input, parse_web_link, trim_link, validate_scheme, web_script,
+    self, AnyParsedLink, LinkError, MAX_SCHEME_LEN, ParsedLink, compose_deep_link,
+    compose_web_link, handle_url, parse, parse_connect_input, parse_web_link, trim_link,
+    validate_scheme, web_script,
 };
 
 /// A valid payload (02 §4.5) for composing links around fuzzed schemes.
@@ -94,6 +95,48 @@ pub fn run(data: &[u8]) {
     }
 
     check_scheme(scheme_of(trimmed).unwrap_or(trimmed));
+    check_any(input, &connect);
+}
+
+/// The sealed-aware parser (issue #23) agrees with `parse_connect_input` on every v2 answer, and
+/// a sealed link it accepts composes back to itself.
+fn check_any(input: &str, connect: &Result<ParsedLink, LinkError>) {
+    match (link::parse_any_connect_input(input), connect) {
+        (Ok(AnyParsedLink::V2(any)), Ok(v2)) => {
+            assert_eq!(
+                summary(&Ok(any)),
+                summary(&Ok(v2.clone())),
+                "v2 answers differ"
+            );
+        }
+        (Ok(AnyParsedLink::Sealed(sealed)), Err(LinkError::InvalidPayload(_))) => {
+            let again = bootstrap::decode_sealed(&sealed.payload)
+                .unwrap_or_else(|e| panic!("a parsed sealed payload does not decode: {e}"));
+            assert_eq!(again.static_key, sealed.decoded.static_key);
+            let composed = link::compose_sealed_deep_link(FALLBACK_SCHEME, &sealed.payload)
+                .unwrap_or_else(|e| panic!("a parsed sealed payload does not compose: {e}"));
+            match link::parse_any_connect_input(&composed) {
+                Ok(AnyParsedLink::Sealed(back)) => assert_eq!(back.payload, sealed.payload),
+                other => panic!("a composed sealed link parses as {other:?}"),
+            }
+            let mut other = sealed.clone();
+            other.payload = String::new();
+            assert_eq!(
+                format!("{sealed:?}"),
+                format!("{other:?}"),
+                "Debug of a sealed link shows the payload"
+            );
+        }
+        (Err(a), Err(b)) if !matches!(b, LinkError::InvalidPayload(_)) => {
+            assert_eq!(
+                a.code(),
+                b.code(),
+                "the parsers disagree on a non-payload error"
+            );
+        }
+        (Err(LinkError::InvalidPayload(_)), Err(LinkError::InvalidPayload(_))) => {}
+        (any, v2) => panic!("parse_any_connect_input {any:?} vs parse_connect_input {v2:?}"),
+    }
 }
 
 /// Invariants of every parsed link.

@@ -16,6 +16,8 @@ pub mod doctor_dex;
 pub mod doctor_plist;
 pub mod doctor_zip;
 pub mod mcp_args;
+pub mod sealed_handshake;
+pub mod sealed_record;
 
 /// A target's body: feeds one input through the code under test, panicking on a broken
 /// invariant.
@@ -33,4 +35,6 @@ pub const TARGETS: &[(&str, Body)] = &[
     ("doctor_zip", doctor_zip::run),
     ("doctor_plist", doctor_plist::run),
     ("doctor_dex", doctor_dex::run),
+    ("sealed_handshake", sealed_handshake::run),
+    ("sealed_record", sealed_record::run),
 ];

@@ -8,7 +8,7 @@
 use appduct_client::client::ControlClient;
 use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
 use appduct_client::link_flow::{DeviceChoice, DeviceOpen, LinkFlow, LinkFlowError};
-use appduct_client::project::{self as shared, ProjectError, ResolveEnv};
+use appduct_client::project::{self as shared, AppKind, ProjectError, ResolveEnv};
 use appduct_client::qr;
 use appduct_protocol::control::{LinkCreateParams, LinkCreateResult, Transport};
 use appduct_protocol::errors::ErrorType;
@@ -49,7 +49,8 @@ fn definition() -> Definition {
                 "appId": {"type": "string", "minLength": 1, "description": "Android package or iOS bundle id; defaults to the project's appduct config."},
                 "relaunch": {"type": "boolean", "description": "ios-device only: terminate the running app before opening the link."},
                 "url": {"type": "string", "minLength": 1, "description": "web only: http(s) page URL to open with the link."},
-                "transport": {"type": "string", "enum": ["native", "web"], "description": "web = loopback link for JS-only SDKs (simulator, emulator, adb reverse); default native."},
+                "for": {"type": "string", "enum": ["react-native", "web", "native"], "description": "The kind of app: react-native = JS-only @appduct/sdk/react-native (Expo Go too; sealed link, works on a phone over Wi-Fi), web = a web page, native = an app with a pinning native module. Default: the project's platform from appduct init, else native."},
+                "transport": {"type": "string", "enum": ["native", "web", "sealed"], "description": "Link transport, when not chosen by for (they must agree): web = loopback link, sealed = encrypted LAN link for JS-only apps, native = pinned TLS."},
                 "ttlSeconds": {"type": "integer", "minimum": 1, "maximum": 86400, "description": "Link lifetime in seconds; default 300."},
                 "cwd": cwd_prop()
             },
@@ -79,6 +80,8 @@ struct Args {
     app_id: Option<String>,
     relaunch: Option<bool>,
     url: Option<String>,
+    #[serde(rename = "for")]
+    for_app: Option<String>,
     transport: Option<String>,
     ttl_seconds: Option<u32>,
     cwd: Option<String>,
@@ -168,6 +171,9 @@ struct Request<'a> {
     relaunch: bool,
     url: Option<&'a str>,
     ttl_seconds: Option<u32>,
+    /// Neither `for`, `transport` nor the target chose the transport: the project's
+    /// `platform` decides once the project directory is known.
+    transport_defaulted: bool,
 }
 
 /// The argument rules of 06 §6.8.1 that need no file system or daemon.
@@ -233,30 +239,61 @@ fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
             "\"relaunch\" is only allowed with target \"ios-device\"",
         ));
     }
-    let transport = match (args.transport.as_deref(), target) {
-        (Some("web"), Target::Device(DeviceTarget::IosDevice)) => {
+    // The schema's enums hold for validated input; anything else is refused the same way.
+    let for_app = match args.for_app.as_deref() {
+        None => None,
+        Some(name) => Some(AppKind::parse(name).ok_or_else(|| {
+            invalid("for", "\"for\" must be \"react-native\", \"web\" or \"native\"")
+        })?),
+    };
+    let by_flag = match args.transport.as_deref() {
+        None => None,
+        Some(name) => Some(name.parse::<Transport>().map_err(|_| {
+            invalid(
+                "transport",
+                "\"transport\" must be \"native\", \"web\" or \"sealed\"",
+            )
+        })?),
+    };
+    if let (Some(kind), Some(flag)) = (for_app, by_flag)
+        && kind.transport() != flag
+    {
+        return Err(invalid(
+            "transport",
+            format!(
+                "for \"{kind}\" takes {} links; it conflicts with transport \"{flag}\"",
+                kind.transport()
+            ),
+        ));
+    }
+    let chosen = by_flag.or(for_app.map(AppKind::transport));
+    let transport = match (chosen, target) {
+        (Some(Transport::Web), Target::Device(DeviceTarget::IosDevice)) => {
             return Err(invalid(
                 "transport",
                 "transport \"web\" cannot reach a physical iPhone (the web listener is loopback only)",
             ));
         }
-        (Some("native"), Target::Web) => {
+        (Some(t @ (Transport::Native | Transport::Sealed)), Target::Web) => {
+            let param = if by_flag.is_some() { "transport" } else { "for" };
             return Err(invalid(
-                "transport",
-                "target \"web\" always uses transport \"web\"",
+                param,
+                format!("target \"web\" always uses transport \"web\", not \"{t}\""),
             ));
         }
-        (Some("web"), _) | (None, Target::Web) => Transport::Web,
-        _ => Transport::Native,
+        (Some(t), _) => Some(t),
+        (None, Target::Web) => Some(Transport::Web),
+        (None, _) => None,
     };
     Ok(Request {
         target,
-        transport,
         device,
         app_id,
         relaunch: args.relaunch.unwrap_or(false),
         url,
         ttl_seconds: args.ttl_seconds,
+        transport_defaulted: transport.is_none(),
+        transport: transport.unwrap_or(Transport::Native),
     })
 }
 
@@ -303,7 +340,7 @@ async fn run(
     context: &RequestContext<RoleServer>,
     args: &Args,
 ) -> Result<Output, ToolFailure> {
-    let req = check_combination(args)?;
+    let mut req = check_combination(args)?;
     let state_dir = inner.options.state_dir.as_deref();
     if let Some(cwd) = args.cwd.as_deref() {
         project::argument_dir(cwd)?;
@@ -325,6 +362,19 @@ async fn run(
     )
     .await?;
     let env = inner.env.resolve_env(&dir.dir, state_dir);
+    if req.transport_defaulted {
+        // The project's `platform` (appduct init), else native (issue #23).
+        let kind = shared::default_app_kind(&env).map_err(|e| project::project_failure(&e))?;
+        req.transport = kind.transport();
+        if req.transport == Transport::Web
+            && req.target == Target::Device(DeviceTarget::IosDevice)
+        {
+            return Err(invalid(
+                "for",
+                "the project's platform is \"web\", whose links cannot reach a physical iPhone; pass for \"native\" or \"react-native\"",
+            ));
+        }
+    }
     let scheme = shared::resolve_scheme(inner.options.scheme.as_deref(), &env)
         .map_err(|e| project::project_failure(&e))?;
     let ctx = Ctx {

@@ -9,7 +9,7 @@ use appduct_client::client::ControlClient;
 use appduct_client::command_runner::CommandRunner;
 use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
 use appduct_client::link_flow::{DeviceChoice, DeviceOpen, LinkFlow, LinkFlowError};
-use appduct_client::project::{self, ProjectError, ResolveEnv};
+use appduct_client::project::{self, AppKind, ProjectError, ResolveEnv};
 use appduct_client::qr;
 use appduct_client::state_dir::StateDir;
 use appduct_protocol::control::{LinkCreateParams, LinkCreateResult, Transport};
@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
 
 use crate::commands::args::{app_id, int_in, opt, scheme, too_many};
+use crate::commands::init::PlatformArg;
 use crate::connect::{self, Contact};
 use crate::error::CliError;
 use crate::globals::Globals;
@@ -38,6 +39,17 @@ pub enum OpenArg {
 pub enum TransportArg {
     Native,
     Web,
+    Sealed,
+}
+
+impl TransportArg {
+    fn transport(self) -> Transport {
+        match self {
+            TransportArg::Native => Transport::Native,
+            TransportArg::Web => Transport::Web,
+            TransportArg::Sealed => Transport::Sealed,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -54,7 +66,11 @@ pub struct LinkArgs {
     /// Deliver the link to a device or print a web link
     #[arg(long, value_enum, value_name = "TARGET")]
     pub open: Option<OpenArg>,
-    /// Link transport (web: the JS-only React Native entry)
+    /// The kind of app the link is for: react-native (sealed link), web, native (default: the
+    /// project's platform from appduct init, else native)
+    #[arg(long = "for", value_enum, value_name = "APP")]
+    pub for_app: Option<PlatformArg>,
+    /// Link transport (overrides --for's choice; must agree with it when both are given)
     #[arg(long, value_enum, value_name = "TRANSPORT")]
     pub transport: Option<TransportArg>,
     /// Device serial or UDID (with --open android, ios-sim or ios-device)
@@ -81,8 +97,11 @@ pub struct LinkRequest {
     /// Syntax already checked; resolution (§5.1) happens when the command runs.
     pub scheme: Option<String>,
     pub open: Option<OpenTarget>,
-    /// `web` for `--open web` or `--transport web`, else `native`.
+    /// From `--for`, `--transport` or `--open web`; else `native` until the project's
+    /// `platform` is read ([`LinkRequest::with_project_default`]).
     pub transport: Transport,
+    /// No flag chose the transport: the project config's `platform` decides.
+    pub transport_defaulted: bool,
     pub device: Option<String>,
     pub app_id: Option<String>,
     pub relaunch: bool,
@@ -135,6 +154,7 @@ pub fn validate(a: LinkArgs) -> Result<LinkRequest, CliError> {
         OpenArg::Web => OpenTarget::Web,
     });
     let is = |t: OpenTarget| open == Some(t);
+    let chosen = chosen_transport(a.for_app.map(PlatformArg::kind), a.transport, open)?;
     match (a.transport, open) {
         (Some(TransportArg::Web), Some(OpenTarget::IosDevice)) => {
             return Err(CliError::usage(
@@ -196,22 +216,68 @@ pub fn validate(a: LinkArgs) -> Result<LinkRequest, CliError> {
         )
     })?
     .map(|t| u32::try_from(t).unwrap_or(MAX_LINK_TTL_S));
-    let transport = if is(OpenTarget::Web) || a.transport == Some(TransportArg::Web) {
-        Transport::Web
-    } else {
-        Transport::Native
-    };
     Ok(LinkRequest {
         ttl_seconds,
         qr: a.qr,
         scheme: a.scheme.map(scheme).transpose()?,
         open,
-        transport,
+        transport: chosen.unwrap_or(Transport::Native),
+        transport_defaulted: chosen.is_none(),
         device: a.device,
         app_id: a.app_id.map(|v| app_id("--app-id", v)).transpose()?,
         relaunch: a.relaunch,
         url: a.url,
     })
+}
+
+/// The transport the flags choose (`None`: none does), or a usage error when they disagree:
+/// `--for` maps through [`AppKind::transport`], `--transport` names one, `--open web` implies
+/// `web`.
+fn chosen_transport(
+    for_app: Option<AppKind>,
+    transport: Option<TransportArg>,
+    open: Option<OpenTarget>,
+) -> Result<Option<Transport>, CliError> {
+    let by_for = for_app.map(AppKind::transport);
+    let by_flag = transport.map(TransportArg::transport);
+    if let (Some(kind), Some(t), Some(flag)) = (for_app, by_for, by_flag)
+        && t != flag
+    {
+        return Err(CliError::usage(format!(
+            "--for {kind} takes {t} links; it conflicts with --transport {flag}"
+        )));
+    }
+    if open == Some(OpenTarget::Web) {
+        if let Some(kind) = for_app.filter(|k| k.transport() != Transport::Web) {
+            return Err(CliError::usage(format!(
+                "--for {kind} is not allowed with --open web (a web link is for a web page)"
+            )));
+        }
+        if by_flag == Some(Transport::Sealed) {
+            return Err(CliError::usage(
+                "--transport sealed is not allowed with --open web (a web link always uses the web transport)",
+            ));
+        }
+        return Ok(Some(Transport::Web));
+    }
+    Ok(by_flag.or(by_for))
+}
+
+impl LinkRequest {
+    /// Fills in the transport from the project's `platform` when no flag chose one (issue
+    /// #23); without a project config it stays `native`.
+    pub fn with_project_default(mut self, env: &ResolveEnv) -> Result<Self, CliError> {
+        if self.transport_defaulted {
+            let kind = project::default_app_kind(env).map_err(|e| project_error(&e))?;
+            self.transport = kind.transport();
+            if self.transport == Transport::Web && self.open == Some(OpenTarget::IosDevice) {
+                return Err(CliError::usage(
+                    "the project's platform is \"web\", whose links cannot reach a physical iPhone; pass --for native or --for react-native",
+                ));
+            }
+        }
+        Ok(self)
+    }
 }
 
 /// A resolution failure as the CLI reports it: a usage error (exit 64) with the shared
@@ -321,6 +387,7 @@ pub async fn run(
     let cwd = std::env::current_dir()
         .map_err(|e| CliError::usage(format!("cannot determine the current directory: {e}")))?;
     let env = ResolveEnv::from_process(cwd, Some(PathBuf::from(state_dir.path())));
+    let req = &req.clone().with_project_default(&env)?;
     let serial = std::env::var(ANDROID_SERIAL_ENV).ok();
     let plan = plan(req, &env, serial.as_deref())?;
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
@@ -437,13 +504,18 @@ pub fn link_created(
     now: OffsetDateTime,
 ) -> Success {
     let web = link.transport == Transport::Web;
+    let sealed = link.transport == Transport::Sealed;
     let mut data = Map::new();
     data.insert("sessionId".into(), json!(link.session_id));
     data.insert("transport".into(), to_value(&link.transport));
     data.insert("deepLink".into(), json!(deep_link));
     data.insert("endpoint".into(), to_value(&link.endpoint));
     data.insert("expiresAt".into(), json!(link.expires_at));
-    if !web {
+    if sealed {
+        // The bare payload too: an app can take it without the deep link (e.g. pasted).
+        data.insert("payload".into(), json!(link.deep_link_payload));
+        data.insert("sealedKey".into(), json!(link.sealed_key));
+    } else if !web {
         data.insert("pin".into(), json!(link.pin));
     }
     if let Some(d) = delivery {
@@ -456,7 +528,7 @@ pub fn link_created(
     } else {
         link.endpoint.address.clone()
     };
-    let scheme = if web { "ws" } else { "wss" };
+    let scheme = if web || sealed { "ws" } else { "wss" };
     let mut rows = vec![
         Row::field("Session", link.session_id.as_str()),
         Row::field("Deep link", deep_link),
@@ -467,6 +539,13 @@ pub fn link_created(
     ];
     if web {
         rows.push(Row::field("Transport", "web"));
+    } else if sealed {
+        rows.push(Row::field("Transport", "sealed (Noise NK inside plain ws)"));
+        rows.push(Row::field("Payload", link.deep_link_payload.as_str()));
+        rows.push(Row::field(
+            "Daemon key",
+            link.sealed_key.as_deref().unwrap_or_default(),
+        ));
     } else {
         rows.push(Row::field("Pin", link.pin.as_str()));
     }
@@ -531,6 +610,7 @@ mod tests {
             scheme: None,
             open,
             transport,
+            transport_defaulted: false,
             device: None,
             app_id: None,
             relaunch: false,

@@ -126,3 +126,13 @@ fn doctor_plist_corpus_replays() {
 fn doctor_dex_corpus_replays() {
     replay("doctor_dex");
 }
+
+#[test]
+fn sealed_handshake_corpus_replays() {
+    replay("sealed_handshake");
+}
+
+#[test]
+fn sealed_record_corpus_replays() {
+    replay("sealed_record");
+}
