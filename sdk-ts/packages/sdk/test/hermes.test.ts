@@ -25,7 +25,7 @@ const work = mkdtempSync(path.join(os.tmpdir(), "appduct-hermes-"));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
 /** The entry bundled into one script for Hermes, with the vector sets defined before it. */
-async function bundle(entry: string, vectorSets: { name: string; vectors: unknown[] }[]): Promise<string> {
+async function bundle(entry: string, vectorSets: { name: string; vectors: unknown[] }[], sealed: unknown = null): Promise<string> {
   const built = await esbuild.build({
     entryPoints: [entry],
     bundle: true,
@@ -42,7 +42,7 @@ async function bundle(entry: string, vectorSets: { name: string; vectors: unknow
   const code = (built.outputFiles[0] as { text: string }).text;
   const lowered = transformSync(code, { babelrc: false, configFile: false, sourceType: "script", plugins: ["@babel/plugin-transform-classes"] });
   const file = path.join(work, `${path.basename(entry, ".ts")}.js`);
-  writeFileSync(file, `var APPDUCT_VECTORS = ${JSON.stringify(vectorSets)};\n${lowered?.code ?? ""}`);
+  writeFileSync(file, `var APPDUCT_VECTORS = ${JSON.stringify(vectorSets)};\nvar APPDUCT_SEALED = ${JSON.stringify(sealed)};\n${lowered?.code ?? ""}`);
   return file;
 }
 
@@ -57,23 +57,21 @@ function runHermes(file: string): Promise<{ code: number; stdout: string; stderr
 
 function vectorSets(): { name: string; vectors: unknown[] }[] {
   const published = JSON.parse(readFileSync(path.join(here, "fixtures", "noise-nk-vectors.json"), "utf8")) as { vectors: unknown[] };
-  const sets = [{ name: "published NK vectors (cacophony, snow)", vectors: published.vectors }];
-  if (existsSync(SEALED_VECTORS)) {
-    const sealed = JSON.parse(readFileSync(SEALED_VECTORS, "utf8")) as { vectors?: unknown[] };
-    sets.push({ name: "protocol/tests/sealed-vectors.json (snow)", vectors: sealed.vectors ?? [] });
-  }
-  return sets;
+  return [{ name: "published NK vectors (cacophony, snow)", vectors: published.vectors }];
 }
 
 describe("Hermes (hermes-engine-cli 0.12.0)", () => {
-  it("runs the bundled sealed crypto: snow's NK vectors, then round trips with the drbg and the csprng source", async () => {
+  it("runs the bundled sealed crypto: snow's NK vectors and sealed-vectors.json, then round trips with the drbg and the csprng source", async () => {
     expect(existsSync(HERMES), `no Hermes binary at ${HERMES}`).toBe(true);
-    const file = await bundle(path.join(here, "hermes", "sealed-entry.ts"), vectorSets());
+    expect(existsSync(SEALED_VECTORS), `no ${SEALED_VECTORS}`).toBe(true);
+    const sealed = JSON.parse(readFileSync(SEALED_VECTORS, "utf8")) as unknown;
+    const file = await bundle(path.join(here, "hermes", "sealed-entry.ts"), vectorSets(), sealed);
     const ran = await runHermes(file);
     expect(ran.stderr).toBe("");
     expect(ran.code).toBe(0);
     expect(ran.stdout).toContain("round trip drbg ok");
     expect(ran.stdout).toContain("round trip csprng ok");
+    expect(ran.stdout).toContain("sealed-vectors.json ok");
     expect(ran.stdout).toMatch(/APPDUCT_HERMES_OK vectors=\d+/);
   }, 120_000);
 

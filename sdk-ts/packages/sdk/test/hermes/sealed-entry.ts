@@ -15,6 +15,13 @@ import {
 
 declare const print: (...args: unknown[]) => void;
 declare const APPDUCT_VECTORS: { name: string; vectors: VectorLike[] }[];
+declare const APPDUCT_SEALED: SealedVectors;
+
+interface SealedVectors {
+  staticKey: { privateClampedHex: string; publicHex: string };
+  handshake: { appEphemeralPrivateHex: string; daemonEphemeralPrivateHex: string; message1Hex: string; message2Hex: string; handshakeHashHex: string };
+  records: { direction: string; recordHex: string; opened: { frame?: string; close?: { code: number; reason: string } } }[];
+}
 
 interface VectorLike {
   init_prologue: string;
@@ -77,6 +84,29 @@ for (const set of APPDUCT_VECTORS) {
     vectorCount += 1;
   }
 }
+
+function sealedVectors(v: SealedVectors): void {
+  const daemonKey = keyPairFromPrivate(hex(v.staticKey.privateClampedHex));
+  check(toHex(daemonKey.publicKey) === v.staticKey.publicHex, "sealed-vectors: static key");
+  const app = new SealedInitiator({ remoteStatic: daemonKey.publicKey, random: noRandom, rng: "csprng", ephemeral: keyPairFromPrivate(hex(v.handshake.appEphemeralPrivateHex)) });
+  const daemon = new SealedResponder({ staticKeyPair: daemonKey, random: noRandom, ephemeral: keyPairFromPrivate(hex(v.handshake.daemonEphemeralPrivateHex)) });
+  const m1 = app.start();
+  check(toHex(m1) === v.handshake.message1Hex, "sealed-vectors: message 1");
+  const accepted = daemon.accept(m1);
+  check(toHex(accepted.message2) === v.handshake.message2Hex, "sealed-vectors: message 2");
+  const { records } = app.finish(accepted.message2);
+  check(toHex(records.handshakeHash) === v.handshake.handshakeHashHex, "sealed-vectors: handshake hash");
+  for (const r of v.records) {
+    const [tx, rx] = r.direction === "app_to_daemon" ? [records, accepted.records] : [accepted.records, records];
+    const sealed = r.opened.close ? [tx.sealClose(r.opened.close.code, r.opened.close.reason)] : tx.sealFrame(r.opened.frame as string);
+    check(sealed.length === 1 && toHex(sealed[0] as Uint8Array) === r.recordHex, `sealed-vectors: record ${r.direction}`);
+    const opened = rx.open(hex(r.recordHex));
+    check(opened.type === (r.opened.close ? "close" : "frame"), `sealed-vectors: opened ${r.direction}`);
+  }
+  print("sealed-vectors.json ok");
+}
+
+if (APPDUCT_SEALED) sealedVectors(APPDUCT_SEALED);
 
 function roundTrip(source: "csprng" | "drbg"): void {
   const random = createSealedRandom();
