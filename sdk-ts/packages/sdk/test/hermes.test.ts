@@ -37,6 +37,9 @@ async function bundle(entry: string, vectorSets: { name: string; vectors: unknow
     // This Hermes parses async function declarations but not async arrows; React Native's Babel
     // preset lowers both, as esbuild does here (to generators).
     supported: { "async-await": false },
+    // Metro does not tree-shake: every module's top level runs in the app, so it runs here too
+    // (a dependency that called TextEncoder at load would fail this test).
+    treeShaking: false,
     logLevel: "silent",
   });
   const code = (built.outputFiles[0] as { text: string }).text;
@@ -83,6 +86,16 @@ describe("Hermes (hermes-engine-cli 0.12.0)", () => {
     expect(ran.stdout).toContain("connected");
     expect(ran.stdout).toContain("APPDUCT_HERMES_CLIENT_OK rng=drbg frames=session_claim,tool_registry_snapshot,tool_result");
   }, 120_000);
+
+  it("every @noble module the SDK imports loads without TextEncoder and crypto (CommonJS, as Metro resolves it, and ESM)", async () => {
+    const script = path.join(here, "hermes", "noble-load.mjs");
+    const sdkPackage = path.join(SDK_TS, "packages", "sdk", "package.json");
+    const ran = await new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+      execFile(process.execPath, [script, sdkPackage], { timeout: 60_000 }, (error, stdout, stderr) => resolve({ code: error ? 1 : 0, stdout, stderr })),
+    );
+    expect(ran.stderr).toBe("");
+    expect(ran.stdout).toBe("loaded\n");
+  }, 60_000);
 
   it("fails when the bundle throws (the harness would notice a broken crypto path)", async () => {
     const entry = path.join(work, "throws.ts");

@@ -7,6 +7,7 @@ import { WebSocket as NodeWebSocket } from "ws";
 
 import { encodeBase64url } from "../src/core/base64.js";
 import { encodeBootstrapPayload, encodeSealedBootstrapPayload } from "../src/core/bootstrap.js";
+import { createAppductClient } from "../src/core/client.js";
 import { AppductConnectError } from "../src/core/errors.js";
 import { parseLink } from "../src/core/link.js";
 import { generateKeyPair } from "../src/core/sealed/noise.js";
@@ -102,6 +103,28 @@ describe("sealed links", () => {
     expect(bytes.length).toBe(81 + 1);
     expect(parseLink(encodeBase64url(bytes.subarray(0, -1)), { sealed: true })).toEqual({ ok: false, code: "invalid_payload" });
     expect(parseLink(encodeBase64url(Buffer.concat([bytes, Buffer.of(0)])), { sealed: true })).toEqual({ ok: false, code: "invalid_payload" });
+  });
+});
+
+describe("entries without the sealed transport", () => {
+  it("the web and Node clients refuse a sealed link with unsupported_link, opening nothing and sending no refusal", async () => {
+    const key = generateKeyPair((n) => globalThis.crypto.getRandomValues(new Uint8Array(n))).publicKey;
+    const link = encodeSealedBootstrapPayload({ address: "192.168.1.20", port: 8443, sessionId: "s", token: new Uint8Array(32), expiresAt: 4_000_000_000, staticKey: key });
+    for (const allowed of [["web"], ["native", "web"]] as const) {
+      const opened: unknown[] = [];
+      const c = createAppductClient({
+        transport: (target) => {
+          opened.push(target);
+          throw new Error("no socket expected");
+        },
+        defaultTransport: allowed[0],
+        allowedTransports: allowed,
+      });
+      const error = await c.connect(link).catch((e: unknown) => e);
+      expect(error).toMatchObject({ code: "unsupported_link" });
+      expect((error as Error).message).toContain("sealed transport");
+      expect(opened).toEqual([]);
+    }
   });
 });
 
