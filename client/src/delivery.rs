@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
 use appduct_protocol::control::{LinkCreateResult, Transport};
-use appduct_protocol::link::{ComposeError, compose_deep_link};
+use appduct_protocol::link::{ComposeError, compose_deep_link, compose_sealed_deep_link};
 use appduct_protocol::pin::{PinError, SpkiPin};
 use serde_json::{Value, json};
 
@@ -139,7 +139,11 @@ pub fn deep_link(scheme: &str, link: &LinkCreateResult) -> Result<String, DeepLi
                 })?,
             )
         }
-        Transport::Web | Transport::Sealed => None,
+        Transport::Web => None,
+        // The sealed payload carries the daemon's key; no pin (PROTOCOL.md "Sealed transport").
+        Transport::Sealed => {
+            return Ok(compose_sealed_deep_link(scheme, &link.deep_link_payload)?);
+        }
     };
     Ok(compose_deep_link(
         scheme,

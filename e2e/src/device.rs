@@ -93,6 +93,7 @@ impl Link {
             address: self.address,
             port: self.port,
             pins: self.pin.iter().cloned().collect(),
+            sealed_key: None,
         }
     }
 
@@ -103,6 +104,7 @@ impl Link {
             address: self.address,
             port,
             pins: self.pin.iter().cloned().collect(),
+            sealed_key: None,
         }
     }
 

@@ -22,7 +22,7 @@ use appduct_protocol::descriptor::{
 };
 use appduct_protocol::frames::DeviceInfo;
 use appduct_protocol::limits::CLOSE_HANDSHAKE_WAIT_MS;
-use appduct_protocol::link::{self, LinkError};
+use appduct_protocol::link::{self, AnyParsedLink, LinkError};
 use futures_util::{FutureExt, SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::runtime::Handle;
@@ -35,6 +35,7 @@ use crate::cancel::CancellationToken;
 use crate::clock::{Clock, TokioClock, default_random};
 use crate::core::{Bootstrap, CallStart, ConnId, ConnectId, Core, Endpoint, OpenFailure, Output};
 use crate::registry::RegistrationId;
+use crate::sealed::{SealedEvent, SealedSocket};
 use crate::transport::{DeviceSocket, DialError, DialOptions, dial};
 use crate::trust::{Trust, is_private_lan_address};
 use crate::types::{
@@ -167,7 +168,9 @@ pub enum BuildError {
 /// Options of [`Client::connect_with`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ConnectOptions {
-    /// `native` (default): `wss://` with the pin check; `web`: loopback `ws://`.
+    /// `native` (default for v2 links): `wss://` with the pin check; `web`: loopback `ws://`;
+    /// `sealed` (the only one, and the default, for sealed links): `ws://` to the wss port with
+    /// a Noise channel inside (issue #23).
     pub transport: Option<Transport>,
 }
 
@@ -556,6 +559,10 @@ async fn run_connection(
     options: DialOptions,
     mut commands: mpsc::UnboundedReceiver<ConnCmd>,
 ) {
+    if endpoint.transport == Transport::Sealed {
+        run_sealed_connection(weak, conn, endpoint, options, commands).await;
+        return;
+    }
     let opened = tokio::select! {
         // Before the open, the core can only abandon the attempt.
         _ = commands.recv() => return,
@@ -564,11 +571,9 @@ async fn run_connection(
     let mut socket = match opened {
         Ok(socket) => socket,
         Err(e) => {
-            let failure = match e {
-                DialError::PinMismatch => OpenFailure::PinMismatch,
-                DialError::Failed(detail) => OpenFailure::Other(detail),
-            };
-            report(&weak, |core, now| core.on_open_failed(now, conn, failure));
+            report(&weak, |core, now| {
+                core.on_open_failed(now, conn, open_failure(e))
+            });
             return;
         }
     };
@@ -618,6 +623,90 @@ async fn run_connection(
                 // raw frames are not part of the daemon's protocol.
                 Some(Ok(_)) => {}
                 Some(Err(_)) | None => {
+                    report(&weak, |core, now| core.on_closed(now, conn, None, None));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn open_failure(e: DialError) -> OpenFailure {
+    match e {
+        DialError::PinMismatch => OpenFailure::PinMismatch,
+        DialError::HandshakeFailed => OpenFailure::HandshakeFailed,
+        DialError::Failed(detail) => OpenFailure::Other(detail),
+    }
+}
+
+/// [`run_connection`] for the sealed transport (issue #23): the same core, with every frame
+/// sealed into records. Only a close record carries the daemon's close code; a WebSocket close
+/// or loss without one, and a record that breaks the rules, are a lost connection (1006).
+async fn run_sealed_connection(
+    weak: Weak<Shared>,
+    conn: ConnId,
+    endpoint: Endpoint,
+    options: DialOptions,
+    mut commands: mpsc::UnboundedReceiver<ConnCmd>,
+) {
+    let opened = tokio::select! {
+        _ = commands.recv() => return,
+        result = SealedSocket::connect(&endpoint, &options) => result,
+    };
+    let mut socket = match opened {
+        Ok(socket) => socket,
+        Err(e) => {
+            report(&weak, |core, now| {
+                core.on_open_failed(now, conn, open_failure(e))
+            });
+            return;
+        }
+    };
+    if !report(&weak, |core, _| core.on_open(conn)) {
+        return;
+    }
+    loop {
+        tokio::select! {
+            command = commands.recv() => {
+                let sent = match command {
+                    Some(ConnCmd::Text(text)) => socket.send_text(&text).await,
+                    Some(ConnCmd::Ping) => socket.ping().await,
+                    Some(ConnCmd::Close { code, reason }) => {
+                        socket.close(code, &reason).await;
+                        return;
+                    }
+                    #[cfg(feature = "testing")]
+                    Some(ConnCmd::Raw(frame)) => {
+                        crate::testing::send_raw(socket.socket_mut(), frame).await
+                    }
+                    None => return,
+                };
+                if sent.is_err() {
+                    report(&weak, |core, now| core.on_closed(now, conn, None, None));
+                    return;
+                }
+            }
+            event = socket.next() => match event {
+                SealedEvent::Text(text) => {
+                    if !report(&weak, |core, now| core.on_text(now, conn, &text)) {
+                        return;
+                    }
+                }
+                SealedEvent::Pong => {
+                    report(&weak, |core, _| core.on_pong(conn));
+                }
+                SealedEvent::CloseRecord { code, reason } => {
+                    report(&weak, |core, now| core.on_closed(now, conn, Some(code), Some(&reason)));
+                    socket.finish().await;
+                    return;
+                }
+                SealedEvent::Violation(error) => {
+                    tracing::debug!(conn, %error, "closing a sealed connection that broke the record rules");
+                    report(&weak, |core, now| core.on_closed(now, conn, None, None));
+                    socket.fail(error).await;
+                    return;
+                }
+                SealedEvent::Lost => {
                     report(&weak, |core, now| core.on_closed(now, conn, None, None));
                     return;
                 }
@@ -790,16 +879,41 @@ impl Client {
     /// Validates `link` and starts the claim without waiting for it. Validation errors are
     /// returned before anything touches a held session (02 §16.1): parse, pin rules,
     /// `allow_private_lan_only`, expiry.
+    ///
+    /// A sealed link (payload version `0x03`, issue #23) selects the sealed transport by itself;
+    /// asking for another transport with it, or for the sealed transport with a v2 link, is
+    /// `unsupported_link`.
     pub fn start_connect(
         &self,
         link: &str,
         options: ConnectOptions,
     ) -> Result<PendingConnect, ConnectError> {
-        let parsed = link::parse_connect_input(link).map_err(link_error)?;
-        let transport = options.transport.unwrap_or(Transport::Native);
-        let address = canonical_address(parsed.decoded.address);
+        let (decoded, pin, sealed_key) =
+            match link::parse_any_connect_input(link).map_err(link_error)? {
+                AnyParsedLink::V2(parsed) => (parsed.decoded, parsed.pin, None),
+                AnyParsedLink::Sealed(parsed) => (
+                    parsed.decoded.payload,
+                    None,
+                    Some(parsed.decoded.static_key),
+                ),
+            };
+        let transport = match (options.transport, sealed_key) {
+            (None | Some(Transport::Sealed), Some(_)) => Transport::Sealed,
+            (Some(_), Some(_)) => {
+                return Err(ConnectError::UnsupportedLink(
+                    "a sealed link is used over the sealed transport only",
+                ));
+            }
+            (Some(Transport::Sealed), None) => {
+                return Err(ConnectError::UnsupportedLink(
+                    "the sealed transport needs a sealed link",
+                ));
+            }
+            (transport, None) => transport.unwrap_or(Transport::Native),
+        };
+        let address = canonical_address(decoded.address);
         let pins = match transport {
-            Transport::Native => self.native_pins(parsed.pin)?,
+            Transport::Native => self.native_pins(pin)?,
             Transport::Web => {
                 if address != IpAddr::from([127, 0, 0, 1]) {
                     return Err(ConnectError::UnsupportedLink(
@@ -808,28 +922,25 @@ impl Client {
                 }
                 Vec::new()
             }
-            Transport::Sealed => {
-                return Err(ConnectError::UnsupportedLink(
-                    "this SDK does not speak the sealed transport",
-                ));
-            }
+            Transport::Sealed => Vec::new(),
         };
         if self.shared.allow_private_lan_only && !is_private_lan_address(address) {
             return Err(ConnectError::AddressNotAllowed(address));
         }
-        let expires_at = parsed.decoded.expires_at;
-        if parsed.decoded.is_expired(self.shared.clock.now_ms() / 1000) {
+        let expires_at = decoded.expires_at;
+        if decoded.is_expired(self.shared.clock.now_ms() / 1000) {
             return Err(ConnectError::ExpiredPayload { expires_at });
         }
         Ok(self.connect_bootstrap(Bootstrap {
-            session_id: parsed.decoded.session_id.clone(),
-            token: parsed.decoded.token.to_base64url(),
+            session_id: decoded.session_id.clone(),
+            token: decoded.token.to_base64url(),
             expires_at,
             endpoint: Endpoint {
                 transport,
                 address,
-                port: parsed.decoded.port,
+                port: decoded.port,
                 pins,
+                sealed_key,
             },
         }))
     }

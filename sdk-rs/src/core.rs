@@ -52,6 +52,9 @@ pub struct Endpoint {
     pub port: u16,
     /// Pins the presented leaf must match (native only).
     pub pins: Vec<SpkiPin>,
+    /// The daemon's X25519 static key (sealed only, issue #23): the handshake authenticates
+    /// the daemon by it.
+    pub sealed_key: Option<[u8; 32]>,
 }
 
 impl Endpoint {
@@ -95,6 +98,9 @@ impl fmt::Debug for Bootstrap {
 pub enum OpenFailure {
     /// The leaf's SPKI pin is not trusted: terminal, never retried (02 §3.4).
     PinMismatch,
+    /// The sealed handshake failed (the daemon does not hold the link's key): terminal, never
+    /// retried, like a pin mismatch.
+    HandshakeFailed,
     /// Anything else (refused, unreachable, TLS or upgrade failure): retried.
     Other(String),
 }
@@ -627,6 +633,21 @@ impl Core {
                         self.fail_claim(ConnectError::PinMismatch, reasons::PIN_MISMATCH)
                     }
                     _ => self.end_session(reasons::PIN_MISMATCH, abort_reasons::SESSION_SUSPENDED),
+                }
+            }
+            OpenFailure::HandshakeFailed => {
+                self.error(
+                    ErrorPhase::Connect,
+                    reasons::HANDSHAKE_FAILED,
+                    "the sealed handshake failed: the daemon does not hold the link's key"
+                        .to_owned(),
+                );
+                match &self.mode {
+                    Mode::Claiming(_) => {
+                        self.fail_claim(ConnectError::HandshakeFailed, reasons::HANDSHAKE_FAILED)
+                    }
+                    _ => self
+                        .end_session(reasons::HANDSHAKE_FAILED, abort_reasons::SESSION_SUSPENDED),
                 }
             }
             OpenFailure::Other(detail) => {
@@ -1374,6 +1395,7 @@ mod tests {
     fn endpoint() -> Endpoint {
         Endpoint {
             transport: Transport::Native,
+            sealed_key: None,
             address: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port: 8443,
             pins: Vec::new(),

@@ -3,7 +3,8 @@
 //!
 //! - [`Client`] parses and validates a link, connects (`wss://` with the daemon's SPKI pin
 //!   checked inside the TLS handshake, before any frame; or loopback `ws://` for the web
-//!   listener), claims, and resumes with full-jitter backoff within the grace window.
+//!   listener; or, for a sealed link, a Noise channel inside plain `ws://`, issue #23), claims,
+//!   and resumes with full-jitter backoff within the grace window.
 //! - Tools ([`Client::register_tool`]) and events ([`Client::declare_event`],
 //!   [`Client::post_event`]) are sent as snapshots after every ack and as deltas after.
 //! - Handlers are async closures taking the call's `args` and a [`CallContext`] with a
@@ -33,6 +34,7 @@ pub mod client;
 pub mod clock;
 pub mod core;
 pub mod registry;
+pub mod sealed;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod transport;

@@ -1,6 +1,7 @@
 //! Opening device sockets (02 §2, §16.1): `wss://` over tokio-rustls with the SPKI pin checked
-//! inside the TLS handshake, before the HTTP upgrade is written, and loopback `ws://` for the
-//! web listener.
+//! inside the TLS handshake, before the HTTP upgrade is written, loopback `ws://` for the web
+//! listener, and plain `ws://` to the wss port for the sealed transport (whose handshake is
+//! `crate::sealed`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,10 @@ pub enum DialError {
     /// The presented leaf's pin is not trusted. Nothing was written after the TLS handshake.
     #[error("the daemon's certificate does not match a trusted pin")]
     PinMismatch,
+    /// The sealed handshake failed: the daemon does not hold the static key of the link (issue
+    /// #23). Terminal, like a pin mismatch.
+    #[error("the sealed handshake failed: the daemon does not hold the link's static key")]
+    HandshakeFailed,
     #[error("{0}")]
     Failed(String),
 }
@@ -85,11 +90,9 @@ async fn dial_inner(endpoint: &Endpoint, options: &DialOptions) -> Result<Device
     let io: Box<dyn DeviceIo> = match endpoint.transport {
         Transport::Web => Box::new(tcp),
         Transport::Native => Box::new(tls_handshake(tcp, endpoint, options).await?),
-        Transport::Sealed => {
-            return Err(DialError::Failed(
-                "this SDK does not speak the sealed transport".to_owned(),
-            ));
-        }
+        // The plain route of the wss port; the Noise handshake runs over the WebSocket
+        // (`crate::sealed`).
+        Transport::Sealed => Box::new(tcp),
     };
     let (socket, _response) =
         tokio_tungstenite::client_async_with_config(endpoint.url(), io, Some(websocket_config()))

@@ -18,6 +18,8 @@ pub mod reasons {
     pub const REVOKED: &str = "revoked";
     pub const REJECTED_BY_DAEMON: &str = "rejected_by_daemon";
     pub const PIN_MISMATCH: &str = "pin_mismatch";
+    /// The sealed handshake failed (issue #23): the daemon does not hold the link's key.
+    pub const HANDSHAKE_FAILED: &str = "handshake_failed";
     /// Session `lost` reason when a new link replaced a held session (07 §7.7.2).
     pub const SUPERSEDED: &str = "superseded";
 }
@@ -231,6 +233,10 @@ pub enum ConnectError {
     /// The presented leaf's SPKI pin is not trusted; nothing was sent to that peer.
     #[error("pin_mismatch: the daemon's certificate does not match a trusted pin")]
     PinMismatch,
+    /// The sealed handshake failed (issue #23): the daemon does not hold the link's static key
+    /// (a link minted before `appduct keygen --force`, or an impostor).
+    #[error("handshake_failed: the daemon does not hold the sealed link's static key")]
+    HandshakeFailed,
     /// The claim ended without an ack: refused with 1008, or the link expired while retrying.
     #[error("connect_error: the claim failed{}", close_reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())]
     Failed { close_reason: Option<String> },
@@ -256,6 +262,7 @@ impl ConnectError {
             Self::AddressNotAllowed(_) => "address_not_allowed",
             Self::UnsupportedLink(_) => "unsupported_link",
             Self::PinMismatch => "pin_mismatch",
+            Self::HandshakeFailed => "handshake_failed",
             Self::Failed { .. } => "connect_error",
             Self::Superseded => "superseded",
             Self::ClosedByApp => "closed_by_app",

@@ -22,7 +22,8 @@ pub struct KeygenArgs {
     /// Key file (default: keyPath of <state-dir>/config.json, else <state-dir>/key.pem)
     #[arg(long, value_name = "PATH")]
     pub out: Option<PathBuf>,
-    /// Replace an existing key (apps embedding the old pin will refuse the new key)
+    /// Replace an existing key (apps embedding the old pin will refuse the new key; pending
+    /// sealed links fail their handshake)
     #[arg(long)]
     pub force: bool,
 }
@@ -62,6 +63,8 @@ pub fn run(req: &KeygenRequest, globals: &Globals, out: &Output) -> Result<Succe
     let key = HostKey::load(&path)
         .map_err(|e| CliError::internal(format!("the new key could not be loaded back: {e}")))?;
     let pin = key.pin().as_str().to_owned();
+    // The sealed transport's static key is derived from this key (issue #23).
+    let sealed_key = key.sealed_public_key();
 
     if replaced
         && let Ok(state_dir) = globals.state_dir()
@@ -69,7 +72,8 @@ pub fn run(req: &KeygenRequest, globals: &Globals, out: &Output) -> Result<Succe
     {
         out.notice(&format!(
             "Note: the daemon running on {} keeps its old key until it restarts (appduct daemon stop), \
-             and apps embedding the old pin will refuse the new key.",
+             apps embedding the old pin will refuse the new key, and sealed links minted \
+             before the restart will fail their handshake.",
             state_dir.path().display()
         ));
     }
@@ -78,6 +82,7 @@ pub fn run(req: &KeygenRequest, globals: &Globals, out: &Output) -> Result<Succe
     let data = json!({
         "path": path_text,
         "pin": pin,
+        "sealedKey": sealed_key,
         "algorithm": ALGORITHM,
         "replaced": replaced,
     });
@@ -87,6 +92,7 @@ pub fn run(req: &KeygenRequest, globals: &Globals, out: &Output) -> Result<Succe
             Row::field("Path", path_text.as_str()),
             Row::field("Algorithm", "EC P-256"),
             Row::field("Pin", pin.as_str()),
+            Row::field("Sealed key", sealed_key.as_str()),
         ],
     )]);
     Ok(Success::new(data, human))

@@ -37,6 +37,7 @@ fn endpoint() -> Endpoint {
         address: IpAddr::V4(Ipv4Addr::LOCALHOST),
         port: 8443,
         pins: Vec::new(),
+        sealed_key: None,
     }
 }
 

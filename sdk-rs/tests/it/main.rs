@@ -5,4 +5,5 @@ mod support;
 
 mod client;
 mod conformance;
+mod sealed;
 mod testing_hatch;

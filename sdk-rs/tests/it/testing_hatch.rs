@@ -21,6 +21,7 @@ fn endpoint(daemon: &FakeDaemon, pins: Vec<appduct_sdk::SpkiPin>) -> Endpoint {
         address: IpAddr::from([127, 0, 0, 1]),
         port: daemon.addr.port(),
         pins,
+        sealed_key: None,
     }
 }
 

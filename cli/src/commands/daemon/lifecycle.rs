@@ -181,6 +181,15 @@ pub fn daemon_stop(pid: u32, method: StopMethod) -> Success {
     )
 }
 
+/// How many times each name occurs, by name.
+fn count_by<'a>(names: impl Iterator<Item = &'a str>) -> std::collections::BTreeMap<&'a str, u64> {
+    let mut counts = std::collections::BTreeMap::new();
+    for name in names {
+        *counts.entry(name).or_insert(0) += 1;
+    }
+    counts
+}
+
 /// `daemon status` (05 §9.4): `sessions` reduced to `sessionCount`; `warning` (version drift)
 /// when present.
 pub fn daemon_status(s: &StatusResult, warning: Option<&str>, now: OffsetDateTime) -> Success {
@@ -194,7 +203,18 @@ pub fn daemon_status(s: &StatusResult, warning: Option<&str>, now: OffsetDateTim
     daemon.insert("webPort".into(), json!(s.web_port));
     daemon.insert("advertisedAddress".into(), to_value(&s.advertised_address));
     daemon.insert("pinnedKeys".into(), json!(s.pinned_keys));
+    if let Some(key) = &s.sealed_key {
+        daemon.insert("sealedKey".into(), json!(key));
+    }
     daemon.insert("sessionCount".into(), json!(s.sessions.len()));
+    // Issue #23: how many live sessions each transport carries (and which randomness sealed
+    // apps used), so a sealed app without a CSPRNG shows up here.
+    let by_transport = count_by(s.sessions.iter().map(|x| x.transport.as_str()));
+    daemon.insert("sessionsByTransport".into(), json!(by_transport));
+    let by_rng = count_by(s.sessions.iter().filter_map(|x| x.rng.map(|r| r.as_str())));
+    if !by_rng.is_empty() {
+        daemon.insert("sealedRng".into(), json!(by_rng));
+    }
     daemon.insert("pendingLinks".into(), json!(s.pending_links));
     daemon.insert("pendingCalls".into(), json!(s.pending_calls));
     let mut data = Map::new();
@@ -228,8 +248,21 @@ pub fn daemon_status(s: &StatusResult, warning: Option<&str>, now: OffsetDateTim
     for pin in &s.pinned_keys {
         daemon_rows.push(Row::field("Pin", pin.as_str()));
     }
+    if let Some(key) = &s.sealed_key {
+        daemon_rows.push(Row::field("Sealed key", key.as_str()));
+    }
+    let sessions = if s.sessions.is_empty() {
+        "0".to_owned()
+    } else {
+        let parts: Vec<String> = by_transport
+            .iter()
+            .map(|(transport, n)| format!("{transport} {n}"))
+            .chain(by_rng.iter().map(|(rng, n)| format!("rng {rng} {n}")))
+            .collect();
+        format!("{} ({})", s.sessions.len(), parts.join(", "))
+    };
     daemon_rows.extend([
-        Row::field("Sessions", s.sessions.len().to_string()),
+        Row::field("Sessions", sessions),
         Row::field("Pending links", s.pending_links.to_string()),
         Row::field("Pending calls", s.pending_calls.to_string()),
     ]);

@@ -189,6 +189,7 @@ pub async fn connect_to_relay(
                     address: IpAddr::V4(Ipv4Addr::LOCALHOST),
                     port,
                     pins: vec![pin.clone()],
+                    sealed_key: None,
                 },
             })
             .await

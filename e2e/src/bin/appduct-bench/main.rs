@@ -433,6 +433,7 @@ async fn wss(port: u16) -> BenchResult<appduct_sdk::transport::DeviceSocket> {
         address: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         port,
         pins: Vec::new(),
+        sealed_key: None,
     };
     let options = DialOptions {
         skip_pin_check: true,
