@@ -2,8 +2,9 @@
 // real daemon's sealed transport (the plain route of its wss port, bound to 127.0.0.1): a claim
 // from a sealed link, a call with progress, a cancel reaching the handler's AbortSignal, a
 // capture of every byte of the session (no tool name, argument, result or token in it), a
-// reload that resumes through a storage adapter, and refusals. Links are minted with
-// `link.create {transport: "sealed", addressOverride: "127.0.0.1"}` on the control socket.
+// reload that resumes through a storage adapter, and refusals. Links are minted by the CLI,
+// `appduct sessions link --for react-native`, with the daemon's `advertisedIp` set to 127.0.0.1
+// so every link points at loopback.
 
 import path from "node:path";
 
@@ -14,6 +15,7 @@ import { connect as connectTestClient } from "../src/client/index.js";
 import { RpcConnection } from "../src/client/connection.js";
 import { decodeSealedBootstrapPayload, encodeSealedBootstrapPayload } from "../src/core/bootstrap.js";
 import type { AppductClient, AppductStorage, LinkRefusal } from "../src/core/types.js";
+import { createSealedRandom } from "../src/core/sealed/random.js";
 import { createReactNativeClient } from "../src/react-native/client.js";
 import type { PlatformLike } from "../src/react-native/device.js";
 import type { WebSocketConstructor } from "../src/web/transport.js";
@@ -32,10 +34,12 @@ afterEach(async () => {
 
 interface Minted {
   sessionId: string;
-  deepLinkPayload: string;
+  deepLink: string;
   transport: string;
-  sealedKey?: string;
 }
+
+/** Loopback only: links carry 127.0.0.1 and the wss port. */
+const LOOPBACK_CONFIG = { wssPort: 0, advertisedIp: "127.0.0.1" };
 
 async function control(daemon: RealDaemon): Promise<RpcConnection> {
   const rpc = await RpcConnection.open(path.join(daemon.stateDir, "daemon.sock"));
@@ -43,14 +47,21 @@ async function control(daemon: RealDaemon): Promise<RpcConnection> {
   return rpc;
 }
 
-/** A sealed link to 127.0.0.1, optionally re-pointed at `port` (a capture relay). */
-async function mintSealed(rpc: RpcConnection, port?: number): Promise<{ minted: Minted; link: string }> {
-  const minted = await rpc.request<Minted>("link.create", { transport: "sealed", addressOverride: "127.0.0.1" }, { timeoutMs: WAIT });
+function payloadOf(deepLink: string): string {
+  return new URL(deepLink).searchParams.get("appduct") as string;
+}
+
+/** `appduct sessions link --for react-native`, optionally re-pointed at `port` (a capture relay). */
+async function mintSealed(daemon: RealDaemon, port?: number): Promise<{ minted: Minted; link: string; payload: string }> {
+  const minted = await daemon.data<Minted>(["sessions", "link", "--for", "react-native", "--scheme", "rnapp"]);
   expect(minted.transport).toBe("sealed");
-  if (port === undefined) return { minted, link: `rnapp:///?appduct=${minted.deepLinkPayload}` };
-  const decoded = decodeSealedBootstrapPayload(minted.deepLinkPayload);
-  if (!decoded) throw new Error(`not a sealed payload: ${minted.deepLinkPayload}`);
-  return { minted, link: `rnapp:///?appduct=${encodeSealedBootstrapPayload({ ...decoded, port })}` };
+  expect(minted.deepLink).not.toContain("pin=");
+  const payload = payloadOf(minted.deepLink);
+  const decoded = decodeSealedBootstrapPayload(payload);
+  if (!decoded) throw new Error(`not a sealed payload: ${minted.deepLink}`);
+  expect(decoded.address).toBe("127.0.0.1");
+  if (port === undefined) return { minted, link: minted.deepLink, payload };
+  return { minted, link: `rnapp:///?appduct=${encodeSealedBootstrapPayload({ ...decoded, port })}`, payload };
 }
 
 function rnClient(extra: Partial<Parameters<typeof createReactNativeClient>[0]> = {}): AppductClient {
@@ -72,13 +83,13 @@ function until(check: () => boolean, what: string): Promise<void> {
 
 describe("against the real daemon's sealed transport", () => {
   it("claims a sealed link, serves a call with progress and a cancel, and no tool name, argument, result or token crosses the wire", async () => {
-    const daemon = await startRealDaemon(cleanups);
+    const daemon = await startRealDaemon(cleanups, LOOPBACK_CONFIG);
     const bus = await watchDaemonEvents(cleanups, daemon.stateDir);
     const rpc = await control(daemon);
-    const probe = await mintSealed(rpc);
-    const wssPort = (decodeSealedBootstrapPayload(probe.minted.deepLinkPayload) as { port: number }).port;
+    const probe = await mintSealed(daemon);
+    const wssPort = (decodeSealedBootstrapPayload(probe.payload) as { port: number }).port;
     const capture = await startCapture(cleanups, wssPort);
-    const { minted, link } = await mintSealed(rpc, capture.port);
+    const { minted, link, payload } = await mintSealed(daemon, capture.port);
 
     const app = rnClient();
     let abortSeen: () => void = () => undefined;
@@ -132,17 +143,16 @@ describe("against the real daemon's sealed transport", () => {
 
     const wire = capture.bytes();
     expect(wire.length).toBeGreaterThan(1000);
-    const token = (decodeSealedBootstrapPayload(minted.deepLinkPayload) as { tokenBase64url: string }).tokenBase64url;
+    const token = (decodeSealedBootstrapPayload(payload) as { tokenBase64url: string }).tokenBase64url;
     for (const secret of ["sealed_secret_echo", "sealed_wait_for_cancel", "argument-xyzzy", "result-argument", "progress-text-plugh", token, minted.sessionId, "session_claim", "tool_call", "Pixel 8"]) {
       expect(wire.includes(Buffer.from(secret)), secret).toBe(false);
     }
   }, 60_000);
 
   it("survives a full JavaScript reload through a storage adapter: same session id and alias, no new link", async () => {
-    const daemon = await startRealDaemon(cleanups);
+    const daemon = await startRealDaemon(cleanups, LOOPBACK_CONFIG);
     const bus = await watchDaemonEvents(cleanups, daemon.stateDir);
-    const rpc = await control(daemon);
-    const { minted, link } = await mintSealed(rpc);
+    const { minted, link } = await mintSealed(daemon);
     const data = new Map<string, string>();
     const storage: AppductStorage = {
       getItem: async (key) => data.get(key) ?? null,
@@ -156,13 +166,20 @@ describe("against the real daemon's sealed transport", () => {
         opened.push(this);
       }
     } as unknown as WebSocketConstructor;
-    const first = createReactNativeClient({ platform: PIXEL, webSocket: () => Recording, dev: true });
+    // The first run has no CSPRNG (Hermes alone): its keys come from the DRBG.
+    const first = createReactNativeClient({ platform: PIXEL, webSocket: () => Recording, dev: true, random: createSealedRandom({ forceDrbg: true }) });
     first.configureAppduct({ storage });
     first.registerTool({ name: "ping", description: "Pong.", outputSchema: { type: "object" }, handler: () => ({ pong: 1 }) });
     await first.connect(link);
     const alias = first.getSessionAlias();
     await until(() => data.get("appduct:lease")?.includes('"transport":"sealed"') === true, "the stored lease");
     const before = JSON.parse(data.get("appduct:lease") as string) as { resumeToken: string };
+    const rpc = await control(daemon);
+    const rngOf = async (): Promise<string> => {
+      const described = await rpc.request<Record<string, unknown>>("sessions.describe", { selector: minted.sessionId }, { timeoutMs: WAIT });
+      return (JSON.stringify(described).match(/"rng":"(\w+)"/) ?? [])[1] ?? "none";
+    };
+    expect(await rngOf()).toBe("drbg");
 
     // The reload: the old JavaScript world stops without a goodbye; its socket just drops.
     for (const ws of opened.splice(0)) ws.terminate();
@@ -183,15 +200,17 @@ describe("against the real daemon's sealed transport", () => {
     const tester = await connectTestClient({ selector: minted.sessionId, stateDir: daemon.stateDir, bin: appductBin(), autoSpawn: false });
     cleanups.push(() => tester.close());
     await expect(tester.call("ping", {})).resolves.toEqual({ pong: 2 });
+    // The reloaded app has a CSPRNG (as with react-native-get-random-values): the latest connection says so.
+    expect(await rngOf()).toBe("csprng");
   }, 60_000);
 
   it("a native link given to the React Native entry: unsupported_link at once, and the refusal reaches the daemon", async () => {
-    const daemon = await startRealDaemon(cleanups);
+    const daemon = await startRealDaemon(cleanups, LOOPBACK_CONFIG);
     const outcomes: { refusal: LinkRefusal; outcome: unknown }[] = [];
     const app = rnClient({ onRefusalSent: (refusal, outcome) => outcomes.push({ refusal, outcome }) });
-    const rpc = await control(daemon);
-    const native = await rpc.request<{ sessionId: string; deepLinkPayload: string; pin: string }>("link.create", { addressOverride: "127.0.0.1" }, { timeoutMs: WAIT });
-    const nativeLink = `rnapp:///?appduct=${native.deepLinkPayload}&pin=${encodeURIComponent(native.pin)}`;
+    const native = await daemon.data<{ sessionId: string; deepLink: string }>(["sessions", "link", "--for", "native", "--scheme", "rnapp"]);
+    const nativeLink = native.deepLink;
+    expect(nativeLink).toContain("&pin=sha256%2F");
     const error = await app.connect(nativeLink).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: "unsupported_link" });
     expect((error as Error).message).toContain("--for react-native");

@@ -106,6 +106,16 @@ describe("sealed links", () => {
   });
 });
 
+describe("Expo Go links", () => {
+  it("an exp://<host>:8081/--/?appduct=<payload> URL (Expo Go's own scheme) is read as the sealed link", () => {
+    const key = generateKeyPair((n) => globalThis.crypto.getRandomValues(new Uint8Array(n))).publicKey;
+    const payload = encodeSealedBootstrapPayload({ address: "192.168.1.20", port: 8443, sessionId: "expo", token: new Uint8Array(32), expiresAt: 4_000_000_000, staticKey: key });
+    const parsed = parseLink(`exp://192.168.1.20:8081/--/?appduct=${payload}`, { sealed: true });
+    expect(parsed.ok && parsed.link.payload.sessionId).toBe("expo");
+    expect(parsed.ok && parsed.link.staticKey).toEqual(key);
+  });
+});
+
 describe("entries without the sealed transport", () => {
   it("the web and Node clients refuse a sealed link with unsupported_link, opening nothing and sending no refusal", async () => {
     const key = generateKeyPair((n) => globalThis.crypto.getRandomValues(new Uint8Array(n))).publicKey;
