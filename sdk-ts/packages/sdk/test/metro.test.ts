@@ -289,7 +289,13 @@ describe("real Metro release builds of the fixture app", () => {
       { config: path.join(FIXTURE_APP, "metro.config.cjs") },
       {
         // This workspace's layout, not an app's: node_modules sits above the fixture.
-        watchFolders: [PACKAGE_DIR, path.resolve(PACKAGE_DIR, "..", "..", "node_modules", "@appduct"), METRO_RUNTIME_DIR],
+        // The SDK's own dependencies (@noble, the sealed transport's crypto) sit there too.
+        watchFolders: [
+          PACKAGE_DIR,
+          path.resolve(PACKAGE_DIR, "..", "..", "node_modules", "@appduct"),
+          path.resolve(PACKAGE_DIR, "..", "..", "node_modules", "@noble"),
+          METRO_RUNTIME_DIR,
+        ],
         cacheStores: [],
         maxWorkers: 1,
         resolver: { useWatchman: false },

@@ -118,16 +118,19 @@ describe("React Native client", () => {
     await client.disconnect();
   });
 
-  it("refuses a native (pinned) link, even for 127.0.0.1, naming the limitation, without opening a socket", async () => {
+  it("refuses a native (pinned) link, even for 127.0.0.1, naming --for react-native, and tells the daemon (link_refused) instead of claiming", async () => {
     const client = fakeClient();
     const error = await client.connect(deepLink({ pin: PIN })).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(AppductConnectError);
     expect(error).toMatchObject({ code: "unsupported_link" });
     expect((error as Error).message).toContain("minted for the native transport");
     expect((error as Error).message).toContain(REACT_NATIVE_LINK_HINT);
-    expect(REACT_NATIVE_LINK_HINT).toMatch(/Physical iOS devices and devices reached over the network need the pinning native core/);
+    expect(REACT_NATIVE_LINK_HINT).toMatch(/appduct sessions link --for react-native/);
     await flush();
-    expect(FakeWebSocket.instances).toEqual([]);
+    // One plain socket to the link's address and port, carrying only the refusal.
+    expect(FakeWebSocket.instances.map((s) => s.url)).toEqual(["ws://127.0.0.1:51234/"]);
+    const sent = (FakeWebSocket.instances[0] as FakeWebSocket).sent;
+    expect(sent).toEqual([{ type: "link_refused", session_id: "rn-session", reason: "unsupported_link", proof: expect.stringMatching(/^[A-Za-z0-9_-]{43}$/) }]);
     expect(client.getAppductState()).toBe("idle");
   });
 

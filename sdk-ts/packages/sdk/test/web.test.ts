@@ -136,6 +136,33 @@ describe("page flow", () => {
     expect(FakeWebSocket.instances).toHaveLength(0);
   });
 
+  it("with a storage adapter configured after load, resumes from it instead of sessionStorage (issue #23)", async () => {
+    const stored = new Map<string, string>([
+      ["appduct:lease", JSON.stringify({ v: 1, sessionId: "web-session", resumeToken: "resume-stored", alias: "chrome", graceS: 600, lostAt: null, endpoint: { address: "127.0.0.1", port: 51234 }, transport: "web" })],
+    ]);
+    const web = await importEntry();
+    await flush();
+    expect(FakeWebSocket.instances).toEqual([]);
+    web.configureAppduct({ storage: { getItem: async (k) => stored.get(k) ?? null, setItem: async (k, v) => void stored.set(k, v), removeItem: async (k) => void stored.delete(k) } });
+    await flush(6);
+    const socket = FakeWebSocket.instances[0] as FakeWebSocket;
+    expect(socket.sent[0]).toEqual({ type: "session_resume", protocol_version: 2, session_id: "web-session", resume_token: "resume-stored" });
+    socket.receive({ ...ack, resume_token: "resume-next" });
+    await flush(6);
+    expect(JSON.parse(stored.get("appduct:lease") as string)).toMatchObject({ resumeToken: "resume-next" });
+    expect(window.sessionStorage.getItem("appduct:lease")).toBe(null);
+    await web.disconnect();
+  });
+
+  it("refuses a sealed link: the web entry stays on the loopback web listener", async () => {
+    const web = await importEntry();
+    const key = Uint8Array.from({ length: 32 }, (_, i) => i + 1);
+    const { encodeSealedBootstrapPayload } = await import("../src/core/bootstrap.js");
+    const sealed = encodeSealedBootstrapPayload({ address: "192.168.1.20", port: 8443, sessionId: "s", token: TOKEN, expiresAt: Math.floor(Date.now() / 1000) + 300, staticKey: key });
+    await expect(web.connect(sealed)).rejects.toMatchObject({ code: "unsupported_link" });
+    expect(FakeWebSocket.instances).toEqual([]);
+  });
+
   it("defines window.__APPDUCT__ to connect a loaded page", async () => {
     await importEntry();
     const global = (window as { __APPDUCT__?: { connect(link: string): Promise<void>; version: string } }).__APPDUCT__;

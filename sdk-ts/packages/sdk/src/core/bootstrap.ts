@@ -5,6 +5,10 @@ import { formatIpv4, formatIpv6, ipv4FromMapped, parseIpv4, parseIpv6 } from "./
 import { decodeUtf8Strict, encodeUtf8 } from "./utf8.js";
 
 const VERSION = 0x02;
+/** Version of a sealed payload (PROTOCOL.md "Sealed link"); appduct v2 SDKs refuse it. */
+const SEALED_VERSION = 0x03;
+/** The daemon's X25519 static public key at the end of a sealed payload. */
+const STATIC_KEY_BYTES = 32;
 const FAMILY_V4 = 0x04;
 const FAMILY_V6 = 0x06;
 const TOKEN_BYTES = 32;
@@ -32,7 +36,38 @@ export function decodeBootstrapPayload(text: string): BootstrapPayload | null {
     return null;
   }
   const bytes = decodeBase64urlStrict(text);
-  if (!bytes || bytes.length < 2 || bytes[0] !== VERSION) {
+  return bytes ? decodeLayout(bytes, VERSION) : null;
+}
+
+/** A sealed payload (version `0x03`): the v2 fields, then the daemon's static key. */
+export interface SealedBootstrapPayload extends BootstrapPayload {
+  /** The daemon's 32-byte X25519 static public key. */
+  staticKey: Uint8Array;
+}
+
+/** Decodes a sealed payload (version `0x03`) as strictly as v2, or `null`. */
+export function decodeSealedBootstrapPayload(text: string): SealedBootstrapPayload | null {
+  if (typeof text !== "string" || text.length === 0) {
+    return null;
+  }
+  const bytes = decodeBase64urlStrict(text);
+  if (!bytes || bytes.length < STATIC_KEY_BYTES) return null;
+  const payload = decodeLayout(bytes.subarray(0, bytes.length - STATIC_KEY_BYTES), SEALED_VERSION);
+  return payload ? { ...payload, staticKey: bytes.slice(bytes.length - STATIC_KEY_BYTES) } : null;
+}
+
+/** Either version, as the version byte says: what SDKs that speak the sealed transport accept. */
+export function decodeAnyBootstrapPayload(text: string): { sealed: false; payload: BootstrapPayload } | { sealed: true; payload: SealedBootstrapPayload } | null {
+  if (typeof text !== "string" || text.length === 0) return null;
+  const v2 = decodeBootstrapPayload(text);
+  if (v2) return { sealed: false, payload: v2 };
+  const sealed = decodeSealedBootstrapPayload(text);
+  return sealed ? { sealed: true, payload: sealed } : null;
+}
+
+/** The v2 layout with version byte `version`. */
+function decodeLayout(bytes: Uint8Array, version: number): BootstrapPayload | null {
+  if (bytes.length < 2 || bytes[0] !== version) {
     return null;
   }
   const familyByte = bytes[1];
@@ -99,6 +134,22 @@ export interface BootstrapPayloadInput {
 
 /** Encodes a payload as unpadded base64url; throws `BootstrapEncodeError` on invalid input. */
 export function encodeBootstrapPayload(input: BootstrapPayloadInput): string {
+  return encodeBase64url(encodeLayout(input, VERSION));
+}
+
+/** Encodes a sealed payload (version `0x03`, then the 32-byte static key). */
+export function encodeSealedBootstrapPayload(input: BootstrapPayloadInput & { staticKey: Uint8Array }): string {
+  if (!(input.staticKey instanceof Uint8Array) || input.staticKey.length !== STATIC_KEY_BYTES) {
+    throw new BootstrapEncodeError("staticKey must be exactly 32 bytes");
+  }
+  const layout = encodeLayout(input, SEALED_VERSION);
+  const out = new Uint8Array(layout.length + STATIC_KEY_BYTES);
+  out.set(layout);
+  out.set(input.staticKey, layout.length);
+  return encodeBase64url(out);
+}
+
+function encodeLayout(input: BootstrapPayloadInput, version: number): Uint8Array {
   let family = FAMILY_V4;
   let address = parseIpv4(input.address);
   if (!address) {
@@ -130,7 +181,7 @@ export function encodeBootstrapPayload(input: BootstrapPayloadInput): string {
   }
   const out = new Uint8Array(2 + address.length + 3 + id.length + TOKEN_BYTES + 8);
   let o = 0;
-  out[o++] = VERSION;
+  out[o++] = version;
   out[o++] = family;
   out.set(address, o);
   o += address.length;
@@ -143,7 +194,7 @@ export function encodeBootstrapPayload(input: BootstrapPayloadInput): string {
   o += TOKEN_BYTES;
   writeU32(out, o, Math.floor(input.expiresAt / 0x1_0000_0000));
   writeU32(out, o + 4, input.expiresAt % 0x1_0000_0000);
-  return encodeBase64url(out);
+  return out;
 }
 
 /** Whether a payload has expired at `nowMs` (02 §4.3: expired when now_seconds >= expires_at). */

@@ -1,12 +1,15 @@
 // The session core (02 §16, 07 §7.2–§7.7): claim, resume, backoff, grace, registries, calls and
 // events, written against injected ports (transport, clock, random source, lease store, logger).
 
-import { isBootstrapExpired } from "./bootstrap.js";
+import { decodeBase64urlStrict, encodeBase64url } from "./base64.js";
+import { isBootstrapExpired, type BootstrapPayload } from "./bootstrap.js";
 import { isTerminalCloseCode } from "./close.js";
 import { isValidEventName, isValidGroup, type WireToolDescriptor } from "./descriptors.js";
 import { AppductConnectError, AppductRegistrationError } from "./errors.js";
 import { CallTable } from "./calls.js";
-import { createMemoryLeaseStore, parseLease } from "./lease.js";
+import { createAdapterLeaseStore, createMemoryLeaseStore, parseLease, type AsyncLeaseStore } from "./lease.js";
+import { linkRefusedFrame, type LinkRefusalReason } from "./sealed/refusal.js";
+import { encodeUtf8 } from "./utf8.js";
 import { isPrivateLanAddress, parseIpv6 } from "./ip.js";
 import { hasAppductParameter, isValidPin, parseLink } from "./link.js";
 import { encodeFrame } from "./frame.js";
@@ -32,6 +35,7 @@ import type {
   ConfigureOptions,
   ConnectOptions,
   DeviceFields,
+  LinkRefusal,
   EventDefinition,
   LeaseStore,
   Logger,
@@ -44,6 +48,7 @@ import type {
   TransportFactory,
   TransportKind,
   TransportSocket,
+  TransportTarget,
 } from "./types.js";
 
 const PROTOCOL_VERSION = 2;
@@ -65,6 +70,8 @@ interface PendingClaim {
   endpoint: Endpoint;
   transport: TransportKind;
   pins: readonly string[];
+  /** Sealed links: the daemon's static public key. */
+  staticKey: Uint8Array | null;
 }
 
 /** A session held since its first ack, until `closed`. */
@@ -77,6 +84,7 @@ interface HeldSession {
   endpoint: Endpoint;
   transport: TransportKind;
   pins: readonly string[];
+  staticKey: Uint8Array | null;
   /** Unix ms of the first loss since the last ack, or `null` while connected. */
   lostAt: number | null;
 }
@@ -109,7 +117,14 @@ function endpointUrl(endpoint: Endpoint, transport: TransportKind): string {
     return `ws://127.0.0.1:${endpoint.port}/`;
   }
   const host = parseIpv6(endpoint.address) ? `[${endpoint.address}]` : endpoint.address;
-  return `wss://${host}:${endpoint.port}/`;
+  // Sealed: a plain WebSocket to the wss port's plain route; the channel is the Noise handshake.
+  return `${transport === "sealed" ? "ws" : "wss"}://${host}:${endpoint.port}/`;
+}
+
+/** The plain `ws://` URL of the listener a link names, where a `link_refused` frame goes. */
+function refusalUrl(address: string, port: number): string {
+  const host = parseIpv6(address) ? `[${address}]` : address;
+  return `ws://${host}:${port}/`;
 }
 
 /** The backoff delay before retry number `attempt` (02 §16.3): full jitter, 500 ms base, 30 s cap. */
@@ -121,7 +136,11 @@ class Client implements AppductClient {
   private readonly transportFactory: TransportFactory;
   private readonly clock: Clock;
   private readonly random: () => number;
-  private readonly leaseStore: LeaseStore;
+  private readonly defaultLeaseStore: LeaseStore;
+  private leaseStore: LeaseStore | AsyncLeaseStore;
+  /** `restoreSession` ran and found nothing: configuring storage later retries it there. */
+  private restoreMissed = false;
+  private readonly sendLinkRefusal: ((refusal: LinkRefusal) => void) | null;
   private readonly logger: Logger;
   private readonly defaultTransport: TransportKind;
   private readonly allowedTransports: readonly TransportKind[];
@@ -155,7 +174,9 @@ class Client implements AppductClient {
     this.transportFactory = options.transport;
     this.clock = options.clock ?? systemClock;
     this.random = options.random ?? Math.random;
-    this.leaseStore = options.leaseStore ?? createMemoryLeaseStore();
+    this.defaultLeaseStore = options.leaseStore ?? createMemoryLeaseStore();
+    this.leaseStore = this.defaultLeaseStore;
+    this.sendLinkRefusal = options.sendLinkRefusal ?? null;
     this.logger = options.logger ?? console;
     this.device = { ...options.device };
     this.dev = options.dev ?? false;
@@ -387,6 +408,26 @@ class Client implements AppductClient {
     if (options.allowPrivateLanOnly !== undefined) this.allowPrivateLanOnly = options.allowPrivateLanOnly;
     if (options.device !== undefined) this.device = { ...this.device, ...options.device };
     if (options.dev !== undefined) this.dev = options.dev;
+    if (options.storage !== undefined) this.useStorage(options.storage);
+  }
+
+  /**
+   * Keeps the lease in an app-provided storage (issue #23) from now on: a held session's lease is
+   * written there at once; when `restoreSession` already ran and found nothing (the auto entry
+   * runs it at import, before the app configures storage), it runs again from the storage.
+   */
+  private useStorage(storage: ConfigureOptions["storage"]): void {
+    if (storage !== null && (typeof storage !== "object" || typeof storage.getItem !== "function" || typeof storage.setItem !== "function" || typeof storage.removeItem !== "function")) {
+      throw new TypeError("appduct: storage must have getItem, setItem and removeItem");
+    }
+    this.leaseStore = storage === null ? this.defaultLeaseStore : createAdapterLeaseStore(storage, (message, error) => this.safeLog("warn", message, error));
+    if (this.session) {
+      this.writeLease();
+      return;
+    }
+    if (storage !== null && this.restoreMissed && (this.state === "idle" || this.state === "closed")) {
+      this.restoreSession().catch(() => undefined);
+    }
   }
 
   // ---- connecting (02 §16.1, 07 §7.2) ----
@@ -435,7 +476,8 @@ class Client implements AppductClient {
 
   /** Full link validation (02 §16.1) before anything touches a held session. */
   private checkLink(link: string, options: ConnectOptions | undefined): { target: BootstrapTarget } | { error: AppductConnectError } {
-    const parsed = parseLink(link);
+    // Sealed payloads are read by every entry, so that one it cannot follow is named as such.
+    const parsed = parseLink(link, { sealed: true });
     if (!parsed.ok) {
       const messages = {
         invalid_url: "The link is not a valid appduct link.",
@@ -444,20 +486,35 @@ class Client implements AppductClient {
       } as const;
       return { error: new AppductConnectError(parsed.code, messages[parsed.code]) };
     }
-    const { payload, pin } = parsed.link;
+    const { payload, pin, staticKey } = parsed.link;
     if (isBootstrapExpired(payload, this.clock.now())) {
+      this.refuseLink(payload, "link_expired");
       return { error: new AppductConnectError("expired_payload", "The link has expired; ask for a new one.") };
     }
+    const unsupported = (message: string): { error: AppductConnectError } => {
+      this.refuseLink(payload, "unsupported_link");
+      return { error: new AppductConnectError("unsupported_link", `${message}${this.unsupportedLinkHint}`) };
+    };
+    if (staticKey !== undefined) {
+      if (!this.allowedTransports.includes("sealed") || (options?.transport !== undefined && options.transport !== "sealed")) {
+        return unsupported("This link was minted for the sealed transport (appduct sessions link --for react-native), which this platform does not open.");
+      }
+      if (this.allowPrivateLanOnly && !isPrivateLanAddress(payload.address)) {
+        return { error: new AppductConnectError("address_not_allowed", `Address ${payload.address} is not a private LAN address.`) };
+      }
+      return { target: { ...this.targetOf(payload, "sealed", []), staticKey } };
+    }
     const transport = options?.transport ?? this.defaultTransport;
+    if (transport === "sealed") {
+      return unsupported("A sealed connection needs a sealed link (appduct sessions link --for react-native); this one is not.");
+    }
     if (!this.allowedTransports.includes(transport)) {
-      return { error: new AppductConnectError("unsupported_link", `This platform cannot open ${transport}-transport connections.${this.unsupportedLinkHint}`) };
+      return unsupported(`This platform cannot open ${transport}-transport connections.`);
     }
     let pins: readonly string[] = [];
     if (transport === "web") {
       if (pin !== null && this.refusePinnedLinks) {
-        return {
-          error: new AppductConnectError("unsupported_link", `This link carries a pin: it was minted for the native transport (wss://).${this.unsupportedLinkHint}`),
-        };
+        return unsupported("This link carries a pin: it was minted for the native transport (wss://).");
       }
       if (payload.address !== "127.0.0.1") {
         return {
@@ -484,17 +541,37 @@ class Client implements AppductClient {
         return { error: new AppductConnectError("address_not_allowed", `Address ${payload.address} is not a private LAN address.`) };
       }
     }
+    return { target: this.targetOf(payload, transport, pins) };
+  }
+
+  private targetOf(payload: BootstrapPayload, transport: TransportKind, pins: readonly string[]): BootstrapTarget {
     return {
-      target: {
-        sessionId: payload.sessionId,
-        token: payload.tokenBase64url,
-        expiresAt: payload.expiresAt,
-        address: payload.address,
-        port: payload.port,
-        transport,
-        pins,
-      },
+      sessionId: payload.sessionId,
+      token: payload.tokenBase64url,
+      expiresAt: payload.expiresAt,
+      address: payload.address,
+      port: payload.port,
+      transport,
+      pins,
     };
+  }
+
+  /**
+   * Tells the daemon, where the platform can, that this app will not use a link (PROTOCOL.md
+   * "Refusals"), so the agent waiting on it learns why at once. Only to addresses this client
+   * would connect to; never fails the caller.
+   */
+  private refuseLink(link: { sessionId: string; tokenBase64url: string; address: string; port: number }, reason: LinkRefusalReason): void {
+    const send = this.sendLinkRefusal;
+    if (!send) return;
+    if (this.allowPrivateLanOnly && !isPrivateLanAddress(link.address)) return;
+    const token = decodeBase64urlStrict(link.tokenBase64url);
+    if (!token || token.length !== 32) return;
+    try {
+      send({ url: refusalUrl(link.address, link.port), reason, sessionId: link.sessionId, frame: linkRefusedFrame(token, link.sessionId, reason) });
+    } catch (error) {
+      this.safeLog("warn", "appduct: telling the daemon about the refused link failed:", error);
+    }
   }
 
   connectBootstrap(target: BootstrapTarget): Promise<void> {
@@ -507,6 +584,7 @@ class Client implements AppductClient {
           endpoint: { address: target.address, port: target.port },
           transport: target.transport,
           pins: [...(target.pins ?? [])],
+          staticKey: target.staticKey ? Uint8Array.from(target.staticKey) : null,
         },
         { resolve, reject },
       );
@@ -535,16 +613,41 @@ class Client implements AppductClient {
   }
 
   restoreSession(): Promise<boolean> {
-    if (this.state === "connecting" || this.state === "active" || this.state === "reconnecting") {
-      return Promise.resolve(false);
+    if (this.isBusy()) return Promise.resolve(false);
+    const store = this.leaseStore;
+    let raw: string | null | Promise<string | null>;
+    try {
+      raw = store.read();
+    } catch {
+      raw = null;
     }
-    const lease = this.readLease();
-    if (!lease) return Promise.resolve(false);
+    if (raw !== null && typeof raw === "object" && typeof raw.then === "function") {
+      // An app-provided storage: whatever happens meanwhile (a link, a disconnect) wins.
+      const epoch = this.epoch;
+      return raw.then(
+        (value) => (epoch === this.epoch && store === this.leaseStore && !this.isBusy() ? this.restoreFrom(value) : false),
+        () => false,
+      );
+    }
+    return Promise.resolve(this.restoreFrom(raw as string | null));
+  }
+
+  private isBusy(): boolean {
+    return this.state === "connecting" || this.state === "active" || this.state === "reconnecting";
+  }
+
+  /** Resumes from a stored lease (text), if it is well formed and within grace. */
+  private restoreFrom(raw: string | null): boolean {
+    const lease = raw === null ? null : parseLease(raw);
+    if (raw !== null && !lease) this.safeLeaseClear();
+    this.restoreMissed = !lease;
+    if (!lease) return false;
+    const staticKey = lease.staticKey !== undefined ? decodeBase64urlStrict(lease.staticKey) : null;
     const now = this.clock.now();
     const lostAt = lease.lostAt ?? now;
     if (now >= lostAt + lease.graceS * 1000) {
       this.safeLeaseClear();
-      return Promise.resolve(false);
+      return false;
     }
     this.session = {
       sessionId: lease.sessionId,
@@ -555,6 +658,7 @@ class Client implements AppductClient {
       endpoint: { ...lease.endpoint },
       transport: lease.transport,
       pins: lease.transport === "native" && this.trust === "pin" ? this.pins : [],
+      staticKey,
       lostAt,
     };
     this.claim = null;
@@ -564,7 +668,7 @@ class Client implements AppductClient {
     const epoch = ++this.epoch;
     this.setState("reconnecting");
     if (epoch === this.epoch) this.openConnection();
-    return Promise.resolve(true);
+    return true;
   }
 
   disconnect(): Promise<void> {
@@ -607,9 +711,17 @@ class Client implements AppductClient {
     const transport = this.session?.transport ?? this.claim?.transport ?? this.defaultTransport;
     const pins = this.session?.pins ?? this.claim?.pins ?? [];
     if (!endpoint) return;
+    const target: TransportTarget = { url: endpointUrl(endpoint, transport), transport, pins };
+    if (transport === "sealed") {
+      const staticKey = this.session?.staticKey ?? this.claim?.staticKey ?? null;
+      if (staticKey) target.staticKey = staticKey;
+      // The secret this attempt presents: it seeds the DRBG where there is no CSPRNG.
+      const secret = this.session ? encodeUtf8(this.session.resumeToken) : this.claim ? decodeBase64urlStrict(this.claim.token) : null;
+      if (secret) target.secret = secret;
+    }
     let socket: TransportSocket;
     try {
-      socket = this.transportFactory({ url: endpointUrl(endpoint, transport), transport, pins });
+      socket = this.transportFactory(target);
     } catch (error) {
       this.safeLog("warn", "appduct: the transport failed to open a socket:", error);
       this.onAttemptFailed(mode);
@@ -749,6 +861,7 @@ class Client implements AppductClient {
       endpoint: base.endpoint,
       transport: base.transport,
       pins: base.pins,
+      staticKey: base.staticKey,
       lostAt: null,
     };
     this.claim = null;
@@ -786,6 +899,20 @@ class Client implements AppductClient {
   // ---- closes and retries (02 §16.2, §16.3) ----
 
   private handleClose(conn: Connection, event: TransportCloseEvent): void {
+    if (event.error === "handshake_failed") {
+      // Sealed: the daemon at the link's address does not hold the link's static key (rotated
+      // with appduct keygen --force, or another daemon). Retrying cannot help.
+      const message =
+        "The sealed handshake failed: the daemon does not hold the key this link names (its host key was rotated, or the link is for another daemon). Mint a new link.";
+      if (conn.mode === "claim" && this.claim) {
+        const claim = this.claim;
+        this.refuseLink({ sessionId: claim.sessionId, tokenBase64url: claim.token, address: claim.endpoint.address, port: claim.endpoint.port }, "handshake_failed");
+        this.finish("handshake_failed", "closed", { code: "handshake_failed", message });
+      } else {
+        this.finish("handshake_failed", "session_suspended", { code: "handshake_failed", message });
+      }
+      return;
+    }
     if (event.error === "pin_mismatch") {
       this.finish("pin_mismatch", "session_suspended", {
         code: "pin_mismatch",
@@ -942,7 +1069,7 @@ class Client implements AppductClient {
       this.emitError(event);
     }
     if (pending) {
-      const code = reason === "pin_mismatch" || reason === "closed_by_app" ? reason : "connect_error";
+      const code = reason === "pin_mismatch" || reason === "closed_by_app" || reason === "handshake_failed" ? reason : "connect_error";
       pending.reject(new AppductConnectError(code, error?.message ?? `The session ended (${reason}).`, error?.closeReason));
     }
   }
@@ -962,6 +1089,7 @@ class Client implements AppductClient {
       endpoint: { address: session.endpoint.address, port: session.endpoint.port },
       transport: session.transport,
     };
+    if (session.staticKey) lease.staticKey = encodeBase64url(session.staticKey);
     try {
       this.leaseStore.write(JSON.stringify(lease));
     } catch (error) {
@@ -975,20 +1103,6 @@ class Client implements AppductClient {
     } catch (error) {
       this.safeLog("warn", "appduct: clearing the resume lease failed:", error);
     }
-  }
-
-  /** Reads and checks the lease; an unreadable one is deleted. */
-  private readLease(): ResumeLease | null {
-    let raw: string | null;
-    try {
-      raw = this.leaseStore.read();
-    } catch {
-      return null;
-    }
-    if (raw === null) return null;
-    const lease = parseLease(raw);
-    if (!lease) this.safeLeaseClear();
-    return lease;
   }
 }
 

@@ -56,6 +56,7 @@ export type AppductConnectErrorCode =
   | "pin_mismatch"
   | "address_not_allowed"
   | "unsupported_link"
+  | "handshake_failed"
   | "connect_error"
   | "superseded"
   | "closed_by_app"

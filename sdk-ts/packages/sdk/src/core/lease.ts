@@ -1,8 +1,10 @@
 // The resume lease (07 §7.7.2): what a client needs to resume a session, kept in memory (native,
-// Node, React Native) or the tab's sessionStorage (web), never on disk (02 §16.3).
+// Node, React Native) or the tab's sessionStorage (web), never on disk (02 §16.3) unless the app
+// provides a storage adapter (issue #23: a session then survives a full JavaScript reload).
 
 import { isJsonObject, isStringWithin, isWireInteger, MAX_IDENTIFIER_LENGTH } from "./text.js";
-import type { LeaseStore, ResumeLease } from "./types.js";
+import { decodeBase64urlStrict } from "./base64.js";
+import type { AppductStorage, LeaseStore, ResumeLease } from "./types.js";
 
 /** The default lease store: process memory only (02 §16.3). */
 export function createMemoryLeaseStore(): LeaseStore {
@@ -40,11 +42,17 @@ export function parseLease(raw: string): ResumeLease | null {
     !isWireInteger(endpoint.port) ||
     endpoint.port < 1 ||
     endpoint.port > 65535 ||
-    (value.transport !== "native" && value.transport !== "web")
+    (value.transport !== "native" && value.transport !== "web" && value.transport !== "sealed")
   ) {
     return null;
   }
-  return {
+  let staticKey: string | undefined;
+  if (value.transport === "sealed") {
+    const key = typeof value.staticKey === "string" ? decodeBase64urlStrict(value.staticKey) : null;
+    if (!key || key.length !== 32) return null;
+    staticKey = value.staticKey as string;
+  }
+  const lease: ResumeLease = {
     v: 1,
     sessionId: value.sessionId,
     resumeToken: value.resumeToken,
@@ -53,5 +61,52 @@ export function parseLease(raw: string): ResumeLease | null {
     lostAt: value.lostAt,
     endpoint: { address: endpoint.address, port: endpoint.port },
     transport: value.transport,
+  };
+  if (staticKey !== undefined) lease.staticKey = staticKey;
+  return lease;
+}
+
+/** A lease store whose reads are asynchronous (an app-provided storage adapter). */
+export interface AsyncLeaseStore {
+  read(): Promise<string | null>;
+  write(value: string): void;
+  clear(): void;
+}
+
+/** The key an app-provided storage keeps the lease under. */
+export const STORAGE_LEASE_KEY = "appduct:lease";
+
+/**
+ * A lease store over an app-provided storage adapter (sync or async): operations run one after
+ * another, so a read sees every earlier write and a clear is never overtaken by an older write.
+ * Failures are reported to `warn` and otherwise ignored (the session then does not survive a
+ * reload).
+ */
+export function createAdapterLeaseStore(storage: AppductStorage, warn: (message: string, error: unknown) => void): AsyncLeaseStore {
+  let queue: Promise<unknown> = Promise.resolve();
+  const enqueue = <T>(op: () => T | Promise<T>, fallback: T, what: string): Promise<T> => {
+    const next = queue.then(op).catch((error: unknown) => {
+      warn(`appduct: ${what} the stored resume lease failed:`, error);
+      return fallback;
+    });
+    queue = next;
+    return next;
+  };
+  return {
+    read: () =>
+      enqueue(
+        async () => {
+          const value = await storage.getItem(STORAGE_LEASE_KEY);
+          return typeof value === "string" ? value : null;
+        },
+        null as string | null,
+        "reading",
+      ),
+    write: (value) => {
+      void enqueue(() => storage.setItem(STORAGE_LEASE_KEY, value), undefined, "writing");
+    },
+    clear: () => {
+      void enqueue(() => storage.removeItem(STORAGE_LEASE_KEY), undefined, "removing");
+    },
   };
 }

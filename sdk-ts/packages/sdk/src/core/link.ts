@@ -1,7 +1,7 @@
 // Link parsing (02 §5.2, §5.3): deep links `<scheme>:///?appduct=<payload>[&pin=<pin>]`, page
 // URLs carrying `#appduct=<payload>`, and bare payloads.
 
-import { decodeBootstrapPayload, type BootstrapPayload } from "./bootstrap.js";
+import { decodeAnyBootstrapPayload, decodeBootstrapPayload, type BootstrapPayload } from "./bootstrap.js";
 
 const PIN_PATTERN = /^sha256\/[A-Za-z0-9+/]{43}=$/;
 const SCHEME_PATTERN = /^[A-Za-z][A-Za-z0-9+.-]*:/;
@@ -43,6 +43,32 @@ export interface ParsedLink {
   pin: string | null;
   /** Where the payload came from. */
   form: "query" | "fragment" | "bare";
+  /**
+   * Sealed links only (payload version `0x03`, read when `parseLink` is asked to): the daemon's
+   * X25519 static public key. A `pin` parameter on a sealed link is ignored (`pin` is `null`).
+   */
+  staticKey?: Uint8Array;
+}
+
+export interface ParseLinkOptions {
+  /**
+   * Also accept sealed payloads (version `0x03`, PROTOCOL.md "Sealed link"). Default `false`:
+   * the v2 rules, under which a sealed payload is `invalid_payload`.
+   */
+  sealed?: boolean;
+}
+
+/** The payload of a link: v2 only, or either version when sealed links are accepted. */
+function decodePayload(text: string, options: ParseLinkOptions | undefined): { payload: BootstrapPayload; staticKey?: Uint8Array } | null {
+  if (!options?.sealed) {
+    const payload = decodeBootstrapPayload(text);
+    return payload ? { payload } : null;
+  }
+  const any = decodeAnyBootstrapPayload(text);
+  if (!any) return null;
+  if (!any.sealed) return { payload: any.payload };
+  const { staticKey, ...payload } = any.payload;
+  return { payload, staticKey };
 }
 
 export type LinkParseResult = { ok: true; link: ParsedLink } | { ok: false; code: LinkErrorCode };
@@ -97,14 +123,14 @@ function splitUrl(url: string): UrlParts {
  * a repeated `appduct` or a repeated `pin` in either is `invalid_url`); and a payload in both
  * the query and the fragment is ambiguous, so `invalid_url`.
  */
-export function parseLink(input: unknown): LinkParseResult {
+export function parseLink(input: unknown, options?: ParseLinkOptions): LinkParseResult {
   if (typeof input !== "string") {
     return { ok: false, code: "invalid_url" };
   }
   const text = trimLink(input);
   if (BARE_PAYLOAD_PATTERN.test(text)) {
-    const payload = decodeBootstrapPayload(text);
-    return payload ? { ok: true, link: { payloadText: text, payload, pin: null, form: "bare" } } : { ok: false, code: "invalid_payload" };
+    const decoded = decodePayload(text, options);
+    return decoded ? { ok: true, link: { payloadText: text, pin: null, form: "bare", ...decoded } } : { ok: false, code: "invalid_payload" };
   }
   if (!isUrlShaped(text)) {
     return { ok: false, code: "invalid_url" };
@@ -131,12 +157,13 @@ export function parseLink(input: unknown): LinkParseResult {
   const params = form === "query" ? queryParams : fragmentParams;
   const pins = params.filter((p) => p.name === "pin");
   const payloadText = ((form === "query" ? inQuery[0] : inFragment[0]) as Param).value;
-  const payload = decodeBootstrapPayload(payloadText);
-  if (!payload) {
+  const decoded = decodePayload(payloadText, options);
+  if (!decoded) {
     return { ok: false, code: "invalid_payload" };
   }
   const rawPin = pins[0]?.value;
-  return { ok: true, link: { payloadText, payload, pin: isValidPin(rawPin) ? rawPin : null, form } };
+  const pin = decoded.staticKey === undefined && isValidPin(rawPin) ? rawPin : null;
+  return { ok: true, link: { payloadText, pin, form, ...decoded } };
 }
 
 /** The percent-decoded parameter names of a query or fragment component. */

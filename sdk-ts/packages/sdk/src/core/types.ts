@@ -4,7 +4,11 @@ import type { ToolAnnotations, WireToolDescriptor } from "./descriptors.js";
 import type { ToolSchema } from "./standard-schema.js";
 
 export type ClientState = "idle" | "connecting" | "active" | "reconnecting" | "closed";
-export type TransportKind = "native" | "web";
+/**
+ * `native`: pinned wss; `web`: loopback ws to the web listener; `sealed`: a Noise channel inside
+ * a plain ws on the LAN (PROTOCOL.md "Sealed transport"), chosen by a sealed link.
+ */
+export type TransportKind = "native" | "web" | "sealed";
 
 export interface Registration {
   readonly name?: string;
@@ -100,6 +104,22 @@ export interface ConfigureOptions {
   allowPrivateLanOnly?: boolean;
   /** Development warnings and checks. */
   dev?: boolean;
+  /**
+   * Where the resume lease is kept so a session survives a full JavaScript reload: an async
+   * key-value store in the shape of AsyncStorage, expo-secure-store or MMKV (React Native and
+   * web entries). `null` goes back to the entry's default (memory, or the tab's sessionStorage).
+   */
+  storage?: AppductStorage | null;
+}
+
+/**
+ * An app-provided key-value store (`getItem`/`setItem`/`removeItem`, sync or async): the
+ * convention of React Native storage libraries. The lease is stored under `appduct:lease`.
+ */
+export interface AppductStorage {
+  getItem(key: string): Promise<string | null> | string | null;
+  setItem(key: string, value: string): Promise<unknown> | unknown;
+  removeItem(key: string): Promise<unknown> | unknown;
 }
 
 /** A decoded bootstrap as `connectBootstrap` takes it (07 §7.2.1). */
@@ -113,6 +133,8 @@ export interface BootstrapTarget {
   port: number;
   transport: TransportKind;
   pins?: readonly string[];
+  /** Sealed transport: the daemon's 32-byte X25519 static public key. */
+  staticKey?: Uint8Array;
 }
 
 export interface Clock {
@@ -138,12 +160,22 @@ export interface TransportTarget {
   transport: TransportKind;
   /** Native only: the pins trusted for this attempt. */
   pins: readonly string[];
+  /** Sealed only: the daemon's static public key, from the link. */
+  staticKey?: Uint8Array;
+  /**
+   * Sealed only: the secret this attempt presents (the claim token's 32 bytes, or the resume
+   * token's UTF-8), which seeds the DRBG where there is no CSPRNG. Never sent in clear.
+   */
+  secret?: Uint8Array;
 }
 
 export interface TransportCloseEvent {
   code?: number;
   reason?: string;
-  /** `pin_mismatch` is terminal; any other value is an ordinary socket failure. */
+  /**
+   * `pin_mismatch` is terminal; `handshake_failed` (sealed: the daemon does not hold the link's
+   * static key) ends a claim; any other value is an ordinary socket failure.
+   */
   error?: string;
 }
 
@@ -182,6 +214,20 @@ export interface AppductClientOptions {
    * (02 §5.1), so a web-only platform cannot follow it. Default `false`.
    */
   refusePinnedLinks?: boolean;
+  /**
+   * Tells the daemon that this app will not use a link (PROTOCOL.md "Refusals"): called with the
+   * plain `ws://` address of the link's listener and the one `link_refused` text frame to send
+   * there. Platforms that cannot reach the daemon leave it unset.
+   */
+  sendLinkRefusal?: (refusal: LinkRefusal) => void;
+}
+
+/** A `link_refused` frame and where to send it. */
+export interface LinkRefusal {
+  url: string;
+  reason: "unsupported_link" | "link_expired" | "handshake_failed" | "pin_mismatch";
+  sessionId: string;
+  frame: string;
 }
 
 /** The resume lease (07 §7.7.2, §7.9), as stored. */
@@ -195,6 +241,8 @@ export interface ResumeLease {
   lostAt: number | null;
   endpoint: { address: string; port: number };
   transport: TransportKind;
+  /** Sealed leases: the daemon's static public key, base64url. */
+  staticKey?: string;
 }
 
 export interface AppductClient {

@@ -5,12 +5,14 @@ import type { TransportCloseEvent, TransportFactory, TransportSocket } from "../
 
 /** The part of the WHATWG WebSocket this transport uses. */
 export interface WebSocketLike {
-  send(data: string): void;
+  send(data: string | ArrayBuffer): void;
   close(code?: number, reason?: string): void;
   onopen: ((event: unknown) => void) | null;
   onmessage: ((event: { data: unknown }) => void) | null;
   onclose: ((event: { code?: number; reason?: string }) => void) | null;
   onerror: ((event: unknown) => void) | null;
+  /** Binary messages arrive as ArrayBuffer when this is `"arraybuffer"` (sealed transport). */
+  binaryType?: string;
 }
 
 export type WebSocketConstructor = new (url: string) => WebSocketLike;
