@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use appduct_protocol::bootstrap::{BootstrapPayload, Decoded};
 use appduct_protocol::control::{
-    ControlRequest, Device, PolicyDecision, SessionState, SessionSummary, ToolsCallParams,
+    ControlRequest, Device, PolicyDecision, RegistryState, SessionState, SessionSummary, ToolsCallParams,
     ToolsListEntry, Transport, features,
 };
 use appduct_protocol::errors::ErrorType;
@@ -95,6 +95,7 @@ pub fn session(id: &str, alias: &str) -> SessionSummary {
         suspend_reason: None,
         tool_count: 0,
         event_count: 0,
+        registry: RegistryState::Received,
     }
 }
 

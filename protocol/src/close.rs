@@ -55,11 +55,16 @@ pub enum CloseReason {
     ProtocolError,
     /// A text message (or close reason) that is not valid UTF-8.
     InvalidPayload,
+    /// A valid `link_refused` frame was recorded (issue #23; ours).
+    RefusalRecorded,
+    /// A `link_refused` frame that is malformed, names no pending link, or whose proof does not
+    /// verify (issue #23; ours).
+    InvalidRefusal,
 }
 
 impl CloseReason {
     /// Every reason of the table, in table order.
-    pub const ALL: [CloseReason; 24] = [
+    pub const ALL: [CloseReason; 26] = [
         Self::SessionReplaced,
         Self::Revoked,
         Self::AppBackgrounded,
@@ -84,11 +89,13 @@ impl CloseReason {
         Self::InternalError,
         Self::ProtocolError,
         Self::InvalidPayload,
+        Self::RefusalRecorded,
+        Self::InvalidRefusal,
     ];
 
     pub const fn code(self) -> u16 {
         match self {
-            Self::SessionReplaced | Self::Revoked => NORMAL,
+            Self::SessionReplaced | Self::Revoked | Self::RefusalRecorded => NORMAL,
             Self::AppBackgrounded | Self::DaemonShutdown => GOING_AWAY,
             Self::BinaryFrameNotSupported => UNSUPPORTED_DATA,
             Self::ProtocolError => PROTOCOL_ERROR,
@@ -108,7 +115,8 @@ impl CloseReason {
             | Self::InvalidResumeToken
             | Self::InvalidRegistry
             | Self::InvalidMessage
-            | Self::WrongTransport => POLICY_VIOLATION,
+            | Self::WrongTransport
+            | Self::InvalidRefusal => POLICY_VIOLATION,
         }
     }
 
@@ -138,6 +146,8 @@ impl CloseReason {
             Self::InternalError => "internal_error",
             Self::ProtocolError => "protocol_error",
             Self::InvalidPayload => "invalid_payload",
+            Self::RefusalRecorded => "refusal_recorded",
+            Self::InvalidRefusal => "invalid_refusal",
         }
     }
 

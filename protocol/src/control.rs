@@ -507,6 +507,19 @@ wire_enum! {
     SuspendReason { AppBackgrounded = "app_backgrounded", ConnectionLost = "connection_lost" }
 }
 wire_enum! {
+    /// `SessionSummary.registry` (issue #23; ours): whether the app's first
+    /// `tool_registry_snapshot` since the claim has arrived.
+    RegistryState { Pending = "pending", Received = "received" }
+}
+
+/// A daemon that does not report `registry` predates it: its waits resolved at the claim.
+impl Default for RegistryState {
+    fn default() -> Self {
+        Self::Received
+    }
+}
+
+wire_enum! {
     /// A policy decision (04 §7).
     PolicyDecision { Allow = "allow", Deny = "deny", Prompt = "prompt" }
 }
@@ -544,6 +557,7 @@ wire_enum! {
         DaemonStarted = "daemon_started",
         LinkCreated = "link_created",
         LinkExpired = "link_expired",
+        LinkRefused = "link_refused",
         SessionClaimed = "session_claimed",
         SessionSuspended = "session_suspended",
         SessionResumed = "session_resumed",
@@ -1224,6 +1238,10 @@ pub struct SessionSummary {
     pub suspend_reason: Option<SuspendReason>,
     pub tool_count: u64,
     pub event_count: u64,
+    /// Whether the app's tool registry has arrived (issue #23; ours). Waiters resolve on
+    /// `received`; a session stays `pending` from its claim until its first snapshot.
+    #[serde(default)]
+    pub registry: RegistryState,
 }
 
 /// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (03 §8.3).
@@ -2140,12 +2158,27 @@ impl ToolCallFinishedData {
     }
 }
 
+/// `link_refused` data (issue #23; ours): the reason the app gave, first refusal only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct LinkRefusedData {
+    pub reason: crate::link::RefusalReason,
+}
+
+impl LinkRefusedData {
+    pub fn new(reason: crate::link::RefusalReason) -> Self {
+        Self { reason }
+    }
+}
+
 /// `data` of an event, by kind (03 §11.1).
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventData {
     DaemonStarted(DaemonStartedData),
     LinkCreated(LinkCreatedData),
     LinkExpired(Empty),
+    LinkRefused(LinkRefusedData),
     SessionClaimed(SessionClaimedData),
     SessionSuspended(SessionSuspendedData),
     SessionResumed(SessionResumedData),
@@ -2165,6 +2198,7 @@ impl EventData {
             Self::DaemonStarted(_) => EventKind::DaemonStarted,
             Self::LinkCreated(_) => EventKind::LinkCreated,
             Self::LinkExpired(_) => EventKind::LinkExpired,
+            Self::LinkRefused(_) => EventKind::LinkRefused,
             Self::SessionClaimed(_) => EventKind::SessionClaimed,
             Self::SessionSuspended(_) => EventKind::SessionSuspended,
             Self::SessionResumed(_) => EventKind::SessionResumed,
@@ -2184,6 +2218,7 @@ impl EventData {
             Self::DaemonStarted(d) => m.serialize_entry("data", d),
             Self::LinkCreated(d) => m.serialize_entry("data", d),
             Self::LinkExpired(d) | Self::SessionExpired(d) => m.serialize_entry("data", d),
+            Self::LinkRefused(d) => m.serialize_entry("data", d),
             Self::SessionClaimed(d) => m.serialize_entry("data", d),
             Self::SessionSuspended(d) => m.serialize_entry("data", d),
             Self::SessionResumed(d) => m.serialize_entry("data", d),
@@ -2204,6 +2239,7 @@ impl EventData {
             EventKind::DaemonStarted => Self::DaemonStarted(de(data)?),
             EventKind::LinkCreated => Self::LinkCreated(de(data)?),
             EventKind::LinkExpired => Self::LinkExpired(de(data)?),
+            EventKind::LinkRefused => Self::LinkRefused(de(data)?),
             EventKind::SessionClaimed => Self::SessionClaimed(de(data)?),
             EventKind::SessionSuspended => Self::SessionSuspended(de(data)?),
             EventKind::SessionResumed => Self::SessionResumed(de(data)?),

@@ -5,7 +5,12 @@
 //! rules of 02 §5.2 (a `+` stays a `+`, duplicates are errors, reading stops at `&`) differ
 //! from `application/x-www-form-urlencoded`, so a general URL crate would need overriding anyway.
 
+use hmac::digest::KeyInit;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
 use crate::bootstrap::{self, BootstrapPayload, DecodeError};
+use crate::limits::TOKEN_BYTES;
 use crate::pin::SpkiPin;
 
 /// Query (or fragment) parameter carrying the bootstrap payload.
@@ -380,6 +385,102 @@ fn hex_value(b: u8) -> Option<u8> {
     char::from(b)
         .to_digit(16)
         .and_then(|d| u8::try_from(d).ok())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Link refusals (issue #23; ours, not part of appduct v2)
+// ---------------------------------------------------------------------------------------------
+
+/// Why an app refused a link it was given (`link_refused.reason`, PROTOCOL.md "Refusals").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// A link of a kind this SDK cannot use (a native link given to a JavaScript-only app).
+    UnsupportedLink,
+    /// The link's `expires_at` has passed on the app's clock.
+    LinkExpired,
+    /// The sealed handshake failed (wrong static key, or the channel broke during it).
+    HandshakeFailed,
+    /// The daemon's certificate did not match the link's pin.
+    PinMismatch,
+}
+
+impl RefusalReason {
+    /// Every reason, in the order of PROTOCOL.md.
+    pub const ALL: [Self; 4] = [
+        Self::UnsupportedLink,
+        Self::LinkExpired,
+        Self::HandshakeFailed,
+        Self::PinMismatch,
+    ];
+
+    /// The wire string.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::UnsupportedLink => "unsupported_link",
+            Self::LinkExpired => "link_expired",
+            Self::HandshakeFailed => "handshake_failed",
+            Self::PinMismatch => "pin_mismatch",
+        }
+    }
+
+    /// The reason named by a wire string; `None` for anything else (case-sensitive).
+    pub fn from_wire(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Bytes of a refusal proof (HMAC-SHA256).
+pub const REFUSAL_PROOF_BYTES: usize = 32;
+
+/// Label of the refusal proof's message, so the MAC cannot be mistaken for any other use of the
+/// claim token.
+const REFUSAL_LABEL: &str = "appduct link_refused v1";
+
+fn refusal_mac(token: &[u8; TOKEN_BYTES], session_id: &str, reason: RefusalReason) -> Hmac<Sha256> {
+    // HMAC takes a key of any length; 32 bytes never fail.
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(token)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+    mac.update(REFUSAL_LABEL.as_bytes());
+    mac.update(b"\n");
+    mac.update(session_id.as_bytes());
+    mac.update(b"\n");
+    mac.update(reason.as_str().as_bytes());
+    mac
+}
+
+/// The proof of a `link_refused` frame: HMAC-SHA256 with the link's 32 claim-token bytes as
+/// key over UTF-8 `appduct link_refused v1\n<session_id>\n<reason>`. It shows the daemon that
+/// the refusing app holds the link, without sending the token. On the wire it is unpadded
+/// base64url (43 characters).
+pub fn refusal_proof(
+    token: &[u8; TOKEN_BYTES],
+    session_id: &str,
+    reason: RefusalReason,
+) -> [u8; REFUSAL_PROOF_BYTES] {
+    refusal_mac(token, session_id, reason)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+/// Whether `proof` is the refusal proof of `session_id` and `reason` under `token`, compared
+/// in constant time.
+pub fn refusal_proof_matches(
+    token: &[u8; TOKEN_BYTES],
+    session_id: &str,
+    reason: RefusalReason,
+    proof: &[u8; REFUSAL_PROOF_BYTES],
+) -> bool {
+    refusal_mac(token, session_id, reason)
+        .verify_slice(proof)
+        .is_ok()
 }
 
 #[cfg(test)]
@@ -808,5 +909,36 @@ mod tests {
         for bad in ["%", "%2", "%g0", "%C3", "%%20"] {
             assert_eq!(percent_decode(bad), None, "{bad:?}");
         }
+    }
+
+    /// Independent vectors (Python's `hmac`): token bytes 0..=31, session id
+    /// `AAECAwQFBgcICQoL`. The TypeScript SDK checks the same strings.
+    #[test]
+    fn refusal_proofs_match_independent_hmac_vectors() {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let token: [u8; 32] = std::array::from_fn(|i| i as u8);
+        let expected = [
+            (RefusalReason::UnsupportedLink, "GvLn3Yn_TEoAXwElEcb5enelqhMdUbuR2KnaLd8KuWk"),
+            (RefusalReason::LinkExpired, "gEJtBXvTIiFGAEFcnZBzvxIKY-iTASrqyPQO5Hbpkc0"),
+            (RefusalReason::HandshakeFailed, "tFpZyHAQhmZovMZQij_mPVzRYC7zCRVzNs0dKxvafJM"),
+            (RefusalReason::PinMismatch, "kJzTV3QJqI1Ac4E65KBYwVfIPQt9TZ7_b-BzeFTSst8"),
+        ];
+        for (reason, b64) in expected {
+            let proof = refusal_proof(&token, "AAECAwQFBgcICQoL", reason);
+            assert_eq!(URL_SAFE_NO_PAD.encode(proof), b64, "{reason}");
+            assert!(refusal_proof_matches(&token, "AAECAwQFBgcICQoL", reason, &proof));
+            // Another reason, session or token does not verify.
+            for other in RefusalReason::ALL.into_iter().filter(|r| *r != reason) {
+                assert!(!refusal_proof_matches(&token, "AAECAwQFBgcICQoL", other, &proof));
+            }
+            assert!(!refusal_proof_matches(&token, "AAECAwQFBgcICQoM", reason, &proof));
+            let mut wrong = token;
+            wrong[0] ^= 1;
+            assert!(!refusal_proof_matches(&wrong, "AAECAwQFBgcICQoL", reason, &proof));
+            assert_eq!(RefusalReason::from_wire(reason.as_str()), Some(reason));
+        }
+        assert_eq!(RefusalReason::from_wire("Unsupported_link"), None);
+        assert_eq!(RefusalReason::from_wire(""), None);
     }
 }

@@ -192,6 +192,9 @@ impl Connection {
                             self.inner
                                 .resume(self.id, &self.sender, &resume, self.transport)
                         }
+                        // Issue #23: an app saying why it will not use a link. Either way the
+                        // connection ends here (`refusal_recorded` or `invalid_refusal`).
+                        Ok(AppFrame::LinkRefused(refusal)) => Err(self.inner.refuse(&refusal)),
                         Ok(_) => Err(CloseReason::ExpectedClaimOrResume),
                     };
                     match outcome {

@@ -73,9 +73,10 @@ fn check_app(text: &str, parsed: Option<&Value>, phase: Phase<'_>) {
 }
 
 fn check_app_frame(frame: &AppFrame, phase: Phase<'_>) {
+    // A first frame: a claim, a resume, or a refusal of a link (issue #23).
     let handshake = matches!(
         frame,
-        AppFrame::SessionClaim(_) | AppFrame::SessionResume(_)
+        AppFrame::SessionClaim(_) | AppFrame::SessionResume(_) | AppFrame::LinkRefused(_)
     );
     match phase {
         Phase::PreAck => assert!(handshake, "{} accepted before the ack", frame.type_name()),
