@@ -36,7 +36,7 @@ pub const BUILTIN: Entry = Entry {
 fn definition() -> Definition {
     Definition {
         title: "Wait for session",
-        description: "Wait until the app given a link by appduct_connect claims its session and its tools have arrived; returns the session's alias, registry (\"received\", or \"pending\" if the app had sent no tools by the deadline) and toolCount. Fails at once with unknown_session if the app refused the link (details.refused, details.hint), and with tool_timeout (details.hint names the likely cause) if nothing claims it in time.",
+        description: "Wait until the app given a link by appduct_connect claims its session and sends its tools; returns alias, registry (received, or pending if no tools came in time) and toolCount. A refused link fails at once (unknown_session, details.refused, hint); no claim in time: tool_timeout with a hint.",
         hints: READ_ONLY,
         input: json!({
             "type": "object",
