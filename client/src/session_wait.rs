@@ -65,7 +65,10 @@ impl PendingLink {
         }
         let endpoint = d.get("endpoint");
         Some(Self {
-            transport: d.get("transport").and_then(Value::as_str).map(str::to_owned),
+            transport: d
+                .get("transport")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             address: endpoint
                 .and_then(|e| e.get("address"))
                 .and_then(Value::as_str)
@@ -173,7 +176,9 @@ pub fn unclaimed_hint(link: Option<&PendingLink>, frontend: Frontend) -> String 
             "No app claimed the link. An app with only the JavaScript SDK cannot use a native \
              link: mint it with {}. A native app must reach {} on the network.",
             frontend.mint_for("react-native"),
-            endpoint.as_deref().unwrap_or("the daemon's advertised address")
+            endpoint
+                .as_deref()
+                .unwrap_or("the daemon's advertised address")
         ),
         Some("web") => "No app claimed the link. 127.0.0.1 is reachable only from this machine, \
                         a simulator, or an Android device through adb reverse; a phone on Wi-Fi \
@@ -182,7 +187,9 @@ pub fn unclaimed_hint(link: Option<&PendingLink>, frontend: Frontend) -> String 
         Some("sealed") => format!(
             "No app claimed the link. The phone must reach {} on the LAN; check that it is on the \
              same Wi-Fi and that the firewall lets the port through.",
-            endpoint.as_deref().unwrap_or("the daemon's advertised address and port")
+            endpoint
+                .as_deref()
+                .unwrap_or("the daemon's advertised address and port")
         ),
         _ => format!(
             "No app claimed the link. Check that the app received it and can reach {}.",
@@ -218,7 +225,10 @@ mod tests {
                 refused: Some(RefusalReason::PinMismatch),
             })
         );
-        assert_eq!(PendingLink::from_details(Some(&json!({"selector": "s"}))), None);
+        assert_eq!(
+            PendingLink::from_details(Some(&json!({"selector": "s"}))),
+            None
+        );
         assert_eq!(PendingLink::from_details(None), None);
         // An older daemon: only `pending`.
         assert_eq!(
@@ -230,13 +240,22 @@ mod tests {
     #[test]
     fn timeout_hints_name_the_likely_cause_by_link_kind() {
         let native = unclaimed_hint(Some(&link("native", "192.168.1.20")), Frontend::Cli);
-        assert!(native.contains("only the JavaScript SDK cannot use a native link"), "{native}");
+        assert!(
+            native.contains("only the JavaScript SDK cannot use a native link"),
+            "{native}"
+        );
         assert!(native.contains("--for react-native"), "{native}");
         let web = unclaimed_hint(Some(&link("web", "127.0.0.1")), Frontend::Mcp);
-        assert!(web.contains("127.0.0.1 is reachable only from this machine"), "{web}");
+        assert!(
+            web.contains("127.0.0.1 is reachable only from this machine"),
+            "{web}"
+        );
         assert!(web.contains("adb reverse"), "{web}");
         let sealed = unclaimed_hint(Some(&link("sealed", "192.168.1.20")), Frontend::Mcp);
-        assert!(sealed.contains("must reach 192.168.1.20:8443 on the LAN"), "{sealed}");
+        assert!(
+            sealed.contains("must reach 192.168.1.20:8443 on the LAN"),
+            "{sealed}"
+        );
         assert!(sealed.contains("firewall"), "{sealed}");
         let v6 = unclaimed_hint(Some(&link("sealed", "fd00::1")), Frontend::Cli);
         assert!(v6.contains("[fd00::1]:8443"), "{v6}");
@@ -246,19 +265,17 @@ mod tests {
 
     #[test]
     fn a_refusal_is_unknown_session_with_its_reason_and_a_hint_per_frontend() {
-        let f = refusal_failure(
-            "Zk3",
-            RefusalReason::UnsupportedLink,
-            None,
-            Frontend::Cli,
-        );
+        let f = refusal_failure("Zk3", RefusalReason::UnsupportedLink, None, Frontend::Cli);
         assert_eq!(f.error_type, ErrorType::UnknownSession);
         assert_eq!(f.details["refused"], "unsupported_link");
         assert_eq!(f.details["selector"], "Zk3");
         let hint = f.details["hint"].as_str().unwrap_or_default();
         assert!(hint.contains("only the JavaScript SDK") && hint.contains("--for react-native"));
         let mcp = refusal_hint(RefusalReason::UnsupportedLink, None, Frontend::Mcp);
-        assert!(mcp.contains("appduct_connect with \"for\": \"react-native\""), "{mcp}");
+        assert!(
+            mcp.contains("appduct_connect with \"for\": \"react-native\""),
+            "{mcp}"
+        );
         for reason in RefusalReason::ALL {
             let f = refusal_failure("Zk3", reason, None, Frontend::Mcp);
             assert!(f.message.contains(reason.as_str()), "{}", f.message);

@@ -16,8 +16,8 @@ use appduct_protocol::control::{Endpoint, LinkCreateParams, LinkCreateResult, Tr
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::ids::{ClaimToken, SessionId};
 use appduct_protocol::jsonrpc::ErrorObject;
-use appduct_protocol::link::{REFUSAL_PROOF_BYTES, RefusalReason, refusal_proof_matches};
 use appduct_protocol::limits::{MAX_FAILED_CLAIMS, SESSION_ID_BYTES, TOKEN_BYTES};
+use appduct_protocol::link::{REFUSAL_PROOF_BYTES, RefusalReason, refusal_proof_matches};
 use serde_json::json;
 use tokio::task::AbortHandle;
 

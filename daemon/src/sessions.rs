@@ -25,8 +25,8 @@ use std::time::Duration;
 use appduct_protocol::close::CloseReason;
 use appduct_protocol::control::{
     Device, EventData, LinkCreateParams, LinkCreateResult, LinkCreatedData, PreviousState,
-    RegistryState, RevokeResult, RevokedKind, SessionRevokedData, SessionState, SessionSummary, SuspendReason,
-    Transport,
+    RegistryState, RevokeResult, RevokedKind, SessionRevokedData, SessionState, SessionSummary,
+    SuspendReason, Transport,
 };
 use appduct_protocol::descriptor::{EventDescriptor, ToolDescriptor};
 use appduct_protocol::errors::ErrorType;

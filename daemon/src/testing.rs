@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use appduct_protocol::bootstrap::{BootstrapPayload, Decoded};
 use appduct_protocol::control::{
-    ControlRequest, Device, PolicyDecision, RegistryState, SessionState, SessionSummary, ToolsCallParams,
-    ToolsListEntry, Transport, features,
+    ControlRequest, Device, PolicyDecision, RegistryState, SessionState, SessionSummary,
+    ToolsCallParams, ToolsListEntry, Transport, features,
 };
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::{ErrorObject, RequestId};

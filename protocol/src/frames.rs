@@ -17,11 +17,11 @@ use crate::close::CloseReason;
 use crate::descriptor::{
     EventDescriptor, ToolDescriptor, json_kind, validate_event_descriptor, validate_tool_descriptor,
 };
-use crate::link::{REFUSAL_PROOF_BYTES, RefusalReason};
 use crate::limits::{
     MAX_DEVICE_FIELD_LEN, MAX_FREE_TEXT_LEN, MAX_IDENTIFIER_LEN, MAX_JSON_DEPTH, MAX_MESSAGE_BYTES,
     MAX_REGISTRY_ENTRIES, MIN_IDENTIFIER_LEN,
 };
+use crate::link::{REFUSAL_PROOF_BYTES, RefusalReason};
 use crate::text::{as_finite, as_integer, json_depth, truncate_utf16, utf16_len, utf16_len_within};
 
 /// The only `protocol_version` of claims and resumes (02 §9.3).
@@ -925,9 +925,11 @@ fn guard_refusal(m: &Map<String, Value>) -> Guarded<AppFrame> {
         other => return Err(wrong_type("reason", "a string", other)),
     };
     let proof = match required(m, "proof")? {
-        Value::String(s) => crate::ids::decode_exact::<REFUSAL_PROOF_BYTES>(s).ok_or_else(|| {
-            FieldError::new("proof", "must be 43 base64url characters (32 bytes)")
-        })?,
+        Value::String(s) => {
+            crate::ids::decode_exact::<REFUSAL_PROOF_BYTES>(s).ok_or_else(|| {
+                FieldError::new("proof", "must be 43 base64url characters (32 bytes)")
+            })?
+        }
         other => return Err(wrong_type("proof", "a string", other)),
     };
     Ok(AppFrame::LinkRefused(LinkRefused {
@@ -2465,7 +2467,10 @@ mod tests {
             assert!(decode_app_value(&v, Phase::PreAck).is_ok(), "{reason}");
         }
         // After the ack it is not accepted at all.
-        assert_eq!(reason(decode_app_value(&good, ACKED)), CloseReason::UnknownMessageType);
+        assert_eq!(
+            reason(decode_app_value(&good, ACKED)),
+            CloseReason::UnknownMessageType
+        );
         let mut bad = Vec::new();
         for (field, value) in [
             ("session_id", json!("")),
@@ -2493,7 +2498,11 @@ mod tests {
             bad.push(v);
         }
         for v in bad {
-            assert_eq!(reason(decode_app_value(&v, Phase::PreAck)), CloseReason::InvalidRefusal, "{v}");
+            assert_eq!(
+                reason(decode_app_value(&v, Phase::PreAck)),
+                CloseReason::InvalidRefusal,
+                "{v}"
+            );
         }
     }
 }

@@ -919,23 +919,55 @@ mod tests {
         use base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let token: [u8; 32] = std::array::from_fn(|i| i as u8);
         let expected = [
-            (RefusalReason::UnsupportedLink, "GvLn3Yn_TEoAXwElEcb5enelqhMdUbuR2KnaLd8KuWk"),
-            (RefusalReason::LinkExpired, "gEJtBXvTIiFGAEFcnZBzvxIKY-iTASrqyPQO5Hbpkc0"),
-            (RefusalReason::HandshakeFailed, "tFpZyHAQhmZovMZQij_mPVzRYC7zCRVzNs0dKxvafJM"),
-            (RefusalReason::PinMismatch, "kJzTV3QJqI1Ac4E65KBYwVfIPQt9TZ7_b-BzeFTSst8"),
+            (
+                RefusalReason::UnsupportedLink,
+                "GvLn3Yn_TEoAXwElEcb5enelqhMdUbuR2KnaLd8KuWk",
+            ),
+            (
+                RefusalReason::LinkExpired,
+                "gEJtBXvTIiFGAEFcnZBzvxIKY-iTASrqyPQO5Hbpkc0",
+            ),
+            (
+                RefusalReason::HandshakeFailed,
+                "tFpZyHAQhmZovMZQij_mPVzRYC7zCRVzNs0dKxvafJM",
+            ),
+            (
+                RefusalReason::PinMismatch,
+                "kJzTV3QJqI1Ac4E65KBYwVfIPQt9TZ7_b-BzeFTSst8",
+            ),
         ];
         for (reason, b64) in expected {
             let proof = refusal_proof(&token, "AAECAwQFBgcICQoL", reason);
             assert_eq!(URL_SAFE_NO_PAD.encode(proof), b64, "{reason}");
-            assert!(refusal_proof_matches(&token, "AAECAwQFBgcICQoL", reason, &proof));
+            assert!(refusal_proof_matches(
+                &token,
+                "AAECAwQFBgcICQoL",
+                reason,
+                &proof
+            ));
             // Another reason, session or token does not verify.
             for other in RefusalReason::ALL.into_iter().filter(|r| *r != reason) {
-                assert!(!refusal_proof_matches(&token, "AAECAwQFBgcICQoL", other, &proof));
+                assert!(!refusal_proof_matches(
+                    &token,
+                    "AAECAwQFBgcICQoL",
+                    other,
+                    &proof
+                ));
             }
-            assert!(!refusal_proof_matches(&token, "AAECAwQFBgcICQoM", reason, &proof));
+            assert!(!refusal_proof_matches(
+                &token,
+                "AAECAwQFBgcICQoM",
+                reason,
+                &proof
+            ));
             let mut wrong = token;
             wrong[0] ^= 1;
-            assert!(!refusal_proof_matches(&wrong, "AAECAwQFBgcICQoL", reason, &proof));
+            assert!(!refusal_proof_matches(
+                &wrong,
+                "AAECAwQFBgcICQoL",
+                reason,
+                &proof
+            ));
             assert_eq!(RefusalReason::from_wire(reason.as_str()), Some(reason));
         }
         assert_eq!(RefusalReason::from_wire("Unsupported_link"), None);

@@ -200,10 +200,7 @@ impl Inner {
         if st.shutting_down {
             return CloseReason::DaemonShutdown;
         }
-        match st
-            .links
-            .check_refusal(id, refusal.reason, &refusal.proof)
-        {
+        match st.links.check_refusal(id, refusal.reason, &refusal.proof) {
             RefusalCheck::Recorded => {
                 self.bus.emit(
                     Some(id),

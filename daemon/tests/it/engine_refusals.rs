@@ -106,11 +106,27 @@ async fn invalid_refusals_close_1008_and_change_nothing() {
 
     let cases = [
         // The proof of another reason, another link, or under another token.
-        refusal(id, "link_expired", &proof(&key, id, RefusalReason::UnsupportedLink)),
-        refusal(id, "unsupported_link", &proof(&key, &other.session_id, RefusalReason::UnsupportedLink)),
-        refusal(id, "unsupported_link", &proof(&wrong_key, id, RefusalReason::UnsupportedLink)),
+        refusal(
+            id,
+            "link_expired",
+            &proof(&key, id, RefusalReason::UnsupportedLink),
+        ),
+        refusal(
+            id,
+            "unsupported_link",
+            &proof(&key, &other.session_id, RefusalReason::UnsupportedLink),
+        ),
+        refusal(
+            id,
+            "unsupported_link",
+            &proof(&wrong_key, id, RefusalReason::UnsupportedLink),
+        ),
         // No such pending link.
-        refusal("AAAAAAAAAAAAAAAA", "unsupported_link", &proof(&key, "AAAAAAAAAAAAAAAA", RefusalReason::UnsupportedLink)),
+        refusal(
+            "AAAAAAAAAAAAAAAA",
+            "unsupported_link",
+            &proof(&key, "AAAAAAAAAAAAAAAA", RefusalReason::UnsupportedLink),
+        ),
         // Malformed frames.
         json!({"type": "link_refused", "session_id": id, "reason": "bored",
                "proof": URL_SAFE_NO_PAD.encode(proof(&key, id, RefusalReason::UnsupportedLink))}),
@@ -137,7 +153,11 @@ async fn invalid_refusals_close_1008_and_change_nothing() {
         .await
         .unwrap();
     assert_eq!(expect_text(&mut claimed).await["type"], "session_ack");
-    let late = refusal(id, "unsupported_link", &proof(&key, id, RefusalReason::UnsupportedLink));
+    let late = refusal(
+        id,
+        "unsupported_link",
+        &proof(&key, id, RefusalReason::UnsupportedLink),
+    );
     claimed.send_text(late.to_string()).await.unwrap();
     assert_closed(&mut claimed, 1008, "unknown_message_type").await;
 
@@ -158,7 +178,10 @@ async fn the_registry_is_pending_from_the_claim_until_the_first_snapshot() {
     let mut h = Harness::new();
     let mut c = h.claim(Some("Pixel 8")).await;
     let id = c.session_id.clone();
-    assert_eq!(h.mgr.describe(Some(&id)).unwrap().registry, RegistryState::Pending);
+    assert_eq!(
+        h.mgr.describe(Some(&id)).unwrap().registry,
+        RegistryState::Pending
+    );
     assert_eq!(h.mgr.list()[0].registry, RegistryState::Pending);
     let wire = serde_json::to_value(h.mgr.describe(Some(&id)).unwrap()).unwrap();
     assert_eq!(wire["registry"], "pending");
@@ -173,11 +196,15 @@ async fn the_registry_is_pending_from_the_claim_until_the_first_snapshot() {
         .await
         .unwrap();
     h.event_of(EventKind::ToolsChanged).await;
-    assert_eq!(h.mgr.describe(Some(&id)).unwrap().registry, RegistryState::Pending);
+    assert_eq!(
+        h.mgr.describe(Some(&id)).unwrap().registry,
+        RegistryState::Pending
+    );
 
     c.app
         .send_text(
-            json!({"type": "tool_registry_snapshot", "session_id": id, "tools": [tool]}).to_string(),
+            json!({"type": "tool_registry_snapshot", "session_id": id, "tools": [tool]})
+                .to_string(),
         )
         .await
         .unwrap();
@@ -192,5 +219,8 @@ async fn the_registry_is_pending_from_the_claim_until_the_first_snapshot() {
     h.event_of(EventKind::SessionSuspended).await;
     let (_app, ack) = h.resume(Transport::Native, &id, &c.resume_token).await;
     assert_eq!(ack["type"], "session_ack");
-    assert_eq!(h.mgr.describe(Some(&id)).unwrap().registry, RegistryState::Received);
+    assert_eq!(
+        h.mgr.describe(Some(&id)).unwrap().registry,
+        RegistryState::Received
+    );
 }

@@ -257,7 +257,9 @@ fn ended_before_claim(id: &str, data: &EventData) -> ToolFailure {
     };
     ToolFailure::new(
         ErrorType::UnknownSession,
-        format!("the link for session {id} {how} before it was claimed; call appduct_connect again"),
+        format!(
+            "the link for session {id} {how} before it was claimed; call appduct_connect again"
+        ),
     )
     .with_details(json!({"selector": id}))
 }

@@ -36,7 +36,13 @@ async fn wait_for_session_resolves_on_claim_and_fails_on_expiry_or_close() {
     let sub = &fake.requests("events.subscribe")[0];
     assert_eq!(
         sub["kinds"],
-        json!(["session_claimed", "link_expired", "link_refused", "session_revoked", "tools_changed"])
+        json!([
+            "session_claimed",
+            "link_expired",
+            "link_refused",
+            "session_revoked",
+            "tools_changed"
+        ])
     );
     fake.emit(
         json!({"kind": "session_claimed", "sessionId": "other", "alias": "x", "ts": 1, "seq": 0,
@@ -439,20 +445,29 @@ async fn wait_for_session_resolves_once_the_registry_arrives_not_at_the_claim() 
     fake.wait_for("sessions.describe", 1).await;
     fake.state.lock().unwrap().pending_links.clear();
     fake.add_session(pending_registry(ID), vec![]);
-    fake.emit(json!({"kind": "session_claimed", "sessionId": ID, "alias": "pixel-8", "ts": 1, "seq": 0,
-                     "data": {"device": {}, "transport": "native"}}));
+    fake.emit(
+        json!({"kind": "session_claimed", "sessionId": ID, "alias": "pixel-8", "ts": 1, "seq": 0,
+                     "data": {"device": {}, "transport": "native"}}),
+    );
     // The bridge looks at the claimed session, sees no registry, and keeps waiting.
     fake.wait_for("sessions.describe", 2).await;
     // Another session's tools do not end it.
-    fake.emit(json!({"kind": "tools_changed", "sessionId": "other", "alias": "x", "ts": 1, "seq": 0,
-                     "data": {"toolCount": 3}}));
-    assert!(!pending.is_finished(), "resolved before the registry arrived");
+    fake.emit(
+        json!({"kind": "tools_changed", "sessionId": "other", "alias": "x", "ts": 1, "seq": 0,
+                     "data": {"toolCount": 3}}),
+    );
+    assert!(
+        !pending.is_finished(),
+        "resolved before the registry arrived"
+    );
     fake.remove_session(ID);
     let mut ready = session(ID, "pixel-8");
     ready.tool_count = 2;
     fake.add_session(ready, vec![]);
-    fake.emit(json!({"kind": "tools_changed", "sessionId": ID, "alias": "pixel-8", "ts": 1, "seq": 0,
-                     "data": {"toolCount": 2}}));
+    fake.emit(
+        json!({"kind": "tools_changed", "sessionId": ID, "alias": "pixel-8", "ts": 1, "seq": 0,
+                     "data": {"toolCount": 2}}),
+    );
     let r = pending.await.unwrap();
     assert_eq!(
         structured(&r),
@@ -468,7 +483,10 @@ async fn wait_for_session_reports_a_registry_still_pending_after_the_grace() {
     fake.add_session(pending_registry(ID), vec![]);
     let h = start(fake.clone(), v2025()).await;
     let r = h
-        .call(catalog::WAIT_FOR_SESSION, json!({"sessionId": ID, "timeoutMs": 1000}))
+        .call(
+            catalog::WAIT_FOR_SESSION,
+            json!({"sessionId": ID, "timeoutMs": 1000}),
+        )
         .await;
     assert_eq!(
         structured(&r),
@@ -484,8 +502,10 @@ async fn wait_for_session_reports_a_refusal_at_once_with_its_reason_and_a_hint()
     // Refused while waiting.
     let pending = spawn_call(&h, catalog::WAIT_FOR_SESSION, json!({"sessionId": ID}));
     fake.wait_for("sessions.describe", 1).await;
-    fake.emit(json!({"kind": "link_refused", "sessionId": ID, "ts": 1, "seq": 0,
-                     "data": {"reason": "unsupported_link"}}));
+    fake.emit(
+        json!({"kind": "link_refused", "sessionId": ID, "ts": 1, "seq": 0,
+                     "data": {"reason": "unsupported_link"}}),
+    );
     let r = pending.await.unwrap();
     assert_eq!(error_type(&r), "unknown_session");
     let d = error_details(&r);
@@ -496,17 +516,21 @@ async fn wait_for_session_reports_a_refusal_at_once_with_its_reason_and_a_hint()
     assert!(hint.contains("\"for\": \"react-native\""), "{hint}");
 
     // Refused before the wait started: the describe says so, and the wait ends at once.
-    fake.state
-        .lock()
-        .unwrap()
-        .pending_details
-        .insert(ID.to_owned(), json!({"transport": "native", "refused": "pin_mismatch",
-                                      "endpoint": {"address": "192.168.1.20", "port": 8443}}));
-    let r = h.call(catalog::WAIT_FOR_SESSION, json!({"sessionId": ID})).await;
+    fake.state.lock().unwrap().pending_details.insert(
+        ID.to_owned(),
+        json!({"transport": "native", "refused": "pin_mismatch",
+                                      "endpoint": {"address": "192.168.1.20", "port": 8443}}),
+    );
+    let r = h
+        .call(catalog::WAIT_FOR_SESSION, json!({"sessionId": ID}))
+        .await;
     assert_eq!(error_type(&r), "unknown_session");
     let d = error_details(&r);
     assert_eq!(d["refused"], "pin_mismatch");
-    assert!(d["hint"].as_str().unwrap().contains("192.168.1.20:8443"), "{d}");
+    assert!(
+        d["hint"].as_str().unwrap().contains("192.168.1.20:8443"),
+        "{d}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -526,7 +550,10 @@ async fn a_wait_that_times_out_names_the_likely_cause_by_link_kind() {
         drop(st);
         let h = start(fake.clone(), v2025()).await;
         let r = h
-            .call(catalog::WAIT_FOR_SESSION, json!({"sessionId": ID, "timeoutMs": 1000}))
+            .call(
+                catalog::WAIT_FOR_SESSION,
+                json!({"sessionId": ID, "timeoutMs": 1000}),
+            )
             .await;
         assert_eq!(error_type(&r), "tool_timeout", "{transport}");
         let d = error_details(&r);

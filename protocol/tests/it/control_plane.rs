@@ -648,7 +648,10 @@ fn session_summary_example() {
         registry: RegistryState::Pending,
         ..old
     };
-    assert_eq!(serde_json::to_value(&pending).unwrap_or_default()["registry"], "pending");
+    assert_eq!(
+        serde_json::to_value(&pending).unwrap_or_default()["registry"],
+        "pending"
+    );
 }
 
 #[test]
