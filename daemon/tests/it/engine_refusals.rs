@@ -176,7 +176,7 @@ async fn invalid_refusals_close_1008_and_change_nothing() {
 #[tokio::test(start_paused = true)]
 async fn the_registry_is_pending_from_the_claim_until_the_first_snapshot() {
     let mut h = Harness::new();
-    let mut c = h.claim(Some("Pixel 8")).await;
+    let c = h.claim(Some("Pixel 8")).await;
     let id = c.session_id.clone();
     assert_eq!(
         h.mgr.describe(Some(&id)).unwrap().registry,

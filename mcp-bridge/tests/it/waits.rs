@@ -541,13 +541,14 @@ async fn a_wait_that_times_out_names_the_likely_cause_by_link_kind() {
         ("sealed", "must reach 192.168.1.20:8443 on the LAN"),
     ] {
         let fake = FakeDaemon::new(&["sessions.describe", "events.subscribe"]);
-        let mut st = fake.state.lock().unwrap();
-        st.pending_links.push(ID.to_owned());
-        st.pending_details.insert(
-            ID.to_owned(),
-            json!({"transport": transport, "endpoint": {"address": "192.168.1.20", "port": 8443}}),
-        );
-        drop(st);
+        {
+            let mut st = fake.state.lock().unwrap();
+            st.pending_links.push(ID.to_owned());
+            st.pending_details.insert(
+                ID.to_owned(),
+                json!({"transport": transport, "endpoint": {"address": "192.168.1.20", "port": 8443}}),
+            );
+        }
         let h = start(fake.clone(), v2025()).await;
         let r = h
             .call(
