@@ -80,7 +80,7 @@ impl PendingLink {
             refused: d
                 .get("refused")
                 .and_then(Value::as_str)
-                .and_then(RefusalReason::from_wire),
+                .and_then(RefusalReason::parse),
         })
     }
 
@@ -120,7 +120,7 @@ pub fn refusal_failure(
         ),
         details: json!({
             "selector": session_id,
-            "refused": reason,
+            "refused": reason.as_str(),
             "hint": refusal_hint(reason, link, frontend),
         }),
     }

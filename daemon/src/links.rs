@@ -17,7 +17,7 @@ use appduct_protocol::errors::ErrorType;
 use appduct_protocol::ids::{ClaimToken, SessionId};
 use appduct_protocol::jsonrpc::ErrorObject;
 use appduct_protocol::limits::{MAX_FAILED_CLAIMS, SESSION_ID_BYTES, TOKEN_BYTES};
-use appduct_protocol::link::{REFUSAL_PROOF_BYTES, RefusalReason, refusal_proof_matches};
+use appduct_protocol::link::{RefusalReason, verify_refusal_proof};
 use serde_json::json;
 use tokio::task::AbortHandle;
 
@@ -425,16 +425,11 @@ impl LinkTable {
     /// A `link_refused` for `id`: the proof is checked in constant time against the pending
     /// link's claim token, whatever its wall-clock expiry (an app whose clock runs ahead says
     /// `link_expired` before the daemon does). Never counted as a failed claim.
-    pub fn check_refusal(
-        &mut self,
-        id: &str,
-        reason: RefusalReason,
-        proof: &[u8; REFUSAL_PROOF_BYTES],
-    ) -> RefusalCheck {
+    pub fn check_refusal(&mut self, id: &str, reason: RefusalReason, proof: &str) -> RefusalCheck {
         let Some(link) = self.pending.get_mut(id) else {
             return RefusalCheck::Invalid;
         };
-        if !refusal_proof_matches(link.token.as_bytes(), id, reason, proof) {
+        if !verify_refusal_proof(&link.token, id, reason, proof) {
             return RefusalCheck::Invalid;
         }
         if link.refusal.is_some() {

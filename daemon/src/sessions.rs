@@ -344,7 +344,7 @@ impl State {
                 "endpoint": {"address": link.endpoint.address, "port": link.endpoint.port},
             });
             if let Some(reason) = link.refusal {
-                details["refused"] = json!(reason);
+                details["refused"] = json!(reason.as_str());
             }
             return Err(ErrorObject::application(
                 ErrorType::UnknownSession,

@@ -2163,7 +2163,24 @@ impl ToolCallFinishedData {
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct LinkRefusedData {
+    #[serde(with = "refusal_reason")]
     pub reason: crate::link::RefusalReason,
+}
+
+/// `RefusalReason` as its wire string.
+mod refusal_reason {
+    use crate::link::RefusalReason;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(r: &RefusalReason, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(r.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RefusalReason, D::Error> {
+        let s = String::deserialize(d)?;
+        RefusalReason::parse(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown refusal reason {s:?}")))
+    }
 }
 
 impl LinkRefusedData {

@@ -8,8 +8,6 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::fmt;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
@@ -21,7 +19,7 @@ use crate::limits::{
     MAX_DEVICE_FIELD_LEN, MAX_FREE_TEXT_LEN, MAX_IDENTIFIER_LEN, MAX_JSON_DEPTH, MAX_MESSAGE_BYTES,
     MAX_REGISTRY_ENTRIES, MIN_IDENTIFIER_LEN,
 };
-use crate::link::{REFUSAL_PROOF_BYTES, RefusalReason};
+use crate::link::RefusalReason;
 use crate::text::{as_finite, as_integer, json_depth, truncate_utf16, utf16_len, utf16_len_within};
 
 /// The only `protocol_version` of claims and resumes (02 §9.3).
@@ -446,19 +444,20 @@ setters!(EventFrame {
 pub struct LinkRefused {
     pub session_id: String,
     pub reason: RefusalReason,
-    pub proof: [u8; REFUSAL_PROOF_BYTES],
+    /// 43 characters of canonical base64url (32 bytes), as the guard checked.
+    pub proof: String,
 }
 
 impl LinkRefused {
     pub fn new(
         session_id: impl Into<String>,
         reason: RefusalReason,
-        proof: [u8; REFUSAL_PROOF_BYTES],
+        proof: impl Into<String>,
     ) -> Self {
         Self {
             session_id: session_id.into(),
             reason,
-            proof,
+            proof: proof.into(),
         }
     }
 }
@@ -677,7 +676,7 @@ impl AppFrame {
             Self::SessionResume(f) => put(&mut m, "resume_token", f.resume_token.as_str()),
             Self::LinkRefused(f) => {
                 put(&mut m, "reason", f.reason.as_str());
-                put(&mut m, "proof", URL_SAFE_NO_PAD.encode(f.proof));
+                put(&mut m, "proof", f.proof.as_str());
             }
             Self::ToolRegistrySnapshot(f) => put(
                 &mut m,
@@ -916,7 +915,7 @@ fn guard_claim(m: &Map<String, Value>) -> Guarded<AppFrame> {
 fn guard_refusal(m: &Map<String, Value>) -> Guarded<AppFrame> {
     let session_id = identifier(m, "session_id")?;
     let reason = match required(m, "reason")? {
-        Value::String(s) => RefusalReason::from_wire(s).ok_or_else(|| {
+        Value::String(s) => RefusalReason::parse(s).ok_or_else(|| {
             FieldError::new(
                 "reason",
                 "must be unsupported_link, link_expired, handshake_failed or pin_mismatch",
@@ -925,10 +924,12 @@ fn guard_refusal(m: &Map<String, Value>) -> Guarded<AppFrame> {
         other => return Err(wrong_type("reason", "a string", other)),
     };
     let proof = match required(m, "proof")? {
-        Value::String(s) => {
-            crate::ids::decode_exact::<REFUSAL_PROOF_BYTES>(s).ok_or_else(|| {
-                FieldError::new("proof", "must be 43 base64url characters (32 bytes)")
-            })?
+        Value::String(s) if crate::ids::decode_exact::<32>(s).is_some() => s.clone(),
+        Value::String(_) => {
+            return Err(FieldError::new(
+                "proof",
+                "must be 43 base64url characters (32 bytes)",
+            ));
         }
         other => return Err(wrong_type("proof", "a string", other)),
     };

@@ -5,12 +5,12 @@
 //! rules of 02 §5.2 (a `+` stays a `+`, duplicates are errors, reading stops at `&`) differ
 //! from `application/x-www-form-urlencoded`, so a general URL crate would need overriding anyway.
 
-use hmac::digest::KeyInit;
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::Mac as _;
 
 use crate::bootstrap::{self, BootstrapPayload, DecodeError};
-use crate::limits::TOKEN_BYTES;
+use crate::ids::ClaimToken;
 use crate::pin::SpkiPin;
 
 /// Query (or fragment) parameter carrying the bootstrap payload.
@@ -387,27 +387,21 @@ fn hex_value(b: u8) -> Option<u8> {
         .and_then(|d| u8::try_from(d).ok())
 }
 
-// ---------------------------------------------------------------------------------------------
-// Link refusals (issue #23; ours, not part of appduct v2)
-// ---------------------------------------------------------------------------------------------
-
-/// Why an app refused a link it was given (`link_refused.reason`, PROTOCOL.md "Refusals").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Why an app refused a link (`link_refused`, PROTOCOL.md "Refusals").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RefusalReason {
-    /// A link of a kind this SDK cannot use (a native link given to a JavaScript-only app).
+    /// A link of a kind this SDK cannot use (a native link given to a JS-only app, …).
     UnsupportedLink,
     /// The link's `expires_at` has passed on the app's clock.
     LinkExpired,
-    /// The sealed handshake failed (wrong static key, or the channel broke during it).
+    /// The sealed handshake failed (a link minted for another static key).
     HandshakeFailed,
-    /// The daemon's certificate did not match the link's pin.
+    /// The wss certificate did not match the link's pin.
     PinMismatch,
 }
 
 impl RefusalReason {
-    /// Every reason, in the order of PROTOCOL.md.
-    pub const ALL: [Self; 4] = [
+    pub const ALL: [RefusalReason; 4] = [
         Self::UnsupportedLink,
         Self::LinkExpired,
         Self::HandshakeFailed,
@@ -424,8 +418,7 @@ impl RefusalReason {
         }
     }
 
-    /// The reason named by a wire string; `None` for anything else (case-sensitive).
-    pub fn from_wire(s: &str) -> Option<Self> {
+    pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|r| r.as_str() == s)
     }
 }
@@ -436,50 +429,50 @@ impl std::fmt::Display for RefusalReason {
     }
 }
 
-/// Bytes of a refusal proof (HMAC-SHA256).
-pub const REFUSAL_PROOF_BYTES: usize = 32;
+/// The message a refusal proof authenticates: `appduct link_refused v1\n<session_id>\n<reason>`.
+fn refusal_message(session_id: &str, reason: RefusalReason) -> String {
+    format!("appduct link_refused v1\n{session_id}\n{}", reason.as_str())
+}
 
-/// Label of the refusal proof's message, so the MAC cannot be mistaken for any other use of the
-/// claim token.
-const REFUSAL_LABEL: &str = "appduct link_refused v1";
-
-fn refusal_mac(token: &[u8; TOKEN_BYTES], session_id: &str, reason: RefusalReason) -> Hmac<Sha256> {
-    // HMAC takes a key of any length; 32 bytes never fail.
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(token)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
-    mac.update(REFUSAL_LABEL.as_bytes());
-    mac.update(b"\n");
-    mac.update(session_id.as_bytes());
-    mac.update(b"\n");
-    mac.update(reason.as_str().as_bytes());
+fn refusal_mac(
+    token: &ClaimToken,
+    session_id: &str,
+    reason: RefusalReason,
+) -> hmac::Hmac<sha2::Sha256> {
+    let Ok(mut mac) = hmac::Hmac::<sha2::Sha256>::new_from_slice(token.as_bytes()) else {
+        unreachable!("HMAC takes keys of any length");
+    };
+    mac.update(refusal_message(session_id, reason).as_bytes());
     mac
 }
 
-/// The proof of a `link_refused` frame: HMAC-SHA256 with the link's 32 claim-token bytes as
-/// key over UTF-8 `appduct link_refused v1\n<session_id>\n<reason>`. It shows the daemon that
-/// the refusing app holds the link, without sending the token. On the wire it is unpadded
-/// base64url (43 characters).
-pub fn refusal_proof(
-    token: &[u8; TOKEN_BYTES],
-    session_id: &str,
-    reason: RefusalReason,
-) -> [u8; REFUSAL_PROOF_BYTES] {
-    refusal_mac(token, session_id, reason)
-        .finalize()
-        .into_bytes()
-        .into()
+/// The `proof` of a `link_refused` frame: unpadded base64url of HMAC-SHA256(key = the 32 claim
+/// token bytes, message = `appduct link_refused v1\n<session_id>\n<reason>`). The app proves it
+/// holds the link without sending the token.
+pub fn refusal_proof(token: &ClaimToken, session_id: &str, reason: RefusalReason) -> String {
+    URL_SAFE_NO_PAD.encode(
+        refusal_mac(token, session_id, reason)
+            .finalize()
+            .into_bytes(),
+    )
 }
 
-/// Whether `proof` is the refusal proof of `session_id` and `reason` under `token`, compared
-/// in constant time.
-pub fn refusal_proof_matches(
-    token: &[u8; TOKEN_BYTES],
+/// Checks a presented proof in constant time. Anything but the canonical 43-character text of
+/// the right MAC is `false`.
+pub fn verify_refusal_proof(
+    token: &ClaimToken,
     session_id: &str,
     reason: RefusalReason,
-    proof: &[u8; REFUSAL_PROOF_BYTES],
+    proof: &str,
 ) -> bool {
+    if proof.len() != 43 {
+        return false;
+    }
+    let Ok(presented) = URL_SAFE_NO_PAD.decode(proof) else {
+        return false;
+    };
     refusal_mac(token, session_id, reason)
-        .verify_slice(proof)
+        .verify_slice(&presented)
         .is_ok()
 }
 
@@ -915,9 +908,10 @@ mod tests {
     /// `AAECAwQFBgcICQoL`. The TypeScript SDK checks the same strings.
     #[test]
     fn refusal_proofs_match_independent_hmac_vectors() {
-        use base64::Engine as _;
-        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let token: [u8; 32] = std::array::from_fn(|i| i as u8);
+        let token = ClaimToken::from_bytes(std::array::from_fn(|i| i as u8));
+        let mut wrong = *token.as_bytes();
+        wrong[0] ^= 1;
+        let wrong = ClaimToken::from_bytes(wrong);
         let expected = [
             (
                 RefusalReason::UnsupportedLink,
@@ -938,8 +932,8 @@ mod tests {
         ];
         for (reason, b64) in expected {
             let proof = refusal_proof(&token, "AAECAwQFBgcICQoL", reason);
-            assert_eq!(URL_SAFE_NO_PAD.encode(proof), b64, "{reason}");
-            assert!(refusal_proof_matches(
+            assert_eq!(proof, b64, "{reason}");
+            assert!(verify_refusal_proof(
                 &token,
                 "AAECAwQFBgcICQoL",
                 reason,
@@ -947,30 +941,28 @@ mod tests {
             ));
             // Another reason, session or token does not verify.
             for other in RefusalReason::ALL.into_iter().filter(|r| *r != reason) {
-                assert!(!refusal_proof_matches(
+                assert!(!verify_refusal_proof(
                     &token,
                     "AAECAwQFBgcICQoL",
                     other,
                     &proof
                 ));
             }
-            assert!(!refusal_proof_matches(
+            assert!(!verify_refusal_proof(
                 &token,
                 "AAECAwQFBgcICQoM",
                 reason,
                 &proof
             ));
-            let mut wrong = token;
-            wrong[0] ^= 1;
-            assert!(!refusal_proof_matches(
+            assert!(!verify_refusal_proof(
                 &wrong,
                 "AAECAwQFBgcICQoL",
                 reason,
                 &proof
             ));
-            assert_eq!(RefusalReason::from_wire(reason.as_str()), Some(reason));
+            assert_eq!(RefusalReason::parse(reason.as_str()), Some(reason));
         }
-        assert_eq!(RefusalReason::from_wire("Unsupported_link"), None);
-        assert_eq!(RefusalReason::from_wire(""), None);
+        assert_eq!(RefusalReason::parse("Unsupported_link"), None);
+        assert_eq!(RefusalReason::parse(""), None);
     }
 }

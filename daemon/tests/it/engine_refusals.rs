@@ -8,9 +8,8 @@ use crate::engine_support;
 use appduct_protocol::bootstrap;
 use appduct_protocol::control::{EventData, EventKind, RegistryState, Transport};
 use appduct_protocol::errors::ErrorType;
+use appduct_protocol::ids::ClaimToken;
 use appduct_protocol::link::{RefusalReason, refusal_proof};
-use base64::Engine as _;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use engine_support::*;
 use serde_json::{Value, json};
 
@@ -19,13 +18,12 @@ fn token_bytes(payload: &str) -> [u8; 32] {
     *bootstrap::decode(payload).unwrap().token.as_bytes()
 }
 
-fn refusal(session_id: &str, reason: &str, proof: &[u8; 32]) -> Value {
-    json!({"type": "link_refused", "session_id": session_id, "reason": reason,
-           "proof": URL_SAFE_NO_PAD.encode(proof)})
+fn refusal(session_id: &str, reason: &str, proof: &str) -> Value {
+    json!({"type": "link_refused", "session_id": session_id, "reason": reason, "proof": proof})
 }
 
-fn proof(token: &[u8; 32], session_id: &str, reason: RefusalReason) -> [u8; 32] {
-    refusal_proof(token, session_id, reason)
+fn proof(token: &[u8; 32], session_id: &str, reason: RefusalReason) -> String {
+    refusal_proof(&ClaimToken::from_bytes(*token), session_id, reason)
 }
 
 /// `unknown_session` details of a pending link, as `sessions.describe` answers.
@@ -129,7 +127,7 @@ async fn invalid_refusals_close_1008_and_change_nothing() {
         ),
         // Malformed frames.
         json!({"type": "link_refused", "session_id": id, "reason": "bored",
-               "proof": URL_SAFE_NO_PAD.encode(proof(&key, id, RefusalReason::UnsupportedLink))}),
+               "proof": proof(&key, id, RefusalReason::UnsupportedLink)}),
         json!({"type": "link_refused", "session_id": id, "reason": "unsupported_link", "proof": token}),
         json!({"type": "link_refused", "session_id": id, "reason": "unsupported_link"}),
     ];

@@ -23,9 +23,9 @@ fn tools() -> Value {
 fn refusal(link: &Link, reason: RefusalReason) -> String {
     let token = ClaimToken::from_base64url(&link.token)
         .unwrap_or_else(|| fail("the link's token is not 32 bytes"));
-    let proof = refusal_proof(token.as_bytes(), &link.session_id, reason);
+    let proof = refusal_proof(&token, &link.session_id, reason);
     json!({"type": "link_refused", "session_id": link.session_id, "reason": reason.as_str(),
-           "proof": ClaimToken::from_bytes(proof).to_base64url()})
+           "proof": proof})
     .to_string()
 }
 
