@@ -5,6 +5,8 @@
 //!   subscriptions;
 //! - `link_flow`: minting a link and opening it (device delivery, web link, QR), revoking it when
 //!   a later step fails or the request is cancelled; `delivery`, `project` and `qr` are its parts;
+//! - `session_wait`: what the waits for a claimed, ready session share (refusals, timeout hints,
+//!   the registry grace);
 //! - the local files both sides agree on: `state_dir` (layout, resolution, checks), `config`,
 //!   `pidfile` (the daemon's single-instance lock), `spawn_lock`;
 //! - the seams the client side reaches the outside world through: `process` (process probe),
@@ -28,6 +30,7 @@ pub mod process;
 pub mod project;
 pub mod qr;
 pub mod random;
+pub mod session_wait;
 pub mod spawn;
 pub mod spawn_lock;
 pub mod state_dir;

@@ -19,6 +19,7 @@ use appduct_protocol::errors::ErrorType;
 use appduct_protocol::ids::{ClaimToken, SessionId};
 use appduct_protocol::jsonrpc::ErrorObject;
 use appduct_protocol::limits::{MAX_FAILED_CLAIMS, SESSION_ID_BYTES, TOKEN_BYTES};
+use appduct_protocol::link::{RefusalReason, verify_refusal_proof};
 use serde_json::json;
 use tokio::task::AbortHandle;
 
@@ -260,6 +261,10 @@ pub struct PendingLink {
     failures: u32,
     /// The TTL timer; aborted when the link leaves the table other than by expiring.
     timer: Option<AbortHandle>,
+    /// Where the link points (address and port), for the hints of waits that time out.
+    pub endpoint: Endpoint,
+    /// The first `link_refused` an app sent for it (issue #23); the link stays claimable.
+    pub refusal: Option<RefusalReason>,
 }
 
 impl fmt::Debug for PendingLink {
@@ -268,6 +273,7 @@ impl fmt::Debug for PendingLink {
             .field("transport", &self.transport)
             .field("expires_at", &self.expires_at)
             .field("failures", &self.failures)
+            .field("refusal", &self.refusal)
             .finish_non_exhaustive()
     }
 }
@@ -310,6 +316,18 @@ pub enum ClaimCheck {
     InvalidToken,
     /// T4: the 5th failure; the link is gone.
     Burned,
+}
+
+/// Outcome of checking a `link_refused` frame against the table (issue #23).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalCheck {
+    /// The proof verifies and this is the link's first refusal: recorded; the caller emits
+    /// `link_refused`.
+    Recorded,
+    /// The proof verifies but a refusal was already recorded (the first one is kept).
+    AlreadyRecorded,
+    /// Not a pending link, or the proof does not verify: no effect at all.
+    Invalid,
 }
 
 /// Pending links and tombstones, by session id.
@@ -422,6 +440,23 @@ impl LinkTable {
         } else {
             ClaimCheck::InvalidToken
         }
+    }
+
+    /// A `link_refused` for `id`: the proof is checked in constant time against the pending
+    /// link's claim token, whatever its wall-clock expiry (an app whose clock runs ahead says
+    /// `link_expired` before the daemon does). Never counted as a failed claim.
+    pub fn check_refusal(&mut self, id: &str, reason: RefusalReason, proof: &str) -> RefusalCheck {
+        let Some(link) = self.pending.get_mut(id) else {
+            return RefusalCheck::Invalid;
+        };
+        if !verify_refusal_proof(&link.token, id, reason, proof) {
+            return RefusalCheck::Invalid;
+        }
+        if link.refusal.is_some() {
+            return RefusalCheck::AlreadyRecorded;
+        }
+        link.refusal = Some(reason);
+        RefusalCheck::Recorded
     }
 
     /// Consumes a link for a successful claim (single use).
@@ -555,7 +590,7 @@ pub fn mint(
         id.clone(),
         transport,
         deep_link_payload,
-        endpoint,
+        endpoint.clone(),
         expires_at,
         env.pin(),
     )
@@ -567,6 +602,8 @@ pub fn mint(
         created_at_ms: now_unix_ms,
         failures: 0,
         timer: None,
+        endpoint,
+        refusal: None,
     };
     Ok(MintedLink { id, link, result })
 }

@@ -25,7 +25,8 @@ use std::time::Duration;
 use appduct_protocol::close::CloseReason;
 use appduct_protocol::control::{
     Device, EventData, LinkCreateParams, LinkCreateResult, LinkCreatedData, PreviousState,
-    RevokeResult, RevokedKind, RngSource, SessionRevokedData, SessionState, SessionSummary,
+    RegistryState, RevokeResult, RevokedKind, RngSource, SessionRevokedData, SessionState,
+    SessionSummary,
     SuspendReason, Transport,
 };
 use appduct_protocol::descriptor::{EventDescriptor, ToolDescriptor};
@@ -196,6 +197,8 @@ struct Session {
     /// Shared so a call's lookup ([`SessionManager::tool_of`]) copies nothing.
     tools: Registry<Arc<ToolDescriptor>>,
     events: Registry<EventDescriptor>,
+    /// `pending` from the claim until the first `tool_registry_snapshot` (issue #23).
+    registry: RegistryState,
 }
 
 impl Session {
@@ -229,6 +232,7 @@ impl Session {
             tool_count: self.tools.len() as u64,
             event_count: self.events.len() as u64,
             rng: self.rng,
+            registry: self.registry,
         }
     }
 
@@ -335,12 +339,23 @@ impl State {
         if let Some(found) = self.sessions.iter().find(|(_, s)| s.alias == selector) {
             return Ok(found);
         }
-        if self.links.is_pending(selector) {
+        if let Some(link) = self.links.get(selector) {
+            // `transport` and `endpoint` let a waiter name the likely cause when nothing claims
+            // the link; `refused` is the app's first refusal (issue #23).
+            let mut details = json!({
+                "selector": selector,
+                "pending": true,
+                "transport": link.transport,
+                "endpoint": {"address": link.endpoint.address, "port": link.endpoint.port},
+            });
+            if let Some(reason) = link.refusal {
+                details["refused"] = json!(reason.as_str());
+            }
             return Err(ErrorObject::application(
                 ErrorType::UnknownSession,
                 format!("Session \"{selector}\" is a link that has not been claimed yet"),
             )
-            .with_details(json!({"selector": selector, "pending": true})));
+            .with_details(details));
         }
         Err(ErrorObject::application(
             ErrorType::UnknownSession,

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use appduct_protocol::bootstrap::{BootstrapPayload, Decoded, SealedBootstrapPayload};
 use appduct_protocol::control::{
-    ControlRequest, Device, PolicyDecision, SessionState, SessionSummary, ToolsCallParams,
-    ToolsListEntry, Transport, features,
+    ControlRequest, Device, PolicyDecision, RegistryState, SessionState, SessionSummary,
+    ToolsCallParams, ToolsListEntry, Transport, features,
 };
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
@@ -51,6 +51,8 @@ pub type CallHook =
 pub struct FakeState {
     pub sessions: Vec<SessionSummary>,
     pub pending_links: Vec<String>,
+    /// Extra `unknown_session` details of a pending link (`transport`, `endpoint`, `refused`).
+    pub pending_details: HashMap<String, Value>,
     pub tools: HashMap<String, Vec<ToolsListEntry>>,
     pub consent: HashMap<String, Value>,
     pub next_handle: usize,
@@ -99,6 +101,7 @@ pub fn session(id: &str, alias: &str) -> SessionSummary {
         tool_count: 0,
         event_count: 0,
         rng: None,
+        registry: RegistryState::Received,
     }
 }
 
@@ -290,6 +293,11 @@ impl FakeDaemon {
                 let mut details = json!({"selector": sel});
                 let message = if st.pending_links.iter().any(|p| p == sel) {
                     details["pending"] = json!(true);
+                    if let Some(Value::Object(extra)) = st.pending_details.get(sel) {
+                        for (k, v) in extra {
+                            details[k] = v.clone();
+                        }
+                    }
                     format!("The link {sel} has not been claimed yet")
                 } else {
                     format!("No live session matches {sel:?}")

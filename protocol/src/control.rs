@@ -513,6 +513,19 @@ wire_enum! {
     SuspendReason { AppBackgrounded = "app_backgrounded", ConnectionLost = "connection_lost" }
 }
 wire_enum! {
+    /// `SessionSummary.registry` (issue #23; ours): whether the app's first
+    /// `tool_registry_snapshot` since the claim has arrived.
+    RegistryState { Pending = "pending", Received = "received" }
+}
+
+/// A daemon that does not report `registry` predates it: its waits resolved at the claim.
+impl Default for RegistryState {
+    fn default() -> Self {
+        Self::Received
+    }
+}
+
+wire_enum! {
     /// A policy decision (04 §7).
     PolicyDecision { Allow = "allow", Deny = "deny", Prompt = "prompt" }
 }
@@ -550,6 +563,7 @@ wire_enum! {
         DaemonStarted = "daemon_started",
         LinkCreated = "link_created",
         LinkExpired = "link_expired",
+        LinkRefused = "link_refused",
         SessionClaimed = "session_claimed",
         SessionSuspended = "session_suspended",
         SessionResumed = "session_resumed",
@@ -1236,6 +1250,10 @@ pub struct SessionSummary {
     /// message 1 on its latest connection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rng: Option<RngSource>,
+    /// Whether the app's tool registry has arrived (issue #23; ours). Waiters resolve on
+    /// `received`; a session stays `pending` from its claim until its first snapshot.
+    #[serde(default)]
+    pub registry: RegistryState,
 }
 
 /// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (03 §8.3).
@@ -2168,12 +2186,44 @@ impl ToolCallFinishedData {
     }
 }
 
+/// `link_refused` data (issue #23; ours): the reason the app gave, first refusal only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct LinkRefusedData {
+    #[serde(with = "refusal_reason")]
+    pub reason: crate::link::RefusalReason,
+}
+
+/// `RefusalReason` as its wire string.
+mod refusal_reason {
+    use crate::link::RefusalReason;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(r: &RefusalReason, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(r.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<RefusalReason, D::Error> {
+        let s = String::deserialize(d)?;
+        RefusalReason::parse(&s)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown refusal reason {s:?}")))
+    }
+}
+
+impl LinkRefusedData {
+    pub fn new(reason: crate::link::RefusalReason) -> Self {
+        Self { reason }
+    }
+}
+
 /// `data` of an event, by kind (03 §11.1).
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventData {
     DaemonStarted(DaemonStartedData),
     LinkCreated(LinkCreatedData),
     LinkExpired(Empty),
+    LinkRefused(LinkRefusedData),
     SessionClaimed(SessionClaimedData),
     SessionSuspended(SessionSuspendedData),
     SessionResumed(SessionResumedData),
@@ -2193,6 +2243,7 @@ impl EventData {
             Self::DaemonStarted(_) => EventKind::DaemonStarted,
             Self::LinkCreated(_) => EventKind::LinkCreated,
             Self::LinkExpired(_) => EventKind::LinkExpired,
+            Self::LinkRefused(_) => EventKind::LinkRefused,
             Self::SessionClaimed(_) => EventKind::SessionClaimed,
             Self::SessionSuspended(_) => EventKind::SessionSuspended,
             Self::SessionResumed(_) => EventKind::SessionResumed,
@@ -2212,6 +2263,7 @@ impl EventData {
             Self::DaemonStarted(d) => m.serialize_entry("data", d),
             Self::LinkCreated(d) => m.serialize_entry("data", d),
             Self::LinkExpired(d) | Self::SessionExpired(d) => m.serialize_entry("data", d),
+            Self::LinkRefused(d) => m.serialize_entry("data", d),
             Self::SessionClaimed(d) => m.serialize_entry("data", d),
             Self::SessionSuspended(d) => m.serialize_entry("data", d),
             Self::SessionResumed(d) => m.serialize_entry("data", d),
@@ -2232,6 +2284,7 @@ impl EventData {
             EventKind::DaemonStarted => Self::DaemonStarted(de(data)?),
             EventKind::LinkCreated => Self::LinkCreated(de(data)?),
             EventKind::LinkExpired => Self::LinkExpired(de(data)?),
+            EventKind::LinkRefused => Self::LinkRefused(de(data)?),
             EventKind::SessionClaimed => Self::SessionClaimed(de(data)?),
             EventKind::SessionSuspended => Self::SessionSuspended(de(data)?),
             EventKind::SessionResumed => Self::SessionResumed(de(data)?),

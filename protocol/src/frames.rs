@@ -19,6 +19,7 @@ use crate::limits::{
     MAX_DEVICE_FIELD_LEN, MAX_FREE_TEXT_LEN, MAX_IDENTIFIER_LEN, MAX_JSON_DEPTH, MAX_MESSAGE_BYTES,
     MAX_REGISTRY_ENTRIES, MIN_IDENTIFIER_LEN,
 };
+use crate::link::RefusalReason;
 use crate::text::{as_finite, as_integer, json_depth, truncate_utf16, utf16_len, utf16_len_within};
 
 /// The only `protocol_version` of claims and resumes (02 §9.3).
@@ -435,11 +436,39 @@ setters!(EventFrame {
     with_payload => payload: Option<Value>,
 });
 
-/// Every app → daemon frame (02 §9.3).
+/// `link_refused` (issue #23; ours, not part of appduct v2): the first and only frame of a
+/// connection on which an app says why it will not use a link. `proof` is
+/// [`crate::link::refusal_proof`] of `session_id` and `reason`; the token itself never travels.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LinkRefused {
+    pub session_id: String,
+    pub reason: RefusalReason,
+    /// 43 characters of canonical base64url (32 bytes), as the guard checked.
+    pub proof: String,
+}
+
+impl LinkRefused {
+    pub fn new(
+        session_id: impl Into<String>,
+        reason: RefusalReason,
+        proof: impl Into<String>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            reason,
+            proof: proof.into(),
+        }
+    }
+}
+
+/// Every app → daemon frame (02 §9.3), and our `link_refused`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AppFrame {
     SessionClaim(SessionClaim),
     SessionResume(SessionResume),
+    /// Accepted only as the first frame of a connection, like a claim or resume.
+    LinkRefused(LinkRefused),
     ToolRegistrySnapshot(ToolRegistrySnapshot),
     ToolRegistryDelta(ToolRegistryDelta),
     EventRegistrySnapshot(EventRegistrySnapshot),
@@ -595,6 +624,7 @@ impl AppFrame {
         match self {
             Self::SessionClaim(_) => "session_claim",
             Self::SessionResume(_) => "session_resume",
+            Self::LinkRefused(_) => "link_refused",
             Self::ToolRegistrySnapshot(_) => "tool_registry_snapshot",
             Self::ToolRegistryDelta(_) => "tool_registry_delta",
             Self::EventRegistrySnapshot(_) => "event_registry_snapshot",
@@ -610,6 +640,7 @@ impl AppFrame {
         match self {
             Self::SessionClaim(f) => &f.session_id,
             Self::SessionResume(f) => &f.session_id,
+            Self::LinkRefused(f) => &f.session_id,
             Self::ToolRegistrySnapshot(f) => &f.session_id,
             Self::ToolRegistryDelta(f) => &f.session_id,
             Self::EventRegistrySnapshot(f) => &f.session_id,
@@ -643,6 +674,10 @@ impl AppFrame {
                 put_opt(&mut m, "device_os", &f.device.os);
             }
             Self::SessionResume(f) => put(&mut m, "resume_token", f.resume_token.as_str()),
+            Self::LinkRefused(f) => {
+                put(&mut m, "reason", f.reason.as_str());
+                put(&mut m, "proof", f.proof.as_str());
+            }
             Self::ToolRegistrySnapshot(f) => put(
                 &mut m,
                 "tools",
@@ -872,6 +907,36 @@ fn guard_claim(m: &Map<String, Value>) -> Guarded<AppFrame> {
         session_id,
         token,
         device,
+    }))
+}
+
+/// `link_refused`: `session_id` an identifier, `reason` one of the four strings, `proof` the
+/// 43-character canonical base64url of 32 bytes. No `protocol_version` (ours, not v2).
+fn guard_refusal(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    let session_id = identifier(m, "session_id")?;
+    let reason = match required(m, "reason")? {
+        Value::String(s) => RefusalReason::parse(s).ok_or_else(|| {
+            FieldError::new(
+                "reason",
+                "must be unsupported_link, link_expired, handshake_failed or pin_mismatch",
+            )
+        })?,
+        other => return Err(wrong_type("reason", "a string", other)),
+    };
+    let proof = match required(m, "proof")? {
+        Value::String(s) if crate::ids::decode_exact::<32>(s).is_some() => s.clone(),
+        Value::String(_) => {
+            return Err(FieldError::new(
+                "proof",
+                "must be 43 base64url characters (32 bytes)",
+            ));
+        }
+        other => return Err(wrong_type("proof", "a string", other)),
+    };
+    Ok(AppFrame::LinkRefused(LinkRefused {
+        session_id,
+        reason,
+        proof,
     }))
 }
 
@@ -1190,6 +1255,7 @@ impl AckedType {
 enum Guard {
     Claim,
     Resume,
+    Refusal,
     Acked(AckedType),
 }
 
@@ -1202,6 +1268,7 @@ impl Guard {
         match self {
             Self::Claim => "session_claim",
             Self::Resume => "session_resume",
+            Self::Refusal => "link_refused",
             Self::Acked(kind) => kind.as_str(),
         }
     }
@@ -1211,6 +1278,7 @@ impl Guard {
     fn reason(self) -> CloseReason {
         match self {
             Self::Claim | Self::Resume => CloseReason::ExpectedClaimOrResume,
+            Self::Refusal => CloseReason::InvalidRefusal,
             Self::Acked(kind) if kind.is_registry() => CloseReason::InvalidRegistry,
             Self::Acked(_) => CloseReason::InvalidMessage,
         }
@@ -1220,6 +1288,7 @@ impl Guard {
         match self {
             Self::Claim => guard_claim(m),
             Self::Resume => guard_resume(m),
+            Self::Refusal => guard_refusal(m),
             Self::Acked(AckedType::ToolRegistrySnapshot) => guard_tool_snapshot(m),
             Self::Acked(AckedType::ToolRegistryDelta) => guard_tool_delta(m),
             Self::Acked(AckedType::EventRegistrySnapshot) => guard_event_snapshot(m),
@@ -1282,6 +1351,7 @@ fn select_guard(
         Phase::PreAck => match ty.as_str() {
             Some("session_claim") => Ok(Guard::Claim),
             Some("session_resume") => Ok(Guard::Resume),
+            Some("link_refused") => Ok(Guard::Refusal),
             _ => Err(Rejection::new(
                 CloseReason::ExpectedClaimOrResume,
                 format!(
@@ -2377,5 +2447,63 @@ mod tests {
             decode_daemon_message("{"),
             Err(DaemonMessageError::InvalidJson(_))
         ));
+    }
+
+    const PROOF: &str = "GvLn3Yn_TEoAXwElEcb5enelqhMdUbuR2KnaLd8KuWk";
+
+    #[test]
+    fn link_refused_is_a_first_frame_validated_strictly() {
+        let good = json!({"type": "link_refused", "session_id": SID, "reason": "unsupported_link", "proof": PROOF});
+        let Ok(AppFrame::LinkRefused(r)) = decode_app_value(&good, Phase::PreAck) else {
+            panic!("a valid link_refused is refused");
+        };
+        assert_eq!(r.reason, RefusalReason::UnsupportedLink);
+        assert_eq!(r.session_id, SID);
+        // Round trip through the encoder.
+        let again = decode_app_message(&AppFrame::LinkRefused(r.clone()).encode(), Phase::PreAck);
+        assert_eq!(again, Ok(AppFrame::LinkRefused(r)));
+        for reason in ["link_expired", "handshake_failed", "pin_mismatch"] {
+            let mut v = good.clone();
+            v["reason"] = json!(reason);
+            assert!(decode_app_value(&v, Phase::PreAck).is_ok(), "{reason}");
+        }
+        // After the ack it is not accepted at all.
+        assert_eq!(
+            reason(decode_app_value(&good, ACKED)),
+            CloseReason::UnknownMessageType
+        );
+        let mut bad = Vec::new();
+        for (field, value) in [
+            ("session_id", json!("")),
+            ("session_id", json!(7)),
+            ("session_id", json!("x".repeat(129))),
+            ("reason", json!("Unsupported_link")),
+            ("reason", json!("expired")),
+            ("reason", json!(null)),
+            ("reason", json!(["unsupported_link"])),
+            ("proof", json!(&PROOF[1..])),
+            ("proof", json!(format!("{PROOF}A"))),
+            ("proof", json!(format!("{PROOF}="))),
+            ("proof", json!(PROOF.replace('_', "/"))),
+            // Non-canonical trailing bits: the last character must encode zero low bits.
+            ("proof", json!(format!("{}l", &PROOF[..42]))),
+            ("proof", json!(null)),
+        ] {
+            let mut v = good.clone();
+            v[field] = value;
+            bad.push(v);
+        }
+        for field in ["session_id", "reason", "proof"] {
+            let mut v = good.clone();
+            v.as_object_mut().unwrap().remove(field);
+            bad.push(v);
+        }
+        for v in bad {
+            assert_eq!(
+                reason(decode_app_value(&v, Phase::PreAck)),
+                CloseReason::InvalidRefusal,
+                "{v}"
+            );
+        }
     }
 }

@@ -32,7 +32,7 @@ pub enum IdError {
 }
 
 /// Strict unpadded base64url decode into exactly `N` bytes (canonical trailing bits only).
-fn decode_exact<const N: usize>(s: &str) -> Option<[u8; N]> {
+pub(crate) fn decode_exact<const N: usize>(s: &str) -> Option<[u8; N]> {
     // Bound the work before decoding: N bytes need exactly ceil(4N/3) characters.
     if s.len() != (N * 4).div_ceil(3) {
         return None;

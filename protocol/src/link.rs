@@ -976,4 +976,66 @@ mod tests {
             assert_eq!(percent_decode(bad), None, "{bad:?}");
         }
     }
+
+    /// Independent vectors (Python's `hmac`): token bytes 0..=31, session id
+    /// `AAECAwQFBgcICQoL`. The TypeScript SDK checks the same strings.
+    #[test]
+    fn refusal_proofs_match_independent_hmac_vectors() {
+        let token = ClaimToken::from_bytes(std::array::from_fn(|i| i as u8));
+        let mut wrong = *token.as_bytes();
+        wrong[0] ^= 1;
+        let wrong = ClaimToken::from_bytes(wrong);
+        let expected = [
+            (
+                RefusalReason::UnsupportedLink,
+                "GvLn3Yn_TEoAXwElEcb5enelqhMdUbuR2KnaLd8KuWk",
+            ),
+            (
+                RefusalReason::LinkExpired,
+                "gEJtBXvTIiFGAEFcnZBzvxIKY-iTASrqyPQO5Hbpkc0",
+            ),
+            (
+                RefusalReason::HandshakeFailed,
+                "tFpZyHAQhmZovMZQij_mPVzRYC7zCRVzNs0dKxvafJM",
+            ),
+            (
+                RefusalReason::PinMismatch,
+                "kJzTV3QJqI1Ac4E65KBYwVfIPQt9TZ7_b-BzeFTSst8",
+            ),
+        ];
+        for (reason, b64) in expected {
+            let proof = refusal_proof(&token, "AAECAwQFBgcICQoL", reason);
+            assert_eq!(proof, b64, "{reason}");
+            assert!(verify_refusal_proof(
+                &token,
+                "AAECAwQFBgcICQoL",
+                reason,
+                &proof
+            ));
+            // Another reason, session or token does not verify.
+            for other in RefusalReason::ALL.into_iter().filter(|r| *r != reason) {
+                assert!(!verify_refusal_proof(
+                    &token,
+                    "AAECAwQFBgcICQoL",
+                    other,
+                    &proof
+                ));
+            }
+            assert!(!verify_refusal_proof(
+                &token,
+                "AAECAwQFBgcICQoM",
+                reason,
+                &proof
+            ));
+            assert!(!verify_refusal_proof(
+                &wrong,
+                "AAECAwQFBgcICQoL",
+                reason,
+                &proof
+            ));
+            assert_eq!(RefusalReason::parse(reason.as_str()), Some(reason));
+        }
+        assert_eq!(RefusalReason::parse("Unsupported_link"), None);
+        assert_eq!(RefusalReason::parse(""), None);
+    }
 }

@@ -9,6 +9,13 @@
 //!   (`ios-marker-symbol`, decides `present`); `Frameworks/AppductCore.framework` is reported
 //!   as `ios-appduct-framework` (informational).
 //!
+//! - JavaScript (issue #23, both platforms): the app's JS bundle — `assets/*.bundle` (`.apk`),
+//!   `base/assets/*.bundle` (`.aab`), `main.jsbundle` (`.ipa`, `.app`), plain JS or Hermes
+//!   bytecode — is scanned for the live `@appduct/sdk` core's marker
+//!   [`JS_LIVE_CORE_MARKER`] (`js-live-core`, reported when the artifact has a bundle). It also
+//!   decides `present`: a release build carrying the live JS SDK fails `--assert-absent`. The
+//!   inert entry that production builds resolve to does not carry it.
+//!
 //! Anything that cannot be read completely — a missing path, a corrupt or truncated archive,
 //! an unreadable dex, plist or executable, an archive over the size caps — is an
 //! `inspection_error` (exit 66), never "absent". Never contacts the daemon.
@@ -36,10 +43,10 @@ pub struct DoctorArgs {
     /// The built app: .apk, .aab, .ipa or .app
     #[arg(value_name = "ARTIFACT")]
     pub positionals: Vec<PathBuf>,
-    /// Fail (exit 3) unless the native module is present
+    /// Fail (exit 3) unless appduct (native module or live JS SDK) is present
     #[arg(long)]
     pub assert_present: bool,
-    /// Fail (exit 3) unless the native module is absent
+    /// Fail (exit 3) unless appduct (native module and live JS SDK) is absent
     #[arg(long)]
     pub assert_absent: bool,
 }
@@ -123,6 +130,20 @@ pub const ANDROID_PACKAGES: [&[u8]; 2] = [
 ];
 /// The bytes the iOS native module embeds.
 pub const IOS_MARKER: &[u8] = b"AppductCoreMarker";
+/// The bytes the live `@appduct/sdk` core carries (`SDK_LIVE_CORE_MARKER` in
+/// `sdk-ts/packages/sdk/src/core/client.ts`); the inert entry does not. ASCII, so it reads the
+/// same in plain JS and in the string table of Hermes bytecode.
+pub const JS_LIVE_CORE_MARKER: &[u8] = b"appduct-sdk-live-core/v1";
+/// The first 8 bytes of a Hermes bytecode file (its magic number, little-endian).
+pub const HERMES_BYTECODE_MAGIC: [u8; 8] = [0xC6, 0x1F, 0xBC, 0x03, 0xC1, 0x03, 0x19, 0x1F];
+/// The signal of the live JS core.
+pub const JS_SIGNAL: &str = "js-live-core";
+/// The JS bundle of a React Native iOS app, at the `.app` root.
+const IOS_JS_BUNDLE: &str = "main.jsbundle";
+/// JS bundles are streamed, so this bounds time, not memory.
+const MAX_JS_BUNDLE_BYTES: u64 = 1 << 30;
+/// Bundles scanned in one artifact, at most.
+const MAX_JS_BUNDLES: usize = 64;
 /// The iOS framework reported by `ios-appduct-framework`.
 pub const IOS_FRAMEWORK: &str = "AppductCore.framework";
 
@@ -170,6 +191,8 @@ pub enum InspectError {
     BadExecutableName { entry: String, name: String },
     #[error("more than {max} frameworks under Frameworks/")]
     TooManyFrameworks { max: usize },
+    #[error("more than {max} JavaScript bundles under {location}")]
+    TooManyJsBundles { max: usize, location: &'static str },
 }
 
 /// One signal of the report.
@@ -186,9 +209,17 @@ pub struct Report {
     /// The path as the user gave it.
     pub artifact: String,
     pub format: ArtifactFormat,
-    /// Decided by the marker signal alone.
+    /// Decided by the markers alone: the native module's, or the live JS core's.
     pub present: bool,
     pub signals: Vec<Signal>,
+}
+
+impl Report {
+    /// Present through the live JS core alone (the native marker, the first signal, missing).
+    pub fn js_only(&self) -> bool {
+        let js = self.signals.iter().any(|s| s.name == JS_SIGNAL && s.found);
+        js && !self.signals.first().is_some_and(|s| s.found)
+    }
 }
 
 impl ArtifactFormat {
@@ -237,9 +268,13 @@ pub fn run(req: &DoctorRequest) -> Result<Success, CliError> {
                 Expectation::Present => {
                     format!("Expected the appduct native module in {artifact}, but it is absent")
                 }
-                Expectation::Absent => {
+                Expectation::Absent if !report.js_only() => {
                     format!("Expected no appduct native module in {artifact}, but it is present")
                 }
+                Expectation::Absent => format!(
+                    "Expected no appduct in {artifact}, but its JavaScript bundle carries the live \
+                     @appduct/sdk core (build it with the inert entry)"
+                ),
             };
             Err(CliError::from_wire(
                 ErrorType::AssertionError.as_str(),
@@ -436,7 +471,114 @@ fn inspect_android(
             )
         }),
     };
-    Ok((marker.found, vec![marker, classes]))
+    let mut signals = vec![marker, classes];
+    let bundles = android_js_bundles(zip, format)?;
+    let js = scan_js_bundles(&bundles, |name, each| match zip.find(name) {
+        Some(index) => {
+            zip.for_each_chunk(index, MAX_JS_BUNDLE_BYTES, each)?;
+            Ok(true)
+        }
+        None => Ok(false),
+    })?;
+    let present = signals[0].found || js.as_ref().is_some_and(|s| s.found);
+    signals.extend(js);
+    Ok((present, signals))
+}
+
+/// The JS bundles of an Android artifact: files directly in `assets/` (`base/assets/` in a
+/// bundle) named `*.bundle` or `*.hbc`, by name.
+fn android_js_bundles(
+    zip: &ZipArchive,
+    format: ArtifactFormat,
+) -> Result<Vec<String>, InspectError> {
+    let (dir, location) = match format {
+        ArtifactFormat::Aab => ("base/assets/", "base/assets/"),
+        _ => ("assets/", "assets/"),
+    };
+    let mut names: Vec<String> = zip
+        .entries()
+        .iter()
+        .filter(|e| !e.is_dir())
+        .filter(|e| {
+            e.name.strip_prefix(dir).is_some_and(|file| {
+                !file.contains('/') && (file.ends_with(".bundle") || file.ends_with(".hbc"))
+            })
+        })
+        .map(|e| e.name.clone())
+        .collect();
+    if names.len() > MAX_JS_BUNDLES {
+        return Err(InspectError::TooManyJsBundles {
+            max: MAX_JS_BUNDLES,
+            location,
+        });
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// What one JS bundle is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BundleKind {
+    Hermes,
+    PlainJs,
+}
+
+impl BundleKind {
+    fn of(head: &[u8]) -> Self {
+        if head.starts_with(&HERMES_BYTECODE_MAGIC) {
+            Self::Hermes
+        } else {
+            Self::PlainJs
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Hermes => "Hermes bytecode",
+            Self::PlainJs => "plain JS",
+        }
+    }
+}
+
+/// Streams each bundle through `stream(name, each)` (`false`: it does not exist) and looks for
+/// [`JS_LIVE_CORE_MARKER`]. `None` when no bundle exists: the signal is left out.
+fn scan_js_bundles(
+    names: &[String],
+    mut stream: impl FnMut(&str, &mut dyn FnMut(&[u8])) -> Result<bool, InspectError>,
+) -> Result<Option<Signal>, InspectError> {
+    let (mut found_in, mut scanned) = (Vec::new(), Vec::new());
+    for name in names {
+        let mut finder = Finder::new(JS_LIVE_CORE_MARKER);
+        let mut head = Vec::with_capacity(HERMES_BYTECODE_MAGIC.len());
+        let exists = stream(name, &mut |chunk| {
+            if head.len() < HERMES_BYTECODE_MAGIC.len() {
+                let take = (HERMES_BYTECODE_MAGIC.len() - head.len()).min(chunk.len());
+                head.extend_from_slice(&chunk[..take]);
+            }
+            finder.feed(chunk);
+        })?;
+        if !exists {
+            continue;
+        }
+        let described = format!("{name} ({})", BundleKind::of(&head).as_str());
+        if finder.found {
+            found_in.push(described);
+        } else {
+            scanned.push(described);
+        }
+    }
+    if found_in.is_empty() && scanned.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Signal {
+        name: JS_SIGNAL,
+        found: !found_in.is_empty(),
+        detail: Some(if found_in.is_empty() {
+            format!("scanned {}", scanned.join(", "))
+        } else {
+            format!("found in {}", found_in.join(", "))
+        }),
+    }))
 }
 
 /// `classes.dex` first, then `classes2.dex`, `classes3.dex`, … numerically, then anything else
@@ -531,7 +673,13 @@ fn inspect_ios(bundle: &mut dyn Bundle) -> Result<(bool, Vec<Signal>), InspectEr
         found: has_framework,
         detail: has_framework.then(|| format!("Frameworks/{IOS_FRAMEWORK}")),
     };
-    Ok((marker.found, vec![marker, framework]))
+    let mut signals = vec![marker, framework];
+    let js = scan_js_bundles(&[IOS_JS_BUNDLE.to_owned()], |name, each| {
+        bundle.stream(name, MAX_JS_BUNDLE_BYTES, each)
+    })?;
+    let present = signals[0].found || js.as_ref().is_some_and(|s| s.found);
+    signals.extend(js);
+    Ok((present, signals))
 }
 
 /// The binary of the bundle at `dir` (`""` for the app, `Frameworks/X.framework/` for a

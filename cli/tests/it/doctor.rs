@@ -799,3 +799,174 @@ fn wrong_types_and_missing_paths() {
     assert_eq!((code, stdout.as_str()), (66, ""));
     insta::assert_snapshot!("doctor_missing_human_error", stderr);
 }
+
+// ---------------------------------------------------------------------------------------------
+// JavaScript bundles (issue #23): the live @appduct/sdk core, plain JS and Hermes bytecode
+// ---------------------------------------------------------------------------------------------
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/doctor");
+
+fn fixture(name: &str) -> Vec<u8> {
+    std::fs::read(Path::new(FIXTURES).join(name)).unwrap()
+}
+
+/// An `.apk` whose only dex is a stub, with `assets/index.android.bundle` = `bundle`.
+fn rn_apk(bundle: &[u8]) -> Vec<u8> {
+    ZipWriter::new()
+        .deflated("AndroidManifest.xml", b"<manifest/>")
+        .deflated(
+            "classes.dex",
+            &archive::dex(&["Lcom/example/MainActivity;"], &[]),
+        )
+        .deflated("assets/index.android.bundle", bundle)
+        .finish()
+}
+
+#[test]
+fn the_marker_the_doctor_looks_for_is_the_one_the_sdk_core_stores() {
+    let marker = std::str::from_utf8(appduct_cli::commands::doctor::JS_LIVE_CORE_MARKER).unwrap();
+    let core = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sdk-ts/packages/sdk/src/core/client.ts"
+    ))
+    .unwrap();
+    assert!(
+        core.contains(&format!("SDK_LIVE_CORE_MARKER = \"{marker}\"")),
+        "the TS session core no longer stores {marker:?}"
+    );
+    // The fixtures are what they claim to be.
+    assert!(
+        fixture("live-core.hbc").starts_with(&appduct_cli::commands::doctor::HERMES_BYTECODE_MAGIC)
+    );
+    assert!(
+        fixture("inert.hbc").starts_with(&appduct_cli::commands::doctor::HERMES_BYTECODE_MAGIC)
+    );
+}
+
+#[test]
+fn an_apk_carrying_the_live_js_core_is_present_plain_js_or_hermes() {
+    let sb = sandbox();
+    for (name, bundle, kind) in [
+        ("plain.apk", fixture("live-core.js"), "plain JS"),
+        ("hermes.apk", fixture("live-core.hbc"), "Hermes bytecode"),
+    ] {
+        write(&sb, name, &rn_apk(&bundle));
+        let data = ok(&sb, &[name]);
+        assert_eq!(data["present"], true, "{name}: {data}");
+        assert_eq!(
+            signal(&data, "js-live-core"),
+            &json!({"name": "js-live-core", "found": true,
+                    "detail": format!("found in assets/index.android.bundle ({kind})")})
+        );
+        assert_eq!(signal(&data, "android-marker-class")["found"], false);
+        // The release check that used to pass now fails.
+        let (code, doc) = doctor(&sb, &[name, "--assert-absent"]);
+        assert_eq!(code, 3, "{doc}");
+        assert_eq!(doc["error"]["type"], "assertion_error");
+        let message = doc["error"]["message"].as_str().unwrap();
+        assert!(message.contains("live @appduct/sdk core"), "{message}");
+    }
+}
+
+#[test]
+fn an_inert_bundle_is_absent_and_reported_as_scanned() {
+    let sb = sandbox();
+    for (name, bundle, kind) in [
+        ("plain.apk", fixture("inert.js"), "plain JS"),
+        ("hermes.apk", fixture("inert.hbc"), "Hermes bytecode"),
+    ] {
+        write(&sb, name, &rn_apk(&bundle));
+        let data = ok(&sb, &[name, "--assert-absent"]);
+        assert_eq!(data["present"], false, "{name}: {data}");
+        assert_eq!(
+            signal(&data, "js-live-core"),
+            &json!({"name": "js-live-core", "found": false,
+                    "detail": format!("scanned assets/index.android.bundle ({kind})")})
+        );
+    }
+    // Without any bundle the signal is left out (a native app's report is unchanged).
+    write(&sb, "native.apk", &marker_apk());
+    let data = ok(&sb, &["native.apk"]);
+    assert!(
+        data["signals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["name"] != "js-live-core"),
+        "{data}"
+    );
+}
+
+#[test]
+fn a_marker_split_across_read_chunks_is_found() {
+    let sb = sandbox();
+    // The zip reader streams in 64 KiB chunks: put the marker across the first boundary.
+    let mut bundle = b"var a=\"".to_vec();
+    bundle.resize(64 * 1024 - 10, b'x');
+    bundle.extend_from_slice(b"appduct-sdk-live-core/v1\";");
+    write(&sb, "split.apk", &rn_apk(&bundle));
+    assert_eq!(ok(&sb, &["split.apk"])["present"], true);
+}
+
+#[test]
+fn aab_bundles_live_in_base_assets_and_ipa_bundles_are_main_jsbundle() {
+    let sb = sandbox();
+    let aab = ZipWriter::new()
+        .deflated("base/manifest/AndroidManifest.xml", b"<manifest/>")
+        .deflated(
+            "base/dex/classes.dex",
+            &archive::dex(&["Lcom/example/A;"], &[]),
+        )
+        .deflated(
+            "base/assets/index.android.bundle",
+            &fixture("live-core.hbc"),
+        )
+        // Not where the app's bundle lives: ignored.
+        .deflated("assets/index.android.bundle", &fixture("inert.js"))
+        .finish();
+    write(&sb, "app.aab", &aab);
+    let data = ok(&sb, &["app.aab"]);
+    assert_eq!(data["present"], true, "{data}");
+    assert_eq!(
+        signal(&data, "js-live-core")["detail"],
+        "found in base/assets/index.android.bundle (Hermes bytecode)"
+    );
+
+    // An .ipa: Payload/Shop.app/main.jsbundle next to the executable.
+    let with_bundle = |bundle: &[u8]| {
+        ZipWriter::new()
+            .dir("Payload/")
+            .dir("Payload/Shop.app/")
+            .deflated(
+                "Payload/Shop.app/Info.plist",
+                &archive::binary_info_plist("Shop"),
+            )
+            .deflated("Payload/Shop.app/Shop", &archive::mach_o(b"main code"))
+            .deflated("Payload/Shop.app/main.jsbundle", bundle)
+            .finish()
+    };
+    write(&sb, "Live.ipa", &with_bundle(&fixture("live-core.hbc")));
+    let data = ok(&sb, &["Live.ipa", "--assert-present"]);
+    assert_eq!(
+        signal(&data, "js-live-core")["detail"],
+        "found in main.jsbundle (Hermes bytecode)"
+    );
+    assert_eq!(signal(&data, "ios-marker-symbol")["found"], false);
+    write(&sb, "Inert.ipa", &with_bundle(&fixture("inert.js")));
+    let data = ok(&sb, &["Inert.ipa", "--assert-absent"]);
+    assert_eq!(data["present"], false);
+    assert_eq!(
+        signal(&data, "js-live-core")["detail"],
+        "scanned main.jsbundle (plain JS)"
+    );
+    // An unpacked .app reads the same file.
+    let app = sb.cwd().join("Shop.app");
+    app_dir(&app, &archive::mach_o(b"main"), &[]);
+    std::fs::write(app.join("main.jsbundle"), fixture("live-core.js")).unwrap();
+    let data = ok(&sb, &["Shop.app"]);
+    assert_eq!(data["present"], true, "{data}");
+    assert_eq!(
+        signal(&data, "js-live-core")["detail"],
+        "found in main.jsbundle (plain JS)"
+    );
+}

@@ -92,6 +92,7 @@ async fn via_cli(case: &Case, project: &std::path::Path, state: &std::path::Path
         app_id: None,
         relaunch: false,
         url: None,
+        wait: None,
     };
     let env = ResolveEnv {
         dir: project.to_path_buf(),

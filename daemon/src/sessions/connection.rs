@@ -193,7 +193,12 @@ impl Connection {
                     // carried its token in the clear; only a link refusal belongs here.
                     let cleartext = self.channel == Channel::Cleartext;
                     let outcome = match decode_app_message(&text, Phase::PreAck) {
-                        Err(_) if cleartext => Err(CloseReason::ExpectedSealedHandshake),
+                        // A malformed refusal keeps its own reason on every route.
+                        Err(rejection)
+                            if cleartext && rejection.reason != CloseReason::InvalidRefusal =>
+                        {
+                            Err(CloseReason::ExpectedSealedHandshake)
+                        }
                         Ok(frame @ (AppFrame::SessionClaim(_) | AppFrame::SessionResume(_)))
                             if cleartext =>
                         {
@@ -210,6 +215,9 @@ impl Connection {
                             self.inner
                                 .resume(self.id, &self.sender, &resume, self.transport, rng)
                         }
+                        // Issue #23: an app saying why it will not use a link. Either way the
+                        // connection ends here (`refusal_recorded` or `invalid_refusal`).
+                        Ok(AppFrame::LinkRefused(refusal)) => Err(self.inner.refuse(&refusal)),
                         Ok(_) if cleartext => Err(CloseReason::ExpectedSealedHandshake),
                         Ok(_) => Err(CloseReason::ExpectedClaimOrResume),
                     };

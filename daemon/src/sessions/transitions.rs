@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use appduct_protocol::close::CloseReason;
 use appduct_protocol::control::{
-    Device, EventData, EventsChangedData, RngSource, SessionClaimedData, SessionResumedData,
-    SessionSuspendedData, SuspendReason, ToolsChangedData, Transport,
+    Device, EventData, EventsChangedData, LinkRefusedData, RegistryState, RngSource,
+    SessionClaimedData, SessionResumedData, SessionSuspendedData, SuspendReason, ToolsChangedData,
+    Transport,
 };
 use appduct_protocol::frames::{
-    AppFrame, DaemonFrame, EventDelta, SessionAck, SessionClaim, SessionResume, ToolDelta,
+    AppFrame, DaemonFrame, EventDelta, LinkRefused, SessionAck, SessionClaim, SessionResume,
+    ToolDelta,
 };
 use appduct_protocol::ids::ResumeToken;
 use appduct_protocol::limits::{MAX_REGISTRY_BYTES, TOKEN_BYTES};
@@ -23,7 +25,7 @@ use super::{
     CallFrame, CallRouter, CallsEnded, ConnCtl, EngineOptions, Inner, Session, Socket, State, alias,
 };
 use crate::device_socket::DeviceSender;
-use crate::links::{ClaimCheck, random_bytes};
+use crate::links::{ClaimCheck, RefusalCheck, random_bytes};
 
 fn ack_text(session_id: &str, alias: &str, token: &ResumeToken, options: &EngineOptions) -> String {
     DaemonFrame::SessionAck(
@@ -180,6 +182,7 @@ impl Inner {
                 },
                 tools: Registry::default(),
                 events: Registry::default(),
+                registry: RegistryState::Pending,
             },
         );
         self.bus.open_session(id);
@@ -189,6 +192,29 @@ impl Inner {
             EventData::SessionClaimed(SessionClaimedData::new(device, transport)),
         );
         Ok(id.to_owned())
+    }
+
+    /// A `link_refused` first frame (issue #23): a valid proof for a pending link records the
+    /// first refusal (emitting `link_refused`) and is answered `1000 refusal_recorded`; anything
+    /// else is `1008 invalid_refusal` with no effect. Never a failed claim.
+    pub(super) fn refuse(&self, refusal: &LinkRefused) -> CloseReason {
+        let id = refusal.session_id.as_str();
+        let mut st = self.state();
+        if st.shutting_down {
+            return CloseReason::DaemonShutdown;
+        }
+        match st.links.check_refusal(id, refusal.reason, &refusal.proof) {
+            RefusalCheck::Recorded => {
+                self.bus.emit(
+                    Some(id),
+                    None,
+                    EventData::LinkRefused(LinkRefusedData::new(refusal.reason)),
+                );
+                CloseReason::RefusalRecorded
+            }
+            RefusalCheck::AlreadyRecorded => CloseReason::RefusalRecorded,
+            RefusalCheck::Invalid => CloseReason::InvalidRefusal,
+        }
     }
 
     /// The resume algorithm (02 §11.4): T11 or T12, or a close for T13/T14/unknown ids.
@@ -287,6 +313,8 @@ impl Inner {
                 session.tools = Registry::from_snapshot(
                     snapshot.tools.into_iter().map(|t| shared_tools.share(t)),
                 );
+                // Before the event, so a describe answered after `tools_changed` sees it.
+                session.registry = RegistryState::Received;
                 self.tools_changed(session_id, session);
             }
             AppFrame::ToolRegistryDelta(delta) => {
@@ -331,7 +359,7 @@ impl Inner {
                 );
             }
             // The acked decoder never yields these; treat them as the type error they are.
-            AppFrame::SessionClaim(_) | AppFrame::SessionResume(_) => {
+            AppFrame::SessionClaim(_) | AppFrame::SessionResume(_) | AppFrame::LinkRefused(_) => {
                 return Err(CloseReason::UnknownMessageType);
             }
         }

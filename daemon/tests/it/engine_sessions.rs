@@ -827,7 +827,7 @@ async fn list_is_ordered_by_created_at_then_id_and_summaries_match_03_8_2() {
         json!({"sessionId": l1.session_id, "alias": "pixel-8", "state": "active", "transport": "native",
                "device": {"manufacturer": "Google", "model": "Pixel 8", "os": "Android 15"},
                "createdAt": format_timestamp_ms(START_MS), "claimedAt": format_timestamp_ms(START_MS + 30),
-               "toolCount": 0, "eventCount": 0})
+               "toolCount": 0, "eventCount": 0, "registry": "pending"})
     );
     assert_eq!(list[1].session_id, l2.session_id);
     assert_eq!(list[1].created_at, format_timestamp_ms(START_MS + 10));
@@ -892,7 +892,8 @@ async fn selector_resolution_follows_03_7() {
     assert_eq!(err.error_type(), ErrorType::UnknownSession);
     assert_eq!(
         err.details().unwrap(),
-        &json!({"selector": link.session_id, "pending": true})
+        &json!({"selector": link.session_id, "pending": true, "transport": "native",
+                "endpoint": {"address": "192.168.1.20", "port": 8443}})
     );
     assert!(err.message.contains("not been claimed"));
     // An empty selector is a parameter error.

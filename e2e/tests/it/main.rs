@@ -13,6 +13,7 @@ mod mcp;
 mod mcp_consent;
 mod mcp_official;
 mod mcp_rmcp;
+mod ready_waits;
 mod reply_bounds;
 mod sdk_device;
 mod sealed_device;

@@ -3,8 +3,8 @@
 //!
 //! Input: one WebSocket text message (inputs that are not UTF-8 are skipped: a text frame
 //! always is). Invariants:
-//! - an accepted frame fits its phase (claim or resume before the ack, the acked session's
-//!   other frames after it), re-encodes to a message that decodes to the same frame, and that
+//! - an accepted frame fits its phase (claim, resume or link refusal before the ack, the acked
+//!   session's other frames after it), re-encodes to a message that decodes to the same frame, and that
 //!   encoding is a fixed point;
 //! - the decoder agrees with [`decode_app_value`] on the parsed message;
 //! - a rejection carries a close reason the decoder may give in that phase and a bounded
@@ -73,9 +73,10 @@ fn check_app(text: &str, parsed: Option<&Value>, phase: Phase<'_>) {
 }
 
 fn check_app_frame(frame: &AppFrame, phase: Phase<'_>) {
+    // A first frame: a claim, a resume, or a refusal of a link (issue #23).
     let handshake = matches!(
         frame,
-        AppFrame::SessionClaim(_) | AppFrame::SessionResume(_)
+        AppFrame::SessionClaim(_) | AppFrame::SessionResume(_) | AppFrame::LinkRefused(_)
     );
     match phase {
         Phase::PreAck => assert!(handshake, "{} accepted before the ack", frame.type_name()),
@@ -126,7 +127,12 @@ fn check_app_frame(frame: &AppFrame, phase: Phase<'_>) {
 fn check_rejection(parsed: Option<&Value>, rejection: &Rejection, phase: Phase<'_>) {
     use CloseReason::*;
     let allowed: &[CloseReason] = match phase {
-        Phase::PreAck => &[MessageTooBig, InvalidJson, ExpectedClaimOrResume],
+        Phase::PreAck => &[
+            MessageTooBig,
+            InvalidJson,
+            ExpectedClaimOrResume,
+            InvalidRefusal,
+        ],
         Phase::Acked { .. } => &[
             MessageTooBig,
             InvalidJson,

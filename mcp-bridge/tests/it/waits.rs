@@ -36,12 +36,20 @@ async fn wait_for_session_resolves_on_claim_and_fails_on_expiry_or_close() {
     let sub = &fake.requests("events.subscribe")[0];
     assert_eq!(
         sub["kinds"],
-        json!(["session_claimed", "link_expired", "session_revoked"])
+        json!([
+            "session_claimed",
+            "link_expired",
+            "link_refused",
+            "session_revoked",
+            "tools_changed"
+        ])
     );
     fake.emit(
         json!({"kind": "session_claimed", "sessionId": "other", "alias": "x", "ts": 1, "seq": 0,
                      "data": {"device": {}, "transport": "native"}}),
     );
+    // The claim, with the registry already there (as a daemon shows it after tools_changed).
+    fake.add_session(session(ID, "pixel-8"), vec![]);
     fake.emit(
         json!({"kind": "session_claimed", "sessionId": ID, "alias": "pixel-8", "ts": 1, "seq": 0,
                      "data": {"device": {}, "transport": "native"}}),
@@ -49,18 +57,20 @@ async fn wait_for_session_resolves_on_claim_and_fails_on_expiry_or_close() {
     let r = pending.await.unwrap();
     assert_eq!(
         structured(&r),
-        json!({"sessionId": ID, "claimed": true, "alias": "pixel-8"})
+        json!({"sessionId": ID, "claimed": true, "alias": "pixel-8", "registry": "received", "toolCount": 0})
     );
+    fake.remove_session(ID);
 
+    // The first wait described twice: before the claim, and after it for the registry.
     let pending = spawn_call(&h, catalog::WAIT_FOR_SESSION, json!({"sessionId": ID}));
-    fake.wait_for("sessions.describe", 2).await;
+    fake.wait_for("sessions.describe", 3).await;
     fake.emit(json!({"kind": "link_expired", "sessionId": ID, "ts": 1, "seq": 0, "data": {}}));
     let r = pending.await.unwrap();
     assert_eq!(error_type(&r), "unknown_session");
     assert!(error_message(&r).contains("appduct_connect"));
 
     let pending = spawn_call(&h, catalog::WAIT_FOR_SESSION, json!({"sessionId": ID}));
-    fake.wait_for("sessions.describe", 3).await;
+    fake.wait_for("sessions.describe", 4).await;
     fake.close_subscribers();
     let r = pending.await.unwrap();
     assert_eq!(error_type(&r), "tool_execution_error");
@@ -417,4 +427,139 @@ async fn no_progress_without_a_token() {
         None,
         "progress: false is omitted"
     );
+}
+
+/// A session claimed with its registry still pending.
+fn pending_registry(id: &str) -> appduct_protocol::control::SessionSummary {
+    let mut s = session(id, "pixel-8");
+    s.registry = appduct_protocol::control::RegistryState::Pending;
+    s
+}
+
+#[tokio::test]
+async fn wait_for_session_resolves_once_the_registry_arrives_not_at_the_claim() {
+    let fake = FakeDaemon::new(&["sessions.describe", "events.subscribe"]);
+    fake.state.lock().unwrap().pending_links.push(ID.to_owned());
+    let h = start(fake.clone(), v2025()).await;
+    let pending = spawn_call(&h, catalog::WAIT_FOR_SESSION, json!({"sessionId": ID}));
+    fake.wait_for("sessions.describe", 1).await;
+    fake.state.lock().unwrap().pending_links.clear();
+    fake.add_session(pending_registry(ID), vec![]);
+    fake.emit(
+        json!({"kind": "session_claimed", "sessionId": ID, "alias": "pixel-8", "ts": 1, "seq": 0,
+                     "data": {"device": {}, "transport": "native"}}),
+    );
+    // The bridge looks at the claimed session, sees no registry, and keeps waiting.
+    fake.wait_for("sessions.describe", 2).await;
+    // Another session's tools do not end it.
+    fake.emit(
+        json!({"kind": "tools_changed", "sessionId": "other", "alias": "x", "ts": 1, "seq": 0,
+                     "data": {"toolCount": 3}}),
+    );
+    assert!(
+        !pending.is_finished(),
+        "resolved before the registry arrived"
+    );
+    fake.remove_session(ID);
+    let mut ready = session(ID, "pixel-8");
+    ready.tool_count = 2;
+    fake.add_session(ready, vec![]);
+    fake.emit(
+        json!({"kind": "tools_changed", "sessionId": ID, "alias": "pixel-8", "ts": 1, "seq": 0,
+                     "data": {"toolCount": 2}}),
+    );
+    let r = pending.await.unwrap();
+    assert_eq!(
+        structured(&r),
+        json!({"sessionId": ID, "claimed": true, "alias": "pixel-8", "registry": "received", "toolCount": 2})
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn wait_for_session_reports_a_registry_still_pending_after_the_grace() {
+    let fake = FakeDaemon::new(&["sessions.describe", "events.subscribe"]);
+    // Claimed already, tools never sent: the wait ends with the state, not a failure, once
+    // the deadline and the grace after the claim have passed.
+    fake.add_session(pending_registry(ID), vec![]);
+    let h = start(fake.clone(), v2025()).await;
+    let r = h
+        .call(
+            catalog::WAIT_FOR_SESSION,
+            json!({"sessionId": ID, "timeoutMs": 1000}),
+        )
+        .await;
+    assert_eq!(
+        structured(&r),
+        json!({"sessionId": ID, "claimed": true, "alias": "pixel-8", "registry": "pending", "toolCount": 0})
+    );
+}
+
+#[tokio::test]
+async fn wait_for_session_reports_a_refusal_at_once_with_its_reason_and_a_hint() {
+    let fake = FakeDaemon::new(&["sessions.describe", "events.subscribe"]);
+    fake.state.lock().unwrap().pending_links.push(ID.to_owned());
+    let h = start(fake.clone(), v2025()).await;
+    // Refused while waiting.
+    let pending = spawn_call(&h, catalog::WAIT_FOR_SESSION, json!({"sessionId": ID}));
+    fake.wait_for("sessions.describe", 1).await;
+    fake.emit(
+        json!({"kind": "link_refused", "sessionId": ID, "ts": 1, "seq": 0,
+                     "data": {"reason": "unsupported_link"}}),
+    );
+    let r = pending.await.unwrap();
+    assert_eq!(error_type(&r), "unknown_session");
+    let d = error_details(&r);
+    assert_eq!(d["refused"], "unsupported_link");
+    assert_eq!(d["selector"], ID);
+    let hint = d["hint"].as_str().unwrap();
+    assert!(hint.contains("only the JavaScript SDK"), "{hint}");
+    assert!(hint.contains("\"for\": \"react-native\""), "{hint}");
+
+    // Refused before the wait started: the describe says so, and the wait ends at once.
+    fake.state.lock().unwrap().pending_details.insert(
+        ID.to_owned(),
+        json!({"transport": "native", "refused": "pin_mismatch",
+                                      "endpoint": {"address": "192.168.1.20", "port": 8443}}),
+    );
+    let r = h
+        .call(catalog::WAIT_FOR_SESSION, json!({"sessionId": ID}))
+        .await;
+    assert_eq!(error_type(&r), "unknown_session");
+    let d = error_details(&r);
+    assert_eq!(d["refused"], "pin_mismatch");
+    assert!(
+        d["hint"].as_str().unwrap().contains("192.168.1.20:8443"),
+        "{d}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_wait_that_times_out_names_the_likely_cause_by_link_kind() {
+    for (transport, expected) in [
+        ("native", "only the JavaScript SDK cannot use a native link"),
+        ("web", "127.0.0.1 is reachable only from this machine"),
+        ("sealed", "must reach 192.168.1.20:8443 on the LAN"),
+    ] {
+        let fake = FakeDaemon::new(&["sessions.describe", "events.subscribe"]);
+        {
+            let mut st = fake.state.lock().unwrap();
+            st.pending_links.push(ID.to_owned());
+            st.pending_details.insert(
+                ID.to_owned(),
+                json!({"transport": transport, "endpoint": {"address": "192.168.1.20", "port": 8443}}),
+            );
+        }
+        let h = start(fake.clone(), v2025()).await;
+        let r = h
+            .call(
+                catalog::WAIT_FOR_SESSION,
+                json!({"sessionId": ID, "timeoutMs": 1000}),
+            )
+            .await;
+        assert_eq!(error_type(&r), "tool_timeout", "{transport}");
+        let d = error_details(&r);
+        assert_eq!(d["timeoutMs"], 1000);
+        let hint = d["hint"].as_str().unwrap();
+        assert!(hint.contains(expected), "{transport}: {hint}");
+    }
 }

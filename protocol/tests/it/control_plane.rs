@@ -619,7 +619,7 @@ const SESSION_EXAMPLE: &str = r#"{"sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-
  "device":{"manufacturer":"Google","model":"Pixel 8","os":"Android 15"},
  "createdAt":"2026-11-30T09:12:03.120Z","claimedAt":"2026-11-30T09:12:09.842Z",
  "suspendedAt":"2026-11-30T09:40:00.004Z","suspendReason":"app_backgrounded",
- "toolCount":5,"eventCount":1}"#;
+ "toolCount":5,"eventCount":1,"registry":"received"}"#;
 
 #[test]
 fn session_summary_example() {
@@ -638,6 +638,20 @@ fn session_summary_example() {
     let v = serde_json::to_value(&active).unwrap_or_default();
     assert_eq!(v["device"], json!({}));
     assert!(v.get("suspendedAt").is_none() && v.get("suspendReason").is_none());
+
+    // `registry` (issue #23): a summary without it (an older daemon) reads as received.
+    let mut old: Value = serde_json::from_str(SESSION_EXAMPLE).unwrap_or_default();
+    old.as_object_mut().map(|m| m.remove("registry"));
+    let old: SessionSummary = serde_json::from_value(old).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(old.registry, RegistryState::Received);
+    let pending = SessionSummary {
+        registry: RegistryState::Pending,
+        ..old
+    };
+    assert_eq!(
+        serde_json::to_value(&pending).unwrap_or_default()["registry"],
+        "pending"
+    );
 }
 
 #[test]
@@ -878,6 +892,7 @@ fn every_event_kind_round_trips() {
         r#"{"kind":"daemon_started","ts":1764493923120,"seq":0,"data":{"version":"0.3.1","pid":48211}}"#,
         r#"{"kind":"link_created","sessionId":"Zk3pQ0mX8sL1vB2n","ts":1,"seq":0,"data":{"expiresAt":1764494223,"transport":"web"}}"#,
         r#"{"kind":"link_expired","sessionId":"Zk3pQ0mX8sL1vB2n","ts":1,"seq":0,"data":{}}"#,
+        r#"{"kind":"link_refused","sessionId":"Zk3pQ0mX8sL1vB2n","ts":1,"seq":0,"data":{"reason":"unsupported_link"}}"#,
         r#"{"kind":"session_claimed","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"device":{"model":"Pixel 8"},"transport":"native"}}"#,
         r#"{"kind":"session_suspended","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"reason":"connection_lost"}}"#,
         r#"{"kind":"session_resumed","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"replacedSocket":true}}"#,

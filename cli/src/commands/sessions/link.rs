@@ -24,8 +24,10 @@ use crate::commands::init::PlatformArg;
 use crate::connect::{self, Contact};
 use crate::error::CliError;
 use crate::globals::Globals;
-use crate::output::{Output, Success};
+use crate::output::{Output, Success, write_stdout};
 use crate::render::{self, Row, Section, to_value};
+
+use super::wait;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OpenArg {
@@ -85,6 +87,9 @@ pub struct LinkArgs {
     /// The page URL (required with, and only with, --open web)
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
+    /// Then wait until the app claims the session and sends its tools (default 120000 ms)
+    #[arg(long, value_name = "MS", num_args = 0..=1, require_equals = true, default_missing_value = "120000")]
+    pub wait: Option<String>,
     #[arg(hide = true)]
     pub positionals: Vec<String>,
 }
@@ -107,6 +112,8 @@ pub struct LinkRequest {
     pub relaunch: bool,
     /// Only with `--open web`; an `http` or `https` URL.
     pub url: Option<String>,
+    /// `--wait[=MS]`: wait this long for the claim and the registry (issue #23).
+    pub wait: Option<u64>,
 }
 
 /// A `sessions link --open` target.
@@ -216,7 +223,17 @@ pub fn validate(a: LinkArgs) -> Result<LinkRequest, CliError> {
         )
     })?
     .map(|t| u32::try_from(t).unwrap_or(MAX_LINK_TTL_S));
+    let wait = opt(a.wait, |v| {
+        int_in(
+            "--wait",
+            v,
+            1,
+            wait::MAX_WAIT_MS,
+            &format!("an integer from 1 to {}", wait::MAX_WAIT_MS),
+        )
+    })?;
     Ok(LinkRequest {
+        wait,
         ttl_seconds,
         qr: a.qr,
         scheme: a.scheme.map(scheme).transpose()?,
@@ -402,7 +419,21 @@ pub async fn run(
             Err(e) => out.notice(&format!("No QR code: {e}")),
         }
     }
-    Ok(success)
+    let Some(timeout_ms) = req.wait else {
+        return Ok(success);
+    };
+    // The person needs the link (or its QR code) while the command waits.
+    if !out.flags.json {
+        write_stdout(&success.human);
+    }
+    let id = success.data["sessionId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    out.notice(&format!(
+        "Waiting up to {timeout_ms} ms for an app to claim session {id}…"
+    ));
+    wait::wait_ready(&client, &dir, &id, timeout_ms, success).await
 }
 
 /// Steps 4–7 of 05 §6.3 on an open connection, after [`plan`]: runs the shared link flow for
@@ -615,6 +646,7 @@ mod tests {
             app_id: None,
             relaunch: false,
             url: None,
+            wait: None,
         }
     }
 

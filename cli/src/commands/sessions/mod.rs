@@ -1,6 +1,7 @@
 //! `appduct sessions ls | revoke | link` (05 §6); `link` lives in [`link`].
 
 pub mod link;
+pub mod wait;
 
 use appduct_protocol::control::{
     NoParams, RevokeResult, RevokedKind, SelectorParams, SessionState, SessionSummary,

@@ -548,7 +548,7 @@ describe("waitForSession", () => {
     });
     const waiting = waitForSession("Zk3", { stateDir: fake.stateDir, autoSpawn: false });
     const subscribe = await fake.nextRequest("events.subscribe");
-    expect(subscribe.params).toEqual({ kinds: ["session_claimed", "session_revoked", "link_expired"] });
+    expect(subscribe.params).toEqual({ kinds: ["session_claimed", "session_revoked", "link_expired", "link_refused"] });
     subscribe.reply({ ok: true });
     await fake.nextRequest("sessions.describe");
     expect(fake.connections[0]?.lines.map((l) => (JSON.parse(l) as { method: string }).method)).toEqual(["events.subscribe", "sessions.describe"]);
@@ -559,6 +559,65 @@ describe("waitForSession", () => {
     expect([client.sessionId, client.alias]).toEqual(["Zk3", "node-js"]);
     await subscribe.connection.ended;
     expect(fake.requests.filter((r) => r.method === "sessions.describe").map((r) => r.params)).toEqual([{ selector: "Zk3" }, { selector: "Zk3" }]);
+  });
+
+  it("after the claim, does not resolve before the registry arrives (issue #23)", async () => {
+    const fake = await startFakeControl(cleanups);
+    let tools = false;
+    fake.answer("events.subscribe", (r) => r.reply({ ok: true }));
+    fake.answer("sessions.describe", (r) => {
+      if (r.connection === fake.connections[0]) r.fail("unknown_session", "not claimed yet", { selector: "Zk3", pending: true });
+      else r.reply({ ...SUMMARY, sessionId: "Zk3", alias: "node-js", registry: tools ? "received" : "pending", toolCount: tools ? 2 : 0 });
+    });
+    const waiting = waitForSession("Zk3", { stateDir: fake.stateDir, autoSpawn: false });
+    const state = track(waiting);
+    await fake.nextRequest("sessions.describe");
+    fake.connections[0]?.send({ jsonrpc: "2.0", method: "event", params: { kind: "session_claimed", sessionId: "Zk3", alias: "node-js", ts: 1, seq: 0, data: {} } });
+    // The registry wait subscribes to tools_changed, then looks: still pending.
+    const registrySub = await fake.nextRequest("events.subscribe", (r) => JSON.stringify(r.params) === JSON.stringify({ kinds: ["tools_changed"] }));
+    await fake.nextRequest("sessions.describe", (r) => r.connection === registrySub.connection);
+    expect(state.settled).toBe(false);
+    // Another session's tools change nothing; this one's do.
+    registrySub.connection.send({ jsonrpc: "2.0", method: "event", params: { kind: "tools_changed", sessionId: "other", ts: 2, seq: 0, data: { toolCount: 1 } } });
+    tools = true;
+    registrySub.connection.send({ jsonrpc: "2.0", method: "event", params: { kind: "tools_changed", sessionId: "Zk3", alias: "node-js", ts: 3, seq: 0, data: { toolCount: 2 } } });
+    const client = await waiting;
+    cleanups.push(() => client.close());
+    expect([client.sessionId, client.registry]).toEqual(["Zk3", "received"]);
+  });
+
+  it("reports registry pending when the tools do not come by the deadline and the grace", async () => {
+    const fake = await startFakeControl(cleanups);
+    fake.answer("events.subscribe", (r) => r.reply({ ok: true }));
+    fake.answer("sessions.describe", (r) => r.reply({ ...SUMMARY, registry: "pending" }));
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "Date"] });
+    const waiting = waitForSession(SUMMARY.sessionId, { stateDir: fake.stateDir, autoSpawn: false, timeoutMs: 500 });
+    const state = track(waiting);
+    await fake.nextRequest("events.subscribe", (r) => JSON.stringify(r.params) === JSON.stringify({ kinds: ["tools_changed"] }));
+    // At least 2 s after the claim, even though timeoutMs was 500.
+    await vi.advanceTimersByTimeAsync(1_500);
+    expect(state.settled).toBe(false);
+    await vi.advanceTimersByTimeAsync(600);
+    const client = await waiting;
+    cleanups.push(() => client.close());
+    expect(client.registry).toBe("pending");
+  });
+
+  it("a refused link rejects at once with unknown_session, its reason and a hint", async () => {
+    const fake = await startFakeControl(cleanups);
+    fake.answer("events.subscribe", (r) => r.reply({ ok: true }));
+    fake.answer("sessions.describe", (r) => r.fail("unknown_session", "not claimed yet", { selector: "R1", pending: true }));
+    const waiting = waitForSession("R1", { stateDir: fake.stateDir, autoSpawn: false });
+    const describe = await fake.nextRequest("sessions.describe");
+    describe.connection.send({ jsonrpc: "2.0", method: "event", params: { kind: "link_refused", sessionId: "R1", ts: 1, seq: 0, data: { reason: "unsupported_link" } } });
+    const error = await rejection(waiting);
+    expect(error).toMatchObject({ type: "unknown_session", details: { selector: "R1", refused: "unsupported_link" } });
+    expect(String((error.details as { hint: string }).hint)).toContain("--for react-native");
+    // Refused before the wait began: the describe says so.
+    const fake2 = await startFakeControl(cleanups);
+    fake2.answer("events.subscribe", (r) => r.reply({ ok: true }));
+    fake2.answer("sessions.describe", (r) => r.fail("unknown_session", "not claimed yet", { selector: "R2", pending: true, refused: "pin_mismatch" }));
+    expect(await rejection(waitForSession("R2", { stateDir: fake2.stateDir, autoSpawn: false }))).toMatchObject({ type: "unknown_session", details: { refused: "pin_mismatch" } });
   });
 
   it("resolves at once when the session is already claimed", async () => {

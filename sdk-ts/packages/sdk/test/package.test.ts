@@ -22,7 +22,9 @@ const WEB_APP = path.join(PACKAGE_DIR, "test", "fixtures", "web-app", "main.js")
 const REACT_APP = path.join(PACKAGE_DIR, "test", "fixtures", "react-app", "main.js");
 /** A text only the real React bindings contain (their missing-client warning). */
 const REACT_HOOKS_MARKER = "found no client";
-const SESSION_CORE_MARKERS = ["session_claim", "tool_registry_snapshot", "__APPDUCT__"];
+/** `SDK_LIVE_CORE_MARKER`: what `appduct doctor` finds in a release bundle (issue #23). */
+const LIVE_CORE_MARKER = "appduct-sdk-live-core/v1";
+const SESSION_CORE_MARKERS = ["session_claim", "tool_registry_snapshot", "__APPDUCT__", LIVE_CORE_MARKER];
 
 interface PackageJson {
   name: string;
@@ -191,5 +193,42 @@ describe("web bundles (07 §7.8)", () => {
   it("a Vite production build gets the inert entry; a development build the real one", async () => {
     expect(markersIn(await viteText("production"))).toEqual([]);
     expect(markersIn(await viteText("development"))).toEqual(SESSION_CORE_MARKERS);
+  }, 60_000);
+});
+
+describe("the live-core marker appduct doctor looks for (issue #23)", () => {
+  const DIST = path.join(PACKAGE_DIR, "dist");
+  const read = (rel: string): string => readFileSync(path.join(DIST, rel), "utf8");
+
+  it("is the constant the session core stores", async () => {
+    const { SDK_LIVE_CORE_MARKER } = await import("../src/core/client.js");
+    expect(SDK_LIVE_CORE_MARKER).toBe(LIVE_CORE_MARKER);
+  });
+
+  it("is in the live dist and in no inert module", () => {
+    expect(read("core/client.js")).toContain(LIVE_CORE_MARKER);
+    for (const inert of ["inert/index.js", "inert/client.js", "react/inert.js", "react-native/inert.js"]) {
+      expect(read(inert), inert).not.toContain(LIVE_CORE_MARKER);
+    }
+  });
+
+  it("survives a minified bundle of the React Native entry, and the inert web bundle has none", async () => {
+    const bundle = async (entry: string, conditions: string[]): Promise<string> => {
+      const result = await esbuild({
+        stdin: { contents: `import * as m from ${JSON.stringify(entry)}; globalThis.m = m;`, resolveDir: PACKAGE_DIR },
+        bundle: true,
+        minify: true,
+        write: false,
+        format: "esm",
+        platform: "neutral",
+        mainFields: ["module", "main"],
+        conditions,
+        external: ["react", "react-native"],
+        logLevel: "silent",
+      });
+      return result.outputFiles.map((f) => f.text).join("\n");
+    };
+    expect(await bundle("@appduct/sdk/react-native", ["react-native"])).toContain(LIVE_CORE_MARKER);
+    expect(await bundle("@appduct/sdk/web", [])).not.toContain(LIVE_CORE_MARKER);
   }, 60_000);
 });

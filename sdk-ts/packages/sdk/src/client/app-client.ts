@@ -8,7 +8,7 @@ import { isJsonObject, isPlainObject } from "../core/text.js";
 import { MAX_TIMER_MS, type RpcConnection } from "./connection.js";
 import type { DaemonTarget } from "./daemon.js";
 import { AppductError, clientError } from "./errors.js";
-import type { AppClient, AppEvent, AppEventFull, CallOptions, CallProgress, EventsOptions, EventsPage, ListedTool, WaitForEventOptions } from "./types.js";
+import type { AppClient, AppEvent, RegistryState, AppEventFull, CallOptions, CallProgress, EventsOptions, EventsPage, ListedTool, WaitForEventOptions } from "./types.js";
 import { startStreamWait, waitTimeout, type StreamWait } from "./wait.js";
 
 /** Default `waitForEvent` timeout (07 §7.13.2). */
@@ -69,6 +69,8 @@ export class ControlAppClient implements AppClient {
     /** Where wait connections go; they never spawn a daemon (a new one would not know the session). */
     private readonly target: DaemonTarget,
     private readonly requestTimeoutMs: number,
+    /** As `sessions.describe` reported it (`waitForSession` updates it once tools arrive). */
+    public registry: RegistryState = "received",
   ) {
     connection.onNotification((method, params) => this.onNotification(method, params));
   }

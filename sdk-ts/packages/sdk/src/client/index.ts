@@ -6,13 +6,22 @@ import { ControlAppClient } from "./app-client.js";
 import { resolveBin, runCli } from "./cli.js";
 import { openDaemonConnection, resolveStateDir, type DaemonTarget } from "./daemon.js";
 import { AppductError, clientError } from "./errors.js";
-import type { AppClient, ConnectOptions, LinkOptions, LinkResult, WaitForSessionOptions } from "./types.js";
+import type { AppClient, ConnectOptions, LinkOptions, LinkResult, RegistryState, WaitForSessionOptions } from "./types.js";
 import { startStreamWait, waitTimeout } from "./wait.js";
 
 /** Default per-request timeout (03 §13). */
 const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
 /** Default `waitForSession` timeout (07 §7.13.1). */
 const DEFAULT_SESSION_WAIT_MS = 120_000;
+/** After the claim, the registry is waited for until the deadline, and at least this long (issue #23). */
+const REGISTRY_GRACE_MS = 2_000;
+/** What to do about an app's refusal of a link (`link_refused`, issue #23). */
+const REFUSAL_HINTS: Record<string, string> = {
+  unsupported_link: "The app has only the JavaScript SDK, which cannot use a native link; mint the link with --for react-native.",
+  link_expired: "Mint a new link, and check that the device's clock is right (the app compares the link's expiry with it).",
+  handshake_failed: "Mint a new link: one minted before the daemon's key changed (appduct keygen --force) no longer fits.",
+  pin_mismatch: "Mint a new link: the host key changed since this one was minted (appduct keygen --force), or another server answered.",
+};
 
 function target(options: { stateDir?: string | undefined; autoSpawn?: boolean | undefined; bin?: string | undefined }): DaemonTarget {
   const resolved: DaemonTarget = { stateDir: resolveStateDir(options.stateDir), autoSpawn: options.autoSpawn ?? true };
@@ -26,6 +35,15 @@ function target(options: { stateDir?: string | undefined; autoSpawn?: boolean | 
  * `unknown_session`) reject at once.
  */
 export async function connect(options: ConnectOptions = {}): Promise<AppClient> {
+  return connectSession(options);
+}
+
+/** `sessions.describe` `registry`; a daemon that does not report it predates it (its claim meant ready). */
+function registryOf(summary: Record<string, unknown>): RegistryState {
+  return summary.registry === "pending" ? "pending" : "received";
+}
+
+async function connectSession(options: ConnectOptions): Promise<ControlAppClient> {
   const requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
   if (typeof requestTimeoutMs !== "number" || !(requestTimeoutMs > 0)) {
     throw clientError(`requestTimeoutMs must be a number > 0; got ${String(requestTimeoutMs)}.`, { param: "requestTimeoutMs" });
@@ -37,7 +55,7 @@ export async function connect(options: ConnectOptions = {}): Promise<AppClient> 
     if (!isJsonObject(summary) || typeof summary.sessionId !== "string" || typeof summary.alias !== "string") {
       throw new AppductError("internal_error", "The appduct daemon answered sessions.describe with an unexpected result.", { details: { method: "sessions.describe" } });
     }
-    return new ControlAppClient(connection, summary.sessionId, summary.alias, { ...daemon, autoSpawn: false }, requestTimeoutMs);
+    return new ControlAppClient(connection, summary.sessionId, summary.alias, { ...daemon, autoSpawn: false }, requestTimeoutMs, registryOf(summary));
   } catch (error) {
     await connection.close();
     throw error;
@@ -74,46 +92,90 @@ export async function link(options: LinkOptions = {}): Promise<LinkResult> {
 }
 
 /**
- * Resolves with an `AppClient` once session `sessionId` is claimed, at once when it already is.
- * A link that expires or is revoked first rejects with `unknown_session`.
+ * Resolves with an `AppClient` once session `sessionId` is claimed and its tool registry has
+ * arrived (issue #23), at once when it already has. If the app sends no tools by the deadline (and
+ * at least 2 s after the claim), it resolves anyway with `registry: "pending"`. A link that expires
+ * or is revoked first rejects with `unknown_session`; one the app refused rejects at once with
+ * `unknown_session`, `details: {selector, refused, hint}`.
  */
 export async function waitForSession(sessionId: string, options: WaitForSessionOptions = {}): Promise<AppClient> {
   if (typeof sessionId !== "string" || sessionId === "") throw clientError("sessionId must be a non-empty string.", { param: "sessionId" });
   const timeoutMs = waitTimeout(options.timeoutMs, DEFAULT_SESSION_WAIT_MS);
+  const started = Date.now();
   const daemon = target(options);
   const ended = (reason: "expired" | "revoked"): AppductError =>
     new AppductError("unknown_session", `The link of session ${sessionId} was ${reason} before a device claimed it.`, { details: { selector: sessionId, reason } });
-  const wait = startStreamWait<void>({
+  const refused = (reason: unknown): AppductError => {
+    const why = typeof reason === "string" ? reason : "unknown";
+    return new AppductError("unknown_session", `The app refused the link of session ${sessionId} (${why}).`, {
+      details: { selector: sessionId, refused: why, hint: REFUSAL_HINTS[why] ?? "Mint a new link." },
+    });
+  };
+  const signal = options.signal === undefined ? {} : { signal: options.signal };
+  const requestOptions = { timeoutMs: DEFAULT_REQUEST_TIMEOUT_MS };
+  const claim = startStreamWait<void>({
     target: daemon,
     timeoutMs,
     timeoutError: () => new AppductError("timeout", `Session ${sessionId} was not claimed within ${timeoutMs} ms.`, { details: { sessionId, timeoutMs } }),
-    ...(options.signal === undefined ? {} : { signal: options.signal }),
+    ...signal,
     run: (connection, { resolve, reject }) => {
       connection.onNotification((method, params) => {
         if (method !== "event" || !isJsonObject(params) || params.sessionId !== sessionId) return;
         if (params.kind === "session_claimed") resolve();
         else if (params.kind === "link_expired") reject(ended("expired"));
         else if (params.kind === "session_revoked") reject(ended("revoked"));
+        else if (params.kind === "link_refused") reject(refused(isJsonObject(params.data) ? params.data.reason : undefined));
       });
       // Subscribe first, then look: a claim between the two is seen by one of them.
-      const requestOptions = { timeoutMs: DEFAULT_REQUEST_TIMEOUT_MS };
       connection
-        .request("events.subscribe", { kinds: ["session_claimed", "session_revoked", "link_expired"] }, requestOptions)
+        .request("events.subscribe", { kinds: ["session_claimed", "session_revoked", "link_expired", "link_refused"] }, requestOptions)
         .then(() => connection.request("sessions.describe", { selector: sessionId }, requestOptions))
         .then(
           () => resolve(),
           (error: unknown) => {
-            // A pending link is "unknown" with details.pending (03 §7): keep waiting for its claim.
-            const pending = error instanceof AppductError && error.type === "unknown_session" && isJsonObject(error.details) && error.details.pending === true;
+            // A pending link is "unknown" with details.pending (03 §7): keep waiting for its claim,
+            // unless the app already refused it.
+            const details = error instanceof AppductError && isJsonObject(error.details) ? error.details : undefined;
+            const pending = error instanceof AppductError && error.type === "unknown_session" && details?.pending === true;
             if (!pending) reject(error);
+            else if (details?.refused !== undefined) reject(refused(details.refused));
           },
         );
     },
   });
-  await wait.promise;
+  await claim.promise;
+  const claimedAt = Date.now();
   const connectOptions: ConnectOptions = { selector: sessionId, stateDir: daemon.stateDir, autoSpawn: daemon.autoSpawn };
   if (daemon.bin !== undefined) connectOptions.bin = daemon.bin;
-  return connect(connectOptions);
+  const client = await connectSession(connectOptions);
+  if (client.registry === "received") return client;
+  // Claimed, tools not there yet: wait for them until the deadline, and at least the grace.
+  const until = Math.max(started + timeoutMs, claimedAt + REGISTRY_GRACE_MS);
+  try {
+    const registry = startStreamWait<RegistryState>({
+      target: { ...daemon, autoSpawn: false },
+      timeoutMs: Math.max(0, until - Date.now()),
+      timeoutError: () => new AppductError("timeout", `The tools of session ${sessionId} did not arrive in time.`),
+      timeoutValue: () => "pending",
+      ...signal,
+      run: (connection, { resolve, reject }) => {
+        const look = (): void => {
+          connection.request("sessions.describe", { selector: sessionId }, requestOptions).then((summary) => {
+            if (isJsonObject(summary) && registryOf(summary) === "received") resolve("received");
+          }, reject);
+        };
+        connection.onNotification((method, params) => {
+          if (method === "event" && isJsonObject(params) && params.sessionId === sessionId && params.kind === "tools_changed") look();
+        });
+        connection.request("events.subscribe", { kinds: ["tools_changed"] }, requestOptions).then(look, reject);
+      },
+    });
+    client.registry = await registry.promise;
+  } catch (error) {
+    await client.close();
+    throw error;
+  }
+  return client;
 }
 
 export { AppductError, type AppductErrorOptions } from "./errors.js";

@@ -145,9 +145,20 @@ export interface WaitForEventOptions {
 }
 
 /** A session driven through the daemon. Every request names `sessionId`, never the alias. */
+/**
+ * Whether the app's tool registry has arrived (issue #23): `received` once its first tool
+ * snapshot since the claim did; `pending` before (then `tools()` may still be empty).
+ */
+export type RegistryState = "received" | "pending";
+
 export interface AppClient {
   readonly sessionId: string;
   readonly alias: string;
+  /**
+   * The registry's state when this client was made: `waitForSession` waits for `received` and
+   * reports `pending` only when the app sent no tools by its deadline.
+   */
+  readonly registry: RegistryState;
   tools(): Promise<ListedTool[]>;
   call<T = unknown>(name: string, args?: Record<string, unknown>, options?: CallOptions): Promise<T>;
   events(options?: Omit<EventsOptions, "payloadMaxBytes"> & { payloadMaxBytes?: undefined }): Promise<EventsPage<AppEventFull>>;

@@ -16,6 +16,8 @@ export interface StreamWaitOptions<T> {
   target: DaemonTarget;
   timeoutMs: number;
   timeoutError(): AppductError;
+  /** When set, the timeout resolves with this value instead of rejecting with `timeoutError()`. */
+  timeoutValue?: () => T;
   signal?: AbortSignal;
   /** Sets the notification handler and sends the requests; runs once the connection is open. */
   run(connection: RpcConnection, controls: WaitControls<T>): void;
@@ -45,7 +47,8 @@ export function startStreamWait<T>(options: StreamWaitOptions<T>): StreamWait<T>
 
   const promise = new Promise<T>((resolve, reject) => {
     const onAbort = (): void => void settle({ error: options.signal?.reason });
-    const timer = setTimeout(() => void settle({ error: options.timeoutError() }), Math.min(options.timeoutMs, MAX_TIMER_MS));
+    const onTimeout = (): void => void settle(options.timeoutValue === undefined ? { error: options.timeoutError() } : { value: options.timeoutValue() });
+    const timer = setTimeout(onTimeout, Math.min(options.timeoutMs, MAX_TIMER_MS));
     settle = (outcome) => {
       if (done) return closing;
       done = true;

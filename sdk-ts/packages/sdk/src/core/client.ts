@@ -132,7 +132,18 @@ export function backoffDelayMs(attempt: number, random: number): number {
   return Math.floor(random * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** attempt));
 }
 
+/**
+ * A stable marker of the live session core (issue #23). `appduct doctor` looks for these bytes in
+ * the JavaScript bundle of a release build (plain JS, or the string table of Hermes bytecode), so
+ * `--assert-absent` fails when the live SDK shipped. It is a string literal the client stores, so
+ * minifiers keep it; the inert entries never import this module. Never change it: doctors of
+ * every version look for it.
+ */
+export const SDK_LIVE_CORE_MARKER = "appduct-sdk-live-core/v1";
+
 class Client implements AppductClient {
+  /** The live-core marker; see {@link SDK_LIVE_CORE_MARKER}. */
+  readonly liveCore: string = SDK_LIVE_CORE_MARKER;
   private readonly transportFactory: TransportFactory;
   private readonly clock: Clock;
   private readonly random: () => number;
