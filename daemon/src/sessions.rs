@@ -26,8 +26,7 @@ use appduct_protocol::close::CloseReason;
 use appduct_protocol::control::{
     Device, EventData, LinkCreateParams, LinkCreateResult, LinkCreatedData, PreviousState,
     RegistryState, RevokeResult, RevokedKind, RngSource, SessionRevokedData, SessionState,
-    SessionSummary,
-    SuspendReason, Transport,
+    SessionSummary, SuspendReason, Transport,
 };
 use appduct_protocol::descriptor::{EventDescriptor, ToolDescriptor};
 use appduct_protocol::errors::ErrorType;
