@@ -22,7 +22,7 @@ import type { WebSocketConstructor } from "../src/web/transport.js";
 import { watchDaemonEvents } from "./support/daemon-events.js";
 import type { Cleanup } from "./support/fake-daemon.js";
 import { startCapture } from "./support/fake-sealed-daemon.js";
-import { within } from "./support/processes.js";
+import { waitForLine, within } from "./support/processes.js";
 import { appductBin, startRealDaemon, type RealDaemon } from "./support/real-daemon.js";
 
 const PIXEL: PlatformLike = { OS: "android", Version: 35, constants: { Manufacturer: "Google", Model: "Pixel 8" } };
@@ -204,24 +204,26 @@ describe("against the real daemon's sealed transport", () => {
     expect(await rngOf()).toBe("csprng");
   }, 60_000);
 
-  it("a native link given to the React Native entry: unsupported_link at once, and the refusal reaches the daemon", async () => {
+  it("a native link given to the React Native entry: unsupported_link at once, and `sessions link --wait` reports the refusal", async () => {
     const daemon = await startRealDaemon(cleanups, LOOPBACK_CONFIG);
     const outcomes: { refusal: LinkRefusal; outcome: unknown }[] = [];
     const app = rnClient({ onRefusalSent: (refusal, outcome) => outcomes.push({ refusal, outcome }) });
-    const native = await daemon.data<{ sessionId: string; deepLink: string }>(["sessions", "link", "--for", "native", "--scheme", "rnapp"]);
-    const nativeLink = native.deepLink;
+    // The agent's side: mint a native link and wait for the app (human output: the link first).
+    const waiter = daemon.spawnCli(["sessions", "link", "--for", "native", "--scheme", "rnapp", "--wait=600000"]);
+    const stderr: string[] = [];
+    waiter.stderr.on("data", (chunk: Buffer) => stderr.push(chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => waiter.once("exit", (code) => resolve(code)));
+    const nativeLink = await waitForLine(waiter, waiter.stdout, (line) => /rnapp:\/\/\/\?appduct=\S+/.exec(line)?.[0], WAIT, "the minted link");
     expect(nativeLink).toContain("&pin=sha256%2F");
     const error = await app.connect(nativeLink).catch((e: unknown) => e);
     expect(error).toMatchObject({ code: "unsupported_link" });
     expect((error as Error).message).toContain("--for react-native");
     await until(() => outcomes.length === 1, "the refusal to be sent");
-    expect(outcomes[0]?.refusal).toMatchObject({ reason: "unsupported_link", sessionId: native.sessionId });
-    // The frame reached the daemon's plain route and was answered. Recording it (`1000
-    // refusal_recorded`, ending `sessions link --wait`) is the `ready` branch's daemon side, not
-    // merged into this branch: this daemon still reads a text first frame as a cleartext claim.
-    expect([
-      { code: 1000, reason: "refusal_recorded" },
-      { code: 1008, reason: "expected_sealed_handshake" },
-    ]).toContainEqual(outcomes[0]?.outcome);
+    expect(outcomes[0]?.refusal).toMatchObject({ reason: "unsupported_link" });
+    expect(outcomes[0]?.outcome).toEqual({ code: 1000, reason: "refusal_recorded" });
+    // The wait ends at once (not after its 600 s): unknown_session (exit 71) naming the reason and the fix.
+    expect(await within(exited, WAIT, "sessions link --wait to end")).toBe(71);
+    expect(stderr.join("")).toContain("unsupported_link");
+    expect(stderr.join("")).toContain("--for react-native");
   }, 60_000);
 });

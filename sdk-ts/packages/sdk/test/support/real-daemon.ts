@@ -2,7 +2,7 @@
 // private state dir with `{"wssPort": 0}`, and CLI runs against it. The binary is APPDUCT_BIN,
 // else <repo>/target/debug/appduct (scripts/test builds it before the SDK tests).
 
-import { execFile, spawn } from "node:child_process";
+import { execFile, spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { existsSync } from "node:fs";
 import { mkdtemp, rm, writeFile, mkdir } from "node:fs/promises";
 import path from "node:path";
@@ -38,6 +38,8 @@ export interface RealDaemon {
   cli(args: readonly string[]): Promise<CliResult>;
   /** `data` of a successful `--json` run; throws with the envelope otherwise. */
   data<T = unknown>(args: readonly string[]): Promise<T>;
+  /** `appduct --state-dir <dir> <args…>` (human output) left running; stopped by the cleanups. */
+  spawnCli(args: readonly string[]): ChildProcessWithoutNullStreams;
 }
 
 /** The environment of every appduct process: no APPDUCT_* from outside, a private HOME. */
@@ -110,6 +112,11 @@ export async function startRealDaemon(cleanups: Cleanup[], config: Record<string
         throw new Error(`appduct ${args.join(" ")} failed (exit ${ran.code}): ${ran.stdout} ${ran.stderr}`);
       }
       return ran.json.data as T;
+    },
+    spawnCli: (args) => {
+      const proc = spawn(bin, ["--state-dir", stateDir, ...args], { env: { ...env, NO_COLOR: "1" }, cwd: home });
+      cleanups.push(() => stopProcess(proc));
+      return proc;
     },
   };
 }
