@@ -715,12 +715,12 @@ impl Codec {
                 .map(|record| Message::Binary(record.into()))
                 .collect()),
             Outgoing::Close(reason) => {
-                let mut out = Vec::with_capacity(2);
-                if let Ok(record) = tx.seal_close(reason.code(), reason.reason()) {
-                    out.push(Message::Binary(record.into()));
-                }
-                out.push(close_frame(reason));
-                Ok(out)
+                // The code and reason travel only in the close record: the WebSocket close after
+                // it is a bare 1000, so a passive observer learns nothing from it.
+                Ok(match tx.seal_close(reason.code(), reason.reason()) {
+                    Ok(record) => vec![Message::Binary(record.into()), bare_close_frame()],
+                    Err(_) => vec![close_frame(reason)],
+                })
             }
             other => Ok(vec![message_of(other)]),
         }
@@ -838,6 +838,14 @@ fn close_frame(reason: CloseReason) -> Message {
     Message::Close(Some(CloseFrame {
         code: CloseCode::from(reason.code()),
         reason: reason.reason().into(),
+    }))
+}
+
+/// The WebSocket close that follows a close record: `1000` with an empty reason.
+fn bare_close_frame() -> Message {
+    Message::Close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "".into(),
     }))
 }
 

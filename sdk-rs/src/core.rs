@@ -635,6 +635,18 @@ impl Core {
                     _ => self.end_session(reasons::PIN_MISMATCH, abort_reasons::SESSION_SUSPENDED),
                 }
             }
+            // A held session: neither the daemon's plain close nor a message 2 that fails can be
+            // told from an attacker on the path, so it is a lost connection (1006), retried
+            // within grace; a rotated daemon key simply runs out the grace.
+            OpenFailure::HandshakeFailed if matches!(self.mode, Mode::Held(_)) => {
+                tracing::debug!(
+                    conn,
+                    "appduct sealed handshake failed on a resume; retrying"
+                );
+                self.schedule_retry(now);
+            }
+            // A first claim: the link names a key this daemon does not hold (a forged failure
+            // only costs a new link).
             OpenFailure::HandshakeFailed => {
                 self.error(
                     ErrorPhase::Connect,
@@ -642,13 +654,7 @@ impl Core {
                     "the sealed handshake failed: the daemon does not hold the link's key"
                         .to_owned(),
                 );
-                match &self.mode {
-                    Mode::Claiming(_) => {
-                        self.fail_claim(ConnectError::HandshakeFailed, reasons::HANDSHAKE_FAILED)
-                    }
-                    _ => self
-                        .end_session(reasons::HANDSHAKE_FAILED, abort_reasons::SESSION_SUSPENDED),
-                }
+                self.fail_claim(ConnectError::HandshakeFailed, reasons::HANDSHAKE_FAILED);
             }
             OpenFailure::Other(detail) => {
                 tracing::debug!(conn, %detail, "appduct connection failed to open");
@@ -1679,20 +1685,27 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_sealed_handshake_ends_a_held_session_without_retry() {
+    fn a_failed_sealed_handshake_on_a_held_session_is_retried_within_grace() {
+        // Unauthenticated (a forged plain close or message 2): a lost connection, not the end.
         let mut c = active_core(false);
         c.on_closed(T0, 1, Some(1006), None);
         c.on_timeout(T0 + 250);
         let conn = opened(&drain(&mut c)).unwrap();
         c.on_open_failed(T0 + 260, conn, OpenFailure::HandshakeFailed);
         let out = drain(&mut c);
-        assert!(out.contains(&Output::State(ClientState::Closed {
-            reason: "handshake_failed".into()
-        })));
-        assert!(out.contains(&Output::Session(SessionEvent::Lost {
-            reason: "handshake_failed".into()
-        })));
-        assert_eq!(c.poll_timeout(), None);
+        assert!(
+            !out.iter().any(|o| matches!(
+                o,
+                Output::State(ClientState::Closed { .. })
+                    | Output::Session(SessionEvent::Lost { .. })
+            )),
+            "{out:?}"
+        );
+        assert_eq!(c.state(), &ClientState::Reconnecting);
+        let retry = c.poll_timeout().expect("a retry is scheduled");
+        c.on_timeout(retry);
+        let again = opened(&drain(&mut c)).expect("the resume is tried again");
+        assert_ne!(again, conn);
     }
 
     #[test]

@@ -91,7 +91,9 @@ impl SealedSocket {
     /// A message 2 that fails its checks (a daemon without the link's key), or a
     /// `1008 sealed_handshake_failed` close instead of message 2 (the daemon could not read
     /// message 1: the link was minted for another key), is [`DialError::HandshakeFailed`]; any
-    /// other end of the socket is a plain failure, retried.
+    /// other end of the socket is a plain failure, retried. Neither is authenticated, so the
+    /// core ends only a first claim on `HandshakeFailed`; a held session's resume retries it
+    /// within grace like a lost connection.
     pub async fn handshake(
         mut socket: DeviceSocket,
         static_key: [u8; sealed::KEY_BYTES],
@@ -180,22 +182,28 @@ impl SealedSocket {
         }
     }
 
-    /// Ends the channel: a close record (when `code` may be sent), then the WebSocket close
-    /// with the same code and reason, then a bounded wait for the daemon's close.
+    /// Ends the channel: a close record (when `code` may be sent), then a bare `1000`
+    /// WebSocket close (the code and reason travel only sealed; without a record, the
+    /// WebSocket close carries them), then a bounded wait for the daemon's close.
     pub async fn close(mut self, code: u16, reason: &str) {
         if let Ok(record) = self.tx.seal_close(code, reason) {
             let _ = self.socket.feed(Message::binary(record)).await;
+            close_ws(&mut self.socket, 1000, "").await;
+        } else {
+            close_ws(&mut self.socket, code, reason).await;
         }
-        close_ws(&mut self.socket, code, reason).await;
     }
 
-    /// Closes after `error`: with a close record first when the channel still works.
+    /// Closes after `error`: with a close record first (then a bare `1000`) when the channel
+    /// still works.
     pub async fn fail(mut self, error: SealedError) {
         let close = error.close_reason();
         if error.sends_close_record()
             && let Ok(record) = self.tx.seal_close(close.code(), close.reason())
         {
             let _ = self.socket.feed(Message::binary(record)).await;
+            close_ws(&mut self.socket, 1000, "").await;
+            return;
         }
         close_ws(&mut self.socket, close.code(), close.reason()).await;
     }

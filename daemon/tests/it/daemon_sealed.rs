@@ -211,11 +211,20 @@ impl SealedApp {
     }
 }
 
+/// A close with a close record is followed by a bare `1000` WebSocket close (the code and
+/// reason travel only sealed); without one, the WebSocket close carries them.
 fn ended_with(code: u16, reason: &str, record: bool) -> Ended {
     let pair = (code, reason.to_owned());
-    Ended {
-        record: record.then(|| pair.clone()),
-        close: Some(pair),
+    if record {
+        Ended {
+            record: Some(pair),
+            close: Some((1000, String::new())),
+        }
+    } else {
+        Ended {
+            record: None,
+            close: Some(pair),
+        }
     }
 }
 
@@ -367,7 +376,15 @@ async fn sealed_claim_and_call_round_trip_with_nothing_in_cleartext() {
     assert_eq!(listed[0].transport, Transport::Sealed);
     assert_eq!(listed[0].rng, Some(RngSource::Drbg));
 
-    // The wire: no tool name, argument, result, token or frame type in the clear.
+    // The end: the reason travels only in the close record; the WebSocket close is bare.
+    raw.send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "sessions.revoke",
+        "params": {"selector": link.session_id}}),
+    )
+    .await;
+    assert_eq!(app.ended().await, ended_with(1000, "revoked", true));
+
+    // The wire: no tool name, argument, result, token, frame type or close reason in the clear.
     let wire = recorder.captured();
     assert!(wire.len() > 500, "the relay saw the session");
     for secret in [
@@ -380,6 +397,7 @@ async fn sealed_claim_and_call_round_trip_with_nothing_in_cleartext() {
         "Pixel 8",
         sealed_claim_token(&link).as_str(),
         resume_token.as_str(),
+        "revoked",
     ] {
         assert!(!contains(&wire, secret), "{secret:?} in cleartext");
     }

@@ -19,8 +19,11 @@ import { ENABLED_REACT_NATIVE_ENTRIES, INERT_REACT_NATIVE_ENTRY } from "../src/m
 const PACKAGE_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const FIXTURE_APP = path.join(PACKAGE_DIR, "test", "fixtures", "metro-app");
 const REACT_NATIVE_STUB = path.join(PACKAGE_DIR, "test", "fixtures", "react-native-stub", "index.js");
-/** Texts only the session core contains (the same markers as the web bundle tests use). */
-const SESSION_CORE_MARKERS = ["session_claim", "tool_registry_snapshot"];
+/**
+ * Texts only the session core contains (the same markers as the web bundle tests use), and the
+ * live-core marker `appduct doctor` looks for in release bundles (`SDK_LIVE_CORE_MARKER`).
+ */
+const SESSION_CORE_MARKERS = ["session_claim", "tool_registry_snapshot", "appduct-sdk-live-core/v1"];
 /** Modules of the session core and the real React Native entry: none may be in an inert graph. */
 const SESSION_CORE_MODULES = ["core/client.js", "core/invoke.js", "core/calls.js", "react-native/client.js", "web/transport.js"];
 const RN_ENTRY = "@appduct/sdk/react-native";

@@ -212,6 +212,15 @@ describe("sealed channel", () => {
     expect(() => responder.accept(new Uint8Array(47))).toThrow(NoiseError);
     expect(() => new SealedResponder({ staticKeyPair: daemonKey, random: randomBytes }).accept(new Uint8Array(305))).toThrow(NoiseError);
   });
+
+  it("message 2 outside 48–304 bytes is refused by the app before decrypting (as the Rust initiator)", () => {
+    const daemonKey = keyPairFromPrivate(randomBytes(32));
+    for (const size of [47, 305]) {
+      const initiator = new SealedInitiator({ remoteStatic: daemonKey.publicKey, random: randomBytes, rng: "csprng" });
+      initiator.start();
+      expect(() => initiator.finish(new Uint8Array(size)), `${size} bytes`).toThrow(/message 2 of a wrong length/);
+    }
+  });
 });
 
 describe("records", () => {

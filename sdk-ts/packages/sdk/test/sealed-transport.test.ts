@@ -15,7 +15,7 @@ import { createSealedRandom } from "../src/core/sealed/random.js";
 import type { AppductClient, AppductStorage, LinkRefusal } from "../src/core/types.js";
 import { createReactNativeClient, REACT_NATIVE_LINK_HINT } from "../src/react-native/client.js";
 import type { PlatformLike } from "../src/react-native/device.js";
-import type { WebSocketConstructor } from "../src/web/transport.js";
+import { createWebSocketTransport, type WebSocketConstructor } from "../src/web/transport.js";
 import type { Cleanup } from "./support/fake-daemon.js";
 import { startCapture, startFakeSealedDaemon, type FakeSealedDaemon } from "./support/fake-sealed-daemon.js";
 import { within } from "./support/processes.js";
@@ -138,6 +138,81 @@ describe("entries without the sealed transport", () => {
   });
 });
 
+describe("refusals name only links the entry cannot use", () => {
+  it("a conflict the app's own connect options caused is unsupported_link without a refusal; a link kind the entry cannot open is refused", async () => {
+    const key = generateKeyPair((n) => globalThis.crypto.getRandomValues(new Uint8Array(n))).publicKey;
+    const token = globalThis.crypto.getRandomValues(new Uint8Array(32));
+    const expiresAt = Math.floor(Date.now() / 1000) + 300;
+    const sealedLink = encodeSealedBootstrapPayload({ address: "127.0.0.1", port: 9, sessionId: "sealed-1", token, expiresAt, staticKey: key });
+    const v2Link = encodeBootstrapPayload({ address: "127.0.0.1", port: 9, sessionId: "v2-1", token, expiresAt });
+    const make = (allowed: readonly ("native" | "web" | "sealed")[]): { c: AppductClient; sent: LinkRefusal[] } => {
+      const sent: LinkRefusal[] = [];
+      const c = createAppductClient({
+        transport: () => {
+          throw new Error("no socket expected");
+        },
+        defaultTransport: "web",
+        allowedTransports: allowed,
+        sendLinkRefusal: (refusal) => sent.push(refusal),
+      });
+      cleanups.push(() => c.disconnect());
+      return { c, sent };
+    };
+    // The React Native entry's transports: the app asked for another transport than the link's.
+    const rn = make(["web", "sealed"]);
+    await expect(rn.c.connect(sealedLink, { transport: "web" })).rejects.toMatchObject({ code: "unsupported_link" });
+    await expect(rn.c.connect(v2Link, { transport: "sealed" })).rejects.toMatchObject({ code: "unsupported_link" });
+    await expect(rn.c.connect(v2Link, { transport: "native" })).rejects.toMatchObject({ code: "unsupported_link" });
+    expect(rn.sent).toEqual([]);
+    // An entry that cannot open sealed links at all refuses one (the daemon's hint is right).
+    const web = make(["native", "web"]);
+    await expect(web.c.connect(sealedLink)).rejects.toMatchObject({ code: "unsupported_link" });
+    expect(web.sent.map((r) => [r.sessionId, r.reason])).toEqual([["sealed-1", "unsupported_link"]]);
+  });
+});
+
+describe("stored leases and the transports that may carry them", () => {
+  it("a stored sealed lease is dropped by an entry without the sealed transport, and never opened as plain WebSocket", async () => {
+    const key = generateKeyPair((n) => globalThis.crypto.getRandomValues(new Uint8Array(n))).publicKey;
+    const lease = JSON.stringify({
+      v: 1,
+      sessionId: "held-1",
+      resumeToken: "resume-secret",
+      alias: "iphone",
+      graceS: 600,
+      lostAt: null,
+      endpoint: { address: "127.0.0.1", port: 9 },
+      transport: "sealed",
+      staticKey: encodeBase64url(key),
+    });
+    let stored: string | null = lease;
+    const opened: unknown[] = [];
+    const c = createAppductClient({
+      transport: (target) => {
+        opened.push(target);
+        throw new Error("no socket expected");
+      },
+      leaseStore: { read: () => stored, write: (v) => void (stored = v), clear: () => void (stored = null) },
+      logger: { warn: () => undefined, error: () => undefined },
+    });
+    cleanups.push(() => c.disconnect());
+    await expect(c.restoreSession()).resolves.toBe(false);
+    expect(opened).toEqual([]);
+    expect(stored).toBe(null);
+    expect(c.getAppductState()).not.toBe("reconnecting");
+    // The plain WebSocket transport refuses a sealed target outright.
+    const constructed: string[] = [];
+    class Recorder {
+      constructor(url: string) {
+        constructed.push(url);
+      }
+    }
+    const plain = createWebSocketTransport(() => Recorder as unknown as WebSocketConstructor);
+    expect(() => plain({ url: "ws://127.0.0.1:9/", transport: "sealed", pins: [], staticKey: key })).toThrow(/sealed/);
+    expect(constructed).toEqual([]);
+  });
+});
+
 describe("React Native entry, sealed transport", () => {
   it("claims over the channel (token only inside), serves a call with progress, and nothing readable crosses the wire", async () => {
     const daemon = await startFakeSealedDaemon(cleanups);
@@ -171,9 +246,14 @@ describe("React Native entry, sealed transport", () => {
     const result = await conn.frame((f) => f.type === "tool_result", "the result");
     expect(result).toMatchObject({ id: "inv-1", result: { echoed: "argument-value-xyzzy" } });
 
+    // The app's close: its code and reason go only in the close record; the WebSocket close is bare.
+    await app.disconnect();
+    expect(await conn.closedByApp).toEqual({ code: 1000, reason: "" });
+    expect(conn.closeRecords).toEqual([{ code: 1000, reason: "closed_by_app" }]);
+
     const wire = capture.bytes();
     expect(wire.length).toBeGreaterThan(500);
-    for (const secret of ["secret_tool_name", "argument-value-xyzzy", "halfway-progress-text", token, sessionId, "resume-token-1", "session_claim", "iphone"]) {
+    for (const secret of ["secret_tool_name", "argument-value-xyzzy", "halfway-progress-text", token, sessionId, "resume-token-1", "session_claim", "iphone", "closed_by_app"]) {
       expect(wire.includes(Buffer.from(secret)), secret).toBe(false);
     }
   }, 20_000);
@@ -253,6 +333,39 @@ describe("React Native entry, sealed transport", () => {
       "closed by the sealed 1008",
     );
     expect(states).toEqual(["closed:session_revoked"]);
+  });
+
+  it("a held session survives forged handshake failures (a plain 1008 sealed_handshake_failed, a bogus message 2): it keeps resuming within grace", async () => {
+    const daemon = await startFakeSealedDaemon(cleanups);
+    const storage = memoryStorage();
+    const { client: app } = client();
+    app.configureAppduct({ storage });
+    const { link, sessionId } = mint(daemon);
+    const connected = app.connect(link);
+    const conn = await daemon.nextConnection();
+    await conn.frame((f) => f.type === "session_claim", "the claim");
+    conn.send(ack(sessionId, "r1"));
+    await connected;
+    const states: string[] = [];
+    app.addAppductListener("stateChange", (e) => states.push(`${e.state}:${e.reason ?? ""}`));
+    // The attacker answers the next two resume handshakes, then lets the real daemon through.
+    daemon.forge.push("close", "message2");
+    conn.ws.terminate();
+    const resumed = await daemon.nextConnection();
+    expect(await resumed.frame((f) => f.type === "session_resume", "the resume")).toMatchObject({ session_id: sessionId, resume_token: "r1" });
+    expect(daemon.forge).toEqual([]);
+    expect(states.some((s) => s.startsWith("closed"))).toBe(false);
+    expect(app.getAppductState()).toBe("reconnecting");
+    expect(storage.data.get("appduct:lease")).toContain('"resumeToken":"r1"');
+    resumed.send(ack(sessionId, "r2"));
+    await within(
+      new Promise<void>((resolve) => {
+        const check = (): void => (app.getAppductState() === "active" ? resolve() : void setTimeout(check, 10));
+        check();
+      }),
+      5_000,
+      "active again",
+    );
   });
 
   it("a tampered record from the network breaks the channel: the app drops it and resumes", async () => {

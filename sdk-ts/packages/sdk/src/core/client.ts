@@ -502,13 +502,20 @@ class Client implements AppductClient {
       this.refuseLink(payload, "link_expired");
       return { error: new AppductConnectError("expired_payload", "The link has expired; ask for a new one.") };
     }
-    const unsupported = (message: string): { error: AppductConnectError } => {
-      this.refuseLink(payload, "unsupported_link");
+    // The daemon is told only when the link is of a kind this entry cannot use; a conflict the
+    // app's own connect options caused is the app's to fix, and the daemon's hint (mint another
+    // kind of link) would be wrong.
+    const unsupported = (message: string, refuse = true): { error: AppductConnectError } => {
+      if (refuse) this.refuseLink(payload, "unsupported_link");
       return { error: new AppductConnectError("unsupported_link", `${message}${this.unsupportedLinkHint}`) };
     };
+    const byOption = options?.transport !== undefined;
     if (staticKey !== undefined) {
-      if (!this.allowedTransports.includes("sealed") || (options?.transport !== undefined && options.transport !== "sealed")) {
+      if (!this.allowedTransports.includes("sealed")) {
         return unsupported("This link was minted for the sealed transport (appduct sessions link --for react-native), which this platform does not open.");
+      }
+      if (byOption && options?.transport !== "sealed") {
+        return unsupported(`This link was minted for the sealed transport; connect was asked for the ${options?.transport} transport.`, false);
       }
       if (this.allowPrivateLanOnly && !isPrivateLanAddress(payload.address)) {
         return { error: new AppductConnectError("address_not_allowed", `Address ${payload.address} is not a private LAN address.`) };
@@ -517,10 +524,10 @@ class Client implements AppductClient {
     }
     const transport = options?.transport ?? this.defaultTransport;
     if (transport === "sealed") {
-      return unsupported("A sealed connection needs a sealed link (appduct sessions link --for react-native); this one is not.");
+      return unsupported("A sealed connection needs a sealed link (appduct sessions link --for react-native); this one is not.", !byOption);
     }
     if (!this.allowedTransports.includes(transport)) {
-      return unsupported(`This platform cannot open ${transport}-transport connections.`);
+      return unsupported(`This platform cannot open ${transport}-transport connections.`, !byOption);
     }
     let pins: readonly string[] = [];
     if (transport === "web") {
@@ -653,6 +660,13 @@ class Client implements AppductClient {
     if (raw !== null && !lease) this.safeLeaseClear();
     this.restoreMissed = !lease;
     if (!lease) return false;
+    if (!this.allowedTransports.includes(lease.transport)) {
+      // A lease this entry cannot follow (a sealed lease in a web or Node app, a native one in
+      // React Native): opening it another way could send its resume token in cleartext.
+      this.safeLog("warn", `appduct: ignoring a stored ${lease.transport}-transport lease this platform does not open.`);
+      this.safeLeaseClear();
+      return false;
+    }
     const staticKey = lease.staticKey !== undefined ? decodeBase64urlStrict(lease.staticKey) : null;
     const now = this.clock.now();
     const lostAt = lease.lostAt ?? now;
@@ -910,9 +924,17 @@ class Client implements AppductClient {
   // ---- closes and retries (02 §16.2, §16.3) ----
 
   private handleClose(conn: Connection, event: TransportCloseEvent): void {
+    if (event.error === "handshake_failed" && conn.mode === "resume") {
+      // Sealed, a held session: neither the daemon's plain close nor a message 2 that does not
+      // authenticate can be told from an attacker on the path, so it is a lost connection
+      // (1006), retried within grace. A rotated daemon key simply runs out the grace.
+      this.onAttemptFailed("resume");
+      return;
+    }
     if (event.error === "handshake_failed") {
-      // Sealed: the daemon at the link's address does not hold the link's static key (rotated
-      // with appduct keygen --force, or another daemon). Retrying cannot help.
+      // Sealed, a first claim: the daemon at the link's address does not hold the link's static
+      // key (rotated with appduct keygen --force, or another daemon). Retrying cannot help; a
+      // forged failure only costs a new link.
       const message =
         "The sealed handshake failed: the daemon does not hold the key this link names (its host key was rotated, or the link is for another daemon). Mint a new link.";
       if (conn.mode === "claim" && this.claim) {

@@ -54,17 +54,24 @@ export function createSealedWebSocketTransport(ctor?: () => WebSocketConstructor
       phase = "closed";
       socket.onclose?.(event);
     };
-    /** Ends the connection: a close record first when the channel still works. */
+    /**
+     * Ends the connection: a close record first when the channel still works, then a bare `1000`
+     * WebSocket close (the code and reason travel only sealed); without a record the WebSocket
+     * close carries them.
+     */
     const shut = (code: number, reason: string, sealClose: boolean): void => {
+      let sealed = false;
       if (sealClose && records) {
         try {
           ws.send(toArrayBuffer(records.sealClose(code, reason)));
+          sealed = true;
         } catch {
           // The socket is already going away.
         }
       }
       try {
-        ws.close(code, reason);
+        if (sealed) ws.close(1000, "");
+        else ws.close(code, reason);
       } catch {
         // Already closed.
       }
@@ -144,7 +151,8 @@ export function createSealedWebSocketTransport(ctor?: () => WebSocketConstructor
         // The daemon's authenticated close: act on its code (a terminal 1008 stops the core).
         const close: TransportCloseEvent = { code: result.code };
         if (result.reason !== "") close.reason = result.reason;
-        shut(result.code === 1005 || result.code === 1006 ? 1000 : result.code, result.reason, false);
+        // The answering WebSocket close is bare: the reason stays sealed.
+        shut(1000, "", false);
         report(close);
       }
     };

@@ -37,6 +37,10 @@ export function createWebSocketTransport(ctor?: () => WebSocketConstructor | und
     if (!WebSocketImpl) {
       throw new Error("appduct: no WebSocket implementation is available");
     }
+    if (target.transport === "sealed") {
+      // Never open a sealed target as plain WebSocket: its first frame carries a token.
+      throw new Error("appduct: a sealed target needs the sealed transport");
+    }
     const ws = new WebSocketImpl(target.url);
     let closed = false;
     const socket: TransportSocket = {

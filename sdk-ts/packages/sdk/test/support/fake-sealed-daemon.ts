@@ -27,9 +27,11 @@ export interface SealedConnection {
   /** Resolves with the first frame (seen or future) matching `match`. */
   frame(match: (f: Record<string, unknown>) => boolean, what: string): Promise<Record<string, unknown>>;
   send(frame: Record<string, unknown>): void;
-  /** A close record, then the WebSocket close (as the daemon closes). */
+  /** A close record, then a bare 1000 WebSocket close (as the daemon closes). */
   sealedClose(code: number, reason: string): void;
   closedByApp: Promise<{ code: number; reason: string }>;
+  /** Close records the app sent. */
+  closeRecords: { code: number; reason: string }[];
 }
 
 export interface Refusal {
@@ -46,6 +48,11 @@ export interface FakeSealedDaemon {
   nextRefusal(): Promise<Refusal>;
   /** Claim tokens (base64url) of links this daemon minted: refusal proofs are checked against them. */
   tokens: Map<string, string>;
+  /**
+   * Forgeries an attacker on the path makes, one per coming message 1, in order: `close` answers
+   * with the plain close `1008 sealed_handshake_failed`, `message2` with random bytes.
+   */
+  forge: ("close" | "message2")[];
 }
 
 export async function startFakeSealedDaemon(cleanups: Cleanup[], options: { staticKey?: KeyPair } = {}): Promise<FakeSealedDaemon> {
@@ -64,6 +71,7 @@ export async function startFakeSealedDaemon(cleanups: Cleanup[], options: { stat
   const connectionWaiters: ((c: SealedConnection) => void)[] = [];
   const refusalWaiters: ((r: Refusal) => void)[] = [];
   const tokens = new Map<string, string>();
+  const forge: ("close" | "message2")[] = [];
 
   server.on("connection", (ws) => {
     let conn: SealedConnection | null = null;
@@ -81,6 +89,15 @@ export async function startFakeSealedDaemon(cleanups: Cleanup[], options: { stat
           refusals.push(refusal);
           refusalWaiters.splice(0).forEach((w) => w(refusal));
           ws.close(proofValid ? 1000 : 1008, proofValid ? "refusal_recorded" : "invalid_refusal");
+          return;
+        }
+        const forged = forge.shift();
+        if (forged === "close") {
+          ws.close(1008, "sealed_handshake_failed");
+          return;
+        }
+        if (forged === "message2") {
+          ws.send(randomBytes(48));
           return;
         }
         const responder = new SealedResponder({ staticKeyPair: staticKey, random: randomBytes });
@@ -115,8 +132,9 @@ export async function startFakeSealedDaemon(cleanups: Cleanup[], options: { stat
           },
           sealedClose: (code, reason) => {
             ws.send(records.sealClose(code, reason));
-            ws.close(code, reason);
+            ws.close(1000, "");
           },
+          closeRecords: [],
         };
         conn = c;
         connections.push(c);
@@ -131,6 +149,7 @@ export async function startFakeSealedDaemon(cleanups: Cleanup[], options: { stat
         ws.close(1008, "sealed_record_invalid");
         return;
       }
+      if (event.type === "close") conn.closeRecords.push({ code: event.code, reason: event.reason });
       if (event.type !== "frame") return;
       const frame = JSON.parse(event.text) as Record<string, unknown>;
       conn.frames.push(frame);
@@ -150,6 +169,7 @@ export async function startFakeSealedDaemon(cleanups: Cleanup[], options: { stat
     connections,
     refusals,
     tokens,
+    forge,
     nextConnection: () => {
       const index = seenConnections++;
       return within(

@@ -103,6 +103,7 @@ export class SealedInitiator {
 
   /** Reads message 2; throws `NoiseError` when it does not authenticate (a wrong static key). */
   finish(message2: Uint8Array): { records: SealedRecords; payload: Record<string, unknown> } {
+    if (message2.length < MIN_MESSAGE1 || message2.length > MAX_MESSAGE1) throw new NoiseError("message 2 of a wrong length");
     const payload = readJsonPayload(this.hs.readMessage(message2));
     return { records: new Records(this.hs.split()), payload };
   }
