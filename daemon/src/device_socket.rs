@@ -560,14 +560,24 @@ where
     spawn_adapter(ws, eviction, Codec::Plain, None)
 }
 
+/// Most bytes tungstenite may hold unwritten for one plain-route connection. Before message 1
+/// the listener only reads, and tungstenite answers every ping itself; with its default (no
+/// limit) a client that floods pings and never reads made the daemon queue every pong: ~900 MB
+/// from one connection in 4 s (hostile-peer run, issue #23). At the limit a pong waits (only the
+/// latest is kept) instead of growing the buffer. The sealed adapter writes one record (at most
+/// 65,535 bytes) at a time and waits for the socket, so legitimate traffic stays far below it.
+pub const PLAIN_ROUTE_MAX_UNWRITTEN_BYTES: usize = 1024 * 1024;
+
 /// WebSocket settings of the wss port's plain route (issue #23): a message is one sealed
 /// record at most, so anything over 65,535 bytes is refused unbuffered (`1009
-/// message_too_big`). A `link_refused` text frame fits easily.
+/// message_too_big`). A `link_refused` text frame fits easily. Unwritten bytes are bounded by
+/// [`PLAIN_ROUTE_MAX_UNWRITTEN_BYTES`].
 pub fn plain_route_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER_BYTES)
         .max_message_size(Some(sealed::MAX_RECORD_BYTES))
         .max_frame_size(Some(sealed::MAX_RECORD_BYTES))
+        .max_write_buffer_size(PLAIN_ROUTE_MAX_UNWRITTEN_BYTES)
 }
 
 /// The plain route after a completed handshake (the listener read message 1 and wrote message
@@ -1258,6 +1268,23 @@ mod tests {
     use tokio_tungstenite::tungstenite::protocol::Role;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    /// Hostile-peer finding (issue #23): pings before message 1 on the plain route, never
+    /// reading the pongs, grew the daemon by ~900 MB in 4 s because tungstenite's unwritten
+    /// buffer had no limit. The plain route must keep one (and room for a whole record).
+    #[test]
+    fn the_plain_route_bounds_unwritten_bytes() {
+        let config = plain_route_config();
+        assert_eq!(
+            config.max_write_buffer_size,
+            PLAIN_ROUTE_MAX_UNWRITTEN_BYTES
+        );
+        assert!(
+            config.max_write_buffer_size
+                >= config.write_buffer_size + sealed::MAX_RECORD_BYTES + 14,
+            "a whole record must still fit past the write buffer"
+        );
+    }
 
     const WAIT: Duration = Duration::from_secs(10);
 
