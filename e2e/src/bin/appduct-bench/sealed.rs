@@ -155,23 +155,37 @@ pub async fn measure(counts: &Counts) -> BenchResult<Figures> {
         let line = |id| call_line(id, &device.session_id, &args);
         uds_load(&socket, counts.warmup, WINDOW, line).await?;
     }
-    // wss first, then sealed, for each figure: the daemon is equally warm for both.
-    for (device, side) in [
-        (&pair[0], &mut figures.wss),
-        (&pair[1], &mut figures.sealed),
-    ] {
-        let line = |id| call_line(id, &device.session_id, &args);
-        side.single = uds_load(&socket, counts.single, 1, line).await?;
+    // Each figure in two halves, wss, sealed, sealed, wss: a drift in the machine's load
+    // during the run, or warming, falls on both sides alike.
+    let abba = [0, 1, 1, 0];
+    let mut single: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
+    let mut single_wall = [Duration::ZERO; 2];
+    for i in abba {
+        let line = |id| call_line(id, &pair[i].session_id, &args);
+        let started = Instant::now();
+        single[i].push(uds_load(&socket, counts.single / 2, 1, line).await?);
+        single_wall[i] += started.elapsed();
     }
-    for (device, side) in [
-        (&pair[0], &mut figures.wss),
-        (&pair[1], &mut figures.sealed),
-    ] {
-        let line = |id| call_line(id, &device.session_id, &args);
+    let mut windowed: [Vec<Sample>; 2] = [Vec::new(), Vec::new()];
+    let mut windowed_wall = [Duration::ZERO; 2];
+    let mut used = [Duration::ZERO; 2];
+    for i in abba {
+        let line = |id| call_line(id, &pair[i].session_id, &args);
         let before = Threads::read(pid)?;
-        side.windowed = uds_load(&socket, counts.windowed, WINDOW, line).await?;
-        let used = Threads::read(pid)?.since(&before);
-        side.cpu_per_call = crate::per_call(used, &side.windowed);
+        let started = Instant::now();
+        windowed[i].push(uds_load(&socket, counts.windowed / 2, WINDOW, line).await?);
+        windowed_wall[i] += started.elapsed();
+        used[i] += Threads::read(pid)?.since(&before);
+    }
+    let [single_wss, single_sealed] = single;
+    let [windowed_wss, windowed_sealed] = windowed;
+    for (i, side, single, windowed) in [
+        (0, &mut figures.wss, single_wss, windowed_wss),
+        (1, &mut figures.sealed, single_sealed, windowed_sealed),
+    ] {
+        side.single = Sample::merge(single, single_wall[i]);
+        side.windowed = Sample::merge(windowed, windowed_wall[i]);
+        side.cpu_per_call = crate::per_call(used[i], &side.windowed);
     }
 
     // -- Handshakes -----------------------------------------------------------------------
