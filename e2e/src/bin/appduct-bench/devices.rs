@@ -66,9 +66,13 @@ impl Ctl {
 }
 
 /// A device model of `tools` tools: `echo` (returns its arguments) and `tools - 1` fillers.
-pub fn device(pin: &SpkiPin, tools: usize) -> BenchResult<Client> {
-    let client = Client::builder()
-        .pins([pin.clone()])
+/// `pin` is `None` for a sealed link (which carries the daemon's static key instead).
+pub fn device(pin: Option<&SpkiPin>, tools: usize) -> BenchResult<Client> {
+    let mut builder = Client::builder();
+    if let Some(pin) = pin {
+        builder = builder.pins([pin.clone()]);
+    }
+    let client = builder
         .device(Some("Bench"), Some("Bench device"), Some("Linux"))
         .build()
         .map_err(|e| e.to_string())?;
@@ -147,7 +151,7 @@ async fn connect_links(
         let gate = gate.clone();
         tasks.spawn(async move {
             let _permit = gate.acquire_owned().await.map_err(|e| e.to_string())?;
-            let client = device(&pin, tools)?;
+            let client = device(Some(&pin), tools)?;
             let info = client
                 .connect(&payload)
                 .await
@@ -177,7 +181,7 @@ pub async fn connect_to_relay(
 ) -> BenchResult<Vec<Connected>> {
     let mut devices = Vec::with_capacity(count);
     for n in 0..count {
-        let client = device(pin, 1)?;
+        let client = device(Some(pin), 1)?;
         let session_id = format!("relay_{n}");
         client
             .connect_bootstrap(Bootstrap {

@@ -6,10 +6,12 @@
 //! - The same calls through a minimal Node relay (`e2e/node-relay`, `ws` + `net`).
 //! - Idle sessions: daemon RSS per session and connect rate at 1,000 and 10,000 devices.
 //! - Whole-process `appduct tools call` against `node -e ''`.
+//! - The sealed transport (issue #23) against wss on one daemon: calls, daemon CPU per call,
+//!   connect-to-`session_ack` latency and daemon CPU per connect (`sealed.rs`).
 //! - `appduct_call_tool` through `appduct mcp` over the raw control call; the size of the
 //!   bridge's `tools/list`.
 //!
-//! Usage: `appduct-bench [--smoke] [--out BENCHMARKS.md]`, with `APPDUCT_BIN` naming the
+//! Usage: `appduct-bench [--smoke] [--only calls|sessions|mcp|sealed] [--out BENCHMARKS.md]`, with `APPDUCT_BIN` naming the
 //! release `appduct` (see `scripts/bench`). `--smoke` runs small counts in well under a minute
 //! and checks nothing but that every workload completes (CI).
 
@@ -18,6 +20,7 @@ mod echo;
 mod load;
 mod mcp;
 mod report;
+mod sealed;
 mod stats;
 
 use std::path::{Path, PathBuf};
@@ -55,6 +58,9 @@ struct Counts {
     sessions: Vec<usize>,
     cli_runs: usize,
     mcp_calls: usize,
+    /// Sealed against wss: connects per block and blocks per transport.
+    handshake_block: usize,
+    handshake_blocks: usize,
 }
 
 impl Counts {
@@ -69,6 +75,8 @@ impl Counts {
             sessions: vec![1_000, 10_000],
             cli_runs: 40,
             mcp_calls: 2_000,
+            handshake_block: 50,
+            handshake_blocks: 4,
         }
     }
 
@@ -83,6 +91,8 @@ impl Counts {
             sessions: vec![20, 50],
             cli_runs: 3,
             mcp_calls: 30,
+            handshake_block: 3,
+            handshake_blocks: 2,
         }
     }
 }
@@ -90,13 +100,13 @@ impl Counts {
 struct Options {
     counts: Counts,
     out: Option<PathBuf>,
-    /// `--only calls`, `--only sessions` or `--only mcp`: one part of the run (profiling,
-    /// iterating).
+    /// `--only calls`, `--only sessions`, `--only mcp` or `--only sealed`: one part of the run
+    /// (profiling, iterating).
     only: Option<String>,
 }
 
 fn usage() -> String {
-    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp] [--out BENCHMARKS.md]   \
+    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed] [--out BENCHMARKS.md]   \
      (APPDUCT_BIN names the appduct binary)"
         .to_owned()
 }
@@ -113,7 +123,9 @@ fn parse_args(args: &[String]) -> BenchResult<Options> {
             "--smoke" => options.counts = Counts::smoke(),
             "--out" => options.out = Some(PathBuf::from(it.next().ok_or_else(usage)?)),
             "--only" => match it.next().map(String::as_str) {
-                Some(part @ ("calls" | "sessions" | "mcp")) => options.only = Some(part.to_owned()),
+                Some(part @ ("calls" | "sessions" | "mcp" | "sealed")) => {
+                    options.only = Some(part.to_owned())
+                }
                 _ => return Err(usage()),
             },
             _ => return Err(usage()),
@@ -251,12 +263,18 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
     let counts = options.counts.clone();
     let nofile = raise_nofile();
     let mut report = Report::new(command, counts.smoke);
-    if options.only.as_deref() == Some("mcp") {
+    let only = options.only.as_deref();
+    if only == Some("mcp") {
         mcp_only(&counts, &mut report).await?;
-    } else if options.only.as_deref() != Some("sessions") {
+    } else if only.is_none() || only == Some("calls") {
         calls(&counts, &mut report).await?;
     }
-    if options.only.is_none() || options.only.as_deref() == Some("sessions") {
+    if only.is_none() || only == Some("sealed") {
+        let figures = sealed::measure(&counts).await?;
+        eprintln!("appduct-bench: sealed {}", sealed::summary(&figures));
+        report.sealed(&figures);
+    }
+    if only.is_none() || only == Some("sessions") {
         let sessions = sessions(&counts, nofile).await?;
         report.sessions(&sessions);
     }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::load::BenchResult;
 use crate::stats::{Sample, us};
-use crate::{Floor, Sessions};
+use crate::{Floor, Sessions, sealed};
 
 pub const BEGIN: &str = "<!-- appduct-bench:begin -->";
 pub const END: &str = "<!-- appduct-bench:end -->";
@@ -233,6 +233,53 @@ impl Report {
             fmt_us_tenths(daemon),
             format!("relay {}", fmt_us_tenths(relay)),
             ratio(us(daemon), us(relay)),
+            Target::Info,
+        );
+    }
+
+    /// The sealed transport against wss, one daemon (issue #23).
+    pub fn sealed(&mut self, f: &sealed::Figures) {
+        let (s, w) = (&f.sealed, &f.wss);
+        let pair = |a: Duration, b: Duration| (fmt_us(a), format!("wss {}", fmt_us(b)));
+        let (a, b) = pair(s.single.p50(), w.single.p50());
+        let r = ratio(us(s.single.p50()), us(w.single.p50()));
+        self.row("Sealed: call p50, single caller", a, b, r, Target::Info);
+        let (a, b) = pair(s.single.p99(), w.single.p99());
+        let r = ratio(us(s.single.p99()), us(w.single.p99()));
+        self.row("Sealed: call p99, single caller", a, b, r, Target::Info);
+        self.row(
+            "Sealed: calls/s, 8 in flight",
+            format!("{:.0}/s", s.windowed.rate()),
+            format!("wss {:.0}/s", w.windowed.rate()),
+            ratio(s.windowed.rate(), w.windowed.rate()),
+            Target::Info,
+        );
+        self.row(
+            "Sealed: daemon CPU time per call, 8 in flight",
+            fmt_us_tenths(s.cpu_per_call),
+            format!("wss {}", fmt_us_tenths(w.cpu_per_call)),
+            ratio(us(s.cpu_per_call), us(w.cpu_per_call)),
+            Target::Info,
+        );
+        let (a, b) = pair(s.connects.p50(), w.connects.p50());
+        let r = ratio(us(s.connects.p50()), us(w.connects.p50()));
+        let connects = s.connects.count();
+        let figure = format!("Sealed: connect to `session_ack` p50 ({connects} connects)");
+        self.row(&figure, a, b, r, Target::Info);
+        let (a, b) = pair(s.connects.p99(), w.connects.p99());
+        let r = ratio(us(s.connects.p99()), us(w.connects.p99()));
+        self.row(
+            "Sealed: connect to `session_ack` p99",
+            a,
+            b,
+            r,
+            Target::Info,
+        );
+        self.row(
+            "Sealed: daemon CPU time per connect",
+            fmt_us_tenths(s.cpu_per_connect),
+            format!("wss {}", fmt_us_tenths(w.cpu_per_connect)),
+            ratio(us(s.cpu_per_connect), us(w.cpu_per_connect)),
             Target::Info,
         );
     }
