@@ -1,4 +1,4 @@
-//! Reaching the daemon (05 §2.4, 01 §6.4, §7): the typed control client with the contact mode
+//! Reaching the daemon (§L2.4, §S3.4, §C7): the typed control client with the contact mode
 //! of each command, the version policy of this run, and the mapping of client failures onto
 //! CLI errors.
 
@@ -18,7 +18,7 @@ use crate::output::Output;
 /// `daemon.hello` `client.name` of the command line.
 pub const CLIENT_NAME: &str = "appduct-cli";
 
-/// How a command contacts the daemon (the table of 05 §2.4).
+/// How a command contacts the daemon (the table of §L2.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Contact {
     /// Auto-spawn and the full version check (`sessions *`, `tools *`, `events *`,
@@ -30,7 +30,7 @@ pub enum Contact {
     Existing,
 }
 
-/// Whether an older, busy daemon may be replaced in this run (01 §7): the flags and
+/// Whether an older, busy daemon may be replaced in this run (§C7): the flags and
 /// `APPDUCT_DAEMON_RESTART` first, else `restartDaemonOnVersionMismatch` from the state dir's
 /// `config.json` (an unreadable or invalid file counts as false).
 pub fn force_restart(globals: &Globals, state_dir: &Path) -> bool {
@@ -86,7 +86,7 @@ pub fn client_error(e: &ClientError, dir: &StateDir) -> CliError {
     let mut err = CliError::new(error_type, e.to_string());
     err.details = e.details();
     if let ClientError::SpawnFailed { .. } = e {
-        // The message names the socket and the log (05 §2.4); the tail stays last.
+        // The message names the socket and the log (§L2.4); the tail stays last.
         let (first, rest) = err.message.split_once('\n').unwrap_or((&err.message, ""));
         let mut message = format!(
             "{first} (socket {}; log {})",
@@ -112,7 +112,7 @@ pub fn client_error(e: &ClientError, dir: &StateDir) -> CliError {
 }
 
 /// A `tools.call` failure: as [`client_error`], with `callId` in the details of a
-/// connection-class error (the watchdog of 04 §4.3).
+/// connection-class error (the watchdog of §C10.3).
 pub fn tool_call_error(e: &ToolCallError, dir: &StateDir) -> CliError {
     let mut err = client_error(&e.error, dir);
     if let Some(details) = e.details() {

@@ -1,4 +1,4 @@
-//! The one failure type of every command (05 §3.1): an `error.type`, a message and optional
+//! The one failure type of every command (§L3.1): an `error.type`, a message and optional
 //! `details`, rendered as the JSON envelope or the human error block by [`crate::output`].
 
 use appduct_protocol::errors::ErrorType;
@@ -15,7 +15,7 @@ pub struct CliError {
 /// The contents of a [`CliError`].
 ///
 /// `error_type` is kept as the wire string so a daemon error type this build does not know is
-/// still printed verbatim (05 §3.1); its exit code is that of `internal_error` (05 §4).
+/// still printed verbatim (§L3.1); its exit code is that of `internal_error` (§L4).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ErrorBody {
     pub error_type: String,
@@ -23,7 +23,7 @@ pub struct ErrorBody {
     /// `details` of the envelope; a `hint` key is shown as the human `Hint` line.
     pub details: Option<Value>,
     /// Human mode only: leave `Details` out of the error block (`tools snapshot --check` shows
-    /// its own listing instead, 05 §7.4).
+    /// its own listing instead, §L7.4).
     pub hide_human_details: bool,
     /// Human mode only: text printed on stderr after the error block.
     pub human_tail: Option<String>,
@@ -102,7 +102,7 @@ impl CliError {
         ErrorType::from_wire(&self.error_type)
     }
 
-    /// Process exit status (05 §4), from the one table in the protocol crate.
+    /// Process exit status (§L4), from the one table in the protocol crate.
     pub fn exit_code(&self) -> u8 {
         self.kind().exit_code()
     }
@@ -115,7 +115,7 @@ impl CliError {
             .and_then(Value::as_str)
     }
 
-    /// `details` without its `hint` key; `None` when nothing is left (05 §3.3).
+    /// `details` without its `hint` key; `None` when nothing is left (§L3.3).
     pub fn details_without_hint(&self) -> Option<Value> {
         match &self.details {
             None => None,

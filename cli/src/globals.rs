@@ -1,4 +1,4 @@
-//! The global flags of a run (05 §2.1) once parsed: output flags, `--state-dir`, the restart
+//! The global flags of a run (§L2.1) once parsed: output flags, `--state-dir`, the restart
 //! choice. Every command and the control-client helpers read them; the clap side is
 //! [`crate::commands::GlobalArgs`].
 
@@ -10,10 +10,10 @@ use appduct_client::state_dir::{StateDir, StateDirError};
 use crate::error::CliError;
 use crate::output::OutputFlags;
 
-/// The boolean variable that acts as `--daemon-restart` (05 §2.2).
+/// The boolean variable that acts as `--daemon-restart` (§L2.2).
 pub const DAEMON_RESTART_ENV: &str = "APPDUCT_DAEMON_RESTART";
 
-/// The global flags (05 §2.1).
+/// The global flags (§L2.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Globals {
     pub output: OutputFlags,
@@ -30,7 +30,7 @@ pub enum RestartFlag {
     Forbid,
 }
 
-/// Whether an older, busy daemon may be replaced on version drift (01 §7).
+/// Whether an older, busy daemon may be replaced on version drift (§C7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RestartChoice {
     /// `--daemon-restart` or `APPDUCT_DAEMON_RESTART` true.
@@ -43,7 +43,7 @@ pub enum RestartChoice {
 
 impl Globals {
     /// The state directory: `--state-dir` > `APPDUCT_STATE_DIR` > `~/.appduct`, absolute
-    /// (01 §4.1). Failing to find one is a `connection_error` naming `APPDUCT_STATE_DIR`.
+    /// (§S1.1). Failing to find one is a `connection_error` naming `APPDUCT_STATE_DIR`.
     pub fn state_dir(&self) -> Result<StateDir, CliError> {
         StateDir::resolve(self.state_dir_flag.as_deref()).map_err(state_dir_error)
     }
@@ -60,7 +60,7 @@ impl Globals {
     }
 }
 
-/// Every state-directory problem is a `connection_error` for clients (01 §4.1).
+/// Every state-directory problem is a `connection_error` for clients (§S1.1).
 pub fn state_dir_error(e: StateDirError) -> CliError {
     CliError::connection(e.to_string())
 }

@@ -1,4 +1,4 @@
-//! The `appduct` command line (`shared/spec/05-cli.md`) as a library, so the binary stays a thin
+//! The `appduct` command line (docs/cli.md) as a library, so the binary stays a thin
 //! `main` and tests can reach the parser and renderers.
 //!
 //! - [`commands`]: one module per command (or noun), each owning its clap arguments, their
@@ -10,7 +10,7 @@
 //!   flow and draws the terminal QR code with `appduct-client`'s `project`, `link_flow` and
 //!   `qr` modules, shared with the MCP bridge; `doctor` reads artifacts with the bounded
 //!   readers of `appduct-doctor` and never contacts the daemon.
-//! - [`output`] and [`render`]: the output contract of 05 §3 (with [`output::Reply`], what a
+//! - [`output`] and [`render`]: the output contract of §L3 (with [`output::Reply`], what a
 //!   command returns to be printed) and the shared human helpers.
 //! - [`globals`]: the parsed global flags every command reads.
 //! - [`connect`]: the typed control client per command (auto-spawn, version policy, notices)
@@ -47,7 +47,7 @@ pub fn main_with_args(args: Vec<OsString>) -> u8 {
             let _ = help.print();
             0
         }
-        // `mcp` ignores --json and keeps stdout for JSON-RPC: its errors go to stderr (05 §12).
+        // `mcp` ignores --json and keeps stdout for JSON-RPC: its errors go to stderr (§L12).
         Err(Early::Usage(err, flags)) if mcp => Output::for_process(output::OutputFlags {
             json: false,
             ..flags

@@ -1,4 +1,4 @@
-//! Diagnostics on stderr (05 §2.2, 01 §4.3).
+//! Diagnostics on stderr (§L2.2, §S1.3).
 //!
 //! - `APPDUCT_LOG` set: a tracing `EnvFilter` with that value, full log lines, in every mode.
 //! - Unset, human mode: warnings (and errors) only, as `warning: …` / `error: …` lines.

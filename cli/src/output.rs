@@ -1,4 +1,4 @@
-//! The output contract of 05 §3: the `{ok, data}` / `{ok: false, error}` envelope, `--json`
+//! The output contract of §L3: the `{ok, data}` / `{ok: false, error}` envelope, `--json`
 //! and `--pretty`, `--verbose` meta, the human error block, and which stream gets what.
 //!
 //! Rendering is pure (`render_*` return text); the `print_*` methods only write it out.
@@ -12,10 +12,10 @@ use time::OffsetDateTime;
 use crate::error::CliError;
 use crate::render::{self, Paint, Row, Section};
 
-/// `meta.command` of errors raised while parsing arguments (05 §3.4).
+/// `meta.command` of errors raised while parsing arguments (§L3.4).
 pub const PARSE_COMMAND: &str = "cli";
 
-/// The output flags of 05 §2.1.
+/// The output flags of §L2.1.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OutputFlags {
     pub json: bool,
@@ -32,7 +32,7 @@ pub struct Success {
     /// The complete human rendering for stdout (normally ending in a newline).
     pub human: String,
     /// Extra `meta` keys after `command`, `timestamp` and `durationMs` (`tools call` adds
-    /// `call`, 05 §3.4).
+    /// `call`, §L3.4).
     pub meta: Map<String, Value>,
 }
 
@@ -60,7 +60,7 @@ pub enum Reply {
 pub struct Output {
     pub flags: OutputFlags,
     /// Styling for stdout and stderr; plain unless that stream is a terminal and colour is
-    /// allowed (05 §3.3).
+    /// allowed (§L3.3).
     pub stdout_paint: Paint,
     pub stderr_paint: Paint,
     command: String,
@@ -113,12 +113,12 @@ impl Output {
     }
 
     /// App-supplied JSON embedded in a human field (error details, event payloads): compact,
-    /// or pretty with `--pretty` (05 §2.1), control characters escaped (08 §4.13).
+    /// or pretty with `--pretty` (§L2.1), control characters escaped (SECURITY.md §4.13).
     pub fn inline_json(&self, value: &Value) -> String {
         render::human_json(value, self.flags.pretty)
     }
 
-    /// JSON `meta` (05 §3.4): `command`, `timestamp`, `durationMs`, then `extra`.
+    /// JSON `meta` (§L3.4): `command`, `timestamp`, `durationMs`, then `extra`.
     pub fn meta_json(&self, extra: &Map<String, Value>) -> Value {
         let mut meta = Map::new();
         meta.insert("command".into(), Value::String(self.command.clone()));
@@ -137,7 +137,7 @@ impl Output {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// The human `Meta` block (05 §3.4).
+    /// The human `Meta` block (§L3.4).
     pub fn meta_human(&self) -> String {
         render::sections(&[Section::new(
             "Meta",
@@ -192,9 +192,9 @@ impl Output {
         }
     }
 
-    /// The human error block (05 §3.3), plus the meta block and the error's tail.
+    /// The human error block (§L3.3), plus the meta block and the error's tail.
     pub fn render_error_block(&self, err: &CliError, paint: Paint) -> String {
-        // A tool's error (type, message, details) comes from the app: cleaned (08 §4.13).
+        // A tool's error (type, message, details) comes from the app: cleaned (SECURITY.md §4.13).
         let mut rows = vec![
             Row::field("Type", render::clean_line(&err.error_type)),
             Row::field("Message", render::clean_text(&err.message)),
@@ -225,7 +225,7 @@ impl Output {
     }
 
     /// A failure as printed before any output started: `(stdout, stderr)` text. Under `--json`
-    /// the envelope goes to stdout; in human mode the error block goes to stderr (05 §3.2).
+    /// the envelope goes to stdout; in human mode the error block goes to stderr (§L3.2).
     pub fn render_failure(&self, err: &CliError) -> (String, String) {
         if self.flags.json {
             let mut text = self.json_document(&self.failure_envelope(err));
@@ -240,7 +240,7 @@ impl Output {
     }
 
     /// A failure after a stream or host started (`events tail`, `daemon run`, `mcp`): always on
-    /// stderr, as the envelope under `--json` (05 §3.2).
+    /// stderr, as the envelope under `--json` (§L3.2).
     pub fn render_failure_after_start(&self, err: &CliError) -> String {
         if self.flags.json {
             let mut text = self.json_document(&self.failure_envelope(err));
@@ -272,7 +272,7 @@ impl Output {
     }
 
     /// A human notice on stderr (version drift, informational notes); nothing under `--json`
-    /// (05 §3.2).
+    /// (§L3.2).
     pub fn notice(&self, text: &str) {
         if !self.flags.json {
             let mut line = text.to_owned();

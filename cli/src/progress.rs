@@ -1,4 +1,4 @@
-//! The `tools call` progress display on stderr (05 §7.3): a spinner while calling, elapsed and
+//! The `tools call` progress display on stderr (§L7.3): a spinner while calling, elapsed and
 //! deadline once started, a bar while every progress value is within [0, 1], a spinner with the
 //! raw value after any value outside it, the latest message, `Cancelling…` after Ctrl-C.
 //!
@@ -135,7 +135,7 @@ pub fn bar(p: f64) -> String {
 }
 
 /// An app-supplied progress message on the one-line bar: line breaks become spaces, other
-/// control characters are removed (08 §4.13), at most 120 characters.
+/// control characters are removed (SECURITY.md §4.13), at most 120 characters.
 fn single_line(text: &str) -> String {
     render::clean_line(&text.replace(['\n', '\r'], " "))
         .chars()

@@ -1,6 +1,6 @@
-//! Human rendering helpers (05 §3.3): instants, relative ages, byte sizes, the borderless table
+//! Human rendering helpers (§L3.3): instants, relative ages, byte sizes, the borderless table
 //! of `sessions ls`, label/value blocks, ANSI styling and the cleaning of app-supplied text
-//! (08 §4.13). Pure functions; nothing here prints.
+//! (SECURITY.md §4.13). Pure functions; nothing here prints.
 
 use time::OffsetDateTime;
 
@@ -62,7 +62,7 @@ pub fn byte_size(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-/// A borderless table (05 §6.1): each column as wide as its longest cell, columns separated by
+/// A borderless table (§L6.1): each column as wide as its longest cell, columns separated by
 /// two spaces, trailing spaces trimmed. The first row is the header. Widths count characters.
 pub fn table(rows: &[Vec<String>]) -> String {
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -131,7 +131,7 @@ impl Section {
 }
 
 /// Renders sections with one shared value column: the longest label of any field plus `:` and
-/// two spaces, so consecutive blocks line up (05 §9.4). Rows sit at 2 spaces.
+/// two spaces, so consecutive blocks line up (§L9.4). Rows sit at 2 spaces.
 pub fn sections(sections: &[Section]) -> String {
     let width = sections
         .iter()
@@ -186,7 +186,7 @@ pub fn indent(text: &str, spaces: usize) -> String {
     out
 }
 
-// App-supplied text (08 §4.13): names, descriptions, error messages and details, results and
+// App-supplied text (SECURITY.md §4.13): names, descriptions, error messages and details, results and
 // event payloads may hold C0, DEL or C1 characters (ESC, BEL, U+009B CSI) that would drive the
 // terminal. Every such string passes through one of these before it reaches human output;
 // `--json` output is left exact.
@@ -237,7 +237,7 @@ pub fn human_json(value: &serde_json::Value, pretty: bool) -> String {
         .join("\n")
 }
 
-/// Whether colour may be used on a stream (05 §3.3): it is a terminal, `NO_COLOR` is unset or
+/// Whether colour may be used on a stream (§L3.3): it is a terminal, `NO_COLOR` is unset or
 /// empty, and `--no-color` is absent.
 pub fn colour_allowed(
     is_terminal: bool,

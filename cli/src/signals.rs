@@ -1,4 +1,4 @@
-//! Interrupts as the commands see them (05 §4, 01 §6.6): SIGINT and SIGTERM, and SIGHUP for
+//! Interrupts as the commands see them (§L4, §S3.6): SIGINT and SIGTERM, and SIGHUP for
 //! `daemon run`. Once a command listens, the default action (dying by the signal) is replaced,
 //! so each command decides its own exit status.
 
@@ -14,7 +14,7 @@ pub enum Interrupt {
     Hup,
 }
 
-/// Exit status of a command ended by SIGINT or SIGTERM (05 §4).
+/// Exit status of a command ended by SIGINT or SIGTERM (§L4).
 pub const INTERRUPTED: u8 = 130;
 
 /// SIGINT and SIGTERM, and SIGHUP when asked. Must be created inside a tokio runtime.

@@ -1,4 +1,4 @@
-//! The one typed control client (01 §2.5, 03 §12–§13) used by the CLI and the MCP bridge:
+//! The one typed control client (ARCHITECTURE.md#the-client-crate, §C7–§C16) used by the CLI and the MCP bridge:
 //! connect-or-spawn, the version handshake, typed requests correlated by id, event
 //! subscriptions and per-call progress.
 //!
@@ -40,18 +40,18 @@ use crate::spawn::{ReexecSpawner, SpawnRequest, SpawnedChild, Spawner};
 use crate::spawn_lock::{self, SpawnLock};
 use crate::state_dir::{self, StateDir};
 
-/// Default per-request timeout (03 §13).
+/// Default per-request timeout (§C16).
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-/// `daemon.shutdown` waits this long whatever the configured timeout (03 §13).
+/// `daemon.shutdown` waits this long whatever the configured timeout (§C16).
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
-/// Request timeout while the spawn lock is held during a version replacement (01 §6.4).
+/// Request timeout while the spawn lock is held during a version replacement (§S3.4).
 pub const LOCKED_REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
-/// Added to a `tools.call` deadline for the caller watchdog (04 §4.3).
+/// Added to a `tools.call` deadline for the caller watchdog (§C10.3).
 pub const WATCHDOG_SLACK_MS: u64 = 5_000;
-/// Deadline assumed when a `tools.call` carries no `timeoutMs` (04 §4.3).
+/// Deadline assumed when a `tools.call` carries no `timeoutMs` (§C10.3).
 pub const WATCHDOG_DEFAULT_DEADLINE_MS: u64 = limits::MAX_CALL_TIMEOUT_MS;
 
-/// Longest daemon line this client accepts: well above the 64 MiB minimum of 03 §3, because
+/// Longest daemon line this client accepts: well above the 64 MiB minimum of §C2, because
 /// an `events.since` page of 256 events of 256 KiB grows past 64 MiB once JSON-escaped.
 const CLIENT_LINE_CAP_BYTES: usize = 4 * limits::CLIENT_MIN_LINE_BYTES;
 
@@ -59,7 +59,7 @@ const CLIENT_LINE_CAP_BYTES: usize = 4 * limits::CLIENT_MIN_LINE_BYTES;
 // Errors
 // ---------------------------------------------------------------------------------------------
 
-/// Why the daemon's version cannot be used (03 §12). Part of [`ClientError::VersionMismatch`].
+/// Why the daemon's version cannot be used (§C7). Part of [`ClientError::VersionMismatch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MismatchReason {
     /// The daemon is older and has sessions, links or calls, and no restart was forced.
@@ -68,11 +68,11 @@ pub enum MismatchReason {
     StillDifferentAfterRestart,
     /// The daemon is newer and serves only control protocols `min..=max`, not ours.
     IncompatibleProtocol { min: u32, max: u32 },
-    /// The daemon lacks a capability this client needs (03 §9.1).
+    /// The daemon lacks a capability this client needs (§C8.1).
     MissingFeature(String),
 }
 
-/// Every failure of the typed client (01 §2.5). Map it to a type and exit code with
+/// Every failure of the typed client (ARCHITECTURE.md#the-client-crate). Map it to a type and exit code with
 /// [`classify`].
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -205,7 +205,7 @@ impl ClientError {
     }
 }
 
-/// The one mapping of client failures onto error types and CLI exit codes (01 §2.5):
+/// The one mapping of client failures onto error types and CLI exit codes (ARCHITECTURE.md#the-client-crate):
 /// everything about reaching the daemon is `connection_error`; a daemon error keeps its type;
 /// a daemon message that makes no sense is `internal_error`.
 pub fn classify(e: &ClientError) -> (ErrorType, u8) {
@@ -223,7 +223,7 @@ pub fn classify(e: &ClientError) -> (ErrorType, u8) {
 
 /// A failed `tools.call`, with its callId when known (from the params, a `tool_call_started`
 /// notification or the error itself), so the caller can still `tools.cancel` it after a
-/// watchdog expiry or a lost connection (03 §13).
+/// watchdog expiry or a lost connection (§C16).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct ToolCallError {
@@ -281,7 +281,7 @@ struct Settled {
     call_id: Option<String>,
 }
 
-/// A per-call notification of a `tools.call` with `progress: true` (03 §10.3).
+/// A per-call notification of a `tools.call` with `progress: true` (§C10.5).
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallProgress {
     Started(ToolCallStartedParams),
@@ -323,7 +323,7 @@ impl Shared {
         }
     }
 
-    /// Marks the connection closed and fails every pending request (03 §13).
+    /// Marks the connection closed and fails every pending request (§C16).
     fn close(&self, protocol_error: Option<String>) {
         let pending = {
             let mut st = self.lock();
@@ -489,7 +489,7 @@ impl Drop for Inner {
 
 impl Inner {
     /// Registers request `id` and queues it. Handlers are registered before the line is sent,
-    /// because a response and notifications can arrive in the same read (03 §4.3).
+    /// because a response and notifications can arrive in the same read (§C14).
     fn start(
         &self,
         method: &str,
@@ -558,13 +558,13 @@ impl Inner {
 }
 
 fn decode<T: DeserializeOwned>(method: &str, v: Value) -> Result<T, ClientError> {
-    // Unknown result keys are ignored: result types do not deny them (03 §13).
+    // Unknown result keys are ignored: result types do not deny them (§C16).
     serde_json::from_value(v)
         .map_err(|e| ClientError::Protocol(format!("unexpected {method} result: {e}")))
 }
 
 /// The `tools.call` watchdog: effective deadline + 5 s, with `clamp(timeoutMs)` or 600 s as the
-/// deadline when unknown (04 §4.3).
+/// deadline when unknown (§C10.3).
 pub fn tool_call_watchdog(timeout_ms: Option<f64>) -> Duration {
     let deadline = timeout_ms.map_or(WATCHDOG_DEFAULT_DEADLINE_MS, clamp_timeout_ms);
     Duration::from_millis(deadline + WATCHDOG_SLACK_MS)
@@ -639,7 +639,7 @@ impl ControlClient {
     }
 
     /// Sends one typed request and waits for its result. The timeout is the configured one,
-    /// except `daemon.shutdown` (10 s) and `tools.call` (the watchdog of 04 §4.3; prefer
+    /// except `daemon.shutdown` (10 s) and `tools.call` (the watchdog of §C10.3; prefer
     /// [`ControlClient::call_tool`], which also reports the callId on failure).
     pub async fn call<M: Method>(&self, params: M::Params) -> Result<M::Result, ClientError> {
         let params = serde_json::to_value(&params)
@@ -736,7 +736,7 @@ impl ControlClient {
 
     /// Subscribes this connection to events (`events.subscribe`). The stream receives every
     /// `event` notification from the response on, including a `since` replay; it replaces the
-    /// stream of an earlier subscription on this connection (03 §9.12). Unknown kinds are
+    /// stream of an earlier subscription on this connection (§C8.12). Unknown kinds are
     /// skipped.
     pub async fn subscribe(&self, params: SubscribeParams) -> Result<EventStream, ClientError> {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -764,7 +764,7 @@ impl ControlClient {
         }
     }
 
-    /// Calls a tool and waits for its result under the caller watchdog (04 §4.3). A watchdog
+    /// Calls a tool and waits for its result under the caller watchdog (§C10.3). A watchdog
     /// expiry or a lost connection is a connection error that still names the callId when it
     /// is known.
     pub async fn call_tool(
@@ -885,7 +885,7 @@ impl fmt::Debug for PendingToolCall {
 }
 
 impl PendingToolCall {
-    /// The watchdog bounding the wait (04 §4.3).
+    /// The watchdog bounding the wait (§C10.3).
     pub fn watchdog(&self) -> Duration {
         self.watchdog
     }
@@ -919,7 +919,7 @@ impl PendingToolCall {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Version handshake (03 §12, 01 §7)
+// Version handshake (§C7, §C7)
 // ---------------------------------------------------------------------------------------------
 
 /// A semantic version, compared by semver 2.0 precedence: a prerelease sorts below its
@@ -1059,7 +1059,7 @@ impl DaemonInfo {
     }
 
     /// Reads a `daemon.status` result of a daemon that predates `daemon.hello`: its version,
-    /// session count and `pendingLinks`; `pendingCalls` counts as 0 (03 §12 step 1). Read
+    /// session count and `pendingLinks`; `pendingCalls` counts as 0 (§C7 step 1). Read
     /// leniently, since an older daemon's status may lack newer keys.
     pub fn from_legacy_status(v: &Value) -> Result<Self, ClientError> {
         let version = v
@@ -1087,10 +1087,10 @@ impl DaemonInfo {
     }
 }
 
-/// How a command treats version drift (05 §2, 01 §7).
+/// How a command treats version drift (§L2, §C7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum VersionCheck {
-    /// The full algorithm of 03 §12, replacing an older daemon when allowed.
+    /// The full algorithm of §C7, replacing an older daemon when allowed.
     #[default]
     Enforce,
     /// `daemon status`: never replaces; drift only becomes a notice (a `warning`).
@@ -1099,19 +1099,19 @@ pub enum VersionCheck {
     Skip,
 }
 
-/// The version policy of one process (01 §7).
+/// The version policy of one process (§C7).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct VersionPolicy {
     pub check: VersionCheck,
     /// `--daemon-restart`, `APPDUCT_DAEMON_RESTART` or `restartDaemonOnVersionMismatch`, as
     /// resolved by the caller (`--no-daemon-restart` wins).
     pub force_restart: bool,
-    /// `daemon.hello` features this client cannot work without (03 §9.1).
+    /// `daemon.hello` features this client cannot work without (§C8.1).
     pub required_features: Vec<String>,
 }
 
 /// A drift the caller may show (never printed by the client itself): the daemon is newer
-/// (stderr in human mode only, 03 §12 step 4), or a warn-only check found a difference.
+/// (stderr in human mode only, §C7 step 4), or a warn-only check found a difference.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionNotice {
     pub daemon_version: String,
@@ -1119,7 +1119,7 @@ pub struct VersionNotice {
     pub message: String,
 }
 
-/// The outcome of one handshake round (03 §12 steps 2–5).
+/// The outcome of one handshake round (§C7 steps 2–5).
 #[derive(Debug)]
 pub enum VersionDecision {
     Proceed,
@@ -1130,7 +1130,7 @@ pub enum VersionDecision {
     Fail(ClientError),
 }
 
-/// Decides what to do with the daemon's version (the table of 01 §7, the algorithm of 03 §12).
+/// Decides what to do with the daemon's version (the table of §C7, the algorithm of §C7).
 /// Pure; `already_replaced` is whether this process replaced a daemon before.
 pub fn decide_version(
     daemon: &DaemonInfo,
@@ -1216,7 +1216,7 @@ pub fn decide_version(
     }
 }
 
-/// Socket paths whose daemon passed the check in this process (01 §7: once per process and
+/// Socket paths whose daemon passed the check in this process (§C7: once per process and
 /// socket path), and whether this process already replaced a daemon (at most once).
 static CHECKED: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
 static REPLACED: AtomicBool = AtomicBool::new(false);
@@ -1226,14 +1226,14 @@ fn checked() -> MutexGuard<'static, BTreeSet<PathBuf>> {
 }
 
 /// Forgets every completed version check and the replacement, so tests can run the handshake
-/// again in one process (01 §7).
+/// again in one process (§C7).
 pub fn reset_version_checks() {
     checked().clear();
     REPLACED.store(false, Ordering::SeqCst);
 }
 
 impl ControlClient {
-    /// Runs `daemon.hello`, falling back to `daemon.status` on `-32601` (03 §12 step 1).
+    /// Runs `daemon.hello`, falling back to `daemon.status` on `-32601` (§C7 step 1).
     pub async fn handshake(
         &self,
         client_name: &str,
@@ -1260,21 +1260,21 @@ impl ControlClient {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Connect-or-spawn (01 §6.4) and version replacement (03 §12 step 4)
+// Connect-or-spawn (§S3.4) and version replacement (§C7 step 4)
 // ---------------------------------------------------------------------------------------------
 
-/// Poll interval while waiting for a daemon to become ready or to go away (01 §6.4, §7).
+/// Poll interval while waiting for a daemon to become ready or to go away (§S3.4, §C7).
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
-/// Longest wait for a spawned daemon to answer `daemon.hello` (01 §6.4 step 7).
+/// Longest wait for a spawned daemon to answer `daemon.hello` (§S3.4 step 7).
 const READY_WAIT: Duration = Duration::from_secs(5);
-/// Longest wait for a replaced daemon's socket and pidfile to disappear (01 §7).
+/// Longest wait for a replaced daemon's socket and pidfile to disappear (§C7).
 const GONE_WAIT: Duration = Duration::from_secs(5);
-/// Lines of `daemon.log` reported with a failed spawn (01 §6.4 step 7).
+/// Lines of `daemon.log` reported with a failed spawn (§S3.4 step 7).
 const LOG_TAIL_LINES: usize = 20;
 /// Only the end of `daemon.log` is read for its tail.
 const LOG_TAIL_BYTES: u64 = 64 * 1024;
 
-/// How [`ControlClient::connect`] reaches the daemon (01 §2.5).
+/// How [`ControlClient::connect`] reaches the daemon (ARCHITECTURE.md#the-client-crate).
 #[derive(Debug, Clone)]
 pub struct ClientOptions {
     pub state_dir: PathBuf,
@@ -1314,7 +1314,7 @@ fn unreachable(
     }
 }
 
-/// `ENOENT` or `ECONNREFUSED`: nobody serves the socket (01 §6.4 step 3).
+/// `ENOENT` or `ECONNREFUSED`: nobody serves the socket (§S3.4 step 3).
 fn is_absent(e: &io::Error) -> bool {
     matches!(
         e.kind(),
@@ -1348,13 +1348,13 @@ fn log_tail(path: &Path) -> String {
 }
 
 impl ControlClient {
-    /// Connects to `<state-dir>/daemon.sock`, spawning the daemon when allowed (01 §6.4), then
-    /// runs the version check of 03 §12 (once per process and socket path).
+    /// Connects to `<state-dir>/daemon.sock`, spawning the daemon when allowed (§S3.4), then
+    /// runs the version check of §C7 (once per process and socket path).
     pub async fn connect(opts: ClientOptions) -> Result<Self, ClientError> {
         let fallback_socket = opts.state_dir.join(state_dir::SOCKET_FILE);
         let dir = StateDir::new(&opts.state_dir).map_err(|e| unreachable(&fallback_socket, e))?;
         let socket = dir.socket_path();
-        // Before anything touches the file system (03 §2.1).
+        // Before anything touches the file system (§C1.1).
         state_dir::check_socket_path_len(&socket).map_err(|e| unreachable(&socket, e))?;
         if opts.auto_spawn {
             dir.prepare().map_err(|e| unreachable(&socket, e))?;
@@ -1414,7 +1414,7 @@ impl ControlClient {
     }
 }
 
-/// Steps 4–7 of 01 §6.4: under the spawn lock, spawn unless a daemon is already starting, then
+/// Steps 4–7 of §S3.4: under the spawn lock, spawn unless a daemon is already starting, then
 /// wait until it answers `daemon.hello`.
 async fn spawn_and_connect(
     dir: &StateDir,
@@ -1439,7 +1439,7 @@ async fn spawn_and_connect(
     ready
 }
 
-/// Spawns the daemon unless the pidfile lock is held (a daemon is still starting, 01 §6.4
+/// Spawns the daemon unless the pidfile lock is held (a daemon is still starting, §S3.4
 /// step 5): unlinks a stale socket and rotates `daemon.log` first.
 fn spawn_if_no_owner(
     dir: &StateDir,
@@ -1474,7 +1474,7 @@ fn spawn_if_no_owner(
 }
 
 /// Polls every 100 ms for up to 5 s until a `daemon.hello` round trip succeeds (any answer,
-/// `-32601` included), failing at once if the spawned child exits (01 §6.4 step 7).
+/// `-32601` included), failing at once if the spawned child exits (§S3.4 step 7).
 async fn wait_ready(
     dir: &StateDir,
     opts: &ClientOptions,
@@ -1525,7 +1525,7 @@ async fn wait_ready(
     }
 }
 
-/// Replaces an older daemon (03 §12 step 4): under the spawn lock, `daemon.shutdown`, wait
+/// Replaces an older daemon (§C7 step 4): under the spawn lock, `daemon.shutdown`, wait
 /// until socket and pidfile are gone, spawn, wait ready. Requests use 3 s while the lock is held.
 async fn replace_daemon(
     old: ControlClient,

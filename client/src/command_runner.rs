@@ -1,4 +1,4 @@
-//! The external-command seam (01 §9.1): `adb`, `xcrun simctl` and `xcrun devicectl` run through
+//! The external-command seam (ARCHITECTURE.md#test-layers): `adb`, `xcrun simctl` and `xcrun devicectl` run through
 //! [`CommandRunner`], so delivery tests script the output instead of running tools.
 
 use std::collections::VecDeque;
@@ -18,7 +18,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Longest stderr text kept in a [`CommandOutput`], in characters.
 pub const MAX_STDERR_CHARS: usize = 4096;
-/// Default time limit of one external command (project decision, 01 §9.1).
+/// Default time limit of one external command (project decision, ARCHITECTURE.md#test-layers).
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What an external command produced.
@@ -38,7 +38,7 @@ impl CommandOutput {
     }
 }
 
-/// Runs `adb`, `xcrun simctl`, `xcrun devicectl` and the like for delivery (02 §7).
+/// Runs `adb`, `xcrun simctl`, `xcrun devicectl` and the like for delivery (§L6.4).
 pub trait CommandRunner: Send + Sync + fmt::Debug {
     /// Runs `program` with `args` (argv only, never through a shell) and `env` added to the
     /// inherited environment.

@@ -1,4 +1,4 @@
-//! `config.json` (01 §5): loading, validation and the typed configuration.
+//! `config.json` (§S2): loading, validation and the typed configuration.
 //!
 //! The file is read once at daemon start. A missing file means every default; unknown keys are
 //! warnings; anything else wrong stops the daemon with an error naming the file, the key and the
@@ -21,17 +21,17 @@ use serde_json::Value;
 
 use crate::state_dir::{CONFIG_FILE, KEY_FILE};
 
-/// Largest "positive integer" of 01 §5.1 (keeps timer arithmetic in range).
+/// Largest "positive integer" of §S2.1 (keeps timer arithmetic in range).
 pub const MAX_POSITIVE_INTEGER: i64 = 2_147_483_647;
 pub const DEFAULT_WSS_PORT: u16 = 8443;
 pub const DEFAULT_EVENT_BUFFER_SIZE: u32 = 256;
 pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 30;
 pub const DEFAULT_LOG_MAX_BYTES: u64 = 10_485_760;
 
-/// A policy decision (04 §7.1); the one wire enum lives in the protocol crate.
+/// A policy decision (§C11); the one wire enum lives in the protocol crate.
 pub use appduct_protocol::control::PolicyDecision as Decision;
 
-/// The `policy` key, in the shape `daemon.status.policy` reports it (03 §9.2): `tools` is
+/// The `policy` key, in the shape `daemon.status.policy` reports it (§C8.2): `tools` is
 /// omitted when no override is configured.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
@@ -56,7 +56,7 @@ impl Default for Policy {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// Absolute path of the file this came from (even when it does not exist); named in policy
-    /// denials (04 §7.4).
+    /// denials (§C11).
     pub config_path: PathBuf,
     /// `0` lets the OS choose.
     pub wss_port: u16,
@@ -84,7 +84,7 @@ pub struct Config {
 pub enum ConfigWarning {
     /// A top-level key, or `policy.<key>`, that this version does not know.
     UnknownKey { path: PathBuf, key: String },
-    /// `config.json` is writable by group or others (01 §4.2).
+    /// `config.json` is writable by group or others (§S1.2).
     GroupOrOtherWritable { path: PathBuf, mode: u32 },
 }
 
@@ -250,7 +250,7 @@ impl Config {
         })
     }
 
-    /// Warns (and returns the warning) when `path` is writable by group or others (01 §4.2).
+    /// Warns (and returns the warning) when `path` is writable by group or others (§S1.2).
     /// `None` when it is not, or cannot be inspected.
     pub fn warn_if_group_or_other_writable(path: &Path) -> Option<ConfigWarning> {
         let mode = std::fs::metadata(path).ok()?.mode() & 0o7777;
@@ -266,7 +266,7 @@ impl Config {
     }
 }
 
-/// The rotation threshold of `daemon.log` for a spawner (01 §6.7): `daemonLogMaxBytes` when the
+/// The rotation threshold of `daemon.log` for a spawner (§S3.7): `daemonLogMaxBytes` when the
 /// file validates, else the default (a broken file is the daemon's to report, not the spawner's).
 pub fn daemon_log_max_bytes_for_rotation(state_dir: &Path) -> u64 {
     match Config::load(state_dir) {
@@ -420,7 +420,7 @@ impl Validator {
         };
         let mut tools = BTreeMap::new();
         for (tool_key, value) in map {
-            // Rendered like the spec's example: policy.tools["Pixel 8/reset"].
+            // Rendered like docs/state.md's example: policy.tools["Pixel 8/reset"].
             let name = format!("policy.tools[{}]", render(&Value::String(tool_key.clone())));
             if !is_valid_tool_key(tool_key) {
                 return Err(ConfigError::InvalidValue {
@@ -445,7 +445,7 @@ fn render(value: &Value) -> String {
     }
 }
 
-/// `^[a-z0-9]+(-[a-z0-9]+)*/[A-Za-z0-9_-]{1,64}$` (04 §7.1).
+/// `^[a-z0-9]+(-[a-z0-9]+)*/[A-Za-z0-9_-]{1,64}$` (§C11).
 fn is_valid_tool_key(key: &str) -> bool {
     let Some((alias, tool)) = key.split_once('/') else {
         return false;
@@ -463,7 +463,7 @@ fn is_valid_tool_key(key: &str) -> bool {
     alias_ok && tool_ok
 }
 
-/// An origin `http(s)://host[:port]` with nothing after the authority (01 §5.2). The host is a
+/// An origin `http(s)://host[:port]` with nothing after the authority (§S2.2). The host is a
 /// DNS-style name, an IPv4 literal or a bracketed IPv6 literal; the port is 0..=65535.
 fn is_valid_origin(s: &str) -> bool {
     let lower = s.to_ascii_lowercase();

@@ -1,4 +1,4 @@
-//! Client side: link delivery to a device (02 §7, 05 §6.3, 06 §6.8.1), shared by
+//! Client side: link delivery to a device (§L6.4, §L6.3, §M8.1), shared by
 //! `appduct sessions link --open` and `appduct_connect`: device detection, the loopback address
 //! rule, the composed deep link of a minted link, and the delivery commands, run as argument
 //! vectors through the [`CommandRunner`] seam (30 s timeout, trimmed stderr), never through a
@@ -23,11 +23,11 @@ use crate::project::is_valid_app_id;
 
 pub const ADB: &str = "adb";
 pub const XCRUN: &str = "xcrun";
-/// Android serial rule (02 §7, project decision), as shown in messages.
+/// Android serial rule (§L6.4, project decision), as shown in messages.
 pub const SERIAL_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$";
-/// Device UDID rule (02 §7, project decision), as shown in messages.
+/// Device UDID rule (§L6.4, project decision), as shown in messages.
 pub const UDID_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9-]{0,63}$";
-/// The variable naming the default Android device (05 §2.2, 02 §7).
+/// The variable naming the default Android device (§L2.2, §L6.4).
 pub const ANDROID_SERIAL_ENV: &str = "ANDROID_SERIAL";
 
 /// A target that delivery opens a link on (`web` and QR results run no command).
@@ -70,7 +70,7 @@ impl DeviceTarget {
     }
 
     /// Whether the device reaches the host's loopback (emulator via `adb reverse`, simulator
-    /// directly), so a native link is minted for `127.0.0.1` (02 §7).
+    /// directly), so a native link is minted for `127.0.0.1` (§L6.4).
     pub fn reaches_loopback(self) -> bool {
         matches!(self, DeviceTarget::Android | DeviceTarget::IosSim)
     }
@@ -92,7 +92,7 @@ impl DeviceTarget {
     }
 
     /// The app id delivery needs: Android application id, iOS bundle id, none for a simulator
-    /// (`openurl` needs no app id and one is refused, 02 §7).
+    /// (`openurl` needs no app id and one is refused, §L6.4).
     pub fn app_id_platform(self) -> Option<crate::project::Platform> {
         match self {
             DeviceTarget::Android => Some(crate::project::Platform::Android),
@@ -102,7 +102,7 @@ impl DeviceTarget {
     }
 }
 
-/// `addressOverride` of `link.create` (02 §6, §7): `127.0.0.1` for a native or sealed link to a
+/// `addressOverride` of `link.create` (§D2.6, §L6.4): `127.0.0.1` for a native or sealed link to a
 /// target that reaches the host's loopback (both listen on the wss port); nothing for a
 /// web-transport link (the daemon refuses the pair) or a link that keeps the advertised LAN
 /// address (`ios-device`, QR).
@@ -112,7 +112,7 @@ pub fn address_override(target: Option<DeviceTarget>, transport: Transport) -> O
 }
 
 /// Whether an advertised address is loopback, which a physical device cannot reach (`ios-device`
-/// is refused before minting, 05 §6.3 step 4).
+/// is refused before minting, §L6.3 step 4).
 pub fn is_loopback_address(address: &str) -> bool {
     address.parse::<IpAddr>().is_ok_and(|a| a.is_loopback())
 }
@@ -126,7 +126,7 @@ pub enum DeepLinkError {
     Compose(#[from] ComposeError),
 }
 
-/// The deep link of a minted link (02 §5.1) with the one shared composer: the pin for the
+/// The deep link of a minted link (§D5.1) with the one shared composer: the pin for the
 /// native transport, none for web and sealed (the sealed payload carries the daemon's key). Both frontends call this, so their links are byte-identical
 /// for the same `link.create` result and scheme.
 pub fn deep_link(scheme: &str, link: &LinkCreateResult) -> Result<String, DeepLinkError> {
@@ -152,7 +152,7 @@ pub fn deep_link(scheme: &str, link: &LinkCreateResult) -> Result<String, DeepLi
     )?)
 }
 
-/// `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$` (02 §7).
+/// `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$` (§L6.4).
 pub fn is_valid_serial(s: &str) -> bool {
     let mut b = s.bytes();
     s.len() <= 128
@@ -160,7 +160,7 @@ pub fn is_valid_serial(s: &str) -> bool {
         && b.all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-'))
 }
 
-/// `^[A-Za-z0-9][A-Za-z0-9-]{0,63}$` (02 §7).
+/// `^[A-Za-z0-9][A-Za-z0-9-]{0,63}$` (§L6.4).
 pub fn is_valid_udid(s: &str) -> bool {
     let mut b = s.bytes();
     s.len() <= 64
@@ -194,7 +194,7 @@ pub fn is_shell_safe_link(link: &str) -> bool {
         .any(|c| c == '\'' || c.is_whitespace() || c.is_control())
 }
 
-/// How a frontend reports a [`DeliveryError`] (02 §7).
+/// How a frontend reports a [`DeliveryError`] (§L6.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
     /// The caller's arguments (device shape, several or unknown candidates): CLI exit 64,
@@ -281,7 +281,7 @@ impl DeliveryError {
     }
 
     /// Machine-readable `details` (without a hint): the candidates as `devices`, the
-    /// detection `command`, or a command's `{argv, exitCode, stderr}` (05 §6.3 step 7).
+    /// detection `command`, or a command's `{argv, exitCode, stderr}` (§L6.3 step 7).
     pub fn details(&self) -> Option<Value> {
         match self {
             DeliveryError::InvalidDevice { target, device, .. } => Some(json!({
@@ -314,7 +314,7 @@ impl DeliveryError {
         }
     }
 
-    /// A missing `adb` or `xcrun` names the tool to install (05 §6.3).
+    /// A missing `adb` or `xcrun` names the tool to install (§L6.3).
     pub fn hint(&self) -> Option<String> {
         let DeliveryError::CannotRun { argv, source } = self else {
             return None;
@@ -475,7 +475,7 @@ pub async fn detect_candidates(
     })
 }
 
-/// Picks the device (05 §6.3 step 5): `requested` when it is a candidate, else the only one.
+/// Picks the device (§L6.3 step 5): `requested` when it is a candidate, else the only one.
 pub fn choose_device(
     target: DeviceTarget,
     candidates: Vec<String>,
@@ -496,7 +496,7 @@ pub fn choose_device(
 
 /// Detects the devices of `target` and picks one: `requested` (`--device`, the bridge's
 /// `device`, else `ANDROID_SERIAL` for Android) when it is a candidate, else the only one. The
-/// detection command always runs, so a named device is checked too (02 §7).
+/// detection command always runs, so a named device is checked too (§L6.4).
 pub async fn detect(
     runner: &dyn CommandRunner,
     target: DeviceTarget,
@@ -523,7 +523,7 @@ pub struct Delivery<'a> {
 /// One command of a delivery: program and arguments.
 pub type Command = (&'static str, Vec<String>);
 
-/// The argument vectors of a delivery, in order (02 §7, 05 §6.3 table).
+/// The argument vectors of a delivery, in order (§L6.4, §L6.3 table).
 pub fn delivery_commands(d: &Delivery<'_>) -> Result<Vec<Command>, DeliveryError> {
     let app_id = || match d.app_id {
         Some(id) if is_valid_app_id(id) => Ok(id.to_owned()),
@@ -597,7 +597,7 @@ pub fn delivery_commands(d: &Delivery<'_>) -> Result<Vec<Command>, DeliveryError
 }
 
 /// Runs the delivery commands; the first failure stops it. The caller revokes the link when
-/// this fails (02 §7).
+/// this fails (§L6.4).
 pub async fn deliver(runner: &dyn CommandRunner, d: &Delivery<'_>) -> Result<(), DeliveryError> {
     for (program, args) in delivery_commands(d)? {
         run_ok(runner, program, args).await?;

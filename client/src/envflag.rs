@@ -1,4 +1,4 @@
-//! The one boolean environment-variable parser (01 §4.3, 05 §2.2).
+//! The one boolean environment-variable parser (§S1.3, §L2.2).
 //!
 //! Every boolean variable (`APPDUCT_DAEMON_RESTART`, …) goes through [`parse_bool`], so the CLI,
 //! the MCP bridge and the daemon agree on what "true" means: after trimming, `1` or `true` in any

@@ -1,5 +1,5 @@
 //! The appduct control client and the client side of the daemon's local files: everything the
-//! CLI and the MCP bridge run in their own process to reach the daemon (01 §3.4).
+//! CLI and the MCP bridge run in their own process to reach the daemon (ARCHITECTURE.md#the-daemon).
 //!
 //! - `client`: the typed control client, connect-or-spawn, version handshake, correlation,
 //!   subscriptions;

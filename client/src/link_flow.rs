@@ -1,8 +1,8 @@
-//! The link-connect flow both frontends run, `appduct sessions link` (05 §6.3 steps 4–7) and the
-//! bridge's `appduct_connect` (06 §6.8.1): refuse a loopback address for a physical iPhone,
+//! The link-connect flow both frontends run, `appduct sessions link` (§L6.3 steps 4–7) and the
+//! bridge's `appduct_connect` (§M8.1): refuse a loopback address for a physical iPhone,
 //! detect the device, mint a link with `link.create`, compose its deep link (or web link and
 //! script), deliver it, and revoke a minted link that a later step failed or a cancel stopped
-//! (02 §7, 06 §6.12). Argument parsing and rendering stay with each frontend; both compose
+//! (§L6.4, §M12). Argument parsing and rendering stay with each frontend; both compose
 //! byte-identical links and run the same argument vectors.
 //!
 //! The flow is entered whole, so the order of its steps is written once and no caller can mint
@@ -27,14 +27,14 @@ use crate::delivery::{self, DeepLinkError, Delivery, DeliveryError, DeviceTarget
 /// Why the flow stopped. Whenever a link had been minted, it was revoked first.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkFlowError {
-    /// `ios-device` while the daemon advertises a loopback address (05 §6.3 step 4, SEC-43);
+    /// `ios-device` while the daemon advertises a loopback address (§L6.3 step 4, SEC-43);
     /// nothing was minted. [`LinkFlowError::hint`] says what to change.
     #[error("The daemon advertises the loopback address {address}, which a device cannot reach")]
     LoopbackAdvertised { address: String },
     /// A control call (`daemon.status`, `link.create`) failed.
     #[error(transparent)]
     Client(#[from] ClientError),
-    /// Detection or delivery failed (02 §7).
+    /// Detection or delivery failed (§L6.4).
     #[error(transparent)]
     Delivery(#[from] DeliveryError),
     /// The minted link's deep link could not be composed (a daemon bug, never the user's).
@@ -66,7 +66,7 @@ impl LinkFlowError {
     }
 }
 
-/// A composed web link (02 §5.3): the page URL with `#appduct=<payload>` and the script that
+/// A composed web link (§D5.2): the page URL with `#appduct=<payload>` and the script that
 /// connects an already loaded page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WebLink {
@@ -86,7 +86,7 @@ pub struct DeliveredLink {
 /// Which device of a target gets the link.
 #[derive(Debug, Clone, Copy)]
 pub enum DeviceChoice<'a> {
-    /// Detect it (05 §6.3 step 5): the requested serial or UDID, else the only one attached.
+    /// Detect it (§L6.3 step 5): the requested serial or UDID, else the only one attached.
     Detect { requested: Option<&'a str> },
     /// Already found by the caller's own detection (the bridge's auto-detection).
     Detected(&'a str),
@@ -121,7 +121,7 @@ impl<'a> LinkFlow<'a> {
         }
     }
 
-    /// Every long step selects on `token` (06 §6.12): a cancelled request starts nothing more,
+    /// Every long step selects on `token` (§M12): a cancelled request starts nothing more,
     /// and a link it already minted is revoked.
     pub fn with_cancel(mut self, token: &'a CancellationToken) -> Self {
         self.cancel = Some(token);
@@ -147,7 +147,7 @@ impl<'a> LinkFlow<'a> {
         }
     }
 
-    /// 05 §6.3 step 4: a physical iPhone cannot reach a loopback advertised address, so
+    /// §L6.3 step 4: a physical iPhone cannot reach a loopback advertised address, so
     /// `ios-device` is refused before anything is minted. Other targets pass without a call.
     async fn check_reachable(&self, target: DeviceTarget) -> Result<(), LinkFlowError> {
         if target != DeviceTarget::IosDevice {
@@ -163,7 +163,7 @@ impl<'a> LinkFlow<'a> {
         Ok(())
     }
 
-    /// Device detection (05 §6.3 step 5); a cancel drops it, which kills its helper process.
+    /// Device detection (§L6.3 step 5); a cancel drops it, which kills its helper process.
     async fn detect(
         &self,
         target: DeviceTarget,
@@ -202,7 +202,7 @@ impl<'a> LinkFlow<'a> {
         }
     }
 
-    /// The web link on `page_url` and the connect script (02 §5.3); a link that cannot be
+    /// The web link on `page_url` and the connect script (§D5.2); a link that cannot be
     /// composed is revoked.
     async fn compose_web(
         &self,
@@ -221,7 +221,7 @@ impl<'a> LinkFlow<'a> {
         }
     }
 
-    /// Delivers `d` (05 §6.3 step 7, 02 §7); a failed delivery revokes the link. With a cancel
+    /// Delivers `d` (§L6.3 step 7, §L6.4); a failed delivery revokes the link. With a cancel
     /// token the delivery races it: a cancel stops the helper (dropped, so killed) and revokes
     /// the link, which was never opened.
     async fn deliver(
@@ -243,7 +243,7 @@ impl<'a> LinkFlow<'a> {
         outcome
     }
 
-    /// 05 §6.3 steps 4–7 for a device target: refuses a loopback address for a physical
+    /// §L6.3 steps 4–7 for a device target: refuses a loopback address for a physical
     /// iPhone, detects the device (unless the caller already did), then mints a link with
     /// `params`, composes its deep link and opens it there. Nothing is minted before every
     /// check passed; whatever fails after minting revokes the link.
@@ -275,7 +275,7 @@ impl<'a> LinkFlow<'a> {
     }
 
     /// Mints a link with `params` and composes its web link on `page_url` and the connect
-    /// script (02 §5.3); a link that cannot be composed is revoked.
+    /// script (§D5.2); a link that cannot be composed is revoked.
     pub async fn open_web(
         &self,
         params: LinkCreateParams,
@@ -298,7 +298,7 @@ impl<'a> LinkFlow<'a> {
         Ok((link, deep_link))
     }
 
-    /// Discards a minted link that was not delivered (02 §7); a failure is only logged.
+    /// Discards a minted link that was not delivered (§L6.4); a failure is only logged.
     async fn revoke(&self, session_id: &str) {
         let params = SelectorParams::default().with_selector(Some(session_id.to_owned()));
         if let Err(e) = self.client.call::<SessionsRevoke>(params).await {

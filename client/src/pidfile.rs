@@ -1,5 +1,5 @@
-//! Single instance per state directory (01 §6.2) and the one liveness test, `owner_alive`
-//! (01 §6.3).
+//! Single instance per state directory (§S3.2) and the one liveness test, `owner_alive`
+//! (§S3.3).
 //!
 //! The exclusive advisory lock on `daemon.pid`, not the pid inside it, is the authority: the
 //! kernel drops it when the daemon exits (zombie or not) and a reused pid cannot hold it. Only
@@ -74,7 +74,7 @@ pub enum LockKind {
 }
 
 /// The held pidfile. Dropping it (or [`PidfileLock::release`]) unlinks `daemon.pid` and then
-/// releases the lock (shutdown step 6, 01 §6.6).
+/// releases the lock (shutdown step 6, §S3.6).
 #[derive(Debug)]
 pub struct PidfileLock {
     path: PathBuf,
@@ -84,7 +84,7 @@ pub struct PidfileLock {
 }
 
 impl PidfileLock {
-    /// Takes `path` for the daemon `pid` (01 §6.2).
+    /// Takes `path` for the daemon `pid` (§S3.2).
     pub fn acquire(path: &Path, pid: u32, opts: &PidfileOptions) -> Result<Self, PidfileError> {
         PidfileLock::acquire_with(path, pid, opts, &OsProcessProbe)
     }
@@ -289,7 +289,7 @@ pub fn read_pid(path: &Path) -> io::Result<Option<u32>> {
     Ok(read_first_line_pid(&mut file))
 }
 
-/// The appduct v2 fallback (01 §6.2): `O_EXCL` creation; an existing file whose pid is alive
+/// The appduct v2 fallback (§S3.2): `O_EXCL` creation; an existing file whose pid is alive
 /// (and, on Linux, not a zombie) means another daemon; otherwise it is stale, removed, and the
 /// creation retried.
 fn acquire_exclusive_create(
@@ -343,7 +343,7 @@ fn pid_test_alive(probe: &dyn ProcessProbe, pid: u32) -> bool {
     probe.pid_alive(pid) && !probe.is_zombie(pid)
 }
 
-/// `owner_alive(state_dir)` (01 §6.3): true iff another process holds the lock on
+/// `owner_alive(state_dir)` (§S3.3): true iff another process holds the lock on
 /// `<state_dir>/daemon.pid`; where locks are unavailable, the pid test with the zombie rule.
 /// The only liveness test: spawning, stale-socket takeover and `daemon stop` all use it.
 pub fn owner_alive(state_dir: &Path) -> bool {

@@ -1,4 +1,4 @@
-//! The process probe seam (01 §6.2, §6.3): liveness, zombie state, lock state and signalling
+//! The process probe seam (§S3.2, §S3.3): liveness, zombie state, lock state and signalling
 //! of other processes, used by the pidfile checks and `appduct daemon stop`.
 
 use std::collections::{HashMap, HashSet};
@@ -15,7 +15,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Liveness and signalling of other processes (01 §6.2, §6.3).
+/// Liveness and signalling of other processes (§S3.2, §S3.3).
 pub trait ProcessProbe: Send + Sync + fmt::Debug {
     /// Whether another open file description holds a lock on `path`: `Some(true)` held,
     /// `Some(false)` free or absent, `None` when advisory locks are unavailable there (callers

@@ -1,12 +1,12 @@
-//! Client side: the project a link is for (05 §5, 06 §6.13), shared by the CLI and the MCP
+//! Client side: the project a link is for (§L5, §M13), shared by the CLI and the MCP
 //! bridge so both resolve the same scheme and app ids from the same files.
 //!
-//! - Scheme (05 §5.1): the flag, `APPDUCT_SCHEME`, the nearest project `.appduct/config.json`
+//! - Scheme (§L5.1): the flag, `APPDUCT_SCHEME`, the nearest project `.appduct/config.json`
 //!   walking up from the start directory, the state dir's `config.json`, then the static probes
-//!   of 05 §5.3 in the start directory only. The start directory is the CLI's current directory
-//!   or the bridge's project directory D (06 §6.13; finding D is the bridge's business).
-//! - App id (05 §5.2): the flag, else the nearest project config's `appId.<platform>`.
-//! - Static probes (05 §5.3): nothing is executed (`app.config.js` / `.ts` are never run); each
+//!   of §L5.3 in the start directory only. The start directory is the CLI's current directory
+//!   or the bridge's project directory D (§M13; finding D is the bridge's business).
+//! - App id (§L5.2): the flag, else the nearest project config's `appId.<platform>`.
+//! - Static probes (§L5.3): nothing is executed (`app.config.js` / `.ts` are never run); each
 //!   probe reads one kind of file as text. The parsers are deliberately small and tolerant: a
 //!   file they cannot read yields no scheme rather than an error, and disagreement between
 //!   native probes is reported, never guessed.
@@ -21,15 +21,15 @@ use appduct_protocol::control::Transport;
 use appduct_protocol::link::{SchemeError, validate_scheme};
 use serde_json::{Value, json};
 
-/// The variable of scheme tier 2 (05 §2.2).
+/// The variable of scheme tier 2 (§L2.2).
 pub const SCHEME_ENV: &str = "APPDUCT_SCHEME";
-/// A project's client-side settings live in `<project>/.appduct/config.json` (05 §5.4).
+/// A project's client-side settings live in `<project>/.appduct/config.json` (§L5.4).
 pub const PROJECT_DIR: &str = ".appduct";
 pub const CONFIG_FILE: &str = "config.json";
-/// The app-id rule of 05 §5.2, as shown in messages.
+/// The app-id rule of §L5.2, as shown in messages.
 pub const APP_ID_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$";
 
-/// `^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$` (05 §5.2): no value can be read as an option or break
+/// `^[A-Za-z0-9][A-Za-z0-9._-]{0,254}$` (§L5.2): no value can be read as an option or break
 /// out of a shell word.
 pub fn is_valid_app_id(s: &str) -> bool {
     let mut bytes = s.bytes();
@@ -64,7 +64,7 @@ impl ResolveEnv {
     }
 
     /// `<d>/.appduct/config.json` for `dir` and each ancestor that has one, nearest first,
-    /// skipping `~/.appduct` and the active state dir (05 §5.1 step 3).
+    /// skipping `~/.appduct` and the active state dir (§L5.1 step 3).
     pub fn project_configs(&self) -> Vec<PathBuf> {
         let reserved: Vec<PathBuf> = [
             self.state_dir.clone(),
@@ -82,7 +82,7 @@ impl ResolveEnv {
             .collect()
     }
 
-    /// The nearest project record (06 §6.13 maps each client root to it), canonical where
+    /// The nearest project record (§M13 maps each client root to it), canonical where
     /// possible so two spellings of one file compare equal.
     pub fn nearest_project_config(&self) -> Option<PathBuf> {
         let nearest = self.project_configs().into_iter().next()?;
@@ -213,7 +213,7 @@ pub fn detect_app_kind(dir: &Path) -> Option<AppKind> {
     (depends("react-native") || depends("expo")).then_some(AppKind::ReactNative)
 }
 
-/// Where a resolved scheme came from (`schemeSource` of `appduct_status`, 06 §6.8.9).
+/// Where a resolved scheme came from (`schemeSource` of `appduct_status`, §M8.9).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchemeSource {
     Flag,
@@ -379,7 +379,7 @@ fn checked_scheme(
     }
 }
 
-/// The deep-link scheme (05 §5.1, 06 §6.13); first match wins and every candidate is checked
+/// The deep-link scheme (§L5.1, §M13); first match wins and every candidate is checked
 /// against the scheme rule. `flag` is `--scheme` (of `sessions link` or `appduct mcp`).
 pub fn resolve_scheme(
     flag: Option<&str>,
@@ -436,7 +436,7 @@ fn nearest_app_id(
 }
 
 /// `appId.<platform>` of the nearest project config that has it, unchecked (what
-/// `appduct_status` reports). The state-dir config is never used (05 §5.2).
+/// `appduct_status` reports). The state-dir config is never used (§L5.2).
 pub fn project_app_id(
     platform: Platform,
     env: &ResolveEnv,
@@ -444,7 +444,7 @@ pub fn project_app_id(
     Ok(nearest_app_id(platform, env)?.map(|(id, _)| id))
 }
 
-/// The Android application id or iOS bundle id (05 §5.2): `flag` (`--app-id`), else the
+/// The Android application id or iOS bundle id (§L5.2): `flag` (`--app-id`), else the
 /// nearest project config's `appId.<platform>`; either must match [`APP_ID_PATTERN`].
 pub fn resolve_app_id(
     flag: Option<&str>,
@@ -465,7 +465,7 @@ pub fn resolve_app_id(
     }
 }
 
-/// Where a discovered scheme came from (`init`'s `source`, 05 §10).
+/// Where a discovered scheme came from (`init`'s `source`, §L10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum ProbeSource {
     AppJson,
@@ -529,7 +529,7 @@ impl fmt::Display for Conflict {
 pub const PROBED_FILES: &str = "app.json, android/app/build.gradle(.kts), \
 android/app/src/main/AndroidManifest.xml, Info.plist files, project.yml or ios/project.yml";
 
-/// Runs the probes of 05 §5.3 in `dir` (no walk-up). `app.json` wins when it yields a scheme;
+/// Runs the probes of §L5.3 in `dir` (no walk-up). `app.json` wins when it yields a scheme;
 /// otherwise the native probes must agree, and the first source in table order is reported.
 pub fn discover_scheme(dir: &Path) -> Result<Option<Found>, Conflict> {
     let app_json = dir.join("app.json");
@@ -1033,7 +1033,7 @@ targets:
         );
     }
 
-    // --- resolution (05 §5.1, §5.2) ---
+    // --- resolution (§L5.1, §L5.2) ---
 
     struct Fixture {
         tmp: tempfile::TempDir,

@@ -1,5 +1,5 @@
-//! Client side: the terminal QR code of a deep link (05 §6.3, 02 §5.4), shared by
-//! `appduct sessions link --qr` and the `qr` field of `appduct_connect` (06 §6.8.1) so both draw
+//! Client side: the terminal QR code of a deep link (§L6.3, §D5.4), shared by
+//! `appduct sessions link --qr` and the `qr` field of `appduct_connect` (§M8.1) so both draw
 //! the same text: exactly the deep link, byte mode, error correction level M, a 2-module quiet
 //! zone, drawn with Unicode half blocks (two module rows per text line) with light modules drawn
 //! as ink, so the code reads on a dark terminal.

@@ -1,5 +1,5 @@
 //! The one source of randomness: the OS CSPRNG through ring (via rustls). There is no RNG seam
-//! (01 §9.1); tests that snapshot output redact ids and tokens instead.
+//! (ARCHITECTURE.md#test-layers); tests that snapshot output redact ids and tokens instead.
 
 use std::sync::OnceLock;
 

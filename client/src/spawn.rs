@@ -1,4 +1,4 @@
-//! The spawner seam (01 §6.4 step 6): what connect-or-spawn starts for `daemon run`, the
+//! The spawner seam (§S3.4 step 6): what connect-or-spawn starts for `daemon run`, the
 //! detached re-exec that does it, and a recording double for tests.
 
 use std::ffi::{OsStr, OsString};
@@ -17,10 +17,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Variable a spawned daemon must never inherit (01 §4.3).
+/// Variable a spawned daemon must never inherit (§S1.3).
 pub const VERSION_OVERRIDE_ENV: &str = "APPDUCT_DAEMON_VERSION_OVERRIDE";
 
-/// What to start for `daemon run` (01 §6.4 step 6). Build it with [`SpawnRequest::daemon_run`].
+/// What to start for `daemon run` (§S3.4 step 6). Build it with [`SpawnRequest::daemon_run`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpawnRequest {
     pub program: PathBuf,
@@ -136,7 +136,7 @@ impl SpawnedChild {
     }
 }
 
-/// Starts a detached daemon (01 §6.4 step 6).
+/// Starts a detached daemon (§S3.4 step 6).
 pub trait Spawner: Send + Sync + fmt::Debug {
     fn spawn_daemon(&self, req: SpawnRequest) -> io::Result<SpawnedChild>;
 }

@@ -1,4 +1,4 @@
-//! The spawn lock (01 §6.4 step 4): at most one client spawns a daemon for a state directory at
+//! The spawn lock (§S3.4 step 4): at most one client spawns a daemon for a state directory at
 //! a time. It is a file created exclusively; a file older than 30 s belongs to a spawner that
 //! died and may be reclaimed.
 

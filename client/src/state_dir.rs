@@ -1,4 +1,4 @@
-//! The state directory (01 §4): where it is, how it is created and checked, the names of the
+//! The state directory (§S1): where it is, how it is created and checked, the names of the
 //! files in it, and the safe ways to open and remove them.
 //!
 //! Everything here is synchronous `std::fs`: it runs once at startup or on a client's connect
@@ -35,7 +35,7 @@ pub const DIR_MODE: u32 = 0o700;
 pub const FILE_MODE: u32 = 0o600;
 
 /// Why the state directory or one of its files cannot be used. Clients render every variant as
-/// `connection_error` (01 §4.1).
+/// `connection_error` (§S1.1).
 #[derive(Debug, thiserror::Error)]
 pub enum StateDirError {
     #[error(
@@ -96,7 +96,7 @@ impl StateDirError {
     }
 }
 
-/// Resolves the state directory from its three sources (01 §4.1): `flag` > `env` > `home`/.appduct.
+/// Resolves the state directory from its three sources (§S1.1): `flag` > `env` > `home`/.appduct.
 /// An empty flag or variable counts as absent. A relative result is made absolute against `cwd`.
 /// Pure, so tests can exercise every precedence case without touching the process environment.
 pub fn resolve(
@@ -134,7 +134,7 @@ pub struct Prepared {
     pub tightened_from: Option<u32>,
 }
 
-/// An absolute state directory and its path table (01 §4.2).
+/// An absolute state directory and its path table (§S1.2).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StateDir {
     root: PathBuf,
@@ -194,7 +194,7 @@ impl StateDir {
         self.root.join(AUDIT_DIR)
     }
 
-    /// The socket path, refused when longer than 100 bytes (01 §4.1, 03 §2.1). Call before
+    /// The socket path, refused when longer than 100 bytes (§S1.1, §C1.1). Call before
     /// every bind and connect.
     pub fn checked_socket_path(&self) -> Result<PathBuf, StateDirError> {
         let path = self.socket_path();
@@ -203,7 +203,7 @@ impl StateDir {
     }
 
     /// Creates the directory (0700) if missing, refuses one owned by another uid, and tightens
-    /// group/other bits to 0700 with a warning (01 §4.1). When the directory was writable by
+    /// group/other bits to 0700 with a warning (§S1.1). When the directory was writable by
     /// group or others, an entry owned by another uid is refused (it may have been planted).
     /// Must run before any lock or socket in the directory is used.
     pub fn prepare(&self) -> Result<Prepared, StateDirError> {
@@ -242,15 +242,15 @@ impl StateDir {
         Ok(dir)
     }
 
-    /// Unlinks `daemon.sock` when it is a socket (01 §4.2). Returns whether a socket was
+    /// Unlinks `daemon.sock` when it is a socket (§S1.2). Returns whether a socket was
     /// removed; an absent path is `Ok(false)`; anything else at the path is an error naming it.
     /// Callers must hold the pidfile lock or the spawn lock and have seen the socket refuse a
-    /// connection (03 §2.1).
+    /// connection (§C1.1).
     pub fn remove_stale_socket(&self) -> Result<bool, StateDirError> {
         remove_socket_file(&self.socket_path())
     }
 
-    /// Rotates `daemon.log` to `daemon.log.1` when it is larger than `max_bytes` (01 §6.7, run by
+    /// Rotates `daemon.log` to `daemon.log.1` when it is larger than `max_bytes` (§S3.7, run by
     /// the spawner only while no daemon owns the directory). Returns whether it rotated.
     pub fn rotate_daemon_log(&self, max_bytes: u64) -> Result<bool, StateDirError> {
         rotate_if_larger(
@@ -325,7 +325,7 @@ fn prepare_dir(root: &Path, euid: u32) -> Result<Prepared, StateDirError> {
     }
     // Others could create entries in a directory with group/other write bits until now: a
     // planted `config.json` would set the policy and `webOrigins`, a planted audit day file
-    // would receive the audit log (project decision, beyond 01 §4.1's tightening). The whole
+    // would receive the audit log (project decision, beyond §S1.1's tightening). The whole
     // tree is walked, `audit/` included, after the chmod above.
     let exposed = (mode & 0o022 != 0).then(|| (root.to_path_buf(), mode));
     refuse_foreign_entries(root, euid, exposed)?;
@@ -396,7 +396,7 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), StateDirError> {
 }
 
 /// `OpenOptions` for a state file: mode 0600 when created, and `O_NOFOLLOW` so a symlink at the
-/// name fails instead of being followed (01 §4.2). Callers add read/write/append/create.
+/// name fails instead of being followed (§S1.2). Callers add read/write/append/create.
 pub fn private_open_options() -> OpenOptions {
     let mut opts = OpenOptions::new();
     opts.mode(FILE_MODE)
@@ -411,7 +411,7 @@ pub fn open_with(opts: &OpenOptions, path: &Path) -> io::Result<File> {
     opts.open(path).map_err(|e| refine_open_error(path, e))
 }
 
-/// The one way the daemon and its clients open a file they write (08 §4.5, project decision):
+/// The one way the daemon and its clients open a file they write (SECURITY.md §4.5, project decision):
 /// `opts` (from [`private_open_options`], plus the access and creation flags) with `O_NOFOLLOW`
 /// and `O_NONBLOCK` (a FIFO planted at the name fails at once instead of hanging the writer;
 /// regular files ignore the flag), then `fstat` of the opened file: it must be a regular file

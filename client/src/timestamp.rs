@@ -1,6 +1,6 @@
 //! Wall-clock instants as text, one home for the daemon and its clients: ISO 8601 UTC with
 //! milliseconds on the control plane and in audit records (`2026-11-30T09:12:03.120Z`,
-//! 03 §8.1) and in the CLI's `meta.timestamp` (05 §3.4), with seconds in human output.
+//! §C8) and in the CLI's `meta.timestamp` (§L3.4), with seconds in human output.
 
 use time::{OffsetDateTime, UtcOffset};
 

@@ -1,5 +1,5 @@
-//! Advertised-address selection (02 §6): the pure choice of the address a native link carries,
-//! over whatever an [`AddressSource`] reports, and the address source seam (01 §9.1) with the
+//! Advertised-address selection (§D2.6): the pure choice of the address a native link carries,
+//! over whatever an [`AddressSource`] reports, and the address source seam (ARCHITECTURE.md#test-layers) with the
 //! OS enumeration and a settable test double.
 //!
 //! Selection skips interfaces that are not *running* (`IFF_RUNNING`: operationally up, which
@@ -49,7 +49,7 @@ impl InterfaceAddr {
 /// The address used when no interface offers a candidate.
 pub const FALLBACK_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-/// Picks the advertised address (02 §6): the first address, in OS order, of the best class that
+/// Picks the advertised address (§D2.6): the first address, in OS order, of the best class that
 /// has one, skipping interfaces that are down or loopback; `127.0.0.1` when none qualifies.
 pub fn select_advertised(interfaces: &[InterfaceAddr]) -> IpAddr {
     interfaces
@@ -62,7 +62,7 @@ pub fn select_advertised(interfaces: &[InterfaceAddr]) -> IpAddr {
 }
 
 /// Candidate class of an address, 1 (best) to 4; `None` for addresses a device can never dial.
-/// Besides the exclusions of 02 §6, unspecified, loopback, multicast and broadcast addresses are
+/// Besides the exclusions of §D2.6, unspecified, loopback, multicast and broadcast addresses are
 /// never candidates (project reading: "any other" means any other unicast address).
 fn class_of(addr: IpAddr) -> Option<u8> {
     match addr {
@@ -106,12 +106,12 @@ fn class_of_v6(v6: Ipv6Addr) -> Option<u8> {
     Some(4)
 }
 
-/// Endpoint text form of 02 §6: `wss://192.168.50.12:8443`, `wss://[fd00::1]:8443`.
+/// Endpoint text form of §D2.6: `wss://192.168.50.12:8443`, `wss://[fd00::1]:8443`.
 pub fn endpoint(addr: IpAddr, port: u16) -> String {
     format!("wss://{}", SocketAddr::new(addr, port))
 }
 
-/// Where the advertised address came from (`daemon.status.advertisedAddress.source`, 03 §9.2).
+/// Where the advertised address came from (`daemon.status.advertisedAddress.source`, §C8.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AddressOrigin {

@@ -1,11 +1,11 @@
-//! The audit log (04 §9): one JSON line per audited `tools.call`, in day files
+//! The audit log (§C12): one JSON line per audited `tools.call`, in day files
 //! `<state-dir>/audit/<YYYY-MM-DD>.jsonl` (UTC date of the record's `ts`), mode 0600.
 //!
 //! Recording never blocks or fails a call: [`AuditWriter::enqueue`] puts the record on a
 //! bounded queue (10 000 records; a full queue drops the record and counts a failed write) and
 //! one writer task appends records in enqueue order. File work runs in short `spawn_blocking`
 //! batches, which keeps the async runtime free and lets paused-time tests auto-advance around
-//! it. Pruning (04 §9.6) runs on the same queue, so it never races a write.
+//! it. Pruning (§C12.1) runs on the same queue, so it never races a write.
 
 use std::fs::{File, Permissions};
 use std::io::{self, Write as _};
@@ -27,11 +27,11 @@ use tokio::task::JoinHandle;
 use crate::clock::Clock;
 use appduct_client::state_dir::{self, FILE_MODE, StateDir, StateDirError};
 
-/// Records the queue holds before new ones are dropped (04 §9.5).
+/// Records the queue holds before new ones are dropped (§C12.1).
 pub const AUDIT_QUEUE_CAPACITY: usize = 10_000;
-/// Interval between prunes after the one at start (04 §9.6).
+/// Interval between prunes after the one at start (§C12.1).
 pub const PRUNE_PERIOD: Duration = Duration::from_secs(24 * 60 * 60);
-/// How long shutdown waits for the queue to drain (04 §8.2 step 7).
+/// How long shutdown waits for the queue to drain (§C8.3 step 7).
 pub const SHUTDOWN_FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Records appended per blocking batch; bounds how long one batch holds a blocking thread.
 const MAX_BATCH: usize = 512;
@@ -41,7 +41,7 @@ const COALESCE: Duration = Duration::from_millis(5);
 // ---------------------------------------------------------------------------------------------
 // Records
 
-/// One audit record (04 §9.3). Holds the arguments' hash only, never the arguments.
+/// One audit record (§C12.1). Holds the arguments' hash only, never the arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
     /// Settle instant, wall clock.
@@ -52,7 +52,7 @@ pub struct AuditRecord {
     pub alias: String,
     /// The requested name, also when the tool was not found.
     pub tool: String,
-    /// `appduct_protocol::canonical::args_sha256` of the defaulted arguments (04 §9.4).
+    /// `appduct_protocol::canonical::args_sha256` of the defaulted arguments (§C12.2).
     pub args_sha256: String,
     /// Gives `outcome`, and `errorType` / `deniedReason` exactly when the outcome carries them.
     pub settlement: Settlement,
@@ -63,7 +63,7 @@ pub struct AuditRecord {
     pub consent: Option<Consent>,
 }
 
-/// The wire line; field order is the table order of 04 §9.3 (stable diffs).
+/// The wire line; field order is the table order of §C12.1 (stable diffs).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct AuditLine<'a> {
@@ -125,7 +125,7 @@ fn to_utc(unix_ms: u64) -> OffsetDateTime {
         .unwrap_or_else(|_| PrimitiveDateTime::MAX.assume_utc())
 }
 
-/// ISO 8601 UTC with milliseconds, `2026-11-30T09:14:22.518Z` (03 §8.1).
+/// ISO 8601 UTC with milliseconds, `2026-11-30T09:14:22.518Z` (§C8).
 pub use appduct_client::timestamp::format_iso_ms as format_ts;
 
 fn format_date(date: Date) -> String {
@@ -137,7 +137,7 @@ fn format_date(date: Date) -> String {
     )
 }
 
-/// `<YYYY-MM-DD>.jsonl` for the UTC date of `unix_ms` (04 §9.1).
+/// `<YYYY-MM-DD>.jsonl` for the UTC date of `unix_ms` (§C12.1).
 pub fn day_file_name(unix_ms: u64) -> String {
     format!("{}.jsonl", format_date(to_utc(unix_ms).date()))
 }
@@ -216,7 +216,7 @@ pub struct AuditWriter {
 }
 
 impl AuditWriter {
-    /// Creates `<state-dir>/audit/` (0700, 04 §9.1) and starts the writer. Must be called
+    /// Creates `<state-dir>/audit/` (0700, §C12.1) and starts the writer. Must be called
     /// inside a tokio runtime.
     pub fn open(state_dir: &StateDir, retention_days: u32) -> Result<Self, StateDirError> {
         let dir = state_dir.ensure_audit_dir()?;
@@ -256,7 +256,7 @@ impl AuditWriter {
         self.shared.retention_days
     }
 
-    /// Queues `record` for writing (step 3 of settling, 04 §3.2). Never blocks and never fails
+    /// Queues `record` for writing (step 3 of settling, §C10.1). Never blocks and never fails
     /// the call: a full or closed queue drops the record and counts a failed write.
     pub fn enqueue(&self, record: AuditRecord) {
         match self.tx.try_send(Command::Record(Box::new(record))) {
@@ -281,7 +281,7 @@ impl AuditWriter {
     }
 
     /// Waits until every record enqueued before this call has been written (or has failed),
-    /// at most `timeout` (04 §9.5; shutdown uses [`SHUTDOWN_FLUSH_TIMEOUT`]).
+    /// at most `timeout` (§C12.1; shutdown uses [`SHUTDOWN_FLUSH_TIMEOUT`]).
     pub async fn flush(&self, timeout: Duration) -> Result<(), FlushError> {
         let drained = async {
             let (done, wait) = oneshot::channel();
@@ -297,7 +297,7 @@ impl AuditWriter {
     }
 
     /// Runs one prune on the writer's queue for "today" = the UTC date of `now_unix_ms`
-    /// (04 §9.6) and waits for it.
+    /// (§C12.1) and waits for it.
     pub async fn prune(&self, now_unix_ms: u64) -> Result<PruneReport, WriterClosed> {
         let (done, wait) = oneshot::channel();
         self.tx
@@ -307,8 +307,8 @@ impl AuditWriter {
         wait.await.map_err(|_| WriterClosed)
     }
 
-    /// Prunes now and then every 24 h (01 §6.5 step 10), reading "today" from `clock`. The
-    /// daemon stops the schedule first at shutdown (04 §8.2 step 1); dropping it stops it too.
+    /// Prunes now and then every 24 h (§S3.5 step 10), reading "today" from `clock`. The
+    /// daemon stops the schedule first at shutdown (§C8.3 step 1); dropping it stops it too.
     pub fn spawn_prune_schedule(&self, clock: Arc<dyn Clock>) -> PruneSchedule {
         let writer = self.clone();
         let task = tokio::spawn(async move {
@@ -338,7 +338,7 @@ impl AuditWriter {
         self.shared.failed_prunes.load(Ordering::Relaxed)
     }
 
-    /// `daemon.status.audit` (04 §9.7). Reads the directory: `files` and `bytes` count the day
+    /// `daemon.status.audit` (§C8.2). Reads the directory: `files` and `bytes` count the day
     /// files and are omitted when it cannot be read.
     pub fn status(&self) -> AuditStatus {
         let scan = scan_day_files(&self.shared.dir);
@@ -486,12 +486,12 @@ fn write_batch(dir: &Path, batch: &[AuditRecord]) -> u64 {
 /// `O_NONBLOCK` (a FIFO planted under a day file's name fails at once instead of hanging the
 /// writer and with it the daemon's exit), and refused unless it is a regular file of ours with
 /// one link. A refused file is never written: its records count as failed writes with one
-/// warning naming the file per batch (04 §9.5), and the daemon keeps serving (SECURITY.md 4.5).
+/// warning naming the file per batch (§C12.1), and the daemon keeps serving (SECURITY.md 4.5).
 fn open_day_file(path: &Path) -> io::Result<File> {
     state_dir::open_append(path)
 }
 
-/// 0600 after every append (04 §9.1); through the descriptor, so no path race.
+/// 0600 after every append (§C12.1); through the descriptor, so no path race.
 fn enforce_file_mode(file: &File) -> io::Result<()> {
     let mode = file.metadata()?.permissions().mode() & 0o7777;
     if mode != FILE_MODE {
@@ -500,7 +500,7 @@ fn enforce_file_mode(file: &File) -> io::Result<()> {
     Ok(())
 }
 
-/// Deletes regular day files dated before (today − `retention_days`) (04 §9.6). Anything else
+/// Deletes regular day files dated before (today − `retention_days`) (§C12.1). Anything else
 /// in the directory is left alone.
 fn prune_dir(dir: &Path, now_unix_ms: u64, retention_days: u32) -> PruneReport {
     let mut report = PruneReport::default();

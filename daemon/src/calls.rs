@@ -1,25 +1,25 @@
-//! The calls module (03 §9.8–§9.10, §9.14, §10; 04): `tools.list`, the `tools.call` pipeline,
+//! The calls module (§C8.8–§C8.10, §C8.14, §C10.2; 04): `tools.list`, the `tools.call` pipeline,
 //! deadlines, progress, cancellation, policy, consent records and the audit trail of every
-//! settled call. It is the one execution path for app tools (04 §2).
+//! settled call. It is the one execution path for app tools (§C10.1).
 //!
 //! Every `tools.call` gets an entry in one daemon-wide table from step 2 (its callId reserved)
 //! until it settles. The entry is found by callId (`tools.cancel`), by the daemon-minted wire id
 //! (the app's `tool_result` / `tool_error` / `tool_call_progress`) and by session (transitions).
 //! A call settles exactly once: whoever removes the entry from the table (an app answer, a
 //! timer, a transition, shutdown, or the pipeline itself) emits `tool_call_finished`, enqueues
-//! the audit record and writes the response (04 §3.2). The one exception is a call whose
+//! the audit record and writes the response (§C10.1). The one exception is a call whose
 //! `tool_call` is being written: only the writing task learns whether the frame went out, so
 //! the settler hands the removed call to it (see [`Writing`]).
 //!
 //! Nothing on a request path waits for room in a device queue indefinitely: the `tool_call`
 //! write stops on a cancel, on settling and at the effective deadline, and a `tool_cancel` is
-//! queued without waiting (03 §9.10).
+//! queued without waiting (§C8.10).
 //!
 //! Locking: the table lock is never held while calling the [`SessionManager`] (the engine calls
 //! the [`CallRouter`] hooks under its own lock), so lock order is engine → table → bus /
 //! connection queues. Progress is forwarded under the table lock while the entry exists, and the
 //! response is written only after the entry was removed, so no per-call notification can follow
-//! the response (03 §4.3). A call is registered before its frame is written, so a transition
+//! the response (§C14). A call is registered before its frame is written, so a transition
 //! during the write still fails it.
 
 mod errors;
@@ -63,14 +63,14 @@ pub use list::{
     ToolsPage, group_totals, in_group, list_tools, list_tools_within, simple_lowercase,
 };
 
-/// How long the daemon waits for the app after sending `tool_cancel` (04 §6.2).
+/// How long the daemon waits for the app after sending `tool_cancel` (§C10.6).
 pub const CANCEL_GRACE: Duration = Duration::from_millis(limits::CANCEL_GRACE_MS);
-/// `tool_cancel.reason` when the issuing control connection closes (04 §6.1).
+/// `tool_cancel.reason` when the issuing control connection closes (§C10.6).
 pub const CONNECTION_CLOSED: &str = "connection_closed";
-/// `tool_cancel.reason` when the daemon's deadline fires (04 §4.2).
+/// `tool_cancel.reason` when the daemon's deadline fires (§C10.3).
 pub const TIMEOUT_REASON: &str = "timeout";
 
-/// The effective deadline of 04 §4.1: the tool's `timeout_ms` clamped to [1000, 600000] (10000
+/// The effective deadline of §C10.3: the tool's `timeout_ms` clamped to [1000, 600000] (10000
 /// when absent), shortened by the caller's `timeoutMs` (clamped the same way) but never
 /// lengthened.
 pub fn effective_deadline_ms(tool_timeout_ms: Option<u64>, caller_timeout_ms: Option<u64>) -> u64 {
@@ -94,7 +94,7 @@ enum Phase {
     /// Step 8: the `tool_call` frame is being written by the request's task, which holds the
     /// other (strong) reference.
     Sending(Weak<Writing>),
-    /// Steps 9–10: the frame was written; a pending call (04 §1).
+    /// Steps 9–10: the frame was written; a pending call (§C10).
     Sent,
 }
 
@@ -115,7 +115,7 @@ enum Written {
 /// Whether the frame went out is known only to that task, once its write returns, so a call
 /// settled meanwhile (a transition, shutdown) is handed over to it rather than finished by the
 /// settler: the task emits `tool_call_started` first exactly when the frame was queued, then
-/// finishes the call (04 §3.2, 03 §11.1 ordering).
+/// finishes the call (§C10.1, §C13.1 ordering).
 #[derive(Default)]
 struct Writing {
     /// Wakes the write when a cancel was requested or the call was settled meanwhile; the
@@ -134,7 +134,7 @@ impl Writing {
     }
 }
 
-/// A cancel requested for a call (04 §6.2).
+/// A cancel requested for a call (§C10.6).
 #[derive(Debug)]
 struct CancelRequest {
     reason: String,
@@ -270,7 +270,7 @@ fn lock(m: &Mutex<Table>) -> MutexGuard<'_, Table> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A fresh wire id: `call_` + base64url of 16 CSPRNG bytes (02 §12).
+/// A fresh wire id: `call_` + base64url of 16 CSPRNG bytes (§D9.5).
 fn mint_wire_id() -> Result<String, ErrorObject> {
     let bytes = random_bytes::<{ limits::CALL_WIRE_ID_BYTES }>()
         .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
@@ -390,7 +390,7 @@ impl CallsApi for Calls {
         id: RequestId,
         request: ControlRequest,
     ) -> BoxFuture<'static, Reply> {
-        // t0 of 04 §3: the request line was parsed just before this.
+        // t0 of §C10.1: the request line was parsed just before this.
         let t0 = Instant::now();
         let inner = Arc::clone(&self.inner);
         let conn = conn.clone();
@@ -476,7 +476,7 @@ impl Inner {
 
     // -- tools.list ---------------------------------------------------------------------------
 
-    /// `tools.list` (03 §9.8), also for suspended sessions.
+    /// `tools.list` (§C8.8), also for suspended sessions.
     fn tools_list(&self, params: &ToolsListParams) -> Result<ToolsListResult, ErrorObject> {
         let session = self.sessions.resolve(params.selector.as_deref())?;
         let registry = self.sessions.tools_of(&session.session_id).ok_or_else(|| {
@@ -514,7 +514,7 @@ impl Inner {
 
     // -- tools.call ---------------------------------------------------------------------------
 
-    /// The pipeline of 04 §3. Step 1 (params) already ran in `ControlRequest::parse`. Failures
+    /// The pipeline of §C10.1. Step 1 (params) already ran in `ControlRequest::parse`. Failures
     /// before step 4 answer directly; everything from step 4 on settles through the table.
     async fn tools_call(
         self: Arc<Self>,
@@ -693,9 +693,9 @@ impl Inner {
         let frame = DaemonFrame::ToolCall(ToolCall::new(session_id.clone(), wire_id, name, args));
         // A full device queue makes the write wait; a cancel, the issuing connection closing
         // or the call settling meanwhile stops it. `mpsc` sends are cancel-safe: a write
-        // dropped before it finished queued nothing, so no frame reaches the app (04 §6.2).
+        // dropped before it finished queued nothing, so no frame reaches the app (§C10.6).
         // An app that reads nothing for the whole effective deadline gets no frame either:
-        // the caller hears `session_not_active` well before its watchdog (04 §4.3).
+        // the caller hears `session_not_active` well before its watchdog (§C10.3).
         // One timer per call: it bounds the write, then (reset) the wait for the answer.
         let give_up = tokio::time::sleep(Duration::from_millis(deadline_ms));
         tokio::pin!(give_up);
@@ -978,7 +978,7 @@ impl Inner {
             })
         });
         if let Some(frame) = timed_out {
-            // The call is settled: the app's answer to this cancel is dropped (02 §9.4).
+            // The call is settled: the app's answer to this cancel is dropped (§D7.5).
             let sessions = self.sessions.clone();
             tokio::spawn(async move {
                 let session_id = frame.session_id().to_owned();
@@ -1036,7 +1036,7 @@ impl Inner {
         }
     }
 
-    /// Steps 2–4 of 04 §3.2 for a call already removed from the table (step 1): the
+    /// Steps 2–4 of §C10.1 for a call already removed from the table (step 1): the
     /// `tool_call_finished` event and the audit record when a session was resolved, then the
     /// response if the issuing connection is still open.
     fn finish(&self, mut call: Call, outcome: Outcome) {
@@ -1092,7 +1092,7 @@ impl Inner {
             ?settlement,
             "call settled"
         );
-        // A closed connection drops the response (04 §3.2 step 4).
+        // A closed connection drops the response (§C10.1 step 4).
         call.conn.respond_with(&call.request_id, response.as_ref());
         if let Some(done) = call.done.take() {
             let _ = done.send(());
@@ -1117,7 +1117,7 @@ impl Inner {
                 self.settle_by_wire(session_id, &error.id, outcome);
             }
             CallFrame::Invalid { id, detail } => {
-                // The closest type of 03 §5.3 for an answer the daemon cannot pass on (project
+                // The closest type of §C4.3 for an answer the daemon cannot pass on (project
                 // decision, issue #20 defect 4): the result was not serialisable within bounds.
                 let outcome = Outcome::error(
                     ErrorObject::application(
@@ -1147,7 +1147,7 @@ impl Inner {
         });
     }
 
-    /// 04 §5: the bus event and, with `progress: true`, the per-call notification, in the
+    /// §C10.5: the bus event and, with `progress: true`, the per-call notification, in the
     /// order the app sent them, while the call is unsettled.
     fn forward_progress(&self, session_id: &str, progress: &ToolCallProgress) {
         let mut table = self.table();
@@ -1184,7 +1184,7 @@ impl Inner {
         }
     }
 
-    /// 04 §8.1: every call resolved to the session fails; no `tool_cancel` is sent.
+    /// §D12.4: every call resolved to the session fails; no `tool_cancel` is sent.
     fn on_session_ended(&self, session_id: &str, why: CallsEnded) {
         let calls: Vec<(Call, Outcome)> = {
             let mut table = self.table();
@@ -1208,7 +1208,7 @@ impl Inner {
 
     // -- cancellation -------------------------------------------------------------------------
 
-    /// `tools.cancel` (03 §9.10).
+    /// `tools.cancel` (§C8.10).
     async fn tools_cancel(
         &self,
         params: &ToolsCancelParams,
@@ -1239,7 +1239,7 @@ impl Inner {
         Ok(ToolsCancelResult::new(cancelled))
     }
 
-    /// The cancel procedure of 04 §6.2 for call `key`; the result is `cancelled`.
+    /// The cancel procedure of §C10.6 for call `key`; the result is `cancelled`.
     async fn cancel(&self, key: u64, reason: &str) -> bool {
         // 1–2, and a call whose frame is not written yet: record the request; the pipeline
         // stops before the write, or sends the cancel right after it.
@@ -1298,7 +1298,7 @@ impl Inner {
     }
 
     /// Queues a call's one `tool_cancel` without waiting for room in the device queue
-    /// (03 §9.10: `tools.cancel` returns immediately): tried once here, and when the queue is
+    /// (§C8.10: `tools.cancel` returns immediately): tried once here, and when the queue is
     /// full the send goes on on its own task. The cancel grace starts once the frame is
     /// queued. `false` when it could not be queued at once for lack of a usable socket (the
     /// transition then settles the call).
@@ -1397,7 +1397,7 @@ mod tests {
     use super::*;
     use appduct_protocol::control::clamp_timeout_ms;
 
-    /// The table of 04 §4.1; the caller's value goes through the params clamp first.
+    /// The table of §C10.3; the caller's value goes through the params clamp first.
     #[test]
     fn the_deadline_table_of_4_1() {
         let rows: [(Option<u64>, Option<f64>, u64); 8] = [

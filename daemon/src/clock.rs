@@ -1,4 +1,4 @@
-//! The wall clock seam (01 §9.1): `expiresAt`, notification `ts`, audit timestamps,
+//! The wall clock seam (ARCHITECTURE.md#test-layers): `expiresAt`, notification `ts`, audit timestamps,
 //! `startedAt` and leaf validity read it, so tests can set the time. Timers use tokio time.
 
 use std::fmt;

@@ -1,11 +1,11 @@
-//! MRTR consent records behind `consent.create` / `consent.take` (03 §9.14, 06 §6.10.4).
+//! MRTR consent records behind `consent.create` / `consent.take` (§C8.14, §M10.4).
 //!
 //! A record keeps a pending call while a person answers an MCP input request. Records live in
 //! memory only, are single use, expire `ttlMs` after creation (tokio time, so paused-clock tests
 //! drive it), and at most 256 are open (the oldest is evicted). Handles are secrets: the store
 //! keeps only their SHA-256, and neither records nor handles are ever logged.
 //!
-//! Lookup (03 §9.14): the map is keyed by the first 16 bytes of the handle's SHA-256 and each
+//! Lookup (§C8.14): the map is keyed by the first 16 bytes of the handle's SHA-256 and each
 //! entry keeps the whole 32-byte digest, which `take` compares in constant time. The map's
 //! variable-time hashing and `==` only ever see a prefix of a digest of the caller's own input,
 //! which says nothing about any stored handle; the full digest decides, without an early exit.
@@ -75,7 +75,7 @@ pub struct ConsentStore {
 }
 
 impl fmt::Debug for ConsentStore {
-    // Records and handles stay out of logs (03 §9.14): only the count is shown.
+    // Records and handles stay out of logs (§C8.14): only the count is shown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConsentStore")
             .field("open", &self.len())

@@ -1,4 +1,4 @@
-//! The control-socket server (03 §2–§4, 01 §8, §10.1): one task per connection with a line
+//! The control-socket server (§C1–§C3, §C1, ARCHITECTURE.md#test-layers): one task per connection with a line
 //! reader that dispatches each request concurrently, and a single writer fed by an ordered
 //! queue of whole lines with back-pressure accounting. The daemon core plugs in through
 //! [`ControlHandler`]; it receives validated [`ControlRequest`]s and a [`Connection`] handle.
@@ -11,8 +11,8 @@
 //! in flight by [`limits::MAX_CALLS_IN_FLIGHT`] (one more is refused at once with
 //! `invalid_request`; project decision). Every other method finishes without waiting on a
 //! device, so the unwritten-output cap bounds them. The reader never stops because of requests
-//! in flight: a hang-up is seen at once and its calls are cancelled (04 §6.1), and
-//! `tools.cancel` is never queued behind calls (03 §9.10).
+//! in flight: a hang-up is seen at once and its calls are cancelled (§C10.6), and
+//! `tools.cancel` is never queued behind calls (§C8.10).
 
 use std::collections::{HashSet, VecDeque};
 use std::fmt;
@@ -47,7 +47,7 @@ pub use peer_check::{FixedPeerCheck, PeerCheck, SameEuid};
 pub use appduct_client::BoxFuture;
 
 /// Runs once when a connection closes (for example: cancel the `tools.call`s it issued with
-/// reason `connection_closed`, 04 §6.1).
+/// reason `connection_closed`, §C10.6).
 pub type CloseHook = Box<dyn FnOnce() + Send + 'static>;
 
 /// A close hook registered with [`Connection::add_close_hook`], for
@@ -55,13 +55,13 @@ pub type CloseHook = Box<dyn FnOnce() + Send + 'static>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct CloseHookId(u64);
 
-/// Limits of one control connection. Defaults are the spec's values; tests lower them.
+/// Limits of one control connection. Defaults are the documented values (§C15); tests lower them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ServerOptions {
-    /// Longest inbound line, excluding the terminator (03 §3).
+    /// Longest inbound line, excluding the terminator (§C2).
     pub line_cap: usize,
     /// Queued unwritten bytes above which a subscriber is disconnected and per-call
-    /// notifications are skipped (03 §4.4).
+    /// notifications are skipped (§C15).
     pub subscriber_buffer_cap: usize,
     /// How long a closing connection may take to flush its queue (after an over-long line or
     /// at daemon shutdown) before it is closed anyway (project decision: a peer that stopped
@@ -160,7 +160,7 @@ enum Phase {
     Closed,
 }
 
-/// Whether a message may be skipped under back-pressure (03 §4.4).
+/// Whether a message may be skipped under back-pressure (§C15).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Response,
@@ -277,7 +277,7 @@ impl Connection {
     }
 
     /// Marks the connection as having an active `events.subscribe` filter: from now on it is
-    /// closed when its unwritten bytes exceed the subscriber cap (03 §4.4). Returns `false`
+    /// closed when its unwritten bytes exceed the subscriber cap (§C15). Returns `false`
     /// when the connection is no longer open (or was closed by this check).
     pub fn set_subscribed(&self) -> bool {
         let mut st = lock(&self.shared.state);
@@ -401,7 +401,7 @@ impl Connection {
     }
 
     /// Stops reading, lets the responses still owed to in-flight requests and everything queued
-    /// be written (at most `timeout`), then closes (shutdown step 5, 01 §6.6).
+    /// be written (at most `timeout`), then closes (shutdown step 5, §S3.6).
     pub async fn drain_and_close(&self, timeout: Duration) {
         self.begin_drain();
         if tokio::time::timeout(timeout, self.closed()).await.is_err() {
@@ -417,7 +417,7 @@ impl Connection {
     }
 
     /// Resolves once everything queued so far has been written (or the connection closed).
-    /// `daemon.shutdown` uses it to flush its response before teardown (03 §9.3).
+    /// `daemon.shutdown` uses it to flush its response before teardown (§C8.3).
     pub async fn flushed(&self) {
         loop {
             let notified = self.shared.flushed.notified();
@@ -523,14 +523,14 @@ impl Connection {
         }
     }
 
-    /// The unwritten bytes while they exceed the cap (03 §4.4): the reader takes no further
+    /// The unwritten bytes while they exceed the cap (§C15): the reader takes no further
     /// line until the client has read some.
     fn over_cap(&self) -> Option<usize> {
         let st = lock(&self.shared.state);
         (st.unwritten > self.shared.cap).then_some(st.unwritten)
     }
 
-    /// Reserves `id` for a new request; `false` if it is already in flight (03 §4.1).
+    /// Reserves `id` for a new request; `false` if it is already in flight (§C3.1).
     fn begin_request(&self, id: &RequestId) -> bool {
         lock(&self.shared.state).in_flight.insert(id.clone())
     }
@@ -587,7 +587,7 @@ impl Connection {
 }
 
 /// Runs a hook on a task of its own (or here, outside any runtime).
-/// A JSON-RPC response (03 §4.1) over a borrowed result, serialised like
+/// A JSON-RPC response (§C3.1) over a borrowed result, serialised like
 /// [`Response`](appduct_protocol::jsonrpc::Response).
 struct ResponseLine<'a, T> {
     id: &'a RequestId,
@@ -666,7 +666,7 @@ impl Drop for FinishGuard {
 // Per-connection tasks
 // ---------------------------------------------------------------------------------------------
 
-/// Serves one control connection until it closes (03 §3–§4): EOF or a read/write error closes
+/// Serves one control connection until it closes (§C2–§C3): EOF or a read/write error closes
 /// it; an over-long line is answered with `-32600` and then the connection closes; a subscriber
 /// over the buffer cap is closed. Close hooks and [`ControlHandler::on_close`] run at the end.
 pub fn serve_connection<S>(
@@ -717,7 +717,7 @@ async fn read_loop<S: AsyncRead>(
     let mut framer = RequestReader::new(opts.line_cap);
     let drain = 'read: loop {
         // Lines are taken one at a time, each only while the connection has room: responses are
-        // always queued (03 §4.4), so a client that keeps sending requests but never reads is
+        // always queued (§C15), so a client that keeps sending requests but never reads is
         // throttled here while its unwritten bytes exceed the cap. What waits stays in the framer
         // (at most one read) or in the socket. Requests in flight never stop the reader.
         loop {
@@ -1099,7 +1099,7 @@ async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> std::io::R
 // Unix socket accept loop
 // ---------------------------------------------------------------------------------------------
 
-/// Accepts control connections until `shutdown` turns true (03 §2.2, 01 §6.6 step 5).
+/// Accepts control connections until `shutdown` turns true (§C1.1, §S3.6 step 5).
 ///
 /// Each peer's effective uid is read from the socket; a peer refused by `peer_check` (which sees
 /// `None` when the uid cannot be read) is closed without a reply. On

@@ -1,7 +1,7 @@
-//! The composition root (01 §3.4, §6.5, §6.6, §9.2): [`Daemon::start`] builds every part of the
-//! daemon in the startup order of 01 §6.5, tearing down what it already started when a step
+//! The composition root (ARCHITECTURE.md#the-daemon, §S3.5, §S3.6, ARCHITECTURE.md#test-layers): [`Daemon::start`] builds every part of the
+//! daemon in the startup order of §S3.5, tearing down what it already started when a step
 //! fails, and returns a [`DaemonHandle`]; the handle's shutdown runs the teardown order of
-//! 01 §6.6 / 04 §8.2.
+//! §S3.6 / §C8.3.
 //!
 //! Tracing initialisation (startup step 2) and signal handling belong to the binary that hosts
 //! the daemon (`appduct daemon run`): it installs the subscriber before calling [`Daemon::start`]
@@ -53,11 +53,11 @@ use appduct_client::timestamp::format_iso_ms;
 
 /// The daemon's own version (the workspace version).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Period of the leaf renewal check (02 §3.2, 01 §6.5 step 10).
+/// Period of the leaf renewal check (§D3.2, §S3.5 step 10).
 pub const LEAF_RENEWAL_INTERVAL: Duration = Duration::from_secs(3600);
-/// Longest wait for the audit and `events.log` queues at shutdown (01 §6.6 step 7).
+/// Longest wait for the audit and `events.log` queues at shutdown (§S3.6 step 7).
 pub const LOG_FLUSH_WAIT: Duration = crate::audit::SHUTDOWN_FLUSH_TIMEOUT;
-/// Buffer of each in-memory control connection (01 §10.1).
+/// Buffer of each in-memory control connection (ARCHITECTURE.md#test-layers).
 pub const MEMORY_CONTROL_BUFFER: usize = 64 * 1024;
 /// Opened device connections waiting for the engine.
 const ACCEPTED_QUEUE: usize = 64;
@@ -73,7 +73,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Where the configuration comes from.
 #[derive(Debug, Clone)]
 pub enum ConfigSource {
-    /// `<state>/config.json` (missing file = defaults), read once at start (01 §5.1).
+    /// `<state>/config.json` (missing file = defaults), read once at start (§S2.1).
     Load,
     /// This configuration; `config.json` is not read.
     Given(Box<Config>),
@@ -95,12 +95,12 @@ pub struct CallsContext {
     pub config: Arc<Config>,
     pub state_dir: StateDir,
     pub policy: PolicyEngine,
-    /// Audit records of settled calls go here (04 §9).
+    /// Audit records of settled calls go here (§C12).
     pub audit: AuditWriter,
 }
 
 /// Everything [`Daemon::start`] needs. The limits not in `config.json` default to the constants
-/// of `appduct_protocol::limits`; tests lower them (01 §9.1).
+/// of `appduct_protocol::limits`; tests lower them (ARCHITECTURE.md#test-layers).
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
     pub state_dir: PathBuf,
@@ -128,14 +128,14 @@ pub struct DaemonOptions {
 
 impl DaemonOptions {
     /// Production options for `state_dir` (absolute or made absolute at start): system clock,
-    /// OS interfaces, same-euid peer check, spec limits, and the crate version unless
-    /// `APPDUCT_DAEMON_VERSION_OVERRIDE` is set (01 §7).
+    /// OS interfaces, same-euid peer check, documented limits, and the crate version unless
+    /// `APPDUCT_DAEMON_VERSION_OVERRIDE` is set (§C7).
     pub fn new(state_dir: impl Into<PathBuf>) -> Self {
         let version = reported_version(std::env::var(VERSION_OVERRIDE_ENV).ok());
         Self::base(state_dir.into(), version)
     }
 
-    /// Test options (01 §9.2): `wssPort` 0, `advertisedIp` 127.0.0.1 on top of whatever
+    /// Test options (ARCHITECTURE.md#test-layers): `wssPort` 0, `advertisedIp` 127.0.0.1 on top of whatever
     /// `config.json` says; the host key is generated at `<state>/key.pem` (0600) on first start.
     /// The version is the crate version; the override variable is ignored.
     pub fn for_tests(state_dir: impl Into<PathBuf>) -> Self {
@@ -271,10 +271,10 @@ fn pid_suffix(pid: Option<u32>) -> String {
 }
 
 /// Why the daemon did not start. [`StartError::error_type`] gives the CLI its exit code
-/// (`daemon run`, 01 §6.1).
+/// (`daemon run`, §S3.1).
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// The state directory or the socket path cannot be used (`connection_error`, 01 §4.1).
+    /// The state directory or the socket path cannot be used (`connection_error`, §S1.1).
     #[error(transparent)]
     StateDir(#[from] StateDirError),
     /// `config.json` is invalid (`validation_error`).
@@ -399,7 +399,7 @@ async fn pump_devices(sessions: SessionManager, mut accepted: mpsc::Receiver<Acc
     }
 }
 
-/// The hourly leaf renewal check (02 §3.2). `link.create` also checks, through the link env.
+/// The hourly leaf renewal check (§D3.2). `link.create` also checks, through the link env.
 async fn renew_leaf_hourly(tls: Arc<TlsState>, network: Arc<DaemonLinkEnv>, clock: Arc<dyn Clock>) {
     let mut ticks = tokio::time::interval_at(
         Instant::now() + LEAF_RENEWAL_INTERVAL,
@@ -422,7 +422,7 @@ async fn renew_leaf_hourly(tls: Arc<TlsState>, network: Arc<DaemonLinkEnv>, cloc
 }
 
 /// Startup step 3, after the lock: a live socket refuses the start, a stale one is removed,
-/// anything that is not a socket is an error naming the path (01 §4.2, §6.3).
+/// anything that is not a socket is an error naming the path (§S1.2, §S3.3).
 async fn take_over_socket(path: &Path) -> Result<(), StartError> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(meta) => meta,
@@ -465,7 +465,7 @@ async fn take_over_socket(path: &Path) -> Result<(), StartError> {
     }
 }
 
-/// What startup has begun so far; dropping it tears that down in reverse order (01 §6.5).
+/// What startup has begun so far; dropping it tears that down in reverse order (§S3.5).
 #[derive(Default)]
 struct StartupGuard {
     pidfile: Option<PidfileLock>,
@@ -545,7 +545,7 @@ struct Shared {
 pub struct Daemon;
 
 impl Daemon {
-    /// Starts a daemon (01 §6.5). Must run inside a multi-threaded or current-thread tokio
+    /// Starts a daemon (§S3.5). Must run inside a multi-threaded or current-thread tokio
     /// runtime; the daemon's tasks live on it until [`DaemonHandle::shutdown`].
     pub async fn start(opts: DaemonOptions) -> Result<DaemonHandle, StartError> {
         let pid = std::process::id();
@@ -807,7 +807,7 @@ async fn supervise(shared: Arc<Shared>, running: Running) {
     stopped.send_replace(true);
 }
 
-/// The teardown order of 01 §6.6 / 04 §8.2.
+/// The teardown order of §S3.6 / §C8.3.
 async fn teardown(shared: &Shared, running: Running) {
     tracing::info!("daemon shutting down");
     let Running {
@@ -880,7 +880,7 @@ async fn teardown(shared: &Shared, running: Running) {
     // 8. The hosting binary exits 0 once `wait()` resolves.
 }
 
-/// Shutdown step 2 (04 §8.2).
+/// Shutdown step 2 (§C8.3).
 fn reject_pending_calls(shared: &Shared) {
     shared.calls.reject_pending_for_shutdown();
 }
@@ -889,7 +889,7 @@ fn reject_pending_calls(shared: &Shared) {
 // Handle
 // ---------------------------------------------------------------------------------------------
 
-/// A running daemon (01 §9.2). Cheap to clone; dropping every handle does not stop it.
+/// A running daemon (ARCHITECTURE.md#test-layers). Cheap to clone; dropping every handle does not stop it.
 #[derive(Clone)]
 pub struct DaemonHandle {
     shared: Arc<Shared>,
@@ -954,7 +954,7 @@ impl DaemonHandle {
         &self.shared.handler
     }
 
-    /// A new in-memory control connection served by the real handler (01 §10.1); hand it to
+    /// A new in-memory control connection served by the real handler (ARCHITECTURE.md#test-layers); hand it to
     /// `ControlClient::from_stream`. After shutdown started, the stream is already at EOF.
     pub fn control_stream(&self) -> DuplexStream {
         let (client, server) = tokio::io::duplex(MEMORY_CONTROL_BUFFER);
@@ -979,7 +979,7 @@ impl DaemonHandle {
         client
     }
 
-    /// Runs an in-memory device connection through the real engine (01 §10.2), with the
+    /// Runs an in-memory device connection through the real engine (ARCHITECTURE.md#test-layers), with the
     /// pre-claim deadline starting now.
     pub fn attach_device(&self, socket: DeviceSocket, transport: Transport) -> JoinHandle<()> {
         let deadline = Instant::now() + self.shared.pre_claim_timeout;
@@ -1014,7 +1014,7 @@ impl DaemonHandle {
         *self.shared.stopped.borrow()
     }
 
-    /// Stops the daemon (01 §6.6) and waits until it has stopped.
+    /// Stops the daemon (§S3.6) and waits until it has stopped.
     pub async fn shutdown(&self) {
         self.request_shutdown();
         self.wait().await;

@@ -1,11 +1,11 @@
-//! One device connection as the session engine sees it (01 §10.2): a receiver of [`Incoming`]
+//! One device connection as the session engine sees it (ARCHITECTURE.md#test-layers): a receiver of [`Incoming`]
 //! items and a cloneable [`DeviceSender`] for outgoing text, pings, pongs and closes, plus
 //! `terminate()`.
 //!
 //! Two implementations share these types: [`memory_device_pair`] (channels only, for socket-free
 //! engine tests) and [`from_websocket`] (an adapter over any tungstenite `WebSocketStream`, TLS or
 //! plain). Neither checks the 262144-byte message limit on text the engine receives; the engine
-//! does that itself (02 §8). Streams built with [`websocket_config`] also carry that limit inside
+//! does that itself (§D6). Streams built with [`websocket_config`] also carry that limit inside
 //! tungstenite, so nothing larger is ever buffered; the adapter reports such a refusal as
 //! [`Incoming::TooBig`] and closes `1009 message_too_big` itself. A WebSocket protocol violation
 //! (RFC 6455 §7.1.7) is answered by the adapter too, `1002 protocol_error` or `1007
@@ -533,7 +533,7 @@ impl MemoryApp {
 pub const READ_BUFFER_BYTES: usize = 1024;
 
 /// WebSocket settings for device connections: message and frame size capped at the protocol
-/// limit (02 §8), so an oversized message is refused before it is buffered.
+/// limit (§D6), so an oversized message is refused before it is buffered.
 pub fn websocket_config() -> WebSocketConfig {
     WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER_BYTES)
@@ -757,7 +757,7 @@ struct DropSignals {
 impl DropSignals {
     /// Resolves when TCP must be dropped now: `Terminated` on `terminate()` or when every sender
     /// is gone without a close; `Closed` once the close wait, counted from when the close was
-    /// queued, has run out (02 §8). Neither waits for a write, so a peer that never reads cannot
+    /// queued, has run out (§D6). Neither waits for a write, so a peer that never reads cannot
     /// keep the connection.
     async fn must_drop(mut self) -> ConnectionEnd {
         let queued_at = loop {
@@ -795,7 +795,7 @@ struct Control {
     /// Either half ended: the other one stops too.
     stop: watch::Sender<bool>,
     /// The reader saw a ping or close; the writer flushes tungstenite's automatic reply at once,
-    /// so pongs never wait for the engine (02 §8).
+    /// so pongs never wait for the engine (§D6).
     flush: Notify,
 }
 
@@ -804,7 +804,7 @@ enum ReadEnd {
     Halted,
     PeerClosed,
     TooBig,
-    /// The peer broke RFC 6455; the driver answers with this close (§7.1.7) before dropping TCP.
+    /// The peer broke RFC 6455; the driver answers with this close (RFC 6455 §7.1.7) before dropping TCP.
     Violation(CloseReason, String),
     /// A sealed record or message broke the sealed channel (issue #23).
     Sealed(SealedFault),
@@ -813,7 +813,7 @@ enum ReadEnd {
 
 /// The close that answers a read error, when the error is the peer breaking RFC 6455 rather
 /// than the transport failing: `1007 invalid_payload` for text that is not UTF-8, `1002
-/// protocol_error` for framing violations (project decision: the spec's table has no row for
+/// protocol_error` for framing violations (project decision: the appduct v2 close table has no row for
 /// them, so the RFC's codes apply).
 fn violation_close(error: &tungstenite::Error) -> Option<CloseReason> {
     match error {

@@ -1,11 +1,11 @@
-//! The event bus (03 §11): every daemon notification goes through [`EventBus::emit`] or
+//! The event bus (§C13): every daemon notification goes through [`EventBus::emit`] or
 //! [`EventBus::emit_app_event`], which stamp `ts` from the [`Clock`], keep each live session's
 //! ring buffer of `app_event`s with its gap-free `seq`, deliver to subscribers whose filter
-//! matches (truncating payloads per delivery, §11.6), feed in-process taps for tests, and queue
-//! every non-`app_event` notification for the `events.log` writer (01 §6.7, 04 §10).
+//! matches (truncating payloads per delivery, §C13.6), feed in-process taps for tests, and queue
+//! every non-`app_event` notification for the `events.log` writer (§S3.7, §C12.3).
 //!
 //! Delivery happens under the bus lock, so every subscriber sees events in emission order and a
-//! subscription with replay (03 §9.12) can be registered atomically. Sinks therefore must not
+//! subscription with replay (§C8.12) can be registered atomically. Sinks therefore must not
 //! block and must not call back into the bus or the session engine: they queue and return.
 //! Lock order across the daemon is engine state → bus; the bus never calls the engine.
 
@@ -32,7 +32,7 @@ use crate::control_server::{PAGE_ITEM_BYTES, serialized_len};
 use appduct_client::state_dir;
 
 /// Records the events-log writer may hold before new ones are dropped and counted as failed
-/// writes (the same bound as the audit queue, 04 §9.5).
+/// writes (the same bound as the audit queue, §C12.1).
 pub const EVENTS_LOG_QUEUE: usize = 10_000;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -43,7 +43,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 // Filters and sinks
 // ---------------------------------------------------------------------------------------------
 
-/// What one subscriber receives (03 §9.12). The bound session is already resolved to an id.
+/// What one subscriber receives (§C8.12). The bound session is already resolved to an id.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EventFilter {
     /// Only this session's events; `None` = every session, present and future, and
@@ -53,7 +53,7 @@ pub struct EventFilter {
     pub kinds: Option<Vec<EventKind>>,
     /// Filters `app_event` by name; other kinds are unaffected.
     pub name: Option<Glob>,
-    /// Truncates `app_event` payloads per delivery (§11.6).
+    /// Truncates `app_event` payloads per delivery (§C13.6).
     pub payload_max_bytes: Option<u64>,
 }
 
@@ -127,7 +127,7 @@ pub struct SubscriptionId(u64);
 #[derive(Debug, Clone, Default)]
 pub struct SubscribeRequest {
     pub filter: EventFilter,
-    /// `since` of 03 §9.12: replay the bound session's retained matching `app_event`s with a
+    /// `since` of §C8.12: replay the bound session's retained matching `app_event`s with a
     /// greater `seq` before live events. Requires a bound session.
     pub since: Option<u64>,
     /// The connection's previous subscription, removed in the same step (a connection has at
@@ -135,7 +135,7 @@ pub struct SubscribeRequest {
     pub replaces: Option<SubscriptionId>,
 }
 
-/// `events.since` (03 §9.13) on a resolved session.
+/// `events.since` (§C8.13) on a resolved session.
 #[derive(Debug, Clone, Default)]
 pub struct SinceQuery {
     pub since: u64,
@@ -145,7 +145,7 @@ pub struct SinceQuery {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Payload truncation (03 §11.6)
+// Payload truncation (§C13.6)
 // ---------------------------------------------------------------------------------------------
 
 /// The `app_event` data one delivery carries: whole when `payload_max_bytes` is absent or the
@@ -189,7 +189,7 @@ pub fn for_delivery(n: &EventNotification, payload_max_bytes: Option<u64>) -> Ev
 // The bus
 // ---------------------------------------------------------------------------------------------
 
-/// A live session's retained `app_event`s and its sequence counter (03 §11.2, §11.3).
+/// A live session's retained `app_event`s and its sequence counter (§C13.2, §C13.3).
 #[derive(Debug, Default)]
 struct SessionBuffer {
     ring: VecDeque<EventNotification>,
@@ -294,7 +294,7 @@ impl EventBus {
     }
 
     /// Appends an accepted `event` frame to the session's ring buffer with the next `seq` and
-    /// emits it as `app_event` (02 §9.5 step 7). `payload` is `null` when the frame had none.
+    /// emits it as `app_event` (§D6.2 step 7). `payload` is `null` when the frame had none.
     /// Returns the `seq`, or `None` when the session has no buffer (revoked or expired
     /// meanwhile), in which case nothing is emitted.
     pub fn emit_app_event(
@@ -355,7 +355,7 @@ impl EventBus {
     /// Registers a subscription. Under the bus lock, atomically: removes `replaces`, takes the
     /// replay (when `since` is set), registers the filter, calls `before_live` (the caller
     /// writes its response there), then delivers the replay in `seq` order. Live events follow,
-    /// with nothing lost or repeated in between (03 §9.12, §4.3).
+    /// with nothing lost or repeated in between (§C8.12, §C14).
     ///
     /// Errors: `since` without a bound session or beyond the high-water mark → `-32602`; a
     /// bound session without a buffer when `since` is set → `unknown_session`.
@@ -441,7 +441,7 @@ impl EventBus {
     }
 
     /// `events.since` on a resolved session, with `cursor`, `dropped` and `remaining` exactly as
-    /// 03 §11.4 defines them.
+    /// §C13.4 defines them.
     pub fn events_since(
         &self,
         session_id: &str,
@@ -539,7 +539,7 @@ impl BusState {
     }
 }
 
-/// `since` beyond the high-water mark is a parameter error (03 §9.13).
+/// `since` beyond the high-water mark is a parameter error (§C8.13).
 fn check_since(buffer: &SessionBuffer, since: u64) -> Result<(), ErrorObject> {
     if since > buffer.high_water_mark {
         return Err(ParamError::since_beyond_high_water_mark(since, buffer.high_water_mark).into());
@@ -547,7 +547,7 @@ fn check_since(buffer: &SessionBuffer, since: u64) -> Result<(), ErrorObject> {
     Ok(())
 }
 
-/// M of 03 §11.4: retained events after `since` whose name matches, in `seq` order.
+/// M of §C13.4: retained events after `since` whose name matches, in `seq` order.
 fn matching<'a>(
     buffer: &'a SessionBuffer,
     since: u64,
@@ -562,7 +562,7 @@ fn matching<'a>(
     })
 }
 
-/// Events after `since` evicted before being read, regardless of the glob (03 §11.4).
+/// Events after `since` evicted before being read, regardless of the glob (§C13.4).
 fn dropped(buffer: &SessionBuffer, since: u64) -> u64 {
     buffer.ring.front().map_or(0, |oldest| {
         oldest.seq.saturating_sub(since).saturating_sub(1)
@@ -570,7 +570,7 @@ fn dropped(buffer: &SessionBuffer, since: u64) -> u64 {
 }
 
 // ---------------------------------------------------------------------------------------------
-// events.log writer (01 §6.7, 04 §10)
+// events.log writer (§S3.7, §C12.3)
 // ---------------------------------------------------------------------------------------------
 
 enum LogCommand {

@@ -1,4 +1,4 @@
-//! The daemon's [`ControlHandler`]: one function per control method of 03 §9, answering from the
+//! The daemon's [`ControlHandler`]: one function per control method of §C8, answering from the
 //! session engine, the event bus, the TLS identity and the configuration.
 //!
 //! `tools.list`, `tools.call`, `tools.cancel`, `consent.create` and `consent.take` belong to the
@@ -6,7 +6,7 @@
 //! `daemon.hello` features that depend on it (`calls.callId`, `calls.progress`,
 //! `consent.records`, `tools.groups`) are the ones it reports. Reserved and unknown names never
 //! get here:
-//! [`ControlRequest::parse`] answers them `-32601` (03 §4.1, §9.15).
+//! [`ControlRequest::parse`] answers them `-32601` (§C3.1, §C8.16).
 //!
 //! Locking: the bus delivers subscriptions under its lock, so the subscription sinks built here
 //! only queue a line on their connection and return. A sink whose connection went over its
@@ -54,7 +54,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 // ---------------------------------------------------------------------------------------------
 
 /// The calls module as the control plane sees it: the five methods it owns, its counters, and
-/// its part in shutdown (04 §8.2).
+/// its part in shutdown (§C8.3).
 pub trait CallsApi: Send + Sync + 'static {
     /// Handles `tools.list`, `tools.call`, `tools.cancel`, `consent.create` or `consent.take`.
     /// Runs on the request's own task, like [`ControlHandler::handle`].
@@ -128,7 +128,7 @@ impl ShutdownSwitch {
 pub struct DaemonIdentity {
     pub version: String,
     pub pid: u32,
-    /// ISO 8601 UTC with milliseconds (03 §8.1).
+    /// ISO 8601 UTC with milliseconds (§C8).
     pub started_at: String,
     pub state_dir: PathBuf,
     /// `<state>/events.log`, reported when no writer is attached.
@@ -159,7 +159,7 @@ impl fmt::Debug for HandlerContext {
     }
 }
 
-/// The features this file implements itself (03 §9.1).
+/// The features this file implements itself (§C8.1).
 const OWN_FEATURES: &[&str] = &[
     control::features::EVENTS_SUBSCRIBE_SINCE,
     control::features::EVENTS_LIST,
@@ -334,7 +334,7 @@ impl DaemonHandler {
         self.inner.ctx.calls.pending_calls()
     }
 
-    /// `features` in the order of 03 §9.1: ours plus whatever the calls module implements.
+    /// `features` in the order of §C8.1: ours plus whatever the calls module implements.
     fn features(&self) -> Vec<String> {
         let from_calls = self.inner.ctx.calls.features();
         control::features::ALL
@@ -344,7 +344,7 @@ impl DaemonHandler {
             .collect()
     }
 
-    /// `daemon.hello` (03 §9.1): touches no device and no file.
+    /// `daemon.hello` (§C8.1): touches no device and no file.
     fn hello(&self, params: &HelloParams) -> HelloResult {
         if let Some(client) = &params.client {
             tracing::debug!(client = %client.name, version = %client.version, "daemon.hello");
@@ -364,7 +364,7 @@ impl DaemonHandler {
         }
     }
 
-    /// `daemon.status` (03 §9.2).
+    /// `daemon.status` (§C8.2).
     fn status(&self) -> StatusResult {
         let ctx = &self.inner.ctx;
         let advertised = ctx.network.advertised();
@@ -399,7 +399,7 @@ impl DaemonHandler {
         }
     }
 
-    /// `daemon.shutdown` (03 §9.3): the reply is written and flushed before teardown starts.
+    /// `daemon.shutdown` (§C8.3): the reply is written and flushed before teardown starts.
     async fn shutdown(&self, conn: &Connection, id: &RequestId) -> Reply {
         let ok = match serde_json::to_value(OkResult::default()) {
             Ok(ok) => ok,
@@ -444,7 +444,7 @@ impl DaemonHandler {
 
     // -- events -----------------------------------------------------------------------------
 
-    /// `events.list` (03 §9.11): declared events by name, filtered by the glob, then paged.
+    /// `events.list` (§C8.11): declared events by name, filtered by the glob, then paged.
     fn events_list(&self, params: &EventsListParams) -> Result<EventsListResult, ErrorObject> {
         let sessions = &self.inner.ctx.sessions;
         let session = sessions.resolve(params.selector.as_deref())?;
@@ -480,7 +480,7 @@ impl DaemonHandler {
         Ok(EventsListResult::new(events, total, has_more, offset))
     }
 
-    /// `events.subscribe` (03 §9.12, §4.3, §4.4). Under the bus lock, atomically: the previous
+    /// `events.subscribe` (§C8.12, §C14, §C15). Under the bus lock, atomically: the previous
     /// filter of this connection is replaced, the replay taken, the response written, then the
     /// replay and live events follow. The response is written here, so the request answers
     /// [`Reply::AlreadySent`] on success.
@@ -510,7 +510,7 @@ impl DaemonHandler {
                 replaces,
             };
             let subscription = ctx.bus.subscribe(request, sink, |replay| {
-                // From here the connection counts as a subscriber for back-pressure (03 §4.4).
+                // From here the connection counts as a subscriber for back-pressure (§C15).
                 if !conn.set_subscribed() {
                     return;
                 }
@@ -536,7 +536,7 @@ impl DaemonHandler {
         Ok(())
     }
 
-    /// `events.since` (03 §9.13): a page of the session's retained `app_event`s.
+    /// `events.since` (§C8.13): a page of the session's retained `app_event`s.
     fn events_since(&self, params: &EventsSinceParams) -> Result<EventsSinceResult, ErrorObject> {
         let ctx = &self.inner.ctx;
         let session = ctx.sessions.resolve(params.selector.as_deref())?;

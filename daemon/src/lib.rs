@@ -2,7 +2,7 @@
 //! that holds app sessions and serves the control socket. The client side (the typed control
 //! client, connect-or-spawn, delivery) and the local files both sides agree on (state dir,
 //! config, pidfile) live in `appduct-client`, which this crate depends on.
-//! Module map: `ARCHITECTURE.md`; specification: `shared/spec/01-architecture.md` §3.4.
+//! Module map: `ARCHITECTURE.md` ("The daemon").
 
 pub mod address;
 pub mod audit;

@@ -1,4 +1,4 @@
-//! Pending links (02 §5, §11.2 T1 and T3–T9, §12): minting a link for `link.create` (session id,
+//! Pending links (§D5, §D9.2 T1 and T3–T9, §D9.5): minting a link for `link.create` (session id,
 //! claim token, `expiresAt`, endpoint and bootstrap payload), and the table of pending links and
 //! tombstones that claims are checked against.
 //!
@@ -129,8 +129,8 @@ pub fn admit_pending(
 
 /// What the daemon knows about its listeners when it mints a link.
 pub trait LinkEnvironment: Send + Sync + fmt::Debug {
-    /// The advertised address a native link carries (02 §6), after re-minting the leaf when the
-    /// address changed or the leaf is close to expiry (02 §3.2: checked on every `link.create`).
+    /// The advertised address a native link carries (§D2.6), after re-minting the leaf when the
+    /// address changed or the leaf is close to expiry (§D3.2: checked on every `link.create`).
     fn native_address(&self, now_unix_ms: u64) -> Result<IpAddr, LinkError>;
     /// Bound port of the `wss://` listener.
     fn wss_port(&self) -> u16;
@@ -290,13 +290,13 @@ impl PendingLink {
         self.token.matches(token)
     }
 
-    /// 02 §4.3: expired once `now_seconds >= expires_at`.
+    /// §D4.3: expired once `now_seconds >= expires_at`.
     pub fn is_expired(&self, now_unix_s: u64) -> bool {
         now_unix_s >= self.expires_at
     }
 }
 
-/// Outcome of checking a claim against the table (02 §11.3 steps 1–3). Only `Valid` leaves the
+/// Outcome of checking a claim against the table (§D9.3 steps 1–3). Only `Valid` leaves the
 /// link for the caller to [`take`](LinkTable::take); every other outcome is final.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClaimCheck {
@@ -405,7 +405,7 @@ impl LinkTable {
         }
     }
 
-    /// Steps 1–3 of the claim algorithm (02 §11.3) for `token` (base64url) on `transport`, at
+    /// Steps 1–3 of the claim algorithm (§D9.3) for `token` (base64url) on `transport`, at
     /// wall-clock second `now_unix_s`. A link is expired once `now_unix_s >= expires_at` even if
     /// its timer has not fired. The transport check comes before the token comparison and is not
     /// counted; a token that does not decode to 32 bytes is a mismatch and counted.
@@ -530,7 +530,7 @@ pub struct MintedLink {
     pub result: LinkCreateResult,
 }
 
-/// Leaves out `deepLinkPayload`: it carries the claim token (02 §12, 01 §6.7).
+/// Leaves out `deepLinkPayload`: it carries the claim token (§D9.5, §S3.7).
 impl fmt::Debug for MintedLink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let r = &self.result;
@@ -548,7 +548,7 @@ impl fmt::Debug for MintedLink {
 /// Largest number of fresh ids tried before giving up (a collision is already ~2^-96).
 const MAX_ID_ATTEMPTS: usize = 64;
 
-/// Mints a link for validated `link.create` params (03 §9.4, 02 §12). `is_taken` reports ids
+/// Mints a link for validated `link.create` params (§C8.4, §D9.5). `is_taken` reports ids
 /// that are pending, tombstoned or live; such ids and ids starting with `-` are re-rolled.
 /// `default_ttl` is `linkTtlSeconds`.
 pub fn mint(
@@ -559,7 +559,7 @@ pub fn mint(
     is_taken: impl Fn(&str) -> bool,
 ) -> Result<MintedLink, LinkError> {
     let transport = params.transport();
-    // 02 §3.2: the leaf re-mint check runs on every `link.create`, whatever the transport or
+    // §D3.2: the leaf re-mint check runs on every `link.create`, whatever the transport or
     // override, so the leaf stays current for the native links that follow.
     let advertised = env.native_address(now_unix_ms)?;
     let (address, port) = match transport {
@@ -568,7 +568,7 @@ pub fn mint(
             params.address_override.unwrap_or(advertised),
             env.wss_port(),
         ),
-        // Web links always carry loopback and the web port (02 §5.3).
+        // Web links always carry loopback and the web port (§D5.2).
         Transport::Web => (IpAddr::V4(Ipv4Addr::LOCALHOST), env.web_port()),
     };
     let id = mint_session_id(is_taken)?;
@@ -584,7 +584,7 @@ pub fn mint(
     } else {
         (payload.encode()?, None)
     };
-    // An IPv4-mapped address travels as IPv4 (02 §4.4); report what the payload holds.
+    // An IPv4-mapped address travels as IPv4 (§D4.3); report what the payload holds.
     let endpoint = Endpoint::new(address.to_canonical().to_string(), port, family);
     let result = LinkCreateResult::new(
         id.clone(),

@@ -1,4 +1,4 @@
-//! The device listeners (02 §2, §8): `wss://` on `wssPort` and loopback `ws://` for web pages.
+//! The device listeners (§D2, §D6): `wss://` on `wssPort` and loopback `ws://` for web pages.
 //!
 //! Each accepted TCP connection takes a pre-claim slot from its listener's own [`PreclaimBudget`]
 //! (which may evict an older pending connection, see [`crate::preclaim`]), or is closed at once
@@ -9,7 +9,7 @@
 //!
 //! The upgrade request head is read here (bounded) instead of inside tungstenite, because
 //! tungstenite answers nothing to a non-upgrade request while the web listener must answer `426`,
-//! and the checks must run in the order of 02 §2.2. The `101` never selects a subprotocol.
+//! and the checks must run in the order of §D2.2. The `101` never selects a subprotocol.
 
 use std::io;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -48,7 +48,7 @@ const LISTEN_BACKLOG: u32 = 1024;
 /// Pause after a failed `accept` (e.g. out of descriptors) so the loop does not spin.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(50);
 
-/// The listener a connection arrived on (02 §2.3); the one wire enum lives in the protocol crate.
+/// The listener a connection arrived on (§D2.4); the one wire enum lives in the protocol crate.
 pub use appduct_protocol::control::Transport;
 
 pub use crate::preclaim::{PreclaimBudget, PreclaimPolicy, PreclaimSlot, Refusal};
@@ -82,7 +82,7 @@ pub struct AcceptContext {
 pub struct WebPolicy {
     /// The bound web port, which `Host` must name.
     pub port: u16,
-    /// `webOrigins` from `config.json` (01 §5.2), already validated.
+    /// `webOrigins` from `config.json` (§S2.2), already validated.
     pub origins: Vec<String>,
 }
 
@@ -115,7 +115,7 @@ impl RunningListener {
 // Binding
 // ---------------------------------------------------------------------------------------------
 
-/// Binds the wss listener (02 §2.1): one dual-stack `[::]` socket with `IPV6_V6ONLY` off, or
+/// Binds the wss listener (§D2.1): one dual-stack `[::]` socket with `IPV6_V6ONLY` off, or
 /// `0.0.0.0` where IPv6 is unavailable; on macOS also `127.0.0.1` on the same port. Port `0` lets
 /// the OS choose. Must run inside a tokio runtime.
 pub fn bind_wss(port: u16) -> io::Result<Vec<TcpListener>> {
@@ -131,14 +131,14 @@ pub fn bind_wss(port: u16) -> io::Result<Vec<TcpListener>> {
     #[cfg(target_os = "macos")]
     {
         // Holds the specific loopback address so no other process can bind it underneath the
-        // wildcard (the loopback fast path of 02 §7 relies on it).
+        // wildcard (the loopback fast path of §L6.4 relies on it).
         let bound = listeners[0].local_addr()?.port();
         listeners.push(bind_v4(SocketAddr::from((Ipv4Addr::LOCALHOST, bound)))?);
     }
     Ok(listeners)
 }
 
-/// Binds the web listener on `127.0.0.1` with an OS-assigned port (02 §2.2).
+/// Binds the web listener on `127.0.0.1` with an OS-assigned port (§D2.2).
 pub fn bind_web() -> io::Result<TcpListener> {
     bind_v4(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
 }
@@ -559,7 +559,7 @@ async fn refuse<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, rejection: Re
 /// A refused upgrade request. A refusal consumes nothing: no claim attempt, no state change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rejection {
-    /// Not a WebSocket upgrade: `426` with `Upgrade: websocket` (02 §2.2 step 1).
+    /// Not a WebSocket upgrade: `426` with `Upgrade: websocket` (§D2.2 step 1).
     NotUpgrade,
     /// `Host` is not a loopback name with the web port: `403` (step 2).
     Host,
@@ -611,8 +611,8 @@ fn header_has_token(headers: &http::HeaderMap, name: header::HeaderName, token: 
     })
 }
 
-/// Applies the upgrade checks in the order of 02 §2.2 and returns the `Sec-WebSocket-Key`.
-/// `web` is `None` on the wss listener, which checks neither `Host` nor `Origin` (02 §2.1).
+/// Applies the upgrade checks in the order of §D2.2 and returns the `Sec-WebSocket-Key`.
+/// `web` is `None` on the wss listener, which checks neither `Host` nor `Origin` (§D2.1).
 pub fn check_upgrade<'r>(
     request: &'r Request,
     web: Option<&WebPolicy>,
@@ -657,7 +657,7 @@ pub fn check_upgrade<'r>(
 }
 
 /// `Host` of a web upgrade: `127.0.0.1`, `localhost` or `[::1]` with the web port, ASCII
-/// case-insensitive (02 §2.2 step 2).
+/// case-insensitive (§D2.2 step 2).
 pub fn host_allowed(host: &str, web_port: u16) -> bool {
     let host = host.trim_matches([' ', '\t']);
     ["127.0.0.1", "localhost", "[::1]"]
@@ -665,7 +665,7 @@ pub fn host_allowed(host: &str, web_port: u16) -> bool {
         .any(|name| host.eq_ignore_ascii_case(&format!("{name}:{web_port}")))
 }
 
-/// Every `Origin` value of a web upgrade, in order (02 §2.2 step 3): none is allowed, several
+/// Every `Origin` value of a web upgrade, in order (§D2.2 step 3): none is allowed, several
 /// are not, `null` is not, a loopback origin or a `webOrigins` entry (ASCII case-insensitive) is.
 pub fn origin_allowed(origins: &[&str], web_origins: &[String]) -> bool {
     match origins {

@@ -1,7 +1,7 @@
-//! Policy evaluation (04 §7): the effective decision for a tool on a session, the call-time check
-//! with consent, and the exact `policy_denied` error (03 §5.2, 04 §7.4).
+//! Policy evaluation (§C11): the effective decision for a tool on a session, the call-time check
+//! with consent, and the exact `policy_denied` error (§C4.2, §C11).
 //!
-//! The policy is read once at daemon start (04 §7.1); [`PolicyEngine`] is immutable, so
+//! The policy is read once at daemon start (§C11); [`PolicyEngine`] is immutable, so
 //! `tools.list` and `tools.call` always agree.
 
 use std::fmt;
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use appduct_client::config::{Config, Decision, Policy};
 
-/// The configuration key that produced a decision (04 §7.2), shown in denials as `source`.
+/// The configuration key that produced a decision (§C11), shown in denials as `source`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PolicySource {
     /// `policy.tools["<alias>/<tool>"]`; holds the `"<alias>/<tool>"` map key.
@@ -36,7 +36,7 @@ impl fmt::Display for PolicySource {
     }
 }
 
-/// `policy.tools["<key>"]`, with the key quoted as a JSON string (as 04 §7.4 shows it).
+/// `policy.tools["<key>"]`, with the key quoted as a JSON string (as §C11 shows it).
 fn tool_config_key(key: &str) -> String {
     format!("policy.tools[{}]", Value::String(key.to_owned()))
 }
@@ -52,11 +52,11 @@ pub struct Evaluation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Permit {
     /// `Some` only when a `prompt` decision was satisfied by consent: the value the audit record
-    /// carries (04 §9.3). An `allow` call never records consent, even when the caller sent it.
+    /// carries (§C12.1). An `allow` call never records consent, even when the caller sent it.
     pub consent: Option<Consent>,
 }
 
-/// Why policy refused a call, with everything the `policy_denied` error names (04 §7.4).
+/// Why policy refused a call, with everything the `policy_denied` error names (§C11).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyDenial {
     pub reason: DeniedReason,
@@ -79,7 +79,7 @@ impl PolicyDenial {
         tool_config_key(&format!("{}/{}", self.alias, self.tool))
     }
 
-    /// The one-sentence message of 04 §7.4.
+    /// The one-sentence message of §C11.
     pub fn message(&self) -> String {
         let (tool, alias, source, decision) = (
             Value::String(self.tool.clone()),
@@ -97,7 +97,7 @@ impl PolicyDenial {
         }
     }
 
-    /// `details.hint`: names `configKey` and `configPath` (04 §7.4).
+    /// `details.hint`: names `configKey` and `configPath` (§C11).
     pub fn hint(&self) -> String {
         let change = format!(
             "set {} to \"allow\" in {} and restart the daemon (appduct daemon stop).",
@@ -112,7 +112,7 @@ impl PolicyDenial {
         }
     }
 
-    /// `data.details` of the error, keys in the order of 03 §5.2.
+    /// `data.details` of the error, keys in the order of §C4.2.
     pub fn details(&self) -> Value {
         json!({
             "reason": self.reason,
@@ -145,7 +145,7 @@ pub struct PolicyEngine {
 }
 
 impl PolicyEngine {
-    /// `config_path` must be absolute: denials show it to a person (04 §7.4).
+    /// `config_path` must be absolute: denials show it to a person (§C11).
     pub fn new(policy: Policy, config_path: impl Into<PathBuf>) -> Self {
         PolicyEngine {
             policy,
@@ -161,7 +161,7 @@ impl PolicyEngine {
         &self.config_path
     }
 
-    /// 04 §7.2 for tool `tool` on the session whose alias is `alias` now. Also the `policy`
+    /// §C11 for tool `tool` on the session whose alias is `alias` now. Also the `policy`
     /// of each `tools.list` entry.
     pub fn evaluate(&self, alias: &str, tool: &ToolDescriptor) -> Evaluation {
         self.evaluate_parts(alias, &tool.name, tool.is_destructive())
@@ -190,7 +190,7 @@ impl PolicyEngine {
         }
     }
 
-    /// Step 6 of the `tools.call` pipeline (04 §7.3). `consent` is the validated param: the
+    /// Step 6 of the `tools.call` pipeline (§C11). `consent` is the validated param: the
     /// legacy `"client"` was already read as absent.
     pub fn check(
         &self,
@@ -230,7 +230,7 @@ impl PolicyEngine {
         })
     }
 
-    /// `daemon.status.policy` (03 §9.2): `tools` only when an override is configured.
+    /// `daemon.status.policy` (§C8.2): `tools` only when an override is configured.
     pub fn summary(&self) -> PolicySummary {
         PolicySummary::new(self.policy.default, self.policy.destructive)
             .with_tools(self.policy.tools.clone())

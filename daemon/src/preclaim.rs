@@ -1,4 +1,4 @@
-//! The pre-claim budget of one device listener (02 §8 as amended by issue #20; SECURITY.md
+//! The pre-claim budget of one device listener (§D6 as amended by issue #20; SECURITY.md
 //! "Pre-claim budget").
 //!
 //! Each listener has its own [`PreclaimBudget`]: a flood on the wss port cannot touch the
@@ -43,7 +43,7 @@ pub struct PreclaimPolicy {
 }
 
 impl PreclaimPolicy {
-    /// The spec's numbers for the wss listener.
+    /// The documented numbers for the wss listener (§D6.1).
     pub const fn wss() -> Self {
         Self {
             capacity: limits::MAX_PRECLAIM_CONNECTIONS,

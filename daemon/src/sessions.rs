@@ -1,4 +1,4 @@
-//! The session engine (02 §8–§15, 03 §7–§9): every device connection from accept to close, the
+//! The session engine (§D6–§D12.4, §C6–§C8): every device connection from accept to close, the
 //! session state machine (T1–T18), pending links, registries, aliases, and the queries the
 //! control plane answers from them.
 //!
@@ -53,7 +53,7 @@ use registry::{Registry, SharedTools};
 // Public types
 // ---------------------------------------------------------------------------------------------
 
-/// Engine settings taken from `config.json` (01 §5.2).
+/// Engine settings taken from `config.json` (§S2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineOptions {
     /// `keepaliveIntervalSeconds`: ping period after the ack, sent in the ack.
@@ -84,7 +84,7 @@ impl EngineOptions {
     }
 }
 
-/// An app frame about a call, matched by wire id in the calls module (03 §10.2).
+/// An app frame about a call, matched by wire id in the calls module (§C10.2).
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallFrame {
     Result(ToolResult),
@@ -110,7 +110,7 @@ impl CallFrame {
     }
 }
 
-/// A transition that ends the in-flight calls of a session (02 §15, 04 §8).
+/// A transition that ends the in-flight calls of a session (§D12.4, §C10.7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallsEnded {
     /// T10: `session_suspended`, with the background message for `app_backgrounded`.
@@ -152,7 +152,7 @@ pub enum SendFailure {
     TooLarge(#[from] FrameTooLarge),
 }
 
-/// A live session a selector resolved to (03 §7).
+/// A live session a selector resolved to (§C6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedSession {
     pub session_id: String,
@@ -162,7 +162,7 @@ pub struct ResolvedSession {
     pub suspend_reason: Option<SuspendReason>,
 }
 
-/// `2026-11-30T09:12:03.120Z`: ISO 8601 UTC with milliseconds (03 §8.1).
+/// `2026-11-30T09:12:03.120Z`: ISO 8601 UTC with milliseconds (§C8).
 pub use appduct_client::timestamp::format_iso_ms as format_timestamp_ms;
 
 // ---------------------------------------------------------------------------------------------
@@ -285,7 +285,7 @@ impl State {
         }
     }
 
-    /// Live sessions in `sessions.list` order: `createdAt`, then session id (03 §9.5).
+    /// Live sessions in `sessions.list` order: `createdAt`, then session id (§C8.5).
     fn ordered(&self) -> Vec<(&String, &Session)> {
         let mut all: Vec<_> = self.sessions.iter().collect();
         all.sort_by(|(ia, a), (ib, b)| {
@@ -296,7 +296,7 @@ impl State {
         all
     }
 
-    /// Selector resolution of 03 §7 over live sessions.
+    /// Selector resolution of §C6 over live sessions.
     fn resolve(&self, selector: Option<&str>) -> Result<(&String, &Session), ErrorObject> {
         let Some(selector) = selector else {
             let live = self.ordered();
@@ -485,7 +485,7 @@ impl SessionManager {
         })
     }
 
-    /// `link.create` (03 §9.4, T1): mints a link, starts its TTL timer (then the tombstone
+    /// `link.create` (§C8.4, T1): mints a link, starts its TTL timer (then the tombstone
     /// window) and emits `link_created`. Must be called within a tokio runtime.
     pub fn create_link(&self, params: &LinkCreateParams) -> Result<LinkCreateResult, ErrorObject> {
         let now = self.inner.clock.now_unix_ms();
@@ -508,7 +508,7 @@ impl SessionManager {
             }
             let id = minted.id;
             let expires_at = minted.result.expires_at;
-            // Until the wall-clock `expiresAt` (02 §4.3: expired once now_seconds >= expires_at),
+            // Until the wall-clock `expiresAt` (§D4.3: expired once now_seconds >= expires_at),
             // then a tombstone window of one TTL.
             let until_expiry =
                 Duration::from_millis(expires_at.saturating_mul(1000).saturating_sub(now));
@@ -541,7 +541,7 @@ impl SessionManager {
         Err(links::LinkError::IdSpace.into())
     }
 
-    /// `sessions.list`: live sessions by `createdAt`, then session id (03 §9.5).
+    /// `sessions.list`: live sessions by `createdAt`, then session id (§C8.5).
     pub fn list(&self) -> Vec<SessionSummary> {
         let st = self.inner.state();
         st.ordered()
@@ -550,14 +550,14 @@ impl SessionManager {
             .collect()
     }
 
-    /// Selector resolution (03 §7): `no_session`, `ambiguous_session` (with
+    /// Selector resolution (§C6): `no_session`, `ambiguous_session` (with
     /// `details.sessions`), or `unknown_session` (with `details.pending` for a pending link).
     pub fn resolve(&self, selector: Option<&str>) -> Result<ResolvedSession, ErrorObject> {
         let st = self.inner.state();
         st.resolve(selector).map(|(id, s)| s.resolved(id))
     }
 
-    /// `sessions.describe` (03 §9.6).
+    /// `sessions.describe` (§C8.6).
     pub fn describe(&self, selector: Option<&str>) -> Result<SessionSummary, ErrorObject> {
         let st = self.inner.state();
         st.resolve(selector).map(|(id, s)| s.summary(id))
@@ -569,7 +569,7 @@ impl SessionManager {
         st.sessions.get(session_id).map(|s| s.summary(session_id))
     }
 
-    /// `sessions.revoke` (03 §9.7): T17 for a live session, T9 for a pending link named by its
+    /// `sessions.revoke` (§C8.7): T17 for a live session, T9 for a pending link named by its
     /// exact id.
     pub fn revoke(&self, selector: Option<&str>) -> Result<RevokeResult, ErrorObject> {
         let mut st = self.inner.state();
@@ -726,7 +726,7 @@ impl SessionManager {
 
     /// Writes a daemon frame (`tool_call`, `tool_cancel`) to the session's current socket,
     /// waiting for room in its queue. A frame over 262144 bytes is refused before anything is
-    /// sent (02 §9.4).
+    /// sent (§D7.5).
     pub async fn send_to_session(
         &self,
         session_id: &str,

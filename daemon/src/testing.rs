@@ -4,7 +4,7 @@
 //!
 //! - Registered methods get the fake's built-in answers, which follow the daemon's rules over
 //!   a small state ([`FakeState`]: sessions, tools, pending links, consent records; selector
-//!   resolution of 03 §7), or a test's own [`FakeDaemon::script`].
+//!   resolution of §C6), or a test's own [`FakeDaemon::script`].
 //! - Any other method is answered `-32601` and recorded as unexpected, so the test can fail on
 //!   its own thread ([`FakeDaemon::assert_no_unexpected`]); [`FakeDaemon::script_other`]
 //!   replaces that for tests that answer everything.
@@ -279,7 +279,7 @@ impl FakeDaemon {
         }
     }
 
-    /// Selector resolution of 03 §7.
+    /// Selector resolution of §C6.
     fn resolve(&self, selector: Option<&str>) -> Result<SessionSummary, Reply> {
         let st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         match selector {

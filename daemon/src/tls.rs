@@ -1,5 +1,5 @@
 //! Host key, leaf certificate and the TLS server configuration of the native `wss://` listener
-//! (02 §2.1, §3).
+//! (§D2.1, §D3).
 //!
 //! The key is loaded once at start (generated only at the default path, never overwritten), its
 //! pin is computed, and leaves minted from it are served through [`LeafResolver`], which is
@@ -31,10 +31,10 @@ use rustls::sign::{CertifiedKey, SigningKey};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use time::OffsetDateTime;
 
-/// The key kinds the daemon accepts, as named in every refusal (02 §3.1).
+/// The key kinds the daemon accepts, as named in every refusal (§D3.1).
 pub const SUPPORTED_KEYS: &str =
     "EC P-256, EC P-384 or RSA of 2048 bits or more, as unencrypted PKCS#8 PEM";
-/// Subject and issuer common name of every leaf (02 §3.2).
+/// Subject and issuer common name of every leaf (§D3.2).
 pub const LEAF_COMMON_NAME: &str = "Appduct Host";
 
 /// A PKCS#8 RSA-4096 key is about 3.3 KB of PEM; anything this large is not a key we accept.
@@ -73,7 +73,7 @@ pub enum KeyKind {
 }
 
 impl KeyKind {
-    /// Leaf signature algorithm per key kind (02 §3.2).
+    /// Leaf signature algorithm per key kind (§D3.2).
     fn signature_algorithm(self) -> &'static SignatureAlgorithm {
         match self {
             KeyKind::EcP256 => &rcgen::PKCS_ECDSA_P256_SHA256,
@@ -273,7 +273,7 @@ impl fmt::Debug for HostKey {
 }
 
 impl HostKey {
-    /// Loads the key at `path` after the file checks of 02 §3.1 (symlinks resolved, regular
+    /// Loads the key at `path` after the file checks of §D3.1 (symlinks resolved, regular
     /// file, owned by the effective uid, `mode & 0o077 == 0`) and the key-kind checks.
     pub fn load(path: &Path) -> Result<Self, KeyError> {
         let (resolved, bytes) = read_checked(path)?;
@@ -356,7 +356,7 @@ impl HostKey {
         sealed_key_text(self.sealed.public_key())
     }
 
-    /// Mints a leaf for `advertised_ip` at `now_unix_ms` per the table of 02 §3.2.
+    /// Mints a leaf for `advertised_ip` at `now_unix_ms` per the table of §D3.2.
     pub fn mint_leaf(&self, advertised_ip: IpAddr, now_unix_ms: u64) -> Result<Leaf, TlsError> {
         let out_of_range = || TlsError::TimeOutOfRange { now_unix_ms };
         let now_s = i64::try_from(now_unix_ms / 1000).map_err(|_| out_of_range())?;
@@ -461,7 +461,7 @@ impl Leaf {
     }
 
     /// Re-mint when the advertised address changed or less than 24 h of validity remain
-    /// (02 §3.2).
+    /// (§D3.2).
     pub fn needs_remint(&self, advertised_ip: IpAddr, now_unix_ms: u64) -> bool {
         if advertised_ip != self.advertised_ip {
             return true;
@@ -497,7 +497,7 @@ impl LeafResolver {
 }
 
 impl ResolvesServerCert for LeafResolver {
-    // SNI is ignored (02 §2.1): every client gets the one leaf.
+    // SNI is ignored (§D2.1): every client gets the one leaf.
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())
     }
@@ -606,7 +606,7 @@ fn certified_key(key: &HostKey, leaf: &Leaf) -> Result<CertifiedKey, TlsError> {
     Ok(certified)
 }
 
-/// rustls on `ring`, TLS 1.3 and 1.2, no client authentication, no ALPN (02 §2.1).
+/// rustls on `ring`, TLS 1.3 and 1.2, no client authentication, no ALPN (§D2.1).
 fn server_config(resolver: Arc<dyn ResolvesServerCert>) -> Result<ServerConfig, rustls::Error> {
     Ok(ServerConfig::builder_with_provider(Arc::new(provider()))
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
@@ -645,7 +645,7 @@ enum WriteOutcome {
 
 /// Temporary file (`O_CREAT|O_EXCL|O_NOFOLLOW`, 0600) in the key's directory, fsync, then a
 /// hard link (never overwrites) or a rename (replaces), removal of the temporary name and an
-/// fsync of the directory (02 §3.1).
+/// fsync of the directory (§D3.1).
 fn write_generated_key(path: &Path, overwrite: Overwrite) -> Result<WriteOutcome, KeyError> {
     let io_err = |source| KeyError::Io {
         path: path.to_owned(),
@@ -1140,7 +1140,7 @@ mod tests {
         let existing = generated_pem(&rcgen::PKCS_ECDSA_P384_SHA384);
         let path = write_key(dir.path(), "key.pem", &existing, 0o600);
 
-        // The race of 02 §3.1: the link fails because the name exists; nothing is replaced.
+        // The race of §D3.1: the link fails because the name exists; nothing is replaced.
         assert_eq!(
             write_generated_key(&path, Overwrite::Never).unwrap(),
             WriteOutcome::Existed

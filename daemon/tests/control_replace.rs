@@ -1,4 +1,4 @@
-//! Version replacement over real Unix sockets (03 §12 step 4–5, 01 §7). One test, in a binary
+//! Version replacement over real Unix sockets (§C7 step 4–5, §C7). One test, in a binary
 //! of its own, because the "at most one replacement per process" state is global to the
 //! process (the `it` binary's version-check tests would see it).
 #![allow(clippy::unwrap_used)]

@@ -1,4 +1,4 @@
-//! What the daemon listens on (SECURITY.md §4.6, 03 §2.1): TCP only for the two device
+//! What the daemon listens on (SECURITY.md §4.6, §C1.1): TCP only for the two device
 //! listeners, and the control plane only on the Unix socket `<state>/daemon.sock`. The test reads
 //! this process's own sockets from `/proc`, so it is alone in its test binary: every listening
 //! socket of the process is the daemon's.

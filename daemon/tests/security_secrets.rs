@@ -1,10 +1,10 @@
-//! SEC-24 (08 §4.11): after a full session lifecycle — a link, a refused claim, a claim, a
+//! SEC-24 (SECURITY.md §4.11): after a full session lifecycle — a link, a refused claim, a claim, a
 //! registry, a tool call, a dropped socket, a refused stale resume, a resume, a revoke and
 //! shutdown — no claim token, resume token, bootstrap payload or deep link appears in the
 //! daemon's log output (captured at TRACE, a superset of any `daemon.log`), `events.log`, the
 //! audit files, bus notifications (in process and to a control subscriber), `sessions.list`
 //! or `daemon.status`. Raw call arguments and the host key stay out of the same places
-//! (08 §4.10, §4.11, SEC-45).
+//! (SECURITY.md §4.10, SECURITY.md §4.11, SEC-45).
 //!
 //! This file holds one test, in a binary of its own: it installs a process-wide tracing
 //! subscriber.
@@ -303,7 +303,7 @@ async fn sec_24_no_token_payload_or_deep_link_reaches_logs_audit_events_list_or_
     secrets.push(("bootstrap payload".into(), link.deep_link_payload.clone()));
     secrets.push(("deep link".into(), deep_link));
     secrets.push(("raw arguments".into(), ARG_MARKER.into()));
-    // The host key: never logged, emitted or reported (08 §4.10); each PEM body line.
+    // The host key: never logged, emitted or reported (SECURITY.md §4.10); each PEM body line.
     let key_pem = std::fs::read_to_string(dir.path().join("key.pem")).unwrap();
     let body: Vec<&str> = key_pem
         .lines()

@@ -1,4 +1,4 @@
-//! The readers `appduct doctor` (05 §13) runs on untrusted build artifacts, kept apart from the
+//! The readers `appduct doctor` (§L13) runs on untrusted build artifacts, kept apart from the
 //! CLI so the fuzz targets (`fuzz/bodies`) can reach them without the frontend stack:
 //!
 //! - [`zip`]: a bounded, read-only ZIP reader (`.apk`, `.aab`, `.ipa`): capped entry count,

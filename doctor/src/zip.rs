@@ -1,4 +1,4 @@
-//! A bounded, read-only ZIP reader for `appduct doctor` (05 §13): just enough of the format to
+//! A bounded, read-only ZIP reader for `appduct doctor` (§L13): just enough of the format to
 //! list an `.apk`, `.aab` or `.ipa` and stream chosen entries, built for hostile input.
 //!
 //! - Only the central directory is trusted for names and sizes; each local header is checked

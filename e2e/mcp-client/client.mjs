@@ -24,7 +24,7 @@ const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
 const report = { notifications: [], elicitations: [] };
 const emit = (value) => process.stdout.write(`${JSON.stringify(value)}\n`);
 
-// The consent timeout of the second bridge (APPDUCT_TEST_CONSENT_TIMEOUT_MS, 06 §6.1).
+// The consent timeout of the second bridge (APPDUCT_TEST_CONSENT_TIMEOUT_MS, §M1).
 const SHORT_CONSENT_TIMEOUT_MS = "300";
 const bridge = (env = {}) =>
   new StdioClientTransport({

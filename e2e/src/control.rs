@@ -1,4 +1,4 @@
-//! A raw JSON-RPC line client for `<state>/daemon.sock` (03 §3): what a test needs to see the
+//! A raw JSON-RPC line client for `<state>/daemon.sock` (§C2): what a test needs to see the
 //! control plane exactly as a third-party client would, including per-call notifications and
 //! malformed input. Blocking, with a read timeout on every wait.
 

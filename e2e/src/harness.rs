@@ -1,4 +1,4 @@
-//! The binary harness (01 §3.5, §10.4): finds the built `appduct` (from `APPDUCT_BIN`, else
+//! The binary harness (ARCHITECTURE.md#crates, ARCHITECTURE.md#test-layers): finds the built `appduct` (from `APPDUCT_BIN`, else
 //! `target/<profile>/appduct`, two directories above the test executable) and runs it against
 //! a private state directory. A [`Sandbox`] stops every daemon of its state dir when dropped:
 //! `daemon stop`, then SIGKILL to the pid left in the pidfile.

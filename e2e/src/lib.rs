@@ -1,4 +1,4 @@
-//! `appduct-e2e`: cross-process tests of the built `appduct` binary (01 §10.4).
+//! `appduct-e2e`: cross-process tests of the built `appduct` binary (ARCHITECTURE.md#test-layers).
 //!
 //! - [`harness`]: locates the binary and runs it in a sandbox (short temporary state dir with
 //!   `wssPort: 0`, scrubbed `APPDUCT_*` environment, every daemon and child process killed on

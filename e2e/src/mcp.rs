@@ -1,5 +1,5 @@
 //! `appduct mcp` as a child process, spoken to in MCP JSON-RPC over its stdio (one message per
-//! line). Every stdout line is kept so a test can assert stdout purity (06 §6.16 guard 4).
+//! line). Every stdout line is kept so a test can assert stdout purity (§M16 guard 4).
 
 use std::io::Write as _;
 use std::process::{ChildStdin, Stdio};
@@ -29,7 +29,7 @@ impl Mcp {
     }
 
     /// [`Mcp::spawn`] with extra environment, e.g. the hidden test timings
-    /// `APPDUCT_TEST_CONSENT_TIMEOUT_MS` and `APPDUCT_TEST_MRTR_TTL_MS` (06 §6.1).
+    /// `APPDUCT_TEST_CONSENT_TIMEOUT_MS` and `APPDUCT_TEST_MRTR_TTL_MS` (§M1).
     pub fn spawn_with_env(sb: &Sandbox, env: &[(&str, &str)]) -> Result<Self, HarnessError> {
         let mut cmd = sb.command(&["mcp"]);
         cmd.envs(env.iter().copied());
@@ -158,7 +158,7 @@ impl Mcp {
     }
 
     /// A `2026-07-28` request (no `initialize`): `params` with the per-request `_meta` keys
-    /// (06 §6.2.1) declaring `capabilities`.
+    /// (§M2.1) declaring `capabilities`.
     pub fn request_2026(
         &mut self,
         method: &str,
@@ -180,7 +180,7 @@ impl Mcp {
         self.send_request(method, params.clone())
     }
 
-    /// Closes stdin and checks the end of the process (06 §6.15, SEC-49): exit 0 within 2 s
+    /// Closes stdin and checks the end of the process (§M15, SEC-49): exit 0 within 2 s
     /// of EOF (plus scheduling slack for a loaded machine), every stdout line a JSON-RPC 2.0
     /// message, none announcing a list change. Returns the messages.
     pub fn finish(mut self) -> Result<Vec<Value>, HarnessError> {
@@ -232,7 +232,7 @@ impl Mcp {
     }
 }
 
-/// The `_meta` every `2026-07-28` request carries (06 §6.2.1).
+/// The `_meta` every `2026-07-28` request carries (§M2.1).
 pub fn meta_2026(capabilities: Value) -> Value {
     json!({
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -241,7 +241,7 @@ pub fn meta_2026(capabilities: Value) -> Value {
     })
 }
 
-/// Checks a built-in failure against the error contract (06 §6.6): `isError`, one text item
+/// Checks a built-in failure against the error contract (§M6): `isError`, one text item
 /// starting `[<type>] `, `_meta["appduct/error"].type` equal to it, no `structuredContent`.
 /// Returns `_meta["appduct/error"]`.
 #[track_caller]

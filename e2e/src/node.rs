@@ -1,6 +1,6 @@
 //! Node.js processes of the suite.
 //!
-//! - The TypeScript SDK as a device process: `appduct-playground-node` (07 §7.14.3), built from
+//! - The TypeScript SDK as a device process: `appduct-playground-node` (§T14.3), built from
 //!   `sdk-ts/` by `scripts/test` (`npm ci`, `npm run build`; tests never run npm). One JSON line on
 //!   its stdout per `stateChange`, `sessionChange` and `error`; a `ping` line on stdin posts
 //!   `playground_ping`; end of stdin disconnects and exits 0.

@@ -1,4 +1,4 @@
-//! An app event as the built-ins return it (06 §6.8.7, §6.8.8).
+//! An app event as the built-ins return it (§M8.7, §M8.8).
 
 use appduct_protocol::control::{AppEventData, EventData, EventNotification};
 use serde::Serialize;

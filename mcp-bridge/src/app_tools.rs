@@ -1,4 +1,4 @@
-//! An app's tool registry as the built-ins read it (06 §6.8.3–§6.8.5): the signature line, the
+//! An app's tool registry as the built-ins read it (§M8.3–§M8.5): the signature line, the
 //! deadline, and the unpaged lookup of one tool.
 
 use appduct_client::client::ControlClient;
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::error::ToolFailure;
 
-/// The one-line signature of a tool (06 §6.8.3).
+/// The one-line signature of a tool (§M8.3).
 pub fn signature(entry: &ToolsListEntry) -> String {
     render_tool_signature(
         entry.name(),
@@ -21,7 +21,7 @@ pub fn signature(entry: &ToolsListEntry) -> String {
     )
 }
 
-/// `deadlineMs` (06 §6.8.4): the declared `timeout_ms` clamped to [1000, 600000], else 10000.
+/// `deadlineMs` (§M8.4): the declared `timeout_ms` clamped to [1000, 600000], else 10000.
 pub fn deadline_ms(entry: &ToolsListEntry) -> u64 {
     entry
         .descriptor
@@ -31,9 +31,9 @@ pub fn deadline_ms(entry: &ToolsListEntry) -> u64 {
         .map_or(limits::DEFAULT_CALL_TIMEOUT_MS, clamp_timeout_ms)
 }
 
-/// Finds `name` in the whole, unpaged registry of one session id (06 §6.8.4): unknown →
+/// Finds `name` in the whole, unpaged registry of one session id (§M8.4): unknown →
 /// `tool_not_found` naming the tool and the alias. The request carries `filter: name`: a
-/// substring match over names and descriptions (03 §9.8) always keeps the entry named `name`,
+/// substring match over names and descriptions (§C8.8) always keeps the entry named `name`,
 /// and the answer no longer grows with the registry.
 pub async fn lookup(
     client: &ControlClient,

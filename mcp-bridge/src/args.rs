@@ -1,4 +1,4 @@
-//! Argument hygiene for every built-in (06 §6.4), driven by the advertised input schema, so
+//! Argument hygiene for every built-in (§M4), driven by the advertised input schema, so
 //! the validator and `tools/list` cannot drift apart.
 //!
 //! Order: unknown keys, then required keys, then types and ranges in schema order; the first
@@ -105,7 +105,7 @@ pub fn validate(
         })));
     }
 
-    // `null` means absent (06 §6.4).
+    // `null` means absent (§M4).
     let mut present: Map<String, Value> = arguments
         .iter()
         .filter(|(_, v)| !v.is_null())
@@ -156,7 +156,7 @@ fn check(key: &str, prop: &Value, value: &Value) -> Result<Value, ToolFailure> {
                 ));
             }
             if prop.get("pattern").is_some() && !is_valid_group(s) {
-                // The only pattern in the catalog is the tool-group pattern (03 §9.8).
+                // The only pattern in the catalog is the tool-group pattern (§C8.8).
                 return Err(invalid(
                     key,
                     format!(

@@ -1,9 +1,9 @@
-//! The fixed MCP surface (06 §6.3, §6.8): server identity, instructions, and the nine built-in
+//! The fixed MCP surface (§M3, §M8): server identity, instructions, and the nine built-in
 //! tools with their shipped descriptions, annotations and schemas, in `tools/list` order, built
 //! once from the registry (`builtins::BUILTINS`).
 //!
-//! Schemas are written as JSON literals (in each built-in's module) so they read like the
-//! spec; the argument validator ([`crate::args`]) walks the same input schemas, so what is
+//! Schemas are written as JSON literals (in each built-in's module) so they read like
+//! docs/mcp.md; the argument validator ([`crate::args`]) walks the same input schemas, so what is
 //! advertised is what is enforced.
 
 use std::sync::{Arc, OnceLock};
@@ -15,7 +15,7 @@ use crate::builtins::{self, BUILTINS, Entry, Handler};
 
 pub use crate::identity::{INSTRUCTIONS, SERVER_NAME, SERVER_VERSION, capabilities, server_info};
 
-/// The built-in tool names, in `tools/list` order (06 §6.8).
+/// The built-in tool names, in `tools/list` order (§M8).
 pub const CONNECT: &str = builtins::connect::NAME;
 pub const WAIT_FOR_SESSION: &str = builtins::wait_for_session::NAME;
 pub const LIST_TOOLS: &str = builtins::list_tools::NAME;
@@ -99,7 +99,7 @@ pub fn builtin(name: &str) -> Option<&'static Builtin> {
     builtins().iter().find(|b| b.name == name)
 }
 
-/// The `tools/list` page: every built-in, no cursor (06 §6.3).
+/// The `tools/list` page: every built-in, no cursor (§M3).
 pub fn tools() -> Vec<Tool> {
     builtins().iter().map(|b| b.tool.clone()).collect()
 }

@@ -1,4 +1,4 @@
-//! How the bridge reaches the daemon: an injected connector (06 §6.1), so tests run the bridge
+//! How the bridge reaches the daemon: an injected connector (§M1), so tests run the bridge
 //! against an in-memory fake daemon, and production uses the shared typed client's
 //! connect-or-spawn.
 
@@ -9,14 +9,14 @@ use appduct_client::client::{ClientError, ClientOptions, ControlClient, VersionC
 
 /// Opens control connections.
 pub trait DaemonConnector: Send + Sync + fmt::Debug + 'static {
-    /// A new connection. `spawn: true` is connect-or-spawn with the version check of 03 §12
+    /// A new connection. `spawn: true` is connect-or-spawn with the version check of §C7
     /// (run once per process). `spawn: false` has no side effects at all: the daemon is not
     /// started, and no version check runs, so an older daemon is never replaced (used by
-    /// `appduct_status`, 06 §6.8.9, §6.14).
+    /// `appduct_status`, §M8.9, §M14).
     fn connect(&self, spawn: bool) -> BoxFuture<'_, Result<ControlClient, ClientError>>;
 }
 
-/// Connect-or-spawn on `<state-dir>/daemon.sock` with the typed client (03 §13).
+/// Connect-or-spawn on `<state-dir>/daemon.sock` with the typed client (§C16).
 #[derive(Debug, Clone)]
 pub struct SocketConnector {
     pub options: ClientOptions,

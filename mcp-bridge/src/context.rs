@@ -1,4 +1,4 @@
-//! What every built-in shares (06 §6.1, §6.10.1): the persistent control connection with its
+//! What every built-in shares (§M1, §M10.1): the persistent control connection with its
 //! daemon features and tool cache, the consent channel, the project environment and options,
 //! and the request helpers for cancellation and protocol revision. Depends on no built-in.
 
@@ -30,7 +30,7 @@ pub fn is_2026(context: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
 }
 
-/// The consent channel a request would use (06 §6.10.1).
+/// The consent channel a request would use (§M10.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConsentChannel {
     Elicitation,
@@ -48,7 +48,7 @@ impl ConsentChannel {
     }
 }
 
-/// The failure of a request the client cancelled; rmcp never writes it (06 §6.12).
+/// The failure of a request the client cancelled; rmcp never writes it (§M12).
 pub fn cancelled_failure() -> ToolFailure {
     ToolFailure::new(
         ErrorType::ToolCancelled,
@@ -57,7 +57,7 @@ pub fn cancelled_failure() -> ToolFailure {
 }
 
 /// Runs `step` unless the request is cancelled first; a request already cancelled does not
-/// start it (06 §6.12: every long step selects on the cancel token). Dropping `step` must be
+/// start it (§M12: every long step selects on the cancel token). Dropping `step` must be
 /// harmless: use it for lookups, not for steps whose effect needs undoing.
 pub async fn unless_cancelled<T>(
     context: &RequestContext<RoleServer>,
@@ -71,7 +71,7 @@ pub async fn unless_cancelled<T>(
 }
 
 /// Form-mode elicitation declared in this request's capabilities: `elicitation: {}` or
-/// `elicitation.form`; url-only means no channel (06 §6.2.2).
+/// `elicitation.form`; url-only means no channel (§M2.2).
 pub fn declares_form_elicitation(context: &RequestContext<RoleServer>) -> bool {
     context
         .client_capabilities()
@@ -84,12 +84,12 @@ pub(crate) struct BridgeContext {
     pub connector: Arc<dyn DaemonConnector>,
     pub options: BridgeOptions,
     pub env: ProjectEnv,
-    /// Runs `adb` and `xcrun` for `appduct_connect` (01 §9.1).
+    /// Runs `adb` and `xcrun` for `appduct_connect` (ARCHITECTURE.md#test-layers).
     pub runner: Arc<dyn CommandRunner>,
     pub roots: RootsCache,
     control: Mutex<Option<Control>>,
     /// A client that rejected the `mode` tag of `elicitation/create` (`-32602`) has no consent
-    /// channel from then on (06 §6.2.2); other failures count for one call only (§6.10.3).
+    /// channel from then on (§M2.2); other failures count for one call only (§M10.3).
     pub elicitation_broken: AtomicBool,
 }
 
@@ -237,7 +237,7 @@ impl BridgeContext {
     }
 
     /// Whether the daemon has `consent.records`, learnt without spawning (`appduct_status`,
-    /// 06 §6.8.9): the features of the open persistent connection, else a `daemon.hello` on
+    /// §M8.9): the features of the open persistent connection, else a `daemon.hello` on
     /// `status` (the status check's own connection), else — no daemon runs — `true`, because
     /// the daemon a call would spawn is this version's.
     pub async fn consent_records_without_spawn(&self, status: Option<&ControlClient>) -> bool {
@@ -269,7 +269,7 @@ impl BridgeContext {
         }
     }
 
-    /// The channel for a `"prompt"` tool in this request (06 §6.10.1).
+    /// The channel for a `"prompt"` tool in this request (§M10.1).
     pub async fn consent_channel(&self, context: &RequestContext<RoleServer>) -> ConsentChannel {
         if !declares_form_elicitation(context) {
             return ConsentChannel::None;
@@ -287,7 +287,7 @@ impl BridgeContext {
         }
     }
 
-    /// Resolves a selector once (06 §6.7).
+    /// Resolves a selector once (§M7).
     pub async fn resolve(
         &self,
         client: &ControlClient,

@@ -1,4 +1,4 @@
-//! Log lines of the startup connection, held back until its outcome is known (06 §6.14): a
+//! Log lines of the startup connection, held back until its outcome is known (§M14): a
 //! failed startup prints exactly one stderr line, so what the typed client logged on the way
 //! (a replacement attempt, a spawn) is dropped then, and replayed on the normal logger when the
 //! bridge starts.

@@ -1,4 +1,4 @@
-//! The error contract of every built-in (06 §6.6): a tool result with `isError: true`, one text
+//! The error contract of every built-in (§M6): a tool result with `isError: true`, one text
 //! item `[<type>] <message> <details>`, `_meta["appduct/error"]`, and no `structuredContent`.
 
 use appduct_client::client::{ClientError, ToolCallError, classify};
@@ -6,7 +6,7 @@ use appduct_protocol::errors::ErrorType;
 use rmcp::model::{CallToolResult, ContentBlock, MetaObject};
 use serde_json::{Map, Value, json};
 
-/// The published type set (06 §6.6). Adding a type is a minor change; renaming or removing
+/// The published type set (§M6). Adding a type is a minor change; renaming or removing
 /// one is breaking.
 pub const PUBLISHED_ERROR_TYPES: [ErrorType; 17] = [
     ErrorType::NoSession,
@@ -33,7 +33,7 @@ pub const MAX_TEXT_DETAILS_CHARS: usize = 2_000;
 
 /// `_meta` key of the error object.
 pub const ERROR_META_KEY: &str = "appduct/error";
-/// `_meta` key of the call handle of `appduct_call_tool` (06 §6.5).
+/// `_meta` key of the call handle of `appduct_call_tool` (§M5).
 pub const CALL_META_KEY: &str = "appduct/call";
 
 /// A failed built-in, rendered by [`ToolFailure::into_result`].
@@ -102,7 +102,7 @@ impl ToolFailure {
         self
     }
 
-    /// A daemon or connection failure, mapped by its type verbatim (06 §6.6).
+    /// A daemon or connection failure, mapped by its type verbatim (§M6).
     pub fn from_client(e: &ClientError) -> Self {
         let (t, _) = classify(e);
         let f = Self::new(t, e.to_string());
@@ -139,7 +139,7 @@ impl ToolFailure {
         text
     }
 
-    /// The tool result of 06 §6.6.
+    /// The tool result of §M6.
     pub fn into_result(self) -> CallToolResult {
         let text = self.text();
         let mut error = Map::new();
@@ -160,7 +160,7 @@ impl ToolFailure {
     }
 }
 
-/// A successful built-in (06 §6.5): compact JSON text, plus `structuredContent` for objects.
+/// A successful built-in (§M5): compact JSON text, plus `structuredContent` for objects.
 pub fn success(value: Value, call: Option<Value>) -> CallToolResult {
     let text = serde_json::to_string(&value).unwrap_or_else(|_| "null".to_owned());
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);

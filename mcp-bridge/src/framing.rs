@@ -1,4 +1,4 @@
-//! The stdio framing of `appduct mcp` (06 §6.6, §6.15): one JSON-RPC message per line in
+//! The stdio framing of `appduct mcp` (§M6, §M15): one JSON-RPC message per line in
 //! both directions. It replaces rmcp's stock line transport, which ignores a line that is not
 //! JSON and answers a message that is not JSON-RPC with an error lacking `id`. Here a line that
 //! is not JSON gets `-32700` and a JSON value that is not a JSON-RPC message gets `-32600`, both

@@ -1,4 +1,4 @@
-//! The appduct MCP bridge (`appduct mcp`, spec 06): a stdio MCP server on rmcp that is a thin
+//! The appduct MCP bridge (`appduct mcp`, docs/mcp.md): a stdio MCP server on rmcp that is a thin
 //! client of the daemon. It adds the MCP surface (nine built-ins and one resource), argument
 //! hygiene, the error contract, consent (elicitation / MRTR), progress and cancellation
 //! mapping, and project resolution.
@@ -38,7 +38,7 @@ use rmcp::RoleServer;
 use rmcp::service::{RunningService, ServerInitializeError, serve_server};
 use rmcp::transport::IntoTransport;
 
-/// Serves the bridge over `transport` until the client goes away (06 §6.1).
+/// Serves the bridge over `transport` until the client goes away (§M1).
 pub async fn serve<T, E, A>(
     transport: T,
     connector: Arc<dyn DaemonConnector>,

@@ -1,4 +1,4 @@
-//! Timing options of the bridge (06 §6.1), one value injected by the host or a test.
+//! Timing options of the bridge (§M1), one value injected by the host or a test.
 
 use std::time::Duration;
 
@@ -9,7 +9,7 @@ pub const CONSENT_TIMEOUT_ENV: &str = "APPDUCT_TEST_CONSENT_TIMEOUT_MS";
 /// `APPDUCT_TEST_MRTR_TTL_MS`: shortens the MRTR handle lifetime in subprocess tests.
 pub const MRTR_TTL_ENV: &str = "APPDUCT_TEST_MRTR_TTL_MS";
 
-/// Timing options, defaults in brackets (06 §6.1).
+/// Timing options, defaults in brackets (§M1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridgeOptions {
     /// How long an `elicitation/create` may stay unanswered [600 s].
@@ -23,7 +23,7 @@ pub struct BridgeOptions {
     /// The bound from stdin EOF (or SIGINT/SIGTERM) to the exit [2 s]: in-flight work gets
     /// this minus [`EXIT_MARGIN`](crate::stdio::EXIT_MARGIN), which is kept for teardown.
     pub exit_grace: Duration,
-    /// `--scheme` of `appduct mcp`, first in the scheme order (05 §5.1).
+    /// `--scheme` of `appduct mcp`, first in the scheme order (§L5.1).
     pub scheme: Option<String>,
     /// The active state dir (its `config.json` is a scheme source, and it is skipped when
     /// walking up for project configs).
@@ -45,7 +45,7 @@ impl Default for BridgeOptions {
 }
 
 impl BridgeOptions {
-    /// Applies the two hidden test variables when set (06 §6.1). An unparsable value is
+    /// Applies the two hidden test variables when set (§M1). An unparsable value is
     /// ignored; the MRTR lifetime is kept within `consent.create`'s `ttlMs` range.
     pub fn with_test_env(mut self, get: impl Fn(&str) -> Option<String>) -> Self {
         let ms = |name: &str| get(name).and_then(|v| v.trim().parse::<u64>().ok());

@@ -1,4 +1,4 @@
-//! MCP progress for one request (06 §6.11): only with the client's token, echoed exactly;
+//! MCP progress for one request (§M11): only with the client's token, echoed exactly;
 //! strictly increasing values; at most one notification per 100 ms, keeping the newest report
 //! of a window and flushing it before the response; nothing after a cancel.
 

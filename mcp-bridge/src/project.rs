@@ -1,7 +1,7 @@
-//! Project directory resolution (06 §6.13): the bridge-specific part, finding D from the `cwd`
+//! Project directory resolution (§M13): the bridge-specific part, finding D from the `cwd`
 //! argument, the client's roots, `CLAUDE_PROJECT_DIR` or the server's own directory. Scheme
 //! and app ids are then resolved in D by the shared client-side resolver,
-//! `appduct_client::project` (05 §5.1–§5.3), exactly as the CLI resolves them in its current
+//! `appduct_client::project` (§L5.1–§L5.3), exactly as the CLI resolves them in its current
 //! directory; its errors become `invalid_request` with the same message.
 
 use std::path::{Component, Path, PathBuf};
@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::error::ToolFailure;
 
-/// Where the project directory came from (`cwdSource`, 06 §6.13).
+/// Where the project directory came from (`cwdSource`, §M13).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CwdSource {
     Argument,
@@ -61,9 +61,9 @@ pub struct ProjectEnv {
     pub server_cwd: Option<PathBuf>,
     /// The home directory (its `.appduct` is skipped when walking up).
     pub home: Option<PathBuf>,
-    /// `ANDROID_SERIAL`: the Android device when `device` is not given (02 §7).
+    /// `ANDROID_SERIAL`: the Android device when `device` is not given (§L6.4).
     pub android_serial: Option<String>,
-    /// Whether booted iOS simulators are auto-detected (macOS only, 06 §6.8.1).
+    /// Whether booted iOS simulators are auto-detected (macOS only, §M8.1).
     pub detects_simulators: bool,
 }
 
@@ -90,7 +90,7 @@ impl ProjectEnv {
     }
 }
 
-/// The roots answer cache (06 §6.13): read once, dropped by `notifications/roots/list_changed`;
+/// The roots answer cache (§M13): read once, dropped by `notifications/roots/list_changed`;
 /// a failed read keeps the last good list. Concurrent resolutions share one `roots/list`, and
 /// an answer to a read that a list-changed overtook is used once but not kept as current.
 #[derive(Debug, Default)]
@@ -251,12 +251,12 @@ fn normalise(path: &Path) -> PathBuf {
     std::fs::canonicalize(&out).unwrap_or(out)
 }
 
-/// Whether the request's protocol revision still has roots (the older two, 06 §6.13).
+/// Whether the request's protocol revision still has roots (the older two, §M13).
 fn roots_allowed(version: Option<&ProtocolVersion>) -> bool {
     version.is_none_or(|v| v.as_str() < ProtocolVersion::V_2026_07_28.as_str())
 }
 
-/// Resolves D (06 §6.13): the `cwd` argument, the client's roots, `CLAUDE_PROJECT_DIR`, the
+/// Resolves D (§M13): the `cwd` argument, the client's roots, `CLAUDE_PROJECT_DIR`, the
 /// server's own directory.
 pub async fn resolve_dir(
     cwd: Option<&str>,
@@ -304,7 +304,7 @@ pub async fn resolve_dir(
 }
 
 /// D for a request without `cwd` and roots: `CLAUDE_PROJECT_DIR` (absolute, existing), else
-/// the server's own directory (06 §6.13, sources 3 and 4).
+/// the server's own directory (§M13, sources 3 and 4).
 pub fn startup_dir(env: &ProjectEnv) -> Option<PathBuf> {
     claude_project_dir(env).or_else(|| env.server_cwd.clone())
 }
@@ -374,7 +374,7 @@ fn nearest_record(dir: &Path, env: &ProjectEnv, state_dir: Option<&Path>) -> Opt
 }
 
 /// A resolution failure as the bridge reports it: `invalid_request` with the CLI's message
-/// (06 §6.13), the shared details and hint, and the parameter it concerns.
+/// (§M13), the shared details and hint, and the parameter it concerns.
 pub fn project_failure(e: &ProjectError) -> ToolFailure {
     let param = match e {
         ProjectError::InvalidScheme { .. }
@@ -396,7 +396,7 @@ pub fn project_failure(e: &ProjectError) -> ToolFailure {
     f
 }
 
-/// The scheme for D (05 §5.1 with the CLI's directory replaced by D, 06 §6.13).
+/// The scheme for D (§L5.1 with the CLI's directory replaced by D, §M13).
 pub fn resolve_scheme(
     dir: &Path,
     flag: Option<&str>,

@@ -1,4 +1,4 @@
-//! The MCP handler (06 §6.1–§6.3): `ServerHandler` implemented by hand, dispatching the nine
+//! The MCP handler (§M1–§M3): `ServerHandler` implemented by hand, dispatching the nine
 //! built-ins through the registry, the `appduct://sessions` resource and the roots cache.
 
 use std::borrow::Cow;
@@ -26,12 +26,12 @@ use crate::options::BridgeOptions;
 use crate::project::ProjectEnv;
 use crate::{args, catalog};
 
-/// URI of the one resource (06 §6.9).
+/// URI of the one resource (§M9).
 pub const SESSIONS_URI: &str = "appduct://sessions";
-/// `ttlMs` of the fixed lists on 2026-07-28 (06 §6.2.2).
+/// `ttlMs` of the fixed lists on 2026-07-28 (§M2.2).
 pub const LIST_TTL_MS: u64 = 3_600_000;
 
-/// The supported protocol revisions, exactly (06 §6.2.1).
+/// The supported protocol revisions, exactly (§M2.1).
 pub fn supported_versions() -> Vec<ProtocolVersion> {
     vec![
         ProtocolVersion::V_2025_06_18,
@@ -103,7 +103,7 @@ impl Bridge {
     }
 }
 
-/// Any name that is not a built-in (06 §6.6).
+/// Any name that is not a built-in (§M6).
 fn not_a_builtin(name: &str) -> ToolFailure {
     ToolFailure::new(
         ErrorType::ToolNotFound,
@@ -177,7 +177,7 @@ impl ServerHandler for Bridge {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         if request.uri != SESSIONS_URI {
-            // rmcp turns -32002 into -32602 on 2026-07-28 (06 §6.9).
+            // rmcp turns -32002 into -32602 on 2026-07-28 (§M9).
             return Err(ErrorData::resource_not_found(
                 format!("unknown resource {}", request.uri),
                 Some(json!({"uri": request.uri})),
@@ -221,7 +221,7 @@ impl ServerHandler for Bridge {
 
     /// rmcp hands over as a custom request both unknown methods and known ones whose params do
     /// not fit the MCP schema (a `tools/call` without `name`, `arguments: "x"`). The first get
-    /// `-32601`, the second `-32602` (06 §6.6).
+    /// `-32601`, the second `-32602` (§M6).
     async fn on_custom_request(
         &self,
         request: CustomRequest,
@@ -242,7 +242,7 @@ impl ServerHandler for Bridge {
     }
 }
 
-/// The requests the bridge serves (06 §6.3); `ping` only on the older revisions.
+/// The requests the bridge serves (§M3); `ping` only on the older revisions.
 fn served_method(method: &str, on_2026: bool) -> bool {
     match method {
         "initialize"
@@ -276,7 +276,7 @@ fn params_error(request: &CustomRequest) -> String {
     }
 }
 
-/// A list cursor other than `""` is `-32602` (06 §6.3): the lists have one page.
+/// A list cursor other than `""` is `-32602` (§M3): the lists have one page.
 fn check_cursor(request: Option<&PaginatedRequestParams>) -> Result<(), ErrorData> {
     match request.and_then(|r| r.cursor.as_deref()) {
         None | Some("") => Ok(()),

@@ -1,4 +1,4 @@
-//! The `appduct mcp` host minus logging setup (06 §6.14, §6.15): startup connection and version
+//! The `appduct mcp` host minus logging setup (§M14, §M15): startup connection and version
 //! check (exit 70 with one stderr line), the stdio transport, and exit 0 soon after stdin EOF or
 //! SIGINT/SIGTERM, at any point of the startup included.
 
@@ -22,7 +22,7 @@ use crate::options::BridgeOptions;
 use crate::project;
 use crate::server::Bridge;
 
-/// Exit code of a failed startup (version drift that cannot be resolved, 06 §6.14).
+/// Exit code of a failed startup (version drift that cannot be resolved, §M14).
 pub const EXIT_STARTUP_FAILED: u8 = 70;
 
 /// Part of [`BridgeOptions::exit_grace`] kept for the runtime and process teardown after the
@@ -95,7 +95,7 @@ impl Signals {
 }
 
 /// The one stderr line of a failed startup: both versions and the remedies, whatever the
-/// reason (06 §6.14).
+/// reason (§M14).
 pub fn startup_failure_line(e: &ClientError) -> String {
     let mut line = e.to_string().replace('\n', " ");
     if !(line.contains("appduct daemon stop") && line.contains("--daemon-restart")) {
@@ -108,7 +108,7 @@ pub fn startup_failure_line(e: &ClientError) -> String {
 }
 
 /// The scheme as it resolves at startup, in the directory a call without `cwd` or roots would
-/// use; either problem is one stderr line and never stops the bridge (06 §6.14, 05 §12).
+/// use; either problem is one stderr line and never stops the bridge (§M14, §L12).
 fn scheme_diagnostics(bridge: &Bridge) {
     let inner = &bridge.inner;
     let options = &inner.options;
@@ -157,14 +157,14 @@ pub fn run_stdio(opts: StdioOptions) -> u8 {
     };
     let code = runtime.block_on(host(opts));
     // Nothing left on the runtime may delay the exit: a blocked stdin read, connection tasks,
-    // a cancel in flight (06 §6.15).
+    // a cancel in flight (§M15).
     runtime.shutdown_background();
     code
 }
 
 /// The host on the current runtime: signals, connector, stdio.
 async fn host(opts: StdioOptions) -> u8 {
-    // First of all, so SIGINT/SIGTERM during the startup connection also exit 0 (06 §6.15).
+    // First of all, so SIGINT/SIGTERM during the startup connection also exit 0 (§M15).
     let signals = Signals::install();
     let connector = Arc::new(SocketConnector::new(opts.client.clone()));
     let bridge = Bridge::new(connector, opts.bridge);
@@ -256,7 +256,7 @@ where
     tokio::pin!(stop);
     let options = bridge.inner.options.clone();
     // What the client logs while connecting waits for the outcome: a failed startup prints
-    // exactly one stderr line (06 §6.14).
+    // exactly one stderr line (§M14).
     let held = DeferredLog::for_current();
     let startup = tokio::select! {
         r = bridge.inner.connector.connect(true).with_subscriber(held.dispatch()) => r,
@@ -300,11 +300,11 @@ where
     tokio::select! {
         _ = &mut waiting => return 0,
         () = eof.notified() => {}
-        // Stops reading and cancels the handlers in flight (06 §6.15: same as EOF).
+        // Stops reading and cancels the handlers in flight (§M15: same as EOF).
         () = &mut stop => service.cancel(),
     }
     // In-flight work gets what is left of the grace; then the process exits and the daemon
-    // cancels the calls of its closed connections (06 §6.15).
+    // cancels the calls of its closed connections (§M15).
     let _ =
         tokio::time::timeout(options.exit_grace.saturating_sub(EXIT_MARGIN), &mut waiting).await;
     0

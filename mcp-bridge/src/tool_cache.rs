@@ -1,22 +1,22 @@
 //! The registry entries `appduct_call_tool` checks before a call (policy, `destructiveHint`,
-//! deadline; 06 §6.8.5 steps 3–4), cached per session id and kept exact by an event
+//! deadline; §M8.5 steps 3–4), cached per session id and kept exact by an event
 //! subscription (project decision, ARCHITECTURE.md "MCP bridge").
 //!
-//! The bridge subscribes its persistent control connection (06 §6.1) to the kinds that can
+//! The bridge subscribes its persistent control connection (§M1) to the kinds that can
 //! change an entry: `tools_changed` (the registry, hence policy and deadline), and
 //! `session_suspended` / `session_resumed` / `session_revoked` / `session_expired`. Policy
-//! itself only changes with the registry or a daemon restart (04 §7), and a restart closes the
+//! itself only changes with the registry or a daemon restart (§C11), and a restart closes the
 //! connection, which drops the whole cache with it.
 //!
 //! Why a hit is as fresh as a `tools.list` sent after the selector was resolved: the selector
-//! is resolved with `sessions.describe` on that same connection (06 §6.7). The daemon hands an
+//! is resolved with `sessions.describe` on that same connection (§M7). The daemon hands an
 //! event to its subscribers' queues under the same lock under which the change becomes visible,
 //! and writes one connection's events and responses through one queue; the client routes that
 //! connection's lines in order. So every event of a change the describe could see is in the
 //! event stream before the describe's answer, and [`ToolCache::get`] waits until the applier
 //! task has applied everything received. A change after the describe races with the call
 //! exactly as it would race with an uncached `tools.list`; the daemon re-checks existence and
-//! policy at `tools.call` anyway (04 §2).
+//! policy at `tools.call` anyway (§C10.1).
 //!
 //! Misses are never cached: an unknown name is looked up again on every call, so a tool
 //! registered later is found at once.
@@ -31,7 +31,7 @@ use appduct_protocol::control::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-/// The event kinds that invalidate cached entries (03 §11.1).
+/// The event kinds that invalidate cached entries (§C13.1).
 pub const INVALIDATING_KINDS: [EventKind; 5] = [
     EventKind::ToolsChanged,
     EventKind::SessionSuspended,
@@ -150,7 +150,7 @@ impl ToolCache {
         })
     }
 
-    /// `sessions.describe {selector?}` on the subscribed connection (06 §6.7). Every event
+    /// `sessions.describe {selector?}` on the subscribed connection (§M7). Every event
     /// that arrived before its answer is in the stream by then, so a [`ToolCache::get`] after
     /// it reflects what the describe saw.
     pub async fn resolve(&self, selector: Option<&str>) -> Result<SessionSummary, ClientError> {

@@ -1,5 +1,5 @@
-//! The loop both wait built-ins run (06 §6.8.2, §6.8.8) on their own connection's
-//! `events.subscribe` stream: heartbeats (06 §6.11.3), the timeout, the cancel, and a failure
+//! The loop both wait built-ins run (§M8.2, §M8.8) on their own connection's
+//! `events.subscribe` stream: heartbeats (§M11.3), the timeout, the cancel, and a failure
 //! within a second when that connection closes.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The bootstrap payload v2 (02 §4): what a link carries so an app can find the daemon and claim
+//! The bootstrap payload v2 (§D4): what a link carries so an app can find the daemon and claim
 //! its session. Binary layout, strict unpadded base64url text form, all-or-nothing decoding.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -29,7 +29,7 @@ pub const MAX_PAYLOAD_TEXT_LEN: usize = (MAX_PAYLOAD_BYTES * 4).div_ceil(3);
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct BootstrapPayload {
-    /// Where the app connects. An IPv4-mapped IPv6 address encodes as IPv4 (02 §4.4).
+    /// Where the app connects. An IPv4-mapped IPv6 address encodes as IPv4 (§D4.3).
     pub address: IpAddr,
     /// 1..=65535.
     pub port: u16,
@@ -40,7 +40,7 @@ pub struct BootstrapPayload {
     pub expires_at: u64,
 }
 
-/// Why the encoder refused a payload (02 §4.4).
+/// Why the encoder refused a payload (§D4.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EncodeError {
@@ -54,7 +54,7 @@ pub enum EncodeError {
     ExpiresAtTooLarge(u64),
 }
 
-/// Why a payload was rejected (02 §4.2, §4.3). Decoding is all-or-nothing, so every failure is
+/// Why a payload was rejected (§D4.2, §D4.3). Decoding is all-or-nothing, so every failure is
 /// one of these and never a partial payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -104,7 +104,7 @@ impl BootstrapPayload {
         }
     }
 
-    /// The binary layout of 02 §4.1.
+    /// The binary layout of §D4.1.
     pub fn encode_bytes(&self) -> Result<Vec<u8>, EncodeError> {
         if self.port == 0 {
             return Err(EncodeError::PortZero);
@@ -137,12 +137,12 @@ impl BootstrapPayload {
         Ok(out)
     }
 
-    /// The unpadded base64url text form of 02 §4.2.
+    /// The unpadded base64url text form of §D4.2.
     pub fn encode(&self) -> Result<String, EncodeError> {
         self.encode_bytes().map(|b| URL_SAFE_NO_PAD.encode(b))
     }
 
-    /// Expiry check, separate from decoding (02 §4.3): expired when `now_seconds >= expires_at`.
+    /// Expiry check, separate from decoding (§D4.3): expired when `now_seconds >= expires_at`.
     pub fn is_expired(&self, now_seconds: u64) -> bool {
         now_seconds >= self.expires_at
     }
@@ -166,7 +166,7 @@ impl BootstrapPayload {
     }
 }
 
-/// IPv4-mapped IPv6 travels as IPv4 (02 §4.4). IPv4-compatible (`::a.b.c.d`) stays IPv6.
+/// IPv4-mapped IPv6 travels as IPv4 (§D4.3). IPv4-compatible (`::a.b.c.d`) stays IPv6.
 fn wire_address(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
@@ -174,12 +174,12 @@ fn wire_address(address: IpAddr) -> IpAddr {
     }
 }
 
-/// Decodes the text form (02 §4.2, §4.3). Expiry is not checked.
+/// Decodes the text form (§D4.2, §D4.3). Expiry is not checked.
 pub fn decode(text: &str) -> Result<BootstrapPayload, DecodeError> {
     decode_bytes(&decode_text(text, MAX_PAYLOAD_TEXT_LEN)?)
 }
 
-/// Decodes the binary layout of 02 §4.1.
+/// Decodes the binary layout of §D4.1.
 pub fn decode_bytes(bytes: &[u8]) -> Result<BootstrapPayload, DecodeError> {
     decode_layout(bytes, VERSION, 0).map(|(payload, _)| payload)
 }
@@ -365,13 +365,13 @@ fn decode_text(text: &str, max_len: usize) -> Result<Vec<u8>, DecodeError> {
         return Err(DecodeError::Length);
     }
     // The URL_SAFE_NO_PAD engine rejects characters outside [A-Za-z0-9_-], any '=', a length of
-    // 1 mod 4 and non-zero trailing bits, which is exactly the canonical form of 02 §4.2.
+    // 1 mod 4 and non-zero trailing bits, which is exactly the canonical form of §D4.2.
     URL_SAFE_NO_PAD
         .decode(text)
         .map_err(|_| DecodeError::NotBase64url)
 }
 
-/// The decoded form of 02 §4.3: `{family, address, port, sessionId, tokenBase64url, expiresAt}`.
+/// The decoded form of §D4.3: `{family, address, port, sessionId, tokenBase64url, expiresAt}`.
 /// It carries the token in clear, so its `Debug` redacts it.
 #[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -1,13 +1,13 @@
-//! Canonical JSON (04 §9.4): the one text form of a JSON value that audit records and consent
-//! records hash (`argsSha256`), and that `tools snapshot` writes (05 §7.4, indented variant).
+//! Canonical JSON (§C12.2): the one text form of a JSON value that audit records and consent
+//! records hash (`argsSha256`), and that `tools snapshot` writes (§L7.4, indented variant).
 //!
 //! Rules: object keys sorted by Unicode code point at every depth, array order kept, no
 //! whitespace; strings escape only `"`, `\` and U+0000–U+001F (`\b \f \n \r \t` short, the rest
 //! as lower-case `\u00xx`), everything else raw UTF-8; numbers with an integral value within
 //! ±(2^53 − 1) as integers, every other number in shortest round-trip form.
 //!
-//! Numbers follow the JSON-as-double model of the wire (02 §1), so equal values hash equally
-//! however they were spelled (`1`, `1.0`, `1e0`). The spec does not pin the spelling of the
+//! Numbers follow the JSON-as-double model of the wire (§D1), so equal values hash equally
+//! however they were spelled (`1`, `1.0`, `1e0`). appduct v2 does not pin the spelling of the
 //! "shortest round-trip form"; this module uses the ECMAScript `Number::toString` layout (the
 //! form `JSON.stringify` and RFC 8785 produce: `0.1`, `1e+21`, `1.5e-7`), so any JavaScript
 //! implementation reproduces it byte for byte.
@@ -24,7 +24,7 @@ pub fn to_canonical_string(value: &Value) -> String {
     out
 }
 
-/// The canonical text of `value` indented by two spaces per level (05 §7.4), without a final
+/// The canonical text of `value` indented by two spaces per level (§L7.4), without a final
 /// newline. Keys, strings and numbers are exactly as in [`to_canonical_string`].
 pub fn to_canonical_pretty(value: &Value) -> String {
     let mut out = String::new();
@@ -39,7 +39,7 @@ pub fn to_canonical_pretty(value: &Value) -> String {
     out
 }
 
-/// `argsSha256` (04 §9.4): lower-case hex SHA-256 of the canonical JSON of `args`. Callers pass
+/// `argsSha256` (§C12.2): lower-case hex SHA-256 of the canonical JSON of `args`. Callers pass
 /// the arguments after defaulting (an omitted `args` is `{}`).
 pub fn args_sha256(args: &Value) -> String {
     let digest = Sha256::digest(to_canonical_string(args).as_bytes());
@@ -50,7 +50,7 @@ pub fn args_sha256(args: &Value) -> String {
     hex
 }
 
-/// Compact JSON of `value` in its own key order (for showing literals to people, 05 §7.5), cut
+/// Compact JSON of `value` in its own key order (for showing literals to people, §L7.5), cut
 /// after `max_chars` code points. Returns the text and whether it is complete. Work stops soon
 /// after the cut, so a huge value costs little.
 pub(crate) fn compact_json_prefix(value: &Value, max_chars: usize) -> (String, bool) {

@@ -1,4 +1,4 @@
-//! WebSocket close codes and reasons of the device protocol (02 §14).
+//! WebSocket close codes and reasons of the device protocol (§D11).
 //!
 //! Only code 1008 is terminal, decided from the code alone, never from the reason.
 
@@ -20,7 +20,7 @@ pub const MESSAGE_TOO_BIG: u16 = 1009;
 /// Internal error: write failure or an internal fault on one connection.
 pub const INTERNAL_ERROR: u16 = 1011;
 
-/// Whether a close with this code ends a session for good (02 §14, 16.2).
+/// Whether a close with this code ends a session for good (§D11, 16.2).
 pub fn is_terminal(code: Option<u16>) -> bool {
     code == Some(POLICY_VIOLATION)
 }

@@ -1,5 +1,5 @@
-//! Control-plane methods (03 §9): names, params with their validation (03 §6), results, the
-//! shared shapes of 03 §8, events (03 §11.1) and per-call notifications (03 §10.3).
+//! Control-plane methods (§C8): names, params with their validation (§C5), results, the
+//! shared shapes of §C9, events (§C13.1) and per-call notifications (§C10.5).
 //!
 //! The daemon validates with [`Method::validate`] (or [`ControlRequest::parse`] for dispatch by
 //! name); clients build `Params` values with `new`/`default` and the `with_*` setters, and decode
@@ -26,13 +26,13 @@ use crate::text::{as_finite, as_integer, json_depth};
 // Method trait and dispatch
 // ---------------------------------------------------------------------------------------------
 
-/// One control method: its wire name, params and result (01 §2.5).
+/// One control method: its wire name, params and result (ARCHITECTURE.md#the-client-crate).
 pub trait Method {
     const NAME: &'static str;
     type Params: Serialize + DeserializeOwned + Debug + Clone + PartialEq + Send + 'static;
     type Result: Serialize + DeserializeOwned + Debug + Clone + PartialEq + Send + 'static;
 
-    /// Validates raw `params` (absent or `null` = `{}`) under 03 §6 and the method's table.
+    /// Validates raw `params` (absent or `null` = `{}`) under §C5 and the method's table.
     fn validate(params: Option<&Value>) -> Result<Self::Params, ParamError>;
 }
 
@@ -53,7 +53,7 @@ macro_rules! methods {
             }
         )*
 
-        /// Every method of 03 §9, in the order of its summary table.
+        /// Every method of §C8, in the order of its summary table.
         pub const METHODS: &[&str] = &[$($name),*];
 
         /// A validated request, for dispatch by method name.
@@ -64,7 +64,7 @@ macro_rules! methods {
 
         impl ControlRequest {
             /// Resolves `method` and validates `params`: an unknown or reserved method is
-            /// `-32601` (03 §4.1, §9.15), bad params `-32602` (03 §6).
+            /// `-32601` (§C3.1, §C8.16), bad params `-32602` (§C5).
             pub fn parse(method: &str, params: Option<&Value>) -> Result<Self, ErrorObject> {
                 match method {
                     $( $name => <$ty as Method>::validate(params)
@@ -85,39 +85,39 @@ macro_rules! methods {
 }
 
 methods! {
-    /// `daemon.hello` (03 §9.1).
+    /// `daemon.hello` (§C8.1).
     DaemonHello = "daemon.hello", HelloParams => HelloResult;
-    /// `daemon.status` (03 §9.2).
+    /// `daemon.status` (§C8.2).
     DaemonStatus = "daemon.status", NoParams => StatusResult;
-    /// `daemon.shutdown` (03 §9.3).
+    /// `daemon.shutdown` (§C8.3).
     DaemonShutdown = "daemon.shutdown", NoParams => OkResult;
-    /// `link.create` (03 §9.4).
+    /// `link.create` (§C8.4).
     LinkCreate = "link.create", LinkCreateParams => LinkCreateResult;
-    /// `consent.create` (03 §9.14).
+    /// `consent.create` (§C8.14).
     ConsentCreate = "consent.create", ConsentCreateParams => ConsentCreateResult;
-    /// `consent.take` (03 §9.14).
+    /// `consent.take` (§C8.14).
     ConsentTake = "consent.take", ConsentTakeParams => ConsentRecord;
-    /// `sessions.list` (03 §9.5).
+    /// `sessions.list` (§C8.5).
     SessionsList = "sessions.list", NoParams => Vec<SessionSummary>;
-    /// `sessions.describe` (03 §9.6).
+    /// `sessions.describe` (§C8.6).
     SessionsDescribe = "sessions.describe", SelectorParams => SessionSummary;
-    /// `sessions.revoke` (03 §9.7).
+    /// `sessions.revoke` (§C8.7).
     SessionsRevoke = "sessions.revoke", SelectorParams => RevokeResult;
-    /// `tools.list` (03 §9.8).
+    /// `tools.list` (§C8.8).
     ToolsList = "tools.list", ToolsListParams => ToolsListResult;
-    /// `tools.call` (03 §9.9).
+    /// `tools.call` (§C8.9).
     ToolsCall = "tools.call", ToolsCallParams => ToolsCallResult;
-    /// `tools.cancel` (03 §9.10).
+    /// `tools.cancel` (§C8.10).
     ToolsCancel = "tools.cancel", ToolsCancelParams => ToolsCancelResult;
-    /// `events.list` (03 §9.11).
+    /// `events.list` (§C8.11).
     EventsList = "events.list", EventsListParams => EventsListResult;
-    /// `events.subscribe` (03 §9.12).
+    /// `events.subscribe` (§C8.12).
     EventsSubscribe = "events.subscribe", SubscribeParams => SubscribeResult;
-    /// `events.since` (03 §9.13).
+    /// `events.since` (§C8.13).
     EventsSince = "events.since", EventsSinceParams => EventsSinceResult;
 }
 
-/// Names reserved for later waves; the daemon answers `-32601` for them (03 §9.15).
+/// Names reserved for later waves; the daemon answers `-32601` for them (§C8.16).
 pub fn is_reserved_method(method: &str) -> bool {
     method == "web.attach"
         || ["approvals.", "tasks.", "leases."]
@@ -125,7 +125,7 @@ pub fn is_reserved_method(method: &str) -> bool {
             .any(|p| method.starts_with(p))
 }
 
-/// Capability strings of `daemon.hello` `features` (03 §9.1).
+/// Capability strings of `daemon.hello` `features` (§C8.1).
 pub mod features {
     pub const CALLS_CALL_ID: &str = "calls.callId";
     pub const CALLS_PROGRESS: &str = "calls.progress";
@@ -133,7 +133,7 @@ pub mod features {
     pub const EVENTS_SUBSCRIBE_SINCE: &str = "events.subscribe.since";
     pub const EVENTS_LIST: &str = "events.list";
     pub const TOOLS_GROUPS: &str = "tools.groups";
-    /// Everything this crate's control protocol offers, in the order of 03 §9.1.
+    /// Everything this crate's control protocol offers, in the order of §C8.1.
     pub const ALL: &[&str] = &[
         CALLS_CALL_ID,
         CALLS_PROGRESS,
@@ -148,23 +148,23 @@ pub mod features {
 /// handles).
 const REDACTED: &str = "<redacted>";
 
-/// Default `tools.cancel` reason (03 §9.10).
+/// Default `tools.cancel` reason (§C8.10).
 pub const DEFAULT_CANCEL_REASON: &str = "client_cancelled";
-/// Longest selector, characters (03 §7).
+/// Longest selector, characters (§C6).
 pub const MAX_SELECTOR_LEN: usize = 128;
-/// Longest `consent.take` handle, characters (03 §9.14).
+/// Longest `consent.take` handle, characters (§C8.14).
 pub const MAX_CONSENT_HANDLE_LEN: usize = 128;
-/// `daemon.hello` client name and version length bound (03 §9.1).
+/// `daemon.hello` client name and version length bound (§C8.1).
 pub const MAX_CLIENT_FIELD_LEN: usize = 64;
-/// Longest `tools.cancel` reason (03 §9.10).
+/// Longest `tools.cancel` reason (§C8.10).
 pub const MAX_CANCEL_REASON_LEN: usize = 64;
 
 // ---------------------------------------------------------------------------------------------
-// Parameter errors and the shared reader of 03 §6
+// Parameter errors and the shared reader of §C5
 // ---------------------------------------------------------------------------------------------
 
 /// A params validation failure: becomes a `-32602` `invalid_request` error whose message and
-/// `details.param` name the parameter (03 §6).
+/// `details.param` name the parameter (§C5).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct ParamError {
@@ -194,7 +194,7 @@ impl ParamError {
         self
     }
 
-    /// `events.since` with `since` above the session's high-water mark (03 §9.13); only the
+    /// `events.since` with `since` above the session's high-water mark (§C8.13); only the
     /// daemon knows the mark, so it raises this after validation.
     pub fn since_beyond_high_water_mark(since: u64, high_water_mark: u64) -> Self {
         Self::invalid(
@@ -310,7 +310,7 @@ impl<'a> Obj<'a> {
         }
     }
 
-    /// A string of `min..=max` characters (Unicode scalar values, 03 §6).
+    /// A string of `min..=max` characters (Unicode scalar values, §C5).
     fn string(&self, key: &str, min: usize, max: usize) -> Result<Option<String>, ParamError> {
         match self.get(key) {
             None => Ok(None),
@@ -383,25 +383,25 @@ impl<'a> Obj<'a> {
         }
     }
 
-    /// A session selector: 1–128 characters (03 §7).
+    /// A session selector: 1–128 characters (§C6).
     fn selector(&self, key: &str) -> Result<Option<String>, ParamError> {
         self.string(key, 1, MAX_SELECTOR_LEN)
     }
 
-    /// A name glob: 1–4096 characters (03 §11.5). Matching lives in [`crate::glob`].
+    /// A name glob: 1–4096 characters (§C13.5). Matching lives in [`crate::glob`].
     fn glob(&self, key: &str) -> Result<Option<String>, ParamError> {
         self.string(key, 1, limits::MAX_GLOB_LEN)
     }
 }
 
-/// `^[A-Za-z0-9_-]{1,128}$` (03 §10.1).
+/// `^[A-Za-z0-9_-]{1,128}$` (§C10.2).
 pub fn is_valid_call_id(s: &str) -> bool {
     (1..=128).contains(&s.len())
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// `[a-z0-9_]{1,64}` (03 §9.10).
+/// `[a-z0-9_]{1,64}` (§C8.10).
 pub fn is_valid_cancel_reason(s: &str) -> bool {
     (1..=MAX_CANCEL_REASON_LEN).contains(&s.len())
         && s.bytes()
@@ -410,7 +410,7 @@ pub fn is_valid_cancel_reason(s: &str) -> bool {
 
 pub use crate::descriptor::is_valid_group;
 
-/// 64 lower-case hex digits (03 §9.14).
+/// 64 lower-case hex digits (§C8.14).
 pub fn is_valid_sha256_hex(s: &str) -> bool {
     s.len() == 64
         && s.bytes()
@@ -435,7 +435,7 @@ pub fn compact_json_len(v: &Value) -> usize {
     c.0
 }
 
-/// `clamp(x) = min(600000, max(1000, trunc(x)))` of 04 §4.1.
+/// `clamp(x) = min(600000, max(1000, trunc(x)))` of §C10.3.
 pub fn clamp_timeout_ms(x: f64) -> u64 {
     let t = x.trunc().clamp(
         limits::MIN_CALL_TIMEOUT_MS as f64,
@@ -495,7 +495,7 @@ macro_rules! wire_enum {
 pub struct UnknownValue(pub String);
 
 wire_enum! {
-    /// Listener a link or session belongs to (02 §2.3); `sealed` is ours (issue #23): the plain
+    /// Listener a link or session belongs to (§D2.4); `sealed` is ours (issue #23): the plain
     /// route of the wss port with a Noise channel inside.
     Transport { Native = "native", Web = "web", Sealed = "sealed" }
 }
@@ -505,11 +505,11 @@ wire_enum! {
     RngSource { Csprng = "csprng", Drbg = "drbg" }
 }
 wire_enum! {
-    /// `SessionSummary.state` (03 §8.2).
+    /// `SessionSummary.state` (§C9.1).
     SessionState { Active = "active", Suspended = "suspended" }
 }
 wire_enum! {
-    /// Why a session is suspended (03 §8.2).
+    /// Why a session is suspended (§C9.1).
     SuspendReason { AppBackgrounded = "app_backgrounded", ConnectionLost = "connection_lost" }
 }
 wire_enum! {
@@ -526,39 +526,39 @@ impl Default for RegistryState {
 }
 
 wire_enum! {
-    /// A policy decision (04 §7).
+    /// A policy decision (§C11).
     PolicyDecision { Allow = "allow", Deny = "deny", Prompt = "prompt" }
 }
 wire_enum! {
-    /// Who issued a `tools.call` (03 §9.9).
+    /// Who issued a `tools.call` (§C8.9).
     Caller { Cli = "cli", Mcp = "mcp", Client = "client" }
 }
 wire_enum! {
-    /// Consent attached to a `tools.call`; the legacy `"client"` is read as absent (03 §9.9).
+    /// Consent attached to a `tools.call`; the legacy `"client"` is read as absent (§C8.9).
     Consent { Elicitation = "elicitation" }
 }
 wire_enum! {
-    /// `sessions.revoke` result `revoked` (03 §9.7).
+    /// `sessions.revoke` result `revoked` (§C8.7).
     RevokedKind { Session = "session", Link = "link" }
 }
 wire_enum! {
-    /// `daemon.status` `advertisedAddress.source` (03 §9.2).
+    /// `daemon.status` `advertisedAddress.source` (§C8.2).
     AddressSource { Config = "config", Detected = "detected" }
 }
 wire_enum! {
-    /// `session_revoked` `previousState` (03 §11.1).
+    /// `session_revoked` `previousState` (§C13.1).
     PreviousState { Active = "active", Suspended = "suspended", Pending = "pending" }
 }
 wire_enum! {
-    /// Outcome of a settled call (04 §9.3).
+    /// Outcome of a settled call (§C12.1).
     CallOutcome { Ok = "ok", Error = "error", Denied = "denied", Cancelled = "cancelled" }
 }
 wire_enum! {
-    /// Why policy denied a call (04 §7.3).
+    /// Why policy denied a call (§C11).
     DeniedReason { Policy = "policy", NoConsentChannel = "no_consent_channel" }
 }
 wire_enum! {
-    /// Every event kind (03 §11.1).
+    /// Every event kind (§C13.1).
     EventKind {
         DaemonStarted = "daemon_started",
         LinkCreated = "link_created",
@@ -585,7 +585,7 @@ wire_enum! {
 /// Declares a params struct with each field's wire key written next to it, so the key is
 /// defined once: serde renames the field to it, and `KEYS` lists the keys in declaration order,
 /// which is what `validate` accepts and what an unknown-key error reports as `acceptedKeys`
-/// (03 §6). Each key is also an associated constant named after its field (`"ttlSeconds"` =>
+/// (§C5). Each key is also an associated constant named after its field (`"ttlSeconds"` =>
 /// `ttl_seconds` gives `TTL_SECONDS`), which `validate` uses instead of repeating the literal,
 /// so a misspelt key does not compile. A field written `=> with_x` gets a `with_x` setter taking
 /// anything that converts into the field's type (for an optional field: `T` or `Option<T>`).
@@ -611,7 +611,7 @@ macro_rules! params {
         }
 
         impl $name {
-            /// The wire keys of this params object, in declaration order (03 §6).
+            /// The wire keys of this params object, in declaration order (§C5).
             pub const KEYS: &'static [&'static str] = &[$($key),*];
 
             pastey::paste! {
@@ -632,7 +632,7 @@ macro_rules! params {
     };
 }
 
-/// Params of methods that take none; `{}` is accepted (03 §9.2).
+/// Params of methods that take none; `{}` is accepted (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct NoParams {}
 
@@ -644,7 +644,7 @@ impl NoParams {
 }
 
 params! {
-    /// `daemon.hello` `client` (03 §9.1).
+    /// `daemon.hello` `client` (§C8.1).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct ClientInfo {
         "name" => pub name: String,
@@ -662,7 +662,7 @@ impl ClientInfo {
 }
 
 params! {
-    /// `daemon.hello` params (03 §9.1).
+    /// `daemon.hello` params (§C8.1).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
     pub struct HelloParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -695,7 +695,7 @@ impl HelloParams {
 }
 
 params! {
-    /// `link.create` params (03 §9.4).
+    /// `link.create` params (§C8.4).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
     pub struct LinkCreateParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -749,7 +749,7 @@ impl LinkCreateParams {
 }
 
 params! {
-    /// `consent.create` params (03 §9.14).
+    /// `consent.create` params (§C8.14).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct ConsentCreateParams {
         "sessionId" => pub session_id: String,
@@ -785,7 +785,7 @@ impl ConsentCreateParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
         // Any string is looked up as it is: an id that names no live session (the empty string
-        // included) is `unknown_session`, decided by the daemon (03 §9.14).
+        // included) is `unknown_session`, decided by the daemon (§C8.14).
         let session_id = p.any_string(Self::SESSION_ID)?;
         let name = p.string(Self::NAME, 1, limits::MAX_TOOL_NAME_LEN)?;
         let args_sha256 = p.pattern(
@@ -822,7 +822,7 @@ impl ConsentCreateParams {
 }
 
 params! {
-    /// `consent.take` params (03 §9.14).
+    /// `consent.take` params (§C8.14).
     #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct ConsentTakeParams {
         /// A bearer secret: whoever holds it consumes the consent.
@@ -855,7 +855,7 @@ impl ConsentTakeParams {
 }
 
 params! {
-    /// `{selector?}` of `sessions.describe` and `sessions.revoke` (03 §9.6, §9.7).
+    /// `{selector?}` of `sessions.describe` and `sessions.revoke` (§C8.6, §C8.7).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
     pub struct SelectorParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -873,7 +873,7 @@ impl SelectorParams {
 }
 
 params! {
-    /// `tools.list` params (03 §9.8).
+    /// `tools.list` params (§C8.8).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
     pub struct ToolsListParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -910,7 +910,7 @@ impl ToolsListParams {
 }
 
 params! {
-    /// `tools.call` params (03 §9.9).
+    /// `tools.call` params (§C8.9).
     #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
     pub struct ToolsCallParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -919,7 +919,7 @@ params! {
         /// `{}` when absent.
         #[serde(default)]
         "args" => pub args: Map<String, Value> => with_args,
-        /// After validation: truncated and clamped to [1000, 600000] (04 §4.1).
+        /// After validation: truncated and clamped to [1000, 600000] (§C10.3).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         "timeoutMs" => pub timeout_ms: Option<u64> => with_timeout_ms,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -958,7 +958,7 @@ impl ToolsCallParams {
                     )
                     .with_detail("maxArgsBytes", limits::MAX_ARGS_BYTES));
                 }
-                // The `tool_call` frame carries `args` as one of its values (02 §9.6).
+                // The `tool_call` frame carries `args` as one of its values (§D7.10).
                 if json_depth(v) > limits::MAX_JSON_DEPTH {
                     return Err(ParamError::invalid(
                         "args",
@@ -983,7 +983,7 @@ impl ToolsCallParams {
         let consent = match p.get(Self::CONSENT) {
             None => None,
             Some(Value::String(s)) if s == "elicitation" => Some(Consent::Elicitation),
-            // Legacy value, accepted and ignored (04 §7.3).
+            // Legacy value, accepted and ignored (§C11).
             Some(Value::String(s)) if s == "client" => None,
             Some(_) => {
                 return Err(ParamError::invalid(
@@ -1015,7 +1015,7 @@ impl ToolsCallParams {
 }
 
 params! {
-    /// `tools.cancel` params (03 §9.10).
+    /// `tools.cancel` params (§C8.10).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
     pub struct ToolsCancelParams {
         "callId" => pub call_id: String,
@@ -1060,7 +1060,7 @@ impl ToolsCancelParams {
 }
 
 params! {
-    /// `events.list` params (03 §9.11).
+    /// `events.list` params (§C8.11).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
     pub struct EventsListParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1087,7 +1087,7 @@ impl EventsListParams {
 }
 
 params! {
-    /// `events.subscribe` params (03 §9.12).
+    /// `events.subscribe` params (§C8.12).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
     pub struct SubscribeParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1177,7 +1177,7 @@ impl SubscribeParams {
 }
 
 params! {
-    /// `events.since` params (03 §9.13).
+    /// `events.since` params (§C8.13).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
     pub struct EventsSinceParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1207,10 +1207,10 @@ impl EventsSinceParams {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Shared shapes (03 §8)
+// Shared shapes (§C9)
 // ---------------------------------------------------------------------------------------------
 
-/// Device fields as claimed; `{}` when none (03 §8.2).
+/// Device fields as claimed; `{}` when none (§C9.1).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Device {
@@ -1228,7 +1228,7 @@ setters!(Device {
     with_os => os: Option<String>,
 });
 
-/// A live session (03 §8.2).
+/// A live session (§C9.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSummary {
@@ -1256,7 +1256,7 @@ pub struct SessionSummary {
     pub registry: RegistryState,
 }
 
-/// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (03 §8.3).
+/// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (§C9.2).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ToolsListEntry {
@@ -1281,7 +1281,7 @@ impl ToolsListEntry {
         }
     }
 
-    /// Descriptor fields of 02 §10.1 that a listing reports; anything else the app sent was an
+    /// Descriptor fields of §D8.1 that a listing reports; anything else the app sent was an
     /// ignored unknown field (a stray `timeoutMs`, for example).
     pub const DESCRIPTOR_KEYS: &[&str] = &[
         "name",
@@ -1361,7 +1361,7 @@ impl<'de> Deserialize<'de> for ToolsListEntry {
     }
 }
 
-/// One `groups` row of `tools.list`; `group: null` counts ungrouped tools (03 §9.8).
+/// One `groups` row of `tools.list`; `group: null` counts ungrouped tools (§C8.8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct GroupTotal {
@@ -1375,7 +1375,7 @@ impl GroupTotal {
     }
 }
 
-/// A declared event as listed by `events.list` (03 §8.3).
+/// A declared event as listed by `events.list` (§C9.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct EventsListEntry {
@@ -1403,7 +1403,7 @@ setters!(EventsListEntry {
 // Results
 // ---------------------------------------------------------------------------------------------
 
-/// `daemon.hello` result (03 §9.1).
+/// `daemon.hello` result (§C8.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HelloResult {
@@ -1420,7 +1420,7 @@ pub struct HelloResult {
 }
 
 impl HelloResult {
-    /// `minControlProtocol ≤ ours ≤ controlProtocol` (03 §12 step 2).
+    /// `minControlProtocol ≤ ours ≤ controlProtocol` (§C7 step 2).
     pub fn is_compatible(&self, ours: u32) -> bool {
         (self.min_control_protocol..=self.control_protocol).contains(&ours)
     }
@@ -1429,13 +1429,13 @@ impl HelloResult {
         self.features.iter().any(|f| f == feature)
     }
 
-    /// No sessions, pending links or pending calls (03 §12 step 4).
+    /// No sessions, pending links or pending calls (§C7 step 4).
     pub fn is_idle(&self) -> bool {
         self.session_count == 0 && self.pending_links == 0 && self.pending_calls == 0
     }
 }
 
-/// `daemon.status` `advertisedAddress` (03 §9.2).
+/// `daemon.status` `advertisedAddress` (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AdvertisedAddress {
@@ -1454,7 +1454,7 @@ impl AdvertisedAddress {
     }
 }
 
-/// `daemon.status` `policy`; `tools` is omitted when empty (03 §9.2).
+/// `daemon.status` `policy`; `tools` is omitted when empty (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct PolicySummary {
@@ -1480,7 +1480,7 @@ setters!(PolicySummary {
 });
 
 /// `daemon.status` `audit`; `files` and `bytes` are omitted when the directory cannot be read
-/// (04 §9.7).
+/// (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1520,7 +1520,7 @@ setters!(AuditStatus {
     with_bytes => bytes: Option<u64>,
 });
 
-/// `daemon.status` `eventsLog` (03 §9.2).
+/// `daemon.status` `eventsLog` (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1538,7 +1538,7 @@ impl EventsLogStatus {
     }
 }
 
-/// `daemon.status` result (03 §9.2).
+/// `daemon.status` result (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusResult {
@@ -1563,7 +1563,7 @@ pub struct StatusResult {
     pub sealed_key: Option<String>,
 }
 
-/// `{ok: true}` of `daemon.shutdown` (03 §9.3).
+/// `{ok: true}` of `daemon.shutdown` (§C8.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OkResult {
     pub ok: bool,
@@ -1575,7 +1575,7 @@ impl Default for OkResult {
     }
 }
 
-/// `link.create` `endpoint` (03 §9.4).
+/// `link.create` `endpoint` (§C8.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Endpoint {
@@ -1594,7 +1594,7 @@ impl Endpoint {
     }
 }
 
-/// `link.create` result (03 §9.4).
+/// `link.create` result (§C8.4).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1654,7 +1654,7 @@ impl Debug for LinkCreateResult {
     }
 }
 
-/// `consent.create` result (03 §9.14).
+/// `consent.create` result (§C8.14).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1683,7 +1683,7 @@ impl Debug for ConsentCreateResult {
     }
 }
 
-/// The stored consent record, returned by `consent.take` (03 §9.14).
+/// The stored consent record, returned by `consent.take` (§C8.14).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1719,7 +1719,7 @@ setters!(ConsentRecord {
     with_timeout_ms => timeout_ms: Option<u64>,
 });
 
-/// `sessions.revoke` result; `alias` is `null` for a link (03 §9.7).
+/// `sessions.revoke` result; `alias` is `null` for a link (§C8.7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1742,7 +1742,7 @@ impl RevokeResult {
     }
 }
 
-/// `tools.list` result (03 §9.8).
+/// `tools.list` result (§C8.8).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1772,7 +1772,7 @@ impl ToolsListResult {
     }
 }
 
-/// `tools.call` result (03 §9.9); `result` is the app's value verbatim, `null` included.
+/// `tools.call` result (§C8.9); `result` is the app's value verbatim, `null` included.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1802,7 +1802,7 @@ impl ToolsCallResult {
     }
 }
 
-/// `tools.cancel` result (03 §9.10).
+/// `tools.cancel` result (§C8.10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ToolsCancelResult {
@@ -1815,7 +1815,7 @@ impl ToolsCancelResult {
     }
 }
 
-/// `events.list` result (03 §9.11).
+/// `events.list` result (§C8.11).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1837,7 +1837,7 @@ impl EventsListResult {
     }
 }
 
-/// `events.subscribe` `replay` (03 §9.12, §11.4).
+/// `events.subscribe` `replay` (§C8.12, §C13.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Replay {
@@ -1856,7 +1856,7 @@ impl Replay {
     }
 }
 
-/// `events.subscribe` result (03 §9.12).
+/// `events.subscribe` result (§C8.12).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -1890,7 +1890,7 @@ setters!(SubscribeResult {
     with_replay => replay: Option<Replay>,
 });
 
-/// `events.since` result (03 §9.13, §11.4).
+/// `events.since` result (§C8.13, §C13.4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct EventsSinceResult {
@@ -1912,7 +1912,7 @@ impl EventsSinceResult {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Events (03 §8.4, §11.1)
+// Events (§C13.1, §C13.1)
 // ---------------------------------------------------------------------------------------------
 
 /// `data` of kinds that carry nothing: `{}`.
@@ -2031,7 +2031,7 @@ impl EventsChangedData {
     }
 }
 
-/// `app_event` data, whole or truncated by `payloadMaxBytes` (03 §11.6). `ts` is the app's
+/// `app_event` data, whole or truncated by `payloadMaxBytes` (§C13.6). `ts` is the app's
 /// number, kept as sent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
@@ -2090,7 +2090,7 @@ impl ToolCallStartedData {
     }
 }
 
-/// `progress` and `message` are forwarded as the app sent them (04 §5).
+/// `progress` and `message` are forwarded as the app sent them (§C10.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -2118,7 +2118,7 @@ setters!(ToolCallProgressData {
 });
 
 /// `tool_call_finished` data; `errorType` iff the outcome is `error` or `cancelled`,
-/// `deniedReason` iff `denied` (04 §9.3).
+/// `deniedReason` iff `denied` (§C12.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -2134,7 +2134,7 @@ pub struct ToolCallFinishedData {
     pub denied_reason: Option<DeniedReason>,
 }
 
-/// How a call settled, with exactly the fields its outcome carries (04 §9.3).
+/// How a call settled, with exactly the fields its outcome carries (§C12.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settlement {
     Ok,
@@ -2154,7 +2154,7 @@ impl Settlement {
         }
     }
 
-    /// `(outcome, errorType, deniedReason)` with the presence rules of 04 §9.3.
+    /// `(outcome, errorType, deniedReason)` with the presence rules of §C12.1.
     pub fn fields(self) -> (CallOutcome, Option<ErrorType>, Option<DeniedReason>) {
         match self {
             Self::Ok => (CallOutcome::Ok, None, None),
@@ -2217,7 +2217,7 @@ impl LinkRefusedData {
     }
 }
 
-/// `data` of an event, by kind (03 §11.1).
+/// `data` of an event, by kind (§C13.1).
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventData {
     DaemonStarted(DaemonStartedData),
@@ -2300,7 +2300,7 @@ impl EventData {
     }
 }
 
-/// Params of the `event` notification and items of `events.since` (03 §8.4). Serialised as
+/// Params of the `event` notification and items of `events.since` (§C13.1). Serialised as
 /// `{kind, sessionId?, alias?, ts, seq, data}`.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -2341,7 +2341,7 @@ impl EventNotification {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EventDecodeError {
-    /// Clients ignore kinds they do not know (03 §13).
+    /// Clients ignore kinds they do not know (§C16).
     #[error("unknown event kind {0:?}")]
     UnknownKind(String),
     #[error("invalid event: {0}")]
@@ -2414,7 +2414,7 @@ impl<'de> Deserialize<'de> for EventNotification {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Notifications (03 §4.2, §10.3)
+// Notifications (§C3.2, §C10.5)
 // ---------------------------------------------------------------------------------------------
 
 /// A daemon → client notification method.
@@ -2431,7 +2431,7 @@ pub trait NotificationMethod {
     }
 }
 
-/// `event` (03 §4.2).
+/// `event` (§C3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EventNotify;
 impl NotificationMethod for EventNotify {
@@ -2439,7 +2439,7 @@ impl NotificationMethod for EventNotify {
     type Params = EventNotification;
 }
 
-/// Per-call `tool_call_started` (03 §10.3).
+/// Per-call `tool_call_started` (§C10.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ToolCallStartedNotify;
 impl NotificationMethod for ToolCallStartedNotify {
@@ -2447,7 +2447,7 @@ impl NotificationMethod for ToolCallStartedNotify {
     type Params = ToolCallStartedParams;
 }
 
-/// Per-call `tool_call_progress` (03 §10.3).
+/// Per-call `tool_call_progress` (§C10.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ToolCallProgressNotify;
 impl NotificationMethod for ToolCallProgressNotify {
@@ -2455,7 +2455,7 @@ impl NotificationMethod for ToolCallProgressNotify {
     type Params = ToolCallProgressParams;
 }
 
-/// Params of the per-call `tool_call_started` notification (03 §10.3).
+/// Params of the per-call `tool_call_started` notification (§C10.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -2466,7 +2466,7 @@ pub struct ToolCallStartedParams {
     pub session_id: String,
     pub alias: String,
     pub name: String,
-    /// Effective deadline (04 §4).
+    /// Effective deadline (§C10.3).
     pub deadline_ms: u64,
     pub ts: u64,
 }
@@ -2493,7 +2493,7 @@ impl ToolCallStartedParams {
     }
 }
 
-/// Params of the per-call `tool_call_progress` notification (03 §10.3).
+/// Params of the per-call `tool_call_progress` notification (§C10.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -2532,7 +2532,7 @@ setters!(ToolCallProgressParams {
 });
 
 /// A notification as a client sees it. Unknown methods and event kinds are kept as
-/// [`ServerNotification::Unknown`] so the caller can ignore them (03 §13).
+/// [`ServerNotification::Unknown`] so the caller can ignore them (§C16).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerNotification {
     Event(EventNotification),

@@ -1,9 +1,9 @@
-//! Tool and event descriptors (02 §10.1, §10.2): the typed form, the validators and the name
+//! Tool and event descriptors (§D8.1, §D8.2): the typed form, the validators and the name
 //! and group patterns.
 //!
 //! Descriptors are only built through the validators (deserialising goes through them too), so
-//! holding a [`ToolDescriptor`] or an [`EventDescriptor`] means every rule of §10 held. Unknown
-//! fields are dropped, never stored (02 §1). Schemas are kept as the objects received, in their
+//! holding a [`ToolDescriptor`] or an [`EventDescriptor`] means every rule of §D8 held. Unknown
+//! fields are dropped, never stored (§D1). Schemas are kept as the objects received, in their
 //! key order, and are never inspected: as their compact JSON text ([`Schema`]).
 
 use std::fmt;
@@ -26,7 +26,7 @@ pub enum DescriptorError {
     NotAnObject { found: &'static str },
     #[error("`{field}` is required")]
     Missing { field: &'static str },
-    /// Wrong JSON type, including an explicit `null` on an optional field (02 §1).
+    /// Wrong JSON type, including an explicit `null` on an optional field (§D1).
     #[error("`{field}` must be {expected}, not {found}")]
     WrongType {
         field: &'static str,
@@ -207,7 +207,7 @@ fn schema_bytes(schema: Option<&Schema>) -> usize {
     schema.map_or(0, |s| s.as_str().len())
 }
 
-/// A validated tool descriptor (02 §10.1), in wire form. Equal descriptors are equal on the
+/// A validated tool descriptor (§D8.1), in wire form. Equal descriptors are equal on the
 /// wire (schemas compare as text), so a holder may share one copy among equal registrations.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -300,7 +300,7 @@ impl ToolDescriptor {
     }
 }
 
-/// A validated event descriptor (02 §10.2), in wire form.
+/// A validated event descriptor (§D8.2), in wire form.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EventDescriptor {
@@ -352,7 +352,7 @@ impl EventDescriptor {
     }
 }
 
-/// Validates a tool descriptor as received (02 §10.1).
+/// Validates a tool descriptor as received (§D8.1).
 pub fn validate_tool_descriptor(v: &Value) -> Result<ToolDescriptor, DescriptorError> {
     let map = as_object(v)?;
     let name = required_str(map, "name")?;
@@ -397,7 +397,7 @@ pub fn validate_tool_descriptor(v: &Value) -> Result<ToolDescriptor, DescriptorE
     })
 }
 
-/// Validates an event descriptor as received (02 §10.2).
+/// Validates an event descriptor as received (§D8.2).
 pub fn validate_event_descriptor(v: &Value) -> Result<EventDescriptor, DescriptorError> {
     let map = as_object(v)?;
     let name = free_text(map, "name")?;

@@ -1,8 +1,8 @@
-//! Error types of the control plane and its clients (03 §5.3), their CLI exit codes (05 §4) and
-//! the subset apps may send in `tool_error` frames (02 §9.3).
+//! Error types of the control plane and its clients (§C4.3), their CLI exit codes (§L4) and
+//! the subset apps may send in `tool_error` frames (§D7.3).
 //!
 //! One namespace serves the daemon, the CLI, the MCP bridge and the TypeScript client. The daemon
-//! only ever sends the first table of 03 §5.3; clients map any type they do not know to
+//! only ever sends the first table of §C4.3; clients map any type they do not know to
 //! `internal_error`.
 
 use std::fmt;
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::jsonrpc::codes;
 
-/// Every `error.data.type` (03 §5.3), daemon types first, then the client-side ones.
+/// Every `error.data.type` (§C4.3), daemon types first, then the client-side ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ErrorType {
     InvalidRequest,
@@ -44,7 +44,7 @@ pub enum ErrorType {
 }
 
 impl ErrorType {
-    /// Every type, in the order of the two tables of 03 §5.3.
+    /// Every type, in the order of the two tables of §C4.3.
     pub const ALL: [ErrorType; 23] = [
         Self::InvalidRequest,
         Self::NoSession,
@@ -100,12 +100,12 @@ impl ErrorType {
         }
     }
 
-    /// Reads a wire string the way clients must: an unknown type is `internal_error` (03 §5.3).
+    /// Reads a wire string the way clients must: an unknown type is `internal_error` (§C4.3).
     pub fn from_wire(s: &str) -> Self {
         s.parse().unwrap_or(Self::InternalError)
     }
 
-    /// CLI exit code of this type (05 §4). Types outside the table exit 1 like unknown ones.
+    /// CLI exit code of this type (§L4). Types outside the table exit 1 like unknown ones.
     pub const fn exit_code(self) -> u8 {
         match self {
             Self::InternalError | Self::ConsentDeclined | Self::Timeout | Self::ClientError => 1,
@@ -130,7 +130,7 @@ impl ErrorType {
         }
     }
 
-    /// One of the seven types an app may send in a `tool_error` frame (02 §9.3).
+    /// One of the seven types an app may send in a `tool_error` frame (§D7.3).
     pub const fn is_tool_error(self) -> bool {
         self.as_tool_error().is_some()
     }
@@ -149,7 +149,7 @@ impl ErrorType {
         })
     }
 
-    /// Sent by the daemon on the control socket (first table of 03 §5.3), as opposed to the
+    /// Sent by the daemon on the control socket (first table of §C4.3), as opposed to the
     /// client-side types that share the namespace.
     pub const fn is_daemon_type(self) -> bool {
         !matches!(
@@ -165,7 +165,7 @@ impl ErrorType {
         )
     }
 
-    /// JSON-RPC code for an application error of this type (03 §5.1): `-32603` for
+    /// JSON-RPC code for an application error of this type (§C4.1): `-32603` for
     /// `internal_error`, `-32000` otherwise. Protocol-level `invalid_request` errors (parse
     /// error, bad request object, unknown method, bad params) use the specific constructors of
     /// [`crate::jsonrpc::ErrorObject`] instead.
@@ -224,7 +224,7 @@ impl<'de> Deserialize<'de> for ErrorType {
     }
 }
 
-/// The seven types an app may send in a `tool_error` frame (02 §9.3). Decoding is strict: a
+/// The seven types an app may send in a `tool_error` frame (§D7.3). Decoding is strict: a
 /// frame with any other type is invalid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

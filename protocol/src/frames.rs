@@ -1,5 +1,5 @@
-//! Device frames (02 §9): typed frames in both directions, their encoders, the daemon's
-//! decoder with the validation order of 02 §9.5, and the lenient app-side decoder of §9.4.
+//! Device frames (§D7): typed frames in both directions, their encoders, the daemon's
+//! decoder with the validation order of §D6.2, and the lenient app-side decoder of §D7.5.
 //!
 //! Everything here is a pure function of one message's text (and, for the daemon, the
 //! connection phase); sockets, timers and session state live in the daemon and the SDK.
@@ -22,14 +22,14 @@ use crate::limits::{
 use crate::link::RefusalReason;
 use crate::text::{as_finite, as_integer, json_depth, truncate_utf16, utf16_len, utf16_len_within};
 
-/// The only `protocol_version` of claims and resumes (02 §9.3).
+/// The only `protocol_version` of claims and resumes (§D7.3).
 pub const PROTOCOL_VERSION: i64 = 2;
 
 // ---------------------------------------------------------------------------------------------
 // Frame size
 // ---------------------------------------------------------------------------------------------
 
-/// A frame over the 262144-byte limit that a sender refused to send (02 §16.7).
+/// A frame over the 262144-byte limit that a sender refused to send (§D13.6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the frame is {bytes} bytes; the frame limit is {limit} bytes")]
 pub struct FrameTooLarge {
@@ -39,7 +39,7 @@ pub struct FrameTooLarge {
     pub limit: usize,
 }
 
-/// The sender-side check every outgoing frame passes before it is written (02 §8, §16.7).
+/// The sender-side check every outgoing frame passes before it is written (§D6, §D13.6).
 pub fn check_outgoing_size(text: &str) -> Result<(), FrameTooLarge> {
     if text.len() > MAX_MESSAGE_BYTES {
         return Err(FrameTooLarge {
@@ -50,7 +50,7 @@ pub fn check_outgoing_size(text: &str) -> Result<(), FrameTooLarge> {
     Ok(())
 }
 
-/// The receiver-side size check of 02 §9.5 step 1, for a transport that measures a message
+/// The receiver-side size check of §D6.2 step 1, for a transport that measures a message
 /// before it has the whole text (reassembled fragments). [`decode_app_message`] applies it too.
 pub fn check_incoming_size(bytes: usize) -> Result<(), Rejection> {
     if bytes > MAX_MESSAGE_BYTES {
@@ -66,7 +66,7 @@ pub fn check_incoming_size(bytes: usize) -> Result<(), Rejection> {
 // Lone surrogates
 // ---------------------------------------------------------------------------------------------
 
-/// Rewrites every `\uXXXX` escape of an unpaired UTF-16 surrogate to `\uFFFD` (02 §8).
+/// Rewrites every `\uXXXX` escape of an unpaired UTF-16 surrogate to `\uFFFD` (§D6).
 ///
 /// JavaScript emits such escapes when it stringifies a string cut inside a surrogate pair; they
 /// are valid JSON but serde_json refuses them. U+FFFD is one UTF-16 unit, like the surrogate, so
@@ -154,7 +154,7 @@ fn parse_sanitized_object(text: &str) -> Result<Map<String, Value>, String> {
 
 pub use crate::errors::ToolErrorType;
 
-/// The optional device fields of a claim (02 §9.3), each at most 256 UTF-16 code units.
+/// The optional device fields of a claim (§D7.3), each at most 256 UTF-16 code units.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DeviceInfo {
@@ -174,7 +174,7 @@ setters!(DeviceInfo {
 #[non_exhaustive]
 pub struct SessionClaim {
     pub session_id: String,
-    /// base64url of the link's 32 token bytes, compared by the daemon (02 §12).
+    /// base64url of the link's 32 token bytes, compared by the daemon (§D9.5).
     pub token: String,
     pub device: DeviceInfo,
 }
@@ -211,7 +211,7 @@ impl SessionResume {
     }
 }
 
-// Tokens never reach logs (02 §12), so these frames print without them.
+// Tokens never reach logs (§D9.5), so these frames print without them.
 impl fmt::Debug for SessionClaim {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SessionClaim")
@@ -462,7 +462,7 @@ impl LinkRefused {
     }
 }
 
-/// Every app → daemon frame (02 §9.3), and our `link_refused`.
+/// Every app → daemon frame (§D7.3), and our `link_refused`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AppFrame {
     SessionClaim(SessionClaim),
@@ -479,7 +479,7 @@ pub enum AppFrame {
     Event(EventFrame),
 }
 
-/// `session_ack`: the daemon's reply to a valid claim or resume (02 §9.4).
+/// `session_ack`: the daemon's reply to a valid claim or resume (§D7.5).
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SessionAck {
@@ -578,7 +578,7 @@ impl ToolCancel {
     }
 }
 
-/// Every daemon → app frame (02 §9.4).
+/// Every daemon → app frame (§D7.5).
 #[derive(Debug, Clone, PartialEq)]
 pub enum DaemonFrame {
     SessionAck(SessionAck),
@@ -866,7 +866,7 @@ fn optional_str(m: &Map<String, Value>, field: &str, max: usize) -> Guarded<Opti
         .transpose()
 }
 
-/// An identifier field (02 §9.1): a string of 1..=128 UTF-16 code units.
+/// An identifier field (§D7.1): a string of 1..=128 UTF-16 code units.
 fn identifier(m: &Map<String, Value>, field: &str) -> Guarded<String> {
     required_str(m, field, MIN_IDENTIFIER_LEN, MAX_IDENTIFIER_LEN)
 }
@@ -949,7 +949,7 @@ fn guard_resume(m: &Map<String, Value>) -> Guarded<AppFrame> {
 }
 
 /// The array of a registry snapshot: at most 2048 entries, each valid, names unique; one bad
-/// element rejects the whole frame (02 §9.3).
+/// element rejects the whole frame (§D7.3).
 fn registry_entries<T>(
     m: &Map<String, Value>,
     field: &str,
@@ -1175,7 +1175,7 @@ impl Rejection {
         self
     }
 
-    /// A binary message (02 §9.5 step 1): `1003 binary_frame_not_supported`.
+    /// A binary message (§D6.2 step 1): `1003 binary_frame_not_supported`.
     pub fn binary_frame() -> Self {
         Self::new(
             CloseReason::BinaryFrameNotSupported,
@@ -1189,7 +1189,7 @@ impl Rejection {
     }
 }
 
-/// The app → daemon types accepted after the ack (02 §8).
+/// The app → daemon types accepted after the ack (§D6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum AckedType {
     ToolRegistrySnapshot,
@@ -1250,7 +1250,7 @@ impl AckedType {
     }
 }
 
-/// The field guard a message meets once steps 1 to 5 of 02 §9.5 have passed.
+/// The field guard a message meets once steps 1 to 5 of §D6.2 have passed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Guard {
     Claim,
@@ -1340,7 +1340,7 @@ impl<'a> TypeField<'a> {
     }
 }
 
-/// Steps 3 to 5 of 02 §9.5: the guard for a message with this `type` and (string)
+/// Steps 3 to 5 of §D6.2: the guard for a message with this `type` and (string)
 /// `session_id`, or the rejection that comes before any guard.
 fn select_guard(
     ty: TypeField<'_>,
@@ -1445,7 +1445,7 @@ impl FrameHead {
         }
     }
 
-    /// The `id` when it is a valid identifier (02 §9.1).
+    /// The `id` when it is a valid identifier (§D7.1).
     fn call_id(&self) -> Option<String> {
         let Some(HeadField(Ok(id))) = &self.id else {
             return None;
@@ -1545,7 +1545,7 @@ fn reject_too_deep(text: &str, phase: Phase<'_>) -> Rejection {
     }
 }
 
-/// Decodes one text message from an app, in the validation order of 02 §9.5 (steps 1 to 6;
+/// Decodes one text message from an app, in the validation order of §D6.2 (steps 1 to 6;
 /// binary messages never reach here, see [`Rejection::binary_frame`]). `Ok` is a frame that
 /// passed its guard; `Err` names the close to send.
 ///
@@ -1563,7 +1563,7 @@ pub fn decode_app_message(text: &str, phase: Phase<'_>) -> Result<AppFrame, Reje
     decode_app_object(&map, phase)
 }
 
-/// Steps 2 (object check) to 6 of 02 §9.5 on an already parsed message.
+/// Steps 2 (object check) to 6 of §D6.2 on an already parsed message.
 pub fn decode_app_value(value: &Value, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
     match value {
         Value::Object(map) => decode_app_object(map, phase),
@@ -1601,7 +1601,7 @@ fn decode_app_object(m: &Map<String, Value>, phase: Phase<'_>) -> Result<AppFram
 
 /// Why an app could not read a daemon message. SDKs ignore unknown types (those decode to
 /// `Ok(None)`); what is left here is a message that is not a frame at all or a known frame
-/// that breaks the bounds of 02 §9.1.
+/// that breaks the bounds of §D7.1.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DaemonMessageError {
     #[error(transparent)]
@@ -1615,7 +1615,7 @@ pub enum DaemonMessageError {
     },
 }
 
-/// Decodes one text message from the daemon, leniently as 02 §9.4 asks of SDKs: unknown
+/// Decodes one text message from the daemon, leniently as §D7.5 asks of SDKs: unknown
 /// fields are ignored, an unknown (or missing) `type` gives `Ok(None)`, and a `tool_call`
 /// whose `args` is not an object gets `{}`.
 pub fn decode_daemon_message(text: &str) -> Result<Option<DaemonFrame>, DaemonMessageError> {

@@ -1,4 +1,4 @@
-//! Event name globs (03 §11.5): whole-name, case-sensitive, `*` is the only wildcard and every
+//! Event name globs (§C13.5): whole-name, case-sensitive, `*` is the only wildcard and every
 //! other character (`?`, `[`, `\` included) is literal. Matching uses no regular expression and
 //! runs in time linear in `len(glob) + len(name)`, so a hostile glob cannot stall the daemon.
 
@@ -14,7 +14,7 @@ pub enum GlobError {
     #[error("glob must not be empty")]
     Empty,
     /// Length is counted in characters (Unicode scalar values), the control plane's rule for
-    /// strings (03 §6), so `Glob::new` and params validation agree.
+    /// strings (§C5), so `Glob::new` and params validation agree.
     #[error("glob is {len} characters long; at most {max} are allowed", max = MAX_GLOB_LEN)]
     TooLong { len: usize },
 }
@@ -191,7 +191,7 @@ mod tests {
                 len: MAX_GLOB_LEN + 1
             })
         );
-        // 2,049 characters (4,097 UTF-16 units): within the 4,096-character bound of 03 §11.5,
+        // 2,049 characters (4,097 UTF-16 units): within the 4,096-character bound of §C13.5,
         // as params validation counts it.
         let astral = format!("{}*", "😀".repeat(2_048));
         let g = Glob::new(&astral).unwrap_or_else(|e| panic!("{e}"));

@@ -1,4 +1,4 @@
-//! Identifiers and tokens (02 §12).
+//! Identifiers and tokens (§D9.5).
 //!
 //! The crate is I/O-free, so every constructor takes the CSPRNG bytes from the caller (the
 //! daemon reads them from the OS). Session ids and call wire ids are not secret and behave like
@@ -41,7 +41,7 @@ pub(crate) fn decode_exact<const N: usize>(s: &str) -> Option<[u8; N]> {
     bytes.try_into().ok()
 }
 
-/// A daemon-minted session id: base64url of 12 CSPRNG bytes, 16 characters (02 §12).
+/// A daemon-minted session id: base64url of 12 CSPRNG bytes, 16 characters (§D9.5).
 ///
 /// Ids starting with `-` are never minted (they read as options on a command line), so
 /// [`SessionId::from_random_bytes`] returns `None` for them and the caller re-rolls. Collision
@@ -56,7 +56,7 @@ impl SessionId {
         (!Self::needs_reroll(&text)).then_some(Self(text))
     }
 
-    /// The re-roll rule of 02 §12: an id text starting with `-` is never handed out.
+    /// The re-roll rule of §D9.5: an id text starting with `-` is never handed out.
     pub fn needs_reroll(text: &str) -> bool {
         text.starts_with('-')
     }
@@ -104,7 +104,7 @@ impl<'de> serde::Deserialize<'de> for SessionId {
     }
 }
 
-/// A call wire id: `call_` + base64url of 16 CSPRNG bytes, 27 characters (02 §12). Always
+/// A call wire id: `call_` + base64url of 16 CSPRNG bytes, 27 characters (§D9.5). Always
 /// minted by the daemon; a caller-chosen control-plane `callId` is a different, free string.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CallId(String);
@@ -185,7 +185,7 @@ macro_rules! secret_token {
             }
 
             /// Compares a presented base64url string with this token in constant time
-            /// (02 §12). A string that does not decode to exactly 32 bytes is a mismatch.
+            /// (§D9.5). A string that does not decode to exactly 32 bytes is a mismatch.
             pub fn matches(&self, presented: &str) -> bool {
                 match decode_exact::<TOKEN_BYTES>(presented) {
                     Some(bytes) => self.matches_bytes(&bytes),
@@ -300,7 +300,7 @@ mod tests {
 
     #[test]
     fn token_text_form_is_43_characters() {
-        // The worked example of 02 §4.5.
+        // The worked example of §D4.4.
         let token = ClaimToken::from_bytes(seq());
         let text = token.to_base64url();
         assert_eq!(text, "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8");

@@ -1,4 +1,4 @@
-//! JSON-RPC 2.0 envelopes of the control plane (03 §3–§5): message types, error codes, the
+//! JSON-RPC 2.0 envelopes of the control plane (§C2–§C4): message types, error codes, the
 //! daemon's strict inbound classifier, the client's lenient response parser and an I/O-free
 //! line framer.
 
@@ -14,7 +14,7 @@ use crate::text::as_integer;
 /// The only `jsonrpc` value accepted or sent.
 pub const VERSION: &str = "2.0";
 
-/// JSON-RPC codes used on the control plane (03 §5.1).
+/// JSON-RPC codes used on the control plane (§C4.1).
 pub mod codes {
     /// Line is not valid UTF-8 or JSON.
     pub const PARSE_ERROR: i64 = -32700;
@@ -30,7 +30,7 @@ pub mod codes {
     pub const APPLICATION_ERROR: i64 = -32000;
 }
 
-/// A request id: a string or an integer (03 §4.1).
+/// A request id: a string or an integer (§C3.1).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum RequestId {
@@ -78,7 +78,7 @@ impl fmt::Display for RequestId {
 }
 
 /// A request with an id. `params` is `None` when absent or `null`; method validation treats
-/// both as `{}` (03 §6).
+/// both as `{}` (§C5).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Request {
@@ -110,8 +110,8 @@ impl Serialize for Request {
     }
 }
 
-/// A message without an id: daemon → client notifications (03 §4.2), or a client notification
-/// the daemon ignores (03 §4.1).
+/// A message without an id: daemon → client notifications (§C3.2), or a client notification
+/// the daemon ignores (§C3.1).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct Notification {
@@ -177,19 +177,19 @@ impl Serialize for Response {
     }
 }
 
-/// `error` of a response (03 §5.2).
+/// `error` of a response (§C4.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
 #[error("{message} ({})", data.error_type)]
 #[non_exhaustive]
 pub struct ErrorObject {
     pub code: i64,
     pub message: String,
-    /// Clients read a missing `data` or `data.type` as `internal_error` (05 §4).
+    /// Clients read a missing `data` or `data.type` as `internal_error` (§L4).
     #[serde(default, deserialize_with = "null_as_default")]
     pub data: ErrorData,
 }
 
-/// `error.data`: always carries `type` when sent by the daemon (03 §5.1).
+/// `error.data`: always carries `type` when sent by the daemon (§C4.1).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ErrorData {
@@ -246,7 +246,7 @@ impl ErrorObject {
         Self::new(error_type.default_code(), error_type, message)
     }
 
-    /// An app's `tool_error` passed through verbatim (03 §5.3): its type, message and details.
+    /// An app's `tool_error` passed through verbatim (§C4.3): its type, message and details.
     pub fn app_tool_error(
         error_type: ToolErrorType,
         message: impl Into<String>,
@@ -271,7 +271,7 @@ impl ErrorObject {
         Self::new(codes::INVALID_REQUEST, ErrorType::InvalidRequest, message)
     }
 
-    /// `-32600` sent before closing a connection whose line exceeds the cap (03 §3).
+    /// `-32600` sent before closing a connection whose line exceeds the cap (§C2).
     pub fn line_too_long(max_line_bytes: usize) -> Self {
         Self::invalid_request(format!(
             "Request line is longer than {max_line_bytes} bytes; closing the connection"
@@ -279,7 +279,7 @@ impl ErrorObject {
         .with_details(json!({ "maxLineBytes": max_line_bytes }))
     }
 
-    /// `-32600`: the id equals one still in flight on the connection (03 §4.1).
+    /// `-32600`: the id equals one still in flight on the connection (§C3.1).
     pub fn duplicate_id(id: &RequestId) -> Self {
         Self::invalid_request(format!(
             "Request id {id} is already in flight on this connection"
@@ -297,7 +297,7 @@ impl ErrorObject {
         .with_details(json!({ "method": method }))
     }
 
-    /// `-32602` with the given details (which name the parameter, 03 §6).
+    /// `-32602` with the given details (which name the parameter, §C5).
     pub fn invalid_params(message: impl Into<String>, details: Map<String, Value>) -> Self {
         Self::new(codes::INVALID_PARAMS, ErrorType::InvalidRequest, message)
             .with_details(Value::Object(details))
@@ -328,12 +328,12 @@ impl ErrorObject {
     }
 }
 
-/// What the daemon does with one inbound line (03 §3, §4.1).
+/// What the daemon does with one inbound line (§C2, §C3.1).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Incoming {
     /// Empty line: ignored.
     Empty,
-    /// A request to dispatch. Params are validated by the method (03 §6).
+    /// A request to dispatch. Params are validated by the method (§C5).
     Request(Request),
     /// No id: neither executed nor answered.
     Notification(Notification),
@@ -341,7 +341,7 @@ pub enum Incoming {
     Invalid(Response),
 }
 
-/// Classifies one line (terminator removed) the way the daemon must (03 §3, §4.1).
+/// Classifies one line (terminator removed) the way the daemon must (§C2, §C3.1).
 ///
 /// Checks run in this order: UTF-8, JSON, object, `id`, `jsonrpc`, `method`; an unreadable or
 /// ill-typed `id` (including `null`) answers with `id: null`, later failures with the id. Only a
@@ -453,14 +453,14 @@ pub fn parse_server_message(line: &[u8]) -> Result<ServerMessage, MessageError> 
     Ok(ServerMessage::Response(Response { id, outcome }))
 }
 
-/// Serialises a message as one compact JSON line with its `\n` terminator (03 §3).
+/// Serialises a message as one compact JSON line with its `\n` terminator (§C2).
 pub fn to_line<T: Serialize + ?Sized>(message: &T) -> Result<Vec<u8>, serde_json::Error> {
     let mut out = serde_json::to_vec(message)?;
     out.push(b'\n');
     Ok(out)
 }
 
-/// More than the line cap of unterminated bytes arrived (03 §3): answer with
+/// More than the line cap of unterminated bytes arrived (§C2): answer with
 /// [`ErrorObject::line_too_long`] and close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("line longer than {cap} bytes")]
@@ -613,7 +613,7 @@ mod tests {
     fn null_params_equal_absent_and_non_objects_are_left_to_the_method() {
         let got = parse_incoming(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":null}"#);
         assert_eq!(got, Incoming::Request(Request::new(1, "m", None)));
-        // The method's validation answers -32602 for arrays and scalars (03 §6).
+        // The method's validation answers -32602 for arrays and scalars (§C5).
         let got = parse_incoming(br#"{"jsonrpc":"2.0","id":1,"method":"m","params":[1]}"#);
         assert_eq!(
             got,

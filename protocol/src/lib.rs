@@ -2,8 +2,8 @@
 //!
 //! This crate is I/O-free: no sockets, no files, no async runtime. It holds every wire type,
 //! codec and validator, so the daemon, the CLI, the MCP bridge and the Rust SDK share one
-//! definition of the protocol. Specification: `shared/spec/02-device-protocol.md` (device wire)
-//! and `shared/spec/03-control-rpc.md` (control plane).
+//! definition of the protocol. References: `docs/protocol/device.md` (device wire, §D) and
+//! `docs/protocol/control.md` (control plane, §C).
 //!
 //! # Which types are `#[non_exhaustive]`
 //!
@@ -24,7 +24,7 @@
 //!   `DaemonFrame`, the registry deltas), `EventData`, `AppEventData`, the wire enums of
 //!   [`control`] (`EventKind`, `Transport`, …), [`errors::ErrorType`],
 //!   [`errors::ToolErrorType`], [`close::CloseReason`], `Settlement`, `RequestId`, `Incoming`,
-//!   `ServerMessage`, `ServerNotification`. Each is a table of the spec, and the matches on them
+//!   `ServerMessage`, `ServerNotification`. Each is a table of the references, and the matches on them
 //!   (exit codes, close codes, frame dispatch in the daemon and the SDK, renderers) are
 //!   exhaustive on purpose: a new variant is a protocol change every consumer must handle, and a
 //!   `_` arm would hide the places to change.

@@ -1,15 +1,15 @@
 //! Every numeric bound of the device protocol and the control plane, in one place
-//! (02 §17, 03 §3, §4.4, §9). Daemon options default to these values; tests may lower them.
+//! (§D14, §C2, §C15, §C8). Daemon options default to these values; tests may lower them.
 
-/// Largest text message either side may send, in UTF-8 bytes (02 §8).
+/// Largest text message either side may send, in UTF-8 bytes (§D6).
 pub const MAX_MESSAGE_BYTES: usize = 262_144;
-/// Largest compact-JSON `args` of a `tools.call`, so the `tool_call` frame fits (03 §9.9).
+/// Largest compact-JSON `args` of a `tools.call`, so the `tool_call` frame fits (§C8.9).
 pub const MAX_ARGS_BYTES: usize = 261_120;
 
-/// Pre-claim timeout from TCP accept, in milliseconds (02 §8).
+/// Pre-claim timeout from TCP accept, in milliseconds (§D6).
 pub const PRE_CLAIM_TIMEOUT_MS: u64 = 10_000;
 /// Connections allowed in the pre-claim stage, per listener: the wss and the web listener each
-/// have a budget of this size (02 §8; issue #20 made it per listener). When it is full a newcomer
+/// have a budget of this size (§D6; issue #20 made it per listener). When it is full a newcomer
 /// evicts the oldest pending connection that has not sent its first frame (SECURITY.md).
 pub const MAX_PRECLAIM_CONNECTIONS: usize = 128;
 /// Pre-claim connections one non-loopback address may hold on the wss listener; the next one is
@@ -18,36 +18,36 @@ pub const MAX_PRECLAIM_PER_SOURCE: usize = 16;
 /// Pre-claim slots of the wss listener that non-loopback peers can never take (project decision,
 /// SECURITY.md): local apps and simulators get in without evicting anyone during a LAN flood.
 pub const PRECLAIM_LOOPBACK_RESERVE: usize = 16;
-/// Keepalive: missed pongs after which the daemon terminates the connection (02 §8).
+/// Keepalive: missed pongs after which the daemon terminates the connection (§D6).
 pub const MAX_MISSED_PONGS: u32 = 2;
-/// Time the daemon waits for the peer's close frame after sending its own (02 §8).
+/// Time the daemon waits for the peer's close frame after sending its own (§D6).
 pub const CLOSE_HANDSHAKE_WAIT_MS: u64 = 1_000;
 
-/// Default `keepaliveIntervalSeconds` (01 §5.2).
+/// Default `keepaliveIntervalSeconds` (§S2.2).
 pub const DEFAULT_KEEPALIVE_INTERVAL_S: u32 = 15;
-/// Default `graceSeconds` (01 §5.2).
+/// Default `graceSeconds` (§S2.2).
 pub const DEFAULT_GRACE_S: u32 = 600;
-/// Default `linkTtlSeconds` (01 §5.2).
+/// Default `linkTtlSeconds` (§S2.2).
 pub const DEFAULT_LINK_TTL_S: u32 = 300;
-/// Largest `ttlSeconds` of `link.create` (03 §9.4).
+/// Largest `ttlSeconds` of `link.create` (§C8.4).
 pub const MAX_LINK_TTL_S: u32 = 86_400;
-/// A link burns on this failed claim (02 §12).
+/// A link burns on this failed claim (§D9.5).
 pub const MAX_FAILED_CLAIMS: u32 = 5;
 /// Claimable (pending, unexpired) links one daemon holds at once; `link.create` beyond it fails
 /// `-32000 invalid_request` with `details.reason: "too_many_pending_links"` (project decision:
 /// what control clients ask the daemon to hold stays bounded).
 pub const MAX_PENDING_LINKS: usize = 1_024;
 
-/// Identifier length bounds, UTF-16 code units (02 §9.1).
+/// Identifier length bounds, UTF-16 code units (§D7.1).
 pub const MIN_IDENTIFIER_LEN: usize = 1;
 pub const MAX_IDENTIFIER_LEN: usize = 128;
-/// Free-text bound, UTF-16 code units (02 §9.1).
+/// Free-text bound, UTF-16 code units (§D7.1).
 pub const MAX_FREE_TEXT_LEN: usize = 4_096;
-/// Device field bound, UTF-16 code units (02 §9.1).
+/// Device field bound, UTF-16 code units (§D7.1).
 pub const MAX_DEVICE_FIELD_LEN: usize = 256;
-/// Tool name and group segment length (02 §10.1).
+/// Tool name and group segment length (§D8.1).
 pub const MAX_TOOL_NAME_LEN: usize = 64;
-/// Tools or events one registry may hold (02 §10.3).
+/// Tools or events one registry may hold (§D8.3).
 pub const MAX_REGISTRY_ENTRIES: usize = 2_048;
 
 /// Bytes one session's tool and event registries may hold together, counted as
@@ -60,30 +60,30 @@ pub const MAX_REGISTRY_ENTRIES: usize = 2_048;
 /// envelopes, under [`MAX_CONTROL_REPLY_BYTES`].
 pub const MAX_REGISTRY_BYTES: usize = 8 * 1_048_576;
 
-/// Call deadline default and clamp, milliseconds (02 §10.1, 04 §4).
+/// Call deadline default and clamp, milliseconds (§D8.1, §C10.3).
 pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 10_000;
 pub const MIN_CALL_TIMEOUT_MS: u64 = 1_000;
 pub const MAX_CALL_TIMEOUT_MS: u64 = 600_000;
-/// After a cancel, the daemon settles the call itself if the app stays silent (04 §6).
+/// After a cancel, the daemon settles the call itself if the app stays silent (§C10.6).
 pub const CANCEL_GRACE_MS: u64 = 2_000;
 
-/// Reconnect backoff: full jitter, base and ceiling in milliseconds (02 §16.3).
+/// Reconnect backoff: full jitter, base and ceiling in milliseconds (§D13.2).
 pub const BACKOFF_BASE_MS: u64 = 500;
 pub const BACKOFF_CAP_MS: u64 = 30_000;
 
-/// Random bytes of identifiers (02 §12).
+/// Random bytes of identifiers (§D9.5).
 pub const SESSION_ID_BYTES: usize = 12;
 pub const TOKEN_BYTES: usize = 32;
 pub const CALL_WIRE_ID_BYTES: usize = 16;
 
-/// Leaf certificate validity, back-dating and renewal threshold, seconds (02 §3.2).
+/// Leaf certificate validity, back-dating and renewal threshold, seconds (§D3.2).
 pub const LEAF_VALIDITY_S: u64 = 604_800;
 pub const LEAF_BACKDATE_S: u64 = 300;
 pub const LEAF_RENEW_BEFORE_S: u64 = 86_400;
 
-/// Control plane: inbound line cap in bytes, excluding the terminator (03 §3).
+/// Control plane: inbound line cap in bytes, excluding the terminator (§C2).
 pub const CONTROL_LINE_CAP_BYTES: usize = 1_048_576;
-/// Control plane: queued outbound bytes above which a subscriber is disconnected (03 §4.4).
+/// Control plane: queued outbound bytes above which a subscriber is disconnected (§C15).
 pub const SUBSCRIBER_BUFFER_CAP_BYTES: usize = 4_194_304;
 /// Control plane: `tools.call` requests one connection may have in flight; one more is answered
 /// at once `-32000 invalid_request` with `details.reason: "too_many_calls_in_flight"` and nothing
@@ -99,19 +99,19 @@ pub const MAX_QUOTED_METHOD_LEN: usize = 64;
 /// `-32000 invalid_request` with `details: {reason: "too_large", limit}`. A quarter of
 /// [`CLIENT_MIN_LINE_BYTES`], so every conforming client reads every reply.
 pub const MAX_CONTROL_REPLY_BYTES: usize = 16 * 1_048_576;
-/// Control plane: lines clients must accept (03 §3).
+/// Control plane: lines clients must accept (§C2).
 pub const CLIENT_MIN_LINE_BYTES: usize = 64 * 1_048_576;
-/// Control protocol spoken by this crate, and the oldest one the daemon serves (03 §9.1).
+/// Control protocol spoken by this crate, and the oldest one the daemon serves (§C8.1).
 pub const CONTROL_PROTOCOL: u32 = 1;
 pub const MIN_CONTROL_PROTOCOL: u32 = 1;
 
-/// Socket paths longer than this fail before bind or connect (03 §2.1).
+/// Socket paths longer than this fail before bind or connect (§C1.1).
 pub const MAX_SOCKET_PATH_BYTES: usize = 100;
-/// `tools.list` filter length, characters (03 §9.8).
+/// `tools.list` filter length, characters (§C8.8).
 pub const MAX_TOOLS_FILTER_LEN: usize = 256;
-/// Event name glob length, characters (03 §11.5).
+/// Event name glob length, characters (§C13.5).
 pub const MAX_GLOB_LEN: usize = 4_096;
-/// Open consent records, and their lifetime bounds in milliseconds (03 §9.14).
+/// Open consent records, and their lifetime bounds in milliseconds (§C8.14).
 pub const MAX_CONSENT_RECORDS: usize = 256;
 pub const DEFAULT_CONSENT_TTL_MS: u64 = 600_000;
 
@@ -121,5 +121,5 @@ pub const DEFAULT_CONSENT_TTL_MS: u64 = 600_000;
 /// line it writes well inside serde_json's default recursion limit of 128.
 pub const MAX_JSON_DEPTH: usize = 64;
 
-/// Largest integer every JSON implementation represents exactly (02 §1).
+/// Largest integer every JSON implementation represents exactly (§D1).
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;

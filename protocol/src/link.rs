@@ -1,8 +1,8 @@
-//! Deep links and web links (02 §5): the one composer the CLI and the MCP bridge share, so their
+//! Deep links and web links (§D5): the one composer the CLI and the MCP bridge share, so their
 //! links are byte-identical, and the parser the SDKs use.
 //!
 //! Links are handled as plain strings with a small, strict percent codec of their own: the
-//! rules of 02 §5.2 (a `+` stays a `+`, duplicates are errors, reading stops at `&`) differ
+//! rules of §D5.3 (a `+` stays a `+`, duplicates are errors, reading stops at `&`) differ
 //! from `application/x-www-form-urlencoded`, so a general URL crate would need overriding anyway.
 
 use base64::Engine as _;
@@ -19,10 +19,10 @@ pub const PAYLOAD_PARAM: &str = "appduct";
 pub const PIN_PARAM: &str = "pin";
 /// Longest deep-link scheme, in characters.
 pub const MAX_SCHEME_LEN: usize = 64;
-/// Schemes that would hand the link to a browser or a socket instead of the app (05 §5.1).
+/// Schemes that would hand the link to a browser or a socket instead of the app (§L5.1).
 const RESERVED_SCHEMES: [&str; 5] = ["http", "https", "file", "ws", "wss"];
 
-/// Why a deep-link scheme was refused (05 §5.1). Both messages start with the CLI's wording.
+/// Why a deep-link scheme was refused (§L5.1). Both messages start with the CLI's wording.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SchemeError {
@@ -68,7 +68,7 @@ pub enum ComposeError {
     PageUrl,
 }
 
-/// Composes a deep link (02 §5.1): `<scheme>:///?appduct=<payload>&pin=<pin>` for a native
+/// Composes a deep link (§D5.1): `<scheme>:///?appduct=<payload>&pin=<pin>` for a native
 /// link, `<scheme>:///?appduct=<payload>` (no pin) for a web-transport link.
 ///
 /// `payload` is the base64url text (`deepLinkPayload`); it is checked to decode, which also
@@ -99,7 +99,7 @@ pub fn compose_sealed_deep_link(scheme: &str, payload: &str) -> Result<String, C
     Ok(format!("{scheme}:///?{PAYLOAD_PARAM}={payload}"))
 }
 
-/// Composes a web link (02 §5.3): the page URL without its fragment, then `#appduct=<payload>`.
+/// Composes a web link (§D5.2): the page URL without its fragment, then `#appduct=<payload>`.
 pub fn compose_web_link(page_url: &str, payload: &str) -> Result<String, ComposeError> {
     if !is_http_url(page_url) {
         return Err(ComposeError::PageUrl);
@@ -109,7 +109,7 @@ pub fn compose_web_link(page_url: &str, payload: &str) -> Result<String, Compose
     Ok(format!("{page}#{PAYLOAD_PARAM}={payload}"))
 }
 
-/// The script that connects an already loaded page (02 §5.3, 05 §6.3):
+/// The script that connects an already loaded page (§D5.2, §L6.3):
 /// `window.__APPDUCT__.connect("<payload>")`. Base64url needs no escaping inside the quotes.
 pub fn web_script(payload: &str) -> Result<String, ComposeError> {
     bootstrap::decode(payload)?;
@@ -131,7 +131,7 @@ pub fn is_http_url(url: &str) -> bool {
         && !authority.is_empty()
 }
 
-/// A parse failure, with the wire codes of 02 §5.2 (also the SDKs' connect error codes).
+/// A parse failure, with the wire codes of §D5.3 (also the SDKs' connect error codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LinkError {
     #[error("invalid_url: not a link (bad percent escape, repeated parameter, or not a URL)")]
@@ -159,7 +159,7 @@ impl serde::Serialize for LinkError {
     }
 }
 
-/// A parsed link. Expiry is not checked (02 §5.2); callers use `decoded.is_expired(now)`.
+/// A parsed link. Expiry is not checked (§D5.3); callers use `decoded.is_expired(now)`.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct ParsedLink {
@@ -167,7 +167,7 @@ pub struct ParsedLink {
     pub payload: String,
     pub decoded: BootstrapPayload,
     /// The decoded `pin` value when it matches `^sha256/[A-Za-z0-9+/]{43}=$`; anything else is
-    /// treated as absent (02 §5.2).
+    /// treated as absent (§D5.3).
     pub pin: Option<SpkiPin>,
 }
 
@@ -182,7 +182,7 @@ impl std::fmt::Debug for ParsedLink {
     }
 }
 
-/// Parses a deep link (02 §5.2): the `appduct` and `pin` parameters of its query.
+/// Parses a deep link (§D5.3): the `appduct` and `pin` parameters of its query.
 ///
 /// Project decisions shared with the TypeScript SDK's parser: ASCII whitespace around the link
 /// is trimmed first ([`trim_link`]); a query or fragment with a bad percent escape or a repeated
@@ -193,14 +193,14 @@ pub fn parse(url: &str) -> Result<ParsedLink, LinkError> {
     finish(link.query)
 }
 
-/// Parses a web link (02 §5.3): the `appduct` parameter of the URL's fragment
+/// Parses a web link (§D5.2): the `appduct` parameter of the URL's fragment
 /// (`…#appduct=<payload>`, possibly among other fragment parameters). Same rules as [`parse`].
 pub fn parse_web_link(url: &str) -> Result<ParsedLink, LinkError> {
     let link = LinkParams::read(url)?;
     finish(link.fragment)
 }
 
-/// Parses what an SDK's `connect` accepts (07 §7.2): a bare base64url payload, a deep link, or
+/// Parses what an SDK's `connect` accepts (§T2): a bare base64url payload, a deep link, or
 /// a page URL carrying `#appduct=`, under the rules of [`parse`]. The TypeScript SDK's
 /// `parseLink` gives the same answer for every input.
 ///
@@ -293,7 +293,7 @@ fn finish_any(payload: String, pin: Option<String>) -> Result<AnyParsedLink, Lin
     }
 }
 
-/// True iff `url` is a URL whose query or fragment carries an `appduct` parameter (02 §5.2),
+/// True iff `url` is a URL whose query or fragment carries an `appduct` parameter (§D5.3),
 /// i.e. [`parse_connect_input`] will not answer `missing_payload`. Other defects of the link
 /// are left for the parse to report. Surrounding ASCII whitespace is trimmed, as in [`parse`].
 pub fn handle_url(url: &str) -> bool {
@@ -373,7 +373,7 @@ fn is_url_shaped(s: &str) -> bool {
     scheme_end(s).is_some() && !s.chars().any(|c| c.is_control() || c.is_whitespace())
 }
 
-/// The parameters of 02 §5.2 found in one query or fragment component, percent-decoded.
+/// The parameters of §D5.3 found in one query or fragment component, percent-decoded.
 struct Params {
     payload: Option<String>,
     pin: Option<String>,

@@ -1,5 +1,5 @@
 //! SPKI pins: `sha256/` + standard base64 (with padding) of the SHA-256 of a certificate's
-//! DER SubjectPublicKeyInfo (02 §3.3).
+//! DER SubjectPublicKeyInfo (§D3.3).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -71,7 +71,7 @@ impl SpkiPin {
         {
             return false;
         }
-        // The pattern is the whole rule (02 §5.2): a pin whose last character has non-zero
+        // The pattern is the whole rule (§D5.3): a pin whose last character has non-zero
         // unused bits is well-formed; it simply never equals a computed pin.
         true
     }

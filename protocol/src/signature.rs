@@ -1,11 +1,11 @@
-//! The one signature and summary renderer shared by the CLI and the MCP bridge (05 §7.5).
+//! The one signature and summary renderer shared by the CLI and the MCP bridge (§L7.5).
 //!
 //! Schemas come from apps and are never validated beyond being JSON, so every function here is
 //! total: whatever cannot be read renders as `...` or `unknown`. Recursion is bounded by the
 //! rules themselves (objects expand at most one level below a parameter or a root, arrays nest
 //! at most four deep), so no schema, however deep, can exhaust the stack.
 //!
-//! Cost is bounded too (project decisions on top of 05 §7.5, which only says the renderer never
+//! Cost is bounded too (project decisions on top of §L7.5, which only says the renderer never
 //! fails): a `type` array renders each distinct type once and at most
 //! [`MAX_TYPE_MEMBERS`] of them, then ` | …`, so a schema node is rendered at most once; and a
 //! signature is at most [`MAX_SIGNATURE_CHARS`] characters: once that many are written, the last
@@ -211,7 +211,7 @@ fn render_property_name(out: &mut Output, name: &str) {
     out.push(&text);
 }
 
-/// `T(schema)` of the table in 05 §7.5. `arrays` counts the arrays enclosing this schema.
+/// `T(schema)` of the table in §L7.5. `arrays` counts the arrays enclosing this schema.
 fn render_type(out: &mut Output, schema: &Value, expand: Expand, arrays: usize) {
     if out.full {
         return;
@@ -370,7 +370,7 @@ mod tests {
         )
     }
 
-    // --- The example table of 05 §7.5 ---
+    // --- The example table of §L7.5 ---
 
     #[test]
     fn spec_example_no_input_no_output() {
@@ -591,7 +591,7 @@ mod tests {
 
     #[test]
     fn const_literals_are_never_cut() {
-        // The 40-character cut of 05 §7.5 is for enum literals only.
+        // The 40-character cut of §L7.5 is for enum literals only.
         let long = "é".repeat(50);
         assert_eq!(param(json!({"const": long})), format!("t(p: \"{long}\")"));
         let object = json!({"const": {"k": "v".repeat(60), "n": [1, 2, 3]}});

@@ -1,4 +1,4 @@
-//! Shared value rules of the wire: string lengths in UTF-16 code units, JSON integers (02 §1)
+//! Shared value rules of the wire: string lengths in UTF-16 code units, JSON integers (§D1)
 //! and JSON nesting depth (`limits::MAX_JSON_DEPTH`). Every bound in frames and descriptors goes through these helpers so the Rust and
 //! TypeScript implementations count identically.
 
@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::limits::MAX_SAFE_INTEGER;
 
-/// Length of a wire string: its number of UTF-16 code units (02 §1).
+/// Length of a wire string: its number of UTF-16 code units (§D1).
 pub fn utf16_len(s: &str) -> usize {
     s.chars().map(char::len_utf16).sum()
 }
@@ -49,7 +49,7 @@ pub fn as_finite(v: &Value) -> Option<f64> {
     v.as_f64().filter(|f| f.is_finite())
 }
 
-/// Cuts `s` to at most `max` UTF-16 code units, never inside a surrogate pair (02 §16.7).
+/// Cuts `s` to at most `max` UTF-16 code units, never inside a surrogate pair (§D13.6).
 pub fn truncate_utf16(s: &str, max: usize) -> &str {
     let mut units = 0;
     for (idx, ch) in s.char_indices() {

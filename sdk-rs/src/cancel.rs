@@ -1,4 +1,4 @@
-//! The cancellation token a tool handler gets (07 §7.5.1 `signal`): fired once, with a reason.
+//! The cancellation token a tool handler gets (§T5.1 `signal`): fired once, with a reason.
 
 use std::sync::Arc;
 

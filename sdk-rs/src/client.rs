@@ -55,7 +55,7 @@ pub type HandlerFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> +
 /// A tool's implementation: `async |args, ctx| -> Result<Value, ToolError>`.
 ///
 /// `args` is the call's `args` object, or `null` for a tool without an input schema (which
-/// only ever receives `{}`, 07 §7.5.2). Without an output schema the handler must return
+/// only ever receives `{}`, §T5.2). Without an output schema the handler must return
 /// `null`; any other value is answered with `tool_output_validation_error`.
 pub trait ToolHandler: Send + Sync + 'static {
     fn call(&self, args: Value, ctx: CallContext) -> HandlerFuture;
@@ -71,7 +71,7 @@ where
     }
 }
 
-/// What a handler knows about its call (07 §7.5.1).
+/// What a handler knows about its call (§T5.1).
 #[derive(Clone)]
 pub struct CallContext {
     call_id: String,
@@ -140,7 +140,7 @@ impl CallContext {
         self.token.cancelled().await
     }
 
-    /// Best-effort `tool_call_progress` (02 §16.6): sent only while the call is in flight and
+    /// Best-effort `tool_call_progress` (§D13.5): sent only while the call is in flight and
     /// the socket is active; returns whether it went out. A non-finite `progress` is omitted
     /// and `message` is cut to 4096 UTF-16 code units.
     pub fn progress(&self, progress: Option<f64>, message: Option<&str>) -> bool {
@@ -160,7 +160,7 @@ impl CallContext {
 /// Why a client could not be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BuildError {
-    /// `Trust::Pin` with no pins is a configuration error (02 §3.4).
+    /// `Trust::Pin` with no pins is a configuration error (§D3.4).
     #[error("trust mode pin needs at least one pin")]
     EmptyPinSet,
     #[error("no tokio runtime: build the client inside one, or pass a handle with .runtime()")]
@@ -856,7 +856,7 @@ fn link_error(e: LinkError) -> ConnectError {
     }
 }
 
-/// IPv4-mapped IPv6 addresses travel as IPv4 (02 §4.4).
+/// IPv4-mapped IPv6 addresses travel as IPv4 (§D4.3).
 fn canonical_address(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(address, IpAddr::V4),
@@ -887,7 +887,7 @@ impl Client {
     }
 
     /// Validates `link` and starts the claim without waiting for it. Validation errors are
-    /// returned before anything touches a held session (02 §16.1): parse, pin rules,
+    /// returned before anything touches a held session (§D13.1): parse, pin rules,
     /// `allow_private_lan_only`, expiry.
     ///
     /// A sealed link (payload version `0x03`, issue #23) selects the sealed transport by itself;
@@ -1001,7 +1001,7 @@ impl Client {
         PendingConnect { rx }
     }
 
-    /// The pins a native connection trusts (02 §3.4): embedded pins win; in `link` mode the
+    /// The pins a native connection trusts (§D3.4): embedded pins win; in `link` mode the
     /// link's pin, with a warning each time, and no connection at all without one.
     fn native_pins(
         &self,
@@ -1023,7 +1023,7 @@ impl Client {
     }
 
     /// Starts a claim from an already decoded bootstrap. No link rule runs: the caller vouches
-    /// for the endpoint and pins (07 §7.2.1 `connectBootstrap`).
+    /// for the endpoint and pins (§T2.1 `connectBootstrap`).
     pub fn connect_bootstrap(&self, bootstrap: Bootstrap) -> PendingConnect {
         let (tx, rx) = oneshot::channel();
         self.shared.with_host(|host, _| {
@@ -1073,7 +1073,7 @@ impl Client {
         self.shared.with_host(|host, _| host.core.disconnect());
     }
 
-    /// App lifecycle (02 §16.5): leaving the foreground suspends a held session (close 1001
+    /// App lifecycle (§D13.4): leaving the foreground suspends a held session (close 1001
     /// `app_backgrounded`, no resume while in the background); returning resumes at once.
     pub fn set_foreground(&self, foreground: bool) {
         self.shared
@@ -1128,7 +1128,7 @@ impl Client {
 
     // --- tools and events ---------------------------------------------------------------------
 
-    /// Registers a tool from its wire descriptor (02 §10.1), validated before anything is
+    /// Registers a tool from its wire descriptor (§D8.1), validated before anything is
     /// committed or sent. Registering a name again replaces it.
     pub fn register_tool(
         &self,
@@ -1171,7 +1171,7 @@ impl Client {
         })
     }
 
-    /// Declares an event from its wire descriptor (02 §10.2). Advisory: the daemon never
+    /// Declares an event from its wire descriptor (§D8.2). Advisory: the daemon never
     /// checks posted events against it.
     pub fn declare_event(
         &self,

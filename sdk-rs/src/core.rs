@@ -1,4 +1,4 @@
-//! The session core: a sans-IO state machine for the app side of appduct v2 (02 §16).
+//! The session core: a sans-IO state machine for the app side of appduct v2 (§D13).
 //!
 //! The core owns every rule of the app side (claim, resume, backoff, grace, close
 //! classification, registries and their snapshots and deltas, call deadlines and cancels,
@@ -9,7 +9,7 @@
 //! deadlines: the driver calls [`Core::on_timeout`] once [`Core::poll_timeout`] has passed.
 //!
 //! The tokio [`crate::Client`] is one driver; the conformance runner is another, with a manual
-//! clock, which is what makes the session-scenario vectors (02 §18.4) deterministic.
+//! clock, which is what makes the session-scenario vectors (§D15) deterministic.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
@@ -58,7 +58,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// `wss://addr:port/` or `ws://addr:port/`, IPv6 literals bracketed (02 §16.1).
+    /// `wss://addr:port/` or `ws://addr:port/`, IPv6 literals bracketed (§D13.1).
     pub fn url(&self) -> String {
         let scheme = match self.transport {
             Transport::Native => "wss",
@@ -72,12 +72,12 @@ impl Endpoint {
 }
 
 /// A decoded bootstrap the core claims with. `token` is sent verbatim as
-/// `session_claim.token`; no link rule is checked here (07 §7.2.1 `connectBootstrap`).
+/// `session_claim.token`; no link rule is checked here (§T2.1 `connectBootstrap`).
 #[derive(Clone)]
 pub struct Bootstrap {
     pub session_id: String,
     pub token: String,
-    /// Unix seconds; a retry due at or after it gives up (02 §16.2).
+    /// Unix seconds; a retry due at or after it gives up (§D13.1).
     pub expires_at: u64,
     pub endpoint: Endpoint,
 }
@@ -96,7 +96,7 @@ impl fmt::Debug for Bootstrap {
 /// Why a connection never opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpenFailure {
-    /// The leaf's SPKI pin is not trusted: terminal, never retried (02 §3.4).
+    /// The leaf's SPKI pin is not trusted: terminal, never retried (§D3.4).
     PinMismatch,
     /// The sealed handshake failed (the daemon does not hold the link's key): terminal, never
     /// retried, like a pin mismatch.
@@ -115,7 +115,7 @@ pub struct CallStart {
     /// `args` of the `tool_call` frame as received.
     pub args: Map<String, Value>,
     /// Whether the tool declares an input schema. Without one, `args` is always empty and the
-    /// handler gets `null` (07 §7.5.2 gives `undefined`).
+    /// handler gets `null` (§T5.2 gives `undefined`).
     pub has_input_schema: bool,
     pub session_id: String,
     pub received_at_ms: u64,
@@ -181,7 +181,7 @@ struct Conn {
 #[derive(Debug, Default)]
 struct Attempts {
     conn: Option<Conn>,
-    /// Consecutive failed attempts since `connect` or the last ack (02 §16.3).
+    /// Consecutive failed attempts since `connect` or the last ack (§D13.2).
     attempt: u32,
     retry_at: Option<u64>,
 }
@@ -224,7 +224,7 @@ struct Held {
     keepalive: Option<Keepalive>,
 }
 
-// The resume token never reaches logs (02 §12).
+// The resume token never reaches logs (§D9.5).
 impl fmt::Debug for Held {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Held")
@@ -311,7 +311,7 @@ impl fmt::Debug for Core {
     }
 }
 
-/// Full-jitter backoff of 02 §16.3: `floor(r * min(30000, 500 * 2^a))`.
+/// Full-jitter backoff of §D13.2: `floor(r * min(30000, 500 * 2^a))`.
 pub fn backoff_delay_ms(attempt: u32, r: f64) -> u64 {
     let ceiling = BACKOFF_BASE_MS
         .checked_shl(attempt)
@@ -356,7 +356,7 @@ fn error_body(error_type: ToolErrorType, message: &str, details: Option<Value>) 
 
 impl Core {
     /// A fresh core in state `idle`, in the foreground. Device fields are cut to 256 UTF-16
-    /// code units and empty ones dropped (07 §7.7.3).
+    /// code units and empty ones dropped (§T7.3).
     pub fn new(device: DeviceInfo, random: Random) -> Self {
         Self {
             device: DeviceInfo::default()
@@ -473,7 +473,7 @@ impl Core {
         }
     }
 
-    /// Reports the state if it changed (02 §16.8: only changes are reported).
+    /// Reports the state if it changed (§D13.1: only changes are reported).
     fn sync_state(&mut self) {
         let state = self.derived_state();
         if state != self.reported {
@@ -492,7 +492,7 @@ impl Core {
         }));
     }
 
-    /// Encodes, size-checks (02 §16.7) and queues one frame.
+    /// Encodes, size-checks (§D13.6) and queues one frame.
     fn send(&mut self, conn: ConnId, frame: &AppFrame) -> Result<(), FrameTooLarge> {
         let text = frame.encode();
         check_outgoing_size(&text)?;
@@ -526,7 +526,7 @@ impl Core {
     // Connecting
     // -----------------------------------------------------------------------------------------
 
-    /// Starts a claim (07 §7.2.1 `connectBootstrap`). A held or claiming session is
+    /// Starts a claim (§T2.1 `connectBootstrap`). A held or claiming session is
     /// superseded: its connect fails with `superseded`, its calls abort with `closed`, its
     /// socket closes with 1000, and a held session is reported `lost` (`superseded`).
     pub fn connect_bootstrap(&mut self, target: Bootstrap) -> ConnectId {
@@ -704,7 +704,7 @@ impl Core {
     }
 
     /// One text message from the daemon. Unknown types and fields are ignored; a message that
-    /// is not a valid daemon frame is ignored too (07 §7.7.2).
+    /// is not a valid daemon frame is ignored too (§T7.2).
     pub fn on_text(&mut self, now: u64, conn: ConnId, text: &str) {
         if !self
             .attempts()
@@ -795,7 +795,7 @@ impl Core {
             }
         }
         // Both snapshots go out while the ack is handled, so a later registration is always a
-        // delta (02 §16.4).
+        // delta (§D13.3).
         self.send_snapshots(conn);
     }
 
@@ -831,7 +831,7 @@ impl Core {
         }
     }
 
-    /// Loss of the acked socket (02 §16.2): 1000 ends the session (`revoked`), 1008 ends it with
+    /// Loss of the acked socket (§D13.1): 1000 ends the session (`revoked`), 1008 ends it with
     /// the close reason, anything else suspends it and schedules a resume.
     fn lose_established(&mut self, now: u64, code: Option<u16>, reason: Option<&str>) {
         if code == Some(close::NORMAL) {
@@ -854,7 +854,7 @@ impl Core {
     }
 
     /// Arms the next retry after a failed attempt. A held session makes no attempt while in
-    /// the background (02 §16.5); a claim retries regardless.
+    /// the background (§D13.4); a claim retries regardless.
     fn schedule_retry(&mut self, now: u64) {
         let waits = match &self.mode {
             Mode::Claiming(_) => true,
@@ -896,7 +896,7 @@ impl Core {
         self.release(claim.tries.conn, close::NORMAL, closed_reason);
     }
 
-    /// The held session ends: state `closed`, then `lost`, then every call aborts (02 §16.2).
+    /// The held session ends: state `closed`, then `lost`, then every call aborts (§D13.1).
     fn end_session(&mut self, reason: &str, abort_reason: &str) {
         let Mode::Held(held) = std::mem::replace(
             &mut self.mode,
@@ -930,7 +930,7 @@ impl Core {
         }
     }
 
-    /// The app left (`false`) or returned to (`true`) the foreground (02 §16.5).
+    /// The app left (`false`) or returned to (`true`) the foreground (§D13.4).
     pub fn set_foreground(&mut self, now: u64, foreground: bool) {
         if foreground == self.foreground {
             return;
@@ -1033,7 +1033,7 @@ impl Core {
         });
     }
 
-    /// A ping unanswered by the next tick is a lost connection (02 §16.7).
+    /// A ping unanswered by the next tick is a lost connection (§D13.6).
     fn fire_keepalive(&mut self, now: u64) {
         let Mode::Held(h) = &mut self.mode else {
             return;
@@ -1089,7 +1089,7 @@ impl Core {
         let Some(session_id) = self.active().map(|h| h.session_id.clone()) else {
             return;
         };
-        // A second frame with an id in flight is ignored (07 §7.5.3).
+        // A second frame with an id in flight is ignored (§T5.3).
         if self.calls.contains_key(&call.id) {
             return;
         }
@@ -1182,7 +1182,7 @@ impl Core {
     }
 
     /// A handler finished. Sends its reply if the call is still in flight (not timed out,
-    /// cancelled or cut off by a socket loss); otherwise nothing is sent (02 §16.6).
+    /// cancelled or cut off by a socket loss); otherwise nothing is sent (§D13.5).
     pub fn call_finished(&mut self, id: &str, outcome: Result<Value, ToolError>) {
         let Some(call) = self.calls.remove(id) else {
             return;
@@ -1235,7 +1235,7 @@ impl Core {
         }
     }
 
-    /// Best-effort progress of a call in flight (02 §16.6). Returns whether a frame went out.
+    /// Best-effort progress of a call in flight (§D13.5). Returns whether a frame went out.
     /// A non-finite `progress` is omitted; `message` is cut to 4096 UTF-16 code units.
     pub fn progress(&mut self, id: &str, progress: Option<f64>, message: Option<&str>) -> bool {
         if !self.calls.contains_key(id) {
@@ -1307,7 +1307,7 @@ impl Core {
     }
 
     /// Declares (or replaces) a validated event. Deltas go only to a daemon whose last ack
-    /// carried `event_registry: true` (02 §16.4).
+    /// carried `event_registry: true` (§D13.3).
     pub fn declare_event(
         &mut self,
         event: EventDescriptor,
@@ -1345,9 +1345,9 @@ impl Core {
         true
     }
 
-    /// Sends `event {name, payload?, ts: now}` (07 §7.6). Dropped when not active; an invalid
+    /// Sends `event {name, payload?, ts: now}` (§T6). Dropped when not active; an invalid
     /// name or an encoded frame over 262144 bytes is refused, reported to the error listener,
-    /// and leaves the connection open (02 §16.7).
+    /// and leaves the connection open (§D13.6).
     pub fn post_event(
         &mut self,
         now: u64,

@@ -1,5 +1,5 @@
 //! `appduct-sdk`: the Rust SDK for apps (Tauri, Bevy, command-line tools) that expose tools to
-//! appduct (`shared/spec/01-architecture.md` §3.5, `02-device-protocol.md` §16).
+//! appduct (ARCHITECTURE.md#crates, §D16).
 //!
 //! - [`Client`] parses and validates a link, connects (`wss://` with the daemon's SPKI pin
 //!   checked inside the TLS handshake, before any frame; or loopback `ws://` for the web

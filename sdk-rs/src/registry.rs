@@ -1,5 +1,5 @@
 //! The app's tool and event registries: ordered by registration, keyed by name, with
-//! registration ids so a disposer only ever removes its own registration (07 §7.3.1).
+//! registration ids so a disposer only ever removes its own registration (§T3.1).
 
 use appduct_protocol::limits::MAX_REGISTRY_ENTRIES;
 
@@ -32,7 +32,7 @@ impl<D> Default for Registry<D> {
 
 impl<D> Registry<D> {
     /// Inserts or replaces `name`. Refused only when a new name would exceed 2048 entries
-    /// (02 §10.3); nothing changes then.
+    /// (§D8.3); nothing changes then.
     pub fn upsert(
         &mut self,
         id: RegistrationId,

@@ -1,4 +1,4 @@
-//! The raw-frame escape hatch for hostility tests (01 §3.5), behind the `testing` feature:
+//! The raw-frame escape hatch for hostility tests (ARCHITECTURE.md#crates), behind the `testing` feature:
 //! send any text or binary frame, close with any code, and, only when asked explicitly, skip
 //! the pin check. Nothing here is size-checked or validated.
 

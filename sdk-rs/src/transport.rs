@@ -1,4 +1,4 @@
-//! Opening device sockets (02 §2, §16.1): `wss://` over tokio-rustls with the SPKI pin checked
+//! Opening device sockets (§D2, §D13.1): `wss://` over tokio-rustls with the SPKI pin checked
 //! inside the TLS handshake, before the HTTP upgrade is written, loopback `ws://` for the web
 //! listener, and plain `ws://` to the wss port for the sealed transport (whose handshake is
 //! `crate::sealed`).

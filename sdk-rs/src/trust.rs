@@ -1,4 +1,4 @@
-//! App-side trust (02 §3.4): which pins a connection accepts, the private-LAN address rule,
+//! App-side trust (§D3.4): which pins a connection accepts, the private-LAN address rule,
 //! and the rustls verifier that accepts a server only by its leaf's SPKI pin.
 
 use std::net::IpAddr;
@@ -11,7 +11,7 @@ use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signat
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-/// How the app decides which daemon key to trust (02 §3.4).
+/// How the app decides which daemon key to trust (§D3.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trust {
     /// The build embeds a non-empty pin set; a link's `pin` is ignored.
@@ -20,7 +20,7 @@ pub enum Trust {
     Link,
 }
 
-/// `allowPrivateLanOnly` (02 §3.4): `10/8`, `172.16/12`, `192.168/16` or exactly `127.0.0.1`.
+/// `allowPrivateLanOnly` (§D3.4): `10/8`, `172.16/12`, `192.168/16` or exactly `127.0.0.1`.
 /// An IPv4-mapped IPv6 address is judged as the IPv4 address it maps.
 pub fn is_private_lan_address(address: IpAddr) -> bool {
     let v4 = match address {
@@ -38,7 +38,7 @@ pub fn is_private_lan_address(address: IpAddr) -> bool {
 }
 
 /// Accepts a server certificate only when the SPKI pin of the presented leaf is in the trusted
-/// set. Hostname, issuer, chain and validity dates are deliberately not consulted (02 §3.4);
+/// set. Hostname, issuer, chain and validity dates are deliberately not consulted (§D3.4);
 /// handshake signatures are still verified, so the peer must hold the pinned key.
 #[derive(Debug)]
 pub(crate) struct PinVerifier {

@@ -1,5 +1,5 @@
 //! What the SDK reports to the app: client states, session events, error reports, and the
-//! typed errors of its public calls (02 §16.8, 07 §7.5.4, §7.7.1).
+//! typed errors of its public calls (§D13.1, §T5.4, §T7.1).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -9,7 +9,7 @@ use appduct_protocol::descriptor::DescriptorError;
 use appduct_protocol::frames::{FrameTooLarge, ToolErrorType};
 use serde_json::Value;
 
-/// `closed` reasons the SDK itself produces (02 §16.8). A 1008 close reason from the daemon is
+/// `closed` reasons the SDK itself produces (§D13.1). A 1008 close reason from the daemon is
 /// reported verbatim next to these.
 pub mod reasons {
     pub const CLOSED_BY_APP: &str = "closed_by_app";
@@ -20,12 +20,12 @@ pub mod reasons {
     pub const PIN_MISMATCH: &str = "pin_mismatch";
     /// The sealed handshake failed (issue #23): the daemon does not hold the link's key.
     pub const HANDSHAKE_FAILED: &str = "handshake_failed";
-    /// Session `lost` reason when a new link replaced a held session (07 §7.7.2).
+    /// Session `lost` reason when a new link replaced a held session (§T7.2).
     pub const SUPERSEDED: &str = "superseded";
 }
 
 /// Abort reasons a handler's [`crate::CancellationToken`] may carry besides a daemon's
-/// `tool_cancel` reason (07 §7.5.1).
+/// `tool_cancel` reason (§T5.1).
 pub mod abort_reasons {
     /// The app-side deadline fired.
     pub const TIMEOUT: &str = "timeout";
@@ -35,7 +35,7 @@ pub mod abort_reasons {
     pub const CLOSED: &str = "closed";
 }
 
-/// Connection state of a client (02 §16.8). Reported only when it changes.
+/// Connection state of a client (§D13.1). Reported only when it changes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ClientState {
     /// Nothing connected yet.
@@ -88,7 +88,7 @@ pub struct SessionInfo {
     pub alias: String,
 }
 
-/// Session changes (07 §7.7.1 `sessionChange`).
+/// Session changes (§T7.1 `sessionChange`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionEvent {
     Claimed(SessionInfo),
@@ -110,7 +110,7 @@ impl SessionEvent {
     }
 }
 
-/// Where an error reported to the app's error listener happened (07 §7.7.1).
+/// Where an error reported to the app's error listener happened (§T7.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorPhase {
     Bootstrap,
@@ -138,7 +138,7 @@ pub enum ClientEvent {
     Error(ErrorReport),
 }
 
-/// The failure a tool handler returns; it becomes a `tool_error` frame (02 §9.3). The message
+/// The failure a tool handler returns; it becomes a `tool_error` frame (§D7.3). The message
 /// is cut to 4096 UTF-16 code units before sending.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{error_type}: {message}")]
@@ -202,7 +202,7 @@ pub enum EventError {
     NotActive,
     #[error("an event name must be 1 to 4096 UTF-16 code units long")]
     InvalidName,
-    /// The encoded frame is over 262144 bytes (02 §16.7).
+    /// The encoded frame is over 262144 bytes (§D13.6).
     #[error("{message}")]
     TooLarge {
         message: String,
@@ -210,7 +210,7 @@ pub enum EventError {
     },
 }
 
-/// Why `connect` failed (07 §7.5.4). Validation errors come before anything touches a held
+/// Why `connect` failed (§T5.4). Validation errors come before anything touches a held
 /// session; the others end a claim that started.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConnectError {
@@ -222,10 +222,10 @@ pub enum ConnectError {
     InvalidPayload(DecodeError),
     #[error("expired_payload: the link expired at {expires_at} (unix seconds)")]
     ExpiredPayload { expires_at: u64 },
-    /// Trust mode `link` and the link carries no well-formed pin (02 §3.4).
+    /// Trust mode `link` and the link carries no well-formed pin (§D3.4).
     #[error("missing_pin: a native connection needs a pin and the link carries none")]
     MissingPin,
-    /// `allow_private_lan_only` refused the payload's address (02 §3.4).
+    /// `allow_private_lan_only` refused the payload's address (§D3.4).
     #[error("address_not_allowed: {0} is not a private LAN address or 127.0.0.1")]
     AddressNotAllowed(IpAddr),
     #[error("unsupported_link: {0}")]
@@ -251,7 +251,7 @@ pub enum ConnectError {
 }
 
 impl ConnectError {
-    /// The code of 07 §7.5.4 (`invalid_url`, `missing_payload`, …, `connect_error`).
+    /// The code of §T5.4 (`invalid_url`, `missing_payload`, …, `connect_error`).
     pub fn code(&self) -> &'static str {
         match self {
             Self::InvalidUrl => "invalid_url",

@@ -1,6 +1,6 @@
 //! What several commands share: the selector positionals (clap) and the argument rules every
 //! command checks the same way (integers, selectors, globs, schemes, app ids, URLs), each
-//! producing the CLI's own `usage_error` (05 §2.3).
+//! producing the CLI's own `usage_error` (§L2.3).
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +20,7 @@ pub struct SelectorArgs {
     pub positionals: Vec<String>,
 }
 
-/// `[selector] <value>`: one positional is the value, two are selector and value (05 §2.3).
+/// `[selector] <value>`: one positional is the value, two are selector and value (§L2.3).
 #[derive(Debug, Args)]
 pub struct SelectorValueArgs {
     /// Optional session id or alias, then the required value (tool name or cursor)
@@ -32,7 +32,7 @@ pub struct SelectorValueArgs {
 pub const HUMAN_DEFAULT_LIMIT: u64 = 50;
 
 /// The page size a `tools ls` / `events ls` request used: the user's `--limit`, else 50 in
-/// human mode and none under `--json` (05 §7.1).
+/// human mode and none under `--json` (§L7.1).
 pub fn effective_limit(given: Option<u64>, json: bool) -> Option<u64> {
     given.or((!json).then_some(HUMAN_DEFAULT_LIMIT))
 }
@@ -67,7 +67,7 @@ pub fn int_in(flag: &str, raw: &str, min: u64, max: u64, rule: &str) -> Result<u
         })
 }
 
-/// `1..=2^53-1` (05 §2.3 "must be a positive integer").
+/// `1..=2^53-1` (§L2.3 "must be a positive integer").
 pub fn positive_int(flag: &str, raw: &str) -> Result<u64, CliError> {
     int_in(flag, raw, 1, MAX_SAFE_INTEGER, "a positive integer")
 }
@@ -100,7 +100,7 @@ pub fn selector(raw: String) -> Result<String, CliError> {
     }
 }
 
-/// The optional selector of a session-scoped command (05 §2.3).
+/// The optional selector of a session-scoped command (§L2.3).
 pub fn optional_selector(
     command: &str,
     positionals: Vec<String>,
@@ -111,7 +111,7 @@ pub fn optional_selector(
     positionals.into_iter().next().map(selector).transpose()
 }
 
-/// `[selector] <value>`: one positional is the value, two are selector and value (05 §2.3).
+/// `[selector] <value>`: one positional is the value, two are selector and value (§L2.3).
 pub fn selector_and_value(
     command: &str,
     value_name: &str,

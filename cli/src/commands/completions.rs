@@ -1,4 +1,4 @@
-//! `appduct completions <shell>` (05 §14): static completion scripts generated from the clap
+//! `appduct completions <shell>` (§L14): static completion scripts generated from the clap
 //! definition, so they always match the command tree.
 
 use clap::{Args, CommandFactory as _};

@@ -1,4 +1,4 @@
-//! `appduct doctor <artifact>` (05 §13): whether a built app carries the appduct native module.
+//! `appduct doctor <artifact>` (§L13): whether a built app carries the appduct native module.
 //!
 //! - Android (`.apk`, `.aab`): every `classes*.dex` (archive root, or `base/dex/` in a bundle)
 //!   is parsed and its type table searched for the marker class (`android-marker-class`,
@@ -51,7 +51,7 @@ pub struct DoctorArgs {
     pub assert_absent: bool,
 }
 
-/// `doctor` (05 §13).
+/// `doctor` (§L13).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DoctorRequest {
     pub artifact: PathBuf,
@@ -118,7 +118,7 @@ pub fn validate(a: DoctorArgs) -> Result<Command, CliError> {
     }))
 }
 
-/// The Android marker class, under either package name (05 §13).
+/// The Android marker class, under either package name (§L13).
 pub const ANDROID_MARKERS: [&[u8]; 2] = [
     b"Lcom/callstack/appduct/AppductNativeMarker;",
     b"Lcom/callstackincubator/appduct/AppductNativeMarker;",
@@ -328,7 +328,7 @@ pub fn inspect(path: &Path, format: ArtifactFormat) -> Result<Report, InspectErr
     })
 }
 
-/// The JSON `data` (05 §13); `assertion` only when one was asked for.
+/// The JSON `data` (§L13); `assertion` only when one was asked for.
 pub fn report_json(report: &Report, expect: Option<Expectation>, holds: Option<bool>) -> Value {
     let signals: Vec<Value> = report
         .signals
@@ -354,7 +354,7 @@ pub fn report_json(report: &Report, expect: Option<Expectation>, holds: Option<b
     data
 }
 
-/// The human block (05 §13).
+/// The human block (§L13).
 pub fn render_human(report: &Report, expect: Option<Expectation>) -> String {
     let table: Vec<Vec<String>> = report
         .signals
@@ -364,7 +364,7 @@ pub fn render_human(report: &Report, expect: Option<Expectation>) -> String {
                 if s.found { "found" } else { "missing" }.to_owned(),
                 s.name.to_owned(),
             ];
-            // Details name entries of the artifact, which the app's build chose (08 §4.13).
+            // Details name entries of the artifact, which the app's build chose (SECURITY.md §4.13).
             row.extend(s.detail.as_deref().map(render::clean_line));
             row
         })

@@ -1,4 +1,4 @@
-//! `appduct events ls | tail | since` (05 §8).
+//! `appduct events ls | tail | since` (§L8).
 
 use std::ffi::OsString;
 
@@ -211,7 +211,7 @@ pub async fn run_tail(
     }
 }
 
-/// `events ls` (05 §8.1). `name`, `limit` and `offset` are what the user gave.
+/// `events ls` (§L8.1). `name`, `limit` and `offset` are what the user gave.
 pub fn events_ls(
     result: &EventsListResult,
     alias: &str,
@@ -286,7 +286,7 @@ pub fn events_ls(
     Success::new(Value::Object(data), human)
 }
 
-/// The stderr notice of `events tail` before the first event (05 §8.2).
+/// The stderr notice of `events tail` before the first event (§L8.2).
 pub fn events_tail_notice(alias: Option<&str>) -> String {
     match alias {
         Some(alias) => format!(
@@ -297,7 +297,7 @@ pub fn events_tail_notice(alias: Option<&str>) -> String {
     }
 }
 
-/// One human line for an `app_event` (05 §8.2); `None` for other kinds.
+/// One human line for an `app_event` (§L8.2); `None` for other kinds.
 /// `2026-11-30T09:12:03Z  pixel-8  checkout_completed  {"orderId":"A-17"}`.
 pub fn event_line(n: &EventNotification, out: &Output) -> Option<String> {
     let EventData::AppEvent(data) = &n.data else {
@@ -305,7 +305,7 @@ pub fn event_line(n: &EventNotification, out: &Output) -> Option<String> {
     };
     let at = render::iso_seconds_from_unix_ms(i64::try_from(n.ts).unwrap_or(i64::MAX))
         .unwrap_or_else(|| n.ts.to_string());
-    // Alias, event name and payload are app-supplied (08 §4.13).
+    // Alias, event name and payload are app-supplied (SECURITY.md §4.13).
     let who = render::clean_line(
         n.alias
             .as_deref()
@@ -329,7 +329,7 @@ pub fn event_line(n: &EventNotification, out: &Output) -> Option<String> {
     ))
 }
 
-/// `events since` (05 §8.3): one envelope with `{events, cursor, dropped, remaining}`; human
+/// `events since` (§L8.3): one envelope with `{events, cursor, dropped, remaining}`; human
 /// event lines and a dim continuation note. `selector` is the one the user gave.
 pub fn events_since(r: &EventsSinceResult, selector: Option<&str>, out: &Output) -> Success {
     let mut human = String::new();

@@ -1,4 +1,4 @@
-//! `appduct init` (05 §10): records the project's deep-link scheme and app ids in
+//! `appduct init` (§L10): records the project's deep-link scheme and app ids in
 //! `<cwd>/.appduct/config.json`. Never contacts the daemon, never creates daemon files.
 
 use std::fs::{self, DirBuilder, Permissions};
@@ -58,7 +58,7 @@ impl PlatformArg {
     }
 }
 
-/// `init` (05 §10); values already checked against §5.1 and §5.2.
+/// `init` (§L10); values already checked against §L5.1 and §L5.2.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InitRequest {
     pub scheme: Option<String>,
@@ -392,7 +392,7 @@ fn io_error(path: &Path, e: &io::Error) -> CliError {
         .with_detail("path", path.display().to_string())
 }
 
-/// The MCP server entry, with the args array on one line as in 05 §10.
+/// The MCP server entry, with the args array on one line as in §L10.
 fn mcp_entry_text(scheme: &str) -> String {
     let args = ["mcp", "--scheme", scheme]
         .iter()

@@ -1,6 +1,6 @@
-//! `appduct keygen [--out <path>] [--force]` (05 §11): creates the daemon's host key without
+//! `appduct keygen [--out <path>] [--force]` (§L11): creates the daemon's host key without
 //! contacting the daemon. Generation and the pin come from the daemon's `tls` module, so the
-//! file is written exactly as the daemon would write it (02 §3.1).
+//! file is written exactly as the daemon would write it (§D3.1).
 
 use std::path::{Path, PathBuf};
 
@@ -28,7 +28,7 @@ pub struct KeygenArgs {
     pub force: bool,
 }
 
-/// `keygen` (05 §11).
+/// `keygen` (§L11).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeygenRequest {
     /// `--out`, made absolute.
@@ -111,7 +111,7 @@ fn default_key_path(globals: &Globals) -> Result<PathBuf, CliError> {
     Ok(path)
 }
 
-/// A key path whose directory does not exist is an argument error (05 §11).
+/// A key path whose directory does not exist is an argument error (§L11).
 fn require_parent(path: &Path, source: &str) -> Result<(), CliError> {
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,

@@ -1,4 +1,4 @@
-//! `appduct mcp [--scheme <scheme>]` (05 §12): the MCP bridge on stdio, on its own
+//! `appduct mcp [--scheme <scheme>]` (§L12): the MCP bridge on stdio, on its own
 //! current-thread runtime. The scheme is not validated here; an invalid one is reported at
 //! startup and the server still starts.
 
@@ -28,7 +28,7 @@ pub fn validate(a: McpArgs) -> Command {
 pub fn run(g: &Globals, scheme: Option<&String>) -> u8 {
     let dir = match g.state_dir() {
         Ok(dir) => dir,
-        // stdout stays JSON-RPC only and --json has no effect: stderr (05 §12).
+        // stdout stays JSON-RPC only and --json has no effect: stderr (§L12).
         Err(e) => {
             let flags = OutputFlags {
                 json: false,

@@ -1,4 +1,4 @@
-//! The commands of `appduct` (05 §1): one module per command or noun, each owning its clap
+//! The commands of `appduct` (§L1): one module per command or noun, each owning its clap
 //! arguments, their validation into a typed request, its run and its human/JSON view. This
 //! module holds the top-level clap tree, the validated [`Command`] and the dispatch table.
 //!
@@ -55,7 +55,7 @@ pub struct Cli {
     pub command: Option<TopCommand>,
 }
 
-/// Flags accepted before or after the command words (05 §2.1).
+/// Flags accepted before or after the command words (§L2.1).
 #[derive(Debug, Args)]
 pub struct GlobalArgs {
     /// Machine output: one JSON document per command (NDJSON for streams)
@@ -148,7 +148,7 @@ pub enum Command {
     Init(init::InitRequest),
     Keygen(keygen::KeygenRequest),
     /// `mcp`: the scheme is not validated here; an invalid one is reported at startup and the
-    /// server still starts (05 §12).
+    /// server still starts (§L12).
     Mcp {
         scheme: Option<String>,
     },
@@ -163,7 +163,7 @@ pub enum Command {
 }
 
 impl Command {
-    /// The noun and verb, as in `meta.command` (05 §3.4).
+    /// The noun and verb, as in `meta.command` (§L3.4).
     pub fn label(&self) -> &'static str {
         match self {
             Command::SessionsLs => "sessions ls",
@@ -189,7 +189,7 @@ impl Command {
         }
     }
 
-    /// Whether the command talks to (or hosts) the daemon (05 §2.4).
+    /// Whether the command talks to (or hosts) the daemon (§L2.4).
     pub fn uses_daemon(&self) -> bool {
         !matches!(
             self,
@@ -241,10 +241,10 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
 }
 
 /// The daemon-backed commands: `sessions *`, `tools *`, `events *`, `daemon *`, `playground`
-/// and `mcp` (05 §2.4), on a multi-thread tokio runtime, except `daemon run` and `mcp`, which
+/// and `mcp` (§L2.4), on a multi-thread tokio runtime, except `daemon run` and `mcp`, which
 /// run on a current-thread one (ARCHITECTURE.md: no cross-worker hand-offs per call; the bridge
 /// builds its own); `tools call`, `events tail` and `playground` handle SIGINT and SIGTERM
-/// themselves; every other command ends with exit 130 and no envelope when interrupted (05 §4).
+/// themselves; every other command ends with exit 130 and no envelope when interrupted (§L4).
 pub fn run_daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
     if let Command::Mcp { scheme } = &inv.command {
         return Ok(Reply::Done(mcp::run(&inv.globals, scheme.as_ref())));

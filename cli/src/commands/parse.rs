@@ -1,5 +1,5 @@
 //! Raw arguments in, a typed [`Invocation`] out, or the exact thing to print instead (help,
-//! version, a `usage_error`) (05 §1, §2.3). Clap's own errors, unknown words and bare nouns are
+//! version, a `usage_error`) (§L1, §L2.3). Clap's own errors, unknown words and bare nouns are
 //! mapped here; each command validates its own arguments (see `validate` in `commands/mod.rs`).
 //!
 //! Every argument rule is checked before anything contacts the daemon, so a wrong command line
@@ -16,7 +16,7 @@ use crate::error::CliError;
 use crate::globals::{Globals, RestartFlag};
 use crate::output::OutputFlags;
 
-/// The v2 top-level words and their replacements (05 §1).
+/// The v2 top-level words and their replacements (§L1).
 pub const REMOVED_WORDS: [(&str, &str); 4] = [
     ("ls", "sessions ls"),
     ("revoke", "sessions revoke"),
@@ -115,7 +115,7 @@ fn from_clap_error(err: clap::Error, args: &[OsString], flags: OutputFlags) -> E
 }
 
 /// A clap parse error as a `usage_error`: its first paragraph as one line, with the
-/// missing-value case phrased as "requires a value" (05 §2.3).
+/// missing-value case phrased as "requires a value" (§L2.3).
 fn clap_usage_error(err: &clap::Error, args: &[OsString]) -> CliError {
     let arg_name = match err.get(ContextKind::InvalidArg) {
         Some(ContextValue::String(s)) => Some(flag_name(s).to_owned()),

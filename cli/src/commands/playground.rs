@@ -1,5 +1,5 @@
-//! `appduct playground [--tour]`: the CLI's demo device (01 §3.5). An in-process app built on
-//! `appduct-sdk` that exposes exactly the playground contract of 07 §7.14 (tools `sum`,
+//! `appduct playground [--tour]`: the CLI's demo device (ARCHITECTURE.md#crates). An in-process app built on
+//! `appduct-sdk` that exposes exactly the playground contract of §T14 (tools `sum`,
 //! `call_count`, `reset_counter`, `slow_task`, `throwing_tool`; event `playground_ping`),
 //! connected through a native link over the daemon's real wss listener with the pin from
 //! `link.create` embedded (`Trust::Pin`), so the SPKI pin is checked before any frame.
@@ -50,9 +50,9 @@ pub fn validate(a: PlaygroundArgs) -> Command {
     Command::Playground { tour: a.tour }
 }
 
-/// The playground's event (07 §7.14.2).
+/// The playground's event (§T14.2).
 pub const PING_EVENT: &str = "playground_ping";
-/// Steps of `slow_task` (07 §7.14.1): 500 ms, then a progress report, three times.
+/// Steps of `slow_task` (§T14.1): 500 ms, then a progress report, three times.
 pub const SLOW_TASK_STEPS: [(f64, &str); 3] =
     [(0.33, "warming up"), (0.66, "almost there"), (1.0, "done")];
 pub const SLOW_TASK_STEP: Duration = Duration::from_millis(500);
@@ -68,7 +68,7 @@ fn count_schema() -> Value {
            "required": ["count"], "additionalProperties": false})
 }
 
-/// The five tool descriptors of 07 §7.14.1, in registration order, byte for byte.
+/// The five tool descriptors of §T14.1, in registration order, byte for byte.
 pub fn tool_descriptors() -> Vec<Value> {
     vec![
         json!({
@@ -114,7 +114,7 @@ pub fn tool_descriptors() -> Vec<Value> {
     ]
 }
 
-/// The `playground_ping` declaration (07 §7.14.2).
+/// The `playground_ping` declaration (§T14.2).
 pub fn ping_descriptor() -> Value {
     json!({
         "name": PING_EVENT,

@@ -636,7 +636,7 @@ fn human_limit_default() {
     assert_eq!(effective_limit(Some(3), true), Some(3));
 }
 
-// 08 §4.13: app-supplied strings reach human output without control characters.
+// SECURITY.md §4.13: app-supplied strings reach human output without control characters.
 
 const HOSTILE: &str = "x\u{1b}]0;t\u{7} \u{1b}[2J \u{9b}2J\u{7f}";
 

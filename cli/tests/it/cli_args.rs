@@ -1,5 +1,5 @@
 //! The built `appduct` binary: help, version, argument errors, removed words, the output
-//! contract of failures, `keygen` and `completions` (05 §15). Every run uses its own short
+//! contract of failures, `keygen` and `completions` (§L15). Every run uses its own short
 //! state dir under /tmp and a scrubbed environment; argument errors must leave that state dir
 //! untouched (no daemon spawned, no socket).
 
@@ -137,7 +137,7 @@ fn version_prints_name_and_version() {
     }
 }
 
-/// The argument errors of 05 §15 (and a few more of §2.3, §6–§8).
+/// The argument errors of §L15 (and a few more of §L2.3, §L6–§L8).
 const ARGUMENT_ERRORS: &[&[&str]] = &[
     &["tools", "ls", "--limit", "0"],
     &["tools", "ls", "--limit", "-1"],
@@ -473,7 +473,7 @@ fn colour_only_on_a_terminal_without_no_color() {
     let sb = sandbox();
     let red = "\x1b[1;31mCommand failed\x1b[0m";
     assert!(usage_error_on_a_terminal(&sb, None, None).contains(red));
-    // An empty NO_COLOR does not disable colour (05 §2.2).
+    // An empty NO_COLOR does not disable colour (§L2.2).
     assert!(usage_error_on_a_terminal(&sb, None, Some("")).contains(red));
     for (flag, env) in [(Some("--no-color"), None), (None, Some("1"))] {
         let text = usage_error_on_a_terminal(&sb, flag, env);

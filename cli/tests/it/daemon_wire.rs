@@ -1,4 +1,4 @@
-//! The built binary against real daemons (05 §6, §9, 01 §6): `daemon run | start | stop |
+//! The built binary against real daemons (§L6, §L9, §S3): `daemon run | start | stop |
 //! status`, `sessions ls | revoke | link`, and link delivery through fake `adb` / `xcrun`
 //! executables first on PATH.
 
@@ -98,7 +98,7 @@ fn a_second_signal_during_daemon_run_teardown_exits_130() {
     });
 
     // A device that cannot answer the close handshake holds teardown step 3 open for up to
-    // 1 s (01 §6.6): the playground, stopped with SIGSTOP once connected.
+    // 1 s (§S3.6): the playground, stopped with SIGSTOP once connected.
     let pg = Playground::start(&sb);
     let device = pg.child.id();
     signal(device, "STOP");

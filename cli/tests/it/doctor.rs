@@ -1,4 +1,4 @@
-//! `appduct doctor <artifact>` (05 §13) against the built binary, with `.apk`, `.aab`, `.ipa`
+//! `appduct doctor <artifact>` (§L13) against the built binary, with `.apk`, `.aab`, `.ipa`
 //! and `.app` artifacts built on the fly: each signal found and missing, assertions both ways,
 //! wrong and unsupported inputs, and corrupt or hostile archives that must exit 66 — never be
 //! reported as absent. The zip reader's own caps are exercised through its library API.
@@ -222,7 +222,7 @@ fn aab_dex_files_live_in_base_dex() {
         signal(&data, "android-marker-class")["detail"],
         "found in base/dex/classes2.dex"
     );
-    // An .aab with dex files only at the root has nothing to scan where the spec looks.
+    // An .aab with dex files only at the root has nothing to scan where the doctor looks.
     write(
         &sb,
         "rooted.aab",

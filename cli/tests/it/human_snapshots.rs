@@ -1,11 +1,11 @@
 //! Snapshots (insta) of the human renderings of the built binary against a real daemon and the
-//! playground device (05 §6.1, §7.1–§7.3, §8.1, §9.4, §3.3): `sessions ls`, `tools ls` (grouped,
+//! playground device (§L6.1, §L7.1–§L7.3, §L8.1, §L9.4, §L3.3): `sessions ls`, `tools ls` (grouped,
 //! with policy tags, and `--groups`), `tools describe`, `tools call` results and failures,
 //! `events ls` and `daemon status`. Always `--no-color`; nothing depends on the terminal width.
 //!
 //! What a run cannot fix — the session id, pid, ports, pin, detected address, version, start
 //! time, ages, durations and the temporary state dir — is redacted to a placeholder before the
-//! comparison (no RNG or clock seam reaches a separate process; 01 §9.1). Snapshots live in
+//! comparison (no RNG or clock seam reaches a separate process; ARCHITECTURE.md#test-layers). Snapshots live in
 //! `tests/snapshots/`; under `CI` insta never writes them, so a difference fails the run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,5 +1,5 @@
 //! The CLI and the MCP bridge produce byte-identical deep links, and run identical delivery
-//! argument vectors, for the same inputs (02 §5.1, §7): `sessions link` (its planning and
+//! argument vectors, for the same inputs (§D5.1, §L6.4): `sessions link` (its planning and
 //! minting code) and `appduct_connect` (through an MCP client) against the fake daemon
 //! (`appduct_daemon::testing`), whose `link.create` always answers the same link, with the same
 //! scripted `adb` / `xcrun`.

@@ -1,4 +1,4 @@
-//! The built `appduct mcp` host at the process level (06 §6.14, §6.15, 05 §12): signals during
+//! The built `appduct mcp` host at the process level (§M14, §M15, §L12): signals during
 //! startup, early errors kept off stdout, and the startup diagnostics on stderr.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

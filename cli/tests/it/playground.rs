@@ -1,7 +1,7 @@
 //! `appduct playground` and the commands that need an app, against the built binary: the
 //! playground device connects over the daemon's real wss listener, a second client lists,
 //! describes and calls its tools, tails its events, snapshots its surface, and interrupts
-//! calls (05 §7, §8, 07 §7.14).
+//! calls (§L7, §L8, §T14).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -273,7 +273,7 @@ fn the_tools_snapshot_guard_fails_both_ways() {
     let file = sb.cwd().join("tools.snapshot.json");
     sb.ok(&["tools", "snapshot", "--write", "tools.snapshot.json"]);
     let text = std::fs::read_to_string(&file).unwrap();
-    // The canonical document of the playground contract (05 §7.4).
+    // The canonical document of the playground contract (§L7.4).
     insta::assert_snapshot!("playground_tools_snapshot", text);
     let written: Value = serde_json::from_str(&text).unwrap();
     let check = |doc: &Value| {

@@ -1,4 +1,4 @@
-//! SEC-40 at the command line (08 §4.9, 05 §6.3): `sessions link --open` refuses the hostile
+//! SEC-40 at the command line (SECURITY.md §4.9, §L6.3): `sessions link --open` refuses the hostile
 //! app ids `-x`, `a;rm -rf ~`, `a b` and `a'b` (and hostile device ids) with exit 64 before any
 //! delivery tool runs and before `link.create`: no link is pending afterwards.
 #![allow(clippy::unwrap_used)]

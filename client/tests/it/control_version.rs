@@ -1,4 +1,4 @@
-//! The version-drift decision of 03 §12 / 01 §7, row by row, and semver precedence.
+//! The version-drift decision of §C7 / §C7, row by row, and semver precedence.
 #![allow(clippy::unwrap_used)]
 
 use std::cmp::Ordering;

@@ -1,4 +1,4 @@
-//! Injection-safe delivery helpers (08 §4.9, 02 §7, 05 §6.3): every external command is an
+//! Injection-safe delivery helpers (SECURITY.md §4.9, §L6.4, §L6.3): every external command is an
 //! argument vector for `adb` or `xcrun`, never a shell (SEC-41), and hostile app ids, serials
 //! and UDIDs are refused before any command runs (SEC-40, helper level; the CLI-level proof
 //! that nothing is minted is `cli/tests/security_delivery.rs`).
@@ -92,7 +92,7 @@ fn assert_no_shell(argv: &[Vec<String>]) {
 #[tokio::test]
 async fn sec_41_every_target_runs_argv_vectors_and_never_a_shell() {
     // android: detection, `adb reverse`, then `am start` with the link single-quoted for the
-    // device shell (the only string that reaches a shell, 08 §4.9).
+    // device shell (the only string that reaches a shell, SECURITY.md §4.9).
     let tools = FakeTools::default();
     let serial = delivery::detect(&tools, DeviceTarget::Android, None)
         .await

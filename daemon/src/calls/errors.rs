@@ -1,5 +1,5 @@
 //! The errors the calls module builds itself, with the exact messages and `details` of
-//! 04 §3, §4.2, §6.2 and §8. App errors pass through verbatim and are not built here.
+//! §C10.1, §C10.3, §C10.6 and §C10.7. App errors pass through verbatim and are not built here.
 
 use appduct_protocol::control::SuspendReason;
 use appduct_protocol::errors::ErrorType;
@@ -14,7 +14,7 @@ fn quoted(name: &str) -> String {
     Value::String(name.to_owned()).to_string()
 }
 
-/// The session-suspended message of 04 §3 step 4 (also used for §8.1 suspensions).
+/// The session-suspended message of §C10.1 step 4 (also used for §D12.4 suspensions).
 fn suspended_message(alias: &str, reason: SuspendReason) -> String {
     match reason {
         SuspendReason::AppBackgrounded => format!(
@@ -68,7 +68,7 @@ pub fn session_not_active(session_id: &str, alias: &str) -> ErrorObject {
     .with_details(json!({"sessionId": session_id, "alias": alias}))
 }
 
-/// Step 8: a `tool_call` frame over 262144 bytes is never written (02 §9.4).
+/// Step 8: a `tool_call` frame over 262144 bytes is never written (§D7.5).
 pub fn frame_too_large(bytes: usize) -> ErrorObject {
     ErrorObject::application(
         ErrorType::InvalidRequest,
@@ -80,7 +80,7 @@ pub fn frame_too_large(bytes: usize) -> ErrorObject {
     .with_details(json!({"maxMessageBytes": limits::MAX_MESSAGE_BYTES}))
 }
 
-/// §4.2: the daemon's deadline passed with no cancel requested.
+/// §C10.3: the daemon's deadline passed with no cancel requested.
 pub fn tool_timeout(name: &str, alias: &str, deadline_ms: u64) -> ErrorObject {
     ErrorObject::application(
         ErrorType::ToolTimeout,
@@ -92,7 +92,7 @@ pub fn tool_timeout(name: &str, alias: &str, deadline_ms: u64) -> ErrorObject {
     .with_details(json!({ "deadlineMs": deadline_ms }))
 }
 
-/// §6.2: the cancel grace or the deadline ended a cancelled call, or a cancel stopped the call
+/// §C10.6: the cancel grace or the deadline ended a cancelled call, or a cancel stopped the call
 /// before its frame was sent.
 pub fn cancelled_by_daemon(name: &str, alias: &str, reason: &str) -> ErrorObject {
     ErrorObject::application(
@@ -105,13 +105,13 @@ pub fn cancelled_by_daemon(name: &str, alias: &str, reason: &str) -> ErrorObject
     .with_details(json!({"reason": reason, "settledBy": "daemon"}))
 }
 
-/// §8.2: shutdown step 2 (and any straggler the engine reports at T18).
+/// §C8.3: shutdown step 2 (and any straggler the engine reports at T18).
 pub fn daemon_shutdown() -> ErrorObject {
     ErrorObject::application(ErrorType::SessionNotActive, "The daemon is shutting down")
         .with_details(json!({"reason": "daemon_shutdown"}))
 }
 
-/// §8.1: what a transition of the call's session makes of it.
+/// §D12.4: what a transition of the call's session makes of it.
 pub fn session_ended(why: CallsEnded, session_id: &str, alias: &str) -> ErrorObject {
     match why {
         CallsEnded::Suspended(reason) => session_suspended(session_id, alias, reason),

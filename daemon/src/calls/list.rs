@@ -1,4 +1,4 @@
-//! `tools.list` semantics (03 §9.8) as pure functions over a registry, so every rule is tested
+//! `tools.list` semantics (§C8.8) as pure functions over a registry, so every rule is tested
 //! without a daemon: group narrowing, the case-insensitive filter, code-point order, paging and
 //! the `groups` tree.
 
@@ -74,7 +74,7 @@ pub fn group_totals(tools: &[ToolDescriptor]) -> Vec<GroupTotal> {
     rows
 }
 
-/// Steps 2–6 of 03 §9.8 over `registry` (the session's current tools, in any order).
+/// Steps 2–6 of §C8.8 over `registry` (the session's current tools, in any order).
 /// `policy` gives each listed entry its effective decision. The page also ends before its
 /// entries pass [`PAGE_ITEM_BYTES`] of JSON (see [`list_tools_within`]).
 pub fn list_tools(

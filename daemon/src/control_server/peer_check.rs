@@ -1,8 +1,8 @@
-//! The peer check of the control socket (03 §2.2): who may talk to the daemon.
+//! The peer check of the control socket (§C1.1): who may talk to the daemon.
 
 use std::fmt;
 
-/// Decides whether a control-socket peer may talk to the daemon (03 §2.2).
+/// Decides whether a control-socket peer may talk to the daemon (§C1.1).
 pub trait PeerCheck: Send + Sync + fmt::Debug {
     /// `peer_euid` is `None` when the platform could not report it; that must be refused.
     fn allow(&self, peer_euid: Option<u32>) -> bool;

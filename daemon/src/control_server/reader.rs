@@ -1,7 +1,7 @@
 //! The request side of one control connection: reads from the socket into the line framer,
 //! holding little memory while the connection is idle (issue #20 defect 6).
 //!
-//! The daemon accepts any number of control connections (03 §2.3) and closes none for being
+//! The daemon accepts any number of control connections (§C1.2) and closes none for being
 //! idle (a client may keep one connection for many requests, the MCP bridge does), so what an
 //! idle connection holds is what a same-user client can multiply. Reads start at
 //! [`MIN_READ_BYTES`] and double while they fill the buffer, up to [`MAX_READ_BYTES`]; once no
@@ -31,7 +31,7 @@ pub(crate) struct RequestReader {
 }
 
 impl RequestReader {
-    /// `line_cap`: the longest request line accepted (03 §3).
+    /// `line_cap`: the longest request line accepted (§C2).
     pub(crate) fn new(line_cap: usize) -> Self {
         Self {
             framer: LineBuffer::new(line_cap),

@@ -1,4 +1,4 @@
-//! Session aliases (02 §13): a slug of the claimed `device_model`, unique among live sessions.
+//! Session aliases (§D9.6): a slug of the claimed `device_model`, unique among live sessions.
 
 /// Longest slug before a collision suffix.
 const MAX_SLUG_LEN: usize = 64;

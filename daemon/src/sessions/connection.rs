@@ -1,4 +1,4 @@
-//! One device connection from accept to close (02 §8, §9.5, §11): the pre-claim stage with its
+//! One device connection from accept to close (§D6, §D6.2, §D9): the pre-claim stage with its
 //! deadline, claim or resume, then the acked stage with keepalive, frame handling and every way
 //! the socket can end. Session state changes go through [`Inner`], under the engine lock.
 
@@ -115,7 +115,7 @@ async fn send_close(sender: &DeviceSender, reason: CloseReason) {
 }
 
 /// Sends a close frame, then waits at most [`CLOSE_WAIT`] for the peer's close before the
-/// connection is dropped (02 §8).
+/// connection is dropped (§D6).
 async fn close_and_drain(
     sender: &DeviceSender,
     receiver: &mut DeviceReceiver,
@@ -136,7 +136,7 @@ async fn drain(sender: &DeviceSender, receiver: &mut DeviceReceiver) {
 }
 
 impl Connection {
-    /// 02 §8: an internal fault closes the connection `1011 internal_error` and is treated as
+    /// §D6: an internal fault closes the connection `1011 internal_error` and is treated as
     /// socket loss (T10 for the session it holds, if any).
     async fn fault(&mut self) {
         tracing::error!(
@@ -270,7 +270,7 @@ impl Connection {
                     if awaiting_pong {
                         missed += 1;
                         if missed >= MAX_MISSED_PONGS {
-                            // No close frame: the peer is not answering anyway (02 §8).
+                            // No close frame: the peer is not answering anyway (§D6).
                             self.sender.terminate();
                             self.suspend(session_id, SuspendReason::ConnectionLost);
                             return;

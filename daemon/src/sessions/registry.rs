@@ -1,4 +1,4 @@
-//! A session's tool or event registry (02 §10): entries kept sorted by name in one vector.
+//! A session's tool or event registry (§D8): entries kept sorted by name in one vector.
 //!
 //! A daemon holds thousands of registries, mostly idle: a sorted vector stores each name once
 //! (inside its entry) and no tree nodes, and a lookup is a binary search.

@@ -1,4 +1,4 @@
-//! The engine's state transitions under its lock (02 §11.3, §11.4, §9.5 step 7, T6, T8, T10,
+//! The engine's state transitions under its lock (§D9.3, §D9.4, §D6.2 step 7, T6, T8, T10,
 //! T16): claim, resume, applying frames, suspension, and the link and grace timers' effects.
 
 use std::sync::{Arc, MutexGuard, PoisonError};
@@ -42,7 +42,7 @@ fn ack_text(session_id: &str, alias: &str, token: &ResumeToken, options: &Engine
 }
 
 /// The close for a registry frame that would take the session past [`MAX_REGISTRY_BYTES`]; the
-/// close reason is the spec's `invalid_registry`, the log names the cap.
+/// close reason is the protocol's `invalid_registry`, the log names the cap.
 fn registry_too_large(session_id: &str) -> CloseReason {
     tracing::warn!(
         %session_id,
@@ -111,7 +111,7 @@ impl Inner {
         self.conn_ended.notify_waiters();
     }
 
-    /// The claim algorithm (02 §11.3). On success the ack is queued, the session is live and
+    /// The claim algorithm (§D9.3). On success the ack is queued, the session is live and
     /// `session_claimed` is emitted; the session id is returned.
     pub(super) fn claim(
         &self,
@@ -217,7 +217,7 @@ impl Inner {
         }
     }
 
-    /// The resume algorithm (02 §11.4): T11 or T12, or a close for T13/T14/unknown ids.
+    /// The resume algorithm (§D9.4): T11 or T12, or a close for T13/T14/unknown ids.
     pub(super) fn resume(
         &self,
         conn: u64,
@@ -280,7 +280,7 @@ impl Inner {
         Ok(id.to_owned())
     }
 
-    /// Step 7 of 02 §9.5 for a frame from connection `conn`. Frames from a connection that no
+    /// Step 7 of §D6.2 for a frame from connection `conn`. Frames from a connection that no
     /// longer holds the session are dropped. `Err` is the close to send.
     pub(super) fn apply(
         &self,
@@ -349,7 +349,7 @@ impl Inner {
             AppFrame::ToolError(f) => self.call_frame(session_id, CallFrame::Error(f)),
             AppFrame::ToolCallProgress(f) => self.call_frame(session_id, CallFrame::Progress(f)),
             AppFrame::Event(event) => {
-                // Names and payloads are never checked against declarations (02 §9.5).
+                // Names and payloads are never checked against declarations (§D6.2).
                 self.bus.emit_app_event(
                     session_id,
                     alias,

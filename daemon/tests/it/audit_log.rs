@@ -1,4 +1,4 @@
-//! The audit log (04 §9): record shape, day files, modes, write failures, flush, retention and
+//! The audit log (§C12): record shape, day files, modes, write failures, flush, retention and
 //! status.
 #![allow(clippy::unwrap_used)]
 

@@ -1,4 +1,4 @@
-//! Deadlines and cancellation on a paused clock (04 §4, §6; 03 §9.10): the daemon's timer and
+//! Deadlines and cancellation on a paused clock (§C10.3, §C10.6; §C8.10): the daemon's timer and
 //! its `tool_cancel` with reason `timeout`, the cancel grace, repeated cancels, the race with a
 //! result, and the connection-close path.
 
@@ -347,7 +347,7 @@ async fn closing_the_issuing_connection_cancels_with_connection_closed() {
     f.stop().await;
 }
 
-/// A cancel recorded before the `tool_call` frame is written (04 §6.2): the device queue holds
+/// A cancel recorded before the `tool_call` frame is written (§C10.6): the device queue holds
 /// 64 frames and the app reads none, so the 65th call waits for room. The cancel answers
 /// `true` at once, the write stops, the call settles `tool_cancelled` by the daemon, and no
 /// frame of it ever reaches the app.
@@ -393,7 +393,7 @@ async fn a_cancel_before_the_frame_is_written_stops_the_write() {
     f.stop().await;
 }
 
-/// The same when the issuing connection closes during the blocked write (04 §6.1): the call
+/// The same when the issuing connection closes during the blocked write (§C10.6): the call
 /// settles `tool_cancelled` (reason `connection_closed`), audited, and its frame is never sent.
 #[tokio::test]
 async fn closing_the_issuer_during_a_blocked_write_sends_no_frame() {
@@ -422,7 +422,7 @@ async fn closing_the_issuer_during_a_blocked_write_sends_no_frame() {
     f.stop().await;
 }
 
-/// 03 §9.10: `tools.cancel` returns immediately even when the app's queue is full; its
+/// §C8.10: `tools.cancel` returns immediately even when the app's queue is full; its
 /// `tool_cancel` follows the queued frames, and the cancel grace runs from when it was queued.
 #[tokio::test(start_paused = true)]
 async fn tools_cancel_answers_at_once_while_the_device_queue_is_full() {
@@ -460,7 +460,7 @@ async fn tools_cancel_answers_at_once_while_the_device_queue_is_full() {
     f.stop().await;
 }
 
-/// 04 §3 step 8, §4.3: a `tool_call` the app never makes room for is given up at the
+/// §C10.1 step 8, §C10.3: a `tool_call` the app never makes room for is given up at the
 /// effective deadline: `session_not_active` with `{sessionId, alias}`, audited, no
 /// `tool_call_started`, and the frame is never sent.
 #[tokio::test(start_paused = true)]
@@ -499,7 +499,7 @@ async fn a_write_the_app_never_makes_room_for_ends_at_the_deadline() {
     f.stop().await;
 }
 
-/// 03 §9.10, 04 §6.2: a cancel whose `tool_cancel` could not be queued is not left recorded
+/// §C8.10, §C10.6: a cancel whose `tool_cancel` could not be queued is not left recorded
 /// as requested, so a later `tools.cancel` answers from the facts (`false`: no usable socket)
 /// rather than "already under way". The window: the app broke the protocol while its queue
 /// was full, so the daemon's close waits for room (at most 1 s) with the socket already

@@ -1,5 +1,5 @@
-//! The `tools.call` pipeline against the composed daemon and in-memory devices (04 §3, §5;
-//! 03 §9.9, §10): the round trip, exact correlation by callId and wire id, concurrent calls,
+//! The `tools.call` pipeline against the composed daemon and in-memory devices (§C10.1, §C10.5;
+//! §C8.9, §C10.2): the round trip, exact correlation by callId and wire id, concurrent calls,
 //! progress ordering, app errors verbatim, and every step's failure with its audit and frame
 //! behaviour.
 
@@ -75,7 +75,7 @@ async fn a_call_round_trips_with_its_call_id_and_is_audited_and_emitted() {
     );
     assert_eq!(record["callId"], wire_id.as_str());
     assert_eq!(record["tool"], "echo");
-    // The second vector of 04 §9.4.
+    // The second vector of §C12.2.
     assert_eq!(
         record["argsSha256"],
         "02172be57d57ea7b7494626b319ee00bdef9f61503b51b3c24bacb0032a3898e"
@@ -101,7 +101,7 @@ async fn raw_arguments_never_reach_the_audit_log_or_events_log() {
     let response = f.wire.response(1).await;
     // `null` results pass through verbatim.
     assert_eq!(response["result"]["result"], Value::Null);
-    // An omitted `args` is `{}`: the first vector of 04 §9.4.
+    // An omitted `args` is `{}`: the first vector of §C12.2.
     f.wire.send(2, "tools.call", json!({"name": "echo"})).await;
     let (wire_id, frame) = f.device.tool_call().await;
     assert_eq!(frame["args"], json!({}));
@@ -121,7 +121,7 @@ async fn raw_arguments_never_reach_the_audit_log_or_events_log() {
     assert!(!events_log.contains("hunter2"));
 }
 
-/// The example of 03 §10.4 and its required tests.
+/// The example of §C10.2 and its required tests.
 #[tokio::test]
 async fn two_concurrent_calls_of_one_tool_never_cross() {
     let mut f = Fixture::new().await;

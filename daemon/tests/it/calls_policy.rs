@@ -1,5 +1,5 @@
-//! Policy at call time and in listings (04 §7), consent records (03 §9.14) and `tools.list`
-//! over the wire (03 §9.8), against the composed daemon.
+//! Policy at call time and in listings (§C11), consent records (§C8.14) and `tools.list`
+//! over the wire (§C8.8), against the composed daemon.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,5 +1,5 @@
 //! Transitions, shutdown and cancels landing between pipeline steps that run back to back
-//! (04 §3, §3.2, §8, §9.2). A `PipelineProbe` stops the pipeline at a checkpoint and makes
+//! (§C10.1, §C10.1, §C10.7, §C12.1). A `PipelineProbe` stops the pipeline at a checkpoint and makes
 //! the other input happen right there, so each race is deterministic.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -99,7 +99,7 @@ fn call_events(events: &[EventNotification], call_id: &str) -> Vec<(EventKind, V
         .collect()
 }
 
-/// 04 §7.3, §8.1: a transition that lands after policy let an elicitation call through but
+/// §C11, §D12.4: a transition that lands after policy let an elicitation call through but
 /// before its frame is written still audits `consent: "elicitation"`.
 #[tokio::test]
 async fn a_transition_after_policy_still_audits_the_consent() {
@@ -132,7 +132,7 @@ async fn a_transition_after_policy_still_audits_the_consent() {
     f.daemon.shutdown().await;
 }
 
-/// 04 §8.2 step 2, §9.2: shutdown landing between step 3 (resolved) and the call carrying its
+/// §C8.3 step 2, §C12.1: shutdown landing between step 3 (resolved) and the call carrying its
 /// session still settles the call normally: audited, `tool_call_finished`, the response.
 #[tokio::test]
 async fn shutdown_right_after_resolving_audits_the_call() {
@@ -162,7 +162,7 @@ async fn shutdown_right_after_resolving_audits_the_call() {
     f.stop().await;
 }
 
-/// 03 §11.1, 04 §3.2: a transition that lands after the `tool_call` frame was queued but
+/// §C13.1, §C10.1: a transition that lands after the `tool_call` frame was queued but
 /// before the call was marked sent still yields `tool_call_started`, before
 /// `tool_call_finished`.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Tool calls end to end (issue 4, 04 §2–§9): a real in-process daemon, real `appduct-sdk`
+//! Tool calls end to end (issue 4, §C10.1–§C12): a real in-process daemon, real `appduct-sdk`
 //! apps that claim over the wss listener with the pin check, and typed control clients. Every
 //! wait is bounded and tied to a condition; nothing sleeps to synchronise.
 
@@ -566,7 +566,7 @@ async fn policy_deny_prompt_allow_and_per_tool_override() {
     s.daemon.shutdown().await;
 }
 
-/// Audit lines (04 §9) by bounded polling of `<state>/audit/*.jsonl`.
+/// Audit lines (§C12) by bounded polling of `<state>/audit/*.jsonl`.
 async fn audit_lines(daemon: &DaemonHandle, at_least: usize) -> (String, Vec<Value>) {
     let dir = daemon.state_dir().path().join("audit");
     timeout(WAIT, async {

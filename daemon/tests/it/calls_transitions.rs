@@ -1,4 +1,4 @@
-//! Pending calls across session transitions and daemon shutdown (04 §8, 02 §15): each
+//! Pending calls across session transitions and daemon shutdown (§C10.7, §D12.4): each
 //! transition settles the session's calls with its error type and `details`, after the
 //! transition's own event, without a `tool_cancel`.
 
@@ -314,7 +314,7 @@ async fn calls_only_ever_reach_the_resolved_session() {
     }
 }
 
-/// 04 §8.1, 03 §11.1: a revoke while the call's `tool_call` write waits for room in the
+/// §D12.4, §C13.1: a revoke while the call's `tool_call` write waits for room in the
 /// device queue settles it `unknown_session` and stops the write: no `tool_call_started`,
 /// and its frame never reaches the app.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! MRTR consent records (03 §9.14): create/take, single use, expiry, eviction, unknown sessions.
+//! MRTR consent records (§C8.14): create/take, single use, expiry, eviction, unknown sessions.
 #![allow(clippy::unwrap_used)]
 
 use std::time::Duration;

@@ -1,5 +1,5 @@
 //! Idle control connections (issue #20 defect 6, project decision in SECURITY.md 4.4): the
-//! daemon accepts any number of control connections (03 §2.3) and never closes one for being
+//! daemon accepts any number of control connections (§C1.2) and never closes one for being
 //! idle; what an idle one holds is bounded instead (`control_server::reader`, unit-tested there).
 #![allow(clippy::unwrap_used)]
 
@@ -11,7 +11,7 @@ use appduct_daemon::control_server::ServerOptions;
 use control_support::{Raw, TestHandler, request, serve};
 use serde_json::json;
 
-/// A client may keep one connection for many requests (03 §2.3), hours apart: a week of silence
+/// A client may keep one connection for many requests (§C1.2), hours apart: a week of silence
 /// with no subscription and nothing in flight does not close it.
 #[tokio::test(start_paused = true)]
 async fn an_idle_connection_is_never_closed_for_being_idle() {

@@ -1,4 +1,4 @@
-//! Control server behaviour over an in-memory stream (03 §3–§4, 01 §10.1), seen as raw lines.
+//! Control server behaviour over an in-memory stream (§C2–§C3, ARCHITECTURE.md#test-layers), seen as raw lines.
 #![allow(clippy::unwrap_used)]
 
 use crate::control_support;
@@ -339,7 +339,7 @@ async fn removed_close_hooks_do_not_run_and_the_others_run_in_order() {
     assert!(!conn.remove_close_hook(first), "already ran");
 }
 
-/// 03 §4.4: responses are always queued, so a client that sends requests but never reads its
+/// §C15: responses are always queued, so a client that sends requests but never reads its
 /// responses must not make the daemon buffer without bound: reading stops while the unwritten
 /// bytes exceed the cap, and resumes once the client reads.
 #[tokio::test(start_paused = true)]
@@ -384,7 +384,7 @@ async fn a_client_that_never_reads_is_not_read_from_while_over_the_cap() {
     sending.await.unwrap();
 }
 
-/// 01 §6.6 step 5: a draining connection stops reading but still writes the responses owed to
+/// §S3.6 step 5: a draining connection stops reading but still writes the responses owed to
 /// requests in flight, then closes.
 #[tokio::test]
 async fn draining_writes_the_responses_still_in_flight_then_closes() {

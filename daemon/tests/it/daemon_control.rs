@@ -1,4 +1,4 @@
-//! The control methods of the composed daemon (03 §9.1–§9.7, §9.11–§9.13, §9.15, §4.3), over
+//! The control methods of the composed daemon (§C8.1–§C8.7, §C8.11–§C8.13, §C8.16, §C14), over
 //! the real socket and over in-memory connections, with in-memory devices claimed through the
 //! real engine.
 
@@ -31,7 +31,7 @@ async fn hello_and_status_over_the_real_socket() {
     assert_eq!((hello.control_protocol, hello.min_control_protocol), (1, 1));
     assert_eq!(hello.pid, std::process::id());
     assert_eq!(hello.state_dir, dir.path().display().to_string());
-    // The calls module is installed by default: every feature of 03 §9.1.
+    // The calls module is installed by default: every feature of §C8.1.
     assert_eq!(hello.features, control::features::ALL);
     assert!(hello.is_idle());
     assert_eq!(hello.started_at.len(), "2026-11-30T09:12:03.120Z".len());
@@ -134,7 +134,7 @@ async fn exact_wire_shapes_over_an_in_memory_connection() {
         json!({"address": "127.0.0.1", "family": 4, "source": "config"})
     );
 
-    // Params are validated (03 §6): unknown keys and a bad hello.
+    // Params are validated (§C5): unknown keys and a bad hello.
     let bad = raw
         .request(3, "daemon.status", json!({"verbose": true}))
         .await;
@@ -599,7 +599,7 @@ impl appduct_daemon::calls::PipelineProbe for ShutdownSteps {
 }
 
 /// The calls module, a fixed part of the daemon: its features in `daemon.hello`, its pending
-/// calls in `daemon.hello` and `daemon.status`, and its shutdown steps (01 §6.6 steps 1–2):
+/// calls in `daemon.hello` and `daemon.status`, and its shutdown steps (§S3.6 steps 1–2):
 /// timers stop, then pending calls are rejected while the device connection is still open.
 #[tokio::test]
 async fn the_calls_module_reports_features_and_pending_calls_and_shuts_down_in_order() {
@@ -611,7 +611,7 @@ async fn the_calls_module_reports_features_and_pending_calls_and_shuts_down_in_o
     steps.daemon.set(daemon.clone()).unwrap();
     let mut raw = RawControl::new(&daemon);
     let hello = raw.request(1, "daemon.hello", json!({})).await;
-    // In the order of 03 §9.1, the daemon's and the calls module's.
+    // In the order of §C8.1, the daemon's and the calls module's.
     assert_eq!(
         hello["result"]["features"],
         json!([

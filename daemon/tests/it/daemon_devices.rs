@@ -1,4 +1,4 @@
-//! Real device sockets against the composed daemon (02 §2, §3; 01 §6.6): a native app that
+//! Real device sockets against the composed daemon (§D2, §D3; §S3.6): a native app that
 //! checks the daemon's SPKI pin before sending anything claims over TLS on the wss listener, a
 //! web page claims on the loopback web listener, and both receive `1001 daemon_shutdown` when
 //! the daemon stops.

@@ -1,4 +1,4 @@
-//! Control connections at teardown (01 §6.6 step 5, 03 §9.3): owed responses are still written,
+//! Control connections at teardown (§S3.6 step 5, §C8.3): owed responses are still written,
 //! and a client that stopped reading cannot hold the daemon up.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -39,7 +39,7 @@ async fn closing_control_connections_still_writes_responses_in_flight() {
     f.stop().await;
 }
 
-/// 03 §9.3: the daemon flushes the `daemon.shutdown` response before teardown, but a client that
+/// §C8.3: the daemon flushes the `daemon.shutdown` response before teardown, but a client that
 /// never reads must not keep it from stopping: the flush is bounded by the drain timeout.
 #[tokio::test]
 async fn daemon_shutdown_from_a_client_that_never_reads_still_stops_the_daemon() {

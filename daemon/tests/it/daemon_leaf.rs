@@ -1,4 +1,4 @@
-//! Leaf certificate upkeep in the composed daemon (02 §3.2, 01 §6.5 step 10, 03 §9.4): a
+//! Leaf certificate upkeep in the composed daemon (§D3.2, §S3.5 step 10, §C8.4): a
 //! detected address change re-mints before `link.create`, and the hourly check renews a leaf
 //! close to expiry. The pin never changes.
 

@@ -1,4 +1,4 @@
-//! Startup and shutdown of the composed daemon (01 §6.5, §6.6, 03 §2.1, §9.3, 04 §8.2): state
+//! Startup and shutdown of the composed daemon (§S3.5, §S3.6, §C1.1, §C8.3, §C8.3): state
 //! files and their modes, single instance, stale and foreign socket files, failed starts that
 //! leave nothing behind, and `daemon.shutdown` over the real socket.
 
@@ -47,7 +47,7 @@ async fn startup_creates_socket_pidfile_and_key_and_a_second_start_is_refused() 
     );
     assert_eq!(mode(&key), 0o600);
     assert_eq!(mode(&dir.path().join("audit")), 0o700);
-    // The audit prune ran once at start (01 §6.5 step 10).
+    // The audit prune ran once at start (§S3.5 step 10).
     let mut prunes = daemon.audit().prune_passes();
     tokio::time::timeout(WAIT, prunes.wait_for(|passes| *passes >= 1))
         .await
@@ -332,7 +332,7 @@ impl appduct_daemon::calls::PipelineProbe for TimerCalls {
     }
 }
 
-/// 01 §6.5: a start that fails after the calls module started tears it down too (its timers
+/// §S3.5: a start that fails after the calls module started tears it down too (its timers
 /// stop), along with everything else begun so far.
 #[tokio::test]
 async fn a_start_failing_after_the_calls_module_started_stops_its_timers() {

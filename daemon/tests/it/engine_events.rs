@@ -1,5 +1,5 @@
-//! Event bus: seq, retention, cursor/dropped/remaining (03 §11.4), truncation (§11.6),
-//! subscriptions with replay (§9.12) and the `events.log` writer (04 §10).
+//! Event bus: seq, retention, cursor/dropped/remaining (§C13.4), truncation (§C13.6),
+//! subscriptions with replay (§C8.12) and the `events.log` writer (§C12.3).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,4 @@
-//! Faults the engine must survive (02 §8): peers that never read, internal panics, wall-clock
+//! Faults the engine must survive (§D6): peers that never read, internal panics, wall-clock
 //! expiry, and frames racing a takeover. Paused tokio clock; waits are bounded, never sleeps to
 //! synchronise.
 
@@ -53,7 +53,7 @@ async fn stalled_connection(mgr: &SessionManager) -> (tokio::task::JoinHandle<()
     (task, client)
 }
 
-/// 02 §8: "After sending a close frame the daemon waits at most 1 s for the peer's close, then
+/// §D6: "After sending a close frame the daemon waits at most 1 s for the peer's close, then
 /// drops TCP." A peer that pings but never reads fills the daemon's write path; the pre-claim
 /// timeout's close must still drop it one close wait later.
 #[tokio::test(start_paused = true)]
@@ -109,7 +109,7 @@ impl CallRouter for PanickingRouter {
     fn on_session_ended_calls(&self, _: &str, _: CallsEnded) {}
 }
 
-/// 02 §8 / 08 §4.8: an internal fault on one connection closes it `1011 internal_error` and is
+/// §D6 / SECURITY.md §4.8: an internal fault on one connection closes it `1011 internal_error` and is
 /// treated as socket loss (T10); other sessions carry on.
 #[tokio::test(start_paused = true)]
 async fn a_panic_while_handling_a_frame_closes_1011_and_suspends_the_session() {
@@ -179,8 +179,8 @@ async fn a_session_suspended_by_a_fault_resumes() {
     h.event_of(EventKind::SessionResumed).await;
 }
 
-/// 02 §11.2 T2 ("valid claim ... before expiry"), §4.3 (expired when now_seconds >= expires_at),
-/// 03 §9.1 (`pendingLinks` counts unexpired links): the wall clock decides, not only the
+/// §D9.2 T2 ("valid claim ... before expiry"), §D4.3 (expired when now_seconds >= expires_at),
+/// §C8.1 (`pendingLinks` counts unexpired links): the wall clock decides, not only the
 /// monotonic TTL timer, which stops while the host is suspended.
 #[tokio::test(start_paused = true)]
 async fn a_link_past_its_expires_at_is_neither_claimable_nor_pending() {

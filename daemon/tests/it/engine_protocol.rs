@@ -1,6 +1,6 @@
-//! The engine on the wire: every close code and reason the daemon sends (02 §14), the
-//! validation order of 02 §9.5, keepalive (02 §8), registries (02 §10.3), app events, call
-//! frames and `send_to_session`, and the daemon-level frame-limit vectors (02 §18.3).
+//! The engine on the wire: every close code and reason the daemon sends (§D11), the
+//! validation order of §D6.2, keepalive (§D6), registries (§D8.3), app events, call
+//! frames and `send_to_session`, and the daemon-level frame-limit vectors (§D15).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 
 /// A claimed session whose first socket was closed by the daemon for `message`, asserting the
-/// close and the suspension it causes (02 §9.5: reasons 3–6 and oversize/binary suspend).
+/// close and the suspension it causes (§D6.2: reasons 3–6 and oversize/binary suspend).
 async fn acked_close(
     h: &mut Harness,
     send: impl AsyncFnOnce(&MemoryApp, &str),
@@ -729,7 +729,7 @@ async fn send_to_session_failures() {
     );
 }
 
-// ---- frame limits (02 §18.3) ----------------------------------------------------------------
+// ---- frame limits (§D15) ----------------------------------------------------------------
 
 fn conformance_dir() -> std::path::PathBuf {
     match std::env::var_os("APPDUCT_CONFORMANCE_DIR") {

@@ -1,5 +1,5 @@
-//! Session state machine (02 §11.2): one test per transition T1–T18, plus claim/resume details,
-//! aliases, and the control-plane queries (03 §7, §9.5–§9.7).
+//! Session state machine (§D9.2): one test per transition T1–T18, plus claim/resume details,
+//! aliases, and the control-plane queries (§C6, §C8.5–§C8.7).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

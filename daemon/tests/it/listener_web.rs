@@ -1,4 +1,4 @@
-//! Real-socket tests of the loopback web listener (02 §2.2, §8; SEC-25..27, SEC-33) and of the
+//! Real-socket tests of the loopback web listener (§D2.2, §D6; SEC-25..27, SEC-33) and of the
 //! tungstenite adapter behind it.
 
 use crate::listener_support;

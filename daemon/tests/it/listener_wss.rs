@@ -1,4 +1,4 @@
-//! Real-socket tests of the wss listener (02 §2.1, §8; SEC-32, SEC-33): TLS with a self-signed
+//! Real-socket tests of the wss listener (§D2.1, §D6; SEC-32, SEC-33): TLS with a self-signed
 //! P-256 certificate, dual-stack binding, the pre-claim deadline during a stalled TLS handshake,
 //! and a pre-claim budget separate from the web listener's.
 

@@ -1,5 +1,5 @@
 //! Policy evaluation, the call-time consent check and the exact `policy_denied` error
-//! (04 §7, 03 §5.2).
+//! (§C11, §C4.2).
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -274,7 +274,7 @@ fn engine_from_config_uses_the_policy_and_the_config_path() {
         e.evaluate("pixel-8", &destructive("other")).decision,
         Decision::Prompt
     );
-    // daemon.status.policy, as in 03 §9.2.
+    // daemon.status.policy, as in §C8.2.
     assert_eq!(
         serde_json::to_value(e.summary()).unwrap(),
         json!({"default": "allow", "destructive": "prompt",

@@ -1,4 +1,4 @@
-//! Files the daemon writes (08 §4.5, issue #20 defect 3): every file opened for writing must be
+//! Files the daemon writes (SECURITY.md §4.5, issue #20 defect 3): every file opened for writing must be
 //! a regular file of the daemon's uid with one link, and a foreign entry anywhere under a
 //! directory others could write to (`audit/` included) stops the start. Tests that plant files
 //! of another uid need root and skip themselves otherwise, saying so.
@@ -69,7 +69,7 @@ async fn write_one_record(audit_dir: &Path) -> u64 {
 }
 
 /// Defect 3: today's day file owned by another user is never appended to; the record counts as
-/// a failed write (04 §9.5) and the writer keeps working for files of its own.
+/// a failed write (§C12.1) and the writer keeps working for files of its own.
 #[tokio::test]
 async fn a_foreign_owned_audit_day_file_is_refused_and_nothing_is_appended() {
     if !is_root() {

@@ -1,4 +1,4 @@
-//! Host key hygiene and the pinned leaf at daemon start (08 §4.1, §4.10; 02 §3): the generated
+//! Host key hygiene and the pinned leaf at daemon start (SECURITY.md §4.1, SECURITY.md §4.10; §D3): the generated
 //! key (SEC-02), a configured key that is missing (SEC-04), refused key kinds (SEC-05), a key of
 //! another user, the pin of the presented leaf (SEC-11) and the leaf's fields and re-mint
 //! (SEC-12). Every key is generated or fabricated at runtime; none is committed.
@@ -258,7 +258,7 @@ async fn sec_05_unsupported_key_kinds_are_refused_at_start_and_p384_is_accepted(
     daemon.shutdown().await;
 }
 
-/// 02 §3.1, 08 §4.5: a key file owned by another uid is refused even with mode 0600.
+/// §D3.1, SECURITY.md §4.5: a key file owned by another uid is refused even with mode 0600.
 #[tokio::test]
 async fn a_key_owned_by_another_user_is_refused() {
     if !rustix::process::geteuid().is_root() {

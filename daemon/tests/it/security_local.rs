@@ -1,4 +1,4 @@
-//! Local access to the daemon (08 §4.5, §4.6; 03 §2.2; 01 §4.1): the peer-uid check on every
+//! Local access to the daemon (SECURITY.md §4.5, SECURITY.md §4.6; §C1.1; §S1.1): the peer-uid check on every
 //! control connection through the `PeerCheck` seam (SEC-10), state directories of another user
 //! (also behind a symlink), and configurations that widen the web listener's origins (SEC-29),
 //! all refused at start.
@@ -124,7 +124,7 @@ fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// 01 §4.1, 08 §4.5: a state directory owned by another uid is refused at start, untouched,
+/// §S1.1, SECURITY.md §4.5: a state directory owned by another uid is refused at start, untouched,
 /// naming the path; nothing is created in it.
 #[tokio::test]
 async fn a_state_directory_of_another_user_is_refused_and_left_alone() {
@@ -174,7 +174,7 @@ async fn assert_refused_and_untouched(
     err
 }
 
-/// 08 §4.5 (project decision): a state directory found writable by others is tightened, and a
+/// SECURITY.md §4.5 (project decision): a state directory found writable by others is tightened, and a
 /// `config.json` another user planted in it stops the start instead of setting the policy.
 #[tokio::test]
 async fn a_config_planted_in_a_writable_state_directory_is_refused() {
@@ -208,7 +208,7 @@ async fn a_config_planted_in_a_writable_state_directory_is_refused() {
     assert!(!root.join("daemon.sock").exists() && !root.join("key.pem").exists());
 }
 
-/// 08 §4.5: the state directory may be a symlink (the user keeps it elsewhere); it is followed,
+/// SECURITY.md §4.5: the state directory may be a symlink (the user keeps it elsewhere); it is followed,
 /// and the mode and owner checks apply to the real directory, never to the link.
 #[tokio::test]
 async fn a_symlinked_state_directory_is_followed_and_the_checks_apply_to_the_real_directory() {

@@ -1,4 +1,4 @@
-//! TLS handshakes against the daemon's server configuration (02 §3), in memory: a client that
+//! TLS handshakes against the daemon's server configuration (§D3), in memory: a client that
 //! checks the leaf's SPKI pin gets the current leaf, a leaf swap only affects new connections,
 //! TLS 1.2 clients connect too, and a client pinning another key refuses the leaf.
 

@@ -106,7 +106,7 @@ impl Kind {
 
 /// Error types of a call to a device that dropped meanwhile: allowed for every kind.
 const DROPPED: [&str; 2] = ["session_suspended", "session_not_active"];
-/// Error types returned before a session is resolved (04 §3 steps 1–3): never audited.
+/// Error types returned before a session is resolved (§C10.1 steps 1–3): never audited.
 const UNAUDITED: [&str; 3] = ["invalid_request", "no_session", "ambiguous_session"];
 
 /// Books an answered call: checks it against what `kind` allows and, for a result, that it

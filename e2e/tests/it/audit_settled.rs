@@ -1,7 +1,7 @@
-//! What the audit log holds when the daemon dies (issue #20 defect 8, 04 §9.2–9.3): one record
+//! What the audit log holds when the daemon dies (issue #20 defect 8, §C12.1–9.3): one record
 //! per settled call, written when it settles; a call still in flight at a SIGKILL never settled,
 //! so it has no record (project decision in SECURITY.md 4.12: the audit records settled calls
-//! only, as 04 §9.3 defines, and `tool_call_started` events show calls in flight).
+//! only, as §C12.1 defines, and `tool_call_started` events show calls in flight).
 
 use std::path::Path;
 use std::sync::Mutex;

@@ -1,4 +1,4 @@
-//! Calls across processes (04; 05 §4, §7.3; 03 §10.3; SEC-44, 45): `tools call` results and
+//! Calls across processes (04; §L4, §L7.3; §C10.5; SEC-44, 45): `tools call` results and
 //! exit codes with their `--json` envelopes, policy denial from `config.json`, per-call progress
 //! from a playground process to a raw control client, Ctrl-C and SIGTERM of a `tools call`
 //! child as the device sees them, and the audit records all of it leaves behind.
@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// The second `argsSha256` vector of 04 §9.4.
+/// The second `argsSha256` vector of §C12.2.
 const VECTOR_ARGS: &str = r#"{"b":1,"a":{"d":[3,{"z":true,"y":null}],"c":"é"}}"#;
 const VECTOR_SHA: &str = "02172be57d57ea7b7494626b319ee00bdef9f61503b51b3c24bacb0032a3898e";
 /// A value that must never reach a log or audit file.

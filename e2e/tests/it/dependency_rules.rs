@@ -1,5 +1,5 @@
-//! Crate dependency rules of 01 §3.2, read from `cargo metadata`, and the SEC-55 lockfile check
-//! (08 §4.15): no crate may pull in what its "MUST NOT depend on" cell forbids, the protocol
+//! Crate dependency rules of ARCHITECTURE.md#crates, read from `cargo metadata`, and the SEC-55 lockfile check
+//! (SECURITY.md §4.15): no crate may pull in what its "MUST NOT depend on" cell forbids, the protocol
 //! crate stays free of runtime, socket, TLS and filesystem crates all the way down, and
 //! `Cargo.lock` holds no aws-lc or OpenSSL crate.
 //!
@@ -12,7 +12,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// One row of the 01 §3.2 table: `krate` MUST NOT depend directly on any of `forbidden` as a
+/// One row of the ARCHITECTURE.md#crates table: `krate` MUST NOT depend directly on any of `forbidden` as a
 /// dependency of one of `kinds` (cargo's `normal`, `build`, `dev`).
 struct Rule {
     krate: &'static str,
@@ -20,7 +20,7 @@ struct Rule {
     kinds: &'static [&'static str],
 }
 
-/// Every dependency kind: the 01 §3.2 table does not exempt test code.
+/// Every dependency kind: the ARCHITECTURE.md#crates table does not exempt test code.
 const EVERY_KIND: &[&str] = &["normal", "build", "dev"];
 /// What the crate ships with; its tests (dev dependencies) are exempt.
 const NOT_DEV: &[&str] = &["normal", "build"];
@@ -74,14 +74,14 @@ const RULES: &[Rule] = &[
         forbidden: &["appduct-daemon"],
         kinds: EVERY_KIND,
     },
-    // Project decision (not in 01 §3.2): doctor's artifact readers are pure (the fuzz targets
+    // Project decision (not in ARCHITECTURE.md#crates): doctor's artifact readers are pure (the fuzz targets
     // reach them), with no runtime, frontend or daemon below them.
     Rule {
         krate: "appduct-doctor",
         forbidden: &["appduct-daemon", "tokio", "clap", "anyhow", "rmcp"],
         kinds: EVERY_KIND,
     },
-    // Project decision (not in 01 §3.2): the fuzz target bodies exercise the decoders and
+    // Project decision (not in ARCHITECTURE.md#crates): the fuzz target bodies exercise the decoders and
     // validators only, never the daemon or a frontend's CLI stack.
     Rule {
         krate: "appduct-fuzz",
@@ -90,9 +90,9 @@ const RULES: &[Rule] = &[
     },
 ];
 
-/// The I/O-free crate (01 §3.2, §3.3).
+/// The I/O-free crate (ARCHITECTURE.md#crates, ARCHITECTURE.md#the-protocol-crate).
 const PROTOCOL: &str = "appduct-protocol";
-/// The only crate that may use `anyhow` (01 §3.2).
+/// The only crate that may use `anyhow` (ARCHITECTURE.md#crates).
 const BINARY: &str = "appduct";
 /// SEC-55: never in `Cargo.lock`.
 const LOCK_FORBIDDEN: &[&str] = &["aws-lc-rs", "aws-lc-sys", "openssl-sys"];
@@ -152,7 +152,7 @@ fn is_io_crate(name: &str) -> bool {
     EXACT.contains(&name) || PREFIXES.iter().any(|prefix| name.starts_with(prefix))
 }
 
-/// Every violation of the 01 §3.2 rules found in `cargo metadata --format-version 1` output.
+/// Every violation of the ARCHITECTURE.md#crates rules found in `cargo metadata --format-version 1` output.
 fn violations(metadata: &Value) -> Vec<String> {
     let mut found = Vec::new();
     let packages: HashMap<&str, &Value> = metadata["packages"]
@@ -371,7 +371,7 @@ fn workspace_follows_the_crate_dependency_rules() {
     let found = violations(&cargo_metadata());
     assert!(
         found.is_empty(),
-        "01 §3.2 dependency rules violated:\n  {}",
+        "ARCHITECTURE.md#crates dependency rules violated:\n  {}",
         found.join("\n  ")
     );
 }

@@ -1,4 +1,4 @@
-//! Devices against the built daemon (02 §2, §11, §13, §14): SDK devices claiming CLI-minted
+//! Devices against the built daemon (§D2, §D9, §D9.6, §D11): SDK devices claiming CLI-minted
 //! links over wss with the pin, numbered aliases and per-alias routing, a dropped app suspended
 //! and resumed with its id and alias, background and foreground, revoke as the device sees it,
 //! the web transport, and the web listener's upgrade checks with raw HTTP (SEC-20, 21, 25–27).

@@ -1,4 +1,4 @@
-//! Hostile input across processes (02 §8, §11, §14; 03 §3, §4.4; 08 §7 SEC-16–18, 30–36, 38, 39):
+//! Hostile input across processes (§D6, §D9, §D11; §C2, §C15; SECURITY.md §8 SEC-16–18, 30–36, 38, 39):
 //! garbage on the wss port, a TLS flap, a TLS handshake that never finishes, bad JSON, oversized
 //! and binary frames, bad claims against pending and active sessions, invalid registries, the
 //! pre-claim connection cap, oversized control lines and a control subscriber that stops
@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 const CONFIG: &str = r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#;
 const WAIT: Duration = Duration::from_secs(10);
 /// A well-formed token that is not the link's.
-/// The spec's numbers, written out so a changed constant in the product fails here.
+/// The documented numbers, written out so a changed constant in the product fails here.
 const MAX_MESSAGE_BYTES: usize = 262_144;
 const MAX_PRECLAIM_CONNECTIONS: usize = 128; // per listener
 const CONTROL_LINE_CAP_BYTES: u64 = 1_048_576;

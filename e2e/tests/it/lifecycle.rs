@@ -1,4 +1,4 @@
-//! Daemon lifecycle across processes (01 §6, §7; 05 §9; 08 §7 SEC-01, 06–09, 51, 52): auto-spawn
+//! Daemon lifecycle across processes (§S3, §C7; §L9; SECURITY.md §8 SEC-01, 06–09, 51, 52): auto-spawn
 //! on a clean state dir, one daemon out of a spawn race, `daemon stop`, stale-file takeover after
 //! a SIGKILL, file modes, refusals at startup, and version drift with
 //! `APPDUCT_DAEMON_VERSION_OVERRIDE`.

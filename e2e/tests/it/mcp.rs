@@ -1,5 +1,5 @@
-//! `appduct mcp` as a child process with its own state dir (06 §6.2, §6.3, §6.5, §6.6, §6.10,
-//! §6.11, §6.12, §6.15; SEC-49): MCP JSON-RPC over stdio on two protocol versions, exactly the
+//! `appduct mcp` as a child process with its own state dir (§M2, §M3, §M5, §M6, §M10,
+//! §M11, §M12, §M15; SEC-49): MCP JSON-RPC over stdio on two protocol versions, exactly the
 //! nine built-ins, list/describe/call against a playground process, progress, the error
 //! contract, elicitation consent (decline, accept), cancellation as a raw device sees it, a
 //! second device leaving `tools/list` unchanged, stdout purity, and exit on end of stdin.
@@ -34,7 +34,7 @@ fn tool_names(list: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// The error contract (06 §6.6); returns the message.
+/// The error contract (§M6); returns the message.
 #[track_caller]
 fn assert_error(result: &Value, error_type: &str) -> String {
     assert_tool_error(result, error_type)["message"]
@@ -469,7 +469,7 @@ fn closed_nodes(schema: &Value, path: &str, found: &mut Vec<String>) {
     }
 }
 
-/// The spec's budget for the compact JSON of the `tools` array (06 §6.16 guard 3).
+/// The documented budget for the compact JSON of the `tools` array (§M16 guard 3).
 const TOOLS_LIST_BUDGET_CHARS: usize = 16_000;
 
 #[test]
@@ -504,7 +504,7 @@ fn every_output_schema_is_open_and_tools_list_fits_its_budget_on_every_version()
         assert_eq!(names, BUILT_INS, "{version}");
         for tool in &tools {
             let name = &tool["name"];
-            // Every built-in but appduct_call_tool declares an output schema (06 §6.8)…
+            // Every built-in but appduct_call_tool declares an output schema (§M8)…
             let output = tool.get("outputSchema");
             assert_eq!(
                 output.is_some(),
@@ -540,7 +540,7 @@ async fn every_built_in_is_driven_into_an_error_with_its_type_in_text_and_meta()
     let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#).or_fail();
     let mut mcp = blocking(|| Mcp::spawn(&sb)).or_fail();
     blocking(|| mcp.initialize("2025-11-25")).or_fail();
-    // (built-in, arguments, expected type, live sessions the case needs) — 06 §6.16 guard 1.
+    // (built-in, arguments, expected type, live sessions the case needs) — §M16 guard 1.
     let table: [(&str, Value, &str, usize); 9] = [
         (
             "appduct_connect",
@@ -821,7 +821,7 @@ fn sigterm_and_sigint_end_the_bridge_with_exit_0_before_and_after_initialize() {
             sb.track_pid(pid);
         }
         assert!(mcp.proc().signal(signal), "{case}");
-        // Within the 2 s exit grace, plus slack for a loaded machine (06 §6.15).
+        // Within the 2 s exit grace, plus slack for a loaded machine (§M15).
         let code = mcp.proc().wait_exit(Duration::from_millis(2500));
         assert_eq!(code, Some(0), "{case}: stderr: {}", mcp.stderr());
         let lines = mcp.stdout_lines();

@@ -1,5 +1,5 @@
 //! Consent for policy `"prompt"` through the built `appduct mcp` against a real daemon and raw
-//! devices (06 §6.7, §6.10; SEC-44, SEC-46, SEC-47): the MRTR input-required round trip on
+//! devices (§M7, §M10; SEC-44, SEC-46, SEC-47): the MRTR input-required round trip on
 //! 2026-07-28, handles that must never produce a `tool_call` frame, elicitation cancel and
 //! timeout, the no-channel denial, and an alias taken over while a prompt is open.
 //!

@@ -1,4 +1,4 @@
-//! The built binary with an `appduct-sdk` device in the test process (01 §10.4): the CLI mints
+//! The built binary with an `appduct-sdk` device in the test process (ARCHITECTURE.md#test-layers): the CLI mints
 //! a link, the device verifies the daemon's SPKI pin inside the TLS handshake before any frame,
 //! claims, and serves a tool the CLI calls; a device with the wrong pin never claims.
 

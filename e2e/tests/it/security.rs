@@ -1,4 +1,4 @@
-//! Release security tests across processes (08 §7): a failed explicit delivery revokes the
+//! Release security tests across processes (SECURITY.md §8): a failed explicit delivery revokes the
 //! minted link (SEC-42), app-supplied strings cannot inject terminal escapes into human CLI
 //! output (SEC-48), and no key material is committed (SEC-54).
 
@@ -235,7 +235,7 @@ fn the_key_block_detector_finds_bodies_and_ignores_labels() {
     ));
 }
 
-/// 08 §4.13 beyond SEC-48: every other app-supplied string in human output — a tool error's
+/// SECURITY.md §4.13 beyond SEC-48: every other app-supplied string in human output — a tool error's
 /// message, a result, an event payload — is printed without C0/C1 control characters.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn app_errors_results_and_payloads_print_without_control_characters() {

@@ -1,4 +1,4 @@
-//! The TypeScript SDK as a separate device process (`appduct-playground-node`, 07 §7.14.3;
+//! The TypeScript SDK as a separate device process (`appduct-playground-node`, §T14.3;
 //! SEC-13): a pinned native claim served to the CLI, a wrong pin refused before any upgrade,
 //! and the web transport on the loopback listener.
 

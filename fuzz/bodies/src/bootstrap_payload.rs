@@ -1,14 +1,14 @@
-//! Target `bootstrap_payload`: the bootstrap payload decoder (02 §4), in its binary and its
+//! Target `bootstrap_payload`: the bootstrap payload decoder (§D4), in its binary and its
 //! base64url text form.
 //!
 //! Input: any bytes, read three ways: as the binary layout, as base64url text (when UTF-8), and
 //! as the binary layout wrapped in base64url so the text path sees valid base64 too.
 //! Invariants:
 //! - `encode(decode(x)) == x` for every accepted payload, text and binary, except a family 6
-//!   payload carrying an IPv4-mapped address, which re-encodes as family 4 (02 §4.4) and then
+//!   payload carrying an IPv4-mapped address, which re-encodes as family 4 (§D4.3) and then
 //!   decodes to the same IPv4 address;
 //! - the text decoder accepts exactly the base64url of what the binary decoder accepts;
-//! - the decoded view of 02 §4.3 rebuilds the same payload and survives a JSON round trip;
+//! - the decoded view of §D4.3 rebuilds the same payload and survives a JSON round trip;
 //! - `Debug` of the payload and of its view does not depend on the token;
 //! - expiry is `now >= expires_at`.
 
@@ -205,7 +205,7 @@ fn flipped(bytes: &[u8; 32]) -> [u8; 32] {
 mod tests {
     use super::*;
 
-    /// 02 §4.5.
+    /// §D4.4.
     const EXAMPLE: &str =
         "AgTAqDIMIPsQUW05dmRITjBjbUZ3U1dReAABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhscHR4fAAAAAGksDEA";
 

@@ -1,5 +1,5 @@
 //! Target `control_line`: the control plane's line framer, message classifier and method
-//! validation (03 §3, §4.1, §6): [`LineBuffer`], [`parse_incoming`], [`ControlRequest::parse`],
+//! validation (§C2, §C3.1, §C5): [`LineBuffer`], [`parse_incoming`], [`ControlRequest::parse`],
 //! and the client's [`parse_server_message`] on the daemon's replies.
 //!
 //! Input: byte 0 picks the line cap (`>= 0x80`: the daemon's 1 MiB cap, else `8 × byte`),
@@ -11,7 +11,7 @@
 //!   line between reads;
 //! - a request or notification re-serialises to a line that classifies the same;
 //! - every reply the daemon would write (invalid message, unknown method, bad params) has the
-//!   code 03 §5.1 gives it, names the parameter on `-32602`, is one line, is bounded by the
+//!   code §C4.1 gives it, names the parameter on `-32602`, is one line, is bounded by the
 //!   input, and reads back unchanged through the client's parser;
 //! - validated params re-serialise (as a client sends them) to params that validate equal.
 

@@ -1,4 +1,4 @@
-//! Target `deep_link`: the link parser and composer of 02 §5 (`appduct_protocol::link`).
+//! Target `deep_link`: the link parser and composer of §D5 (`appduct_protocol::link`).
 //!
 //! Input: one link as pasted or opened (inputs that are not UTF-8 are skipped). Invariants:
 //! - a link [`parse`] accepts carries a payload that decodes, is accepted by
@@ -18,7 +18,7 @@ use appduct_protocol::link::{
     validate_scheme, web_script,
 };
 
-/// A valid payload (02 §4.5) for composing links around fuzzed schemes.
+/// A valid payload (§D4.4) for composing links around fuzzed schemes.
 const PAYLOAD: &str =
     "AgTAqDIMIPsQUW05dmRITjBjbUZ3U1dReAABAgMEBQYHCAkKCwwNDg8QERITFBUWFxgZGhscHR4fAAAAAGksDEA";
 /// Scheme used to re-compose a parsed link whose own scheme is not a valid app scheme.

@@ -1,5 +1,5 @@
-//! Target `descriptor`: the tool and event descriptor validators (02 §10.1, §10.2) and the
-//! signature and summary renderer that reads what they accept (05 §7.5).
+//! Target `descriptor`: the tool and event descriptor validators (§D8.1, §D8.2) and the
+//! signature and summary renderer that reads what they accept (§L7.5).
 //!
 //! Input: one JSON value (inputs that do not parse are skipped), validated both as a tool and
 //! as an event descriptor. Invariants:

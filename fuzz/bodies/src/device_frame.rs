@@ -1,5 +1,5 @@
-//! Target `device_frame`: the daemon's app → daemon decoder (02 §9.5) in both connection
-//! phases, and the SDKs' lenient daemon → app decoder (02 §9.4).
+//! Target `device_frame`: the daemon's app → daemon decoder (§D6.2) in both connection
+//! phases, and the SDKs' lenient daemon → app decoder (§D7.5).
 //!
 //! Input: one WebSocket text message (inputs that are not UTF-8 are skipped: a text frame
 //! always is). Invariants:

@@ -1,4 +1,4 @@
-//! Bodies of the appduct fuzz targets (08 §4.8, SEC-56).
+//! Bodies of the appduct fuzz targets (SECURITY.md §4.8, SEC-56).
 //!
 //! Each module holds one target as a plain `run(&[u8])` that feeds the input to a decoder or
 //! validator and panics when an invariant breaks: no panic inside the code under test, and,

@@ -1,6 +1,6 @@
-//! Target `mcp_args`: the MCP bridge's argument hygiene for its built-ins (06 §6.4),
+//! Target `mcp_args`: the MCP bridge's argument hygiene for its built-ins (§M4),
 //! `appduct_mcp::args::validate` against each built-in's advertised input schema, and the
-//! error result it becomes (06 §6.6).
+//! error result it becomes (§M6).
 //!
 //! Input: byte 0 picks the built-in (`(byte - '0') mod 9`, so seeds start with a digit in
 //! `tools/list` order), the rest is the `arguments` JSON (an object, or `null` for absent;

@@ -1,6 +1,6 @@
 //! What a built-in is: a name, a definition for `tools/list`, and a handler for `tools/call`;
-//! plus the schema fragments and defaults several built-ins share (06 §6.4, §6.8) and the
-//! rendering of a typed output (06 §6.5).
+//! plus the schema fragments and defaults several built-ins share (§M4, §M8) and the
+//! rendering of a typed output (§M5).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -35,7 +35,7 @@ pub struct Definition {
     pub output: Option<Value>,
 }
 
-/// The tool annotations' hints (06 §6.8).
+/// The tool annotations' hints (§M8).
 pub struct Hints {
     pub read_only: bool,
     pub destructive: bool,
@@ -59,15 +59,15 @@ pub struct Call<'a> {
     pub args: Args,
 }
 
-/// A handler's answer; a failure becomes the error result of 06 §6.6. Most handlers run their
+/// A handler's answer; a failure becomes the error result of §M6. Most handlers run their
 /// steps inside [`unless_cancelled`](crate::context::unless_cancelled), since each can simply be
 /// dropped; `appduct_connect` and `appduct_call_tool` handle a cancel step by step (a minted
-/// link is revoked, a sent call is cancelled, 06 §6.12).
+/// link is revoked, a sent call is cancelled, §M12).
 pub type Reply<'a> =
     Pin<Box<dyn Future<Output = Result<CallToolResponse, ToolFailure>> + Send + 'a>>;
 pub type Handler = for<'a> fn(Call<'a>) -> Reply<'a>;
 
-/// A typed output as the success result of 06 §6.5.
+/// A typed output as the success result of §M5.
 pub fn output<T: Serialize>(value: &T) -> Result<CallToolResponse, ToolFailure> {
     let value = serde_json::to_value(value).map_err(|e| {
         ToolFailure::new(
@@ -78,11 +78,11 @@ pub fn output<T: Serialize>(value: &T) -> Result<CallToolResponse, ToolFailure> 
     Ok(success(value, None).into())
 }
 
-/// Default page size of the list built-ins (06 §6.4).
+/// Default page size of the list built-ins (§M4).
 pub const DEFAULT_LIMIT: u64 = 50;
-/// Default `payloadMaxBytes` (06 §6.4).
+/// Default `payloadMaxBytes` (§M4).
 pub const DEFAULT_PAYLOAD_MAX_BYTES: u64 = 4_096;
-/// Default `timeoutMs` of both waits (06 §6.4).
+/// Default `timeoutMs` of both waits (§M4).
 pub const DEFAULT_WAIT_MS: u64 = 120_000;
 
 pub fn selector_prop() -> Value {

@@ -1,6 +1,6 @@
-//! `appduct_call_tool` (06 §6.8.5): resolve once, look up, check the deadline, ask for consent
-//! (elicitation or MRTR, 06 §6.10), call with a bridge-chosen callId, forward progress by that
-//! callId (06 §6.11) and cancel exactly that call (06 §6.12).
+//! `appduct_call_tool` (§M8.5): resolve once, look up, check the deadline, ask for consent
+//! (elicitation or MRTR, §M10), call with a bridge-chosen callId, forward progress by that
+//! callId (§M11) and cancel exactly that call (§M12).
 
 use appduct_client::client::{CallProgress, ClientError, ControlClient, ToolCallError};
 use appduct_client::random::random_bytes;
@@ -75,7 +75,7 @@ struct Args {
     timeout_ms: Option<u64>,
 }
 
-/// `_meta["appduct/call"]` (06 §6.5): the call handle.
+/// `_meta["appduct/call"]` (§M5): the call handle.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 struct CallMeta<'a> {
@@ -86,21 +86,21 @@ struct CallMeta<'a> {
     duration_ms: Option<u64>,
 }
 
-/// The `inputRequests` key of the MRTR consent request (06 §6.10.4).
+/// The `inputRequests` key of the MRTR consent request (§M10.4).
 pub const CONSENT_INPUT_KEY: &str = "appduct_consent";
-/// `tools.cancel` reason for an MCP client's cancel (04 §6.1).
+/// `tools.cancel` reason for an MCP client's cancel (§C10.6).
 pub const CANCEL_REASON: &str = "mcp_client_cancelled";
-/// Longest argument text in a consent message, in characters (06 §6.10.2).
+/// Longest argument text in a consent message, in characters (§M10.2).
 pub const MAX_PROMPT_ARGS_CHARS: usize = 2_048;
 
-/// A fresh callId: `mcp_` + base64url of 16 CSPRNG bytes (06 §6.8.5 step 6).
+/// A fresh callId: `mcp_` + base64url of 16 CSPRNG bytes (§M8.5 step 6).
 pub fn new_call_id() -> Result<String, ToolFailure> {
     let bytes = random_bytes::<16>()
         .map_err(|e| ToolFailure::new(ErrorType::InternalError, e.to_string()))?;
     Ok(format!("mcp_{}", URL_SAFE_NO_PAD.encode(bytes)))
 }
 
-/// The consent prompt (06 §6.10.2).
+/// The consent prompt (§M10.2).
 pub fn prompt_message(
     name: &str,
     session: &SessionSummary,
@@ -147,7 +147,7 @@ struct Planned<'a> {
     selector: Option<&'a str>,
 }
 
-/// Handles a cancel step by step: a sent call is cancelled (06 §6.12).
+/// Handles a cancel step by step: a sent call is cancelled (§M12).
 fn handler(call: Call<'_>) -> Reply<'_> {
     Box::pin(async move {
         let args: Args = call.args.parse()?;
@@ -174,13 +174,13 @@ async fn run(
     }
 }
 
-/// Steps 2–5 of 06 §6.8.5 for a request without a valid `requestState`.
+/// Steps 2–5 of §M8.5 for a request without a valid `requestState`.
 async fn first_round(
     bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
     planned: &Planned<'_>,
 ) -> Result<CallToolResponse, ToolFailure> {
-    // Until the consent step, a cancel stops the call and nothing more is sent (06 §6.12).
+    // Until the consent step, a cancel stops the call and nothing more is sent (§M12).
     let (client, cache) = unless_cancelled(context, bridge.control_with_cache()).await?;
     let (session, cache) = unless_cancelled(
         context,
@@ -206,7 +206,7 @@ async fn first_round(
             }
             ConsentChannel::Elicitation => {
                 let message = prompt_message(planned.name, &session, &planned.args, destructive);
-                // `None`: the request failed, which counts as no channel (06 §6.10.3).
+                // `None`: the request failed, which counts as no channel (§M10.3).
                 if let Some(()) =
                     elicit(bridge, context, message, planned.name, progress.as_mut()).await?
                 {
@@ -221,7 +221,7 @@ async fn first_round(
     .await
 }
 
-/// `annotations.destructiveHint` is `true` (the consent prompt says so, 06 §6.10.2).
+/// `annotations.destructiveHint` is `true` (the consent prompt says so, §M10.2).
 fn is_destructive(entry: &ToolsListEntry) -> bool {
     entry
         .descriptor
@@ -231,7 +231,7 @@ fn is_destructive(entry: &ToolsListEntry) -> bool {
         == Some(true)
 }
 
-/// Step 2 (06 §6.7): `sessions.describe` on the persistent connection; through the tool cache
+/// Step 2 (§M7): `sessions.describe` on the persistent connection; through the tool cache
 /// when it is subscribed, so the cache then reflects what the describe saw. Returns the cache
 /// when it answered: only then may it be read for this call.
 async fn resolve<'c>(
@@ -294,7 +294,7 @@ async fn checked_tool(
     Ok((planned.timeout_ms.unwrap_or(deadline), entry))
 }
 
-/// Elicitation (06 §6.10.3). `Ok(Some(()))` = accepted, `Ok(None)` = no channel after all.
+/// Elicitation (§M10.3). `Ok(Some(()))` = accepted, `Ok(None)` = no channel after all.
 async fn elicit(
     bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
@@ -336,7 +336,7 @@ async fn elicit(
             answer = &mut rx => {
                 let answer = match answer {
                     Ok(Ok(ClientResult::ElicitResult(r))) => r,
-                    // A failed request means no channel for this call (06 §6.10.3).
+                    // A failed request means no channel for this call (§M10.3).
                     Ok(Ok(other)) => {
                         tracing::info!("elicitation/create got a malformed answer: {other:?}");
                         return Ok(None);
@@ -344,7 +344,7 @@ async fn elicit(
                     Ok(Err(e)) => {
                         tracing::info!("elicitation/create failed: {e}");
                         // Invalid params: the client rejects the form request itself (the
-                        // `mode` tag of older revisions), so it never gets one again (06 §6.2.2).
+                        // `mode` tag of older revisions), so it never gets one again (§M2.2).
                         if matches!(&e, ServiceError::McpError(d) if d.code == ErrorCode::INVALID_PARAMS) {
                             bridge.elicitation_broken.store(true, Ordering::Relaxed);
                         }
@@ -404,7 +404,7 @@ fn decide(answer: ElicitResult, name: &str) -> Result<(), ToolFailure> {
     }
 }
 
-/// MRTR first round (06 §6.10.4): record the call in the daemon, return `input_required`.
+/// MRTR first round (§M10.4): record the call in the daemon, return `input_required`.
 async fn input_required(
     bridge: &BridgeContext,
     client: &ControlClient,
@@ -434,7 +434,7 @@ async fn input_required(
     Ok(InputRequiredResult::new(Some(requests), Some(created.handle)).into())
 }
 
-/// An MRTR retry (06 §6.10.4): take the record, compare, route to its session id.
+/// An MRTR retry (§M10.4): take the record, compare, route to its session id.
 async fn mrtr_retry(
     bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
@@ -506,7 +506,7 @@ async fn mrtr_retry(
         // No answer to our request: ask again with a new handle (the old one was consumed),
         // if this request still has the channel; a retry that no longer declares form-mode
         // elicitation (or a daemon without consent records) gets the no-channel row, never
-        // `input_required` (06 §6.10.1, §6.10.4).
+        // `input_required` (§M10.1, §M10.4).
         let channel =
             unless_cancelled(context, async { Ok(bridge.consent_channel(context).await) }).await?;
         if context.ct.is_cancelled() {

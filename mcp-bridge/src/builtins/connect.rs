@@ -1,9 +1,9 @@
-//! `appduct_connect` (06 §6.8.1): validation (all before anything is minted or any helper
+//! `appduct_connect` (§M8.1): validation (all before anything is minted or any helper
 //! process runs), auto-detection, and the results. Minting, composing, delivering through the
 //! injected [`CommandRunner`](appduct_client::command_runner::CommandRunner) and revoking on
 //! failure or cancel are the shared [`LinkFlow`] that `appduct sessions link` runs too, with
 //! `appduct_client::{project, qr}`, so both frontends compose byte-identical links and run the
-//! same argument vectors (02 §5.1, §7).
+//! same argument vectors (§D5.1, §L6.4).
 
 use appduct_client::client::ControlClient;
 use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
@@ -119,7 +119,7 @@ struct Output {
     project_dir: Option<String>,
 }
 
-/// Handles a cancel step by step: a minted link is revoked (06 §6.12).
+/// Handles a cancel step by step: a minted link is revoked (§M12).
 fn handler(call: Call<'_>) -> Reply<'_> {
     Box::pin(async move {
         let args: Args = call.args.parse()?;
@@ -176,7 +176,7 @@ struct Request<'a> {
     transport_defaulted: bool,
 }
 
-/// The argument rules of 06 §6.8.1 that need no file system or daemon.
+/// The argument rules of §M8.1 that need no file system or daemon.
 fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
     let target = Target::parse(args.target.as_deref());
     let t = target.as_str();
@@ -304,7 +304,7 @@ fn check_combination<'a>(args: &'a Args) -> Result<Request<'a>, ToolFailure> {
     })
 }
 
-/// A detection or delivery failure as the bridge reports it (06 §6.8.1, 02 §7): argument
+/// A detection or delivery failure as the bridge reports it (§M8.1, §L6.4): argument
 /// errors are `invalid_request` listing the candidates, no device and failed commands are
 /// `tool_execution_error` (the latter with `{argv, exitCode, stderr}`).
 pub fn delivery_failure(e: &DeliveryError) -> ToolFailure {
@@ -403,7 +403,7 @@ async fn run(
     Ok(out)
 }
 
-/// `target: "web"`: the page URL with `#appduct=<payload>` and the connect script (02 §5.3).
+/// `target: "web"`: the page URL with `#appduct=<payload>` and the connect script (§D5.2).
 async fn web(
     inner: &BridgeContext,
     context: &RequestContext<RoleServer>,
@@ -432,7 +432,7 @@ fn flow<'a>(
     LinkFlow::new(client, inner.runner.as_ref()).with_cancel(&context.ct)
 }
 
-/// The `link.create` params: the address rule of 02 §7 for `target` (none: the advertised
+/// The `link.create` params: the address rule of §L6.4 for `target` (none: the advertised
 /// address).
 fn link_params(req: &Request<'_>, target: Option<DeviceTarget>) -> LinkCreateParams {
     LinkCreateParams::default()
@@ -442,7 +442,7 @@ fn link_params(req: &Request<'_>, target: Option<DeviceTarget>) -> LinkCreatePar
 }
 
 /// A failure of the shared link flow as the bridge reports it. The loopback refusal is
-/// `invalid_request` naming `advertisedIp` (06 §6.8.1): the CLI's message and hint in one text.
+/// `invalid_request` naming `advertisedIp` (§M8.1): the CLI's message and hint in one text.
 fn flow_failure(e: &LinkFlowError, inner: &BridgeContext) -> ToolFailure {
     match e {
         LinkFlowError::LoopbackAdvertised { .. } => {
@@ -460,7 +460,7 @@ fn flow_failure(e: &LinkFlowError, inner: &BridgeContext) -> ToolFailure {
 }
 
 /// The app id a delivery to `target` needs: the argument, else the project's
-/// `appId.android|ios` (05 §5.2); none for a simulator.
+/// `appId.android|ios` (§L5.2); none for a simulator.
 fn app_id_for(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Option<String>, ToolFailure> {
     let Some(platform) = target.app_id_platform() else {
         return Ok(None);
@@ -481,7 +481,7 @@ fn app_id_for(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Option<String>, Too
     }
 }
 
-/// `device`, else `ANDROID_SERIAL` for Android (02 §7); shapes checked.
+/// `device`, else `ANDROID_SERIAL` for Android (§L6.4); shapes checked.
 fn requested_device(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Option<String>, ToolFailure> {
     if let Some(d) = ctx.req.device {
         return Ok(Some(d.to_owned()));
@@ -497,7 +497,7 @@ fn requested_device(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Option<String
 }
 
 /// An explicit device target: every check, detection, then mint, compose and deliver; a
-/// failed delivery discards the link (02 §7). A cancelled detection is dropped, which kills its
+/// failed delivery discards the link (§L6.4). A cancelled detection is dropped, which kills its
 /// helper process (the runner kills on drop).
 async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Output, ToolFailure> {
     let app_id = app_id_for(ctx, target)?;
@@ -526,7 +526,7 @@ async fn explicit(ctx: &Ctx<'_>, target: DeviceTarget) -> Result<Output, ToolFai
 }
 
 /// No target: one auto-detected simulator or Android device gets the link; none or several
-/// give a QR result whose note says why (06 §6.8.1). Physical iPhones are never detected.
+/// give a QR result whose note says why (§M8.1). Physical iPhones are never detected.
 async fn auto(ctx: &Ctx<'_>) -> Result<Output, ToolFailure> {
     let runner = ctx.inner.runner.as_ref();
     let mut sources = Vec::new();

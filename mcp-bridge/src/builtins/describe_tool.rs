@@ -1,4 +1,4 @@
-//! `appduct_describe_tool` (06 §6.8.4): one app tool in full, with its deadline.
+//! `appduct_describe_tool` (§M8.4): one app tool in full, with its deadline.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};

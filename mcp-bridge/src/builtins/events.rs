@@ -1,4 +1,4 @@
-//! `appduct_events` (06 §6.8.7): the events an app posted, oldest first, from the session's
+//! `appduct_events` (§M8.7): the events an app posted, oldest first, from the session's
 //! retained buffer, with a cursor for the next read.
 
 use appduct_protocol::control::{

@@ -1,4 +1,4 @@
-//! `appduct_list_events` (06 §6.8.6): the events an app declared, with payload signatures; an
+//! `appduct_list_events` (§M8.6): the events an app declared, with payload signatures; an
 //! exact name also returns that event's payload schema.
 
 use appduct_protocol::control::{EventsList, EventsListParams, EventsListResult, SessionSummary};

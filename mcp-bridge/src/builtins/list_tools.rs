@@ -1,4 +1,4 @@
-//! `appduct_list_tools` (06 §6.8.3): a session's tools as signatures with one-line summaries,
+//! `appduct_list_tools` (§M8.3): a session's tools as signatures with one-line summaries,
 //! narrowed and paged by the daemon, sorted by name.
 
 use appduct_protocol::control::{GroupTotal, ToolsList, ToolsListParams};

@@ -1,4 +1,4 @@
-//! The built-ins (06 §6.8): one module each, holding its definition, its typed arguments, its
+//! The built-ins (§M8): one module each, holding its definition, its typed arguments, its
 //! typed output and its handler, and the one registry both `tools/list` and `tools/call` read
 //! (through [`crate::catalog`]). Adding a built-in is a module and a line in [`BUILTINS`].
 
@@ -15,7 +15,7 @@ pub mod wait_for_session;
 
 pub use builtin::{Call, Entry, Handler};
 
-/// Every built-in, in `tools/list` order (06 §6.8).
+/// Every built-in, in `tools/list` order (§M8).
 pub const BUILTINS: &[Entry] = &[
     connect::BUILTIN,
     wait_for_session::BUILTIN,

@@ -1,4 +1,4 @@
-//! `appduct_status` (06 §6.8.9): versions, sessions, the consent channel and project
+//! `appduct_status` (§M8.9): versions, sessions, the consent channel and project
 //! resolution. Uses `daemon.status` only, on a connection opened without auto-spawn.
 
 use appduct_protocol::control::{DaemonStatus, PolicySummary, SessionSummary};
@@ -182,7 +182,7 @@ async fn run(
         Err(e) => (Daemon::unreachable(e.to_string()), Vec::new(), None, None),
     };
     // The channel a call would use: on 2026-07-28 that needs the daemon's `consent.records`
-    // (06 §6.8.9, §6.10.4), learnt without spawning.
+    // (§M8.9, §M10.4), learnt without spawning.
     let consent = if !declares_form_elicitation(context) {
         ConsentChannel::None
     } else if is_2026(context) {

@@ -1,4 +1,4 @@
-//! `appduct_wait_for_event` (06 §6.8.8): waits, on its own connection, for an app event whose
+//! `appduct_wait_for_event` (§M8.8): waits, on its own connection, for an app event whose
 //! name matches a glob; a retained match newer than `since` returns at once.
 
 use appduct_protocol::control::{EventData, EventKind, SubscribeParams};

@@ -1,4 +1,4 @@
-//! `appduct_wait_for_session` (06 §6.8.2): waits, on its own connection, until the app given a
+//! `appduct_wait_for_session` (§M8.2): waits, on its own connection, until the app given a
 //! link claims its session and its tool registry has arrived (issue #23: "wait means ready"),
 //! or the app refuses the link (typed, at once), or the wait times out (with a hint naming the
 //! likely cause by link kind).

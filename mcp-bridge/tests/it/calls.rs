@@ -1,5 +1,5 @@
 //! Session routing, list/describe/call mapping, progress, cancellation and consent
-//! (06 §6.5, §6.7, §6.8.3–§6.8.5, §6.10–§6.12).
+//! (§M5, §M7, §M8.3–§M8.5, §M10–§M12).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

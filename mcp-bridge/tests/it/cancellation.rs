@@ -1,7 +1,7 @@
 //! Cancellation: a cancel before the consent step sends no elicitation and creates no consent
 //! record; `appduct_connect` stops on a cancel during detection (nothing minted) and during
 //! delivery (the minted link revoked); the read-only built-ins stop between daemon calls
-//! (06 §6.6, §6.10).
+//! (§M6, §M10).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

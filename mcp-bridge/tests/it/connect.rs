@@ -1,4 +1,4 @@
-//! `appduct_connect` delivery (06 §6.8.1, 02 §7): device detection and delivery through a
+//! `appduct_connect` delivery (§M8.1, §L6.4): device detection and delivery through a
 //! scripted `CommandRunner` (exact argument vectors for `adb` and `xcrun`), every check before
 //! minting, revoke on a failed delivery, auto-detection and the `qr` field.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

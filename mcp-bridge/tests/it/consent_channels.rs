@@ -2,7 +2,7 @@
 //! only while the client still declares the channel, `appduct_status` reports input_required
 //! only when the daemon keeps consent records, and one transient failure (a failed
 //! `daemon.hello`, a failed elicitation) does not disable MRTR or elicitation for good
-//! (06 §6.8.1, §6.8.9).
+//! (§M8.1, §M8.9).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

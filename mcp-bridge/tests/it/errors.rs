@@ -1,4 +1,4 @@
-//! The error contract and argument hygiene (06 §6.4, §6.6, §6.16 guard 1).
+//! The error contract and argument hygiene (§M4, §M6, §M16 guard 1).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

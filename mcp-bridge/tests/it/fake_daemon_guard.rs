@@ -1,5 +1,5 @@
 //! The fake daemon's guard: a daemon method a test did not register fails that test, on the
-//! test's own thread (06 §6.1).
+//! test's own thread (§M1).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

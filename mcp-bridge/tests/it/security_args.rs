@@ -1,6 +1,6 @@
 //! Argument hygiene of the built-ins where it differs from the control plane on purpose
-//! (PROTOCOL.md, "Null values and unknown keys"): 06 §6.4 checks unknown keys before anything
-//! else, so a key outside the schema is refused even when its value is `null`, while 03 §6 reads
+//! (PROTOCOL.md, "Null values and unknown keys"): §M4 checks unknown keys before anything
+//! else, so a key outside the schema is refused even when its value is `null`, while §C5 reads
 //! a `null` value as absent first.
 
 #![allow(clippy::unwrap_used)]
@@ -54,7 +54,7 @@ fn a_known_argument_set_to_null_is_absent() {
 
 #[test]
 fn the_control_plane_reads_the_same_null_unknown_key_as_absent() {
-    // The other side of the documented difference (03 §6).
+    // The other side of the documented difference (§C5).
     assert_eq!(
         SelectorParams::validate(Some(&json!({"selectr": null}))),
         Ok(SelectorParams::default())

@@ -1,4 +1,4 @@
-//! SEC-40 through the MCP bridge (08 §4.9, 06 §6.8.1): `appduct_connect` refuses the hostile
+//! SEC-40 through the MCP bridge (SECURITY.md §4.9, §M8.1): `appduct_connect` refuses the hostile
 //! app ids and device ids before any command runs and before `link.create`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

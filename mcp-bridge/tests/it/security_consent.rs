@@ -1,4 +1,4 @@
-//! SEC-46 through the MCP bridge (08 §4.12, 06 §6.10.4): an MRTR consent handle that is
+//! SEC-46 through the MCP bridge (SECURITY.md §4.12, §M10.4): an MRTR consent handle that is
 //! unknown, expired, reused, or presented with a different tool, different arguments, another
 //! selector or another timeout never produces a `tools.call` (so never a `tool_call` frame),
 //! even with an accepting input response. Expiry itself is the daemon's (`consent.take`
@@ -144,7 +144,7 @@ async fn sec_46_a_consent_handle_never_runs_another_call() {
     assert_eq!(sent[0]["selector"], ID, "routed by the record's session id");
 }
 
-/// 08 §4.13: the consent message names the tool, the alias and the session id, and shows the
+/// SECURITY.md §4.13: the consent message names the tool, the alias and the session id, and shows the
 /// arguments cut to 2048 characters.
 #[tokio::test]
 async fn the_consent_message_names_the_call_and_cuts_long_arguments() {

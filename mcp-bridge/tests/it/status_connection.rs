@@ -1,5 +1,5 @@
 //! `appduct_status` connects without spawning a daemon or running the version check
-//! (06 §6.8.9).
+//! (§M8.9).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

@@ -1,4 +1,4 @@
-//! The fixed MCP surface (06 §6.2, §6.3, §6.8, §6.16 guards 2, 3 and 5).
+//! The fixed MCP surface (§M2, §M3, §M8, §M16 guards 2, 3 and 5).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

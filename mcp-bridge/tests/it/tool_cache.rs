@@ -1,4 +1,4 @@
-//! The tool cache of `appduct_call_tool` (06 §6.8.5 steps 2–4, ARCHITECTURE.md "MCP bridge"):
+//! The tool cache of `appduct_call_tool` (§M8.5 steps 2–4, ARCHITECTURE.md "MCP bridge"):
 //! the registry entry is looked up once per session and tool, every call still resolves its
 //! selector, and every change the daemon announces (`tools_changed`, `session_*`) is seen by
 //! the next call, never a stale entry.
@@ -268,7 +268,7 @@ async fn a_session_that_changes_state_or_owner_is_resolved_again() {
     assert_eq!(structured(&r), json!({"ok": true}));
     assert_eq!(fake.requests("tools.call")[0]["consent"], "elicitation");
 
-    // Suspended: no prompt, the daemon answers the session error (06 §6.8.5 step 5).
+    // Suspended: no prompt, the daemon answers the session error (§M8.5 step 5).
     set_state(&fake, SessionState::Suspended);
     emit(
         &fake,

@@ -1,4 +1,4 @@
-//! The wait built-ins, status and project resolution (06 §6.8.2, §6.8.8, §6.8.9, §6.13).
+//! The wait built-ins, status and project resolution (§M8.2, §M8.8, §M8.9, §M13).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

@@ -1,5 +1,5 @@
 //! Conformance: every appduct v2 vector in `protocol/tests/vectors/appduct-v2/`, read at test time
-//! (02 §18). A missing folder, an empty folder, or a `*.json` file that no test below consumes
+//! (§D15). A missing folder, an empty folder, or a `*.json` file that no test below consumes
 //! fails the run; each failing case is reported by its `name`.
 
 mod common;

@@ -1,6 +1,6 @@
-//! Control-plane types against 03: params validation of every method (§6, §9), the JSON
-//! examples of the chapter as exact round trips, and the framing / classification rules of
-//! §3–§4.1 driven end to end through `LineBuffer` and `parse_incoming`.
+//! Control-plane types against docs/protocol/control.md: params validation of every method (§C5,
+//! §C8), JSON examples as exact round trips, and the framing / classification rules of
+//! §C2–§C3.1 driven end to end through `LineBuffer` and `parse_incoming`.
 
 use std::fmt::Debug;
 
@@ -742,7 +742,7 @@ fn consent_results() {
 
 #[test]
 fn revoke_result_examples() {
-    // 05 §3.1 envelope data.
+    // §L3.1 envelope data.
     let r: RevokeResult = round_trip(
         r#"{"ok":true,"sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","revoked":"session"}"#,
     );
@@ -861,7 +861,7 @@ fn event_notification_example() {
 
 #[test]
 fn truncated_app_event_and_events_since_result() {
-    // 03 §11.6: payload {"text":"héllo wörld"} capped at 11 bytes.
+    // §C13.6: payload {"text":"héllo wörld"} capped at 11 bytes.
     let r: EventsSinceResult = round_trip(
         r#"{"events":[{"kind":"app_event","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1764493923120,"seq":5,
  "data":{"name":"note","payloadPreview":"{\"text\":\"h","truncated":true,"payloadBytes":24,"ts":1764493923101.5}},
@@ -1034,7 +1034,7 @@ fn spec_error_examples_round_trip() {
     assert_eq!(policy.error_type(), ErrorType::PolicyDenied);
     assert_eq!(policy.error_type().exit_code(), 77);
 
-    // 03 §10.4: the cancelled call's response, built the way the daemon would.
+    // §C10.2: the cancelled call's response, built the way the daemon would.
     let built = Response::error(
         Some(RequestId::Number(2)),
         ErrorObject::application(
@@ -1050,7 +1050,7 @@ fn spec_error_examples_round_trip() {
 }
 
 // ------------------------------------------------------------------------------------------
-// Framing and classification (03 §3–§4.1), through the framer as the daemon reads them
+// Framing and classification (§C2–§C3.1), through the framer as the daemon reads them
 // ------------------------------------------------------------------------------------------
 
 /// Feeds `input` through a framer with `cap` and classifies every line, as a daemon would.

@@ -4,6 +4,7 @@
 mod conformance;
 mod control_plane;
 mod doc_examples;
+mod doc_refs;
 mod prop_canonical;
 mod prop_codecs;
 mod prop_frames;

@@ -1,4 +1,4 @@
-//! Canonical JSON (04 §9.4) is a faithful, idempotent text form: it parses back to an equal
+//! Canonical JSON (§C12.2) is a faithful, idempotent text form: it parses back to an equal
 //! value, re-canonicalising it changes nothing, and key order never changes the hash.
 
 use appduct_protocol::canonical::{args_sha256, to_canonical_pretty, to_canonical_string};

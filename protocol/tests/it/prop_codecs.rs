@@ -1,4 +1,4 @@
-//! Property tests of the bootstrap codec and the link composer/parser (02 §4, §5).
+//! Property tests of the bootstrap codec and the link composer/parser (§D4, §D5).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -11,7 +11,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use proptest::prelude::*;
 
-/// Any address that encodes with its own family (IPv4-mapped IPv6 is the one exception, §4.4).
+/// Any address that encodes with its own family (IPv4-mapped IPv6 is the one exception, §D4.3).
 fn address() -> impl Strategy<Value = IpAddr> {
     prop_oneof![
         any::<[u8; 4]>().prop_map(|b| IpAddr::V4(Ipv4Addr::from(b))),
@@ -94,7 +94,7 @@ proptest! {
             bytes[i] = byte;
         }
         // Anything accepted is a complete payload: it re-encodes to exactly the input, except
-        // a family-6 IPv4-mapped address, which re-encodes as family 4 (02 §4.4).
+        // a family-6 IPv4-mapped address, which re-encodes as family 4 (§D4.3).
         if let Ok(decoded) = bootstrap::decode_bytes(&bytes) {
             let mapped = matches!(decoded.address, IpAddr::V6(a) if a.to_ipv4_mapped().is_some());
             if !mapped {

@@ -1,4 +1,4 @@
-//! Property tests of the device frames (02 §9): every frame survives encode → decode, the
+//! Property tests of the device frames (§D7): every frame survives encode → decode, the
 //! decoders never panic, and the lone-surrogate sanitizer never changes valid JSON's meaning.
 
 #![allow(clippy::unwrap_used)]

@@ -1,4 +1,4 @@
-//! The linear glob matcher (03 §11.5) agrees with a textbook dynamic-programming matcher on
+//! The linear glob matcher (§C13.5) agrees with a textbook dynamic-programming matcher on
 //! arbitrary globs and names, and stays fast on inputs that make backtracking matchers explode.
 
 use appduct_protocol::glob::Glob;

@@ -1,4 +1,4 @@
-//! The signature renderer (05 §7.5) is total: arbitrary JSON in any schema position renders
+//! The signature renderer (§L7.5) is total: arbitrary JSON in any schema position renders
 //! without panicking and within the signature budget, and the summary always honours its
 //! length cap.
 

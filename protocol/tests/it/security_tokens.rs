@@ -1,4 +1,4 @@
-//! SEC-23 (08 §4.11, 02 §12): the token types have no `PartialEq` (so they cannot be compared
+//! SEC-23 (SECURITY.md §4.11, §D9.5): the token types have no `PartialEq` (so they cannot be compared
 //! with a short-circuiting `==`), no `Display` and no serde impls, and print `<redacted>`; the
 //! types that carry a token as text (frames, decoded payloads, parsed links) redact it in
 //! their `Debug` output too. Comparison is constant time over the decoded bytes.

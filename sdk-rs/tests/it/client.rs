@@ -581,7 +581,7 @@ async fn the_web_transport_connects_over_plain_loopback_ws() -> TestResult {
     let Accepted::Upgraded { mut conn, host, .. } = daemon.next().await? else {
         panic!("the web listener must upgrade");
     };
-    // The web listener accepts only Host 127.0.0.1:<webPort> (02 §2.2).
+    // The web listener accepts only Host 127.0.0.1:<webPort> (§D2.2).
     assert_eq!(host, format!("127.0.0.1:{}", daemon.addr.port()));
     conn.accept_claim(false).await?;
     timeout(WAIT, pending).await??;

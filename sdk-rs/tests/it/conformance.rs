@@ -1,5 +1,5 @@
 //! The appduct v2 vectors that exercise the app side, replayed against the sans-IO core with a
-//! fake transport, a manual clock and a constant jitter source (02 §18.4):
+//! fake transport, a manual clock and a constant jitter source (§D15):
 //! `session-scenarios*.json`, `event-registry-frames.json` and `frame-limits.json`. A missing
 //! vector file fails; each failing case is reported by its `name`.
 
@@ -535,7 +535,7 @@ fn frame_limits() {
         let mut h = active_harness("session-1", false);
         h.wire.clear();
         h.app.clear();
-        // Measure with an empty payload string, then fill the gap (02 §18.2).
+        // Measure with an empty payload string, then fill the gap (§D15).
         h.core
             .post_event(h.now, "limits", Some(json!("")))
             .expect("an empty event fits");

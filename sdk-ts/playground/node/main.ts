@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// appduct-playground-node <link> [--pins <p,…>] [--transport web] (07 §7.14.3): the SDK-backed
+// appduct-playground-node <link> [--pins <p,…>] [--transport web] (§T14.3): the SDK-backed
 // device of the end-to-end tests. One JSON line on stdout per stateChange, sessionChange and
 // error; a `ping` line on stdin posts playground_ping; stdin EOF disconnects and exits 0.
 

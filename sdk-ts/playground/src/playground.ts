@@ -1,10 +1,10 @@
-// The playground contract (07 §7.14): five tools, one event and a call counter, registered the
+// The playground contract (§T14): five tools, one event and a call counter, registered the
 // same way by every playground host so a test written against one runs against the others.
 
 import type { AppductClient, Registration, ToolContext } from "@appduct/sdk";
 import { z } from "zod";
 
-/** Exact descriptor schemas (07 §7.14.1): the zod schemas validate, these travel. */
+/** Exact descriptor schemas (§T14.1): the zod schemas validate, these travel. */
 export const SCHEMAS = {
   sumInput: { type: "object", properties: { a: { type: "number" }, b: { type: "number" } }, required: ["a", "b"], additionalProperties: false },
   sumOutput: { type: "object", properties: { total: { type: "number" } }, required: ["total"], additionalProperties: false },

@@ -1,4 +1,4 @@
-// The playground hosts, as built (07 §7.14.3): the Node device against a stand-in TLS listener
+// The playground hosts, as built (§T14.3): the Node device against a stand-in TLS listener
 // (the end-to-end suite runs it against the real daemon), and the web page server.
 
 import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";

@@ -1,4 +1,4 @@
-// The playground contract on a client over the fake transport (07 §7.14.3): the exact wire
+// The playground contract on a client over the fake transport (§T14.3): the exact wire
 // descriptors, the event declaration, and each tool's behaviour, with slow_task's three progress
 // frames 500 ms apart on a manual clock.
 

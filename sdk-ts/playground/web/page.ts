@@ -1,4 +1,4 @@
-// The playground web page (07 §7.14.3): the contract on the real web entry, and elements that
+// The playground web page (§T14.3): the contract on the real web entry, and elements that
 // each hold only their value.
 
 import { addAppductListener, appductClient, getAppductState, getSessionAlias } from "@appduct/sdk/web/enabled";

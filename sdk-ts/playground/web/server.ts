@@ -1,5 +1,5 @@
 // `npm run playground:web -- --port <p>`: serves the playground page on 127.0.0.1, with the
-// page script bundled by esbuild at start-up (07 §7.14.3).
+// page script bundled by esbuild at start-up (§T14.3).
 
 import { readFileSync } from "node:fs";
 import http from "node:http";

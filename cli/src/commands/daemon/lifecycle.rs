@@ -1,4 +1,4 @@
-//! `appduct daemon start | stop | status` (05 §9.2–§9.4, 01 §6.1, §6.3).
+//! `appduct daemon start | stop | status` (§L9.2–§L9.4, §S3.1, §S3.3).
 
 use std::io;
 use std::path::Path;
@@ -20,7 +20,7 @@ use crate::globals::Globals;
 use crate::output::{Output, Success};
 use crate::render::{self, Row, Section, plural, to_value};
 
-/// `daemon stop` polls this often for the socket and the pidfile to disappear (01 §6.1).
+/// `daemon stop` polls this often for the socket and the pidfile to disappear (§S3.1).
 pub const STOP_POLL: Duration = Duration::from_millis(100);
 /// … for at most this long.
 pub const STOP_WAIT: Duration = Duration::from_secs(5);
@@ -70,7 +70,7 @@ fn not_running() -> CliError {
 
 /// `daemon stop`: `daemon.shutdown` without spawning or version check, then wait until the
 /// socket and the pidfile are gone. If the request cannot be delivered and the pidfile lock is
-/// held, SIGTERM the pid in the file; never signal a pid that does not hold the lock (01 §6.3).
+/// held, SIGTERM the pid in the file; never signal a pid that does not hold the lock (§S3.3).
 pub async fn stop(globals: &Globals) -> Result<Success, CliError> {
     let dir = globals.state_dir()?;
     let opts = connect::options(globals, &dir, Contact::Existing);
@@ -145,7 +145,7 @@ pub async fn wait_gone(dir: &StateDir, limit: Duration) -> bool {
     }
 }
 
-/// `daemon start` (05 §9.2); `spawned` when this invocation started it.
+/// `daemon start` (§L9.2); `spawned` when this invocation started it.
 pub fn daemon_start(s: &StatusResult, spawned: bool) -> Success {
     let data = json!({"daemon": {
         "pid": s.pid, "version": s.version, "wssPort": s.wss_port, "webPort": s.web_port,
@@ -162,14 +162,14 @@ pub fn daemon_start(s: &StatusResult, spawned: bool) -> Success {
     )
 }
 
-/// How `daemon stop` stopped the daemon (05 §9.3).
+/// How `daemon stop` stopped the daemon (§L9.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopMethod {
     Rpc,
     Sigterm,
 }
 
-/// `daemon stop` (05 §9.3).
+/// `daemon stop` (§L9.3).
 pub fn daemon_stop(pid: u32, method: StopMethod) -> Success {
     let method = match method {
         StopMethod::Rpc => "rpc",
@@ -190,7 +190,7 @@ fn count_by<'a>(names: impl Iterator<Item = &'a str>) -> std::collections::BTree
     counts
 }
 
-/// `daemon status` (05 §9.4): `sessions` reduced to `sessionCount`; `warning` (version drift)
+/// `daemon status` (§L9.4): `sessions` reduced to `sessionCount`; `warning` (version drift)
 /// when present.
 pub fn daemon_status(s: &StatusResult, warning: Option<&str>, now: OffsetDateTime) -> Success {
     let mut daemon = Map::new();

@@ -1,4 +1,4 @@
-//! `appduct daemon run | start | stop | status` (05 §9): [`run`] hosts the daemon in the
+//! `appduct daemon run | start | stop | status` (§L9): [`run`] hosts the daemon in the
 //! foreground, [`lifecycle`] starts, stops and queries it.
 
 pub mod lifecycle;

@@ -1,4 +1,4 @@
-//! `appduct daemon run` (05 §9.1, 01 §6.5–§6.6): hosts the daemon in the foreground.
+//! `appduct daemon run` (§L9.1, §S3.5–§S3.6): hosts the daemon in the foreground.
 //!
 //! The ready line is printed once `Daemon::start` returned, which is after the control socket
 //! accepts connections (startup step 9). SIGINT, SIGTERM, SIGHUP or `daemon.shutdown` start the
@@ -87,7 +87,7 @@ async fn host(state_dir: &Path, out: &Output) -> u8 {
     }
 }
 
-/// `daemon run` once the control socket accepts connections (05 §9.1).
+/// `daemon run` once the control socket accepts connections (§L9.1).
 pub fn daemon_running(pid: u32, version: &str, state_dir: &str, socket_path: &str) -> Success {
     Success::new(
         json!({"daemon": {"pid": pid, "version": version, "stateDir": state_dir, "socketPath": socket_path}}),

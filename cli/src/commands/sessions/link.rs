@@ -1,4 +1,4 @@
-//! `appduct sessions link` (05 §6.3): flag combination rules, scheme and app-id resolution,
+//! `appduct sessions link` (§L6.3): flag combination rules, scheme and app-id resolution,
 //! the shared link-connect flow, and the link's rendering. Resolution, the flow (minting,
 //! delivery, revoke on failure) and the terminal QR code come from `appduct-client`'s
 //! `project`, `link_flow` and `qr` modules, shared with the MCP bridge's `appduct_connect`.
@@ -94,12 +94,12 @@ pub struct LinkArgs {
     pub positionals: Vec<String>,
 }
 
-/// `sessions link` (05 §6.3), after the flag combination rules.
+/// `sessions link` (§L6.3), after the flag combination rules.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkRequest {
     pub ttl_seconds: Option<u32>,
     pub qr: bool,
-    /// Syntax already checked; resolution (§5.1) happens when the command runs.
+    /// Syntax already checked; resolution (§L5.1) happens when the command runs.
     pub scheme: Option<String>,
     pub open: Option<OpenTarget>,
     /// From `--for`, `--transport` or `--open web`; else `native` until the project's
@@ -308,7 +308,7 @@ pub fn project_error(e: &ProjectError) -> CliError {
     }
 }
 
-/// A detection or delivery failure as the CLI reports it (05 §6.3, 02 §7): argument errors
+/// A detection or delivery failure as the CLI reports it (§L6.3, §L6.4): argument errors
 /// exit 64 listing the devices, no device and failed commands are `connection_error` (70),
 /// the latter with `{argv, exitCode, stderr}`.
 pub fn delivery_error(e: &DeliveryError) -> CliError {
@@ -327,7 +327,7 @@ pub fn delivery_error(e: &DeliveryError) -> CliError {
     }
 }
 
-/// Everything `sessions link` decides before contacting the daemon (05 §6.3 steps 1–3).
+/// Everything `sessions link` decides before contacting the daemon (§L6.3 steps 1–3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkPlan {
     pub scheme: Option<String>,
@@ -336,7 +336,7 @@ pub struct LinkPlan {
     pub requested_device: Option<String>,
 }
 
-/// Steps 2–3 of 05 §6.3 and the device shape, in `env` (`android_serial` is
+/// Steps 2–3 of §L6.3 and the device shape, in `env` (`android_serial` is
 /// `ANDROID_SERIAL`).
 pub fn plan(
     req: &LinkRequest,
@@ -382,7 +382,7 @@ pub fn plan(
     })
 }
 
-/// The `link.create` params of 05 §6.3 step 6.
+/// The `link.create` params of §L6.3 step 6.
 pub fn link_params(req: &LinkRequest) -> LinkCreateParams {
     LinkCreateParams::default()
         .with_ttl_seconds(req.ttl_seconds)
@@ -393,7 +393,7 @@ pub fn link_params(req: &LinkRequest) -> LinkCreateParams {
         .with_transport(Some(req.transport))
 }
 
-/// `sessions link` (05 §6.3): every check before minting; a failed delivery revokes the link.
+/// `sessions link` (§L6.3): every check before minting; a failed delivery revokes the link.
 pub async fn run(
     globals: &Globals,
     out: &Output,
@@ -436,7 +436,7 @@ pub async fn run(
     wait::wait_ready(&client, &dir, &id, timeout_ms, success).await
 }
 
-/// Steps 4–7 of 05 §6.3 on an open connection, after [`plan`]: runs the shared link flow for
+/// Steps 4–7 of §L6.3 on an open connection, after [`plan`]: runs the shared link flow for
 /// the request's target and renders its result.
 pub async fn mint_and_deliver(
     client: &ControlClient,
@@ -500,7 +500,7 @@ pub async fn mint_and_deliver(
     }
 }
 
-/// A failure of the shared link flow as the CLI reports it (05 §6.3): the loopback refusal is a
+/// A failure of the shared link flow as the CLI reports it (§L6.3): the loopback refusal is a
 /// usage error (64) with the hint naming `<state-dir>/config.json`; a composition failure is
 /// internal.
 fn link_flow_error(e: LinkFlowError, dir: &StateDir) -> CliError {
@@ -517,7 +517,7 @@ fn link_flow_error(e: LinkFlowError, dir: &StateDir) -> CliError {
     }
 }
 
-/// A delivery that ran for `sessions link --open` (05 §6.3).
+/// A delivery that ran for `sessions link --open` (§L6.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
     /// `android`, `ios-sim` or `ios-device`.
@@ -526,7 +526,7 @@ pub struct Delivery {
     pub device: String,
 }
 
-/// `sessions link` for native targets, `--transport web` and no target (05 §6.3). `deep_link`
+/// `sessions link` for native targets, `--transport web` and no target (§L6.3). `deep_link`
 /// is the composed link (with `pin` only for the native transport).
 pub fn link_created(
     link: &LinkCreateResult,
@@ -593,7 +593,7 @@ pub fn link_created(
     )
 }
 
-/// `sessions link --open web --url <url>` (05 §6.3): `url` is the page URL with the payload
+/// `sessions link --open web --url <url>` (§L6.3): `url` is the page URL with the payload
 /// fragment, `script` the console snippet.
 pub fn web_link_created(
     session_id: &str,

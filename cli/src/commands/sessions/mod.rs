@@ -1,4 +1,4 @@
-//! `appduct sessions ls | revoke | link` (05 §6); `link` lives in [`link`].
+//! `appduct sessions ls | revoke | link` (§L6); `link` lives in [`link`].
 
 pub mod link;
 pub mod wait;
@@ -77,7 +77,7 @@ pub async fn revoke(
     Ok(sessions_revoke(&result))
 }
 
-/// `sessions ls` (05 §6.1): `data` is the array; human is the borderless table.
+/// `sessions ls` (§L6.1): `data` is the array; human is the borderless table.
 pub fn sessions_ls(sessions: &[SessionSummary], now: OffsetDateTime) -> Success {
     if sessions.is_empty() {
         return Success::new(
@@ -112,7 +112,7 @@ pub fn sessions_ls(sessions: &[SessionSummary], now: OffsetDateTime) -> Success 
 }
 
 /// `manufacturer model (os)` with the parts that are known; `-` when none is. The parts come
-/// from the app's claim, so they are cleaned (08 §4.13).
+/// from the app's claim, so they are cleaned (SECURITY.md §4.13).
 fn device_text(s: &SessionSummary) -> String {
     let d = &s.device;
     let part = |p: Option<&str>| p.map(render::clean_line).filter(|p| !p.is_empty());
@@ -129,7 +129,7 @@ fn device_text(s: &SessionSummary) -> String {
     }
 }
 
-/// `sessions revoke` (05 §6.2).
+/// `sessions revoke` (§L6.2).
 pub fn sessions_revoke(r: &RevokeResult) -> Success {
     let human = match (r.revoked, r.alias.as_deref()) {
         (RevokedKind::Link, _) => format!("Discarded pending link {}.\n", r.session_id),

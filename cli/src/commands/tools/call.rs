@@ -1,4 +1,4 @@
-//! `appduct tools call [selector] <name>` (05 §7.3): the call with its progress display and
+//! `appduct tools call [selector] <name>` (§L7.3): the call with its progress display and
 //! interrupt handling.
 
 use std::io::IsTerminal as _;
@@ -41,7 +41,7 @@ pub struct ToolsCallArgs {
     pub no_progress: bool,
 }
 
-/// `tools call` (05 §7.3). `callId` and `progress` are decided when the call is made.
+/// `tools call` (§L7.3). `callId` and `progress` are decided when the call is made.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolsCall {
     pub selector: Option<String>,
@@ -84,7 +84,7 @@ fn read_input_file(path: &Path) -> Result<String, CliError> {
 }
 
 /// The tool arguments: a JSON object, else `validation_error` (exit 65) with
-/// `details: {param, error}` (05 §7.3).
+/// `details: {param, error}` (§L7.3).
 pub fn input_object(param: &str, text: &str) -> Result<Map<String, Value>, CliError> {
     let invalid = |error: String| {
         CliError::new(
@@ -112,10 +112,10 @@ pub fn input_object(param: &str, text: &str) -> Result<Map<String, Value>, CliEr
 }
 
 /// After a cancel, the CLI gives the daemon this long to settle the call (2000 ms cancel grace
-/// + 1000 ms, 05 §7.3).
+/// + 1000 ms, §L7.3).
 pub const CANCEL_CONFIRM_WAIT: Duration = Duration::from_millis(3000);
 
-/// `cli-` and 32 random hex digits (05 §7.3).
+/// `cli-` and 32 random hex digits (§L7.3).
 pub fn new_call_id() -> Result<String, CliError> {
     let bytes = appduct_client::random::random_bytes::<16>()
         .map_err(|e| CliError::internal(format!("no randomness for a call id: {e}")))?;
@@ -136,7 +136,7 @@ pub fn call_params(c: &ToolsCall, call_id: &str, progress: bool) -> ToolsCallPar
         .with_progress(progress)
 }
 
-/// The failure reported when the CLI gave up waiting after an interrupt (05 §7.3 step 3).
+/// The failure reported when the CLI gave up waiting after an interrupt (§L7.3 step 3).
 pub fn cancelled_by_cli(call_id: &str) -> CliError {
     CliError::new(
         ErrorType::ToolCancelled,
@@ -154,7 +154,7 @@ async fn next_progress(stream: &mut Option<ProgressStream>) -> Option<CallProgre
     }
 }
 
-/// `tools call`: the call with its progress display and interrupt handling (05 §7.3).
+/// `tools call`: the call with its progress display and interrupt handling (§L7.3).
 pub async fn run(globals: &Globals, out: &Output, c: &ToolsCall) -> Result<Success, CliError> {
     let mut signals = Interrupts::new(false)
         .map_err(|e| CliError::internal(format!("cannot install signal handlers: {e}")))?;
@@ -225,7 +225,7 @@ pub async fn run(globals: &Globals, out: &Output, c: &ToolsCall) -> Result<Succe
     }
 }
 
-/// `tools call` (05 §7.3): `data` is the tool's result verbatim; `meta.call` describes the call.
+/// `tools call` (§L7.3): `data` is the tool's result verbatim; `meta.call` describes the call.
 pub fn tools_call(name: &str, r: &ToolsCallResult) -> Success {
     let mut human = format!(
         "Result ({name} on {}, {} ms)\n",

@@ -1,4 +1,4 @@
-//! `appduct tools describe [selector] <name>` (05 §7.2).
+//! `appduct tools describe [selector] <name>` (§L7.2).
 
 use appduct_protocol::control::ToolsListEntry;
 use serde_json::{Map, Value, json};
@@ -26,7 +26,7 @@ pub async fn run(
     }
 }
 
-/// `tools describe` (05 §7.2): the entry plus `signature`.
+/// `tools describe` (§L7.2): the entry plus `signature`.
 pub fn tools_describe(entry: &ToolsListEntry) -> Success {
     let mut data = match to_value(entry) {
         Value::Object(map) => map,

@@ -1,4 +1,4 @@
-//! `appduct tools ls [selector]` (05 §7.1).
+//! `appduct tools ls [selector]` (§L7.1).
 
 use appduct_protocol::control::is_valid_group;
 use appduct_protocol::control::{
@@ -20,7 +20,7 @@ use crate::globals::Globals;
 use crate::output::{Output, Success};
 use crate::render::{self, plural, to_value};
 
-/// At most this many top-level groups are named in the `tools ls` footer (05 §7.1).
+/// At most this many top-level groups are named in the `tools ls` footer (§L7.1).
 const FOOTER_GROUPS: usize = 10;
 
 #[derive(Debug, Args)]
@@ -47,7 +47,7 @@ pub struct ToolsLsArgs {
     pub full: bool,
 }
 
-/// `tools ls` (05 §7.1).
+/// `tools ls` (§L7.1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolsLs {
     /// What the user gave; `limit` stays `None` when not given (the human default of 50 is
@@ -121,7 +121,7 @@ pub async fn run(globals: &Globals, out: &Output, req: &ToolsLs) -> Result<Succe
     Ok(tools_ls(req, &result, &session.alias))
 }
 
-/// `tools ls` (05 §7.1), for a `tools.list` made with `req.params` (and the human default
+/// `tools ls` (§L7.1), for a `tools.list` made with `req.params` (and the human default
 /// limit when applicable). `alias` names the session in titles and messages.
 pub fn tools_ls(req: &ToolsLs, result: &ToolsListResult, alias: &str) -> Success {
     if req.groups_only {

@@ -1,4 +1,4 @@
-//! `appduct tools ls | describe | call | snapshot` (05 §7), one module per verb; the session
+//! `appduct tools ls | describe | call | snapshot` (§L7), one module per verb; the session
 //! lookups and the signature and describe block every verb shares live here.
 
 pub mod call;
@@ -88,7 +88,7 @@ pub async fn list_all(
         .map_err(|e| connect::client_error(&e, dir))
 }
 
-/// `tool_not_found` as `tools describe` reports it (05 §7.2).
+/// `tool_not_found` as `tools describe` reports it (§L7.2).
 pub fn tool_not_found(name: &str, alias: &str, all: &ToolsListResult) -> CliError {
     let available: Vec<&str> = all.tools.iter().map(|t| t.name()).collect();
     CliError::new(
@@ -104,7 +104,7 @@ fn entry_schema<'a>(entry: &'a ToolsListEntry, key: &str) -> Option<&'a Value> {
     entry.descriptor.get(key)
 }
 
-/// The signature of a listed tool (05 §7.5), as data (`--json`).
+/// The signature of a listed tool (§L7.5), as data (`--json`).
 pub fn tool_signature(entry: &ToolsListEntry) -> String {
     render_tool_signature(
         entry.name(),
@@ -113,7 +113,7 @@ pub fn tool_signature(entry: &ToolsListEntry) -> String {
     )
 }
 
-/// The signature for human output: schema property names are app-supplied (08 §4.13).
+/// The signature for human output: schema property names are app-supplied (SECURITY.md §4.13).
 fn human_signature(entry: &ToolsListEntry) -> String {
     render::clean_line(&tool_signature(entry))
 }

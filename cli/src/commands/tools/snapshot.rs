@@ -1,4 +1,4 @@
-//! `appduct tools snapshot --write | --check` (05 §7.4): a canonical, reviewable document of a
+//! `appduct tools snapshot --write | --check` (§L7.4): a canonical, reviewable document of a
 //! session's tool and event surface, written atomically or compared with a unified diff.
 
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ pub struct ToolsSnapshotArgs {
     pub check: Option<PathBuf>,
 }
 
-/// `tools snapshot --write` or `--check` (05 §7.4).
+/// `tools snapshot --write` or `--check` (§L7.4).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SnapshotMode {
     /// `--write -`: the document itself on stdout.
@@ -343,7 +343,7 @@ pub fn check(path: &Path, live: &Value, alias: &str, paint: Paint) -> Result<Suc
             tail.push_str(&format!("{mark} {kind} {}\n", render::clean_line(n)));
         }
     }
-    // The diff shows app-supplied JSON (and the alias): control characters escaped (08 §4.13);
+    // The diff shows app-supplied JSON (and the alias): control characters escaped (SECURITY.md §4.13);
     // `details.diff` keeps them exact.
     for line in diff.lines() {
         let line = render::escape_controls(line);

@@ -34,7 +34,7 @@ pub fn standard_tools() -> Value {
     ])
 }
 
-/// `call_` + 22 base64url characters (02 §12).
+/// `call_` + 22 base64url characters (§D9.5).
 pub fn is_wire_id(s: &str) -> bool {
     s.len() == 27
         && s.starts_with("call_")

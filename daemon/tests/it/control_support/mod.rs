@@ -227,7 +227,7 @@ impl TestHandler {
             h.keep(conn);
             let events = std::mem::take(&mut *h.subscribe_events.lock().unwrap());
             conn.set_subscribed();
-            // The response goes out before any event under the new filter (03 §4.3).
+            // The response goes out before any event under the new filter (§C14).
             conn.respond(&id, Ok(json!({"ok": true})));
             for e in events {
                 let line =
@@ -241,7 +241,7 @@ impl TestHandler {
         fake.script("daemon.shutdown", move |conn, id, _| {
             let h = h.clone();
             h.shutdowns.fetch_add(1, Ordering::SeqCst);
-            // Like the daemon: answer, flush, then tear down (03 §9.3).
+            // Like the daemon: answer, flush, then tear down (§C8.3).
             conn.respond(&id, Ok(json!({"ok": true})));
             let stop = h.shutdown_tx.lock().unwrap().clone();
             let conn = conn.clone();

@@ -1,5 +1,5 @@
 //! The one pinned TLS client of the daemon's tests: a rustls verifier that accepts a server only
-//! when the SPKI pin of its leaf is the expected one, as an appduct app does (02 §3.4), and the
+//! when the SPKI pin of its leaf is the expected one, as an appduct app does (§D3.4), and the
 //! client configurations and connections built on it. Handshake signatures are still verified
 //! with the `ring` provider, so the server must hold the pinned key.
 

@@ -1,4 +1,4 @@
-//! SEC-56 (08 §4.8, §7): every committed corpus file of every fuzz target runs through the
+//! SEC-56 (SECURITY.md §4.8, SECURITY.md §8): every committed corpus file of every fuzz target runs through the
 //! target's body on stable, so CI replays the corpora without libFuzzer. A file that panics
 //! fails the test, which names the file.
 

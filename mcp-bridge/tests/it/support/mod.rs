@@ -1,8 +1,8 @@
-//! Test harness for the bridge (01 §10.3): a `FakeDaemon` that answers only the methods a test
-//! registers (with the selector rules of 03 §7) and fails loudly on any other, a connector that
+//! Test harness for the bridge (ARCHITECTURE.md#test-layers): a `FakeDaemon` that answers only the methods a test
+//! registers (with the selector rules of §C6) and fails loudly on any other, a connector that
 //! serves it over `tokio::io::duplex`, and an rmcp client over a second duplex.
 //!
-//! "Fails loudly" (06 §6.1): an unregistered method is answered `-32601` and recorded; the
+//! "Fails loudly" (§M1): an unregistered method is answered `-32601` and recorded; the
 //! [`Harness`] and [`RawClient`] check the record when they are dropped, which happens on the
 //! test's own thread at the end of the test, so the test fails. (A panic in the fake's own
 //! `Drop` would not do: the last reference usually dies inside a tokio task, where the panic is
@@ -308,7 +308,7 @@ impl Harness {
     }
 }
 
-/// `_meta["appduct/error"].type` of an error result, after checking the contract (06 §6.6).
+/// `_meta["appduct/error"].type` of an error result, after checking the contract (§M6).
 pub fn error_type(r: &CallToolResult) -> String {
     assert_eq!(r.is_error, Some(true), "expected an error result: {r:?}");
     assert!(

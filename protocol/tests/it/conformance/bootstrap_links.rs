@@ -1,4 +1,4 @@
-//! `bootstrap-links.json` (02 §18.2): `link::parse`, which does not check expiry, yields the
+//! `bootstrap-links.json` (§D15): `link::parse`, which does not check expiry, yields the
 //! `base64url` of payload entry `payloadIndex` and the expected pin (absent for `null`).
 
 use appduct_protocol::link;

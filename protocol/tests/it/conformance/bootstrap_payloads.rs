@@ -1,4 +1,4 @@
-//! `bootstrap-payloads.json` (02 §18.2): `bootstrap::decode` equals `expected` (or fails when it
+//! `bootstrap-payloads.json` (§D15): `bootstrap::decode` equals `expected` (or fails when it
 //! is `null`), and for valid cases encoding the expected view reproduces `base64url` exactly.
 
 use appduct_protocol::bootstrap::{self, BootstrapPayload, Decoded};

@@ -1,4 +1,4 @@
-//! `tool-descriptors.json` and `event-descriptors.json` (02 §18.2): the validator's verdict
+//! `tool-descriptors.json` and `event-descriptors.json` (§D15): the validator's verdict
 //! equals `valid`, and valid descriptors survive decode → encode with every known field.
 
 use appduct_protocol::descriptor::{validate_event_descriptor, validate_tool_descriptor};

@@ -1,4 +1,4 @@
-//! `event-registry-frames.json` (02 §18.2): every frame in `frames` passes the daemon's guard
+//! `event-registry-frames.json` (§D15): every frame in `frames` passes the daemon's guard
 //! for its type, decoded after the ack of the case's `sessionId`, and encodes back to itself.
 
 use appduct_protocol::descriptor::validate_event_descriptor;

@@ -1,7 +1,7 @@
-//! `frame-limits.json` (02 §18.1, §18.2): the limit constant equals `limitBytes`, and for each
+//! `frame-limits.json` (§D15, §D15): the limit constant equals `limitBytes`, and for each
 //! vector the `event` frame of exactly `frameBytes` bytes (payload string filled with `filler`,
 //! topped up with `a`) passes the sender's size check and the daemon's decoder iff `sent`.
-//! The in-memory daemon case runs in `appduct-daemon` tests (02 §18.3).
+//! The in-memory daemon case runs in `appduct-daemon` tests (§D15).
 
 use appduct_protocol::close::CloseReason;
 use appduct_protocol::frames::{

@@ -1,6 +1,6 @@
-//! `session-scenarios.json` and `session-scenarios-background.json` (02 §18.2): the scripts are
+//! `session-scenarios.json` and `session-scenarios-background.json` (§D15): the scripts are
 //! legal protocol. Every `receive` frame parses as a daemon → app frame under the bounds of
-//! 02 §9.1, and every frame the app is expected to send passes the daemon's app → daemon guard:
+//! §D7.1, and every frame the app is expected to send passes the daemon's app → daemon guard:
 //! `send` frames after the ack, and the claim or resume a wire `connect` expectation stands for
 //! before it. Descriptors of `registerTool` drives are valid tool descriptors.
 

@@ -1,4 +1,4 @@
-// The web entry in a real browser against the real daemon (07 §7.9, 02 §2.2): headless Chromium
+// The web entry in a real browser against the real daemon (§T9, §D2.2): headless Chromium
 // (Debian's package) loads a page served on localhost that uses `@appduct/sdk/web` (bundled with
 // the `development` condition), consumes an `#appduct=` link minted by `appduct sessions link
 // --open web`, registers a tool that `appduct tools call` then calls; a reload resumes the same

@@ -1,4 +1,4 @@
-// The test-runner client against the real `appduct` binary (07 §7.15): the Node playground device
+// The test-runner client against the real `appduct` binary (§T15): the Node playground device
 // (a separate process) and an in-process probe device built on the Node transport serve the
 // tools; the client links, waits for sessions, lists and calls tools, cancels, and waits for
 // events. Every process is stopped in afterAll, also after a failure.
@@ -48,7 +48,7 @@ async function mint(scheme: string): Promise<DeviceLinkResult> {
 }
 
 /**
- * A claim comes before the device's first registry snapshot (03 §11.1: `session_claimed` before
+ * A claim comes before the device's first registry snapshot (§C13.1: `session_claimed` before
  * `tools_changed`), so a session just claimed may list no tools yet: wait for them.
  */
 async function untilTools(app: AppClient, count: number): Promise<void> {

@@ -1,4 +1,4 @@
-// The test-runner client (07 §7.13) against a fake control socket over a real temp Unix socket:
+// The test-runner client (§T13) against a fake control socket over a real temp Unix socket:
 // the JSON-RPC it sends, framing and malformed lines, error mapping, progress routing,
 // cancellation, watchdogs, waits, close, spawning and link(). The real daemon is exercised by
 // client-e2e.test.ts.

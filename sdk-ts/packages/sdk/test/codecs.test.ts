@@ -49,7 +49,7 @@ describe("base64url", () => {
 });
 
 describe("bootstrap payload", () => {
-  it("decodes and re-encodes the worked example of 02 §4.5", () => {
+  it("decodes and re-encodes the worked example of §D4.4", () => {
     const decoded = decodeBootstrapPayload(WORKED_EXAMPLE);
     expect(decoded).toEqual({
       family: 4,

@@ -1,4 +1,4 @@
-// Conformance (02 §18, 07 §7.15): every vector file in protocol/tests/vectors/appduct-v2 runs through
+// Conformance (§D15, §T15): every vector file in protocol/tests/vectors/appduct-v2 runs through
 // the SDK; a missing or empty directory, or a `*.json` file no suite consumes, fails the run.
 // Test names are the vectors' names, so a failing case is reported by its name.
 
@@ -202,7 +202,7 @@ async function runRegistryCase(c: RegistryVector): Promise<Record<string, unknow
 }
 
 /**
- * Posts an event whose frame is exactly `frameBytes` UTF-8 bytes (02 §18.1): measured with an
+ * Posts an event whose frame is exactly `frameBytes` UTF-8 bytes (§D15): measured with an
  * empty payload string, filled with `filler`, topped up with ASCII `a`.
  */
 async function runFrameLimitCase(c: FrameLimits["vectors"][number]): Promise<void> {

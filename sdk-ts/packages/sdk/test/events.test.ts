@@ -1,4 +1,4 @@
-// Events (07 §7.6): postEvent never throws, drop rules and warnings, frame shape, ordering with
+// Events (§T6): postEvent never throws, drop rules and warnings, frame shape, ordering with
 // registry deltas.
 
 import { describe, expect, it } from "vitest";

@@ -1,4 +1,4 @@
-// Invocation (07 §7.5): one test per row of the §7.5.2 table and per rule of §7.5.3, on a
+// Invocation (§T5): one test per row of the §T5.2 table and per rule of §T5.3, on a
 // manual clock over the fake transport.
 
 import { describe, expect, it } from "vitest";
@@ -44,7 +44,7 @@ const toolError = (type: string, message: string, details?: unknown): Record<str
 });
 const toolResult = (result: unknown): Record<string, unknown> => ({ type: "tool_result", session_id: "session-1", id: "call-1", result });
 
-describe("§7.5.2 rows", () => {
+describe("§T5.2 rows", () => {
   it("name not registered → tool_not_found", async () => {
     const { call } = await setup();
     expect(await call("ghost")).toEqual([toolError("tool_not_found", 'Tool "ghost" is not registered.')]);
@@ -256,7 +256,7 @@ describe("handler context", () => {
   });
 });
 
-describe("§7.5.3 deadline and cancellation", () => {
+describe("§T5.3 deadline and cancellation", () => {
   const waiting = (name: string, extra: Partial<ToolDefinition> = {}): ToolDefinition => ({
     name,
     description: "d",

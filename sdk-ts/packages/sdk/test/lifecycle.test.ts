@@ -1,4 +1,4 @@
-// Connection lifecycle (07 §7.2, §7.7, 02 §16): connect(link) validation and trust, listener
+// Connection lifecycle (§T2, §T7, §D13): connect(link) validation and trust, listener
 // payloads and order, supersede, disconnect, close classification, pin mismatch, unknown
 // frames, the resume lease and restoreSession, handleUrl, device fields, backoff.
 

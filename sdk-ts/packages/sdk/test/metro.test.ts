@@ -1,4 +1,4 @@
-// The Metro helper (07 §7.11.4). Units drive `withAppduct`'s resolver with a stand-in for Metro's
+// The Metro helper (§T11.4). Units drive `withAppduct`'s resolver with a stand-in for Metro's
 // resolution context, for each way `include` is decided. The module-graph tests bundle what the
 // helper resolves to with esbuild, then build the fixture app (test/fixtures/metro-app) with real
 // Metro in release mode (dev false, minified) and run the bundle in a fresh VM context.
@@ -63,7 +63,7 @@ function resolveWith(config: MetroConfigLike, moduleName: string, context: Metro
 
 const sourceFile = (filePath: string): MetroResolution => ({ type: "sourceFile", filePath });
 
-describe("withAppduct resolution (07 §7.11.4)", () => {
+describe("withAppduct resolution (§T11.4)", () => {
   it("include: false resolves both React Native entries to the inert variant, without asking any other resolver", () => {
     const { resolveRequest, userSaw } = userResolver();
     const config = withAppduct({ resolver: { resolveRequest } }, { include: false });
@@ -158,7 +158,7 @@ function includes(config: MetroConfigLike): boolean {
   return resolution.filePath === ENABLED_ENTRY;
 }
 
-describe("include from the environment (07 §7.11.4)", () => {
+describe("include from the environment (§T11.4)", () => {
   const includedUnder = (env: { APPDUCT_ENABLED?: string; NODE_ENV?: string }): boolean => {
     setEnv(env);
     return includes(withAppduct({}));

@@ -1,4 +1,4 @@
-// The Node entry's transport against local TLS and plain WebSocket servers (07 §7.10): the pin
+// The Node entry's transport against local TLS and plain WebSocket servers (§T10): the pin
 // check runs before the upgrade, a wrong pin never sees an HTTP byte, web links go to loopback
 // without an Origin header, and an unanswered ping is socket loss. The servers stand in for
 // the daemon's listeners; the real daemon is exercised by the end-to-end suite.

@@ -1,4 +1,4 @@
-// The published package (07 §7.1): its version follows the appduct binary's, and the public
+// The published package (§T1): its version follows the appduct binary's, and the public
 // surface of every export-map subpath, under each condition, matches a committed snapshot.
 // Set UPDATE_EXPORT_SURFACE=1 to rewrite the snapshot after an intended change. The build output
 // these tests import is produced by the global setup (test-global-setup.ts).
@@ -102,7 +102,7 @@ describe("export surface", () => {
     }
     expect(surface).toEqual(JSON.parse(readFileSync(SNAPSHOT, "utf8")));
 
-    // Inert entries expose the same names as the real ones (07 §7.8); the Node entry adds only
+    // Inert entries expose the same names as the real ones (§T8); the Node entry adds only
     // its pin helper.
     const inert = surface["./inert"]?.default;
     expect(surface["./web"]?.development).toEqual(inert);
@@ -132,7 +132,7 @@ describe("export surface", () => {
   }, 60_000);
 });
 
-describe("web bundles (07 §7.8)", () => {
+describe("web bundles (§T8)", () => {
   async function esbuildText(conditions: string[], entry = WEB_APP): Promise<string> {
     const result = await esbuild({
       entryPoints: [entry],

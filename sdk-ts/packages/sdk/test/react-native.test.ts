@@ -1,4 +1,4 @@
-// The React Native entry (07 §7.11): JavaScript only, over the WebSocket global to the daemon's
+// The React Native entry (§T11): JavaScript only, over the WebSocket global to the daemon's
 // loopback web listener. Units use a fake WebSocket and a fake `Platform`; the entry modules run
 // with `react-native` mocked; one test drives the client against the real daemon's web listener
 // (the `ws` package standing in for React Native's WebSocket, with a loopback Origin as React
@@ -86,7 +86,7 @@ describe("device fields", () => {
   });
 });
 
-describe("release switch (07 §7.11.4)", () => {
+describe("release switch (§T11.4)", () => {
   it("is active unless __DEV__ is false, and __APPDUCT_ENABLED__ === true forces it on", () => {
     expect(isReactNativeEntryEnabled({})).toBe(true);
     expect(isReactNativeEntryEnabled({ __DEV__: true })).toBe(true);
@@ -178,7 +178,7 @@ describe("React Native client", () => {
   });
 });
 
-describe("auto lifecycle (07 §7.11.3)", () => {
+describe("auto lifecycle (§T11.3)", () => {
   function fakeRn(initialUrl: string | null): {
     Linking: LinkingLike & { emit(url: string): void };
     AppState: AppStateLike & { emit(state: string): void };

@@ -1,5 +1,5 @@
 // @vitest-environment jsdom
-// React bindings (07 §7.12) with React Testing Library over a client on the fake transport: the
+// React bindings (§T12) with React Testing Library over a client on the fake transport: the
 // registration key decides re-registration, the handler is a stable wrapper over the latest
 // committed render, `enabled` removes and re-adds, StrictMode ends with one registration, the
 // disposer never removes a newer registration, and useAppductState follows the client.

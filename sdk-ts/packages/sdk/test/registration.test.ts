@@ -1,5 +1,5 @@
-// Tool and event registration (07 §7.3, §7.4, §7.6): validation, wire form, lenient timeoutMs,
-// identity-safe disposers, groups, schema forms, and snapshot/delta ordering (02 §16.4).
+// Tool and event registration (§T3, §T4, §T6): validation, wire form, lenient timeoutMs,
+// identity-safe disposers, groups, schema forms, and snapshot/delta ordering (§D13.3).
 
 import { describe, expect, it } from "vitest";
 
@@ -254,7 +254,7 @@ describe("registerEvent", () => {
   });
 });
 
-describe("snapshots and deltas (02 §16.4)", () => {
+describe("snapshots and deltas (§D13.3)", () => {
   it("sends the tool snapshot, then the event snapshot, then deltas in call order", async () => {
     const h = makeHarness();
     h.client.registerTool(tool({ name: "before" }));

@@ -1,4 +1,4 @@
-// Release security tests of the Node entry (08 §7): in link trust mode a link without a valid
+// Release security tests of the Node entry (SECURITY.md §8): in link trust mode a link without a valid
 // pin is refused and no socket is opened (SEC-14); a bootstrap address that is not a private LAN
 // address is refused while allowPrivateLanOnly is true, the default (SEC-15). The entry under
 // test is `@appduct/sdk/node` itself (active under vitest: NODE_ENV is not "production").

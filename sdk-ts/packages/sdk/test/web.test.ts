@@ -1,5 +1,5 @@
 // @vitest-environment jsdom
-// The web entry (07 §7.9) in jsdom with a fake WebSocket: the fragment is removed before the
+// The web entry (§T9) in jsdom with a fake WebSocket: the fragment is removed before the
 // claim, the sessionStorage lease lets a reload resume, window.__APPDUCT__ connects a loaded page.
 
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";

@@ -1,5 +1,5 @@
-// The `AppClient` (07 §7.13): one persistent control connection for requests and calls, one
-// extra connection per `waitForEvent`. Every request names the resolved session id (03 §7).
+// The `AppClient` (§T13): one persistent control connection for requests and calls, one
+// extra connection per `waitForEvent`. Every request names the resolved session id (§C6).
 
 import { randomBytes } from "node:crypto";
 
@@ -11,25 +11,25 @@ import { AppductError, clientError } from "./errors.js";
 import type { AppClient, AppEvent, RegistryState, AppEventFull, CallOptions, CallProgress, EventsOptions, EventsPage, ListedTool, WaitForEventOptions } from "./types.js";
 import { startStreamWait, waitTimeout, type StreamWait } from "./wait.js";
 
-/** Default `waitForEvent` timeout (07 §7.13.2). */
+/** Default `waitForEvent` timeout (§T13.2). */
 export const DEFAULT_EVENT_WAIT_MS = 30_000;
-/** Added to a call's deadline for the watchdog (04 §4.3). */
+/** Added to a call's deadline for the watchdog (§C10.3). */
 const WATCHDOG_SLACK_MS = 5_000;
-/** Deadline assumed when the caller sent no `timeoutMs` and the tool's is unknown (04 §4.3). */
+/** Deadline assumed when the caller sent no `timeoutMs` and the tool's is unknown (§C10.3). */
 const MAX_CALL_DEADLINE_MS = 600_000;
 const MIN_CALL_DEADLINE_MS = 1_000;
 
-/** `clamp(x)` of 04 §4.1. */
+/** `clamp(x)` of §C10.3. */
 export function clampDeadline(ms: number): number {
   return Math.min(MAX_CALL_DEADLINE_MS, Math.max(MIN_CALL_DEADLINE_MS, Math.trunc(ms)));
 }
 
-/** `client_` + base64url of 16 random bytes (07 §7.13.2). */
+/** `client_` + base64url of 16 random bytes (§T13.2). */
 export function mintCallId(): string {
   return `client_${encodeBase64url(randomBytes(16))}`;
 }
 
-/** An `EventNotification` (03 §8.4) flattened to the client's `AppEvent`. */
+/** An `EventNotification` (§C13.1) flattened to the client's `AppEvent`. */
 export function flattenEvent(notification: Record<string, unknown>): AppEvent {
   const data = isJsonObject(notification.data) ? notification.data : {};
   const common = { ts: data.ts as number, seq: notification.seq as number, sessionId: notification.sessionId as string, alias: notification.alias as string };
@@ -43,7 +43,7 @@ function unexpected(method: string): AppductError {
   return new AppductError("internal_error", `The appduct daemon answered ${method} with an unexpected result.`, { details: { method } });
 }
 
-/** `since` and a glob are checked here; the daemon checks everything else (03 §9.12, §9.13). */
+/** `since` and a glob are checked here; the daemon checks everything else (§C8.12, §C8.13). */
 function checkSince(since: unknown): void {
   if (typeof since === "number" && since < 0) throw clientError(`since must be ≥ 0; got ${since}.`, { param: "since" });
 }
@@ -217,7 +217,7 @@ export class ControlAppClient implements AppClient {
     return this.connection.request(method, params, { timeoutMs: this.requestTimeoutMs });
   }
 
-  /** Per-call notifications, routed by callId (03 §10.3). */
+  /** Per-call notifications, routed by callId (§C10.5). */
   private onNotification(method: string, params: unknown): void {
     if (!isJsonObject(params) || typeof params.callId !== "string") return;
     const route = this.calls.get(params.callId);

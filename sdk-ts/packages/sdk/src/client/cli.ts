@@ -1,5 +1,5 @@
-// Running the `appduct` binary with `--json` and reading its one envelope (05 §3.1): the
-// daemon spawn (`daemon start`, 01 §2.6) and `link()` (`sessions link`).
+// Running the `appduct` binary with `--json` and reading its one envelope (§L3.1): the
+// daemon spawn (`daemon start`, §T1) and `link()` (`sessions link`).
 
 import { spawn } from "node:child_process";
 

@@ -1,4 +1,4 @@
-// One control-plane connection (03 §2–§4, §13): newline-delimited JSON-RPC 2.0 over the daemon's
+// One control-plane connection (§C1–§C3, §C16): newline-delimited JSON-RPC 2.0 over the daemon's
 // Unix socket. Requests are numbered from 1 and correlated by id; notifications go to one
 // handler; every pending request fails when the connection ends.
 
@@ -7,10 +7,10 @@ import net from "node:net";
 import { isJsonObject } from "../core/text.js";
 import { AppductError, clientError, errorFromRpc } from "./errors.js";
 
-/** The daemon rejects (and closes on) an inbound line longer than this (03 §3). */
+/** The daemon rejects (and closes on) an inbound line longer than this (§C2). */
 export const MAX_REQUEST_LINE_BYTES = 1_048_576;
 /**
- * Longest daemon line accepted: 4 × the 64 MiB minimum of 03 §3, as the Rust client does,
+ * Longest daemon line accepted: 4 × the 64 MiB minimum of §C2, as the Rust client does,
  * because an `events.since` page of 256 events of 256 KiB grows past 64 MiB once JSON-escaped.
  */
 export const MAX_RESPONSE_LINE_BYTES = 4 * 64 * 1_048_576;
@@ -27,11 +27,11 @@ export interface ConnectionOptions {
 export interface RequestOptions {
   /** Fails the request with `connection_error` after this many ms; `null` waits forever. */
   timeoutMs: number | null;
-  /** The `tools.call` handle, carried by its connection errors (03 §13). */
+  /** The `tools.call` handle, carried by its connection errors (§C16). */
   callId?: string;
 }
 
-/** A request in flight; its timeout can be re-armed (the `tools.call` watchdog, 04 §4.3). */
+/** A request in flight; its timeout can be re-armed (the `tools.call` watchdog, §C10.3). */
 export interface PendingRequest<T = unknown> {
   readonly id: number;
   readonly promise: Promise<T>;
@@ -123,7 +123,7 @@ export class RpcConnection {
     return this.start<T>(method, params, options).promise;
   }
 
-  /** Sends a request; the pending entry is registered before the line is written (03 §4.3). */
+  /** Sends a request; the pending entry is registered before the line is written (§C14). */
   start<T = unknown>(method: string, params: Record<string, unknown> | undefined, options: RequestOptions): PendingRequest<T> {
     const id = this.nextId++;
     let entry: Pending | undefined;

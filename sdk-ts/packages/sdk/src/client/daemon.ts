@@ -1,4 +1,4 @@
-// Reaching the daemon (03 §2.1, §13; 01 §2.6): the state directory and its socket, and
+// Reaching the daemon (§C1.1, §C16; §T1): the state directory and its socket, and
 // connect-or-spawn, where spawning is `<bin> daemon start --json --state-dir <dir>` (the CLI owns
 // the one spawn implementation; this client never runs the version-drift check).
 
@@ -9,7 +9,7 @@ import { runCli, resolveBin } from "./cli.js";
 import { RpcConnection, type ConnectionOptions } from "./connection.js";
 import { AppductError } from "./errors.js";
 
-/** Longest socket path the daemon binds and clients use (03 §2.1). */
+/** Longest socket path the daemon binds and clients use (§C1.1). */
 export const MAX_SOCKET_PATH_BYTES = 100;
 
 /** `stateDir`, else `APPDUCT_STATE_DIR`, else `~/.appduct`; made absolute. */

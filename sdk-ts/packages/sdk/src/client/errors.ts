@@ -1,9 +1,9 @@
-// The error class of the test-runner client (07 §7.13.3) and the mapping of control-plane error
-// objects onto it (03 §5).
+// The error class of the test-runner client (§T13.3) and the mapping of control-plane error
+// objects onto it (§C4).
 
 import { isJsonObject } from "../core/text.js";
 
-/** Every `error.data.type` the daemon may send on the control socket (03 §5.3). */
+/** Every `error.data.type` the daemon may send on the control socket (§C4.3). */
 export const CONTROL_ERROR_TYPES = [
   "invalid_request",
   "no_session",
@@ -22,7 +22,7 @@ export const CONTROL_ERROR_TYPES = [
   "internal_error",
 ] as const;
 
-/** Failures the client itself detects (07 §7.13.3). */
+/** Failures the client itself detects (§T13.3). */
 export const CLIENT_ERROR_TYPES = ["connection_error", "timeout", "client_error"] as const;
 
 export type ControlErrorType = (typeof CONTROL_ERROR_TYPES)[number];
@@ -60,7 +60,7 @@ export class AppductError extends Error {
 
 /**
  * The `AppductError` for a JSON-RPC error object. A type outside the closed enum is
- * `internal_error` (03 §5.3). `callId` is the request's own handle, used when the error names
+ * `internal_error` (§C4.3). `callId` is the request's own handle, used when the error names
  * none.
  */
 export function errorFromRpc(error: unknown, callId?: string): AppductError {

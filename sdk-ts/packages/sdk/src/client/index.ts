@@ -1,4 +1,4 @@
-// @appduct/sdk/client: the test-runner client (07 §7.13). A Node client of the daemon's control
+// @appduct/sdk/client: the test-runner client (§T13). A Node client of the daemon's control
 // plane (03); it never talks to a device. No side effects at import.
 
 import { isJsonObject } from "../core/text.js";
@@ -9,9 +9,9 @@ import { AppductError, clientError } from "./errors.js";
 import type { AppClient, ConnectOptions, LinkOptions, LinkResult, RegistryState, WaitForSessionOptions } from "./types.js";
 import { startStreamWait, waitTimeout } from "./wait.js";
 
-/** Default per-request timeout (03 §13). */
+/** Default per-request timeout (§C16). */
 const DEFAULT_REQUEST_TIMEOUT_MS = 10_000;
-/** Default `waitForSession` timeout (07 §7.13.1). */
+/** Default `waitForSession` timeout (§T13.1). */
 const DEFAULT_SESSION_WAIT_MS = 120_000;
 /** After the claim, the registry is waited for until the deadline, and at least this long (issue #23). */
 const REGISTRY_GRACE_MS = 2_000;
@@ -133,7 +133,7 @@ export async function waitForSession(sessionId: string, options: WaitForSessionO
         .then(
           () => resolve(),
           (error: unknown) => {
-            // A pending link is "unknown" with details.pending (03 §7): keep waiting for its claim,
+            // A pending link is "unknown" with details.pending (§C6): keep waiting for its claim,
             // unless the app already refused it.
             const details = error instanceof AppductError && isJsonObject(error.details) ? error.details : undefined;
             const pending = error instanceof AppductError && error.type === "unknown_session" && details?.pending === true;

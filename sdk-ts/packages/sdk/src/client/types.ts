@@ -1,4 +1,4 @@
-// Public types of the test-runner client (07 §7.13.1).
+// Public types of the test-runner client (§T13.1).
 
 import type { ToolAnnotations } from "../core/descriptors.js";
 
@@ -68,7 +68,7 @@ export interface WaitForSessionOptions {
 
 export type ToolPolicy = "allow" | "deny" | "prompt";
 
-/** One `tools.list` entry (03 §8.3): the descriptor as registered, `group` and `policy`. */
+/** One `tools.list` entry (§C9.2): the descriptor as registered, `group` and `policy`. */
 export interface ListedTool {
   name: string;
   description: string;
@@ -86,7 +86,7 @@ export interface CallProgress {
 }
 
 export interface CallOptions {
-  /** Shortens the tool's deadline (04 §4.1); finite. */
+  /** Shortens the tool's deadline (§C10.3); finite. */
   timeoutMs?: number;
   /** Aborting sends `tools.cancel`; the call settles with the daemon's answer. */
   signal?: AbortSignal;
@@ -105,7 +105,7 @@ export interface AppEventFull {
   alias: string;
 }
 
-/** An app event whose payload was longer than `payloadMaxBytes` (03 §11.6). */
+/** An app event whose payload was longer than `payloadMaxBytes` (§C13.6). */
 export interface AppEventTruncated {
   name: string;
   payloadPreview: string;
@@ -123,7 +123,7 @@ export interface EventsOptions {
   /** Exclusive lower bound on `seq`; default 0. */
   since?: number;
   limit?: number;
-  /** Name glob (03 §11.5). */
+  /** Name glob (§C13.5). */
   name?: string;
   payloadMaxBytes?: number;
 }

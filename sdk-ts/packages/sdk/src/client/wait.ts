@@ -1,4 +1,4 @@
-// A bounded wait on a dedicated control connection (07 §7.13.2): `waitForEvent` and
+// A bounded wait on a dedicated control connection (§T13.2): `waitForEvent` and
 // `waitForSession` each open one, subscribe, and settle on the first matching notification, the
 // timeout (`timeout`), an abort (the signal's reason), or the connection's end
 // (`connection_error`). The connection is closed whatever the outcome.

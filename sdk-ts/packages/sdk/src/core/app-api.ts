@@ -1,4 +1,4 @@
-// The app-side functions every platform entry exports, bound to that entry's client (07 §7.2).
+// The app-side functions every platform entry exports, bound to that entry's client (§T2).
 // Type-only imports: the inert entry uses this without pulling in the session core.
 
 import type { WireToolDescriptor } from "./descriptors.js";

@@ -43,7 +43,7 @@ export function encodeBase64(bytes: Uint8Array): string {
 }
 
 /**
- * Strict unpadded base64url decoding (02 §4.2): only `[A-Za-z0-9_-]`, no `=`, a length that is
+ * Strict unpadded base64url decoding (§D4.2): only `[A-Za-z0-9_-]`, no `=`, a length that is
  * not 1 modulo 4, and zero unused trailing bits (one canonical text form). `null` otherwise.
  */
 export function decodeBase64urlStrict(text: string): Uint8Array | null {

@@ -1,4 +1,4 @@
-// Bootstrap payload codec (02 §4): the bytes a link carries, as unpadded strict base64url.
+// Bootstrap payload codec (§D4): the bytes a link carries, as unpadded strict base64url.
 
 import { decodeBase64urlStrict, encodeBase64url } from "./base64.js";
 import { formatIpv4, formatIpv6, ipv4FromMapped, parseIpv4, parseIpv6 } from "./ip.js";
@@ -14,7 +14,7 @@ const FAMILY_V6 = 0x06;
 const TOKEN_BYTES = 32;
 const MAX_EXPIRES_AT = Number.MAX_SAFE_INTEGER;
 
-/** Decoded form of a bootstrap payload (02 §4.3), as the vectors and SDKs use it. */
+/** Decoded form of a bootstrap payload (§D4.3), as the vectors and SDKs use it. */
 export interface BootstrapPayload {
   family: 4 | 6;
   /** Dotted decimal (IPv4) or RFC 5952 text (IPv6). */
@@ -28,7 +28,7 @@ export interface BootstrapPayload {
 }
 
 /**
- * Decodes a payload, all or nothing (02 §4.3): the full structure, or `null` for any violation.
+ * Decodes a payload, all or nothing (§D4.3): the full structure, or `null` for any violation.
  * Expiry is not checked here.
  */
 export function decodeBootstrapPayload(text: string): BootstrapPayload | null {
@@ -115,7 +115,7 @@ function decodeLayout(bytes: Uint8Array, version: number): BootstrapPayload | nu
   };
 }
 
-/** Why `encodeBootstrapPayload` refused its input (02 §4.4). */
+/** Why `encodeBootstrapPayload` refused its input (§D4.3). */
 export class BootstrapEncodeError extends Error {
   override name = "BootstrapEncodeError";
 }
@@ -197,7 +197,7 @@ function encodeLayout(input: BootstrapPayloadInput, version: number): Uint8Array
   return out;
 }
 
-/** Whether a payload has expired at `nowMs` (02 §4.3: expired when now_seconds >= expires_at). */
+/** Whether a payload has expired at `nowMs` (§D4.3: expired when now_seconds >= expires_at). */
 export function isBootstrapExpired(payload: Pick<BootstrapPayload, "expiresAt">, nowMs: number): boolean {
   return Math.floor(nowMs / 1000) >= payload.expiresAt;
 }

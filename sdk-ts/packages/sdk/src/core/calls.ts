@@ -1,4 +1,4 @@
-// Calls in flight on the app side (07 §7.5.2, §7.5.3): the app-side deadline, cancellation,
+// Calls in flight on the app side (§T5.2, §T5.3): the app-side deadline, cancellation,
 // progress, and the one reply each call may send, on the connection it arrived on.
 
 import { encodeFrame } from "./frame.js";
@@ -40,7 +40,7 @@ export class CallTable<C> {
     const id = frame.id;
     const name = frame.name;
     if (!isStringWithin(id, 1, MAX_IDENTIFIER_LENGTH) || typeof name !== "string") return;
-    // A second tool_call with the id of a call in flight is ignored (07 §7.5.3).
+    // A second tool_call with the id of a call in flight is ignored (§T5.3).
     if (this.calls.has(id)) return;
     const tool = tools.get(name);
     if (!tool) {

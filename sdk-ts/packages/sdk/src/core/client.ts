@@ -1,4 +1,4 @@
-// The session core (02 §16, 07 §7.2–§7.7): claim, resume, backoff, grace, registries, calls and
+// The session core (§D13, §T2–§T7): claim, resume, backoff, grace, registries, calls and
 // events, written against injected ports (transport, clock, random source, lease store, logger).
 
 import { decodeBase64urlStrict, encodeBase64url } from "./base64.js";
@@ -127,7 +127,7 @@ function refusalUrl(address: string, port: number): string {
   return `ws://${host}:${port}/`;
 }
 
-/** The backoff delay before retry number `attempt` (02 §16.3): full jitter, 500 ms base, 30 s cap. */
+/** The backoff delay before retry number `attempt` (§D13.2): full jitter, 500 ms base, 30 s cap. */
 export function backoffDelayMs(attempt: number, random: number): number {
   return Math.floor(random * Math.min(BACKOFF_CAP_MS, BACKOFF_BASE_MS * 2 ** attempt));
 }
@@ -204,7 +204,7 @@ class Client implements AppductClient {
     this.refusePinnedLinks = options.refusePinnedLinks ?? false;
   }
 
-  // ---- registration (07 §7.3, §7.6) ----
+  // ---- registration (§T3, §T6) ----
 
   registerTool<I = unknown, O = unknown>(def: ToolDefinition<I, O>): Registration {
     const entry = buildToolEntry(def as ToolDefinition<unknown, unknown>, { dev: this.dev, warn: (m) => this.logger.warn(m) });
@@ -257,7 +257,7 @@ class Client implements AppductClient {
     return Array.from(this.tools.values(), (entry) => cloneJson(entry.wire));
   }
 
-  /** Deltas go out only on an acked socket whose snapshots were sent (02 §16.4). */
+  /** Deltas go out only on an acked socket whose snapshots were sent (§D13.3). */
   private sendRegistryDelta(kind: "tool" | "event", body: Record<string, unknown>): void {
     const conn = this.conn;
     if (this.state !== "active" || !conn || conn.phase !== "established" || !conn.snapshotSent) return;
@@ -267,7 +267,7 @@ class Client implements AppductClient {
     this.sendFrame(conn, { type, session_id: session.sessionId, ...body });
   }
 
-  // ---- events (07 §7.6) ----
+  // ---- events (§T6) ----
 
   postEvent(name: string, payload?: unknown): void {
     try {
@@ -342,7 +342,7 @@ class Client implements AppductClient {
       .catch(() => undefined);
   }
 
-  // ---- listeners (07 §7.7.1) ----
+  // ---- listeners (§T7.1) ----
 
   addAppductListener<K extends keyof AppductListeners>(kind: K, cb: AppductListeners[K]): Registration {
     const list = this.listeners[kind] as { cb: AppductListeners[K] }[];
@@ -378,7 +378,7 @@ class Client implements AppductClient {
     }
   }
 
-  /** Reports a state only when it changes; only `closed` carries a reason (02 §16.8). */
+  /** Reports a state only when it changes; only `closed` carries a reason (§D13.1). */
   private setState(state: ClientState, reason?: string): void {
     if (this.state === state) return;
     this.state = state;
@@ -441,7 +441,7 @@ class Client implements AppductClient {
     }
   }
 
-  // ---- connecting (02 §16.1, 07 §7.2) ----
+  // ---- connecting (§D13.1, §T2) ----
 
   connect(link: string, options?: ConnectOptions): Promise<void> {
     const checked = this.checkLink(link, options);
@@ -463,7 +463,7 @@ class Client implements AppductClient {
     return true;
   }
 
-  /** A link naming the held session keeps it; any other valid link supersedes (07 §7.11.3). */
+  /** A link naming the held session keeps it; any other valid link supersedes (§T11.3). */
   private startOrKeep(target: BootstrapTarget): Promise<void> {
     const session = this.session;
     if (session && session.sessionId === target.sessionId && (this.state === "active" || this.state === "reconnecting")) {
@@ -485,7 +485,7 @@ class Client implements AppductClient {
     return this.connectBootstrap(target);
   }
 
-  /** Full link validation (02 §16.1) before anything touches a held session. */
+  /** Full link validation (§D13.1) before anything touches a held session. */
   private checkLink(link: string, options: ConnectOptions | undefined): { target: BootstrapTarget } | { error: AppductConnectError } {
     // Sealed payloads are read by every entry, so that one it cannot follow is named as such.
     const parsed = parseLink(link, { sealed: true });
@@ -609,7 +609,7 @@ class Client implements AppductClient {
     });
   }
 
-  /** Starts a claim, superseding any held or pending session (07 §7.7.2). */
+  /** Starts a claim, superseding any held or pending session (§T7.2). */
   private beginClaim(claim: PendingClaim, pending: PendingConnect): void {
     const hadSession = this.session !== null;
     const calls = this.calls.takeAll();
@@ -702,13 +702,13 @@ class Client implements AppductClient {
     return Promise.resolve();
   }
 
-  // ---- lifecycle (02 §16.5) ----
+  // ---- lifecycle (§D13.4) ----
 
   setForeground(foreground: boolean): void {
     if (foreground === this.foreground) return;
     this.foreground = foreground;
     if (!foreground) {
-      // Only a held session is suspended; a claim in progress keeps its backoff (02 §16.5).
+      // Only a held session is suspended; a claim in progress keeps its backoff (§D13.4).
       if (this.state !== "active" && this.state !== "reconnecting") return;
       const session = this.session as HeldSession;
       const calls = this.calls.takeAll();
@@ -844,7 +844,7 @@ class Client implements AppductClient {
       if (this.dev) this.logger.warn("appduct: ignored a daemon message that is not JSON.");
       return;
     }
-    // Unknown types and fields are ignored (02 §9.4).
+    // Unknown types and fields are ignored (§D7.5).
     if (!isJsonObject(frame)) return;
     switch (frame.type) {
       case "session_ack":
@@ -921,7 +921,7 @@ class Client implements AppductClient {
     }
   }
 
-  // ---- closes and retries (02 §16.2, §16.3) ----
+  // ---- closes and retries (§D13.1, §D13.2) ----
 
   private handleClose(conn: Connection, event: TransportCloseEvent): void {
     if (event.error === "handshake_failed" && conn.mode === "resume") {
@@ -994,7 +994,7 @@ class Client implements AppductClient {
     this.scheduleRetry();
   }
 
-  /** An established socket was lost without 1000 or 1008: `reconnecting` (02 §16.2). */
+  /** An established socket was lost without 1000 or 1008: `reconnecting` (§D13.1). */
   private suspend(): void {
     const session = this.session as HeldSession;
     const calls = this.calls.takeAll();
@@ -1071,7 +1071,7 @@ class Client implements AppductClient {
 
   /**
    * Ends everything: state `closed` with `reason`, then `lost` when a session was held, then the
-   * abort of every call in flight, then the pending `connect` rejection (07 §7.7.1).
+   * abort of every call in flight, then the pending `connect` rejection (§T7.1).
    */
   private finish(
     reason: string,
@@ -1107,7 +1107,7 @@ class Client implements AppductClient {
     }
   }
 
-  // ---- lease (07 §7.7.2) ----
+  // ---- lease (§T7.2) ----
 
   private writeLease(): void {
     const session = this.session;
@@ -1143,7 +1143,7 @@ function cloneJson<T>(value: T): T {
   return JSON.parse(JSON.stringify(value)) as T;
 }
 
-/** Builds a client over the given ports (07 §7.2.1). */
+/** Builds a client over the given ports (§T2.1). */
 export function createAppductClient(options: AppductClientOptions): AppductClient {
   return new Client(options);
 }

@@ -1,4 +1,4 @@
-// The default client of the bundle (07 §7.12): the web, Node and React Native entries register
+// The default client of the bundle (§T12): the web, Node and React Native entries register
 // their client here on import, and the React bindings use it when no client is passed. The first
 // platform entry wins; a second one is a development warning. The inert entry registers weakly:
 // it is used only when no platform entry registered, and any platform entry replaces it quietly.

@@ -1,4 +1,4 @@
-// Descriptor validators (02 §10.1, §10.2): the shared verdicts that agree with
+// Descriptor validators (§D8.1, §D8.2): the shared verdicts that agree with
 // `tool-descriptors.json` and `event-descriptors.json`.
 
 import { isJsonObject, isStringWithin, isWireInteger, MAX_FREE_TEXT_LENGTH } from "./text.js";
@@ -13,7 +13,7 @@ export interface ToolAnnotations {
   idempotentHint?: boolean;
 }
 
-/** A tool descriptor in wire form (02 §10.1), keys in the order the SDK emits them. */
+/** A tool descriptor in wire form (§D8.1), keys in the order the SDK emits them. */
 export interface WireToolDescriptor {
   name: string;
   description: string;
@@ -24,7 +24,7 @@ export interface WireToolDescriptor {
   group?: string;
 }
 
-/** An event descriptor in wire form (02 §10.2). */
+/** An event descriptor in wire form (§D8.2). */
 export interface WireEventDescriptor {
   name: string;
   description: string;
@@ -54,7 +54,7 @@ export function isValidDescription(description: unknown): description is string 
   return isStringWithin(description, 1, MAX_FREE_TEXT_LENGTH);
 }
 
-/** Event names: 1..=4096 UTF-16 code units, any characters (02 §10.2). */
+/** Event names: 1..=4096 UTF-16 code units, any characters (§D8.2). */
 export function isValidEventName(name: unknown): name is string {
   return isStringWithin(name, 1, MAX_FREE_TEXT_LENGTH);
 }
@@ -69,7 +69,7 @@ export function isValidAnnotations(value: unknown): value is ToolAnnotations {
   );
 }
 
-/** Verdict on a tool descriptor (02 §10.1). Unknown keys (such as `timeoutMs`) are ignored. */
+/** Verdict on a tool descriptor (§D8.1). Unknown keys (such as `timeoutMs`) are ignored. */
 export function validateToolDescriptor(descriptor: unknown): DescriptorVerdict {
   if (!isJsonObject(descriptor)) {
     return invalid("descriptor", "must be a JSON object");
@@ -97,7 +97,7 @@ export function validateToolDescriptor(descriptor: unknown): DescriptorVerdict {
   return VALID;
 }
 
-/** Verdict on an event descriptor (02 §10.2). */
+/** Verdict on an event descriptor (§D8.2). */
 export function validateEventDescriptor(descriptor: unknown): DescriptorVerdict {
   if (!isJsonObject(descriptor)) {
     return invalid("descriptor", "must be a JSON object");

@@ -1,6 +1,6 @@
-// Error classes of the app-side API (07 §7.5.4).
+// Error classes of the app-side API (§T5.4).
 
-/** The seven tool error types a `tool_error` frame may carry (02 §9.3). */
+/** The seven tool error types a `tool_error` frame may carry (§D7.3). */
 export const TOOL_ERROR_TYPES = [
   "tool_not_found",
   "tool_input_validation_error",

@@ -1,4 +1,4 @@
-// Outbound frame encoding with the size check every sender applies (02 §8, §16.7).
+// Outbound frame encoding with the size check every sender applies (§D6, §D13.6).
 
 import { MAX_FRAME_BYTES, utf8ByteLength } from "./text.js";
 

@@ -1,4 +1,4 @@
-// @appduct/sdk: the platform-free core. No side effects, no transport (07 §7.1.2).
+// @appduct/sdk: the platform-free core. No side effects, no transport (§T1.2).
 
 export { createAppductClient, backoffDelayMs } from "./client.js";
 export { createMemoryLeaseStore } from "./lease.js";

@@ -1,4 +1,4 @@
-// One tool invocation, from received args to the reply frame's content (07 §7.5.2).
+// One tool invocation, from received args to the reply frame's content (§T5.2).
 
 import { AppductToolError, type ToolErrorType } from "./errors.js";
 import type { ToolEntry } from "./registry.js";
@@ -19,7 +19,7 @@ const fail = (type: ToolErrorType, message: string, details?: unknown): ToolOutc
   error: details === undefined ? { type, message } : { type, message, details },
 });
 
-/** Every message the SDK sends is cut to 4096 UTF-16 code units (02 §16.7). */
+/** Every message the SDK sends is cut to 4096 UTF-16 code units (§D13.6). */
 export function cutMessage(message: string): string {
   return truncateUtf16(message, MAX_FREE_TEXT_LENGTH);
 }
@@ -32,7 +32,7 @@ async function runValidation(validate: (value: unknown) => Validation | Promise<
   }
 }
 
-/** The `message` and `name` a thrown value is reported with (07 §7.5.2). */
+/** The `message` and `name` a thrown value is reported with (§T5.2). */
 export function describeThrown(value: unknown): { message: string; name: string } {
   let name: string = typeof value;
   let message: string;

@@ -1,5 +1,5 @@
-// IP address text forms for the bootstrap payload (02 §4.3): dotted decimal for IPv4, RFC 5952
-// canonical text for IPv6; and the app-side address allow-list (02 §3.4).
+// IP address text forms for the bootstrap payload (§D4.3): dotted decimal for IPv4, RFC 5952
+// canonical text for IPv6; and the app-side address allow-list (§D3.4).
 
 /** Dotted-decimal text of 4 bytes. */
 export function formatIpv4(bytes: Uint8Array): string {
@@ -123,7 +123,7 @@ export function ipv4FromMapped(v6: Uint8Array): Uint8Array | null {
 }
 
 /**
- * The address allow-list of `allowPrivateLanOnly` (02 §3.4): `10.0.0.0/8`, `172.16.0.0/12`,
+ * The address allow-list of `allowPrivateLanOnly` (§D3.4): `10.0.0.0/8`, `172.16.0.0/12`,
  * `192.168.0.0/16`, or exactly `127.0.0.1`. IPv6 is never allowed.
  */
 export function isPrivateLanAddress(address: string): boolean {

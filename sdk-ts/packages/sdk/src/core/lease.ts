@@ -1,12 +1,12 @@
-// The resume lease (07 §7.7.2): what a client needs to resume a session, kept in memory (native,
-// Node, React Native) or the tab's sessionStorage (web), never on disk (02 §16.3) unless the app
+// The resume lease (§T7.2): what a client needs to resume a session, kept in memory (native,
+// Node, React Native) or the tab's sessionStorage (web), never on disk (§D13.2) unless the app
 // provides a storage adapter (issue #23: a session then survives a full JavaScript reload).
 
 import { isJsonObject, isStringWithin, isWireInteger, MAX_IDENTIFIER_LENGTH } from "./text.js";
 import { decodeBase64urlStrict } from "./base64.js";
 import type { AppductStorage, LeaseStore, ResumeLease } from "./types.js";
 
-/** The default lease store: process memory only (02 §16.3). */
+/** The default lease store: process memory only (§D13.2). */
 export function createMemoryLeaseStore(): LeaseStore {
   let value: string | null = null;
   return {

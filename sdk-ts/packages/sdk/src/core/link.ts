@@ -1,4 +1,4 @@
-// Link parsing (02 §5.2, §5.3): deep links `<scheme>:///?appduct=<payload>[&pin=<pin>]`, page
+// Link parsing (§D5.3, §D5.2): deep links `<scheme>:///?appduct=<payload>[&pin=<pin>]`, page
 // URLs carrying `#appduct=<payload>`, and bare payloads.
 
 import { decodeAnyBootstrapPayload, decodeBootstrapPayload, type BootstrapPayload } from "./bootstrap.js";
@@ -28,7 +28,7 @@ function isUrlShaped(text: string): boolean {
   return SCHEME_PATTERN.test(text) && !WHITESPACE_OR_CONTROL.test(text);
 }
 
-/** Whether `pin` has the SPKI pin text form `^sha256/[A-Za-z0-9+/]{43}=$` (02 §3.3). */
+/** Whether `pin` has the SPKI pin text form `^sha256/[A-Za-z0-9+/]{43}=$` (§D3.3). */
 export function isValidPin(pin: unknown): pin is string {
   return typeof pin === "string" && PIN_PATTERN.test(pin);
 }
@@ -78,7 +78,7 @@ interface Param {
   value: string;
 }
 
-/** Splits `a=b&c=d` into percent-decoded pairs; `+` stays `+` (02 §5.2). `null` on bad escapes. */
+/** Splits `a=b&c=d` into percent-decoded pairs; `+` stays `+` (§D5.3). `null` on bad escapes. */
 function parseParams(component: string): Param[] | null {
   if (component === "") {
     return [];
@@ -180,7 +180,7 @@ function parameterNames(component: string | null): string[] {
   });
 }
 
-/** Whether a URL carries an `appduct` parameter in its query or fragment (02 §5.2). */
+/** Whether a URL carries an `appduct` parameter in its query or fragment (§D5.3). */
 export function hasAppductParameter(url: unknown): boolean {
   if (typeof url !== "string") {
     return false;
@@ -199,7 +199,7 @@ export function fragmentHasAppduct(fragment: string): boolean {
 }
 
 /**
- * The fragment without its `appduct` parameter, other parameters kept in order (07 §7.9), as
+ * The fragment without its `appduct` parameter, other parameters kept in order (§T9), as
  * the text after `#` (empty when nothing remains).
  */
 export function removeAppductFromFragment(fragment: string): string {

@@ -1,5 +1,5 @@
 // Tool and event definitions → validated registry entries with their wire descriptors
-// (07 §7.3, §7.4, §7.6).
+// (§T3, §T4, §T6).
 
 import {
   isValidAnnotations,
@@ -18,7 +18,7 @@ import { resolveSchema, rootTypeExcludesObject, type ResolvedSchema } from "./sc
 import { isJsonObject } from "./text.js";
 import type { EventDefinition, ToolContext, ToolDefinition } from "./types.js";
 
-/** Call deadline bounds and default, in milliseconds (02 §10.1, §16.6). */
+/** Call deadline bounds and default, in milliseconds (§D8.1, §D13.5). */
 export const MIN_TIMEOUT_MS = 1_000;
 export const MAX_TIMEOUT_MS = 600_000;
 export const DEFAULT_TIMEOUT_MS = 10_000;
@@ -48,7 +48,7 @@ function has(obj: object, key: string): boolean {
   return Object.prototype.hasOwnProperty.call(obj, key) && (obj as Record<string, unknown>)[key] !== undefined;
 }
 
-/** `timeoutMs` is lenient (07 §7.3.1): non-finite ignored; finite truncated and clamped. */
+/** `timeoutMs` is lenient (§T3.1): non-finite ignored; finite truncated and clamped. */
 function resolveTimeout(def: ToolDefinition<unknown, unknown>, subject: string, ctx: BuildContext): number | undefined {
   if (!has(def, "timeoutMs")) {
     return undefined;

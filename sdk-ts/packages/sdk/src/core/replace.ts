@@ -1,5 +1,5 @@
 // Definitions that replace their own earlier registration on purpose (the React hook
-// re-registering after its definition changed, 07 §7.12): the core skips the development warning
+// re-registering after its definition changed, §T12): the core skips the development warning
 // about a name registered twice for them. A WeakSet, so marking never keeps a definition alive.
 
 const intentional = new WeakSet<object>();

@@ -1,4 +1,4 @@
-// Resolution of the accepted schema forms (07 §7.4) into a descriptor field and a validator.
+// Resolution of the accepted schema forms (§T4) into a descriptor field and a validator.
 
 import { AppductRegistrationError } from "./errors.js";
 import type { StandardIssue, StandardResult } from "./standard-schema.js";
@@ -170,7 +170,7 @@ export function resolveSchema(value: unknown, ctx: SchemaContext): ResolvedSchem
   );
 }
 
-/** Whether an input schema's root `type` rules out an object (a development warning, 07 §7.4). */
+/** Whether an input schema's root `type` rules out an object (a development warning, §T4). */
 export function rootTypeExcludesObject(schema: Record<string, unknown> | undefined): boolean {
   if (!schema || !Object.prototype.hasOwnProperty.call(schema, "type")) {
     return false;
@@ -184,7 +184,7 @@ export function rootTypeExcludesObject(schema: Record<string, unknown> | undefin
 
 /**
  * The JSON Schema a schema slot would put on the wire, without validating or throwing: what the
- * React bindings compare by value to decide whether a definition changed (07 §7.12). `undefined`
+ * React bindings compare by value to decide whether a definition changed (§T12). `undefined`
  * when the value cannot be exported (such schemas compare by identity).
  */
 export function exportJsonSchema(value: unknown, direction: "input" | "output"): Record<string, unknown> | undefined {

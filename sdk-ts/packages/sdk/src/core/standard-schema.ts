@@ -1,4 +1,4 @@
-// The Standard Schema v1 and Standard JSON Schema shapes the SDK accepts (07 §7.4), declared
+// The Standard Schema v1 and Standard JSON Schema shapes the SDK accepts (§T4), declared
 // structurally so no schema library is a dependency.
 
 export interface StandardIssue {
@@ -43,7 +43,7 @@ export interface SchemaPair<T> {
   jsonSchema: JsonSchemaObject | JsonSchemaConverter;
 }
 
-/** Any of the accepted schema forms (07 §7.4). */
+/** Any of the accepted schema forms (§T4). */
 export type ToolSchema<T> = StandardSchemaV1<unknown, T> | SchemaPair<T> | TypedJsonSchema<T>;
 
 /** Types the handler's `args` as `T` for a plain JSON Schema (form 3); returns its argument. */

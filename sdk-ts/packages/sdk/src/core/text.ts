@@ -1,13 +1,13 @@
-// Shared value rules of the wire (02 §1, §9.1): string lengths are UTF-16 code units, frame
+// Shared value rules of the wire (§D1, §D7.1): string lengths are UTF-16 code units, frame
 // sizes are UTF-8 bytes, and "integer" means an integral number within ±(2^53 − 1).
 
-/** Largest text message either side may send, in UTF-8 bytes (02 §8, §17). */
+/** Largest text message either side may send, in UTF-8 bytes (§D6, §D14). */
 export const MAX_FRAME_BYTES = 262_144;
-/** Free-text bound in UTF-16 code units (02 §9.1). */
+/** Free-text bound in UTF-16 code units (§D7.1). */
 export const MAX_FREE_TEXT_LENGTH = 4_096;
-/** Device field bound in UTF-16 code units (02 §9.1). */
+/** Device field bound in UTF-16 code units (§D7.1). */
 export const MAX_DEVICE_FIELD_LENGTH = 256;
-/** Identifier length bounds in UTF-16 code units (02 §9.1). */
+/** Identifier length bounds in UTF-16 code units (§D7.1). */
 export const MAX_IDENTIFIER_LENGTH = 128;
 
 /** Length of a wire string, in UTF-16 code units (JavaScript's native string length). */
@@ -62,7 +62,7 @@ export function truncateUtf16(s: string, max: number): string {
   return s.slice(0, end);
 }
 
-/** A wire "integer": a finite, integral number within ±(2^53 − 1) (02 §1). */
+/** A wire "integer": a finite, integral number within ±(2^53 − 1) (§D1). */
 export function isWireInteger(v: unknown): v is number {
   return typeof v === "number" && Number.isSafeInteger(v);
 }

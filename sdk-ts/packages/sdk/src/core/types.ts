@@ -1,4 +1,4 @@
-// Public types of the app-side API (07 §7.2, §7.3, §7.5, §7.7).
+// Public types of the app-side API (§T2, §T3, §T5, §T7).
 
 import type { ToolAnnotations, WireToolDescriptor } from "./descriptors.js";
 import type { ToolSchema } from "./standard-schema.js";
@@ -15,7 +15,7 @@ export interface Registration {
   remove(): void;
 }
 
-/** What a handler receives besides its arguments (07 §7.5.1). */
+/** What a handler receives besides its arguments (§T5.1). */
 export interface ToolContext {
   /** The session the call arrived on. */
   sessionId: string;
@@ -95,9 +95,9 @@ export interface DeviceFields {
 }
 
 export interface ConfigureOptions {
-  /** Device fields of the next claim (07 §7.7.3). */
+  /** Device fields of the next claim (§T7.3). */
   device?: DeviceFields;
-  /** `pin`: only configured pins are trusted; `link`: the link's pin, per session (02 §3.4). */
+  /** `pin`: only configured pins are trusted; `link`: the link's pin, per session (§D3.4). */
   trust?: "pin" | "link";
   pins?: readonly string[];
   /** Default `true`: payload addresses must be RFC 1918 IPv4 or exactly 127.0.0.1. */
@@ -122,7 +122,7 @@ export interface AppductStorage {
   removeItem(key: string): Promise<unknown> | unknown;
 }
 
-/** A decoded bootstrap as `connectBootstrap` takes it (07 §7.2.1). */
+/** A decoded bootstrap as `connectBootstrap` takes it (§T2.1). */
 export interface BootstrapTarget {
   sessionId: string;
   /** Opaque; sent verbatim as `session_claim.token`. */
@@ -187,7 +187,7 @@ export interface TransportSocket {
   onclose: ((event: TransportCloseEvent) => void) | null;
   /**
    * Optional: transports that can ping start keepalive after the ack with the daemon's
-   * `keepalive_interval_s`; a ping unanswered by the next tick is socket loss (02 §16.7).
+   * `keepalive_interval_s`; a ping unanswered by the next tick is socket loss (§D13.6).
    */
   startKeepalive?(intervalMs: number): void;
 }
@@ -211,7 +211,7 @@ export interface AppductClientOptions {
   unsupportedLinkHint?: string;
   /**
    * Refuse links carrying a `pin` with `unsupported_link`: every native deep link carries one
-   * (02 §5.1), so a web-only platform cannot follow it. Default `false`.
+   * (§D5.1), so a web-only platform cannot follow it. Default `false`.
    */
   refusePinnedLinks?: boolean;
   /**
@@ -230,7 +230,7 @@ export interface LinkRefusal {
   frame: string;
 }
 
-/** The resume lease (07 §7.7.2, §7.9), as stored. */
+/** The resume lease (§T7.2, §T9), as stored. */
 export interface ResumeLease {
   v: 1;
   sessionId: string;
@@ -260,8 +260,8 @@ export interface AppductClient {
   getRegisteredTools(): WireToolDescriptor[];
   addAppductListener<K extends keyof AppductListeners>(kind: K, cb: AppductListeners[K]): Registration;
   configureAppduct(options: ConfigureOptions): void;
-  /** Starts a claim from a decoded bootstrap; no link checks run (07 §7.2.1). */
+  /** Starts a claim from a decoded bootstrap; no link checks run (§T2.1). */
   connectBootstrap(target: BootstrapTarget): Promise<void>;
-  /** Applies 02 §16.5 (background and foreground). */
+  /** Applies §D13.4 (background and foreground). */
   setForeground(foreground: boolean): void;
 }

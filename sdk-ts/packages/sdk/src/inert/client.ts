@@ -1,4 +1,4 @@
-// The inert client (07 §7.8): every function does no work; connect() rejects.
+// The inert client (§T8): every function does no work; connect() rejects.
 
 import { AppductDisabledError } from "../core/errors.js";
 import type { AppductClient, Registration } from "../core/types.js";

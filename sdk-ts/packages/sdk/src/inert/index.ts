@@ -1,4 +1,4 @@
-// @appduct/sdk/inert: the app API with every function inert (07 §7.8). It opens no socket,
+// @appduct/sdk/inert: the app API with every function inert (§T8). It opens no socket,
 // defines no global and imports none of the session core.
 
 import { bindAppApi } from "../core/app-api.js";

@@ -1,4 +1,4 @@
-// @appduct/sdk/metro (07 §7.11.4): the Metro helper, for a React Native app's metro.config.js.
+// @appduct/sdk/metro (§T11.4): the Metro helper, for a React Native app's metro.config.js.
 // Node only; no runtime dependency on `metro`.
 
 export { withAppduct } from "./with-appduct.js";

@@ -1,4 +1,4 @@
-// The Metro helper (07 §7.11.4), exported by `@appduct/sdk/metro`: `withAppduct(config,
+// The Metro helper (§T11.4), exported by `@appduct/sdk/metro`: `withAppduct(config,
 // {include?})` for a React Native app's Metro config. It works through `resolver.resolveRequest`
 // alone: excluded builds resolve `@appduct/sdk/react-native` and `/react-native/auto` to the
 // inert variant of the entry, so no session-core module reaches the bundle; included builds
@@ -79,7 +79,7 @@ export function decideInclude(include: boolean | undefined, env: Env): boolean {
 
 /**
  * Returns a copy of a Metro config whose `resolver.resolveRequest` answers the two React Native
- * entry specifiers (07 §7.11.4): the inert variant unless included, else the entry behind
+ * entry specifiers (§T11.4): the inert variant unless included, else the entry behind
  * `globalThis.__APPDUCT_ENABLED__ = true` (it matters only where `__DEV__` is false, so debug
  * builds carry it too). Every other request goes to the config's own `resolveRequest`, else to
  * Metro's. `APPDUCT_ENABLED` is checked here (a bad value throws now) and read again, with

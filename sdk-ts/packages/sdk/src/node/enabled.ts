@@ -1,4 +1,4 @@
-// Environment switches of the Node entry (07 §7.8, §7.10).
+// Environment switches of the Node entry (§T8, §T10).
 
 import { isValidPin } from "../core/link.js";
 

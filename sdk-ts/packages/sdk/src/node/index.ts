@@ -1,5 +1,5 @@
 // @appduct/sdk/node: the app API for Node processes over `wss://` with pin verification
-// (07 §7.10). Active per APPDUCT_ENABLED / NODE_ENV; otherwise every function is inert.
+// (§T10). Active per APPDUCT_ENABLED / NODE_ENV; otherwise every function is inert.
 
 import os from "node:os";
 

@@ -1,4 +1,4 @@
-// SPKI pins on Node (02 §3.3): `sha256/` + base64(SHA-256(SubjectPublicKeyInfo DER)).
+// SPKI pins on Node (§D3.3): `sha256/` + base64(SHA-256(SubjectPublicKeyInfo DER)).
 
 import { createHash, timingSafeEqual, X509Certificate, type KeyObject } from "node:crypto";
 

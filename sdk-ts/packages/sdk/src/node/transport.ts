@@ -1,6 +1,6 @@
-// The Node transport (07 §7.10): `wss://` through `ws` over a TLS socket whose leaf pin was
-// checked before the HTTP upgrade (02 §3.4), or loopback `ws://` with no Origin header for web
-// links; WebSocket ping keepalive (02 §16.7).
+// The Node transport (§T10): `wss://` through `ws` over a TLS socket whose leaf pin was
+// checked before the HTTP upgrade (§D3.4), or loopback `ws://` with no Origin header for web
+// links; WebSocket ping keepalive (§D13.6).
 
 import tls from "node:tls";
 

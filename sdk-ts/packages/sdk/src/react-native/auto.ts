@@ -1,4 +1,4 @@
-// @appduct/sdk/react-native/auto (07 §7.11.3): the only entry with side effects. Importing it
+// @appduct/sdk/react-native/auto (§T11.3): the only entry with side effects. Importing it
 // installs, once, the Linking `url` listener, resumes a held lease, handles the launch URL, and
 // follows AppState, for the client of `@appduct/sdk/react-native`. Nothing when that is inert.
 

@@ -1,10 +1,10 @@
-// The React Native client (07 §7.11; issue #23): JavaScript only, over React Native's global
+// The React Native client (§T11; issue #23): JavaScript only, over React Native's global
 // WebSocket. Sealed links (`appduct sessions link --for react-native`) open the sealed transport
 // to the daemon's LAN address (a Noise channel: Wi-Fi, USB, simulators); web links keep the
 // loopback web listener (`ws://127.0.0.1:<webPort>/`: simulator, emulator, adb reverse). Native
 // (pinned) links are refused with `unsupported_link`, and the daemon is told so. The lease lives
 // in memory unless the app configures a storage adapter. Inert when `__DEV__` is false unless
-// `globalThis.__APPDUCT_ENABLED__ === true` (07 §7.11.4).
+// `globalThis.__APPDUCT_ENABLED__ === true` (§T11.4).
 
 import { createAppductClient } from "../core/client.js";
 import type { SealedRandom } from "../core/sealed/random.js";

@@ -1,4 +1,4 @@
-// React Native device fields (07 §7.7.3), from `Platform`. The core cuts each to 256 UTF-16 code
+// React Native device fields (§T7.3), from `Platform`. The core cuts each to 256 UTF-16 code
 // units and omits empty ones.
 
 import type { DeviceFields } from "../core/types.js";

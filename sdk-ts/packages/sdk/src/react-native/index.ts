@@ -1,4 +1,4 @@
-// @appduct/sdk/react-native (07 §7.11): the app API for React Native, JavaScript only, over the
+// @appduct/sdk/react-native (§T11): the app API for React Native, JavaScript only, over the
 // daemon's loopback web listener; plus useAppductTool and useAppductState bound to its client.
 // No side effects beyond building the client: `@appduct/sdk/react-native/auto` installs the
 // deep-link and AppState listeners.

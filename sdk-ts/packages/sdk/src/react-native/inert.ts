@@ -1,5 +1,5 @@
 // The inert variant of `@appduct/sdk/react-native` that the Metro helper resolves that entry and
-// `/react-native/auto` to in excluded builds (07 §7.11.4): the inert app API (07 §7.8) plus the
+// `/react-native/auto` to in excluded builds (§T11.4): the inert app API (§T8) plus the
 // inert hooks, so an app that imports `useAppductTool` from the entry still builds. Its module
 // graph holds neither the session core nor `react-native`.
 

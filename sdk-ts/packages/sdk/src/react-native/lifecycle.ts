@@ -1,4 +1,4 @@
-// What `@appduct/sdk/react-native/auto` installs (07 §7.11.3): deep links go to handleUrl, a
+// What `@appduct/sdk/react-native/auto` installs (§T11.3): deep links go to handleUrl, a
 // held lease is resumed, the launch URL is handled, and AppState drives setForeground.
 
 import type { AppductClient } from "../core/types.js";

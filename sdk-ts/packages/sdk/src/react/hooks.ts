@@ -1,4 +1,4 @@
-// React bindings (07 §7.12): `useAppductTool` registers a tool for a component's lifetime and
+// React bindings (§T12): `useAppductTool` registers a tool for a component's lifetime and
 // re-registers only when its registration key changes; `useAppductState` follows the client's
 // state and session. Built by a factory so the React Native entry can bind them to its client.
 // No session-core import: the hooks only call the client they are given.

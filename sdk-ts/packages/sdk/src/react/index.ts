@@ -1,4 +1,4 @@
-// @appduct/sdk/react (07 §7.12): `useAppductTool` and `useAppductState`. Without an explicit
+// @appduct/sdk/react (§T12): `useAppductTool` and `useAppductState`. Without an explicit
 // client they use the client of the platform entry imported first (web, Node or React Native).
 // Resolves here under the `development`, `react-native` and `node` conditions and through
 // `@appduct/sdk/react/enabled`; other builds get the inert hooks (src/react/inert.ts).

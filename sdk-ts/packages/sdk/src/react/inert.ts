@@ -1,5 +1,5 @@
 // @appduct/sdk/react in builds without the `development`, `react-native` or `node` condition
-// (07 §7.8): the same hooks, doing nothing. It imports neither React nor the SDK core.
+// (§T8): the same hooks, doing nothing. It imports neither React nor the SDK core.
 
 import type { AppductClient, ClientState, ToolDefinition } from "../core/types.js";
 import type { AppductStateSnapshot, UseAppductToolOptions } from "./hooks.js";

@@ -1,4 +1,4 @@
-// Browser device fields (07 §7.7.3): the browser's name as `device_model`, the platform as
+// Browser device fields (§T7.3): the browser's name as `device_model`, the platform as
 // `device_os`; no manufacturer.
 
 import type { DeviceFields } from "../core/types.js";

@@ -1,4 +1,4 @@
-// @appduct/sdk/web/enabled: the real browser entry in any build (07 §7.8, §7.9); development
+// @appduct/sdk/web/enabled: the real browser entry in any build (§T8, §T9); development
 // checks follow NODE_ENV. Without `window` (server-side rendering) it opens nothing.
 
 import { webEntry } from "./entry.js";

@@ -1,4 +1,4 @@
-// The real web entry's client and page flow (07 §7.9). Shared by `@appduct/sdk/web` (under the
+// The real web entry's client and page flow (§T9). Shared by `@appduct/sdk/web` (under the
 // `development` condition) and `@appduct/sdk/web/enabled`: one client per page.
 
 import { bindAppApi, type AppApi } from "../core/app-api.js";

@@ -1,5 +1,5 @@
 // @appduct/sdk/web under the `development` condition (and /web/enabled): the real browser entry
-// (07 §7.9). Without `window` (server-side rendering) it opens nothing.
+// (§T9). Without `window` (server-side rendering) it opens nothing.
 
 import { webEntry } from "./entry.js";
 

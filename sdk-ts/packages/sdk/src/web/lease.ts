@@ -1,4 +1,4 @@
-// The web lease store (07 §7.9): `sessionStorage["appduct:lease"]`, so a reload of the same tab
+// The web lease store (§T9): `sessionStorage["appduct:lease"]`, so a reload of the same tab
 // resumes and a new tab does not. Storage that throws (privacy modes) behaves as empty.
 
 import type { LeaseStore } from "../core/types.js";

@@ -1,5 +1,5 @@
 // A transport over the platform's global WebSocket (browsers, React Native): loopback `ws://`
-// to the daemon's web listener (02 §2.2).
+// to the daemon's web listener (§D2.2).
 
 import type { TransportCloseEvent, TransportFactory, TransportSocket } from "../core/types.js";
 

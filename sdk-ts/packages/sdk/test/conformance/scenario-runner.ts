@@ -1,4 +1,4 @@
-// The session-scenario runner of 02 §18.4: drives a fresh core over a fake transport, a manual
+// The session-scenario runner of §D15: drives a fresh core over a fake transport, a manual
 // clock and a constant random source, and checks its outputs on two strictly ordered channels
 // (wire and app) against a scenario's expect steps.
 

@@ -1,4 +1,4 @@
-// Locates and loads the shared conformance vectors (02 §18.1), and tracks which files a suite
+// Locates and loads the shared conformance vectors (§D15), and tracks which files a suite
 // consumed so an unconsumed `*.json` fails the run.
 
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";

@@ -1,5 +1,5 @@
 // A test-only watcher of the real daemon's event bus: one control-socket connection
-// (newline-delimited JSON-RPC, 03 §3–§4) with an `events.subscribe` filter covering every
+// (newline-delimited JSON-RPC, §C2–§C3) with an `events.subscribe` filter covering every
 // session and kind, so tests wait on `session_claimed`, `tools_changed`, `session_resumed`…
 // instead of polling.
 
@@ -60,7 +60,7 @@ export async function watchDaemonEvents(cleanups: Cleanup[], stateDir: string): 
     }
   });
   socket.on("error", (error) => subscribed(error));
-  // Handlers are in place before the request (03 §4.3).
+  // Handlers are in place before the request (§C14).
   socket.write(`${JSON.stringify({ jsonrpc: "2.0", id: 1, method: "events.subscribe", params: {} })}\n`);
   await within(confirmed, 10_000, "the events.subscribe response");
   return {
