@@ -20,7 +20,8 @@ fn section(doc: &str, number: &str) -> String {
     for line in doc.lines() {
         if line.starts_with('#') {
             let title = line.trim_start_matches('#').trim_start();
-            inside = title.starts_with(&format!("{number} ")) || title.starts_with(&format!("{number}."));
+            inside = title.starts_with(&format!("{number} "))
+                || title.starts_with(&format!("{number}."));
             continue;
         }
         if inside {
