@@ -28,6 +28,26 @@ pub const DEFAULT_EVENT_BUFFER_SIZE: u32 = 256;
 pub const DEFAULT_AUDIT_RETENTION_DAYS: u32 = 30;
 pub const DEFAULT_LOG_MAX_BYTES: u64 = 10_485_760;
 
+/// Every top-level key the loader accepts, in the order of docs/state.md §S2.2. A key outside
+/// this list is an unknown-key warning even if [`Config::from_value`] had a branch for it, so a
+/// new key must be added here (and to §S2.2, which `client/tests/it/config_doc.rs` checks).
+pub const KEYS: [&str; 14] = [
+    "wssPort",
+    "keyPath",
+    "graceSeconds",
+    "linkTtlSeconds",
+    "keepaliveIntervalSeconds",
+    "eventBufferSize",
+    "auditRetentionDays",
+    "daemonLogMaxBytes",
+    "eventsLogMaxBytes",
+    "policy",
+    "advertisedIp",
+    "scheme",
+    "restartDaemonOnVersionMismatch",
+    "webOrigins",
+];
+
 /// A policy decision (§C11); the one wire enum lives in the protocol crate.
 pub use appduct_protocol::control::PolicyDecision as Decision;
 
@@ -204,6 +224,10 @@ impl Config {
         };
         let mut config = Config::defaults(state_dir);
         for (key, value) in map {
+            if !KEYS.contains(&key.as_str()) {
+                v.unknown(key.clone());
+                continue;
+            }
             match key.as_str() {
                 "wssPort" => {
                     config.wss_port =

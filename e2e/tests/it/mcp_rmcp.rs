@@ -1,6 +1,7 @@
-//! The built `appduct mcp` driven by rmcp's own MCP client over the child's stdio (06; #6 "Done
-//! when"): the handshake, exactly the nine built-ins, describe and call against a real sdk-rs
-//! device, the error contract on a typed result, and exit 0 when the client goes away.
+//! The built `appduct mcp` driven by rmcp's own MCP client over the child's stdio (§M16;
+//! issue #6 "Done when"): the handshake, exactly the nine built-ins, describe and call against a
+//! real sdk-rs device, the error contract on a typed result, and exit 0 when the client goes
+//! away.
 
 use std::process::Stdio;
 use std::time::Duration;

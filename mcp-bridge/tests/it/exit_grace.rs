@@ -1,5 +1,5 @@
 //! The bridge exits 0 within the grace after end of input or a signal, with work in flight and
-//! also during the startup connection (§M13).
+//! also during the startup connection (§M15).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

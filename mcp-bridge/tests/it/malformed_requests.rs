@@ -1,6 +1,6 @@
 //! Malformed requests: tools/call params that are not an object are -32602, unknown methods
 //! -32601, and the stdio framing answers lines that are not JSON or not JSON-RPC requests with
-//! an error carrying an `id` member (§M1).
+//! an error carrying an `id` member (§M6).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;

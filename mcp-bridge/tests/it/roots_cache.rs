@@ -1,6 +1,6 @@
 //! The roots cache: a `roots/list_changed` during a read makes the next call read again,
 //! concurrent first resolutions share one read, and a read that times out is cancelled
-//! (§M12).
+//! (§M13).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::support;
