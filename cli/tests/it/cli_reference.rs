@@ -210,7 +210,7 @@ fn render_flags_reference() -> String {
         if !about.trim().is_empty() {
             let _ = write!(out, "{}\n\n", about.trim());
         }
-        let _ = write!(out, "Usage: `{}`\n", usage_of(&cmd));
+        let _ = writeln!(out, "Usage: `{}`", usage_of(&cmd));
         let subs: Vec<&Command> = cmd.get_subcommands().filter(|s| !s.is_hide_set()).collect();
         if !subs.is_empty() {
             out.push_str("\n| Command | Description |\n| --- | --- |\n");
@@ -248,7 +248,8 @@ fn render_man_pages() -> BTreeMap<String, Vec<u8>> {
     for (_, cmd) in walk(&root) {
         let man = clap_mangen::Man::new(cmd);
         let mut text = Vec::new();
-        man.render(&mut text).expect("render a man page");
+        man.render(&mut text)
+            .unwrap_or_else(|e| panic!("render {}: {e}", man.get_filename()));
         pages.insert(man.get_filename(), text);
     }
     pages
@@ -312,7 +313,8 @@ fn the_man_pages_match_the_clap_definition() {
 
 /// The lines of docs/cli.md that are headings, and its whole text.
 fn cli_doc() -> (Vec<String>, String) {
-    let text = std::fs::read_to_string(repo_root().join(CLI_DOC)).expect("docs/cli.md");
+    let text = std::fs::read_to_string(repo_root().join(CLI_DOC))
+        .unwrap_or_else(|e| panic!("{CLI_DOC}: {e}"));
     let headings = text
         .lines()
         .filter(|l| l.starts_with('#'))
