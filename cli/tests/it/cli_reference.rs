@@ -303,7 +303,7 @@ fn the_man_pages_match_the_clap_definition() {
             }
         }
     }
-    let differ: Vec<&String> = pages
+    let differ: std::collections::BTreeSet<&String> = pages
         .keys()
         .chain(committed.keys())
         .filter(|name| pages.get(*name) != committed.get(*name))
