@@ -4,6 +4,7 @@
 mod support;
 
 mod cli_args;
+mod cli_reference;
 mod daemon_wire;
 mod doctor;
 mod human_snapshots;
