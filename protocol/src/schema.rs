@@ -331,8 +331,12 @@ fn adjust(v: &mut Value, side: Side) {
                 m.insert("additionalProperties".into(), json!({ "type": "null" }));
             }
             for (key, child) in m.iter_mut() {
-                // `args`, `payload`, schemas inside values: not params objects.
-                if key == "const" || key == "enum" || key == "default" || key == "examples" {
+                // Values, and the conditions of cross-field rules (`if`/`then` name only the
+                // keys they test): not objects of their own.
+                if matches!(
+                    key.as_str(),
+                    "const" | "enum" | "default" | "examples" | "if" | "then" | "else"
+                ) {
                     continue;
                 }
                 adjust(child, side);

@@ -14,6 +14,11 @@
 //! | `control-error <type>` | an error response of `data.type` `<type>`, re-encoding unchanged |
 //! | `notification <method>` | a notification line the client decodes as a known notification, re-encoding unchanged |
 //!
+//! Each example (but `bootstrap`, which is no JSON message, and `app-frame-refused`, since some
+//! refusals are semantic) must also validate against its JSON Schema in `docs/schemas/`
+//! (`appduct_protocol::schema`): its frame, its `params`, its `result` or its `error`; an
+//! `event` notification against the schema of its kind as well.
+//!
 //! A second test checks that the examples cover every frame type, every method (request and
 //! result), every notification and every event kind.
 
@@ -24,6 +29,7 @@ use appduct_protocol::bootstrap;
 use appduct_protocol::control::{self, EventKind, Method, ServerNotification};
 use appduct_protocol::frames::{self, Phase};
 use appduct_protocol::jsonrpc::{self, Incoming, ServerMessage};
+use appduct_protocol::schema;
 use serde_json::Value;
 
 struct Example {
@@ -272,7 +278,46 @@ fn check_notification(ex: &Example) -> Result<(), String> {
     same("the params", &params, &v["params"])
 }
 
+/// The example (or its member) against its schema.
+fn check_schema(ex: &Example) -> Result<(), String> {
+    let validate = crate::schemas::validate;
+    let missing = || format!("no schema for `{} {}`", ex.kind, ex.args.join(" "));
+    let v = parse(&ex.text)?;
+    let member = |key: &str| v.get(key).cloned().unwrap_or(Value::Null);
+    match ex.kind.as_str() {
+        "bootstrap" | "app-frame-refused" => Ok(()),
+        "app-frame" => validate(&schema::app_frame(arg(ex, 0)?).ok_or_else(missing)?, &v),
+        "daemon-frame" => validate(&schema::daemon_frame(arg(ex, 0)?).ok_or_else(missing)?, &v),
+        "control-request" => validate(
+            &schema::method_params(arg(ex, 0)?).ok_or_else(missing)?,
+            &member("params"),
+        ),
+        "control-result" => validate(
+            &schema::method_result(arg(ex, 0)?).ok_or_else(missing)?,
+            &member("result"),
+        ),
+        "control-error" => validate(&schema::control_error(), &member("error")),
+        "notification" => {
+            let params = member("params");
+            validate(
+                &schema::notification(arg(ex, 0)?).ok_or_else(missing)?,
+                &params,
+            )?;
+            match params["kind"].as_str().map(str::parse::<EventKind>) {
+                Some(Ok(kind)) if arg(ex, 0)? == "event" => validate(&schema::event(kind), &params),
+                _ => Ok(()),
+            }
+        }
+        other => Err(format!("unknown example kind `{other}`")),
+    }
+}
+
 fn check(ex: &Example) -> Result<(), String> {
+    check_code(ex)?;
+    check_schema(ex)
+}
+
+fn check_code(ex: &Example) -> Result<(), String> {
     match ex.kind.as_str() {
         "bootstrap" => check_bootstrap(ex),
         "app-frame" => check_app_frame(ex),
