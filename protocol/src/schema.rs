@@ -108,7 +108,8 @@ impl JsonSchema for control::ToolsListEntry {
             .and_then(Value::as_object_mut)
             .map(std::mem::take)
             .unwrap_or_default();
-        let mut props: Map<String, Value> = props.into_iter().filter(|(k, _)| k != "group").collect();
+        let mut props: Map<String, Value> =
+            props.into_iter().filter(|(k, _)| k != "group").collect();
         props.insert(
             "group".into(),
             json!({
@@ -210,7 +211,10 @@ fn root_for<T: JsonSchema>(side: Side, title: &str) -> Value {
         Side::Params => SchemaSettings::draft2020_12().for_deserialize(),
         Side::Sent => SchemaSettings::draft2020_12().for_serialize(),
     };
-    let mut v = settings.into_generator().into_root_schema_for::<T>().to_value();
+    let mut v = settings
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value();
     adjust(&mut v, side);
     if let Some(m) = v.as_object_mut() {
         m.insert("title".into(), Value::from(title));
@@ -270,10 +274,10 @@ fn allow_null(prop: &mut Value) {
             }
         }
         _ => {
-            if let Some(Value::Array(any)) = m.get("anyOf") {
-                if any.iter().any(is_null_schema) {
-                    return;
-                }
+            if let Some(Value::Array(any)) = m.get("anyOf")
+                && any.iter().any(is_null_schema)
+            {
+                return;
             }
             let inner = std::mem::take(m);
             m.insert(
@@ -283,10 +287,10 @@ fn allow_null(prop: &mut Value) {
         }
     }
     // An `enum` or `const` must list `null` too, or the `type` widening does nothing.
-    if let Some(Value::Array(values)) = m.get_mut("enum") {
-        if !values.contains(&Value::Null) {
-            values.push(Value::Null);
-        }
+    if let Some(Value::Array(values)) = m.get_mut("enum")
+        && !values.contains(&Value::Null)
+    {
+        values.push(Value::Null);
     }
 }
 
@@ -296,8 +300,21 @@ fn adjust(v: &mut Value, side: Side) {
         Value::Object(m) => {
             // schemars's Rust width formats (`uint64`, `double`, …) are no JSON Schema format.
             if m.get("format").and_then(Value::as_str).is_some_and(|f| {
-                matches!(f, "uint" | "int" | "uint8" | "uint16" | "uint32" | "uint64" | "int8"
-                    | "int16" | "int32" | "int64" | "float" | "double")
+                matches!(
+                    f,
+                    "uint"
+                        | "int"
+                        | "uint8"
+                        | "uint16"
+                        | "uint32"
+                        | "uint64"
+                        | "int8"
+                        | "int16"
+                        | "int32"
+                        | "int64"
+                        | "float"
+                        | "double"
+                )
             }) {
                 m.remove("format");
             }
@@ -305,7 +322,11 @@ fn adjust(v: &mut Value, side: Side) {
                 let required: Vec<String> = m
                     .get("required")
                     .and_then(Value::as_array)
-                    .map(|r| r.iter().filter_map(|s| s.as_str().map(str::to_owned)).collect())
+                    .map(|r| {
+                        r.iter()
+                            .filter_map(|s| s.as_str().map(str::to_owned))
+                            .collect()
+                    })
                     .unwrap_or_default();
                 let mut props = props.clone();
                 for (key, prop) in props.iter_mut() {
@@ -684,7 +705,12 @@ pub fn app_frame(ty: &str) -> Option<Value> {
             json!({ "tool_descriptor": tool_descriptor_schema() }),
         ),
         "tool_registry_delta" => with_defs(
-            delta(ty, "tool", "tool_descriptor", "One tool added, replaced or removed (§D7.7)."),
+            delta(
+                ty,
+                "tool",
+                "tool_descriptor",
+                "One tool added, replaced or removed (§D7.7).",
+            ),
             json!({ "tool_descriptor": tool_descriptor_schema() }),
         ),
         "event_registry_snapshot" => with_defs(
@@ -697,7 +723,12 @@ pub fn app_frame(ty: &str) -> Option<Value> {
             json!({ "event_descriptor": event_descriptor_schema() }),
         ),
         "event_registry_delta" => with_defs(
-            delta(ty, "event", "event_descriptor", "One event declared or withdrawn (§D7.9)."),
+            delta(
+                ty,
+                "event",
+                "event_descriptor",
+                "One event declared or withdrawn (§D7.9).",
+            ),
             json!({ "event_descriptor": event_descriptor_schema() }),
         ),
         "tool_result" => frame(
@@ -768,7 +799,13 @@ pub fn daemon_frame(ty: &str) -> Option<Value> {
                 "grace_s": described(integer(0), "Seconds a lost session stays resumable."),
                 "event_registry": { "description": "Sent as `true` by this daemon (never `false`); older daemons omit it.", "const": true }
             }),
-            &["status", "alias", "resume_token", "keepalive_interval_s", "grace_s"],
+            &[
+                "status",
+                "alias",
+                "resume_token",
+                "keepalive_interval_s",
+                "grace_s",
+            ],
         ),
         "tool_call" => frame(
             ty,
@@ -823,8 +860,12 @@ pub fn all() -> Vec<(String, Value)> {
         standalone("event descriptor", event_descriptor_schema()),
     ));
     for method in control::METHODS {
-        out.extend(method_params(method).map(|s| (format!("control/methods/{method}.params.json"), s)));
-        out.extend(method_result(method).map(|s| (format!("control/methods/{method}.result.json"), s)));
+        out.extend(
+            method_params(method).map(|s| (format!("control/methods/{method}.params.json"), s)),
+        );
+        out.extend(
+            method_result(method).map(|s| (format!("control/methods/{method}.result.json"), s)),
+        );
     }
     for n in NOTIFICATIONS {
         out.extend(notification(n).map(|s| (format!("control/notifications/{n}.json"), s)));

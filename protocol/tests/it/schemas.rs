@@ -106,8 +106,7 @@ fn frames_in(v: &Value, out: &mut Vec<Value>) {
     match v {
         Value::Object(m) => {
             let ty = m.get("type").and_then(Value::as_str).unwrap_or_default();
-            let known =
-                schema::APP_FRAMES.contains(&ty) || schema::DAEMON_FRAMES.contains(&ty);
+            let known = schema::APP_FRAMES.contains(&ty) || schema::DAEMON_FRAMES.contains(&ty);
             if known && m.contains_key("session_id") {
                 out.push(v.clone());
                 return;
@@ -214,17 +213,41 @@ fn schemas_and_validators_agree_on_boundary_cases() {
         ("tools.call", json!({"name": "x", "selectr": "a"}), false),
         ("tools.call", json!({"name": null}), false),
         ("tools.call", json!({}), false),
-        ("tools.call", json!({"name": "x", "timeoutMs": 1500.7}), true),
-        ("tools.call", json!({"name": "x", "consent": "client"}), true),
-        ("tools.call", json!({"name": "x", "consent": "other"}), false),
+        (
+            "tools.call",
+            json!({"name": "x", "timeoutMs": 1500.7}),
+            true,
+        ),
+        (
+            "tools.call",
+            json!({"name": "x", "consent": "client"}),
+            true,
+        ),
+        (
+            "tools.call",
+            json!({"name": "x", "consent": "other"}),
+            false,
+        ),
         ("tools.call", json!({"name": "x", "callId": "a b"}), false),
         ("tools.call", json!({"name": "x", "args": []}), false),
-        ("tools.cancel", json!({"callId": "c", "reason": "Client"}), false),
+        (
+            "tools.cancel",
+            json!({"callId": "c", "reason": "Client"}),
+            false,
+        ),
         ("daemon.status", json!({}), true),
         ("daemon.status", Value::Null, true),
         ("daemon.status", json!({"x": 1}), false),
-        ("daemon.hello", json!({"client": {"name": "n", "version": "1", "x": null}}), true),
-        ("daemon.hello", json!({"client": {"name": "n", "version": "1", "x": 1}}), false),
+        (
+            "daemon.hello",
+            json!({"client": {"name": "n", "version": "1", "x": null}}),
+            true,
+        ),
+        (
+            "daemon.hello",
+            json!({"client": {"name": "n", "version": "1", "x": 1}}),
+            false,
+        ),
         ("daemon.hello", json!({"client": {"name": "n"}}), false),
         ("daemon.hello", json!({"controlProtocol": 2.0}), true),
         ("daemon.hello", json!({"controlProtocol": 1.5}), false),
@@ -233,16 +256,40 @@ fn schemas_and_validators_agree_on_boundary_cases() {
         ("link.create", json!({"transport": "sealed"}), true),
         ("events.subscribe", json!({"since": 0}), false),
         ("events.subscribe", json!({"since": null}), true),
-        ("events.subscribe", json!({"since": 0, "sessionSelector": "s"}), true),
-        ("events.subscribe", json!({"since": 0, "sessionSelector": "s", "kinds": ["tools_changed"]}), false),
-        ("events.subscribe", json!({"since": 0, "sessionSelector": "s", "kinds": ["app_event"]}), true),
+        (
+            "events.subscribe",
+            json!({"since": 0, "sessionSelector": "s"}),
+            true,
+        ),
+        (
+            "events.subscribe",
+            json!({"since": 0, "sessionSelector": "s", "kinds": ["tools_changed"]}),
+            false,
+        ),
+        (
+            "events.subscribe",
+            json!({"since": 0, "sessionSelector": "s", "kinds": ["app_event"]}),
+            true,
+        ),
         ("events.subscribe", json!({"kinds": []}), false),
-        ("events.subscribe", json!({"kinds": ["app_event", "app_event"]}), false),
+        (
+            "events.subscribe",
+            json!({"kinds": ["app_event", "app_event"]}),
+            false,
+        ),
         ("events.subscribe", json!({"kinds": ["nope"]}), false),
         ("tools.list", json!({"group": "a/b/c"}), false),
         ("tools.list", json!({"group": "a/b", "filter": ""}), true),
-        ("consent.create", json!({"sessionId": "", "name": "t", "argsSha256": "0a".repeat(32)}), true),
-        ("consent.create", json!({"sessionId": "s", "name": "t", "argsSha256": "0A".repeat(32)}), false),
+        (
+            "consent.create",
+            json!({"sessionId": "", "name": "t", "argsSha256": "0a".repeat(32)}),
+            true,
+        ),
+        (
+            "consent.create",
+            json!({"sessionId": "s", "name": "t", "argsSha256": "0A".repeat(32)}),
+            false,
+        ),
     ];
     let mut disagreements = Vec::new();
     for (method, params, valid) in &params_cases {
@@ -275,18 +322,54 @@ fn schemas_and_validators_agree_on_boundary_cases() {
         (claim(json!({"device_model": "m".repeat(257)})), false),
         (claim(json!({"unknown_field": {"any": [1]}})), true),
         (claim(json!({"token": ""})), false),
-        (json!({"type": "tool_error", "session_id": sid, "id": "c1", "error": {"type": "internal_error", "message": "m"}}), false),
-        (json!({"type": "tool_error", "session_id": sid, "id": "c1", "error": {"type": "tool_execution_error", "message": ""}}), true),
-        (json!({"type": "tool_result", "session_id": sid, "id": "c1", "result": null}), true),
-        (json!({"type": "tool_result", "session_id": sid, "id": "c1"}), false),
-        (json!({"type": "tool_call_progress", "session_id": sid, "id": "c1", "progress": "5"}), false),
-        (json!({"type": "event", "session_id": sid, "name": "e", "ts": -1}), false),
-        (json!({"type": "event", "session_id": sid, "name": "e", "ts": 0, "payload": null}), true),
-        (json!({"type": "tool_registry_delta", "session_id": sid, "operation": "remove"}), false),
-        (json!({"type": "tool_registry_delta", "session_id": sid, "operation": "remove", "name": "t"}), true),
-        (json!({"type": "tool_registry_delta", "session_id": sid, "operation": "upsert", "tool": {"name": "t", "description": "d", "annotations": {"x": true}}}), false),
-        (json!({"type": "tool_registry_snapshot", "session_id": sid, "tools": [{"name": "a b", "description": "d"}]}), false),
-        (json!({"type": "tool_registry_snapshot", "session_id": sid, "tools": [{"name": "t", "description": "d", "group": null}]}), false),
+        (
+            json!({"type": "tool_error", "session_id": sid, "id": "c1", "error": {"type": "internal_error", "message": "m"}}),
+            false,
+        ),
+        (
+            json!({"type": "tool_error", "session_id": sid, "id": "c1", "error": {"type": "tool_execution_error", "message": ""}}),
+            true,
+        ),
+        (
+            json!({"type": "tool_result", "session_id": sid, "id": "c1", "result": null}),
+            true,
+        ),
+        (
+            json!({"type": "tool_result", "session_id": sid, "id": "c1"}),
+            false,
+        ),
+        (
+            json!({"type": "tool_call_progress", "session_id": sid, "id": "c1", "progress": "5"}),
+            false,
+        ),
+        (
+            json!({"type": "event", "session_id": sid, "name": "e", "ts": -1}),
+            false,
+        ),
+        (
+            json!({"type": "event", "session_id": sid, "name": "e", "ts": 0, "payload": null}),
+            true,
+        ),
+        (
+            json!({"type": "tool_registry_delta", "session_id": sid, "operation": "remove"}),
+            false,
+        ),
+        (
+            json!({"type": "tool_registry_delta", "session_id": sid, "operation": "remove", "name": "t"}),
+            true,
+        ),
+        (
+            json!({"type": "tool_registry_delta", "session_id": sid, "operation": "upsert", "tool": {"name": "t", "description": "d", "annotations": {"x": true}}}),
+            false,
+        ),
+        (
+            json!({"type": "tool_registry_snapshot", "session_id": sid, "tools": [{"name": "a b", "description": "d"}]}),
+            false,
+        ),
+        (
+            json!({"type": "tool_registry_snapshot", "session_id": sid, "tools": [{"name": "t", "description": "d", "group": null}]}),
+            false,
+        ),
     ];
     for (frame, valid) in &frame_cases {
         let ty = frame["type"].as_str().unwrap_or_default();
