@@ -812,7 +812,7 @@ pub fn daemon_frame(ty: &str) -> Option<Value> {
             "Run a tool (§D7.10).",
             json!({
                 "id": described(identifier(), "The call's wire id."),
-                "name": { "type": "string", "pattern": NAME_PATTERN },
+                "name": { "description": "The tool's name, as the app registered it (§D8.1).", "type": "string" },
                 "args": { "description": "The arguments, `{}` when the caller gave none.", "type": "object" }
             }),
             &["id", "name", "args"],

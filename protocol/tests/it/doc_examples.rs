@@ -407,3 +407,117 @@ fn the_examples_cover_every_frame_method_notification_and_event_kind() {
         .collect();
     assert!(missing.is_empty(), "no event example of kind: {missing:?}");
 }
+
+/// The schema leg of the check refuses what its schema refuses (so a passing run means the
+/// examples fit, not that nothing was checked).
+#[test]
+fn the_schema_check_refuses_examples_that_do_not_fit() {
+    let ex = |kind: &str, arg: &str, text: &str| Example {
+        at: "test".into(),
+        kind: kind.into(),
+        args: vec![arg.into()],
+        text: text.into(),
+    };
+    let claim = |extra: &str| {
+        format!(
+            r#"{{"type":"session_claim","protocol_version":2,"session_id":"Yk3wL0pQz7sX2nVa","token":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8"{extra}}}"#
+        )
+    };
+    let cases = [
+        (ex("app-frame", "session_claim", &claim("")), true),
+        (
+            ex("app-frame", "session_claim", &claim(r#","device_model":5"#)),
+            false,
+        ),
+        (
+            ex(
+                "daemon-frame",
+                "tool_cancel",
+                r#"{"type":"tool_cancel","session_id":"s","id":"c","reason":"deadline"}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "daemon-frame",
+                "tool_cancel",
+                r#"{"type":"tool_cancel","session_id":"s","id":"c"}"#,
+            ),
+            false,
+        ),
+        (
+            ex(
+                "control-request",
+                "tools.call",
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"x"}}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "control-request",
+                "tools.call",
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"x","selectr":"a"}}"#,
+            ),
+            false,
+        ),
+        (
+            ex(
+                "control-result",
+                "tools.cancel",
+                r#"{"jsonrpc":"2.0","id":1,"result":{"cancelled":true}}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "control-result",
+                "tools.cancel",
+                r#"{"jsonrpc":"2.0","id":1,"result":{"cancelled":"yes"}}"#,
+            ),
+            false,
+        ),
+        (
+            ex(
+                "control-error",
+                "x",
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"m","data":{"type":"invalid_request"}}}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "control-error",
+                "x",
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"m","data":{"type":"nope"}}}"#,
+            ),
+            false,
+        ),
+        (
+            ex(
+                "notification",
+                "event",
+                r#"{"jsonrpc":"2.0","method":"event","params":{"kind":"tools_changed","sessionId":"s","ts":1,"seq":0,"data":{"toolCount":2}}}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "notification",
+                "event",
+                r#"{"jsonrpc":"2.0","method":"event","params":{"kind":"tools_changed","sessionId":"s","ts":1,"seq":0,"data":{"toolCount":"2"}}}"#,
+            ),
+            false,
+        ),
+    ];
+    for (example, fits) in &cases {
+        assert_eq!(
+            check_schema(example).is_ok(),
+            *fits,
+            "{} {}: {}",
+            example.kind,
+            example.text,
+            check_schema(example).err().unwrap_or_default()
+        );
+    }
+}
