@@ -902,7 +902,7 @@ params! {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[cfg_attr(feature = "schemas", schemars(pattern(r"^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64})?$")))]
         "group" => pub group: Option<String> => with_group,
-        /// `None` also when the caller sent an empty string.
+        /// Up to 256 characters; an empty string means no filter (read as absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[cfg_attr(feature = "schemas", schemars(length(max = 256)))]
         "filter" => pub filter: Option<String> => with_filter,
@@ -1681,6 +1681,12 @@ pub struct LinkCreateResult {
     pub session_id: String,
     pub transport: Transport,
     /// The bootstrap payload, claim token included: redacted from `Debug`.
+    #[cfg_attr(
+        feature = "schemas",
+        schemars(
+            description = "The bootstrap payload in its text form (§D4.2), claim token included: a secret."
+        )
+    )]
     pub deep_link_payload: String,
     pub endpoint: Endpoint,
     /// Unix seconds.
