@@ -705,6 +705,14 @@ params! {
     /// `link.create` params (§C8.4).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
     #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+    // Web links always use 127.0.0.1: no `addressOverride` with `transport: "web"`.
+    #[cfg_attr(feature = "schemas", schemars(extend("allOf" = [{
+        "if": {
+            "required": ["transport", "addressOverride"],
+            "properties": {"transport": {"const": "web"}, "addressOverride": {"type": "string"}}
+        },
+        "then": false
+    }])))]
     pub struct LinkCreateParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[cfg_attr(feature = "schemas", schemars(range(min = 1, max = 86400)))]

@@ -318,6 +318,16 @@ fn adjust(v: &mut Value, side: Side) {
             }) {
                 m.remove("format");
             }
+            // `ip` (of `IpAddr`) is no JSON Schema format: either standard one will do.
+            if m.get("format") == Some(&json!("ip")) {
+                m.remove("format");
+                m.insert(
+                    "anyOf".into(),
+                    json!([{ "format": "ipv4" }, { "format": "ipv6" }]),
+                );
+                m.entry("description")
+                    .or_insert_with(|| json!("An IPv4 or IPv6 address literal."));
+            }
             if let Some(Value::Object(props)) = m.get("properties") {
                 let required: Vec<String> = m
                     .get("required")

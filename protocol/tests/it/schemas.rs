@@ -254,6 +254,21 @@ fn schemas_and_validators_agree_on_boundary_cases() {
         ("daemon.hello", json!({"controlProtocol": 0}), false),
         ("link.create", json!({"ttlSeconds": 86_401}), false),
         ("link.create", json!({"transport": "sealed"}), true),
+        (
+            "link.create",
+            json!({"transport": "web", "addressOverride": "10.0.0.2"}),
+            false,
+        ),
+        (
+            "link.create",
+            json!({"transport": "web", "addressOverride": null}),
+            true,
+        ),
+        (
+            "link.create",
+            json!({"transport": "native", "addressOverride": "10.0.0.2"}),
+            true,
+        ),
         ("events.subscribe", json!({"since": 0}), false),
         ("events.subscribe", json!({"since": null}), true),
         (
