@@ -457,6 +457,7 @@ macro_rules! wire_enum {
     ($(#[$doc:meta])* $name:ident { $($variant:ident = $wire:literal),+ $(,)? }) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
         pub enum $name {
             $( #[serde(rename = $wire)] $variant, )+
         }
@@ -634,6 +635,7 @@ macro_rules! params {
 
 /// Params of methods that take none; `{}` is accepted (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 pub struct NoParams {}
 
 impl NoParams {
@@ -646,8 +648,11 @@ impl NoParams {
 params! {
     /// `daemon.hello` `client` (§C8.1).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct ClientInfo {
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 64)))]
         "name" => pub name: String,
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 64)))]
         "version" => pub version: String,
     }
 }
@@ -664,10 +669,12 @@ impl ClientInfo {
 params! {
     /// `daemon.hello` params (§C8.1).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct HelloParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         "client" => pub client: Option<ClientInfo> => with_client,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 1, max = crate::limits::MAX_SAFE_INTEGER)))]
         "controlProtocol" => pub control_protocol: Option<u64> => with_control_protocol,
     }
 }
@@ -697,8 +704,18 @@ impl HelloParams {
 params! {
     /// `link.create` params (§C8.4).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+    // Web links always use 127.0.0.1: no `addressOverride` with `transport: "web"`.
+    #[cfg_attr(feature = "schemas", schemars(extend("allOf" = [{
+        "if": {
+            "required": ["transport", "addressOverride"],
+            "properties": {"transport": {"const": "web"}, "addressOverride": {"type": "string"}}
+        },
+        "then": false
+    }])))]
     pub struct LinkCreateParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 1, max = 86400)))]
         "ttlSeconds" => pub ttl_seconds: Option<u32> => with_ttl_seconds,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         "addressOverride" => pub address_override: Option<IpAddr> => with_address_override,
@@ -751,15 +768,21 @@ impl LinkCreateParams {
 params! {
     /// `consent.create` params (§C8.14).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct ConsentCreateParams {
         "sessionId" => pub session_id: String,
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 64)))]
         "name" => pub name: String,
+        #[cfg_attr(feature = "schemas", schemars(pattern(r"^[0-9a-f]{64}$")))]
         "argsSha256" => pub args_sha256: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 128)))]
         "selector" => pub selector: Option<String> => with_selector,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 1000, max = 600000)))]
         "timeoutMs" => pub timeout_ms: Option<u64> => with_timeout_ms,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 1000, max = 600000)))]
         "ttlMs" => pub ttl_ms: Option<u64> => with_ttl_ms,
     }
 }
@@ -824,8 +847,10 @@ impl ConsentCreateParams {
 params! {
     /// `consent.take` params (§C8.14).
     #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct ConsentTakeParams {
         /// A bearer secret: whoever holds it consumes the consent.
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 128)))]
         "handle" => pub handle: String,
     }
 }
@@ -857,8 +882,10 @@ impl ConsentTakeParams {
 params! {
     /// `{selector?}` of `sessions.describe` and `sessions.revoke` (§C8.6, §C8.7).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct SelectorParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 128)))]
         "selector" => pub selector: Option<String> => with_selector,
     }
 }
@@ -875,17 +902,23 @@ impl SelectorParams {
 params! {
     /// `tools.list` params (§C8.8).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct ToolsListParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 128)))]
         "selector" => pub selector: Option<String> => with_selector,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(pattern(r"^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64})?$")))]
         "group" => pub group: Option<String> => with_group,
-        /// `None` also when the caller sent an empty string.
+        /// Up to 256 characters; an empty string means no filter (read as absent).
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(max = 256)))]
         "filter" => pub filter: Option<String> => with_filter,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 1, max = crate::limits::MAX_SAFE_INTEGER)))]
         "limit" => pub limit: Option<u64> => with_limit,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 0, max = crate::limits::MAX_SAFE_INTEGER)))]
         "offset" => pub offset: Option<u64> => with_offset,
     }
 }
@@ -912,21 +945,27 @@ impl ToolsListParams {
 params! {
     /// `tools.call` params (§C8.9).
     #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct ToolsCallParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 128)))]
         "selector" => pub selector: Option<String> => with_selector,
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 64)))]
         "name" => pub name: String,
         /// `{}` when absent.
         #[serde(default)]
         "args" => pub args: Map<String, Value> => with_args,
         /// After validation: truncated and clamped to [1000, 600000] (§C10.3).
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(with = "Option<f64>"))]
         "timeoutMs" => pub timeout_ms: Option<u64> => with_timeout_ms,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         "caller" => pub caller: Option<Caller> => with_caller,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(with = "Option<crate::schema::ConsentParam>"))]
         "consent" => pub consent: Option<Consent> => with_consent,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(pattern(r"^[A-Za-z0-9_-]{1,128}$")))]
         "callId" => pub call_id: Option<String> => with_call_id,
         #[serde(default, skip_serializing_if = "is_false")]
         "progress" => pub progress: bool => with_progress,
@@ -1017,11 +1056,15 @@ impl ToolsCallParams {
 params! {
     /// `tools.cancel` params (§C8.10).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct ToolsCancelParams {
+        #[cfg_attr(feature = "schemas", schemars(pattern(r"^[A-Za-z0-9_-]{1,128}$")))]
         "callId" => pub call_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 128)))]
         "selector" => pub selector: Option<String> => with_selector,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(pattern(r"^[a-z0-9_]{1,64}$")))]
         "reason" => pub reason: Option<String> => with_reason,
     }
 }
@@ -1062,14 +1105,19 @@ impl ToolsCancelParams {
 params! {
     /// `events.list` params (§C8.11).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct EventsListParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 128)))]
         "selector" => pub selector: Option<String> => with_selector,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 4096)))]
         "name" => pub name: Option<String> => with_name,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 1, max = crate::limits::MAX_SAFE_INTEGER)))]
         "limit" => pub limit: Option<u64> => with_limit,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 0, max = crate::limits::MAX_SAFE_INTEGER)))]
         "offset" => pub offset: Option<u64> => with_offset,
     }
 }
@@ -1089,17 +1137,37 @@ impl EventsListParams {
 params! {
     /// `events.subscribe` params (§C8.12).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+    // `since` needs `sessionSelector`, and `kinds` absent or holding `app_event`.
+    #[cfg_attr(feature = "schemas", schemars(extend("allOf" = [
+        {
+            "if": {"required": ["since"], "properties": {"since": {"type": "integer"}}},
+            "then": {"required": ["sessionSelector"], "properties": {"sessionSelector": {"type": "string"}}}
+        },
+        {
+            "if": {
+                "required": ["since", "kinds"],
+                "properties": {"since": {"type": "integer"}, "kinds": {"type": "array"}}
+            },
+            "then": {"properties": {"kinds": {"contains": {"const": "app_event"}}}}
+        }
+    ])))]
     pub struct SubscribeParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 128)))]
         "sessionSelector" => pub session_selector: Option<String> => with_session_selector,
         /// Non-empty and distinct when present; absent = all kinds.
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1), extend("uniqueItems" = true)))]
         "kinds" => pub kinds: Option<Vec<EventKind>> => with_kinds,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 4096)))]
         "name" => pub name: Option<String> => with_name,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 1, max = crate::limits::MAX_SAFE_INTEGER)))]
         "payloadMaxBytes" => pub payload_max_bytes: Option<u64> => with_payload_max_bytes,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 0, max = crate::limits::MAX_SAFE_INTEGER)))]
         "since" => pub since: Option<u64> => with_since,
     }
 }
@@ -1179,16 +1247,22 @@ impl SubscribeParams {
 params! {
     /// `events.since` params (§C8.13).
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct EventsSinceParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 128)))]
         "selector" => pub selector: Option<String> => with_selector,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 0, max = crate::limits::MAX_SAFE_INTEGER)))]
         "since" => pub since: Option<u64> => with_since,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 1, max = crate::limits::MAX_SAFE_INTEGER)))]
         "limit" => pub limit: Option<u64> => with_limit,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 4096)))]
         "name" => pub name: Option<String> => with_name,
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(range(min = 1, max = crate::limits::MAX_SAFE_INTEGER)))]
         "payloadMaxBytes" => pub payload_max_bytes: Option<u64> => with_payload_max_bytes,
     }
 }
@@ -1212,6 +1286,7 @@ impl EventsSinceParams {
 
 /// Device fields as claimed; `{}` when none (§C9.1).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Device {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1230,6 +1305,7 @@ setters!(Device {
 
 /// A live session (§C9.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSummary {
     pub session_id: String,
@@ -1363,6 +1439,7 @@ impl<'de> Deserialize<'de> for ToolsListEntry {
 
 /// One `groups` row of `tools.list`; `group: null` counts ungrouped tools (§C8.8).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct GroupTotal {
     pub group: Option<String>,
@@ -1377,6 +1454,7 @@ impl GroupTotal {
 
 /// A declared event as listed by `events.list` (§C9.2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct EventsListEntry {
     pub name: String,
@@ -1405,6 +1483,7 @@ setters!(EventsListEntry {
 
 /// `daemon.hello` result (§C8.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HelloResult {
     pub version: String,
@@ -1437,6 +1516,7 @@ impl HelloResult {
 
 /// `daemon.status` `advertisedAddress` (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct AdvertisedAddress {
     pub address: String,
@@ -1456,6 +1536,7 @@ impl AdvertisedAddress {
 
 /// `daemon.status` `policy`; `tools` is omitted when empty (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PolicySummary {
     pub default: PolicyDecision,
@@ -1482,6 +1563,7 @@ setters!(PolicySummary {
 /// `daemon.status` `audit`; `files` and `bytes` are omitted when the directory cannot be read
 /// (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct AuditStatus {
@@ -1522,6 +1604,7 @@ setters!(AuditStatus {
 
 /// `daemon.status` `eventsLog` (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct EventsLogStatus {
@@ -1540,6 +1623,7 @@ impl EventsLogStatus {
 
 /// `daemon.status` result (§C8.2).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StatusResult {
     pub version: String,
@@ -1565,6 +1649,7 @@ pub struct StatusResult {
 
 /// `{ok: true}` of `daemon.shutdown` (§C8.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 pub struct OkResult {
     pub ok: bool,
 }
@@ -1577,6 +1662,7 @@ impl Default for OkResult {
 
 /// `link.create` `endpoint` (§C8.4).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Endpoint {
     pub address: String,
@@ -1596,12 +1682,19 @@ impl Endpoint {
 
 /// `link.create` result (§C8.4).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct LinkCreateResult {
     pub session_id: String,
     pub transport: Transport,
     /// The bootstrap payload, claim token included: redacted from `Debug`.
+    #[cfg_attr(
+        feature = "schemas",
+        schemars(
+            description = "The bootstrap payload in its text form (§D4.2), claim token included: a secret."
+        )
+    )]
     pub deep_link_payload: String,
     pub endpoint: Endpoint,
     /// Unix seconds.
@@ -1656,6 +1749,7 @@ impl Debug for LinkCreateResult {
 
 /// `consent.create` result (§C8.14).
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ConsentCreateResult {
@@ -1685,6 +1779,7 @@ impl Debug for ConsentCreateResult {
 
 /// The stored consent record, returned by `consent.take` (§C8.14).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ConsentRecord {
@@ -1721,6 +1816,7 @@ setters!(ConsentRecord {
 
 /// `sessions.revoke` result; `alias` is `null` for a link (§C8.7).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct RevokeResult {
@@ -1744,6 +1840,7 @@ impl RevokeResult {
 
 /// `tools.list` result (§C8.8).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ToolsListResult {
@@ -1774,6 +1871,7 @@ impl ToolsListResult {
 
 /// `tools.call` result (§C8.9); `result` is the app's value verbatim, `null` included.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ToolsCallResult {
@@ -1804,6 +1902,7 @@ impl ToolsCallResult {
 
 /// `tools.cancel` result (§C8.10).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ToolsCancelResult {
     pub cancelled: bool,
@@ -1817,6 +1916,7 @@ impl ToolsCancelResult {
 
 /// `events.list` result (§C8.11).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct EventsListResult {
@@ -1839,6 +1939,7 @@ impl EventsListResult {
 
 /// `events.subscribe` `replay` (§C8.12, §C13.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Replay {
     pub count: u64,
@@ -1858,6 +1959,7 @@ impl Replay {
 
 /// `events.subscribe` result (§C8.12).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct SubscribeResult {
@@ -1892,6 +1994,7 @@ setters!(SubscribeResult {
 
 /// `events.since` result (§C8.13, §C13.4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct EventsSinceResult {
     pub events: Vec<EventNotification>,
@@ -1917,9 +2020,11 @@ impl EventsSinceResult {
 
 /// `data` of kinds that carry nothing: `{}`.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 pub struct Empty {}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct DaemonStartedData {
     pub version: String,
@@ -1936,6 +2041,7 @@ impl DaemonStartedData {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct LinkCreatedData {
@@ -1954,6 +2060,7 @@ impl LinkCreatedData {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionClaimedData {
     #[serde(default)]
@@ -1968,6 +2075,7 @@ impl SessionClaimedData {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct SessionSuspendedData {
     pub reason: SuspendReason,
@@ -1980,6 +2088,7 @@ impl SessionSuspendedData {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct SessionResumedData {
@@ -1993,6 +2102,7 @@ impl SessionResumedData {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct SessionRevokedData {
@@ -2006,6 +2116,7 @@ impl SessionRevokedData {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ToolsChangedData {
@@ -2019,6 +2130,7 @@ impl ToolsChangedData {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct EventsChangedData {
@@ -2034,6 +2146,7 @@ impl EventsChangedData {
 /// `app_event` data, whole or truncated by `payloadMaxBytes` (§C13.6). `ts` is the app's
 /// number, kept as sent.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum AppEventData {
     Full {
@@ -2062,6 +2175,7 @@ impl AppEventData {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ToolCallStartedData {
@@ -2092,6 +2206,7 @@ impl ToolCallStartedData {
 
 /// `progress` and `message` are forwarded as the app sent them (§C10.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ToolCallProgressData {
@@ -2120,6 +2235,7 @@ setters!(ToolCallProgressData {
 /// `tool_call_finished` data; `errorType` iff the outcome is `error` or `cancelled`,
 /// `deniedReason` iff `denied` (§C12.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ToolCallFinishedData {
@@ -2188,10 +2304,12 @@ impl ToolCallFinishedData {
 
 /// `link_refused` data (issue #23; ours): the reason the app gave, first refusal only.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct LinkRefusedData {
     #[serde(with = "refusal_reason")]
+    #[cfg_attr(feature = "schemas", schemars(with = "crate::link::RefusalReason"))]
     pub reason: crate::link::RefusalReason,
 }
 
@@ -2457,6 +2575,7 @@ impl NotificationMethod for ToolCallProgressNotify {
 
 /// Params of the per-call `tool_call_started` notification (§C10.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ToolCallStartedParams {
@@ -2495,6 +2614,7 @@ impl ToolCallStartedParams {
 
 /// Params of the per-call `tool_call_progress` notification (§C10.5).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ToolCallProgressParams {

@@ -71,6 +71,8 @@ pub mod jsonrpc;
 pub mod limits;
 pub mod link;
 pub mod pin;
+#[cfg(feature = "schemas")]
+pub mod schema;
 pub mod sealed;
 pub mod signature;
 pub mod text;

@@ -2,7 +2,7 @@
 //! (§D15). A missing folder, an empty folder, or a `*.json` file that no test below consumes
 //! fails the run; each failing case is reported by its `name`.
 
-mod common;
+pub(crate) mod common;
 
 mod bootstrap_links;
 mod bootstrap_payloads;

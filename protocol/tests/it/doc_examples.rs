@@ -14,6 +14,11 @@
 //! | `control-error <type>` | an error response of `data.type` `<type>`, re-encoding unchanged |
 //! | `notification <method>` | a notification line the client decodes as a known notification, re-encoding unchanged |
 //!
+//! Each example (but `bootstrap`, which is no JSON message, and `app-frame-refused`, since some
+//! refusals are semantic) must also validate against its JSON Schema in `docs/schemas/`
+//! (`appduct_protocol::schema`): its frame, its `params`, its `result` or its `error`; an
+//! `event` notification against the schema of its kind as well.
+//!
 //! A second test checks that the examples cover every frame type, every method (request and
 //! result), every notification and every event kind.
 
@@ -24,6 +29,7 @@ use appduct_protocol::bootstrap;
 use appduct_protocol::control::{self, EventKind, Method, ServerNotification};
 use appduct_protocol::frames::{self, Phase};
 use appduct_protocol::jsonrpc::{self, Incoming, ServerMessage};
+use appduct_protocol::schema;
 use serde_json::Value;
 
 struct Example {
@@ -272,7 +278,46 @@ fn check_notification(ex: &Example) -> Result<(), String> {
     same("the params", &params, &v["params"])
 }
 
+/// The example (or its member) against its schema.
+fn check_schema(ex: &Example) -> Result<(), String> {
+    let validate = crate::schemas::validate;
+    let missing = || format!("no schema for `{} {}`", ex.kind, ex.args.join(" "));
+    let v = parse(&ex.text)?;
+    let member = |key: &str| v.get(key).cloned().unwrap_or(Value::Null);
+    match ex.kind.as_str() {
+        "bootstrap" | "app-frame-refused" => Ok(()),
+        "app-frame" => validate(&schema::app_frame(arg(ex, 0)?).ok_or_else(missing)?, &v),
+        "daemon-frame" => validate(&schema::daemon_frame(arg(ex, 0)?).ok_or_else(missing)?, &v),
+        "control-request" => validate(
+            &schema::method_params(arg(ex, 0)?).ok_or_else(missing)?,
+            &member("params"),
+        ),
+        "control-result" => validate(
+            &schema::method_result(arg(ex, 0)?).ok_or_else(missing)?,
+            &member("result"),
+        ),
+        "control-error" => validate(&schema::control_error(), &member("error")),
+        "notification" => {
+            let params = member("params");
+            validate(
+                &schema::notification(arg(ex, 0)?).ok_or_else(missing)?,
+                &params,
+            )?;
+            match params["kind"].as_str().map(str::parse::<EventKind>) {
+                Some(Ok(kind)) if arg(ex, 0)? == "event" => validate(&schema::event(kind), &params),
+                _ => Ok(()),
+            }
+        }
+        other => Err(format!("unknown example kind `{other}`")),
+    }
+}
+
 fn check(ex: &Example) -> Result<(), String> {
+    check_code(ex)?;
+    check_schema(ex)
+}
+
+fn check_code(ex: &Example) -> Result<(), String> {
     match ex.kind.as_str() {
         "bootstrap" => check_bootstrap(ex),
         "app-frame" => check_app_frame(ex),
@@ -361,4 +406,118 @@ fn the_examples_cover_every_frame_method_notification_and_event_kind() {
         .filter(|k| !kinds.contains(*k))
         .collect();
     assert!(missing.is_empty(), "no event example of kind: {missing:?}");
+}
+
+/// The schema leg of the check refuses what its schema refuses (so a passing run means the
+/// examples fit, not that nothing was checked).
+#[test]
+fn the_schema_check_refuses_examples_that_do_not_fit() {
+    let ex = |kind: &str, arg: &str, text: &str| Example {
+        at: "test".into(),
+        kind: kind.into(),
+        args: vec![arg.into()],
+        text: text.into(),
+    };
+    let claim = |extra: &str| {
+        format!(
+            r#"{{"type":"session_claim","protocol_version":2,"session_id":"Yk3wL0pQz7sX2nVa","token":"ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8"{extra}}}"#
+        )
+    };
+    let cases = [
+        (ex("app-frame", "session_claim", &claim("")), true),
+        (
+            ex("app-frame", "session_claim", &claim(r#","device_model":5"#)),
+            false,
+        ),
+        (
+            ex(
+                "daemon-frame",
+                "tool_cancel",
+                r#"{"type":"tool_cancel","session_id":"s","id":"c","reason":"deadline"}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "daemon-frame",
+                "tool_cancel",
+                r#"{"type":"tool_cancel","session_id":"s","id":"c"}"#,
+            ),
+            false,
+        ),
+        (
+            ex(
+                "control-request",
+                "tools.call",
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"x"}}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "control-request",
+                "tools.call",
+                r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"x","selectr":"a"}}"#,
+            ),
+            false,
+        ),
+        (
+            ex(
+                "control-result",
+                "tools.cancel",
+                r#"{"jsonrpc":"2.0","id":1,"result":{"cancelled":true}}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "control-result",
+                "tools.cancel",
+                r#"{"jsonrpc":"2.0","id":1,"result":{"cancelled":"yes"}}"#,
+            ),
+            false,
+        ),
+        (
+            ex(
+                "control-error",
+                "x",
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"m","data":{"type":"invalid_request"}}}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "control-error",
+                "x",
+                r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"m","data":{"type":"nope"}}}"#,
+            ),
+            false,
+        ),
+        (
+            ex(
+                "notification",
+                "event",
+                r#"{"jsonrpc":"2.0","method":"event","params":{"kind":"tools_changed","sessionId":"s","ts":1,"seq":0,"data":{"toolCount":2}}}"#,
+            ),
+            true,
+        ),
+        (
+            ex(
+                "notification",
+                "event",
+                r#"{"jsonrpc":"2.0","method":"event","params":{"kind":"tools_changed","sessionId":"s","ts":1,"seq":0,"data":{"toolCount":"2"}}}"#,
+            ),
+            false,
+        ),
+    ];
+    for (example, fits) in &cases {
+        assert_eq!(
+            check_schema(example).is_ok(),
+            *fits,
+            "{} {}: {}",
+            example.kind,
+            example.text,
+            check_schema(example).err().unwrap_or_default()
+        );
+    }
 }

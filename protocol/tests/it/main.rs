@@ -10,5 +10,6 @@ mod prop_codecs;
 mod prop_frames;
 mod prop_glob;
 mod prop_signature;
+mod schemas;
 mod sealed;
 mod security_tokens;

@@ -1,5 +1,6 @@
 //! Property tests of the device frames (§D7): every frame survives encode → decode, the
-//! decoders never panic, and the lone-surrogate sanitizer never changes valid JSON's meaning.
+//! decoders never panic, the lone-surrogate sanitizer never changes valid JSON's meaning, and
+//! every frame the encoders write or the decoders accept fits its schema in docs/schemas/.
 
 #![allow(clippy::unwrap_used)]
 
@@ -15,6 +16,7 @@ use appduct_protocol::frames::{
     decode_app_value, decode_daemon_message, decode_daemon_value, sanitize_lone_surrogates,
 };
 use appduct_protocol::limits::MAX_SAFE_INTEGER;
+use appduct_protocol::schema;
 use proptest::prelude::*;
 use serde_json::{Map, Number, Value};
 
@@ -429,6 +431,41 @@ proptest! {
         }
         if let Ok(Some(frame)) = decode_daemon_value(&v) {
             prop_assert_eq!(decode_daemon_message(&frame.encode()), Ok(Some(frame)));
+        }
+    }
+
+    /// The hand-kept frame schemas of docs/schemas/ (issue #25) admit every frame the encoders
+    /// write ...
+    #[test]
+    fn every_encoded_frame_fits_its_schema(app in app_frame(), daemon in daemon_frame()) {
+        let s = schema::app_frame(app.type_name()).unwrap();
+        let checked = crate::schemas::validate(&s, &app.to_value());
+        prop_assert!(checked.is_ok(), "{}: {:?}", app.encode(), checked);
+        let s = schema::daemon_frame(daemon.type_name()).unwrap();
+        let checked = crate::schemas::validate(&s, &daemon.to_value());
+        prop_assert!(checked.is_ok(), "{}: {:?}", daemon.encode(), checked);
+    }
+
+    /// ... and every frame-like value the decoders accept, unknown fields included.
+    #[test]
+    fn accepted_frame_like_values_fit_their_schema(v in frame_like_value(), acked in any::<bool>()) {
+        let phase = if acked {
+            Phase::Acked { session_id: v["session_id"].as_str().unwrap_or("s") }
+        } else {
+            Phase::PreAck
+        };
+        if let Ok(frame) = decode_app_value(&v, phase) {
+            let checked = crate::schemas::validate(&schema::app_frame(frame.type_name()).unwrap(), &v);
+            prop_assert!(checked.is_ok(), "{}: {:?}", v, checked);
+        }
+        // Daemon frame schemas describe what the daemon writes (the app-side decoder is
+        // lenient: a missing `args` reads as `{}`), so the re-encoding is checked.
+        if let Ok(Some(frame)) = decode_daemon_value(&v) {
+            let checked = crate::schemas::validate(
+                &schema::daemon_frame(frame.type_name()).unwrap(),
+                &frame.to_value(),
+            );
+            prop_assert!(checked.is_ok(), "{}: {:?}", v, checked);
         }
     }
 
