@@ -278,6 +278,16 @@ describe("waitForSession and links", () => {
     expect((await waiting).type).toBe("unknown_session");
   });
 
+  it("link({for: \"react-native\"}) mints a sealed link: payload and sealedKey, no pin", async () => {
+    const sealed = (await link({ stateDir: sb.stateDir, bin: sb.bin, scheme: "sealedapp", cwd: sb.stateDir, for: "react-native" })) as DeviceLinkResult;
+    expect(sealed.transport).toBe("sealed");
+    expect(typeof sealed.payload).toBe("string");
+    expect(typeof sealed.sealedKey).toBe("string");
+    expect(sealed.pin).toBeUndefined();
+    expect(sealed.deepLink.startsWith("sealedapp:")).toBe(true);
+    expect(await rejection(link({ stateDir: sb.stateDir, bin: sb.bin, scheme: "x", for: "react-native", transport: "web" }))).toMatchObject({ type: "usage_error" });
+  });
+
   it("link() rejects with the CLI's error type", async () => {
     expect(await rejection(link({ stateDir: sb.stateDir, bin: sb.bin, scheme: "x", url: "http://localhost/" }))).toMatchObject({ type: "usage_error" });
   });

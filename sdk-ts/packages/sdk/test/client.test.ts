@@ -707,6 +707,7 @@ describe("link", () => {
       relaunch: true,
       scheme: "myapp",
       url: "http://localhost:5173/",
+      for: "web",
       transport: "web",
       ttlSeconds: 60,
       cwd,
@@ -716,7 +717,7 @@ describe("link", () => {
     })) as unknown as { sessionId: string; argv: string[]; cwd: string; marker: string };
     expect(data).toEqual({
       sessionId: "echo-session",
-      argv: ["sessions", "link", "--json", "--open", "android", "--device", "emulator-5554", "--app-id", "com.example.app", "--relaunch", "--scheme", "myapp", "--url", "http://localhost:5173/", "--transport", "web", "--ttl", "60", "--state-dir", stateDir],
+      argv: ["sessions", "link", "--json", "--open", "android", "--device", "emulator-5554", "--app-id", "com.example.app", "--relaunch", "--scheme", "myapp", "--url", "http://localhost:5173/", "--for", "web", "--transport", "web", "--ttl", "60", "--state-dir", stateDir],
       cwd,
       marker: "from-env",
     });

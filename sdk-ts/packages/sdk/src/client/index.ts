@@ -77,6 +77,7 @@ export async function link(options: LinkOptions = {}): Promise<LinkResult> {
   if (options.relaunch === true) args.push("--relaunch");
   flag("--scheme", options.scheme);
   flag("--url", options.url);
+  flag("--for", options.for);
   flag("--transport", options.transport);
   flag("--ttl", options.ttlSeconds);
   if (options.stateDir !== undefined) flag("--state-dir", resolveStateDir(options.stateDir));

@@ -22,7 +22,14 @@ export interface LinkOptions {
   relaunch?: boolean;
   scheme?: string;
   url?: string;
-  transport?: "native" | "web";
+  /**
+   * The kind of app the link is for, which picks its transport (`react-native` → sealed, `web` →
+   * web, `native` → native). Default: the project's `platform` (`appduct init --platform`), else
+   * `native`.
+   */
+  for?: "react-native" | "web" | "native";
+  /** The link's transport directly; must agree with `for` when both are given. */
+  transport?: "native" | "web" | "sealed";
   ttlSeconds?: number;
   cwd?: string;
   stateDir?: string;
@@ -31,16 +38,20 @@ export interface LinkOptions {
   env?: Record<string, string>;
 }
 
-/** `appduct sessions link --json` `data` for a device link (native or web transport). */
+/** `appduct sessions link --json` `data` for a device link (native, web or sealed transport). */
 export interface DeviceLinkResult {
   sessionId: string;
-  transport: "native" | "web";
+  transport: "native" | "web" | "sealed";
   deepLink: string;
   endpoint: { address: string; port: number; family: number };
   /** Unix seconds. */
   expiresAt: number;
   /** Native links only. */
   pin?: string;
+  /** Sealed links only: the bare bootstrap payload, for an app that takes it without the deep link. */
+  payload?: string;
+  /** Sealed links only: the daemon's sealed public key. */
+  sealedKey?: string;
   delivered?: boolean;
   target?: string;
   device?: string;
