@@ -83,6 +83,11 @@ impl Client {
         }
     }
 
+    /// Whether the client reads agent skills (`SKILL.md` directories).
+    pub fn has_skills(self) -> bool {
+        matches!(self, Client::ClaudeCode | Client::Codex | Client::Vscode)
+    }
+
     /// Whether the client reads a configuration file inside the project.
     pub fn has_project_scope(self) -> bool {
         !matches!(self, Client::ClaudeDesktop | Client::Windsurf)
@@ -119,6 +124,9 @@ pub struct SetupArgs {
     /// Print the file that would be written and its full content; write nothing
     #[arg(long)]
     pub dry_run: bool,
+    /// Also install (or remove) the appduct agent skill, SKILL.md (claude-code, codex, vscode)
+    #[arg(long)]
+    pub skill: bool,
 }
 
 /// A validated `mcp install` / `mcp uninstall`.
@@ -128,6 +136,8 @@ pub struct SetupRequest {
     pub client: Client,
     pub scope: Scope,
     pub dry_run: bool,
+    /// `--skill`: the client reads agent skills (checked in [`validate`]).
+    pub skill: bool,
 }
 
 pub fn validate(action: SetupAction, a: SetupArgs) -> Result<Command, CliError> {
@@ -143,11 +153,19 @@ pub fn validate(action: SetupAction, a: SetupArgs) -> Result<Command, CliError> 
         ))
         .with_detail("client", a.client.id()));
     }
+    if a.skill && !a.client.has_skills() {
+        return Err(CliError::usage(format!(
+            "{} does not read agent skills; --skill works with claude-code, codex and vscode",
+            a.client.name()
+        ))
+        .with_detail("client", a.client.id()));
+    }
     Ok(Command::McpSetup(SetupRequest {
         action,
         client: a.client,
         scope,
         dry_run: a.dry_run,
+        skill: a.skill,
     }))
 }
 
@@ -310,6 +328,28 @@ pub fn target(client: Client, scope: Scope, env: &SetupEnv) -> Result<Target, Cl
         ),
     };
     Ok(Target { path, format })
+}
+
+/// The agent skill shipped with this binary (§L20.4).
+pub const SKILL: &str = include_str!("../../skill/SKILL.md");
+
+/// Where `client` reads the `scope` copy of our skill: `<skills dir>/appduct/SKILL.md` (§L20.4).
+pub fn skill_path(client: Client, scope: Scope, env: &SetupEnv) -> Result<PathBuf, CliError> {
+    let dir = match (client, scope) {
+        (Client::ClaudeCode, Scope::Project) => env.cwd.join(".claude/skills"),
+        (Client::ClaudeCode, Scope::User) => env.home()?.join(".claude/skills"),
+        (Client::Codex, Scope::Project) => env.cwd.join(".agents/skills"),
+        (Client::Codex, Scope::User) => env.home()?.join(".agents/skills"),
+        (Client::Vscode, Scope::Project) => env.cwd.join(".github/skills"),
+        (Client::Vscode, Scope::User) => env.home()?.join(".copilot/skills"),
+        (other, _) => {
+            return Err(CliError::usage(format!(
+                "{} does not read agent skills",
+                other.name()
+            )));
+        }
+    };
+    Ok(dir.join(SERVER_NAME).join("SKILL.md"))
 }
 
 /// Our entry in a JSON configuration: `type` where the client's own tools write one.
@@ -583,6 +623,10 @@ pub fn run(req: &SetupRequest, env: &SetupEnv) -> Result<Success, CliError> {
         Edit::Unchanged => text.clone(),
         Edit::Delete => None,
     };
+    let mut skill = match req.skill {
+        true => Some(SkillPlan::new(req, env)?),
+        false => None,
+    };
     let mut backup = None;
     if !req.dry_run {
         if text.is_some() && edit != Edit::Unchanged {
@@ -595,8 +639,74 @@ pub fn run(req: &SetupRequest, env: &SetupEnv) -> Result<Success, CliError> {
                 fs::remove_file(&real).map_err(|e| io_error("cannot delete", path, &e))?
             }
         }
+        if let Some(plan) = &mut skill {
+            plan.apply()?;
+        }
     }
-    Ok(render(req, env, &target, outcome, content, backup))
+    Ok(render(
+        req,
+        env,
+        &target,
+        outcome,
+        content,
+        backup,
+        skill.as_ref(),
+    ))
+}
+
+/// `--skill`: our `SKILL.md` at the client's skills directory (§L20.4).
+struct SkillPlan {
+    path: PathBuf,
+    outcome: Outcome,
+    exists: bool,
+    backup: Option<PathBuf>,
+}
+
+impl SkillPlan {
+    fn new(req: &SetupRequest, env: &SetupEnv) -> Result<Self, CliError> {
+        let path = skill_path(req.client, req.scope, env)?;
+        let current = match fs::read(&path) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_error("cannot read", &path, &e)),
+        };
+        let outcome = match (req.action, &current) {
+            (SetupAction::Install, None) => Outcome::Created,
+            (SetupAction::Install, Some(c)) if c == SKILL.as_bytes() => Outcome::Unchanged,
+            (SetupAction::Install, Some(_)) => Outcome::Updated,
+            (SetupAction::Uninstall, None) => Outcome::Absent,
+            (SetupAction::Uninstall, Some(_)) => Outcome::Deleted,
+        };
+        Ok(Self {
+            path,
+            outcome,
+            exists: current.is_some(),
+            backup: None,
+        })
+    }
+
+    fn apply(&mut self) -> Result<(), CliError> {
+        if matches!(self.outcome, Outcome::Unchanged | Outcome::Absent) {
+            return Ok(());
+        }
+        // A skill the user edited is kept as a backup, like a configuration file.
+        if self.exists {
+            self.backup = Some(make_backup(&self.path, &self.path)?);
+        }
+        if self.outcome == Outcome::Deleted {
+            fs::remove_file(&self.path).map_err(|e| io_error("cannot delete", &self.path, &e))?;
+            return Ok(());
+        }
+        write_atomic(&self.path, SKILL)
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "path": self.path.display().to_string(),
+            "result": self.outcome.as_str(),
+            "backup": self.backup.as_ref().map(|b| b.display().to_string()),
+        })
+    }
 }
 
 fn malformed(path: &Path, why: String) -> CliError {
@@ -696,6 +806,7 @@ fn render(
     outcome: Outcome,
     content: Option<String>,
     backup: Option<PathBuf>,
+    skill: Option<&SkillPlan>,
 ) -> Success {
     let path = target.path.display().to_string();
     let command = env.exe.display().to_string();
@@ -714,6 +825,7 @@ fn render(
         "backup": backup.as_ref().map(|b| b.display().to_string()),
         "server": {"name": SERVER_NAME, "command": command, "args": SERVER_ARGS},
         "content": content,
+        "skill": skill.map(SkillPlan::json),
     });
 
     let client = req.client.name();
@@ -726,6 +838,13 @@ fn render(
             Outcome::Unchanged | Outcome::Absent => "would leave unchanged",
         };
         let mut text = format!("Dry run ({client}, {scope}): {verb} {path}; nothing was written\n");
+        if let Some(plan) = skill {
+            text.push_str(&format!(
+                "Skill: {} would be {}\n",
+                plan.path.display(),
+                plan.outcome.as_str()
+            ));
+        }
         if let Some(content) = &content {
             text.push_str(&format!("--- {path}\n{content}"));
             if !content.ends_with('\n') {

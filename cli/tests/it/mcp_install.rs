@@ -326,3 +326,130 @@ fn user_only_clients_refuse_project_scope() {
     assert_eq!(code, 64, "{doc}");
     assert_eq!(fs::read_dir(sb.home()).unwrap().count(), 0);
 }
+
+/// The backticked names in one table cell (`` `a`, `b` `` → a, b).
+fn backticked(cell: &str) -> std::collections::BTreeSet<String> {
+    cell.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn skill_names_only_real_builtins_with_their_real_arguments() {
+    use appduct_cli::commands::mcp_setup::SKILL;
+    use appduct_mcp::catalog::{BUILTIN_NAMES, builtins};
+
+    // Every appduct_* word is a built-in.
+    let mut named = std::collections::BTreeSet::new();
+    for (i, _) in SKILL.match_indices("appduct_") {
+        let word: String = SKILL[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        assert!(
+            BUILTIN_NAMES.contains(&word.as_str()),
+            "SKILL.md names {word}, which is no built-in"
+        );
+        named.insert(word);
+    }
+    assert_eq!(named.len(), 9, "{named:?}");
+    assert_eq!(BUILTIN_NAMES.len(), 9);
+
+    // Its table has one row per built-in, listing exactly that built-in's input arguments.
+    let mut rows = 0;
+    for line in SKILL.lines().filter(|l| l.starts_with("| `appduct_")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let name = cells[1].trim_matches('`');
+        let builtin = builtins()
+            .iter()
+            .find(|b| b.name == name)
+            .unwrap_or_else(|| panic!("{name}"));
+        let real: std::collections::BTreeSet<String> = builtin.input_schema["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(
+            backticked(cells[2]),
+            real,
+            "arguments of {name} in SKILL.md"
+        );
+        rows += 1;
+    }
+    assert_eq!(rows, 9);
+    // Agent skills need a name and description in their front matter.
+    assert!(
+        SKILL.starts_with("---\nname: appduct\ndescription: "),
+        "front matter"
+    );
+}
+
+#[test]
+fn skill_is_installed_beside_the_config_and_removed_with_it() {
+    let sb = sandbox();
+    let skill = sb.home().join(".claude/skills/appduct/SKILL.md");
+    let data = ok(
+        &sb,
+        &[
+            "mcp",
+            "install",
+            "--client",
+            "claude-code",
+            "--skill",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(data["skill"]["path"], skill.display().to_string());
+    assert_eq!(data["skill"]["result"], "created");
+    assert!(!skill.exists());
+
+    let data = ok(
+        &sb,
+        &["mcp", "install", "--client", "claude-code", "--skill"],
+    );
+    assert_eq!(data["skill"]["result"], "created");
+    assert_eq!(
+        fs::read_to_string(&skill).unwrap(),
+        appduct_cli::commands::mcp_setup::SKILL
+    );
+    assert!(sb.home().join(".claude.json").exists());
+    let again = ok(
+        &sb,
+        &["mcp", "install", "--client", "claude-code", "--skill"],
+    );
+    assert_eq!(again["skill"]["result"], "unchanged");
+
+    let project = ok(
+        &sb,
+        &[
+            "mcp",
+            "install",
+            "--client",
+            "codex",
+            "--project",
+            "--skill",
+        ],
+    );
+    assert_eq!(
+        project["skill"]["path"],
+        sb.cwd()
+            .join(".agents/skills/appduct/SKILL.md")
+            .display()
+            .to_string()
+    );
+
+    let gone = ok(
+        &sb,
+        &["mcp", "uninstall", "--client", "claude-code", "--skill"],
+    );
+    assert_eq!(gone["skill"]["result"], "deleted");
+    assert!(!skill.exists());
+    assert!(!sb.home().join(".claude.json").exists());
+
+    let (code, doc) = sb.json(&["mcp", "install", "--client", "cursor", "--skill"]);
+    assert_eq!(code, 64, "{doc}");
+    assert!(!sb.home().join(".cursor").exists());
+}
