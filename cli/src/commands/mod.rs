@@ -241,7 +241,24 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
         Command::Completions { shell } => completions::run(*shell).map(Reply::Success),
         Command::Init(req) => {
             let env = init::InitEnv::current(&inv.globals)?;
-            init::run(req, &env).map(Reply::Success)
+            let mut success = init::run(req, &env)?;
+            if req.mcp_json {
+                // `--mcp-json`: the project's .mcp.json for Claude Code (§L10, §L20).
+                let setup = mcp_setup::SetupRequest {
+                    action: mcp_setup::SetupAction::Install,
+                    client: mcp_setup::Client::ClaudeCode,
+                    scope: mcp_setup::Scope::Project,
+                    dry_run: false,
+                    skill: false,
+                };
+                let written = mcp_setup::run(&setup, &mcp_setup::SetupEnv::current()?)?;
+                if let serde_json::Value::Object(data) = &mut success.data {
+                    data.insert("mcpJson".into(), written.data);
+                }
+                success.human.push('\n');
+                success.human.push_str(&written.human);
+            }
+            Ok(Reply::Success(success))
         }
         Command::Doctor(req) => doctor::run(req).map(Reply::Success),
         Command::McpSetup(req) => {

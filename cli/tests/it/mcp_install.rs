@@ -453,3 +453,25 @@ fn skill_is_installed_beside_the_config_and_removed_with_it() {
     assert_eq!(code, 64, "{doc}");
     assert!(!sb.home().join(".cursor").exists());
 }
+
+#[test]
+fn init_with_mcp_json_writes_the_projects_claude_code_config() {
+    let sb = sandbox();
+    let data = ok(&sb, &["init", "--scheme", "myapp", "--mcp-json"]);
+    assert_eq!(data["scheme"], "myapp");
+    let path = sb.cwd().join(".mcp.json");
+    assert_eq!(data["mcpJson"]["path"], path.display().to_string());
+    assert_eq!(data["mcpJson"]["result"], "created");
+    let doc: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(doc["mcpServers"]["appduct"]["command"], exe());
+    // Without the flag, init leaves .mcp.json alone and says how to get one.
+    fs::remove_file(&path).unwrap();
+    let data = ok(&sb, &["init", "--scheme", "myapp"]);
+    assert!(data.get("mcpJson").is_none());
+    assert!(!path.exists());
+    assert!(
+        data["nextSteps"]
+            .to_string()
+            .contains("appduct init --mcp-json")
+    );
+}
