@@ -12,4 +12,6 @@ export default function setup(): void {
   for (const project of ["packages/sdk/tsconfig.build.json", "playground/tsconfig.build.json"]) {
     execFileSync(process.execPath, [tsc, "-p", path.join(ROOT, project)], { stdio: "inherit" });
   }
+  // The SDK's CommonJS inert entry (`npm run build` does the same).
+  execFileSync(process.execPath, [path.join(ROOT, "packages/sdk/scripts/build-cjs.mjs")], { stdio: "inherit" });
 }

@@ -70,18 +70,24 @@ pub fn main_with_args(args: Vec<OsString>) -> u8 {
     }
 }
 
-/// Whether the command word of `args` (program name first) is `mcp`.
+/// Whether `args` (program name first) run the stdio server `mcp` (not `mcp install` or
+/// `mcp uninstall`, §L20, whose output follows §L3).
 fn names_mcp(args: &[OsString]) -> bool {
     let mut words = args.iter().skip(1);
+    let mut seen_mcp = false;
     while let Some(arg) = words.next() {
         match arg.to_str() {
-            // The one global flag that takes a separate value.
-            Some("--state-dir") => {
+            // The global flag and the mcp flag that take a separate value.
+            Some("--state-dir" | "--scheme") => {
                 words.next();
             }
             Some(a) if a.starts_with('-') => {}
-            word => return word == Some("mcp"),
+            word if seen_mcp => {
+                return !word.is_some_and(|w| commands::mcp::SETUP_WORDS.contains(&w));
+            }
+            Some("mcp") => seen_mcp = true,
+            _ => return false,
         }
     }
-    false
+    seen_mcp
 }

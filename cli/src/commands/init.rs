@@ -38,6 +38,10 @@ pub struct InitArgs {
     /// Replace recorded values
     #[arg(long)]
     pub force: bool,
+    /// Also write the project's .mcp.json for Claude Code (as `appduct mcp install --client
+    /// claude-code --project`)
+    #[arg(long)]
+    pub mcp_json: bool,
 }
 
 /// `--platform` (and `sessions link --for`): the kinds of [`AppKind`].
@@ -67,6 +71,8 @@ pub struct InitRequest {
     /// `--platform`; else detected, else left out.
     pub platform: Option<AppKind>,
     pub force: bool,
+    /// `--mcp-json`: also run `mcp install --client claude-code --project` (§L20).
+    pub mcp_json: bool,
 }
 
 pub fn validate(a: InitArgs) -> Result<Command, CliError> {
@@ -82,14 +88,16 @@ pub fn validate(a: InitArgs) -> Result<Command, CliError> {
             .transpose()?,
         platform: a.platform.map(PlatformArg::kind),
         force: a.force,
+        mcp_json: a.mcp_json,
     }))
 }
 
 const DIR_NAME: &str = ".appduct";
 const FILE_NAME: &str = "config.json";
-const NEXT_STEPS: [&str; 2] = [
+const NEXT_STEPS: [&str; 3] = [
     "Add the appduct SDK to the app and register a tool",
     "Run \"appduct sessions link --qr\" and scan the code",
+    "Connect your agent: \"appduct init --mcp-json\" writes this project's .mcp.json, or \"appduct mcp install --client <client>\"",
 ];
 
 /// Where `init` runs and which directories it must never take over.
@@ -521,6 +529,7 @@ mod tests {
             android_app_id: None,
             platform: None,
             force,
+            mcp_json: false,
         }
     }
 
@@ -601,6 +610,7 @@ MCP server entry for your agent:
 Next steps:
   1. Add the appduct SDK to the app and register a tool
   2. Run \"appduct sessions link --qr\" and scan the code
+  3. Connect your agent: \"appduct init --mcp-json\" writes this project's .mcp.json, or \"appduct mcp install --client <client>\"
 ",
             p.config_path().display()
         );

@@ -1,12 +1,15 @@
 //! `appduct mcp [--scheme <scheme>]` (§L12): the MCP bridge on stdio, on its own
 //! current-thread runtime. The scheme is not validated here; an invalid one is reported at
-//! startup and the server still starts.
+//! startup and the server still starts. `mcp install` and `mcp uninstall` (§L20) live in
+//! [`super::mcp_setup`].
 
 use appduct_mcp::{BridgeOptions, StdioOptions};
-use clap::Args;
+use clap::{Args, Subcommand};
 
 use super::Command;
+use super::mcp_setup::{self, SetupAction, SetupArgs};
 use crate::connect::{self, Contact};
+use crate::error::CliError;
 use crate::globals::Globals;
 use crate::output::{Output, OutputFlags};
 
@@ -14,14 +17,34 @@ use crate::output::{Output, OutputFlags};
 pub const MCP_CLIENT_NAME: &str = "appduct-mcp";
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct McpArgs {
     /// Deep-link scheme for links the bridge creates
     #[arg(long, value_name = "SCHEME")]
     pub scheme: Option<String>,
+    #[command(subcommand)]
+    pub setup: Option<McpSetup>,
 }
 
-pub fn validate(a: McpArgs) -> Command {
-    Command::Mcp { scheme: a.scheme }
+/// The agent-client set-up words under `mcp` (§L20).
+#[derive(Debug, Subcommand)]
+pub enum McpSetup {
+    /// Add appduct to an agent client's MCP configuration (absolute path of this binary)
+    Install(SetupArgs),
+    /// Remove appduct from an agent client's MCP configuration
+    Uninstall(SetupArgs),
+}
+
+/// The words after `mcp` that are set-up commands, not the stdio server (their output follows
+/// §L3, not §L12).
+pub const SETUP_WORDS: [&str; 2] = ["install", "uninstall"];
+
+pub fn validate(a: McpArgs) -> Result<Command, CliError> {
+    match a.setup {
+        None => Ok(Command::Mcp { scheme: a.scheme }),
+        Some(McpSetup::Install(s)) => mcp_setup::validate(SetupAction::Install, s),
+        Some(McpSetup::Uninstall(s)) => mcp_setup::validate(SetupAction::Uninstall, s),
+    }
 }
 
 /// `appduct mcp`: the bridge on stdio, on its own current-thread runtime.

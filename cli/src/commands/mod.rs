@@ -14,6 +14,7 @@ pub mod events;
 pub mod init;
 pub mod keygen;
 pub mod mcp;
+pub mod mcp_setup;
 pub mod parse;
 pub mod playground;
 pub mod sessions;
@@ -98,7 +99,7 @@ pub enum TopCommand {
     Init(init::InitArgs),
     /// Create the daemon's host key
     Keygen(keygen::KeygenArgs),
-    /// Run the MCP bridge on stdio
+    /// Run the MCP bridge on stdio; `mcp install` / `mcp uninstall` configure an agent client
     Mcp(mcp::McpArgs),
     /// Inspect a built app (.apk, .aab, .ipa, .app) for the appduct native module
     Doctor(doctor::DoctorArgs),
@@ -152,6 +153,8 @@ pub enum Command {
     Mcp {
         scheme: Option<String>,
     },
+    /// `mcp install` / `mcp uninstall` (§L20): edits an agent client's configuration file.
+    McpSetup(mcp_setup::SetupRequest),
     Doctor(doctor::DoctorRequest),
     Completions {
         shell: Shell,
@@ -183,6 +186,10 @@ impl Command {
             Command::Init(_) => "init",
             Command::Keygen(_) => "keygen",
             Command::Mcp { .. } => "mcp",
+            Command::McpSetup(r) => match r.action {
+                mcp_setup::SetupAction::Install => "mcp install",
+                mcp_setup::SetupAction::Uninstall => "mcp uninstall",
+            },
             Command::Doctor(_) => "doctor",
             Command::Completions { .. } => "completions",
             Command::Playground { .. } => "playground",
@@ -194,6 +201,7 @@ impl Command {
         !matches!(
             self,
             Command::Init(_)
+                | Command::McpSetup(_)
                 | Command::Keygen(_)
                 | Command::Doctor(_)
                 | Command::Completions { .. }
@@ -211,7 +219,7 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         TopCommand::Daemon(noun) => daemon::validate(noun),
         TopCommand::Init(a) => init::validate(a),
         TopCommand::Keygen(a) => keygen::validate(a),
-        TopCommand::Mcp(a) => Ok(mcp::validate(a)),
+        TopCommand::Mcp(a) => mcp::validate(a),
         TopCommand::Doctor(a) => doctor::validate(a),
         TopCommand::Playground(a) => Ok(playground::validate(a)),
         TopCommand::Completions(a) => completions::validate(a),
@@ -233,9 +241,30 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
         Command::Completions { shell } => completions::run(*shell).map(Reply::Success),
         Command::Init(req) => {
             let env = init::InitEnv::current(&inv.globals)?;
-            init::run(req, &env).map(Reply::Success)
+            let mut success = init::run(req, &env)?;
+            if req.mcp_json {
+                // `--mcp-json`: the project's .mcp.json for Claude Code (§L10, §L20).
+                let setup = mcp_setup::SetupRequest {
+                    action: mcp_setup::SetupAction::Install,
+                    client: mcp_setup::Client::ClaudeCode,
+                    scope: mcp_setup::Scope::Project,
+                    dry_run: false,
+                    skill: false,
+                };
+                let written = mcp_setup::run(&setup, &mcp_setup::SetupEnv::current()?)?;
+                if let serde_json::Value::Object(data) = &mut success.data {
+                    data.insert("mcpJson".into(), written.data);
+                }
+                success.human.push('\n');
+                success.human.push_str(&written.human);
+            }
+            Ok(Reply::Success(success))
         }
         Command::Doctor(req) => doctor::run(req).map(Reply::Success),
+        Command::McpSetup(req) => {
+            let env = mcp_setup::SetupEnv::current()?;
+            mcp_setup::run(req, &env).map(Reply::Success)
+        }
         _ => run_daemon_command(inv, out),
     }
 }

@@ -56,6 +56,8 @@ const COMMAND_PATHS: &[&[&str]] = &[
     &["init"],
     &["keygen"],
     &["mcp"],
+    &["mcp", "install"],
+    &["mcp", "uninstall"],
     &["doctor"],
     &["completions"],
     &["playground"],

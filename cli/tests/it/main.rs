@@ -10,5 +10,6 @@ mod doctor;
 mod human_snapshots;
 mod link_parity;
 mod mcp_host;
+mod mcp_install;
 mod playground;
 mod security_delivery;
