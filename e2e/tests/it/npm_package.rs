@@ -147,7 +147,9 @@ fn npx_appduct_installed_offline_from_the_packed_tarballs_runs_the_binary() {
     let status = mcp
         .call_tool("appduct_status", serde_json::json!({}))
         .or_fail();
-    assert_eq!(status["isError"], false, "{status}");
+    assert_ne!(status["isError"], true, "{status}");
+    assert_eq!(status["structuredContent"]["daemon"]["running"], true, "{status}");
+    assert_eq!(status["structuredContent"]["daemon"]["version"], VERSION, "{status}");
     // EOF ends the binary, the launcher and npx with exit 0, stdout holding only MCP messages.
     mcp.finish().or_fail();
 }
