@@ -40,7 +40,10 @@ fn problems(pkg: &Value, publishable: &HashSet<String>, root: &Path) -> Vec<Stri
         }
     }
     if text("license") != Some(LICENSE) {
-        found.push(format!("{name}: license is {}, not {LICENSE}", pkg["license"]));
+        found.push(format!(
+            "{name}: license is {}, not {LICENSE}",
+            pkg["license"]
+        ));
     }
     for key in ["keywords", "categories"] {
         if pkg[key].as_array().is_none_or(Vec::is_empty) {
@@ -48,7 +51,9 @@ fn problems(pkg: &Value, publishable: &HashSet<String>, root: &Path) -> Vec<Stri
         }
     }
     if pkg["keywords"].as_array().is_some_and(|k| k.len() > 5) {
-        found.push(format!("{name}: more than the 5 keywords crates.io accepts"));
+        found.push(format!(
+            "{name}: more than the 5 keywords crates.io accepts"
+        ));
     }
     let dir = Path::new(pkg["manifest_path"].as_str().unwrap_or_default())
         .parent()
@@ -62,7 +67,9 @@ fn problems(pkg: &Value, publishable: &HashSet<String>, root: &Path) -> Vec<Stri
     for file in LICENSE_FILES {
         let shipped = std::fs::read(dir.join(file)).ok();
         if shipped.is_none() || shipped != std::fs::read(root.join(file)).ok() {
-            found.push(format!("{name}: {file} is missing or differs from the root's"));
+            found.push(format!(
+                "{name}: {file} is missing or differs from the root's"
+            ));
         }
     }
     for dep in pkg["dependencies"].as_array().into_iter().flatten() {
@@ -76,7 +83,9 @@ fn problems(pkg: &Value, publishable: &HashSet<String>, root: &Path) -> Vec<Stri
             found.push(format!("{name}: path dependency {dep_name} has no version"));
         }
         if !publishable.contains(dep_name) {
-            found.push(format!("{name}: depends on {dep_name}, which is not published"));
+            found.push(format!(
+                "{name}: depends on {dep_name}, which is not published"
+            ));
         }
     }
     found
@@ -87,7 +96,14 @@ fn cargo_metadata() -> Value {
         .or_else(|| option_env!("CARGO").map(Into::into))
         .unwrap_or_else(|| "cargo".into());
     let output = Command::new(&cargo)
-        .args(["metadata", "--format-version", "1", "--no-deps", "--locked", "--manifest-path"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--locked",
+            "--manifest-path",
+        ])
         .arg(workspace_root().join("Cargo.toml"))
         .output()
         .unwrap_or_else(|e| panic!("running {cargo:?} metadata: {e}"));
@@ -127,7 +143,11 @@ fn every_publishable_crate_carries_the_metadata_and_licences_crates_io_needs() {
         .filter(|p| publishable(p))
         .flat_map(|p| problems(p, &names, &root))
         .collect();
-    assert!(found.is_empty(), "not publishable:\n  {}", found.join("\n  "));
+    assert!(
+        found.is_empty(),
+        "not publishable:\n  {}",
+        found.join("\n  ")
+    );
 }
 
 fn complete(dir: &Path) -> Value {
@@ -159,7 +179,10 @@ fn the_checker_catches_each_omission() {
     };
     write("README.md", b"# fake\n");
     for file in LICENSE_FILES {
-        write(file, &std::fs::read(root.join(file)).unwrap_or_else(|e| panic!("{e}")));
+        write(
+            file,
+            &std::fs::read(root.join(file)).unwrap_or_else(|e| panic!("{e}")),
+        );
     }
     let published: HashSet<String> = HashSet::from(["appduct-protocol".to_owned()]);
     assert_eq!(
@@ -182,7 +205,10 @@ fn the_checker_catches_each_omission() {
     broken(&|p| p["license"] = json!("MIT"), "license is");
     broken(&|p| p["keywords"] = json!([]), "no keywords");
     broken(&|p| p["categories"] = Value::Null, "no categories");
-    broken(&|p| p["keywords"] = json!(["a", "b", "c", "d", "e", "f"]), "5 keywords");
+    broken(
+        &|p| p["keywords"] = json!(["a", "b", "c", "d", "e", "f"]),
+        "5 keywords",
+    );
     broken(&|p| p["readme"] = json!("GONE.md"), "does not exist");
     broken(
         &|p| p["dependencies"][0]["req"] = json!("*"),

@@ -123,7 +123,10 @@ fn npx_appduct_installed_offline_from_the_packed_tarballs_runs_the_binary() {
         assert!(platform.join(file).is_file(), "{file} was not shipped");
     }
     for file in ["LICENSE-MIT", "LICENSE-APACHE", "README.md"] {
-        assert!(modules.join("appduct").join(file).is_file(), "{file} was not shipped");
+        assert!(
+            modules.join("appduct").join(file).is_file(),
+            "{file} was not shipped"
+        );
     }
 
     let out = npm_tool("npx", &sb, &project)
@@ -148,8 +151,14 @@ fn npx_appduct_installed_offline_from_the_packed_tarballs_runs_the_binary() {
         .call_tool("appduct_status", serde_json::json!({}))
         .or_fail();
     assert_ne!(status["isError"], true, "{status}");
-    assert_eq!(status["structuredContent"]["daemon"]["running"], true, "{status}");
-    assert_eq!(status["structuredContent"]["daemon"]["version"], VERSION, "{status}");
+    assert_eq!(
+        status["structuredContent"]["daemon"]["running"], true,
+        "{status}"
+    );
+    assert_eq!(
+        status["structuredContent"]["daemon"]["version"], VERSION,
+        "{status}"
+    );
     // EOF ends the binary, the launcher and npx with exit 0, stdout holding only MCP messages.
     mcp.finish().or_fail();
 }
@@ -179,7 +188,10 @@ fn every_platform_package_of_the_launcher_has_a_template_whose_fields_match_its_
     let npm = repo_root().join("npm");
     let launcher = read_json(&npm.join("appduct/package.json"));
     assert_eq!(launcher["bin"]["appduct"], "bin/appduct.js");
-    assert!(launcher.get("scripts").is_none(), "no install scripts: {launcher}");
+    assert!(
+        launcher.get("scripts").is_none(),
+        "no install scripts: {launcher}"
+    );
     let platforms = launcher["optionalDependencies"]
         .as_object()
         .or_fail_with("optionalDependencies");
@@ -199,7 +211,10 @@ fn every_platform_package_of_the_launcher_has_a_template_whose_fields_match_its_
     let waiting: Vec<&String> = templates.iter().filter(|t| !listed.contains(t)).collect();
     assert_eq!(waiting, ["cli-win32-x64"], "unlisted templates");
     for name in &listed {
-        assert!(templates.contains(name), "the launcher lists {name}, which has no template");
+        assert!(
+            templates.contains(name),
+            "the launcher lists {name}, which has no template"
+        );
     }
     for dir_name in &templates {
         let name = format!("@appduct/{dir_name}");
@@ -215,9 +230,15 @@ fn every_platform_package_of_the_launcher_has_a_template_whose_fields_match_its_
             libc.map(|l| serde_json::json!([l])),
             "{name}"
         );
-        let exe = if os == "win32" { "bin/appduct.exe" } else { "bin/appduct" };
+        let exe = if os == "win32" {
+            "bin/appduct.exe"
+        } else {
+            "bin/appduct"
+        };
         assert!(
-            pkg["files"].as_array().is_some_and(|f| f.iter().any(|f| f == exe)),
+            pkg["files"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == exe)),
             "{name} does not ship {exe}"
         );
         assert_eq!(pkg["license"], launcher["license"], "{name}");
