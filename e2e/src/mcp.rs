@@ -33,6 +33,12 @@ impl Mcp {
     pub fn spawn_with_env(sb: &Sandbox, env: &[(&str, &str)]) -> Result<Self, HarnessError> {
         let mut cmd = sb.command(&["mcp"]);
         cmd.envs(env.iter().copied());
+        Self::spawn_command(cmd)
+    }
+
+    /// Spawns an MCP server started another way (`npx appduct mcp` through the npm launcher),
+    /// with stdin piped.
+    pub fn spawn_command(mut cmd: std::process::Command) -> Result<Self, HarnessError> {
         cmd.stdin(Stdio::piped());
         let mut proc = Proc::spawn(cmd)?;
         let stdin = proc.child_mut().stdin.take();

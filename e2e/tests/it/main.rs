@@ -3,6 +3,7 @@
 
 mod audit_settled;
 mod calls;
+mod crate_metadata;
 mod dependency_rules;
 mod devices;
 mod drift;
@@ -13,6 +14,7 @@ mod mcp;
 mod mcp_consent;
 mod mcp_official;
 mod mcp_rmcp;
+mod npm_package;
 mod ready_waits;
 mod reply_bounds;
 mod sdk_device;
