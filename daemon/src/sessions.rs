@@ -18,7 +18,7 @@ mod refusals;
 mod registry;
 mod transitions;
 
-pub use refusals::{REPORTS_PER_WINDOW, WINDOW as REFUSAL_REPORT_WINDOW, refusal_line};
+pub use refusals::{REPORTS_PER_WINDOW, WINDOW as REFUSAL_REPORT_WINDOW};
 
 use std::collections::HashMap;
 use std::fmt;

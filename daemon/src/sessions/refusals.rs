@@ -210,7 +210,7 @@ impl Inner {
 }
 
 /// `session_claim: field `token`: must be …`, as the log and `appduct events tail` say it.
-pub fn refusal_line(frame_type: Option<&str>, field: Option<&str>, problem: &str) -> String {
+fn refusal_line(frame_type: Option<&str>, field: Option<&str>, problem: &str) -> String {
     let mut line = String::new();
     if let Some(t) = frame_type {
         line.push_str(t);
