@@ -22,12 +22,12 @@ use appduct_protocol::errors::ErrorType;
 use appduct_protocol::limits;
 use appduct_protocol::pin::SpkiPin;
 use rustls_pki_types::CertificateDer;
-use tracing::Instrument as _;
 use tokio::io::DuplexStream;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::address::{AddressSource, AdvertisedAddress, OsAddresses};
 use crate::audit::{AuditWriter, PruneSchedule};

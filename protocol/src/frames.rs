@@ -1334,8 +1334,8 @@ pub struct Rejection {
     pub reason: CloseReason,
     /// [`Self::refusal`] as text (or the text given to [`Self::new`]).
     pub detail: String,
-    /// The frame type, field and problem at fault.
-    pub refusal: FrameRefusal,
+    /// The frame type, field and problem at fault (boxed: rejections travel in `Result`s).
+    pub refusal: Box<FrameRefusal>,
     /// The wire id of the call this message answers, when it is a `tool_result`, `tool_error`
     /// or `tool_call_progress` whose only fault is a value nested deeper than
     /// [`MAX_JSON_DEPTH`]: the daemon fails that one call (`tool_serialization_error`) and keeps
@@ -1351,7 +1351,7 @@ impl Rejection {
         Self {
             reason,
             detail: detail.into(),
-            refusal: FrameRefusal::message(Problem::Unspecified),
+            refusal: Box::new(FrameRefusal::message(Problem::Unspecified)),
             failed_call: None,
         }
     }
@@ -1361,7 +1361,7 @@ impl Rejection {
         Self {
             reason,
             detail: refusal.to_string(),
-            refusal,
+            refusal: Box::new(refusal),
             failed_call: None,
         }
     }
@@ -1572,7 +1572,8 @@ fn select_guard(
             if sent_session_id.is_some_and(|sent| sent != session_id) {
                 return Err(Rejection::refused(
                     CloseReason::SessionMismatch,
-                    FrameRefusal::field("session_id", Problem::OtherSession).of_frame(kind.as_str()),
+                    FrameRefusal::field("session_id", Problem::OtherSession)
+                        .of_frame(kind.as_str()),
                 ));
             }
             Ok(Guard::Acked(kind))
@@ -1736,7 +1737,10 @@ fn reject_too_deep(text: &str, phase: Phase<'_>) -> Rejection {
     let head = match serde_json::from_str::<FrameHead>(text) {
         Ok(head) => head,
         Err(e) => {
-            return Rejection::refused(CloseReason::InvalidJson, FrameRefusal::message(not_json(&e)));
+            return Rejection::refused(
+                CloseReason::InvalidJson,
+                FrameRefusal::message(not_json(&e)),
+            );
         }
     };
     match select_guard(head.type_field(), head.session_id(), phase) {
@@ -1874,9 +1878,7 @@ fn guard_ack(m: &Map<String, Value>) -> Guarded<DaemonFrame> {
     if required(m, "status")?.as_str() != Some("ok") {
         return Err(FieldError::field(
             "status",
-            Problem::NotAllowed {
-                allowed: "\"ok\"",
-            },
+            Problem::NotAllowed { allowed: "\"ok\"" },
         ));
     }
     let alias = required_str(m, "alias", 0, usize::MAX)?;

@@ -3,8 +3,9 @@
 use std::ffi::OsString;
 
 use appduct_protocol::control::{
-    AppEventData, DeviceRefusedData, EventData, EventKind, EventNotification, EventsList, EventsListParams,
-    EventsListResult, EventsSince, EventsSinceParams, EventsSinceResult, SubscribeParams,
+    AppEventData, DeviceRefusedData, EventData, EventKind, EventNotification, EventsList,
+    EventsListParams, EventsListResult, EventsSince, EventsSinceParams, EventsSinceResult,
+    SubscribeParams,
 };
 use appduct_protocol::signature::{render_event_signature, summarize_description};
 use clap::{Args, Subcommand};
@@ -349,11 +350,7 @@ fn refusal_line(at: &str, n: &EventNotification, r: &DeviceRefusedData) -> Strin
             .or(n.session_id.as_deref())
             .unwrap_or("-"),
     );
-    let why = refusal_text(
-        r.frame_type.as_deref(),
-        r.field.as_deref(),
-        &r.problem,
-    );
+    let why = refusal_text(r.frame_type.as_deref(), r.field.as_deref(), &r.problem);
     let mut line = format!(
         "{at}  {who}  refused  {} {}  {}",
         r.code,

@@ -31,7 +31,10 @@ async fn refused_first_frame(h: &mut Harness, frame: &str, reason: &str) -> Valu
     assert_eq!(e["data"]["code"], 1008, "{e}");
     assert_eq!(e["data"]["reason"], reason, "{e}");
     assert_eq!(e["data"]["transport"], "native", "{e}");
-    assert!(e.get("sessionId").is_none(), "pre-ack refusals name no session: {e}");
+    assert!(
+        e.get("sessionId").is_none(),
+        "pre-ack refusals name no session: {e}"
+    );
     e
 }
 
@@ -109,7 +112,10 @@ async fn each_class_of_claim_refusal_names_its_field_and_keeps_its_close() {
         if field != "type" {
             assert_eq!(e["data"]["frameType"], "session_claim", "{e}");
         }
-        assert!(!e.to_string().contains(&token), "a report quotes the token: {e}");
+        assert!(
+            !e.to_string().contains(&token),
+            "a report quotes the token: {e}"
+        );
     }
     // None of them counted as a failed claim: the link is still claimable.
     let mut app = h.connect(Transport::Native);
@@ -143,7 +149,10 @@ async fn a_token_in_another_encoding_is_reported_as_such_and_still_closes_invali
                 .contains("unpadded base64url"),
             "{e}"
         );
-        assert!(!e.to_string().contains(&bad), "a report quotes the token: {e}");
+        assert!(
+            !e.to_string().contains(&bad),
+            "a report quotes the token: {e}"
+        );
     }
     // A well-encoded wrong token is named by its close alone: logged, no event.
     let mut app = h.connect(Transport::Native);
@@ -304,7 +313,10 @@ async fn the_log_line_names_the_field_and_never_the_token() {
         line.contains("session_claim: field `protocol_version`: is missing"),
         "{line}"
     );
-    assert!(line.contains("reason=\"expected_claim_or_resume\""), "{line}");
+    assert!(
+        line.contains("reason=\"expected_claim_or_resume\""),
+        "{line}"
+    );
     assert!(line.contains("transport=native"), "{line}");
     assert!(!log.contains(&token), "the log quotes the token");
 }
