@@ -14,6 +14,7 @@ mod mcp_consent;
 mod mcp_official;
 mod mcp_rmcp;
 mod ready_waits;
+mod refusal_reports;
 mod reply_bounds;
 mod sdk_device;
 mod sealed_device;
