@@ -1927,6 +1927,57 @@ mod tests {
     const SID: &str = "Qm9vdHN0cmFwSWQx";
     const ACKED: Phase<'static> = Phase::Acked { session_id: SID };
 
+    fn refusal_of(v: Value, phase: Phase<'_>) -> (CloseReason, FrameRefusal) {
+        let r = decode_app_value(&v, phase).unwrap_err();
+        assert_eq!(r.detail, r.refusal.to_string());
+        (r.reason, *r.refusal)
+    }
+
+    #[test]
+    fn refusals_carry_the_frame_type_field_and_problem_as_values() {
+        let claim = json!({"type": "session_claim", "session_id": SID, "token": "t"});
+        let (reason, r) = refusal_of(claim, Phase::PreAck);
+        assert_eq!(reason, CloseReason::ExpectedClaimOrResume);
+        assert_eq!(r.frame_type, Some("session_claim"));
+        assert_eq!(r.field.as_deref(), Some("protocol_version"));
+        assert_eq!(r.problem, Problem::Missing);
+        assert_eq!(
+            r.to_string(),
+            "session_claim: `protocol_version` is missing"
+        );
+
+        let typo = json!({"type": "sesion_claim"});
+        let (_, r) = refusal_of(typo, Phase::PreAck);
+        assert_eq!((r.frame_type, r.field.as_deref()), (None, Some("type")));
+        assert!(
+            matches!(&r.problem, Problem::NotAccepted { found, .. } if found == "\"sesion_claim\""),
+            "{r:?}"
+        );
+
+        let snapshot = json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": [
+            {"name": "a", "description": "d"},
+            {"name": "b", "description": "d", "annotations": {"\u{1b}x".repeat(1000): true}}]});
+        let (reason, r) = refusal_of(snapshot, ACKED);
+        assert_eq!(reason, CloseReason::InvalidRegistry);
+        assert_eq!(r.field.as_deref(), Some("tools[1].annotations"));
+        // The one descriptor error that held peer text is rendered without it.
+        assert!(!r.to_string().contains('\u{1b}'), "{r}");
+        assert!(r.to_string().len() < 200, "{r}");
+
+        let (reason, r) = refusal_of(json!({"type": "event", "session_id": "other"}), ACKED);
+        assert_eq!(reason, CloseReason::SessionMismatch);
+        assert_eq!(r.field.as_deref(), Some("session_id"));
+        assert_eq!(r.problem, Problem::OtherSession);
+
+        let r = decode_app_message("{\"type\":", Phase::PreAck).unwrap_err();
+        assert_eq!(r.reason, CloseReason::InvalidJson);
+        assert_eq!(r.refusal.field, None);
+        assert!(matches!(
+            r.refusal.problem,
+            Problem::NotJson { line: 1, .. }
+        ));
+    }
+
     fn acked(v: Value) -> Result<AppFrame, Rejection> {
         decode_app_message(&v.to_string(), ACKED)
     }

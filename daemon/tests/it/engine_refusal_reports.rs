@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::engine_support;
 
+use appduct_daemon::device_socket::Incoming;
 use appduct_daemon::sessions::{REFUSAL_REPORT_WINDOW, REPORTS_PER_WINDOW};
 use appduct_protocol::control::{EventKind, EventNotification, Transport};
 use base64::Engine as _;
@@ -224,6 +225,23 @@ async fn registry_and_whole_message_refusals_are_reported_too() {
     assert!(e["data"].get("field").is_none(), "{e}");
     assert!(
         e["data"]["problem"].as_str().unwrap().contains("not JSON"),
+        "{e}"
+    );
+
+    // Over the size limit: 1009, the message as a whole.
+    let mut app = h.connect(Transport::Native);
+    app.inject(Incoming::TooBig { size: 300_000 })
+        .await
+        .unwrap();
+    assert_closed(&mut app, 1009, "message_too_big").await;
+    let e = wire(&h.event_of(EventKind::DeviceRefused).await);
+    assert_eq!(e["data"]["code"], 1009, "{e}");
+    assert!(e["data"].get("field").is_none(), "{e}");
+    assert!(
+        e["data"]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("300000 bytes"),
         "{e}"
     );
 

@@ -56,8 +56,10 @@ async fn a_refused_claim_names_its_field_in_events_tail_and_the_daemon_log() {
     let line = blocking(|| tail.next_stdout_line(WAIT))
         .unwrap_or_else(|| panic!("no line for the padded token"));
     assert!(
-        line.contains("refused  1008 invalid_token  session_claim: field `token`: must be the \
-                       unpadded base64url"),
+        line.contains(
+            "refused  1008 invalid_token  session_claim: field `token`: must be the \
+                       unpadded base64url"
+        ),
         "{line}"
     );
     assert!(tail.signal("INT"));
