@@ -27,6 +27,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use crate::address::{AddressSource, AdvertisedAddress, OsAddresses};
 use crate::audit::{AuditWriter, PruneSchedule};
@@ -390,11 +391,21 @@ impl LinkEnvironment for LateLinkEnv {
 /// Hands every opened device connection to the engine.
 async fn pump_devices(sessions: SessionManager, mut accepted: mpsc::Receiver<AcceptedDevice>) {
     while let Some(device) = accepted.recv().await {
-        sessions.spawn_connection(
-            device.socket,
-            device.transport,
-            device.claim_deadline,
-            device.preclaim,
+        // Every log line of the connection (refusals included, §D6.2) names its peer.
+        let span = tracing::warn_span!("device", peer = %device.peer, listener = %device.transport);
+        let sessions = sessions.clone();
+        tokio::spawn(
+            async move {
+                sessions
+                    .handle_connection(
+                        device.socket,
+                        device.transport,
+                        device.claim_deadline,
+                        device.preclaim,
+                    )
+                    .await;
+            }
+            .instrument(span),
         );
     }
 }

@@ -14,8 +14,11 @@
 
 mod alias;
 mod connection;
+mod refusals;
 mod registry;
 mod transitions;
+
+pub use refusals::{REPORTS_PER_WINDOW, WINDOW as REFUSAL_REPORT_WINDOW};
 
 use std::collections::HashMap;
 use std::fmt;
@@ -374,6 +377,8 @@ struct Inner {
     state: Mutex<State>,
     /// Notified whenever a connection ends (shutdown waits for all of them).
     conn_ended: Notify,
+    /// The rate limit of refusal reports (log and `device_refused`).
+    refusals: Mutex<refusals::RefusalLimiter>,
     this: Weak<Inner>,
 }
 
@@ -427,6 +432,7 @@ impl SessionManager {
             router: RwLock::new(None),
             state: Mutex::new(State::default()),
             conn_ended: Notify::new(),
+            refusals: Mutex::default(),
             this: this.clone(),
         });
         Self { inner }

@@ -565,6 +565,7 @@ wire_enum! {
         LinkCreated = "link_created",
         LinkExpired = "link_expired",
         LinkRefused = "link_refused",
+        DeviceRefused = "device_refused",
         SessionClaimed = "session_claimed",
         SessionSuspended = "session_suspended",
         SessionResumed = "session_resumed",
@@ -2335,6 +2336,61 @@ impl LinkRefusedData {
     }
 }
 
+/// `device_refused` data (ours, §C13.1): the daemon closed a device connection over what it
+/// sent (§D6.2) or refused its claim or resume (§D9.3, §D9.4). `code` and `reason` are the
+/// close sent, unchanged; the rest says which field was at fault and why, never its value.
+/// Rate-limited daemon-wide: `suppressed` counts the refusals left unreported since the
+/// previous event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct DeviceRefusedData {
+    /// The listener the connection came in on.
+    pub transport: Transport,
+    pub code: u16,
+    pub reason: String,
+    /// The frame type the daemon recognised (never the peer's text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frame_type: Option<String>,
+    /// The field at fault as a path (`token`, `tools[3].name`); absent when the message as a
+    /// whole was at fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// What was wrong, in a short sentence.
+    pub problem: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub suppressed: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl DeviceRefusedData {
+    pub fn new(
+        transport: Transport,
+        code: u16,
+        reason: impl Into<String>,
+        problem: impl Into<String>,
+    ) -> Self {
+        Self {
+            transport,
+            code,
+            reason: reason.into(),
+            frame_type: None,
+            field: None,
+            problem: problem.into(),
+            suppressed: 0,
+        }
+    }
+}
+
+setters!(DeviceRefusedData {
+    with_frame_type => frame_type: Option<String>,
+    with_field => field: Option<String>,
+    with_suppressed => suppressed: u64,
+});
+
 /// `data` of an event, by kind (§C13.1).
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventData {
@@ -2342,6 +2398,7 @@ pub enum EventData {
     LinkCreated(LinkCreatedData),
     LinkExpired(Empty),
     LinkRefused(LinkRefusedData),
+    DeviceRefused(DeviceRefusedData),
     SessionClaimed(SessionClaimedData),
     SessionSuspended(SessionSuspendedData),
     SessionResumed(SessionResumedData),
@@ -2362,6 +2419,7 @@ impl EventData {
             Self::LinkCreated(_) => EventKind::LinkCreated,
             Self::LinkExpired(_) => EventKind::LinkExpired,
             Self::LinkRefused(_) => EventKind::LinkRefused,
+            Self::DeviceRefused(_) => EventKind::DeviceRefused,
             Self::SessionClaimed(_) => EventKind::SessionClaimed,
             Self::SessionSuspended(_) => EventKind::SessionSuspended,
             Self::SessionResumed(_) => EventKind::SessionResumed,
@@ -2382,6 +2440,7 @@ impl EventData {
             Self::LinkCreated(d) => m.serialize_entry("data", d),
             Self::LinkExpired(d) | Self::SessionExpired(d) => m.serialize_entry("data", d),
             Self::LinkRefused(d) => m.serialize_entry("data", d),
+            Self::DeviceRefused(d) => m.serialize_entry("data", d),
             Self::SessionClaimed(d) => m.serialize_entry("data", d),
             Self::SessionSuspended(d) => m.serialize_entry("data", d),
             Self::SessionResumed(d) => m.serialize_entry("data", d),
@@ -2403,6 +2462,7 @@ impl EventData {
             EventKind::LinkCreated => Self::LinkCreated(de(data)?),
             EventKind::LinkExpired => Self::LinkExpired(de(data)?),
             EventKind::LinkRefused => Self::LinkRefused(de(data)?),
+            EventKind::DeviceRefused => Self::DeviceRefused(de(data)?),
             EventKind::SessionClaimed => Self::SessionClaimed(de(data)?),
             EventKind::SessionSuspended => Self::SessionSuspended(de(data)?),
             EventKind::SessionResumed => Self::SessionResumed(de(data)?),
@@ -2423,7 +2483,8 @@ impl EventData {
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct EventNotification {
-    /// Absent for `daemon_started`; the link's id for `link_*`.
+    /// Absent for `daemon_started` and for a `device_refused` before the ack; the link's id
+    /// for `link_*`.
     pub session_id: Option<String>,
     pub alias: Option<String>,
     /// Daemon time of emission, unix ms.

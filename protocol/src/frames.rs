@@ -54,9 +54,12 @@ pub fn check_outgoing_size(text: &str) -> Result<(), FrameTooLarge> {
 /// before it has the whole text (reassembled fragments). [`decode_app_message`] applies it too.
 pub fn check_incoming_size(bytes: usize) -> Result<(), Rejection> {
     if bytes > MAX_MESSAGE_BYTES {
-        return Err(Rejection::new(
+        return Err(Rejection::refused(
             CloseReason::MessageTooBig,
-            format!("message of {bytes} bytes is over the {MAX_MESSAGE_BYTES}-byte limit"),
+            FrameRefusal::message(Problem::TooBig {
+                bytes,
+                max: MAX_MESSAGE_BYTES,
+            }),
         ));
     }
     Ok(())
@@ -133,18 +136,24 @@ fn surrogate_escape_at(bytes: &[u8], i: usize) -> Option<Surrogate> {
 }
 
 /// Parses one message as a JSON object, reading lone surrogates as U+FFFD.
-fn parse_object(text: &str) -> Result<Map<String, Value>, String> {
+fn parse_object(text: &str) -> Result<Map<String, Value>, Problem> {
     parse_sanitized_object(&sanitize_lone_surrogates(text))
 }
 
-fn parse_sanitized_object(text: &str) -> Result<Map<String, Value>, String> {
+fn parse_sanitized_object(text: &str) -> Result<Map<String, Value>, Problem> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(map)) => Ok(map),
-        Ok(other) => Err(format!(
-            "the top level must be a JSON object, not {}",
-            json_kind(&other)
-        )),
-        Err(e) => Err(format!("not JSON: {e}")),
+        Ok(other) => Err(Problem::NotObject {
+            found: json_kind(&other),
+        }),
+        Err(e) => Err(not_json(&e)),
+    }
+}
+
+fn not_json(e: &serde_json::Error) -> Problem {
+    Problem::NotJson {
+        line: e.line(),
+        column: e.column(),
     }
 }
 
@@ -802,39 +811,167 @@ impl DaemonFrame {
 // Field guards (shared by both decoders)
 // ---------------------------------------------------------------------------------------------
 
-/// One field that failed its guard. Never carries a field's value, so tokens stay out of it.
-#[derive(Debug)]
-struct FieldError {
-    field: String,
-    problem: String,
+/// What is wrong with a refused app message (§D6.2), as a value: the daemon reports it (log
+/// and `device_refused` event, §C13.1) without parsing text. Never holds a field's value, so a
+/// token cannot leak through it; the only peer text it carries is a refused `type`, escaped
+/// and cut to 64 UTF-16 units.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Problem {
+    /// A required field is absent.
+    Missing,
+    /// The field has another JSON type (an explicit `null` included).
+    WrongType {
+        expected: &'static str,
+        found: &'static str,
+    },
+    /// A string outside its length bounds, in UTF-16 code units.
+    Length { min: usize, max: usize, len: usize },
+    /// A value outside the field's closed set; `allowed` describes the set.
+    NotAllowed { allowed: &'static str },
+    /// A registry array over its entry limit.
+    TooMany { count: usize, max: usize },
+    /// A registry entry repeats the name of an earlier one.
+    Repeated,
+    /// A value nests deeper than `max` levels of arrays and objects.
+    TooDeep { max: usize },
+    /// A descriptor (`tools[i]`, `tool`, `events[i]`, `event`) failed its checks (§D8).
+    Descriptor(crate::descriptor::DescriptorError),
+    /// The `type` is not accepted at this point of the connection. `found` is the peer's
+    /// `type`, escaped and cut short.
+    NotAccepted {
+        expected: &'static str,
+        found: String,
+    },
+    /// `session_id` names another session than the connection's.
+    OtherSession,
+    /// The text is not JSON; where the parser stopped.
+    NotJson { line: usize, column: usize },
+    /// The top level is JSON but not an object.
+    NotObject { found: &'static str },
+    /// The message is over the size limit.
+    TooBig { bytes: usize, max: usize },
+    /// A binary message.
+    Binary,
+    /// A well-formed claim or resume the daemon refused (§D9.3, §D9.4); `why` says what the
+    /// field failed to match.
+    Refused { why: &'static str },
+    /// A detail given as text to [`Rejection::new`] (tests and external callers).
+    Unspecified,
 }
 
-impl FieldError {
-    fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            problem: problem.into(),
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use crate::descriptor::DescriptorError;
+        match self {
+            Self::Missing => f.write_str("is missing"),
+            Self::WrongType { expected, found } => write!(f, "must be {expected}, not {found}"),
+            Self::Length { min, max, len } => write!(
+                f,
+                "must be {min} to {max} UTF-16 code units long, not {len}"
+            ),
+            Self::NotAllowed { allowed } => write!(f, "must be {allowed}"),
+            Self::TooMany { count, max } => {
+                write!(f, "holds {count} entries, over the limit of {max}")
+            }
+            Self::Repeated => f.write_str("repeats the name of an earlier entry"),
+            Self::TooDeep { max } => {
+                write!(f, "nests more than {max} levels of arrays and objects")
+            }
+            // The one descriptor error that would quote peer text (an unbounded key).
+            Self::Descriptor(DescriptorError::UnknownAnnotation { .. }) => f.write_str(
+                "`annotations` may only hold readOnlyHint, destructiveHint and idempotentHint",
+            ),
+            Self::Descriptor(e) => write!(f, "{e}"),
+            Self::NotAccepted { expected, found } => {
+                write!(f, "must be {expected} here, not {found}")
+            }
+            Self::OtherSession => f.write_str("does not name this connection's session"),
+            Self::NotJson { line, column } => {
+                write!(f, "the message is not JSON (line {line}, column {column})")
+            }
+            Self::NotObject { found } => {
+                write!(f, "the top level must be a JSON object, not {found}")
+            }
+            Self::TooBig { bytes, max } => {
+                write!(f, "message of {bytes} bytes is over the {max}-byte limit")
+            }
+            Self::Binary => f.write_str("binary messages are not supported"),
+            Self::Refused { why } => f.write_str(why),
+            Self::Unspecified => f.write_str("refused"),
         }
     }
 }
 
-impl fmt::Display for FieldError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}` {}", self.field, self.problem)
+/// Which field of which frame a refusal is about, and why (§D6.2, §D11). Rendered as
+/// ``session_claim: `token` must be …``; see [`Rejection::refusal`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FrameRefusal {
+    /// The frame type routing recognised (one of ours, never the peer's text); `None` when the
+    /// message was refused before its `type` was known or because of it.
+    pub frame_type: Option<&'static str>,
+    /// The field at fault as a path (`token`, `tools[3].name`, `error.type`); `None` when the
+    /// message as a whole is at fault (not JSON, too big, binary).
+    pub field: Option<String>,
+    pub problem: Problem,
+}
+
+impl FrameRefusal {
+    /// A refusal of `field`.
+    pub fn field(field: impl Into<String>, problem: Problem) -> Self {
+        Self {
+            frame_type: None,
+            field: Some(field.into()),
+            problem,
+        }
+    }
+
+    /// A refusal of the message as a whole.
+    pub fn message(problem: Problem) -> Self {
+        Self {
+            frame_type: None,
+            field: None,
+            problem,
+        }
+    }
+
+    /// This refusal, of a frame of this type.
+    pub fn of_frame(mut self, frame_type: &'static str) -> Self {
+        self.frame_type = Some(frame_type);
+        self
     }
 }
+
+impl fmt::Display for FrameRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(t) = self.frame_type {
+            write!(f, "{t}: ")?;
+        }
+        match &self.field {
+            Some(field) => write!(f, "`{field}` {}", self.problem),
+            None => write!(f, "{}", self.problem),
+        }
+    }
+}
+
+/// A field guard's failure.
+type FieldError = FrameRefusal;
 
 type Guarded<T> = Result<T, FieldError>;
 
 fn required<'a>(m: &'a Map<String, Value>, field: &str) -> Guarded<&'a Value> {
     m.get(field)
-        .ok_or_else(|| FieldError::new(field, "is missing"))
+        .ok_or_else(|| FieldError::field(field, Problem::Missing))
 }
 
-fn wrong_type(field: &str, expected: &str, found: &Value) -> FieldError {
-    FieldError::new(
+fn wrong_type(field: &str, expected: &'static str, found: &Value) -> FieldError {
+    FieldError::field(
         field,
-        format!("must be {expected}, not {}", json_kind(found)),
+        Problem::WrongType {
+            expected,
+            found: json_kind(found),
+        },
     )
 }
 
@@ -844,12 +981,13 @@ fn bounded_str(field: &str, v: &Value, min: usize, max: usize) -> Guarded<String
         return Err(wrong_type(field, "a string", v));
     };
     if !utf16_len_within(s, min, max) {
-        return Err(FieldError::new(
+        return Err(FieldError::field(
             field,
-            format!(
-                "must be {min} to {max} UTF-16 code units long, not {}",
-                utf16_len(s)
-            ),
+            Problem::Length {
+                min,
+                max,
+                len: utf16_len(s),
+            },
         ));
     }
     Ok(s.clone())
@@ -881,13 +1019,28 @@ fn finite_number(field: &str, v: &Value) -> Guarded<Number> {
 fn protocol_version(m: &Map<String, Value>) -> Guarded<()> {
     match as_integer(required(m, "protocol_version")?) {
         Some(PROTOCOL_VERSION) => Ok(()),
-        _ => Err(FieldError::new("protocol_version", "must be the integer 2")),
+        _ => Err(FieldError::field(
+            "protocol_version",
+            Problem::NotAllowed {
+                allowed: "the integer 2",
+            },
+        )),
     }
 }
 
 /// A short, quoted rendering of untrusted text for details (never a token).
 fn quoted(s: &str) -> String {
     format!("{:?}", truncate_utf16(s, 64))
+}
+
+/// A top-level key as a refusal's field: verbatim when it looks like a protocol field name,
+/// else escaped and cut short (a key is peer text).
+fn field_name(key: &str) -> String {
+    if (1..=32).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_lowercase() || b == b'_') {
+        key.to_owned()
+    } else {
+        quoted(key)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -916,9 +1069,11 @@ fn guard_refusal(m: &Map<String, Value>) -> Guarded<AppFrame> {
     let session_id = identifier(m, "session_id")?;
     let reason = match required(m, "reason")? {
         Value::String(s) => RefusalReason::parse(s).ok_or_else(|| {
-            FieldError::new(
+            FieldError::field(
                 "reason",
-                "must be unsupported_link, link_expired, handshake_failed or pin_mismatch",
+                Problem::NotAllowed {
+                    allowed: "unsupported_link, link_expired, handshake_failed or pin_mismatch",
+                },
             )
         })?,
         other => return Err(wrong_type("reason", "a string", other)),
@@ -926,9 +1081,11 @@ fn guard_refusal(m: &Map<String, Value>) -> Guarded<AppFrame> {
     let proof = match required(m, "proof")? {
         Value::String(s) if crate::ids::decode_exact::<32>(s).is_some() => s.clone(),
         Value::String(_) => {
-            return Err(FieldError::new(
+            return Err(FieldError::field(
                 "proof",
-                "must be 43 base64url characters (32 bytes)",
+                Problem::NotAllowed {
+                    allowed: "43 base64url characters (32 bytes)",
+                },
             ));
         }
         other => return Err(wrong_type("proof", "a string", other)),
@@ -961,28 +1118,37 @@ fn registry_entries<T>(
         return Err(wrong_type(field, "an array", v));
     };
     if items.len() > MAX_REGISTRY_ENTRIES {
-        return Err(FieldError::new(
+        return Err(FieldError::field(
             field,
-            format!(
-                "holds {} entries, over the limit of {MAX_REGISTRY_ENTRIES}",
-                items.len()
-            ),
+            Problem::TooMany {
+                count: items.len(),
+                max: MAX_REGISTRY_ENTRIES,
+            },
         ));
     }
     let mut out = Vec::with_capacity(items.len());
     let mut seen = HashSet::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        let entry =
-            validate(item).map_err(|e| FieldError::new(format!("{field}[{i}]"), e.to_string()))?;
+        let entry = validate(item).map_err(|e| descriptor_error(&format!("{field}[{i}]"), e))?;
         if !seen.insert(name_of(&entry).to_owned()) {
-            return Err(FieldError::new(
+            return Err(FieldError::field(
                 format!("{field}[{i}].name"),
-                format!("repeats the name {}", quoted(name_of(&entry))),
+                Problem::Repeated,
             ));
         }
         out.push(entry);
     }
     Ok(out)
+}
+
+/// A descriptor's error at `path` (`tools[3]`, `tool`): the field is the descriptor field at
+/// fault under that path.
+fn descriptor_error(path: &str, e: crate::descriptor::DescriptorError) -> FieldError {
+    let field = match e.field() {
+        "" => path.to_owned(),
+        inner => format!("{path}.{inner}"),
+    };
+    FieldError::field(field, Problem::Descriptor(e))
 }
 
 /// `operation` of a delta; the payload key is guarded by the caller.
@@ -1001,9 +1167,11 @@ fn delta_operation(m: &Map<String, Value>) -> Guarded<Operation> {
             1,
             MAX_FREE_TEXT_LEN,
         )?)),
-        _ => Err(FieldError::new(
+        _ => Err(FieldError::field(
             "operation",
-            "must be \"upsert\" or \"remove\"",
+            Problem::NotAllowed {
+                allowed: "\"upsert\" or \"remove\"",
+            },
         )),
     }
 }
@@ -1028,7 +1196,7 @@ fn guard_tool_delta(m: &Map<String, Value>) -> Guarded<AppFrame> {
         Operation::Remove(name) => ToolDelta::Remove { name },
         Operation::Upsert => ToolDelta::Upsert(
             validate_tool_descriptor(required(m, "tool")?)
-                .map_err(|e| FieldError::new("tool", e.to_string()))?,
+                .map_err(|e| descriptor_error("tool", e))?,
         ),
     };
     Ok(AppFrame::ToolRegistryDelta(ToolRegistryDelta {
@@ -1057,7 +1225,7 @@ fn guard_event_delta(m: &Map<String, Value>) -> Guarded<AppFrame> {
         Operation::Remove(name) => EventDelta::Remove { name },
         Operation::Upsert => EventDelta::Upsert(
             validate_event_descriptor(required(m, "event")?)
-                .map_err(|e| FieldError::new("event", e.to_string()))?,
+                .map_err(|e| descriptor_error("event", e))?,
         ),
     };
     Ok(AppFrame::EventRegistryDelta(EventRegistryDelta {
@@ -1085,10 +1253,17 @@ fn guard_tool_error(m: &Map<String, Value>) -> Guarded<AppFrame> {
         .get("type")
         .and_then(Value::as_str)
         .and_then(|t| t.parse::<ToolErrorType>().ok())
-        .ok_or_else(|| FieldError::new("error.type", "must be one of the seven tool_* types"))?;
+        .ok_or_else(|| {
+            FieldError::field(
+                "error.type",
+                Problem::NotAllowed {
+                    allowed: "one of the seven tool_* types",
+                },
+            )
+        })?;
     let message = e
         .get("message")
-        .ok_or_else(|| FieldError::new("error.message", "is missing"))
+        .ok_or_else(|| FieldError::field("error.message", Problem::Missing))
         .and_then(|v| bounded_str("error.message", v, 0, MAX_FREE_TEXT_LEN))?;
     Ok(AppFrame::ToolError(ToolError {
         session_id,
@@ -1120,7 +1295,12 @@ fn guard_event(m: &Map<String, Value>) -> Guarded<AppFrame> {
     let ts_value = required(m, "ts")?;
     let ts = finite_number("ts", ts_value)?;
     if as_finite(ts_value).is_none_or(|t| t < 0.0) {
-        return Err(FieldError::new("ts", "must be at least 0"));
+        return Err(FieldError::field(
+            "ts",
+            Problem::NotAllowed {
+                allowed: "at least 0",
+            },
+        ));
     }
     Ok(AppFrame::Event(EventFrame {
         session_id,
@@ -1143,15 +1323,19 @@ pub enum Phase<'a> {
     Acked { session_id: &'a str },
 }
 
-/// Why the daemon closes a connection over one message: the close to send, and a detail for
-/// the daemon's log. The detail names fields and problems, never a field's value when that
-/// could be a token.
+/// Why the daemon closes a connection over one message: the close to send, and which field was
+/// at fault and why, for the daemon's log and its `device_refused` event (§D6.2, §C13.1). The
+/// close itself carries only [`Self::reason`]'s token. Neither the refusal nor the detail holds
+/// a field's value, so no token can leak through them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{reason}: {detail}")]
 #[non_exhaustive]
 pub struct Rejection {
     pub reason: CloseReason,
+    /// [`Self::refusal`] as text (or the text given to [`Self::new`]).
     pub detail: String,
+    /// The frame type, field and problem at fault (boxed: rejections travel in `Result`s).
+    pub refusal: Box<FrameRefusal>,
     /// The wire id of the call this message answers, when it is a `tool_result`, `tool_error`
     /// or `tool_call_progress` whose only fault is a value nested deeper than
     /// [`MAX_JSON_DEPTH`]: the daemon fails that one call (`tool_serialization_error`) and keeps
@@ -1161,10 +1345,23 @@ pub struct Rejection {
 }
 
 impl Rejection {
+    /// A rejection with a detail given as text; its [`Self::refusal`] is
+    /// [`Problem::Unspecified`]. The decoder itself uses [`Self::refused`].
     pub fn new(reason: CloseReason, detail: impl Into<String>) -> Self {
         Self {
             reason,
             detail: detail.into(),
+            refusal: Box::new(FrameRefusal::message(Problem::Unspecified)),
+            failed_call: None,
+        }
+    }
+
+    /// A rejection closing with `reason` because of `refusal`.
+    pub fn refused(reason: CloseReason, refusal: FrameRefusal) -> Self {
+        Self {
+            reason,
+            detail: refusal.to_string(),
+            refusal: Box::new(refusal),
             failed_call: None,
         }
     }
@@ -1177,9 +1374,9 @@ impl Rejection {
 
     /// A binary message (§D6.2 step 1): `1003 binary_frame_not_supported`.
     pub fn binary_frame() -> Self {
-        Self::new(
+        Self::refused(
             CloseReason::BinaryFrameNotSupported,
-            "binary messages are not supported",
+            FrameRefusal::message(Problem::Binary),
         )
     }
 
@@ -1300,8 +1497,8 @@ impl Guard {
         }
     }
 
-    fn reject(self, problem: impl fmt::Display) -> Rejection {
-        Rejection::new(self.reason(), format!("{}: {problem}", self.type_name()))
+    fn reject(self, refusal: FrameRefusal) -> Rejection {
+        Rejection::refused(self.reason(), refusal.of_frame(self.type_name()))
     }
 }
 
@@ -1330,13 +1527,20 @@ impl<'a> TypeField<'a> {
         }
     }
 
-    /// How the type reads in a detail.
-    fn describe(self) -> String {
-        match self {
-            Self::Missing => "a frame without `type`".to_owned(),
-            Self::Str(s) => format!("type {}", quoted(s)),
-            Self::Other(kind) => format!("a `type` that is {kind}"),
-        }
+    /// The refusal of this `type` where `expected` types are accepted.
+    fn refusal(self, expected: &'static str) -> FrameRefusal {
+        let problem = match self {
+            Self::Missing => Problem::Missing,
+            Self::Str(s) => Problem::NotAccepted {
+                expected,
+                found: quoted(s),
+            },
+            Self::Other(found) => Problem::WrongType {
+                expected: "a string",
+                found,
+            },
+        };
+        FrameRefusal::field("type", problem)
     }
 }
 
@@ -1352,26 +1556,24 @@ fn select_guard(
             Some("session_claim") => Ok(Guard::Claim),
             Some("session_resume") => Ok(Guard::Resume),
             Some("link_refused") => Ok(Guard::Refusal),
-            _ => Err(Rejection::new(
+            _ => Err(Rejection::refused(
                 CloseReason::ExpectedClaimOrResume,
-                format!(
-                    "the first message must be session_claim or session_resume, not {}",
-                    ty.describe()
-                ),
+                ty.refusal("session_claim or session_resume (the first frame)"),
             )),
         },
         Phase::Acked { session_id } => {
             let Some(kind) = ty.as_str().and_then(AckedType::from_wire) else {
-                return Err(Rejection::new(
+                return Err(Rejection::refused(
                     CloseReason::UnknownMessageType,
-                    format!("{} is not accepted after the ack", ty.describe()),
+                    ty.refusal("one of the eight app frames accepted after the ack"),
                 ));
             };
             // A non-string or missing `session_id` is left to the guard (step 6).
             if sent_session_id.is_some_and(|sent| sent != session_id) {
-                return Err(Rejection::new(
+                return Err(Rejection::refused(
                     CloseReason::SessionMismatch,
-                    "`session_id` does not name this connection's session",
+                    FrameRefusal::field("session_id", Problem::OtherSession)
+                        .of_frame(kind.as_str()),
                 ));
             }
             Ok(Guard::Acked(kind))
@@ -1383,8 +1585,15 @@ fn select_guard(
 /// frame object itself.
 const MAX_FRAME_DEPTH: usize = MAX_JSON_DEPTH + 1;
 
-fn too_deep() -> String {
-    format!("a value nests more than {MAX_JSON_DEPTH} levels of arrays and objects")
+/// The refusal of a message too deep to parse (`field: None`) or of its field `field`.
+fn too_deep(field: Option<&str>) -> FrameRefusal {
+    let problem = Problem::TooDeep {
+        max: MAX_JSON_DEPTH,
+    };
+    match field {
+        Some(field) => FrameRefusal::field(field, problem),
+        None => FrameRefusal::message(problem),
+    }
 }
 
 /// Deepest nesting of arrays and objects in a JSON text, counting brackets outside strings.
@@ -1528,12 +1737,15 @@ fn reject_too_deep(text: &str, phase: Phase<'_>) -> Rejection {
     let head = match serde_json::from_str::<FrameHead>(text) {
         Ok(head) => head,
         Err(e) => {
-            return Rejection::new(CloseReason::InvalidJson, format!("not a JSON object: {e}"));
+            return Rejection::refused(
+                CloseReason::InvalidJson,
+                FrameRefusal::message(not_json(&e)),
+            );
         }
     };
     match select_guard(head.type_field(), head.session_id(), phase) {
         Ok(guard) => {
-            let rejection = guard.reject(too_deep());
+            let rejection = guard.reject(too_deep(None));
             // Too deep to parse, so the rest of the guard cannot run: an answer with a string
             // `session_id` (routing checked it) and a valid `id` fails its call.
             match (guard.is_call_answer(), head.session_id(), head.call_id()) {
@@ -1558,8 +1770,8 @@ pub fn decode_app_message(text: &str, phase: Phase<'_>) -> Result<AppFrame, Reje
     if text_depth(&text) > MAX_FRAME_DEPTH {
         return Err(reject_too_deep(&text, phase));
     }
-    let map =
-        parse_sanitized_object(&text).map_err(|d| Rejection::new(CloseReason::InvalidJson, d))?;
+    let map = parse_sanitized_object(&text)
+        .map_err(|p| Rejection::refused(CloseReason::InvalidJson, FrameRefusal::message(p)))?;
     decode_app_object(&map, phase)
 }
 
@@ -1567,12 +1779,11 @@ pub fn decode_app_message(text: &str, phase: Phase<'_>) -> Result<AppFrame, Reje
 pub fn decode_app_value(value: &Value, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
     match value {
         Value::Object(map) => decode_app_object(map, phase),
-        other => Err(Rejection::new(
+        other => Err(Rejection::refused(
             CloseReason::InvalidJson,
-            format!(
-                "the top level must be a JSON object, not {}",
-                json_kind(other)
-            ),
+            FrameRefusal::message(Problem::NotObject {
+                found: json_kind(other),
+            }),
         )),
     }
 }
@@ -1581,8 +1792,8 @@ fn decode_app_object(m: &Map<String, Value>, phase: Phase<'_>) -> Result<AppFram
     let sent_session_id = m.get("session_id").and_then(Value::as_str);
     let guard = select_guard(TypeField::of(m.get("type")), sent_session_id, phase)?;
     let guarded = guard.run(m).map_err(|e| guard.reject(e));
-    if m.values().any(|v| json_depth(v) > MAX_JSON_DEPTH) {
-        let rejection = guard.reject(too_deep());
+    if let Some((key, _)) = m.iter().find(|(_, v)| json_depth(v) > MAX_JSON_DEPTH) {
+        let rejection = guard.reject(too_deep(Some(&field_name(key))));
         return Err(match guarded {
             // Well-formed apart from its depth: the call fails, the connection stays.
             Ok(frame) => match frame.answered_call() {
@@ -1620,7 +1831,7 @@ pub enum DaemonMessageError {
 /// whose `args` is not an object gets `{}`.
 pub fn decode_daemon_message(text: &str) -> Result<Option<DaemonFrame>, DaemonMessageError> {
     check_outgoing_size(text)?;
-    let map = parse_object(text).map_err(DaemonMessageError::InvalidJson)?;
+    let map = parse_object(text).map_err(|p| DaemonMessageError::InvalidJson(p.to_string()))?;
     decode_daemon_object(&map)
 }
 
@@ -1653,14 +1864,22 @@ fn decode_daemon_object(m: &Map<String, Value>) -> Result<Option<DaemonFrame>, D
 fn non_negative_integer(m: &Map<String, Value>, field: &str) -> Guarded<u64> {
     match as_integer(required(m, field)?) {
         Some(i) if i >= 0 => Ok(i.unsigned_abs()),
-        _ => Err(FieldError::new(field, "must be an integer of at least 0")),
+        _ => Err(FieldError::field(
+            field,
+            Problem::NotAllowed {
+                allowed: "an integer of at least 0",
+            },
+        )),
     }
 }
 
 fn guard_ack(m: &Map<String, Value>) -> Guarded<DaemonFrame> {
     let session_id = identifier(m, "session_id")?;
     if required(m, "status")?.as_str() != Some("ok") {
-        return Err(FieldError::new("status", "must be \"ok\""));
+        return Err(FieldError::field(
+            "status",
+            Problem::NotAllowed { allowed: "\"ok\"" },
+        ));
     }
     let alias = required_str(m, "alias", 0, usize::MAX)?;
     let resume_token = identifier(m, "resume_token")?;
@@ -1707,6 +1926,57 @@ mod tests {
 
     const SID: &str = "Qm9vdHN0cmFwSWQx";
     const ACKED: Phase<'static> = Phase::Acked { session_id: SID };
+
+    fn refusal_of(v: Value, phase: Phase<'_>) -> (CloseReason, FrameRefusal) {
+        let r = decode_app_value(&v, phase).unwrap_err();
+        assert_eq!(r.detail, r.refusal.to_string());
+        (r.reason, *r.refusal)
+    }
+
+    #[test]
+    fn refusals_carry_the_frame_type_field_and_problem_as_values() {
+        let claim = json!({"type": "session_claim", "session_id": SID, "token": "t"});
+        let (reason, r) = refusal_of(claim, Phase::PreAck);
+        assert_eq!(reason, CloseReason::ExpectedClaimOrResume);
+        assert_eq!(r.frame_type, Some("session_claim"));
+        assert_eq!(r.field.as_deref(), Some("protocol_version"));
+        assert_eq!(r.problem, Problem::Missing);
+        assert_eq!(
+            r.to_string(),
+            "session_claim: `protocol_version` is missing"
+        );
+
+        let typo = json!({"type": "sesion_claim"});
+        let (_, r) = refusal_of(typo, Phase::PreAck);
+        assert_eq!((r.frame_type, r.field.as_deref()), (None, Some("type")));
+        assert!(
+            matches!(&r.problem, Problem::NotAccepted { found, .. } if found == "\"sesion_claim\""),
+            "{r:?}"
+        );
+
+        let snapshot = json!({"type": "tool_registry_snapshot", "session_id": SID, "tools": [
+            {"name": "a", "description": "d"},
+            {"name": "b", "description": "d", "annotations": {"\u{1b}x".repeat(1000): true}}]});
+        let (reason, r) = refusal_of(snapshot, ACKED);
+        assert_eq!(reason, CloseReason::InvalidRegistry);
+        assert_eq!(r.field.as_deref(), Some("tools[1].annotations"));
+        // The one descriptor error that held peer text is rendered without it.
+        assert!(!r.to_string().contains('\u{1b}'), "{r}");
+        assert!(r.to_string().len() < 200, "{r}");
+
+        let (reason, r) = refusal_of(json!({"type": "event", "session_id": "other"}), ACKED);
+        assert_eq!(reason, CloseReason::SessionMismatch);
+        assert_eq!(r.field.as_deref(), Some("session_id"));
+        assert_eq!(r.problem, Problem::OtherSession);
+
+        let r = decode_app_message("{\"type\":", Phase::PreAck).unwrap_err();
+        assert_eq!(r.reason, CloseReason::InvalidJson);
+        assert_eq!(r.refusal.field, None);
+        assert!(matches!(
+            r.refusal.problem,
+            Problem::NotJson { line: 1, .. }
+        ));
+    }
 
     fn acked(v: Value) -> Result<AppFrame, Rejection> {
         decode_app_message(&v.to_string(), ACKED)

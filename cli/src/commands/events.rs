@@ -3,8 +3,9 @@
 use std::ffi::OsString;
 
 use appduct_protocol::control::{
-    AppEventData, EventData, EventKind, EventNotification, EventsList, EventsListParams,
-    EventsListResult, EventsSince, EventsSinceParams, EventsSinceResult, SubscribeParams,
+    AppEventData, DeviceRefusedData, EventData, EventKind, EventNotification, EventsList,
+    EventsListParams, EventsListResult, EventsSince, EventsSinceParams, EventsSinceResult,
+    SubscribeParams,
 };
 use appduct_protocol::signature::{render_event_signature, summarize_description};
 use clap::{Args, Subcommand};
@@ -181,7 +182,13 @@ pub async fn run_tail(
         Some(sel) => Some(describe_session(&client, &dir, Some(sel)).await?.alias),
         None => None,
     };
-    let params = p.clone().with_kinds(Some(vec![EventKind::AppEvent]));
+    // Human output also shows why the daemon refused a device (§D6.3), unless a name filter
+    // asks for app events only; `--json` keeps its stream of `app_event` items.
+    let mut kinds = vec![EventKind::AppEvent];
+    if !out.flags.json && p.name.is_none() {
+        kinds.push(EventKind::DeviceRefused);
+    }
+    let params = p.clone().with_kinds(Some(kinds));
     let mut stream = client
         .subscribe(params)
         .await
@@ -297,14 +304,18 @@ pub fn events_tail_notice(alias: Option<&str>) -> String {
     }
 }
 
-/// One human line for an `app_event` (§L8.2); `None` for other kinds.
+/// One human line for an `app_event` (§L8.2) or a `device_refused` (§D6.3); `None` for other
+/// kinds.
 /// `2026-11-30T09:12:03Z  pixel-8  checkout_completed  {"orderId":"A-17"}`.
 pub fn event_line(n: &EventNotification, out: &Output) -> Option<String> {
+    let at = render::iso_seconds_from_unix_ms(i64::try_from(n.ts).unwrap_or(i64::MAX))
+        .unwrap_or_else(|| n.ts.to_string());
+    if let EventData::DeviceRefused(r) = &n.data {
+        return Some(refusal_line(&at, n, r));
+    }
     let EventData::AppEvent(data) = &n.data else {
         return None;
     };
-    let at = render::iso_seconds_from_unix_ms(i64::try_from(n.ts).unwrap_or(i64::MAX))
-        .unwrap_or_else(|| n.ts.to_string());
     // Alias, event name and payload are app-supplied (SECURITY.md §4.13).
     let who = render::clean_line(
         n.alias
@@ -327,6 +338,46 @@ pub fn event_line(n: &EventNotification, out: &Output) -> Option<String> {
         "{at}  {who}  {}  {payload}\n",
         render::clean_line(data.name())
     ))
+}
+
+/// `2026-11-30T09:12:03Z  -  refused  1008 expected_claim_or_resume  session_claim: field
+/// `protocol_version`: is missing` (the session is `-` before the ack). Every part but the code
+/// is daemon text that may quote a peer's escaped `type`; control characters are dropped.
+fn refusal_line(at: &str, n: &EventNotification, r: &DeviceRefusedData) -> String {
+    let who = render::clean_line(
+        n.alias
+            .as_deref()
+            .or(n.session_id.as_deref())
+            .unwrap_or("-"),
+    );
+    let why = refusal_text(r.frame_type.as_deref(), r.field.as_deref(), &r.problem);
+    let mut line = format!(
+        "{at}  {who}  refused  {} {}  {}",
+        r.code,
+        render::clean_line(&r.reason),
+        render::clean_line(&why)
+    );
+    if r.suppressed > 0 {
+        line.push_str(&format!(" ({} more not reported)", r.suppressed));
+    }
+    line.push('\n');
+    line
+}
+
+/// `frame_type: field `f`: problem`, as the daemon's log says it.
+fn refusal_text(frame_type: Option<&str>, field: Option<&str>, problem: &str) -> String {
+    let mut text = String::new();
+    if let Some(t) = frame_type {
+        text.push_str(t);
+        text.push_str(": ");
+    }
+    if let Some(f) = field {
+        text.push_str("field `");
+        text.push_str(f);
+        text.push_str("`: ");
+    }
+    text.push_str(problem);
+    text
 }
 
 /// `events since` (§L8.3): one envelope with `{events, cursor, dropped, remaining}`; human

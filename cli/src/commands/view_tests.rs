@@ -490,6 +490,31 @@ fn event_lines_full_and_truncated() {
 }
 
 #[test]
+fn device_refused_lines_name_the_field_and_the_close() {
+    let n: EventNotification = serde_json::from_value(json!({"kind": "device_refused",
+        "ts": 1796029923120u64, "seq": 0,
+        "data": {"transport": "native", "code": 1008, "reason": "invalid_token",
+                 "frameType": "session_claim", "field": "token",
+                 "problem": "must be the unpadded base64url of the link's 32 token bytes (43 characters)"}}))
+    .unwrap();
+    assert_eq!(
+        event_line(&n, &out()).unwrap(),
+        "2026-11-30T09:12:03Z  -  refused  1008 invalid_token  session_claim: field `token`: \
+         must be the unpadded base64url of the link's 32 token bytes (43 characters)\n"
+    );
+    let n: EventNotification = serde_json::from_value(json!({"kind": "device_refused",
+        "sessionId": "q3V", "alias": "pixel-8", "ts": 1796029923120u64, "seq": 0,
+        "data": {"transport": "web", "code": 1008, "reason": "invalid_json",
+                 "problem": "the message is not JSON (line 1, column 2)\u{1b}[2J", "suppressed": 4}}))
+    .unwrap();
+    assert_eq!(
+        event_line(&n, &out()).unwrap(),
+        "2026-11-30T09:12:03Z  pixel-8  refused  1008 invalid_json  the message is not JSON \
+         (line 1, column 2)[2J (4 more not reported)\n"
+    );
+}
+
+#[test]
 fn events_since_note() {
     let n = app_event(json!({"name": "e", "payload": null, "ts": 1}));
     let r = EventsSinceResult::new(vec![n], 42, 2, 5);

@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use appduct_protocol::close::{self, CloseReason};
 use appduct_protocol::control::{SuspendReason, Transport};
-use appduct_protocol::frames::{AppFrame, Phase, decode_app_message};
+use appduct_protocol::frames::{
+    AppFrame, FrameRefusal, Phase, Problem, Rejection, decode_app_message,
+};
 use appduct_protocol::limits::{CLOSE_HANDSHAKE_WAIT_MS, MAX_MISSED_PONGS};
 use futures_util::FutureExt;
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::refusals::{Report, claim_refusal, resume_refusal};
 use super::{Inner, SessionManager};
 use crate::device_socket::{
     Channel, DeviceReceiver, DeviceSender, DeviceSocket, Incoming, SendError, WireMessage,
@@ -197,6 +200,7 @@ impl Connection {
                         Err(rejection)
                             if cleartext && rejection.reason != CloseReason::InvalidRefusal =>
                         {
+                            self.report(None, CloseReason::ExpectedSealedHandshake, &rejection);
                             Err(CloseReason::ExpectedSealedHandshake)
                         }
                         Ok(frame @ (AppFrame::SessionClaim(_) | AppFrame::SessionResume(_)))
@@ -206,15 +210,40 @@ impl Connection {
                                 .refuse_cleartext(&frame);
                             Err(CloseReason::WrongTransport)
                         }
-                        Err(rejection) => Err(rejection.reason),
-                        Ok(AppFrame::SessionClaim(claim)) => {
-                            self.inner
-                                .claim(self.id, &self.sender, &claim, self.transport, rng)
+                        Err(rejection) => {
+                            self.report(None, rejection.reason, &rejection);
+                            Err(rejection.reason)
                         }
-                        Ok(AppFrame::SessionResume(resume)) => {
-                            self.inner
-                                .resume(self.id, &self.sender, &resume, self.transport, rng)
-                        }
+                        Ok(AppFrame::SessionClaim(claim)) => self
+                            .inner
+                            .claim(self.id, &self.sender, &claim, self.transport, rng)
+                            .inspect_err(|&reason| {
+                                if let Some((why, report)) = claim_refusal(reason, &claim) {
+                                    self.inner.report_refusal(
+                                        self.id,
+                                        self.transport,
+                                        None,
+                                        reason,
+                                        &why,
+                                        report,
+                                    );
+                                }
+                            }),
+                        Ok(AppFrame::SessionResume(resume)) => self
+                            .inner
+                            .resume(self.id, &self.sender, &resume, self.transport, rng)
+                            .inspect_err(|&reason| {
+                                if let Some((why, report)) = resume_refusal(reason, &resume) {
+                                    self.inner.report_refusal(
+                                        self.id,
+                                        self.transport,
+                                        None,
+                                        reason,
+                                        &why,
+                                        report,
+                                    );
+                                }
+                            }),
                         // Issue #23: an app saying why it will not use a link. Either way the
                         // connection ends here (`refusal_recorded` or `invalid_refusal`).
                         Ok(AppFrame::LinkRefused(refusal)) => Err(self.inner.refuse(&refusal)),
@@ -226,8 +255,15 @@ impl Connection {
                         Err(reason) => reason,
                     }
                 }
-                Incoming::Message(WireMessage::Binary(_)) => CloseReason::BinaryFrameNotSupported,
-                Incoming::TooBig { .. } => CloseReason::MessageTooBig,
+                Incoming::Message(WireMessage::Binary(_)) => {
+                    let rejection = Rejection::binary_frame();
+                    self.report(None, rejection.reason, &rejection);
+                    rejection.reason
+                }
+                Incoming::TooBig { size } => {
+                    self.report_refusal(None, CloseReason::MessageTooBig, &too_big(size));
+                    CloseReason::MessageTooBig
+                }
                 Incoming::Message(WireMessage::Ping(payload)) => {
                     self.pong(payload).await;
                     continue;
@@ -290,30 +326,56 @@ impl Connection {
                     unyielded += text.len();
                     let phase = Phase::Acked { session_id };
                     match decode_app_message(&text, phase) {
-                        Err(rejection) => match rejection.failed_call {
-                            Some(wire_id) => {
-                                tracing::warn!(
-                                    %session_id, %wire_id, detail = %rejection.detail,
-                                    "failing a call whose answer breaks a bound"
-                                );
-                                self.inner.fail_call(
-                                    self.id,
-                                    session_id,
-                                    wire_id,
-                                    rejection.detail,
-                                );
-                                continue;
+                        Err(Rejection {
+                            failed_call: Some(wire_id),
+                            detail,
+                            ..
+                        }) => {
+                            tracing::warn!(
+                                %session_id, %wire_id, %detail,
+                                "failing a call whose answer breaks a bound"
+                            );
+                            self.inner.fail_call(self.id, session_id, wire_id, detail);
+                            continue;
+                        }
+                        Ok(frame) => {
+                            let frame_type = frame.type_name();
+                            let field = registry_field(&frame);
+                            match self.inner.apply(self.id, session_id, frame) {
+                                Ok(()) => continue,
+                                Err(reason) => {
+                                    let mut why = FrameRefusal::message(Problem::Refused {
+                                        why: "takes the session's registry past its limits \
+                                              (§D8.3)",
+                                    });
+                                    if let Some(field) = field {
+                                        why = FrameRefusal::field(field, why.problem);
+                                    }
+                                    let why = why.of_frame(frame_type);
+                                    self.report_refusal(Some(session_id), reason, &why);
+                                    reason
+                                }
                             }
-                            None => rejection.reason,
-                        },
-                        Ok(frame) => match self.inner.apply(self.id, session_id, frame) {
-                            Ok(()) => continue,
-                            Err(reason) => reason,
-                        },
+                        }
+                        Err(rejection) => {
+                            self.report(Some(session_id), rejection.reason, &rejection);
+                            rejection.reason
+                        }
                     }
                 }
-                Incoming::Message(WireMessage::Binary(_)) => CloseReason::BinaryFrameNotSupported,
-                Incoming::TooBig { .. } => CloseReason::MessageTooBig,
+                Incoming::Message(WireMessage::Binary(_)) => {
+                    let rejection = Rejection::binary_frame();
+                    self.report(Some(session_id), rejection.reason, &rejection);
+                    rejection.reason
+                }
+                Incoming::TooBig { size } => {
+                    self.report_refusal(
+                        Some(session_id),
+                        CloseReason::MessageTooBig,
+                        &too_big(size),
+                    );
+                    CloseReason::MessageTooBig
+                }
                 Incoming::Message(WireMessage::Ping(payload)) => {
                     self.pong(payload).await;
                     continue;
@@ -350,5 +412,43 @@ impl Connection {
 
     fn suspend(&self, session_id: &str, reason: SuspendReason) {
         self.inner.suspend(self.id, session_id, reason);
+    }
+
+    /// Reports a decoder rejection closed with `close` (§D6.2). A malformed `link_refused` is
+    /// not reported: the refusal flow of issue #23 has its own outcome (`invalid_refusal`).
+    fn report(&self, session: Option<&str>, close: CloseReason, rejection: &Rejection) {
+        if rejection.reason != CloseReason::InvalidRefusal {
+            self.report_refusal(session, close, &rejection.refusal);
+        }
+    }
+
+    fn report_refusal(&self, session: Option<&str>, close: CloseReason, why: &FrameRefusal) {
+        self.inner.report_refusal(
+            self.id,
+            self.transport,
+            session,
+            close,
+            why,
+            Report::LogAndEvent,
+        );
+    }
+}
+
+/// The refusal of a message over the size limit.
+fn too_big(bytes: usize) -> FrameRefusal {
+    FrameRefusal::message(Problem::TooBig {
+        bytes,
+        max: appduct_protocol::limits::MAX_MESSAGE_BYTES,
+    })
+}
+
+/// The registry field a registry frame changes (`tools`, `tool`, `events`, `event`).
+fn registry_field(frame: &AppFrame) -> Option<&'static str> {
+    match frame {
+        AppFrame::ToolRegistrySnapshot(_) => Some("tools"),
+        AppFrame::ToolRegistryDelta(_) => Some("tool"),
+        AppFrame::EventRegistrySnapshot(_) => Some("events"),
+        AppFrame::EventRegistryDelta(_) => Some("event"),
+        _ => None,
     }
 }

@@ -29,6 +29,7 @@ mod daemon_sealed;
 mod engine_events;
 mod engine_faults;
 mod engine_protocol;
+mod engine_refusal_reports;
 mod engine_refusals;
 mod engine_sessions;
 mod listener_web;

@@ -16,6 +16,7 @@ mod mcp_official;
 mod mcp_rmcp;
 mod npm_package;
 mod ready_waits;
+mod refusal_reports;
 mod reply_bounds;
 mod sdk_device;
 mod sealed_device;
