@@ -477,3 +477,52 @@ async fn the_default_fallback_still_denies_without_parking() {
     assert_eq!(listed["result"]["approvals"], json!([]));
     f.stop().await;
 }
+
+#[tokio::test]
+async fn the_deadline_and_a_revoke_end_a_parked_call() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, terminal).await;
+    // The call's own deadline (1 s) is shorter than the approval's: it ends as a timeout.
+    f.wire
+        .send(
+            2,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "ap-t", "timeoutMs": 1000}),
+        )
+        .await;
+    let pending = next_of(&mut f.events, EventKind::ApprovalPending).await;
+    let expires = data(&pending)["expiresAt"].as_u64().unwrap();
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        expires <= now_s + 2,
+        "the wait is bounded by the deadline: {expires} vs {now_s}"
+    );
+    let reply = f.wire.response(2).await;
+    assert_eq!(reply["error"]["data"]["type"], "tool_timeout", "{reply}");
+    let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
+    assert_eq!(data(&settled)["decision"], "expired");
+
+    // Revoking the session while a call is parked ends both.
+    park(&mut f, 3, "ap-r").await;
+    let revoked = f.wire.request(4, "sessions.revoke", json!({})).await;
+    assert_eq!(revoked["result"]["revoked"], "session", "{revoked}");
+    let reply = f.wire.response(3).await;
+    assert_eq!(reply["error"]["data"]["type"], "unknown_session", "{reply}");
+    let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
+    assert_eq!(data(&settled)["callId"], "ap-r");
+    assert_eq!(data(&settled)["decision"], "cancelled");
+    let listed = f.wire.request(5, "approvals.list", json!({})).await;
+    assert_eq!(listed["result"]["approvals"], json!([]));
+
+    let lines = audit_lines(&f.daemon).await;
+    let r = audit_of(&lines, "ap-t");
+    assert_eq!(r["errorType"], "tool_timeout");
+    assert_eq!(r["operator"]["decision"], "expired");
+    let r = audit_of(&lines, "ap-r");
+    assert_eq!(r["errorType"], "unknown_session");
+    assert_eq!(r["operator"]["decision"], "cancelled");
+    assert!(r.get("consent").is_none(), "{r}");
+}

@@ -1144,3 +1144,46 @@ fn params_shapes_through_dispatch() {
         Some(json!({"method": "web.attach"}))
     );
 }
+
+#[test]
+fn approvals_params() {
+    let p = valid::<ApprovalsDecide>(json!({"approvalId": "apr_x", "decision": "approve",
+        "code": "123-456", "grant": {"scope": "tool", "minutes": 30}}));
+    assert_eq!(p.decision, ApprovalDecision::Approve);
+    assert_eq!(p.grant.map(|g| g.minutes()), Some(30));
+    // The code never shows in Debug output.
+    assert!(!format!("{p:?}").contains("123-456"));
+    let p = valid::<ApprovalsDecide>(json!({"approvalId": "apr_x", "decision": "approve",
+        "grant": {"scope": "tool"}}));
+    assert_eq!(p.grant.map(|g| g.minutes()), Some(DEFAULT_GRANT_MINUTES));
+    valid::<ApprovalsDecide>(json!({"approvalId": "apr_x", "decision": "deny"}));
+    invalid::<ApprovalsDecide>(json!({"decision": "deny"}), "approvalId");
+    invalid::<ApprovalsDecide>(json!({"approvalId": "apr_x"}), "decision");
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "apr x", "decision": "deny"}),
+        "approvalId",
+    );
+    invalid::<ApprovalsDecide>(json!({"approvalId": "a", "decision": "allow"}), "decision");
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "a", "decision": "deny", "grant": {"scope": "call"}}),
+        "grant",
+    );
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "tool", "minutes": 1441}}),
+        "grant.minutes",
+    );
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "call", "minutes": 5}}),
+        "grant.minutes",
+    );
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "a", "decision": "approve", "code": ""}),
+        "code",
+    );
+    valid::<ApprovalsChallenge>(json!({"approvalId": "apr_x"}));
+    invalid::<ApprovalsChallenge>(json!({}), "approvalId");
+    valid::<GrantsRevoke>(json!({"grantId": "grt_x"}));
+    invalid::<GrantsRevoke>(json!({"grantId": 5}), "grantId");
+    valid::<ApprovalsList>(json!({}));
+    valid::<GrantsList>(json!({}));
+}
