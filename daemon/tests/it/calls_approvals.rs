@@ -526,3 +526,30 @@ async fn the_deadline_and_a_revoke_end_a_parked_call() {
     assert_eq!(r["operator"]["decision"], "cancelled");
     assert!(r.get("consent").is_none(), "{r}");
 }
+
+#[tokio::test]
+async fn a_caller_that_hangs_up_cancels_its_parked_call() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, terminal).await;
+    let mut caller = Wire::new(&f.daemon);
+    caller
+        .send(
+            2,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "ap-hang"}),
+        )
+        .await;
+    let pending = next_of(&mut f.events, EventKind::ApprovalPending).await;
+    assert_eq!(data(&pending)["callId"], "ap-hang");
+    caller.close();
+    let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
+    assert_eq!(data(&settled)["decision"], "cancelled");
+    let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
+    assert_eq!(data(&finished)["outcome"], "cancelled");
+    f.device.assert_no_frame();
+    let lines = audit_lines(&f.daemon).await;
+    let r = audit_of(&lines, "ap-hang");
+    assert_eq!(r["outcome"], "cancelled");
+    assert_eq!(r["operator"]["decision"], "cancelled");
+    f.stop().await;
+}
