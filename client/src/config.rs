@@ -72,6 +72,44 @@ impl Default for Policy {
     }
 }
 
+/// What the daemon does with a `prompt` call whose caller has no consent channel (§C11.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConsentFallback {
+    /// Refuse it with `policy_denied` (`reason: "no_consent_channel"`): the default.
+    #[default]
+    Deny,
+    /// Park it as a pending approval an operator decides (§C8.17–§C8.21).
+    Operator,
+}
+
+/// Default lifetime of a pending approval (§C11.1).
+pub const DEFAULT_APPROVAL_TIMEOUT_MS: u64 = 120_000;
+/// Bounds of `consent.approvalTimeoutMs`.
+pub const MIN_APPROVAL_TIMEOUT_MS: u64 = 1_000;
+pub const MAX_APPROVAL_TIMEOUT_MS: u64 = 600_000;
+
+/// The `consent` key (§C11.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConsentConfig {
+    pub fallback: ConsentFallback,
+    /// How long a parked call waits for an operator, in [1000, 600000].
+    pub approval_timeout_ms: u64,
+    /// `true` (default): approving needs the one-time code the daemon writes to the deciding
+    /// process's controlling terminal (SECURITY.md §4.18). `false` weakens that: any process
+    /// of the user may approve.
+    pub operator_requires_terminal: bool,
+}
+
+impl Default for ConsentConfig {
+    fn default() -> Self {
+        ConsentConfig {
+            fallback: ConsentFallback::Deny,
+            approval_timeout_ms: DEFAULT_APPROVAL_TIMEOUT_MS,
+            operator_requires_terminal: true,
+        }
+    }
+}
+
 /// The validated daemon configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -90,6 +128,7 @@ pub struct Config {
     pub daemon_log_max_bytes: u64,
     pub events_log_max_bytes: u64,
     pub policy: Policy,
+    pub consent: ConsentConfig,
     /// `None`: auto-detect.
     pub advertised_ip: Option<IpAddr>,
     /// Deep-link scheme; used only by clients.
@@ -175,6 +214,7 @@ impl Config {
             daemon_log_max_bytes: DEFAULT_LOG_MAX_BYTES,
             events_log_max_bytes: DEFAULT_LOG_MAX_BYTES,
             policy: Policy::default(),
+            consent: ConsentConfig::default(),
             advertised_ip: None,
             scheme: None,
             restart_daemon_on_version_mismatch: false,
@@ -256,6 +296,7 @@ impl Config {
                     config.events_log_max_bytes = u64::from(v.positive::<u32>(key, value)?)
                 }
                 "policy" => config.policy = v.policy(value)?,
+                "consent" => config.consent = v.consent(value)?,
                 "advertisedIp" => config.advertised_ip = Some(v.ip(key, value)?),
                 "scheme" => config.scheme = Some(v.scheme(key, value)?),
                 "restartDaemonOnVersionMismatch" => {
@@ -425,6 +466,57 @@ impl Validator {
             }
         }
         Ok(policy)
+    }
+
+    fn consent(&mut self, value: &Value) -> Result<ConsentConfig, ConfigError> {
+        let Value::Object(map) = value else {
+            return Err(self.invalid(
+                "consent",
+                "must be an object with optional keys \"fallback\", \"approvalTimeoutMs\" and \"operatorRequiresTerminal\"",
+                value,
+            ));
+        };
+        let mut consent = ConsentConfig::default();
+        for (key, value) in map {
+            match key.as_str() {
+                "fallback" => {
+                    consent.fallback = match value.as_str() {
+                        Some("deny") => ConsentFallback::Deny,
+                        Some("operator") => ConsentFallback::Operator,
+                        _ => {
+                            return Err(self.invalid(
+                                "consent.fallback",
+                                "must be \"deny\" or \"operator\"",
+                                value,
+                            ));
+                        }
+                    }
+                }
+                "approvalTimeoutMs" => {
+                    consent.approval_timeout_ms = self.int_in(
+                        "consent.approvalTimeoutMs",
+                        value,
+                        MIN_APPROVAL_TIMEOUT_MS as i64,
+                        MAX_APPROVAL_TIMEOUT_MS as i64,
+                        "an integer from 1000 to 600000",
+                    )?
+                }
+                "operatorRequiresTerminal" => {
+                    consent.operator_requires_terminal = match value {
+                        Value::Bool(b) => *b,
+                        other => {
+                            return Err(self.invalid(
+                                "consent.operatorRequiresTerminal",
+                                "must be true or false",
+                                other,
+                            ));
+                        }
+                    }
+                }
+                _ => self.unknown(format!("consent.{key}")),
+            }
+        }
+        Ok(consent)
     }
 
     fn decision(&self, key: &str, value: &Value) -> Result<Decision, ConfigError> {
@@ -696,6 +788,34 @@ mod tests {
         let msg = bad(json!({"linkTtlSeconds": 86401}), "linkTtlSeconds");
         assert!(msg.contains("1 to 86400"), "{msg}");
         bad(json!({"linkTtlSeconds": 0}), "linkTtlSeconds");
+    }
+
+    #[test]
+    fn consent_section() {
+        let c = ok(json!({}));
+        assert_eq!(c.consent, ConsentConfig::default());
+        assert_eq!(c.consent.fallback, ConsentFallback::Deny);
+        let c = ok(
+            json!({"consent": {"fallback": "operator", "approvalTimeoutMs": 30000,
+            "operatorRequiresTerminal": false}}),
+        );
+        assert_eq!(c.consent.fallback, ConsentFallback::Operator);
+        assert_eq!(c.consent.approval_timeout_ms, 30_000);
+        assert!(!c.consent.operator_requires_terminal);
+        bad(json!({"consent": {"fallback": "ask"}}), "consent.fallback");
+        bad(
+            json!({"consent": {"approvalTimeoutMs": 999}}),
+            "consent.approvalTimeoutMs",
+        );
+        bad(
+            json!({"consent": {"approvalTimeoutMs": 600001}}),
+            "consent.approvalTimeoutMs",
+        );
+        bad(
+            json!({"consent": {"operatorRequiresTerminal": 1}}),
+            "consent.operatorRequiresTerminal",
+        );
+        bad(json!({"consent": true}), "consent");
     }
 
     #[test]

@@ -61,6 +61,26 @@ pub struct AuditRecord {
     /// `Some` only when a `prompt` decision was satisfied by consent
     /// ([`crate::policy::Permit::consent`]).
     pub consent: Option<Consent>,
+    /// Only for a call that was parked for an operator or ran under a grant (§C11.1).
+    pub operator: Option<OperatorRecord>,
+}
+
+/// The `operator` key of an audit record (§C12.1): which approval or grant, how it ended, who
+/// decided. Never the one-time code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorRecord {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grant_id: Option<String>,
+    /// `approved`, `denied`, `expired`, `cancelled` or `granted`.
+    pub decision: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<appduct_protocol::control::Decider>,
+    /// `wrong_code` when wrong codes denied the approval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<&'static str>,
 }
 
 /// The wire line; field order is the table order of §C12.1 (stable diffs).
@@ -83,6 +103,8 @@ struct AuditLine<'a> {
     caller: Caller,
     #[serde(skip_serializing_if = "Option::is_none")]
     consent: Option<Consent>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    operator: Option<&'a OperatorRecord>,
 }
 
 impl AuditRecord {
@@ -102,8 +124,9 @@ impl AuditRecord {
             duration_ms: self.duration_ms,
             caller: self.caller,
             consent: self.consent,
+            operator: self.operator.as_ref(),
         };
-        // Strings, integers and unit enums only: serialising cannot fail.
+        // Strings, integers, unit enums and string maps only: serialising cannot fail.
         let mut text = serde_json::to_string(&line).unwrap_or_default();
         text.push('\n');
         text

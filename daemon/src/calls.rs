@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use appduct_protocol::canonical::args_sha256;
 use appduct_protocol::control::{
-    self, Caller, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest, EventData,
+    self, ApprovalsListResult, Caller, Consent, ConsentCreateParams, ConsentCreateResult,
+    ControlRequest, DeniedReason, EventData, GrantSummary, GrantsListResult, GrantsRevokeResult,
     SessionState, Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
     ToolCallProgressParams, ToolCallStartedData, ToolCallStartedNotify, ToolCallStartedParams,
     ToolsCallParams, ToolsCallResult, ToolsCancelParams, ToolsCancelResult, ToolsListParams,
@@ -48,14 +49,15 @@ use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use crate::audit::{AuditRecord, AuditWriter};
+use crate::approvals::{Approvals, Parked, Verdict};
+use crate::audit::{AuditRecord, AuditWriter, OperatorRecord};
 use crate::clock::Clock;
 use crate::consent::ConsentStore;
 use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply, respond_off_thread};
 use crate::daemon::CallsContext;
 use crate::events::EventBus;
 use crate::handlers::CallsApi;
-use crate::policy::PolicyEngine;
+use crate::policy::{Permit, PolicyDenial, PolicyEngine};
 use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
 use appduct_client::random::random_bytes;
 
@@ -162,6 +164,10 @@ struct Call {
     target: Option<Target>,
     /// Set once policy let the call through (step 6).
     consent: Option<Consent>,
+    /// The pending approval while the call is parked for an operator (§C11.1).
+    parked: Option<String>,
+    /// The audit record's `operator` key: set when the call is parked or runs under a grant.
+    operator: Option<OperatorRecord>,
     deadline_ms: u64,
     phase: Phase,
     cancel: Option<CancelRequest>,
@@ -316,6 +322,7 @@ struct Inner {
     policy: PolicyEngine,
     audit: AuditWriter,
     consent: ConsentStore,
+    approvals: Arc<Approvals>,
     table: Mutex<Table>,
     probe: Option<Arc<dyn PipelineProbe>>,
     this: Weak<Inner>,
@@ -368,6 +375,7 @@ impl Calls {
             policy: ctx.policy.clone(),
             audit: ctx.audit.clone(),
             consent: ConsentStore::new(),
+            approvals: Arc::clone(&ctx.approvals),
             table: Mutex::new(Table::default()),
             probe,
             this: this.clone(),
@@ -403,6 +411,29 @@ impl CallsApi for Calls {
                 ControlRequest::ToolsCancel(p) => Reply::from_result(inner.tools_cancel(&p).await),
                 ControlRequest::ConsentCreate(p) => Reply::from_result(inner.consent_create(&p)),
                 ControlRequest::ConsentTake(p) => Reply::from_result(inner.consent.take(&p.handle)),
+                ControlRequest::ApprovalsList(_) => Reply::from_result(Ok::<_, ErrorObject>(
+                    ApprovalsListResult::new(inner.approvals.list()),
+                )),
+                ControlRequest::ApprovalsChallenge(p) => {
+                    // Reads `/proc` and writes a terminal: off the runtime thread.
+                    let approvals = Arc::clone(&inner.approvals);
+                    let asker = conn.clone();
+                    let answer = tokio::task::spawn_blocking(move || {
+                        approvals.challenge(&asker, &p.approval_id)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(ErrorObject::internal(e.to_string())));
+                    Reply::from_result(answer)
+                }
+                ControlRequest::ApprovalsDecide(p) => {
+                    Reply::from_result(inner.approvals.decide(&conn, &p))
+                }
+                ControlRequest::GrantsList(_) => Reply::from_result(Ok::<_, ErrorObject>(
+                    GrantsListResult::new(inner.approvals.grants()),
+                )),
+                ControlRequest::GrantsRevoke(p) => Reply::from_result(Ok::<_, ErrorObject>(
+                    GrantsRevokeResult::new(inner.approvals.revoke(&p.grant_id)),
+                )),
                 other => Reply::Err(ErrorObject::internal(format!(
                     "{} is not a calls method",
                     other.method()
@@ -421,7 +452,12 @@ impl CallsApi for Calls {
             control::features::CALLS_PROGRESS,
             control::features::CONSENT_RECORDS,
             control::features::TOOLS_GROUPS,
+            control::features::APPROVALS,
         ]
+    }
+
+    fn grants(&self) -> Vec<GrantSummary> {
+        self.inner.approvals.grants()
     }
 
     fn stop_timers(&self) {
@@ -631,9 +667,32 @@ impl Inner {
             return finished.await;
         };
 
-        // 6. Policy.
-        let permit = match self.policy.check(&alias, &tool, consent) {
-            Ok(permit) => permit,
+        // 6. Policy; with `consent.fallback: "operator"` an unconsented `prompt` waits here for
+        //    an operator or passes under a grant (§C11.1).
+        let full_deadline_ms = effective_deadline_ms(tool.timeout_ms, timeout_ms);
+        let (permit, deadline_ms) = match self.policy.check(&alias, &tool, consent) {
+            Ok(permit) => (permit, full_deadline_ms),
+            Err(denial)
+                if denial.reason == DeniedReason::NoConsentChannel
+                    && self.approvals.operator_fallback() =>
+            {
+                let target = Target {
+                    session_id: session_id.clone(),
+                    alias: alias.clone(),
+                };
+                match self
+                    .operator_gate(key, &call_id, &target, &name, &denial, full_deadline_ms)
+                    .await
+                {
+                    Some(remaining_ms) => (
+                        Permit {
+                            consent: Some(Consent::Operator),
+                        },
+                        remaining_ms,
+                    ),
+                    None => return finished.await,
+                }
+            }
             Err(denial) => {
                 self.settle(key, |_| {
                     Some(Outcome::Failed(denial.to_error(), denial.settlement()))
@@ -641,9 +700,9 @@ impl Inner {
                 return finished.await;
             }
         };
-        // 7. The deadline. Both are on the call from here, so whoever settles it next (a
-        //    transition, shutdown) audits the consent and reports the deadline.
-        let deadline_ms = effective_deadline_ms(tool.timeout_ms, timeout_ms);
+        // 7. The deadline (for a parked call, what is left of it). Both are on the call from
+        //    here, so whoever settles it next (a transition, shutdown) audits the consent and
+        //    reports the deadline.
         if let Some(call) = self.table().calls.get_mut(&key) {
             call.consent = permit.consent;
             call.deadline_ms = deadline_ms;
@@ -746,6 +805,197 @@ impl Inner {
             }
         }
         finished.await
+    }
+
+    /// Step 6 under `consent.fallback: "operator"` (§C11.1): a grant lets the call through at
+    /// once; otherwise it is parked until an operator decides, the approval or the call's
+    /// deadline passes, or it is cancelled. `Some` is what is left of the call's deadline once
+    /// approved; `None` means the call was settled (or is being settled by someone else).
+    async fn operator_gate(
+        &self,
+        key: u64,
+        call_id: &str,
+        target: &Target,
+        name: &str,
+        denial: &PolicyDenial,
+        deadline_ms: u64,
+    ) -> Option<u64> {
+        if let Some(grant) = self.approvals.grant_for(&target.session_id, name) {
+            let call = &mut self.table();
+            let call = call.calls.get_mut(&key)?;
+            call.operator = Some(OperatorRecord {
+                approval_id: None,
+                grant_id: Some(grant.grant_id),
+                decision: "granted",
+                by: Some(grant.by),
+                reason: None,
+            });
+            return Some(deadline_ms);
+        }
+        let approval_wait = self.approvals.approval_timeout();
+        let deadline = Duration::from_millis(deadline_ms);
+        let wait = approval_wait.min(deadline);
+        let (caller, sha) = {
+            let table = self.table();
+            let call = table.calls.get(&key)?;
+            (call.caller, call.args_sha256.clone())
+        };
+        let parked_at = Instant::now();
+        let Parked {
+            approval_id,
+            expires_at,
+            verdict,
+        } = match self.approvals.park(
+            call_id,
+            &target.session_id,
+            &target.alias,
+            name,
+            caller,
+            &sha,
+            wait,
+        ) {
+            Ok(parked) => parked,
+            Err(e) => {
+                self.settle(key, |_| Some(Outcome::error(e)));
+                return None;
+            }
+        };
+        // Attach the approval to the call, unless the call settled or was cancelled meanwhile.
+        let attached = {
+            let mut table = self.table();
+            match table.calls.get_mut(&key) {
+                Some(call) if call.cancel.is_none() => {
+                    call.parked = Some(approval_id.clone());
+                    // What a transition or a cancel leaves in the audit record.
+                    call.operator = Some(OperatorRecord {
+                        approval_id: Some(approval_id.clone()),
+                        grant_id: None,
+                        decision: "cancelled",
+                        by: None,
+                        reason: None,
+                    });
+                    if call.progress {
+                        let message = format!(
+                            "Waiting for an operator: run `appduct approvals approve {approval_id}` in a terminal (expires in {} s)",
+                            wait.as_secs()
+                        );
+                        call.conn.notify::<ToolCallProgressNotify>(
+                            &ToolCallProgressParams::new(
+                                call.request_id.clone(),
+                                call.call_id.clone(),
+                                target.session_id.clone(),
+                                self.clock.now_unix_ms(),
+                            )
+                            .with_message(Some(message))
+                            .with_approval_id(Some(approval_id.clone())),
+                        );
+                    }
+                    true
+                }
+                _ => false,
+            }
+        };
+        tracing::debug!(%call_id, %approval_id, expires_at, "call parked");
+        let verdict = if attached {
+            tokio::pin!(verdict);
+            tokio::select! {
+                v = &mut verdict => v.unwrap_or(Verdict::Cancelled),
+                () = tokio::time::sleep(wait) => {
+                    if self.approvals.settle(&approval_id, Verdict::Expired) {
+                        Verdict::Expired
+                    } else {
+                        // Decided at the same moment: the verdict is already sent.
+                        verdict.await.unwrap_or(Verdict::Cancelled)
+                    }
+                }
+            }
+        } else {
+            self.approvals.settle(&approval_id, Verdict::Cancelled);
+            Verdict::Cancelled
+        };
+        let record = |decision: &'static str, by, reason| OperatorRecord {
+            approval_id: Some(approval_id.clone()),
+            grant_id: None,
+            decision,
+            by,
+            reason,
+        };
+        let operator_denial = |reason: DeniedReason, message: String| {
+            let mut denial = denial.clone();
+            denial.reason = reason;
+            let mut details = denial.details();
+            details["approvalId"] = json!(approval_id);
+            Outcome::Failed(
+                ErrorObject::application(ErrorType::PolicyDenied, message).with_details(details),
+                Settlement::Denied(reason),
+            )
+        };
+        let quoted = Value::String(name.to_owned());
+        match verdict {
+            Verdict::Approved { by } => {
+                let mut table = self.table();
+                let call = table.calls.get_mut(&key)?;
+                call.parked = None;
+                call.operator = Some(record("approved", Some(by), None));
+                let waited = millis(parked_at.elapsed());
+                Some(deadline_ms.saturating_sub(waited).max(1))
+            }
+            Verdict::Denied { by, wrong_code } => {
+                let outcome = operator_denial(
+                    DeniedReason::OperatorDenied,
+                    format!(
+                        "An operator denied {quoted} on {} ({approval_id})",
+                        target.alias
+                    ),
+                );
+                self.settle(key, |call| {
+                    call.parked = None;
+                    call.operator = Some(record(
+                        "denied",
+                        Some(by),
+                        wrong_code.then_some("wrong_code"),
+                    ));
+                    Some(outcome)
+                });
+                None
+            }
+            Verdict::Expired => {
+                let outcome = if deadline <= approval_wait {
+                    Outcome::error(errors::tool_timeout(name, &target.alias, deadline_ms))
+                } else {
+                    operator_denial(
+                        DeniedReason::ApprovalExpired,
+                        format!(
+                            "No operator approved {quoted} on {} within {} s ({approval_id})",
+                            target.alias,
+                            approval_wait.as_secs()
+                        ),
+                    )
+                };
+                self.settle(key, |call| {
+                    call.parked = None;
+                    call.operator = Some(record("expired", None, None));
+                    Some(outcome)
+                });
+                None
+            }
+            Verdict::Cancelled => {
+                // A cancel request, or a transition or shutdown that already settled the call.
+                self.settle(key, |call| {
+                    call.parked = None;
+                    let reason = call
+                        .cancel
+                        .as_ref()
+                        .map_or(control::DEFAULT_CANCEL_REASON, |c| c.reason.as_str());
+                    Some(Outcome::error(errors::cancelled_by_daemon(
+                        &call.name,
+                        &target.alias,
+                        reason,
+                    )))
+                });
+                None
+            }
+        }
     }
 
     /// Whether the step-8 write of call `key` must stop: the call settled or a cancel was
@@ -886,6 +1136,8 @@ impl Inner {
                 t0,
                 target: None,
                 consent: None,
+                parked: None,
+                operator: None,
                 deadline_ms: 0,
                 phase: Phase::Preparing,
                 cancel: None,
@@ -1040,6 +1292,10 @@ impl Inner {
     /// `tool_call_finished` event and the audit record when a session was resolved, then the
     /// response if the issuing connection is still open.
     fn finish(&self, mut call: Call, outcome: Outcome) {
+        // A parked call settled by a transition or shutdown: its approval ends too.
+        if let Some(approval_id) = call.parked.take() {
+            self.approvals.settle(&approval_id, Verdict::Cancelled);
+        }
         let duration_ms = millis(call.t0.elapsed());
         let settlement = match &outcome {
             Outcome::Result(_) => Settlement::Ok,
@@ -1068,6 +1324,7 @@ impl Inner {
                 duration_ms,
                 caller: call.caller,
                 consent: call.consent,
+                operator: call.operator.take(),
             });
         }
         let response = match (outcome, &call.target) {
@@ -1262,6 +1519,12 @@ impl Inner {
                         && let Some(writing) = writing.upgrade()
                     {
                         writing.wake.notify_one();
+                    }
+                    // A parked call: ending its approval wakes it, and it settles cancelled.
+                    let parked = call.parked.clone();
+                    drop(table);
+                    if let Some(approval_id) = parked {
+                        self.approvals.settle(&approval_id, Verdict::Cancelled);
                     }
                     return true;
                 }

@@ -187,6 +187,8 @@ struct State {
 struct Shared {
     id: ConnectionId,
     peer_pid: Option<u32>,
+    /// `daemon.hello` `client.name`, once sent (who decided an approval, §C8.19).
+    client_name: Mutex<Option<String>>,
     cap: usize,
     max_reply_bytes: usize,
     drain_timeout: Duration,
@@ -231,6 +233,7 @@ impl Connection {
             shared: Arc::new(Shared {
                 id: ConnectionId::next(),
                 peer_pid,
+                client_name: Mutex::new(None),
                 cap: opts.subscriber_buffer_cap,
                 max_reply_bytes: opts.max_reply_bytes,
                 drain_timeout: opts.drain_timeout,
@@ -263,6 +266,24 @@ impl Connection {
     /// The peer's pid when the platform reported it (Unix sockets only).
     pub fn peer_pid(&self) -> Option<u32> {
         self.shared.peer_pid
+    }
+
+    /// The `client.name` this connection gave in `daemon.hello`, if any.
+    pub fn client_name(&self) -> Option<String> {
+        self.shared
+            .client_name
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records the `daemon.hello` `client.name` (the latest wins).
+    pub fn set_client_name(&self, name: &str) {
+        *self
+            .shared
+            .client_name
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(name.to_owned());
     }
 
     /// How long a closing connection may take to flush ([`ServerOptions::drain_timeout`]); also

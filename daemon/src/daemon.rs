@@ -98,6 +98,8 @@ pub struct CallsContext {
     pub policy: PolicyEngine,
     /// Audit records of settled calls go here (§C12).
     pub audit: AuditWriter,
+    /// Pending operator approvals and grants (§C11.1).
+    pub approvals: Arc<crate::approvals::Approvals>,
 }
 
 /// Everything [`Daemon::start`] needs. The limits not in `config.json` default to the constants
@@ -125,6 +127,8 @@ pub struct DaemonOptions {
     pub pidfile: PidfileOptions,
     /// Tests only: a probe the calls module runs at each pipeline checkpoint.
     pub pipeline_probe: Option<Arc<dyn PipelineProbe>>,
+    /// Where `approvals.challenge` writes one-time codes; tests capture them.
+    pub operator_terminal: Arc<dyn crate::approvals::OperatorTerminal>,
 }
 
 impl DaemonOptions {
@@ -166,6 +170,7 @@ impl DaemonOptions {
             version,
             pidfile: PidfileOptions::default(),
             pipeline_probe: None,
+            operator_terminal: Arc::new(crate::approvals::ControllingTerminal),
         }
     }
 
@@ -242,6 +247,15 @@ impl DaemonOptions {
     /// land a transition or a cancel between two steps).
     pub fn pipeline_probe(mut self, probe: Arc<dyn PipelineProbe>) -> Self {
         self.pipeline_probe = Some(probe);
+        self
+    }
+
+    /// Writes approval codes through `terminal` instead of the peer's controlling terminal.
+    pub fn operator_terminal(
+        mut self,
+        terminal: Arc<dyn crate::approvals::OperatorTerminal>,
+    ) -> Self {
+        self.operator_terminal = terminal;
         self
     }
 
@@ -635,6 +649,12 @@ impl Daemon {
                 state_dir: dir.clone(),
                 policy: policy.clone(),
                 audit: audit.clone(),
+                approvals: Arc::new(crate::approvals::Approvals::new(
+                    bus.clone(),
+                    Arc::clone(&clock),
+                    config.consent,
+                    Arc::clone(&opts.operator_terminal),
+                )),
             },
             opts.pipeline_probe.clone(),
         );

@@ -68,6 +68,11 @@ pub trait CallsApi: Send + Sync + 'static {
     /// Unsettled `tools.call` requests (`pendingCalls`).
     fn pending_calls(&self) -> u64;
 
+    /// Unexpired operator grants (`daemon.status.grants`, §C8.20).
+    fn grants(&self) -> Vec<control::GrantSummary> {
+        Vec::new()
+    }
+
     /// The `daemon.hello` features this module implements (from [`control::features`]).
     fn features(&self) -> Vec<&'static str>;
 
@@ -300,7 +305,12 @@ impl DaemonHandler {
             };
         }
         match request {
-            ControlRequest::DaemonHello(p) => Reply::from_result(Ok(self.hello(&p))),
+            ControlRequest::DaemonHello(p) => {
+                if let Some(client) = &p.client {
+                    conn.set_client_name(&client.name);
+                }
+                Reply::from_result(Ok(self.hello(&p)))
+            }
             ControlRequest::DaemonStatus(_) => Reply::from_result(Ok(self.status())),
             ControlRequest::DaemonShutdown(_) => self.shutdown(&conn, &id).await,
             ControlRequest::LinkCreate(p) => Reply::from_result(self.link_create(&p)),
@@ -324,7 +334,12 @@ impl DaemonHandler {
             | ControlRequest::ToolsCall(_)
             | ControlRequest::ToolsCancel(_)
             | ControlRequest::ConsentCreate(_)
-            | ControlRequest::ConsentTake(_)) => ctx.calls.handle(&conn, id, calls).await,
+            | ControlRequest::ConsentTake(_)
+            | ControlRequest::ApprovalsList(_)
+            | ControlRequest::ApprovalsChallenge(_)
+            | ControlRequest::ApprovalsDecide(_)
+            | ControlRequest::GrantsList(_)
+            | ControlRequest::GrantsRevoke(_)) => ctx.calls.handle(&conn, id, calls).await,
         }
     }
 
@@ -396,6 +411,7 @@ impl DaemonHandler {
             audit: ctx.audit.status(),
             events_log,
             sealed_key: Some(crate::tls::sealed_key_text(&ctx.network.sealed_key())),
+            grants: ctx.calls.grants(),
         }
     }
 

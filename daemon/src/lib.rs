@@ -5,6 +5,7 @@
 //! Module map: `ARCHITECTURE.md` ("The daemon").
 
 pub mod address;
+pub mod approvals;
 pub mod audit;
 pub mod calls;
 pub mod clock;

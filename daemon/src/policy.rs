@@ -94,6 +94,12 @@ impl PolicyDenial {
             DeniedReason::NoConsentChannel => format!(
                 "{tool} on {alias} needs a person's consent, and this caller cannot ask for it ({source} is \"{decision}\")"
             ),
+            DeniedReason::OperatorDenied => {
+                format!("An operator denied {tool} on {alias} ({source} is \"{decision}\")")
+            }
+            DeniedReason::ApprovalExpired => format!(
+                "No operator approved {tool} on {alias} in time ({source} is \"{decision}\")"
+            ),
         }
     }
 
@@ -109,6 +115,10 @@ impl PolicyDenial {
             DeniedReason::NoConsentChannel => {
                 format!("Call it from an MCP client that supports elicitation, or {change}")
             }
+            DeniedReason::OperatorDenied => format!("Ask the operator, or {change}"),
+            DeniedReason::ApprovalExpired => format!(
+                "Approve it sooner with appduct approvals approve (appduct approvals ls lists pending approvals), or {change}"
+            ),
         }
     }
 
@@ -217,7 +227,8 @@ impl PolicyEngine {
                     consent: Some(Consent::Elicitation),
                 });
             }
-            (Decision::Prompt, None) => DeniedReason::NoConsentChannel,
+            // `operator` is never taken from a caller: only the daemon's own approval sets it.
+            (Decision::Prompt, None | Some(Consent::Operator)) => DeniedReason::NoConsentChannel,
             (Decision::Deny, _) => DeniedReason::Policy,
         };
         Err(PolicyDenial {

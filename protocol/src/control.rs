@@ -115,14 +115,21 @@ methods! {
     EventsSubscribe = "events.subscribe", SubscribeParams => SubscribeResult;
     /// `events.since` (§C8.13).
     EventsSince = "events.since", EventsSinceParams => EventsSinceResult;
+    /// `approvals.list` (§C8.17).
+    ApprovalsList = "approvals.list", NoParams => ApprovalsListResult;
+    /// `approvals.challenge` (§C8.18).
+    ApprovalsChallenge = "approvals.challenge", ApprovalIdParams => ApprovalChallengeResult;
+    /// `approvals.decide` (§C8.19).
+    ApprovalsDecide = "approvals.decide", ApprovalsDecideParams => ApprovalsDecideResult;
+    /// `grants.list` (§C8.20).
+    GrantsList = "grants.list", NoParams => GrantsListResult;
+    /// `grants.revoke` (§C8.21).
+    GrantsRevoke = "grants.revoke", GrantsRevokeParams => GrantsRevokeResult;
 }
 
 /// Names reserved for later waves; the daemon answers `-32601` for them (§C8.16).
 pub fn is_reserved_method(method: &str) -> bool {
-    method == "web.attach"
-        || ["approvals.", "tasks.", "leases."]
-            .iter()
-            .any(|p| method.starts_with(p))
+    method == "web.attach" || ["tasks.", "leases."].iter().any(|p| method.starts_with(p))
 }
 
 /// Capability strings of `daemon.hello` `features` (§C8.1).
@@ -133,6 +140,8 @@ pub mod features {
     pub const EVENTS_SUBSCRIBE_SINCE: &str = "events.subscribe.since";
     pub const EVENTS_LIST: &str = "events.list";
     pub const TOOLS_GROUPS: &str = "tools.groups";
+    /// `approvals.*` and `grants.*` (§C8.17–§C8.21).
+    pub const APPROVALS: &str = "approvals";
     /// Everything this crate's control protocol offers, in the order of §C8.1.
     pub const ALL: &[&str] = &[
         CALLS_CALL_ID,
@@ -141,6 +150,7 @@ pub mod features {
         EVENTS_SUBSCRIBE_SINCE,
         EVENTS_LIST,
         TOOLS_GROUPS,
+        APPROVALS,
     ];
 }
 
@@ -536,7 +546,7 @@ wire_enum! {
 }
 wire_enum! {
     /// Consent attached to a `tools.call`; the legacy `"client"` is read as absent (§C8.9).
-    Consent { Elicitation = "elicitation" }
+    Consent { Elicitation = "elicitation", Operator = "operator" }
 }
 wire_enum! {
     /// `sessions.revoke` result `revoked` (§C8.7).
@@ -556,7 +566,12 @@ wire_enum! {
 }
 wire_enum! {
     /// Why policy denied a call (§C11).
-    DeniedReason { Policy = "policy", NoConsentChannel = "no_consent_channel" }
+    DeniedReason {
+        Policy = "policy",
+        NoConsentChannel = "no_consent_channel",
+        OperatorDenied = "operator_denied",
+        ApprovalExpired = "approval_expired",
+    }
 }
 wire_enum! {
     /// Every event kind (§C13.1).
@@ -577,7 +592,26 @@ wire_enum! {
         ToolCallStarted = "tool_call_started",
         ToolCallProgress = "tool_call_progress",
         ToolCallFinished = "tool_call_finished",
+        ApprovalPending = "approval_pending",
+        ApprovalSettled = "approval_settled",
     }
+}
+wire_enum! {
+    /// `approvals.decide` `decision` (§C8.19).
+    ApprovalDecision { Approve = "approve", Deny = "deny" }
+}
+wire_enum! {
+    /// How a pending approval ended (§C8.19, §C13.1).
+    ApprovalVerdict {
+        Approved = "approved",
+        Denied = "denied",
+        Expired = "expired",
+        Cancelled = "cancelled",
+    }
+}
+wire_enum! {
+    /// `approvals.decide` `grant.scope` (§C8.19).
+    GrantScope { Call = "call", Tool = "tool" }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1646,6 +1680,9 @@ pub struct StatusResult {
     /// bytes; absent only when the host key could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed_key: Option<String>,
+    /// Unexpired operator grants (§C8.20); omitted when there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<GrantSummary>,
 }
 
 /// `{ok: true}` of `daemon.shutdown` (§C8.3).
@@ -2410,6 +2447,8 @@ pub enum EventData {
     ToolCallStarted(ToolCallStartedData),
     ToolCallProgress(ToolCallProgressData),
     ToolCallFinished(ToolCallFinishedData),
+    ApprovalPending(ApprovalPendingData),
+    ApprovalSettled(ApprovalSettledData),
 }
 
 impl EventData {
@@ -2431,6 +2470,8 @@ impl EventData {
             Self::ToolCallStarted(_) => EventKind::ToolCallStarted,
             Self::ToolCallProgress(_) => EventKind::ToolCallProgress,
             Self::ToolCallFinished(_) => EventKind::ToolCallFinished,
+            Self::ApprovalPending(_) => EventKind::ApprovalPending,
+            Self::ApprovalSettled(_) => EventKind::ApprovalSettled,
         }
     }
 
@@ -2451,6 +2492,8 @@ impl EventData {
             Self::ToolCallStarted(d) => m.serialize_entry("data", d),
             Self::ToolCallProgress(d) => m.serialize_entry("data", d),
             Self::ToolCallFinished(d) => m.serialize_entry("data", d),
+            Self::ApprovalPending(d) => m.serialize_entry("data", d),
+            Self::ApprovalSettled(d) => m.serialize_entry("data", d),
         }
     }
 
@@ -2474,6 +2517,8 @@ impl EventData {
             EventKind::ToolCallStarted => Self::ToolCallStarted(de(data)?),
             EventKind::ToolCallProgress => Self::ToolCallProgress(de(data)?),
             EventKind::ToolCallFinished => Self::ToolCallFinished(de(data)?),
+            EventKind::ApprovalPending => Self::ApprovalPending(de(data)?),
+            EventKind::ApprovalSettled => Self::ApprovalSettled(de(data)?),
         })
     }
 }
@@ -2686,6 +2731,9 @@ pub struct ToolCallProgressParams {
     pub progress: Option<Number>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Set only on the notification of a call parked for an operator (§C8.17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
     pub ts: u64,
 }
 
@@ -2702,6 +2750,7 @@ impl ToolCallProgressParams {
             session_id: session_id.into(),
             progress: None,
             message: None,
+            approval_id: None,
             ts,
         }
     }
@@ -2710,6 +2759,7 @@ impl ToolCallProgressParams {
 setters!(ToolCallProgressParams {
     with_progress => progress: Option<Number>,
     with_message => message: Option<String>,
+    with_approval_id => approval_id: Option<String>,
 });
 
 /// A notification as a client sees it. Unknown methods and event kinds are kept as
@@ -2884,15 +2934,475 @@ mod tests {
             matches!(&r, Ok(ControlRequest::ToolsCancel(p)) if p.reason() == "client_cancelled")
         );
         assert_eq!(r.map(|r| r.method()).ok(), Some("tools.cancel"));
-        for m in ["web.attach", "approvals.list", "nope", ""] {
+        for m in ["web.attach", "tasks.list", "nope", ""] {
             let e = ControlRequest::parse(m, None).err();
             assert_eq!(e.map(|e| e.code), Some(-32601), "{m}");
         }
         assert!(is_reserved_method("web.attach"));
         assert!(is_reserved_method("leases.take"));
+        assert!(!is_reserved_method("approvals.list"));
         assert!(!is_reserved_method("tools.list"));
         let e = ControlRequest::parse("tools.call", Some(&json!({})));
         assert_eq!(e.err().map(|e| e.code), Some(-32602));
-        assert_eq!(METHODS.len(), 15);
+        assert_eq!(METHODS.len(), 20);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Operator approvals (§C8.17–§C8.21, §C11.1)
+// ---------------------------------------------------------------------------------------------
+
+/// Longest approval or grant id accepted in params, characters.
+pub const MAX_APPROVAL_ID_LEN: usize = 128;
+/// Longest `approvals.decide` `code`, characters.
+pub const MAX_APPROVAL_CODE_LEN: usize = 32;
+/// Longest `tool` grant, minutes (24 h).
+pub const MAX_GRANT_MINUTES: u64 = 1_440;
+/// `grant.minutes` when a `tool` grant gives none.
+pub const DEFAULT_GRANT_MINUTES: u64 = 15;
+
+fn is_valid_approval_id(s: &str) -> bool {
+    (1..=MAX_APPROVAL_ID_LEN).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+params! {
+    /// `{approvalId}` of `approvals.challenge` (§C8.18).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ApprovalIdParams {
+        "approvalId" => pub approval_id: String,
+    }
+}
+
+impl ApprovalIdParams {
+    pub fn new(approval_id: impl Into<String>) -> Self {
+        Self {
+            approval_id: approval_id.into(),
+        }
+    }
+
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, Self::KEYS)?;
+        let id = p.pattern(
+            Self::APPROVAL_ID,
+            is_valid_approval_id,
+            "must match ^[A-Za-z0-9_-]{1,128}$",
+        )?;
+        Ok(Self {
+            approval_id: p.required(Self::APPROVAL_ID, id)?,
+        })
+    }
+}
+
+/// `approvals.decide` `grant` (§C8.19).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct GrantRequest {
+    pub scope: GrantScope,
+    /// Only with `scope: "tool"`: 1 to 1440, default 15.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minutes: Option<u64>,
+}
+
+impl GrantRequest {
+    pub fn call() -> Self {
+        Self {
+            scope: GrantScope::Call,
+            minutes: None,
+        }
+    }
+
+    pub fn tool(minutes: Option<u64>) -> Self {
+        Self {
+            scope: GrantScope::Tool,
+            minutes,
+        }
+    }
+
+    /// The grant's length for a `tool` scope.
+    pub fn minutes(&self) -> u64 {
+        self.minutes.unwrap_or(DEFAULT_GRANT_MINUTES)
+    }
+}
+
+params! {
+    /// `approvals.decide` params (§C8.19).
+    #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct ApprovalsDecideParams {
+        "approvalId" => pub approval_id: String,
+        "decision" => pub decision: ApprovalDecision,
+        /// The one-time code the daemon wrote to the operator's terminal (§C8.18); a secret.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "code" => pub code: Option<String> => with_code,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "grant" => pub grant: Option<GrantRequest> => with_grant,
+    }
+}
+
+impl Debug for ApprovalsDecideParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ApprovalsDecideParams")
+            .field("approval_id", &self.approval_id)
+            .field("decision", &self.decision)
+            .field("code", &self.code.as_ref().map(|_| REDACTED))
+            .field("grant", &self.grant)
+            .finish()
+    }
+}
+
+impl ApprovalsDecideParams {
+    pub fn new(approval_id: impl Into<String>, decision: ApprovalDecision) -> Self {
+        Self {
+            approval_id: approval_id.into(),
+            decision,
+            code: None,
+            grant: None,
+        }
+    }
+
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, Self::KEYS)?;
+        let id = p.pattern(
+            Self::APPROVAL_ID,
+            is_valid_approval_id,
+            "must match ^[A-Za-z0-9_-]{1,128}$",
+        )?;
+        let decision =
+            p.enumeration::<ApprovalDecision>(Self::DECISION, "must be \"approve\" or \"deny\"")?;
+        let code = p.string(Self::CODE, 1, MAX_APPROVAL_CODE_LEN)?;
+        let grant = match p.nested(Self::GRANT, &["scope", "minutes"])? {
+            None => None,
+            Some(g) => {
+                let scope = g.enumeration::<GrantScope>("scope", "must be \"call\" or \"tool\"")?;
+                let scope = g.required("scope", scope)?;
+                let minutes = g.integer("minutes", 1, MAX_GRANT_MINUTES)?;
+                if scope == GrantScope::Call && minutes.is_some() {
+                    return Err(ParamError::invalid(
+                        "grant.minutes",
+                        "is only accepted with scope \"tool\"",
+                    ));
+                }
+                Some(GrantRequest { scope, minutes })
+            }
+        };
+        let decision = p.required(Self::DECISION, decision)?;
+        if decision == ApprovalDecision::Deny && grant.is_some() {
+            return Err(ParamError::invalid(
+                Self::GRANT,
+                "is only accepted with decision \"approve\"",
+            ));
+        }
+        Ok(Self {
+            approval_id: p.required(Self::APPROVAL_ID, id)?,
+            decision,
+            code,
+            grant,
+        })
+    }
+}
+
+params! {
+    /// `grants.revoke` params (§C8.21).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct GrantsRevokeParams {
+        "grantId" => pub grant_id: String,
+    }
+}
+
+impl GrantsRevokeParams {
+    pub fn new(grant_id: impl Into<String>) -> Self {
+        Self {
+            grant_id: grant_id.into(),
+        }
+    }
+
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, Self::KEYS)?;
+        let id = p.pattern(
+            Self::GRANT_ID,
+            is_valid_approval_id,
+            "must match ^[A-Za-z0-9_-]{1,128}$",
+        )?;
+        Ok(Self {
+            grant_id: p.required(Self::GRANT_ID, id)?,
+        })
+    }
+}
+
+/// Who decided an approval: the deciding connection's `daemon.hello` client name and its
+/// peer pid, each when known (§C8.19).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Decider {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+}
+
+impl Decider {
+    pub fn new(client: Option<String>, pid: Option<u32>) -> Self {
+        Self { client, pid }
+    }
+}
+
+/// One pending approval (§C8.17). Never carries the one-time code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ApprovalSummary {
+    pub approval_id: String,
+    pub call_id: String,
+    pub session_id: String,
+    pub alias: String,
+    pub tool: String,
+    pub caller: Caller,
+    pub args_sha256: String,
+    /// ISO 8601 UTC with milliseconds.
+    pub created_at: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+    /// Wrong codes still accepted before the approval is denied.
+    pub attempts_left: u32,
+}
+
+impl ApprovalSummary {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        approval_id: String,
+        call_id: String,
+        session_id: String,
+        alias: String,
+        tool: String,
+        caller: Caller,
+        args_sha256: String,
+        created_at: String,
+        expires_at: u64,
+        attempts_left: u32,
+    ) -> Self {
+        Self {
+            approval_id,
+            call_id,
+            session_id,
+            alias,
+            tool,
+            caller,
+            args_sha256,
+            created_at,
+            expires_at,
+            attempts_left,
+        }
+    }
+}
+
+/// `approvals.list` result (§C8.17).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ApprovalsListResult {
+    pub approvals: Vec<ApprovalSummary>,
+}
+
+impl ApprovalsListResult {
+    pub fn new(approvals: Vec<ApprovalSummary>) -> Self {
+        Self { approvals }
+    }
+}
+
+/// `approvals.challenge` result (§C8.18): where the code was written, never the code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ApprovalChallengeResult {
+    pub approval_id: String,
+    /// The terminal device the code was written to, e.g. `/dev/pts/3`.
+    pub terminal: String,
+    /// When the code stops being accepted, unix seconds.
+    pub expires_at: u64,
+}
+
+impl ApprovalChallengeResult {
+    pub fn new(
+        approval_id: impl Into<String>,
+        terminal: impl Into<String>,
+        expires_at: u64,
+    ) -> Self {
+        Self {
+            approval_id: approval_id.into(),
+            terminal: terminal.into(),
+            expires_at,
+        }
+    }
+}
+
+/// An operator grant: tool `tool` on session `sessionId` runs without parking until
+/// `expiresAt` (§C8.19, §C8.20).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct GrantSummary {
+    pub grant_id: String,
+    pub session_id: String,
+    pub alias: String,
+    pub tool: String,
+    /// The approval it was given with.
+    pub approval_id: String,
+    /// ISO 8601 UTC with milliseconds.
+    pub created_at: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+    pub by: Decider,
+}
+
+impl GrantSummary {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        grant_id: String,
+        session_id: String,
+        alias: String,
+        tool: String,
+        approval_id: String,
+        created_at: String,
+        expires_at: u64,
+        by: Decider,
+    ) -> Self {
+        Self {
+            grant_id,
+            session_id,
+            alias,
+            tool,
+            approval_id,
+            created_at,
+            expires_at,
+            by,
+        }
+    }
+}
+
+/// `approvals.decide` result (§C8.19).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ApprovalsDecideResult {
+    pub approval_id: String,
+    /// `approved` or `denied`.
+    pub decision: ApprovalVerdict,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant: Option<GrantSummary>,
+}
+
+impl ApprovalsDecideResult {
+    pub fn new(
+        approval_id: impl Into<String>,
+        decision: ApprovalVerdict,
+        grant: Option<GrantSummary>,
+    ) -> Self {
+        Self {
+            approval_id: approval_id.into(),
+            decision,
+            grant,
+        }
+    }
+}
+
+/// `grants.list` result (§C8.20).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct GrantsListResult {
+    pub grants: Vec<GrantSummary>,
+}
+
+impl GrantsListResult {
+    pub fn new(grants: Vec<GrantSummary>) -> Self {
+        Self { grants }
+    }
+}
+
+/// `grants.revoke` result (§C8.21).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct GrantsRevokeResult {
+    pub revoked: bool,
+}
+
+impl GrantsRevokeResult {
+    pub fn new(revoked: bool) -> Self {
+        Self { revoked }
+    }
+}
+
+/// `approval_pending` data (§C13.1); `sessionId` and `alias` are the event's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ApprovalPendingData {
+    pub approval_id: String,
+    pub call_id: String,
+    pub tool: String,
+    pub caller: Caller,
+    pub args_sha256: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+}
+
+impl ApprovalPendingData {
+    pub fn new(
+        approval_id: impl Into<String>,
+        call_id: impl Into<String>,
+        tool: impl Into<String>,
+        caller: Caller,
+        args_sha256: impl Into<String>,
+        expires_at: u64,
+    ) -> Self {
+        Self {
+            approval_id: approval_id.into(),
+            call_id: call_id.into(),
+            tool: tool.into(),
+            caller,
+            args_sha256: args_sha256.into(),
+            expires_at,
+        }
+    }
+}
+
+/// `approval_settled` data (§C13.1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ApprovalSettledData {
+    pub approval_id: String,
+    pub call_id: String,
+    pub decision: ApprovalVerdict,
+    /// Present for `approved` and `denied`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub by: Option<Decider>,
+    /// `"wrong_code"` when too many wrong codes denied it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The `tool` grant given with an approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grant_id: Option<String>,
+}
+
+impl ApprovalSettledData {
+    pub fn new(
+        approval_id: impl Into<String>,
+        call_id: impl Into<String>,
+        decision: ApprovalVerdict,
+    ) -> Self {
+        Self {
+            approval_id: approval_id.into(),
+            call_id: call_id.into(),
+            decision,
+            by: None,
+            reason: None,
+            grant_id: None,
+        }
+    }
+}
+
+setters!(ApprovalSettledData {
+    with_by => by: Option<Decider>,
+    with_reason => reason: Option<String>,
+    with_grant_id => grant_id: Option<String>,
+});

@@ -23,6 +23,8 @@ pub enum ErrorType {
     SessionNotActive,
     SessionSuspended,
     PolicyDenied,
+    /// An operator's approval attempt was refused (§C8.18, §C8.19).
+    ApprovalRefused,
     ToolNotFound,
     ToolInputValidationError,
     ToolOutputValidationError,
@@ -45,7 +47,7 @@ pub enum ErrorType {
 
 impl ErrorType {
     /// Every type, in the order of the two tables of §C4.3.
-    pub const ALL: [ErrorType; 23] = [
+    pub const ALL: [ErrorType; 24] = [
         Self::InvalidRequest,
         Self::NoSession,
         Self::AmbiguousSession,
@@ -53,6 +55,7 @@ impl ErrorType {
         Self::SessionNotActive,
         Self::SessionSuspended,
         Self::PolicyDenied,
+        Self::ApprovalRefused,
         Self::ToolNotFound,
         Self::ToolInputValidationError,
         Self::ToolOutputValidationError,
@@ -81,6 +84,7 @@ impl ErrorType {
             Self::SessionNotActive => "session_not_active",
             Self::SessionSuspended => "session_suspended",
             Self::PolicyDenied => "policy_denied",
+            Self::ApprovalRefused => "approval_refused",
             Self::ToolNotFound => "tool_not_found",
             Self::ToolInputValidationError => "tool_input_validation_error",
             Self::ToolOutputValidationError => "tool_output_validation_error",
@@ -126,7 +130,7 @@ impl ErrorType {
             | Self::ToolSerializationError
             | Self::ToolTimeout
             | Self::ToolCancelled => 72,
-            Self::PolicyDenied => 77,
+            Self::PolicyDenied | Self::ApprovalRefused => 77,
         }
     }
 
@@ -311,6 +315,7 @@ mod tests {
             "session_not_active",
             "session_suspended",
             "policy_denied",
+            "approval_refused",
             "tool_not_found",
             "tool_input_validation_error",
             "tool_output_validation_error",
@@ -371,6 +376,7 @@ mod tests {
             (ToolTimeout, 72),
             (ToolCancelled, 72),
             (PolicyDenied, 77),
+            (ApprovalRefused, 77),
             (ConsentDeclined, 1),
             (Timeout, 1),
             (ClientError, 1),
@@ -411,7 +417,7 @@ mod tests {
         assert_eq!(ErrorType::InvalidRequest.default_code(), -32000);
         assert_eq!(ErrorType::ToolTimeout.default_code(), -32000);
         let daemon = ErrorType::ALL.iter().filter(|t| t.is_daemon_type()).count();
-        assert_eq!(daemon, 15);
+        assert_eq!(daemon, 16);
         assert!(!ErrorType::ConsentDeclined.is_daemon_type());
     }
 }

@@ -6,6 +6,7 @@
 //! [`Reply`]. Daemon-backed commands run on a tokio runtime, with exit 130 on SIGINT/SIGTERM
 //! unless the command handles them itself.
 
+pub mod approvals;
 pub mod args;
 pub mod completions;
 pub mod daemon;
@@ -95,6 +96,8 @@ pub enum TopCommand {
     Events(events::EventsNoun),
     /// The per-user daemon
     Daemon(daemon::DaemonNoun),
+    /// Calls waiting for an operator's approval, and grants
+    Approvals(approvals::ApprovalsNoun),
     /// Record the project's deep-link scheme and app ids in .appduct/config.json
     Init(init::InitArgs),
     /// Create the daemon's host key
@@ -142,6 +145,8 @@ pub enum Command {
     EventsTail(SubscribeParams),
     /// `events since`: `events.since` params (`since` is the cursor).
     EventsSince(EventsSinceParams),
+    /// `approvals ls | approve | deny | revoke`.
+    Approvals(approvals::Approvals),
     DaemonRun,
     DaemonStart,
     DaemonStop,
@@ -179,6 +184,7 @@ impl Command {
             Command::EventsLs(_) => "events ls",
             Command::EventsTail(_) => "events tail",
             Command::EventsSince(_) => "events since",
+            Command::Approvals(a) => a.label(),
             Command::DaemonRun => "daemon run",
             Command::DaemonStart => "daemon start",
             Command::DaemonStop => "daemon stop",
@@ -217,6 +223,7 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         TopCommand::Tools(noun) => tools::validate(noun),
         TopCommand::Events(noun) => events::validate(noun),
         TopCommand::Daemon(noun) => daemon::validate(noun),
+        TopCommand::Approvals(noun) => approvals::validate(noun),
         TopCommand::Init(a) => init::validate(a),
         TopCommand::Keygen(a) => keygen::validate(a),
         TopCommand::Mcp(a) => mcp::validate(a),
@@ -336,6 +343,7 @@ async fn interruptible_command(inv: &Invocation, out: &Output) -> Result<Reply, 
         Command::DaemonStart => daemon::lifecycle::start(g, out).await,
         Command::DaemonStop => daemon::lifecycle::stop(g).await,
         Command::DaemonStatus => daemon::lifecycle::status(g, out).await,
+        Command::Approvals(a) => approvals::run(g, out, a).await,
         other => Err(CliError::internal(format!(
             "appduct {} is not implemented in this build yet",
             other.label()

@@ -606,6 +606,32 @@ Events log
 }
 
 #[test]
+fn daemon_status_lists_operator_grants() {
+    let mut st = status();
+    st.grants = vec![
+        serde_json::from_value(json!({"grantId": "grt_Hc0mV1bq8Zr2YkLw9Tn4Xa",
+            "sessionId": "Yk3wL0pQz7sX2nVa", "alias": "pixel-8", "tool": "empty_cart",
+            "approvalId": "apr_3q2-7wEYhZr0kDx1uVb8Ag", "createdAt": "2026-11-30T11:00:00.000Z",
+            "expiresAt": 1796083200, "by": {"client": "appduct", "pid": 7}}))
+        .unwrap(),
+    ];
+    let s = daemon_status(&st, None, now());
+    assert!(
+        s.human
+            .contains("Grant:          grt_Hc0mV1bq8Zr2YkLw9Tn4Xa empty_cart on pixel-8 until "),
+        "{}",
+        s.human
+    );
+    assert_eq!(s.data["grants"][0]["tool"], "empty_cart");
+    assert!(
+        daemon_status(&status(), None, now())
+            .data
+            .get("grants")
+            .is_none()
+    );
+}
+
+#[test]
 fn daemon_status_omits_unreported_fields_and_shows_warnings() {
     let mut st = status();
     st.audit.files = None;

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod approvals;
 mod cli_args;
 mod cli_reference;
 mod daemon_wire;

@@ -51,6 +51,7 @@ fn record(ts: u64, call_id: &str, settlement: Settlement) -> AuditRecord {
         duration_ms: 0,
         caller: Caller::Cli,
         consent: None,
+        operator: None,
     }
 }
 

@@ -640,7 +640,8 @@ async fn hello_advertises_the_calls_features_and_counts_pending_calls() {
             "consent.records",
             "events.subscribe.since",
             "events.list",
-            "tools.groups"
+            "tools.groups",
+            "approvals"
         ])
     );
     assert_eq!(hello["result"]["pendingCalls"], 1);

@@ -160,7 +160,7 @@ async fn reserved_and_unknown_methods_are_not_found() {
     let mut id = 0;
     for method in [
         "web.attach",
-        "approvals.list",
+        "approvals.frobnicate",
         "tasks.get",
         "leases.renew",
         "sessions.frobnicate",
@@ -620,7 +620,8 @@ async fn the_calls_module_reports_features_and_pending_calls_and_shuts_down_in_o
             "consent.records",
             "events.subscribe.since",
             "events.list",
-            "tools.groups"
+            "tools.groups",
+            "approvals"
         ])
     );
     assert_eq!(hello["result"]["pendingCalls"], 0);

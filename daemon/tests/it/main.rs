@@ -9,6 +9,7 @@ mod listener_support;
 mod tls_support;
 
 mod audit_log;
+mod calls_approvals;
 mod calls_cancel;
 mod calls_pipeline;
 mod calls_policy;

@@ -42,6 +42,7 @@ fn record(call_id: &str) -> AuditRecord {
         duration_ms: 0,
         caller: Caller::Cli,
         consent: None,
+        operator: None,
     }
 }
 

@@ -210,7 +210,12 @@ fn params_of(request: &ControlRequest) -> Value {
         ControlRequest::DaemonHello(p) => json(p),
         ControlRequest::DaemonStatus(p)
         | ControlRequest::DaemonShutdown(p)
-        | ControlRequest::SessionsList(p) => json(p),
+        | ControlRequest::SessionsList(p)
+        | ControlRequest::ApprovalsList(p)
+        | ControlRequest::GrantsList(p) => json(p),
+        ControlRequest::ApprovalsChallenge(p) => json(p),
+        ControlRequest::ApprovalsDecide(p) => json(p),
+        ControlRequest::GrantsRevoke(p) => json(p),
         ControlRequest::LinkCreate(p) => json(p),
         ControlRequest::ConsentCreate(p) => json(p),
         ControlRequest::ConsentTake(p) => json(p),

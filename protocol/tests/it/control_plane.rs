@@ -601,6 +601,11 @@ fn every_method_has_a_name_and_rejects_non_object_params() {
         EventsList::NAME,
         EventsSubscribe::NAME,
         EventsSince::NAME,
+        ApprovalsList::NAME,
+        ApprovalsChallenge::NAME,
+        ApprovalsDecide::NAME,
+        GrantsList::NAME,
+        GrantsRevoke::NAME,
     ];
     assert_eq!(names.as_slice(), METHODS);
     for name in METHODS {
@@ -659,7 +664,7 @@ fn hello_result_example() {
     let h: HelloResult = round_trip(
         r#"{"version":"0.3.1","controlProtocol":1,"minControlProtocol":1,"pid":48211,
  "startedAt":"2026-11-30T09:12:03.120Z","stateDir":"/home/ana/.appduct",
- "features":["calls.callId","calls.progress","consent.records","events.subscribe.since","events.list","tools.groups"],
+ "features":["calls.callId","calls.progress","consent.records","events.subscribe.since","events.list","tools.groups","approvals"],
  "sessionCount":1,"pendingLinks":0,"pendingCalls":0}"#,
     );
     assert!(h.is_compatible(limits::CONTROL_PROTOCOL));
@@ -909,6 +914,8 @@ fn every_event_kind_round_trips() {
         r#"{"kind":"tool_call_progress","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"callId":"b"}}"#,
         r#"{"kind":"tool_call_finished","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"name":"reset_counter","callId":"call_Yx1Q9m0v3w6Hk2a8Jd4cFQ","caller":"cli","durationMs":0,"outcome":"denied","deniedReason":"policy"}}"#,
         r#"{"kind":"tool_call_finished","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"name":"slow_task","callId":"b","caller":"mcp","durationMs":2003,"outcome":"cancelled","errorType":"tool_cancelled"}}"#,
+        r#"{"kind":"approval_pending","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"approvalId":"apr_a","callId":"c","tool":"wipe","caller":"cli","argsSha256":"44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","expiresAt":1764494223}}"#,
+        r#"{"kind":"approval_settled","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"approvalId":"apr_a","callId":"c","decision":"denied","by":{"client":"appduct","pid":7},"reason":"wrong_code"}}"#,
     ];
     let mut seen = Vec::new();
     for example in examples {
@@ -1146,4 +1153,47 @@ fn params_shapes_through_dispatch() {
         e.and_then(|e| e.details().cloned()),
         Some(json!({"method": "web.attach"}))
     );
+}
+
+#[test]
+fn approvals_params() {
+    let p = valid::<ApprovalsDecide>(json!({"approvalId": "apr_x", "decision": "approve",
+        "code": "123-456", "grant": {"scope": "tool", "minutes": 30}}));
+    assert_eq!(p.decision, ApprovalDecision::Approve);
+    assert_eq!(p.grant.map(|g| g.minutes()), Some(30));
+    // The code never shows in Debug output.
+    assert!(!format!("{p:?}").contains("123-456"));
+    let p = valid::<ApprovalsDecide>(json!({"approvalId": "apr_x", "decision": "approve",
+        "grant": {"scope": "tool"}}));
+    assert_eq!(p.grant.map(|g| g.minutes()), Some(DEFAULT_GRANT_MINUTES));
+    valid::<ApprovalsDecide>(json!({"approvalId": "apr_x", "decision": "deny"}));
+    invalid::<ApprovalsDecide>(json!({"decision": "deny"}), "approvalId");
+    invalid::<ApprovalsDecide>(json!({"approvalId": "apr_x"}), "decision");
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "apr x", "decision": "deny"}),
+        "approvalId",
+    );
+    invalid::<ApprovalsDecide>(json!({"approvalId": "a", "decision": "allow"}), "decision");
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "a", "decision": "deny", "grant": {"scope": "call"}}),
+        "grant",
+    );
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "tool", "minutes": 1441}}),
+        "grant.minutes",
+    );
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "call", "minutes": 5}}),
+        "grant.minutes",
+    );
+    invalid::<ApprovalsDecide>(
+        json!({"approvalId": "a", "decision": "approve", "code": ""}),
+        "code",
+    );
+    valid::<ApprovalsChallenge>(json!({"approvalId": "apr_x"}));
+    invalid::<ApprovalsChallenge>(json!({}), "approvalId");
+    valid::<GrantsRevoke>(json!({"grantId": "grt_x"}));
+    invalid::<GrantsRevoke>(json!({"grantId": 5}), "grantId");
+    valid::<ApprovalsList>(json!({}));
+    valid::<GrantsList>(json!({}));
 }

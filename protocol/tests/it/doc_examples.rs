@@ -239,6 +239,11 @@ fn check_result(ex: &Example) -> Result<(), String> {
         EventsList::NAME => round_trip::<EventsList>(&result),
         EventsSubscribe::NAME => round_trip::<EventsSubscribe>(&result),
         EventsSince::NAME => round_trip::<EventsSince>(&result),
+        ApprovalsList::NAME => round_trip::<ApprovalsList>(&result),
+        ApprovalsChallenge::NAME => round_trip::<ApprovalsChallenge>(&result),
+        ApprovalsDecide::NAME => round_trip::<ApprovalsDecide>(&result),
+        GrantsList::NAME => round_trip::<GrantsList>(&result),
+        GrantsRevoke::NAME => round_trip::<GrantsRevoke>(&result),
         other => Err(format!("unknown method {other}")),
     }
 }

@@ -222,6 +222,9 @@ pub fn daemon_status(s: &StatusResult, warning: Option<&str>, now: OffsetDateTim
     data.insert("policy".into(), to_value(&s.policy));
     data.insert("audit".into(), to_value(&s.audit));
     data.insert("eventsLog".into(), to_value(&s.events_log));
+    if !s.grants.is_empty() {
+        data.insert("grants".into(), to_value(&s.grants));
+    }
     if let Some(w) = warning {
         data.insert("warning".into(), json!(w));
     }
@@ -272,6 +275,22 @@ pub fn daemon_status(s: &StatusResult, warning: Option<&str>, now: OffsetDateTim
     ];
     for (key, decision) in &s.policy.tools {
         policy_rows.push(Row::field("Override", format!("{key} = {decision}")));
+    }
+    // Operator grants (§C8.20): this tool on this session runs without asking until then.
+    for g in &s.grants {
+        policy_rows.push(Row::field(
+            "Grant",
+            format!(
+                "{} {} on {} until {}",
+                g.grant_id,
+                render::clean_line(&g.tool),
+                render::clean_line(&g.alias),
+                i64::try_from(g.expires_at)
+                    .ok()
+                    .and_then(appduct_client::timestamp::iso_seconds_from_unix_s)
+                    .unwrap_or_else(|| g.expires_at.to_string())
+            ),
+        ));
     }
     let mut audit_rows = vec![
         Row::field("Path", s.audit.path.as_str()),

@@ -136,6 +136,14 @@ pub fn call_params(c: &ToolsCall, call_id: &str, progress: bool) -> ToolsCallPar
         .with_progress(progress)
 }
 
+/// The stderr notice of a call parked for an operator (§C11.1).
+pub fn waiting_for_operator(approval_id: &str) -> String {
+    let id = render::clean_line(approval_id);
+    format!(
+        "Waiting for an operator to approve this call ({id}). In a terminal, run:\n  appduct approvals approve {id}\n(or appduct approvals deny {id}). Ctrl-C cancels the call."
+    )
+}
+
 /// The failure reported when the CLI gave up waiting after an interrupt (§L7.3 step 3).
 pub fn cancelled_by_cli(call_id: &str) -> CliError {
     CliError::new(
@@ -161,15 +169,16 @@ pub async fn run(globals: &Globals, out: &Output, c: &ToolsCall) -> Result<Succe
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
     let call_id = new_call_id()?;
     let active = std::io::stderr().is_terminal() && !out.flags.json && !c.no_progress;
-    let params = call_params(c, &call_id, active);
+    // Progress is always asked for: a call parked for an operator (§C11.1) names its approval
+    // only in a progress notification, and the CLI says where to approve even without the
+    // display.
+    let params = call_params(c, &call_id, true);
     type CallFuture<'a> =
         std::pin::Pin<Box<dyn Future<Output = Result<ToolsCallResult, ToolCallError>> + Send + 'a>>;
-    let (mut stream, mut result): (Option<ProgressStream>, CallFuture<'_>) = if active {
-        let (stream, pending) = client.call_tool_with_progress(params);
-        (Some(stream), Box::pin(pending.result()))
-    } else {
-        (None, Box::pin(client.call_tool(params)))
-    };
+    let (stream, pending) = client.call_tool_with_progress(params);
+    let (mut stream, mut result): (Option<ProgressStream>, CallFuture<'_>) =
+        (Some(stream), Box::pin(pending.result()));
+    let mut announced_approval = false;
     let mut terminal = Terminal::new(active, Display::new(&c.name, c.selector.as_deref()));
     let mut redraw = tokio::time::interval(REDRAW_EVERY);
     let mut cancel: Option<(tokio::task::JoinHandle<()>, tokio::time::Instant)> = None;
@@ -181,7 +190,19 @@ pub async fn run(globals: &Globals, out: &Output, c: &ToolsCall) -> Result<Succe
         let deadline = confirm_deadline(&cancel);
         tokio::select! {
             r = &mut result => break Ok(r),
-            Some(item) = next_progress(&mut stream) => terminal.display.update(&item),
+            Some(item) = next_progress(&mut stream) => {
+                if let CallProgress::Progress(p) = &item
+                    && let Some(approval_id) = &p.approval_id
+                    && !announced_approval
+                {
+                    announced_approval = true;
+                    terminal.clear();
+                    out.notice(&waiting_for_operator(approval_id));
+                }
+                if active {
+                    terminal.display.update(&item);
+                }
+            }
             _ = redraw.tick(), if terminal.is_active() => terminal.tick(),
             () = async {
                 match deadline {

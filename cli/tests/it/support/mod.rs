@@ -118,6 +118,8 @@ pub fn write_script(path: &Path, body: &str) {
 /// terminal"), and everything written to it, collected by a reader thread.
 pub struct Pty {
     slave: Option<std::fs::File>,
+    /// The master side, for typing into the terminal.
+    master: std::fs::File,
     chunks: std::sync::mpsc::Receiver<Vec<u8>>,
     /// Everything read so far, lossily decoded.
     pub text: String,
@@ -139,6 +141,7 @@ impl Pty {
             .open(std::ffi::OsStr::from_bytes(name.as_bytes()))
             .unwrap();
         let mut master = std::fs::File::from(master);
+        let typing = master.try_clone().unwrap();
         let (tx, chunks) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
@@ -151,6 +154,7 @@ impl Pty {
         });
         Self {
             slave: Some(slave),
+            master: typing,
             chunks,
             text: String::new(),
         }
@@ -159,6 +163,16 @@ impl Pty {
     /// The slave side for one child (the test keeps no copy, so the reader ends with it).
     pub fn take_slave(&mut self) -> Stdio {
         Stdio::from(self.slave.take().unwrap())
+    }
+
+    /// The slave side as a file (for a child that gets it as stdin, stdout and stderr).
+    pub fn take_slave_file(&mut self) -> std::fs::File {
+        self.slave.take().unwrap()
+    }
+
+    /// Types `text` into the terminal, as a person at the keyboard would.
+    pub fn type_text(&mut self, text: &str) {
+        std::io::Write::write_all(&mut self.master, text.as_bytes()).unwrap();
     }
 
     /// Reads until the text contains `needle` (bounded); panics with the text so far.

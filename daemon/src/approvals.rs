@@ -1,0 +1,641 @@
+//! Operator approvals and grants (§C8.17–§C8.21, §C11.1; SECURITY.md §4.18).
+//!
+//! With `consent.fallback: "operator"`, the calls module parks a `prompt` call whose caller has
+//! no consent channel here as a pending approval, and waits on the [`Verdict`] this store sends
+//! it. An approval ends exactly once, by whoever removes it from the store: `approvals.decide`
+//! (approved or denied), too many wrong codes (denied), the call's own task (expired), or the
+//! calls module when the call was cancelled or settled by a transition (cancelled). Removing it
+//! emits `approval_settled` and wakes the parked call.
+//!
+//! The one-time code: `approvals.challenge` mints six CSPRNG digits, keeps them on the pending
+//! approval and writes them to the controlling terminal of the process at the other end of the
+//! control connection ([`OperatorTerminal`]), never into a reply, an event, a log line or the
+//! audit. `approvals.decide` compares it in constant time; the third wrong code of an approval
+//! denies it.
+//!
+//! Locking: the store's lock is taken under the engine lock (transitions settle parked calls)
+//! and emits to the bus under it, so the order is engine → calls table → approvals → bus; this
+//! module never calls the engine or the calls table.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use appduct_client::config::{ConsentConfig, ConsentFallback};
+use appduct_client::random::random_bytes;
+use appduct_client::timestamp::format_iso_ms;
+use appduct_protocol::control::{
+    ApprovalChallengeResult, ApprovalDecision, ApprovalPendingData, ApprovalSettledData,
+    ApprovalSummary, ApprovalVerdict, ApprovalsDecideParams, ApprovalsDecideResult, Caller,
+    Decider, EventData, GrantScope, GrantSummary,
+};
+use appduct_protocol::errors::ErrorType;
+use appduct_protocol::jsonrpc::ErrorObject;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde_json::json;
+use subtle::ConstantTimeEq as _;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+use crate::clock::Clock;
+use crate::control_server::Connection;
+use crate::events::EventBus;
+
+/// Wrong codes an approval accepts; the last one denies it.
+pub const MAX_CODE_ATTEMPTS: u32 = 3;
+/// How long a challenged code is accepted (bounded by the approval's own expiry).
+pub const CODE_TTL: Duration = Duration::from_secs(120);
+/// Prefix of approval ids.
+pub const APPROVAL_PREFIX: &str = "apr_";
+/// Prefix of grant ids.
+pub const GRANT_PREFIX: &str = "grt_";
+
+/// How a parked call's approval ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Approved { by: Decider },
+    Denied { by: Decider, wrong_code: bool },
+    Expired,
+    Cancelled,
+}
+
+impl Verdict {
+    fn wire(&self) -> ApprovalVerdict {
+        match self {
+            Verdict::Approved { .. } => ApprovalVerdict::Approved,
+            Verdict::Denied { .. } => ApprovalVerdict::Denied,
+            Verdict::Expired => ApprovalVerdict::Expired,
+            Verdict::Cancelled => ApprovalVerdict::Cancelled,
+        }
+    }
+}
+
+/// Where `approvals.challenge` writes the code: the controlling terminal of the peer. A seam so
+/// in-memory tests (no peer process) can read the code a person would see.
+pub trait OperatorTerminal: Send + Sync + fmt::Debug {
+    /// Writes `text` to the controlling terminal of process `pid`; `Ok` is the device written.
+    /// `Err` says in one sentence why not.
+    fn write(&self, pid: Option<u32>, text: &str) -> Result<String, String>;
+}
+
+/// The production [`OperatorTerminal`]: on Linux, the terminal `/proc/<pid>/stat` names,
+/// matched to a character device under `/dev/pts` or `/dev` owned by the daemon's user.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ControllingTerminal;
+
+impl OperatorTerminal for ControllingTerminal {
+    fn write(&self, pid: Option<u32>, text: &str) -> Result<String, String> {
+        let pid = pid.ok_or("the connection's peer process is unknown")?;
+        let device = controlling_terminal(pid)?;
+        write_terminal(&device, text)?;
+        Ok(device)
+    }
+}
+
+/// `tty_nr` of `/proc/<pid>/stat` (field 7), matched against the character devices that could
+/// be a terminal; `Err` when the process has none.
+#[cfg(target_os = "linux")]
+fn controlling_terminal(pid: u32) -> Result<String, String> {
+    use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map_err(|e| format!("process {pid} cannot be inspected ({e})"))?;
+    // The command name (field 2) is in parentheses and may contain anything: skip past the last ')'.
+    let rest = stat
+        .rfind(')')
+        .map(|i| &stat[i + 1..])
+        .ok_or_else(|| format!("process {pid} has an unreadable status"))?;
+    // After ')': state, ppid, pgrp, session, tty_nr.
+    let tty_nr: u64 = rest
+        .split_whitespace()
+        .nth(4)
+        .and_then(|f| f.parse::<i64>().ok())
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(|| format!("process {pid} has an unreadable status"))?;
+    if tty_nr == 0 {
+        return Err(format!("process {pid} has no controlling terminal"));
+    }
+    let me = rustix::process::geteuid().as_raw();
+    let mut candidates: Vec<std::path::PathBuf> = Vec::new();
+    for dir in ["/dev/pts", "/dev"] {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            candidates.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
+        }
+    }
+    for path in candidates {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.file_type().is_char_device() && meta.rdev() == tty_nr && meta.uid() == me {
+            return Ok(path.display().to_string());
+        }
+    }
+    Err(format!(
+        "the controlling terminal of process {pid} is not a terminal device of this user"
+    ))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn controlling_terminal(_pid: u32) -> Result<String, String> {
+    Err("finding a process's terminal is only implemented on Linux".to_owned())
+}
+
+/// Opens `device` write-only, without making it the daemon's controlling terminal and without
+/// blocking, and writes `text`.
+fn write_terminal(device: &str, text: &str) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let flags = rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::NONBLOCK;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(i32::try_from(flags.bits()).unwrap_or(0))
+        .open(device)
+        .map_err(|e| format!("{device} could not be opened ({e})"))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("{device} could not be written ({e})"))
+}
+
+struct Code {
+    digits: [u8; 6],
+    until: Instant,
+}
+
+struct Pending {
+    summary: ApprovalSummary,
+    expires: Instant,
+    tx: Option<oneshot::Sender<Verdict>>,
+    code: Option<Code>,
+    wrong: u32,
+}
+
+struct Grant {
+    summary: GrantSummary,
+    expires: Instant,
+}
+
+#[derive(Default)]
+struct State {
+    /// Oldest first.
+    pending: Vec<Pending>,
+    /// Oldest first.
+    grants: Vec<Grant>,
+}
+
+impl State {
+    fn prune_grants(&mut self, now: Instant) {
+        self.grants.retain(|g| g.expires > now);
+    }
+
+    fn position(&self, approval_id: &str) -> Option<usize> {
+        self.pending
+            .iter()
+            .position(|p| p.summary.approval_id == approval_id)
+    }
+}
+
+/// The daemon's pending approvals and grants.
+pub struct Approvals {
+    state: Mutex<State>,
+    bus: EventBus,
+    clock: Arc<dyn Clock>,
+    config: ConsentConfig,
+    terminal: Arc<dyn OperatorTerminal>,
+}
+
+impl fmt::Debug for Approvals {
+    // Codes stay out of logs: only counts.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Approvals")
+            .field("pending", &state.pending.len())
+            .field("grants", &state.grants.len())
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What parking a call gives the calls module.
+#[derive(Debug)]
+pub struct Parked {
+    pub approval_id: String,
+    /// Unix seconds.
+    pub expires_at: u64,
+    pub verdict: oneshot::Receiver<Verdict>,
+}
+
+/// The minted id: `prefix` + base64url of 16 CSPRNG bytes.
+fn mint_id(prefix: &str) -> Result<String, ErrorObject> {
+    let bytes = random_bytes::<16>()
+        .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
+    Ok(format!("{prefix}{}", URL_SAFE_NO_PAD.encode(bytes)))
+}
+
+/// Six uniformly drawn decimal digits.
+fn mint_code() -> Result<[u8; 6], ErrorObject> {
+    let mut digits = [0u8; 6];
+    let mut filled = 0;
+    while filled < digits.len() {
+        let bytes = random_bytes::<16>()
+            .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
+        // 250 = 25 × 10: rejecting 250..=255 keeps every digit equally likely.
+        for b in bytes {
+            if b < 250 && filled < digits.len() {
+                digits[filled] = b'0' + b % 10;
+                filled += 1;
+            }
+        }
+    }
+    Ok(digits)
+}
+
+fn unknown_approval(approval_id: &str) -> ErrorObject {
+    ErrorObject::application(
+        ErrorType::InvalidRequest,
+        format!(
+            "No pending approval {approval_id} (it was decided, expired or cancelled, or never existed)"
+        ),
+    )
+    .with_details(json!({"reason": "unknown_approval", "approvalId": approval_id}))
+}
+
+fn refused(approval_id: &str, reason: &str, message: String) -> ErrorObject {
+    ErrorObject::application(ErrorType::ApprovalRefused, message)
+        .with_details(json!({"reason": reason, "approvalId": approval_id}))
+}
+
+/// The deciding connection: its `daemon.hello` client name and peer pid.
+pub fn decider(conn: &Connection) -> Decider {
+    Decider::new(conn.client_name(), conn.peer_pid())
+}
+
+impl Approvals {
+    pub fn new(
+        bus: EventBus,
+        clock: Arc<dyn Clock>,
+        config: ConsentConfig,
+        terminal: Arc<dyn OperatorTerminal>,
+    ) -> Self {
+        Self {
+            state: Mutex::new(State::default()),
+            bus,
+            clock,
+            config,
+            terminal,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// `consent.fallback` is `"operator"`.
+    pub fn operator_fallback(&self) -> bool {
+        self.config.fallback == ConsentFallback::Operator
+    }
+
+    /// `consent.approvalTimeoutMs`.
+    pub fn approval_timeout(&self) -> Duration {
+        Duration::from_millis(self.config.approval_timeout_ms)
+    }
+
+    fn unix_s_after(&self, wait: Duration) -> u64 {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self.clock.now_unix_ms().saturating_add(ms) / 1000
+    }
+
+    /// An unexpired grant for `tool` on session `session_id`.
+    pub fn grant_for(&self, session_id: &str, tool: &str) -> Option<GrantSummary> {
+        let mut state = self.lock();
+        state.prune_grants(Instant::now());
+        state
+            .grants
+            .iter()
+            .find(|g| g.summary.session_id == session_id && g.summary.tool == tool)
+            .map(|g| g.summary.clone())
+    }
+
+    /// Parks a call for at most `wait` and emits `approval_pending`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn park(
+        &self,
+        call_id: &str,
+        session_id: &str,
+        alias: &str,
+        tool: &str,
+        caller: Caller,
+        args_sha256: &str,
+        wait: Duration,
+    ) -> Result<Parked, ErrorObject> {
+        let approval_id = mint_id(APPROVAL_PREFIX)?;
+        let expires_at = self.unix_s_after(wait);
+        let (tx, rx) = oneshot::channel();
+        let summary = ApprovalSummary::new(
+            approval_id.clone(),
+            call_id.to_owned(),
+            session_id.to_owned(),
+            alias.to_owned(),
+            tool.to_owned(),
+            caller,
+            args_sha256.to_owned(),
+            format_iso_ms(self.clock.now_unix_ms()),
+            expires_at,
+            MAX_CODE_ATTEMPTS,
+        );
+        let mut state = self.lock();
+        state.pending.push(Pending {
+            summary,
+            expires: Instant::now() + wait,
+            tx: Some(tx),
+            code: None,
+            wrong: 0,
+        });
+        self.bus.emit(
+            Some(session_id),
+            Some(alias),
+            EventData::ApprovalPending(ApprovalPendingData::new(
+                approval_id.clone(),
+                call_id,
+                tool,
+                caller,
+                args_sha256,
+                expires_at,
+            )),
+        );
+        drop(state);
+        tracing::info!(%approval_id, %call_id, %session_id, %tool, "call parked for an operator");
+        Ok(Parked {
+            approval_id,
+            expires_at,
+            verdict: rx,
+        })
+    }
+
+    /// Ends approval `approval_id` with `verdict` unless it already ended: emits
+    /// `approval_settled` and wakes the parked call. Returns whether this ended it.
+    pub fn settle(&self, approval_id: &str, verdict: Verdict) -> bool {
+        self.settle_with_grant(approval_id, verdict, None)
+    }
+
+    fn settle_with_grant(
+        &self,
+        approval_id: &str,
+        verdict: Verdict,
+        grant_id: Option<String>,
+    ) -> bool {
+        let mut state = self.lock();
+        let Some(at) = state.position(approval_id) else {
+            return false;
+        };
+        let mut pending = state.pending.remove(at);
+        let (by, reason) = match &verdict {
+            Verdict::Approved { by } => (Some(by.clone()), None),
+            Verdict::Denied { by, wrong_code } => (
+                Some(by.clone()),
+                wrong_code.then(|| "wrong_code".to_owned()),
+            ),
+            Verdict::Expired | Verdict::Cancelled => (None, None),
+        };
+        let s = &pending.summary;
+        self.bus.emit(
+            Some(&s.session_id),
+            Some(&s.alias),
+            EventData::ApprovalSettled(
+                ApprovalSettledData::new(s.approval_id.clone(), s.call_id.clone(), verdict.wire())
+                    .with_by(by)
+                    .with_reason(reason)
+                    .with_grant_id(grant_id),
+            ),
+        );
+        tracing::info!(approval_id = %s.approval_id, call_id = %s.call_id, decision = %verdict.wire(), "approval settled");
+        if let Some(tx) = pending.tx.take() {
+            let _ = tx.send(verdict);
+        }
+        true
+    }
+
+    /// `approvals.list` (§C8.17).
+    pub fn list(&self) -> Vec<ApprovalSummary> {
+        self.lock()
+            .pending
+            .iter()
+            .map(|p| {
+                let mut s = p.summary.clone();
+                s.attempts_left = MAX_CODE_ATTEMPTS.saturating_sub(p.wrong);
+                s
+            })
+            .collect()
+    }
+
+    /// `approvals.challenge` (§C8.18).
+    pub fn challenge(
+        &self,
+        conn: &Connection,
+        approval_id: &str,
+    ) -> Result<ApprovalChallengeResult, ErrorObject> {
+        let (tool, alias) = {
+            let state = self.lock();
+            let at = state
+                .position(approval_id)
+                .ok_or_else(|| unknown_approval(approval_id))?;
+            let s = &state.pending[at].summary;
+            (s.tool.clone(), s.alias.clone())
+        };
+        let digits = mint_code()?;
+        let shown = format!(
+            "{}-{}",
+            String::from_utf8_lossy(&digits[..3]),
+            String::from_utf8_lossy(&digits[3..])
+        );
+        let asker = conn.peer_pid().map_or_else(
+            || "an unknown process".to_owned(),
+            |p| format!("process {p}"),
+        );
+        // `\r\n`: the terminal may be in raw mode. Only what the daemon itself minted or was
+        // told by the app's registry reaches the terminal; control characters are dropped.
+        let clean = |s: &str| -> String { s.chars().filter(|c| !c.is_control()).collect() };
+        let text = format!(
+            "\r\nappduct: {asker} asks to approve the call of \"{}\" on {} ({approval_id}).\r\nappduct: type this code only if you started that approval yourself: {shown}\r\n",
+            clean(&tool),
+            clean(&alias),
+        );
+        let terminal = self.terminal.write(conn.peer_pid(), &text).map_err(|why| {
+            refused(
+                approval_id,
+                "no_terminal",
+                format!("Approving needs a person at a terminal: {why}"),
+            )
+            .with_details(json!({
+                "reason": "no_terminal",
+                "approvalId": approval_id,
+                "hint": format!("Run appduct approvals approve {approval_id} in an interactive terminal."),
+            }))
+        })?;
+        let mut state = self.lock();
+        let Some(at) = state.position(approval_id) else {
+            return Err(unknown_approval(approval_id));
+        };
+        let pending = &mut state.pending[at];
+        let until = (Instant::now() + CODE_TTL).min(pending.expires);
+        let until_unix_s = self.unix_s_after(CODE_TTL).min(pending.summary.expires_at);
+        pending.code = Some(Code { digits, until });
+        tracing::info!(%approval_id, %terminal, peer_pid = ?conn.peer_pid(), "approval code written to a terminal");
+        Ok(ApprovalChallengeResult::new(
+            approval_id,
+            terminal,
+            until_unix_s,
+        ))
+    }
+
+    /// `approvals.decide` (§C8.19).
+    pub fn decide(
+        &self,
+        conn: &Connection,
+        params: &ApprovalsDecideParams,
+    ) -> Result<ApprovalsDecideResult, ErrorObject> {
+        let id = params.approval_id.as_str();
+        let by = decider(conn);
+        if params.decision == ApprovalDecision::Deny {
+            if !self.settle(
+                id,
+                Verdict::Denied {
+                    by,
+                    wrong_code: false,
+                },
+            ) {
+                return Err(unknown_approval(id));
+            }
+            return Ok(ApprovalsDecideResult::new(
+                id,
+                ApprovalVerdict::Denied,
+                None,
+            ));
+        }
+        if self.config.operator_requires_terminal {
+            self.check_code(id, params.code.as_deref(), &by)?;
+        }
+        // Approve, with a grant for `scope: "tool"`. The grant is recorded before the call is
+        // woken, so a call the caller sends right after this result finds it.
+        let grant = match params.grant {
+            Some(g) if g.scope == GrantScope::Tool => {
+                let summary = {
+                    let state = self.lock();
+                    let at = state.position(id).ok_or_else(|| unknown_approval(id))?;
+                    state.pending[at].summary.clone()
+                };
+                let minutes = g.minutes();
+                let wait = Duration::from_secs(minutes.saturating_mul(60));
+                let grant = GrantSummary::new(
+                    mint_id(GRANT_PREFIX)?,
+                    summary.session_id,
+                    summary.alias,
+                    summary.tool,
+                    id.to_owned(),
+                    format_iso_ms(self.clock.now_unix_ms()),
+                    self.unix_s_after(wait),
+                    by.clone(),
+                );
+                Some((grant, Instant::now() + wait))
+            }
+            _ => None,
+        };
+        let grant_id = grant.as_ref().map(|(g, _)| g.grant_id.clone());
+        if let Some((summary, expires)) = &grant {
+            let mut state = self.lock();
+            if state.position(id).is_none() {
+                return Err(unknown_approval(id));
+            }
+            state.grants.push(Grant {
+                summary: summary.clone(),
+                expires: *expires,
+            });
+        }
+        if !self.settle_with_grant(id, Verdict::Approved { by }, grant_id.clone()) {
+            if let Some(grant_id) = grant_id {
+                self.revoke(&grant_id);
+            }
+            return Err(unknown_approval(id));
+        }
+        Ok(ApprovalsDecideResult::new(
+            id,
+            ApprovalVerdict::Approved,
+            grant.map(|(g, _)| g),
+        ))
+    }
+
+    /// The code check of `approvals.decide`: constant-time compare, wrong codes counted, the
+    /// last one denies the approval.
+    fn check_code(&self, id: &str, code: Option<&str>, by: &Decider) -> Result<(), ErrorObject> {
+        let Some(code) = code else {
+            return Err(refused(
+                id,
+                "code_required",
+                format!(
+                    "Approving {id} needs the one-time code: run appduct approvals approve {id} in an interactive terminal"
+                ),
+            ));
+        };
+        let typed: Vec<u8> = code.bytes().filter(|b| *b != b'-' && *b != b' ').collect();
+        let mut state = self.lock();
+        let at = state.position(id).ok_or_else(|| unknown_approval(id))?;
+        let pending = &mut state.pending[at];
+        let Some(expected) = pending.code.as_ref().filter(|c| c.until > Instant::now()) else {
+            return Err(refused(
+                id,
+                "no_challenge",
+                format!(
+                    "No code is open for {id} (none was requested, or it expired): request a new one with appduct approvals approve {id}"
+                ),
+            ));
+        };
+        if typed.len() == expected.digits.len() && bool::from(typed.ct_eq(&expected.digits)) {
+            pending.code = None;
+            return Ok(());
+        }
+        pending.wrong += 1;
+        let left = MAX_CODE_ATTEMPTS.saturating_sub(pending.wrong);
+        tracing::warn!(approval_id = %id, attempts_left = left, "wrong approval code");
+        if left > 0 {
+            return Err(refused(
+                id,
+                "wrong_code",
+                format!("Wrong code for {id}; {left} attempt(s) left"),
+            )
+            .with_details(
+                json!({"reason": "wrong_code", "approvalId": id, "attemptsLeft": left}),
+            ));
+        }
+        drop(state);
+        self.settle(
+            id,
+            Verdict::Denied {
+                by: by.clone(),
+                wrong_code: true,
+            },
+        );
+        Err(refused(
+            id,
+            "too_many_wrong_codes",
+            format!("Wrong code for {id}, the {MAX_CODE_ATTEMPTS}rd: the approval is denied"),
+        ))
+    }
+
+    /// `grants.list` (§C8.20) and `daemon.status.grants`.
+    pub fn grants(&self) -> Vec<GrantSummary> {
+        let mut state = self.lock();
+        state.prune_grants(Instant::now());
+        state.grants.iter().map(|g| g.summary.clone()).collect()
+    }
+
+    /// `grants.revoke` (§C8.21).
+    pub fn revoke(&self, grant_id: &str) -> bool {
+        let mut state = self.lock();
+        state.prune_grants(Instant::now());
+        let before = state.grants.len();
+        state.grants.retain(|g| g.summary.grant_id != grant_id);
+        let revoked = state.grants.len() != before;
+        if revoked {
+            tracing::info!(%grant_id, "grant revoked");
+        }
+        revoked
+    }
+}

@@ -1,0 +1,555 @@
+//! Operator approvals (§C8.17–§C8.21, §C11.1; SECURITY.md §4.18) against the composed daemon:
+//! a `prompt` call without consent parks under `consent.fallback: "operator"`, and ends on
+//! approval (with the one-time code only), denial, wrong codes, expiry or cancel, each audited
+//! with who decided. The one-time code is read from a capturing [`OperatorTerminal`], as a
+//! person would read it from their terminal.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::calls_support;
+
+use std::sync::{Arc, Mutex};
+
+use appduct_client::config::{ConsentFallback, Decision};
+use appduct_daemon::approvals::OperatorTerminal;
+use appduct_protocol::control::EventKind;
+use calls_support::*;
+use serde_json::{Value, json};
+
+/// Records what the daemon writes to "the operator's terminal"; refuses peers when `refuse`.
+#[derive(Debug, Default)]
+struct CapturedTerminal {
+    written: Mutex<Vec<String>>,
+    refuse: bool,
+}
+
+impl OperatorTerminal for CapturedTerminal {
+    fn write(&self, _pid: Option<u32>, text: &str) -> Result<String, String> {
+        if self.refuse {
+            return Err("process 4242 has no controlling terminal".into());
+        }
+        self.written.lock().unwrap().push(text.to_owned());
+        Ok("/dev/pts/test".into())
+    }
+}
+
+impl CapturedTerminal {
+    /// The code of the latest challenge: the digits after the last ": ".
+    fn code(&self) -> String {
+        let written = self.written.lock().unwrap();
+        let text = written.last().expect("no code was written");
+        let shown = text.trim_end().rsplit(": ").next().unwrap().to_owned();
+        assert!(
+            shown.len() == 7 && shown.as_bytes()[3] == b'-',
+            "code shown as 123-456: {shown:?}"
+        );
+        shown
+    }
+}
+
+/// `slow_task` is `prompt`; approvals on, expiring after `timeout_ms`.
+async fn fixture(
+    timeout_ms: u64,
+    requires_terminal: bool,
+    terminal: Arc<CapturedTerminal>,
+) -> Fixture {
+    Fixture::with(
+        move |options, dir| {
+            let mut config = appduct_client::config::Config::defaults(dir);
+            config
+                .policy
+                .tools
+                .insert("pixel-8/slow_task".into(), Decision::Prompt);
+            config.consent.fallback = ConsentFallback::Operator;
+            config.consent.approval_timeout_ms = timeout_ms;
+            config.consent.operator_requires_terminal = requires_terminal;
+            options.config(config).operator_terminal(terminal)
+        },
+        standard_tools(),
+    )
+    .await
+}
+
+/// An operator's connection that introduced itself as `op-console`.
+async fn operator(f: &Fixture) -> Wire {
+    let mut op = Wire::new(&f.daemon);
+    let hello = op
+        .request(
+            1,
+            "daemon.hello",
+            json!({"client": {"name": "op-console", "version": "1.0.0"}}),
+        )
+        .await;
+    assert!(
+        hello["result"]["features"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("approvals")),
+        "{hello}"
+    );
+    op
+}
+
+/// Sends a `slow_task` call with progress as request `id` and returns the approval id named by
+/// the parking notification, after checking `approval_pending`.
+async fn park(f: &mut Fixture, id: i64, call_id: &str) -> String {
+    f.wire
+        .send(
+            id,
+            "tools.call",
+            json!({"name": "slow_task", "args": {"n": 1}, "callId": call_id, "progress": true}),
+        )
+        .await;
+    let note = f
+        .wire
+        .notification("tool_call_progress", |p| p["callId"] == call_id)
+        .await;
+    let approval_id = note["params"]["approvalId"].as_str().unwrap().to_owned();
+    assert!(approval_id.starts_with("apr_"), "{note}");
+    let message = note["params"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!("appduct approvals approve {approval_id}")),
+        "{message}"
+    );
+    let pending = next_of(&mut f.events, EventKind::ApprovalPending).await;
+    assert_eq!(data(&pending)["approvalId"], approval_id.as_str());
+    assert_eq!(data(&pending)["callId"], call_id);
+    assert_eq!(
+        pending.session_id.as_deref(),
+        Some(f.device.session_id.as_str())
+    );
+    approval_id
+}
+
+fn audit_of<'a>(lines: &'a [Value], call_id: &str) -> &'a Value {
+    lines
+        .iter()
+        .find(|l| l["callId"] == call_id)
+        .unwrap_or_else(|| panic!("no audit record for {call_id}: {lines:?}"))
+}
+
+#[tokio::test]
+async fn a_parked_call_runs_only_after_approval_with_the_code() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let approval_id = park(&mut f, 2, "ap-1").await;
+    // Parked: nothing reached the app, and the call counts as pending.
+    f.device.assert_no_frame();
+    let mut op = operator(&f).await;
+    let listed = op.request(2, "approvals.list", json!({})).await;
+    let entry = &listed["result"]["approvals"][0];
+    assert_eq!(entry["approvalId"], approval_id.as_str());
+    assert_eq!(entry["tool"], "slow_task");
+    assert_eq!(entry["attemptsLeft"], 3);
+
+    // Approving without a code is refused and changes nothing.
+    let refused = op
+        .request(
+            3,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve"}),
+        )
+        .await;
+    assert_eq!(
+        refused["error"]["data"]["type"], "approval_refused",
+        "{refused}"
+    );
+    assert_eq!(
+        refused["error"]["data"]["details"]["reason"],
+        "code_required"
+    );
+
+    let challenged = op
+        .request(4, "approvals.challenge", json!({"approvalId": approval_id}))
+        .await;
+    assert_eq!(
+        challenged["result"]["terminal"], "/dev/pts/test",
+        "{challenged}"
+    );
+    let code = terminal.code();
+    // The code is in no reply.
+    assert!(!challenged.to_string().contains(&code), "{challenged}");
+    let approved = op
+        .request(
+            5,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve", "code": code}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
+    assert_eq!(data(&settled)["decision"], "approved");
+    assert_eq!(data(&settled)["by"]["client"], "op-console");
+
+    let (wire_id, frame) = f.device.tool_call().await;
+    assert_eq!(frame["name"], "slow_task");
+    f.device.result(&wire_id, json!({"done": true})).await;
+    let reply = f.wire.response(2).await;
+    assert_eq!(reply["result"]["result"], json!({"done": true}), "{reply}");
+
+    let lines = audit_lines(&f.daemon).await;
+    let record = audit_of(&lines, "ap-1");
+    assert_eq!(record["outcome"], "ok");
+    assert_eq!(record["consent"], "operator");
+    assert_eq!(record["operator"]["approvalId"], approval_id.as_str());
+    assert_eq!(record["operator"]["decision"], "approved");
+    assert_eq!(record["operator"]["by"]["client"], "op-console");
+    let digits: String = code.chars().filter(char::is_ascii_digit).collect();
+    let raw = raw_audit(&f.daemon.state_dir().path().join("audit"));
+    assert!(!raw.contains(&digits) && !raw.contains(&code), "{raw}");
+    for message in &op.log {
+        assert!(!message.to_string().contains(&code), "{message}");
+    }
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn three_wrong_codes_deny_the_approval() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let approval_id = park(&mut f, 2, "ap-2").await;
+    let mut op = operator(&f).await;
+    op.request(2, "approvals.challenge", json!({"approvalId": approval_id}))
+        .await;
+    let right = terminal.code();
+    let wrong = if right.starts_with('0') {
+        "111-111"
+    } else {
+        "000-000"
+    };
+    for (id, left) in [(3, json!(2)), (4, json!(1))] {
+        let reply = op
+            .request(
+                id,
+                "approvals.decide",
+                json!({"approvalId": approval_id, "decision": "approve", "code": wrong}),
+            )
+            .await;
+        let details = &reply["error"]["data"]["details"];
+        assert_eq!(details["reason"], "wrong_code", "{reply}");
+        assert_eq!(details["attemptsLeft"], left);
+    }
+    let third = op
+        .request(
+            5,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve", "code": wrong}),
+        )
+        .await;
+    assert_eq!(
+        third["error"]["data"]["details"]["reason"], "too_many_wrong_codes",
+        "{third}"
+    );
+    // The right code no longer helps: the approval is gone.
+    let late = op
+        .request(
+            6,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve", "code": right}),
+        )
+        .await;
+    assert_eq!(
+        late["error"]["data"]["details"]["reason"], "unknown_approval",
+        "{late}"
+    );
+    let reply = f.wire.response(2).await;
+    assert_eq!(reply["error"]["data"]["type"], "policy_denied", "{reply}");
+    assert_eq!(
+        reply["error"]["data"]["details"]["reason"],
+        "operator_denied"
+    );
+    f.device.assert_no_frame();
+    let lines = audit_lines(&f.daemon).await;
+    let record = audit_of(&lines, "ap-2");
+    assert_eq!(record["outcome"], "denied");
+    assert_eq!(record["deniedReason"], "operator_denied");
+    assert_eq!(record["operator"]["decision"], "denied");
+    assert_eq!(record["operator"]["reason"], "wrong_code");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn deny_expiry_and_cancel_each_end_the_call_and_are_audited() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(1_000, true, terminal).await;
+    let mut op = operator(&f).await;
+
+    // Deny: no code needed.
+    let denied_id = park(&mut f, 2, "ap-deny").await;
+    let denied = op
+        .request(
+            2,
+            "approvals.decide",
+            json!({"approvalId": denied_id, "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(denied["result"]["decision"], "denied", "{denied}");
+    let reply = f.wire.response(2).await;
+    assert_eq!(
+        reply["error"]["data"]["details"]["reason"], "operator_denied",
+        "{reply}"
+    );
+    assert_eq!(
+        reply["error"]["data"]["details"]["approvalId"],
+        denied_id.as_str()
+    );
+
+    // Expiry (approvalTimeoutMs 1000, below the tool's deadline).
+    park(&mut f, 3, "ap-expire").await;
+    let reply = f.wire.response(3).await;
+    assert_eq!(reply["error"]["data"]["type"], "policy_denied", "{reply}");
+    assert_eq!(
+        reply["error"]["data"]["details"]["reason"],
+        "approval_expired"
+    );
+    let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
+    let settled = if data(&settled)["callId"] == "ap-expire" {
+        settled
+    } else {
+        next_of(&mut f.events, EventKind::ApprovalSettled).await
+    };
+    assert_eq!(data(&settled)["decision"], "expired");
+
+    // Cancel by the caller.
+    let cancel_id = park(&mut f, 4, "ap-cancel").await;
+    let cancelled = f
+        .wire
+        .request(5, "tools.cancel", json!({"callId": "ap-cancel"}))
+        .await;
+    assert_eq!(cancelled["result"]["cancelled"], true, "{cancelled}");
+    let reply = f.wire.response(4).await;
+    assert_eq!(reply["error"]["data"]["type"], "tool_cancelled", "{reply}");
+    let listed = op.request(3, "approvals.list", json!({})).await;
+    assert_eq!(listed["result"]["approvals"], json!([]), "{listed}");
+    f.device.assert_no_frame();
+
+    let lines = audit_lines(&f.daemon).await;
+    let r = audit_of(&lines, "ap-deny");
+    assert_eq!(
+        (&r["outcome"], &r["deniedReason"]),
+        (&json!("denied"), &json!("operator_denied"))
+    );
+    assert_eq!(r["operator"]["by"]["client"], "op-console");
+    let r = audit_of(&lines, "ap-expire");
+    assert_eq!(
+        (&r["outcome"], &r["deniedReason"]),
+        (&json!("denied"), &json!("approval_expired"))
+    );
+    assert_eq!(r["operator"]["decision"], "expired");
+    let r = audit_of(&lines, "ap-cancel");
+    assert_eq!(r["outcome"], "cancelled");
+    assert_eq!(r["operator"]["approvalId"], cancel_id.as_str());
+    assert_eq!(r["operator"]["decision"], "cancelled");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn without_a_terminal_no_code_is_issued() {
+    let terminal = Arc::new(CapturedTerminal {
+        refuse: true,
+        ..CapturedTerminal::default()
+    });
+    let mut f = fixture(60_000, true, terminal).await;
+    let approval_id = park(&mut f, 2, "ap-3").await;
+    let mut op = operator(&f).await;
+    let reply = op
+        .request(2, "approvals.challenge", json!({"approvalId": approval_id}))
+        .await;
+    assert_eq!(
+        reply["error"]["data"]["type"], "approval_refused",
+        "{reply}"
+    );
+    assert_eq!(reply["error"]["data"]["details"]["reason"], "no_terminal");
+    let reply = op
+        .request(
+            3,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve", "code": "123-456"}),
+        )
+        .await;
+    assert_eq!(
+        reply["error"]["data"]["details"]["reason"], "no_challenge",
+        "{reply}"
+    );
+    // Neither counted as a wrong code.
+    let listed = op.request(4, "approvals.list", json!({})).await;
+    assert_eq!(listed["result"]["approvals"][0]["attemptsLeft"], 3);
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_tool_grant_skips_parking_until_revoked() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, false, terminal).await;
+    let approval_id = park(&mut f, 2, "ap-g1").await;
+    let mut op = operator(&f).await;
+    // operatorRequiresTerminal: false: no code needed (the documented weakening).
+    let approved = op
+        .request(
+            2,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve",
+                   "grant": {"scope": "tool", "minutes": 5}}),
+        )
+        .await;
+    let grant_id = approved["result"]["grant"]["grantId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(grant_id.starts_with("grt_"), "{approved}");
+    let (wire_id, _) = f.device.tool_call().await;
+    f.device.result(&wire_id, json!(1)).await;
+    assert_eq!(f.wire.response(2).await["result"]["result"], 1);
+
+    // Covered by the grant: runs at once.
+    f.wire
+        .send(
+            3,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "ap-g2"}),
+        )
+        .await;
+    let (wire_id, _) = f.device.tool_call().await;
+    f.device.result(&wire_id, json!(2)).await;
+    assert_eq!(f.wire.response(3).await["result"]["result"], 2);
+    let status = op.request(3, "daemon.status", json!({})).await;
+    assert_eq!(
+        status["result"]["grants"][0]["grantId"],
+        grant_id.as_str(),
+        "{status}"
+    );
+    let listed = op.request(4, "grants.list", json!({})).await;
+    assert_eq!(listed["result"]["grants"][0]["tool"], "slow_task");
+
+    let revoked = op
+        .request(5, "grants.revoke", json!({"grantId": grant_id}))
+        .await;
+    assert_eq!(revoked["result"]["revoked"], true, "{revoked}");
+    let again = op
+        .request(6, "grants.revoke", json!({"grantId": grant_id}))
+        .await;
+    assert_eq!(again["result"]["revoked"], false);
+    // Parks again.
+    park(&mut f, 4, "ap-g3").await;
+    f.device.assert_no_frame();
+
+    let lines = audit_lines(&f.daemon).await;
+    let r = audit_of(&lines, "ap-g2");
+    assert_eq!(r["consent"], "operator");
+    assert_eq!(r["operator"]["decision"], "granted");
+    assert_eq!(r["operator"]["grantId"], grant_id.as_str());
+    assert_eq!(r["operator"]["by"]["client"], "op-console");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn the_default_fallback_still_denies_without_parking() {
+    let mut f = Fixture::with_config(
+        |config| {
+            config
+                .policy
+                .tools
+                .insert("pixel-8/slow_task".into(), Decision::Prompt);
+        },
+        standard_tools(),
+    )
+    .await;
+    let reply = f
+        .wire
+        .request(
+            2,
+            "tools.call",
+            json!({"name": "slow_task", "progress": true}),
+        )
+        .await;
+    assert_eq!(reply["error"]["data"]["type"], "policy_denied", "{reply}");
+    assert_eq!(
+        reply["error"]["data"]["details"]["reason"],
+        "no_consent_channel"
+    );
+    assert!(
+        drain(&mut f.events)
+            .iter()
+            .all(|e| e.kind() != EventKind::ApprovalPending)
+    );
+    assert!(f.wire.pending().is_empty(), "{:?}", f.wire.pending());
+    let listed = f.wire.request(3, "approvals.list", json!({})).await;
+    assert_eq!(listed["result"]["approvals"], json!([]));
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn the_deadline_and_a_revoke_end_a_parked_call() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, terminal).await;
+    // The call's own deadline (1 s) is shorter than the approval's: it ends as a timeout.
+    f.wire
+        .send(
+            2,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "ap-t", "timeoutMs": 1000}),
+        )
+        .await;
+    let pending = next_of(&mut f.events, EventKind::ApprovalPending).await;
+    let expires = data(&pending)["expiresAt"].as_u64().unwrap();
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        expires <= now_s + 2,
+        "the wait is bounded by the deadline: {expires} vs {now_s}"
+    );
+    let reply = f.wire.response(2).await;
+    assert_eq!(reply["error"]["data"]["type"], "tool_timeout", "{reply}");
+    let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
+    assert_eq!(data(&settled)["decision"], "expired");
+
+    // Revoking the session while a call is parked ends both.
+    park(&mut f, 3, "ap-r").await;
+    let revoked = f.wire.request(4, "sessions.revoke", json!({})).await;
+    assert_eq!(revoked["result"]["revoked"], "session", "{revoked}");
+    let reply = f.wire.response(3).await;
+    assert_eq!(reply["error"]["data"]["type"], "unknown_session", "{reply}");
+    let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
+    assert_eq!(data(&settled)["callId"], "ap-r");
+    assert_eq!(data(&settled)["decision"], "cancelled");
+    let listed = f.wire.request(5, "approvals.list", json!({})).await;
+    assert_eq!(listed["result"]["approvals"], json!([]));
+
+    let lines = audit_lines(&f.daemon).await;
+    let r = audit_of(&lines, "ap-t");
+    assert_eq!(r["errorType"], "tool_timeout");
+    assert_eq!(r["operator"]["decision"], "expired");
+    let r = audit_of(&lines, "ap-r");
+    assert_eq!(r["errorType"], "unknown_session");
+    assert_eq!(r["operator"]["decision"], "cancelled");
+    assert!(r.get("consent").is_none(), "{r}");
+}
+
+#[tokio::test]
+async fn a_caller_that_hangs_up_cancels_its_parked_call() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, terminal).await;
+    let mut caller = Wire::new(&f.daemon);
+    caller
+        .send(
+            2,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "ap-hang"}),
+        )
+        .await;
+    let pending = next_of(&mut f.events, EventKind::ApprovalPending).await;
+    assert_eq!(data(&pending)["callId"], "ap-hang");
+    caller.close();
+    let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
+    assert_eq!(data(&settled)["decision"], "cancelled");
+    let finished = next_of(&mut f.events, EventKind::ToolCallFinished).await;
+    assert_eq!(data(&finished)["outcome"], "cancelled");
+    f.device.assert_no_frame();
+    let lines = audit_lines(&f.daemon).await;
+    let r = audit_of(&lines, "ap-hang");
+    assert_eq!(r["outcome"], "cancelled");
+    assert_eq!(r["operator"]["decision"], "cancelled");
+    f.stop().await;
+}
