@@ -56,10 +56,10 @@ fn sessions_table_and_empty_message() {
     ];
     let s = sessions_ls(&sessions, now());
     let expected = "\
-ALIAS      STATE                         DEVICE                       TOOLS  AGE
-pixel-8    active                        Google Pixel 8 (Android 15)  5      12m
-iphone-15  suspended (app_backgrounded)  Apple iPhone 15 (iOS 18.1)   3      2h
-bare       active                        -                            5      12m
+ALIAS      STATE                         TRANSPORT  DEVICE                       TOOLS  AGE
+pixel-8    active                        native     Google Pixel 8 (Android 15)  5      12m
+iphone-15  suspended (app_backgrounded)  native     Apple iPhone 15 (iOS 18.1)   3      2h
+bare       active                        native     -                            5      12m
 ";
     assert_eq!(s.human, expected);
     assert_eq!(s.data.as_array().map(Vec::len), Some(3));
@@ -69,6 +69,30 @@ bare       active                        -                            5      12m
         empty.human,
         "No sessions. Run \"appduct sessions link\" to connect an app.\n"
     );
+}
+
+#[test]
+fn sessions_table_shows_the_transport_and_a_sealed_sessions_rng() {
+    let sessions = vec![
+        session("browser", json!({"transport": "web"})),
+        session("pixel-8", json!({"transport": "sealed", "rng": "csprng"})),
+        session("hermes", json!({"transport": "sealed", "rng": "drbg"})),
+        // A sealed session whose source is not known yet (no field): the transport alone.
+        session("sealed-bare", json!({"transport": "sealed"})),
+    ];
+    let s = sessions_ls(&sessions, now());
+    let expected = "\
+ALIAS        STATE   TRANSPORT        DEVICE  TOOLS  AGE
+browser      active  web              -       5      12m
+pixel-8      active  sealed (csprng)  -       5      12m
+hermes       active  sealed (drbg)    -       5      12m
+sealed-bare  active  sealed           -       5      12m
+";
+    assert_eq!(s.human, expected);
+    // The JSON is the daemon's array, with the same values.
+    assert_eq!(s.data[1]["rng"], "csprng");
+    assert_eq!(s.data[2]["rng"], "drbg");
+    assert!(s.data[3].get("rng").is_none(), "{}", s.data[3]);
 }
 
 #[test]

@@ -86,7 +86,7 @@ pub fn sessions_ls(sessions: &[SessionSummary], now: OffsetDateTime) -> Success 
         );
     }
     let mut rows = vec![
-        ["ALIAS", "STATE", "DEVICE", "TOOLS", "AGE"]
+        ["ALIAS", "STATE", "TRANSPORT", "DEVICE", "TOOLS", "AGE"]
             .map(String::from)
             .to_vec(),
     ];
@@ -103,12 +103,22 @@ pub fn sessions_ls(sessions: &[SessionSummary], now: OffsetDateTime) -> Success 
         rows.push(vec![
             render::clean_line(&s.alias),
             state,
+            transport_text(s),
             device_text(s),
             s.tool_count.to_string(),
             age,
         ]);
     }
     Success::new(to_value(&sessions), render::table(&rows))
+}
+
+/// The listener the session is on, with the randomness source a sealed app named
+/// (`sealed (drbg)`, SECURITY.md §4.17): the same `transport` and `rng` as `--json`.
+fn transport_text(s: &SessionSummary) -> String {
+    match s.rng {
+        Some(rng) => format!("{} ({})", s.transport, rng.as_str()),
+        None => s.transport.to_string(),
+    }
 }
 
 /// `manufacturer model (os)` with the parts that are known; `-` when none is. The parts come

@@ -334,6 +334,72 @@ describe("resume lease", () => {
   });
 });
 
+describe("resume lease pins (§T7.2)", () => {
+  const nativeLease = (extra: Record<string, unknown> = {}): string =>
+    JSON.stringify({ v: 1, sessionId: SESSION, resumeToken: "r-9", alias: "phone", graceS: 600, lostAt: null, endpoint: { address: "192.168.50.12", port: 8443 }, transport: "native", ...extra });
+
+  it("a native lease stores the pins the session was established with", async () => {
+    const h = makeHarness();
+    const done = h.client.connect(deepLink());
+    await flush();
+    h.transport.newest.receive(ack());
+    await done;
+    expect(parseLease(h.lease.read()!)?.pins).toEqual([PIN]);
+  });
+
+  it("link trust mode resumes with the stored pins; pin mode with the configured ones, never the stored", async () => {
+    const link = makeHarness({ leaseStore: storeWith(nativeLease({ pins: [PIN] })) });
+    await expect(link.client.restoreSession()).resolves.toBe(true);
+    await flush();
+    expect(link.transport.newest.target).toEqual({ url: "wss://192.168.50.12:8443/", transport: "native", pins: [PIN] });
+    expect(link.warnings.some((w) => w.includes("link trust mode"))).toBe(true);
+
+    const pinned = makeHarness({ leaseStore: storeWith(nativeLease({ pins: [OTHER_PIN] })) });
+    pinned.client.configureAppduct({ pins: [PIN] });
+    await expect(pinned.client.restoreSession()).resolves.toBe(true);
+    await flush();
+    expect(pinned.transport.newest.target.pins).toEqual([PIN]);
+  });
+
+  it("a lease with malformed pins, pins on a non-native lease, or a disallowed address is discarded without a socket", async () => {
+    const bad = [
+      nativeLease({ pins: [] }),
+      nativeLease({ pins: "sha256/+RAVLIC+EO4igKBMsBHOkTG5k0CK2xnPR/FJXDMbzbw=" }),
+      nativeLease({ pins: ["sha256/short="] }),
+      nativeLease({ pins: [PIN, 7] }),
+      nativeLease({ pins: Array.from({ length: 33 }, () => PIN) }),
+      JSON.stringify({ ...JSON.parse(nativeLease()), transport: "web", endpoint: { address: "127.0.0.1", port: 1 }, pins: [PIN] }),
+      nativeLease({ pins: [PIN], endpoint: { address: "8.8.8.8", port: 8443 } }),
+      JSON.stringify({ ...JSON.parse(nativeLease()), transport: "web", endpoint: { address: "192.168.50.12", port: 1 } }),
+    ];
+    for (const raw of bad) {
+      const h = makeHarness({ leaseStore: storeWith(raw) });
+      await expect(h.client.restoreSession(), raw).resolves.toBe(false);
+      expect(h.lease.read(), raw).toBeNull();
+      expect(h.transport.sockets, raw).toHaveLength(0);
+      expect(h.client.getAppductState()).toBe("idle");
+    }
+  });
+
+  it("in link trust mode, a native lease without pins (an older SDK's) is discarded with a warning", async () => {
+    const h = makeHarness({ leaseStore: storeWith(nativeLease()) });
+    await expect(h.client.restoreSession()).resolves.toBe(false);
+    expect(h.lease.read()).toBeNull();
+    expect(h.transport.sockets).toHaveLength(0);
+    expect(h.warnings.some((w) => w.includes("carries no pin"))).toBe(true);
+    // In pin mode the same lease restores with the configured pins.
+    const pinned = makeHarness({ leaseStore: storeWith(nativeLease()) });
+    pinned.client.configureAppduct({ pins: [PIN] });
+    await expect(pinned.client.restoreSession()).resolves.toBe(true);
+  });
+});
+
+function storeWith(raw: string): ReturnType<typeof createMemoryLeaseStore> {
+  const store = createMemoryLeaseStore();
+  store.write(raw);
+  return store;
+}
+
 describe("handleUrl", () => {
   it("returns false for URLs without an appduct parameter", () => {
     const h = makeHarness();

@@ -11,12 +11,12 @@ import type { WebSocket as ServerSocket } from "ws";
 import { encodeBootstrapPayload } from "../src/core/bootstrap.js";
 import { createAppductClient } from "../src/core/client.js";
 import { AppductConnectError } from "../src/core/errors.js";
-import type { AppductClient, ClientState, TransportCloseEvent } from "../src/core/types.js";
+import type { AppductClient, AppductStorage, ClientState, TransportCloseEvent } from "../src/core/types.js";
 import { isNodeEntryEnabled, pinsFromEnv } from "../src/node/enabled.js";
 import { pinFromCertificateDer, pinFromPublicKey } from "../src/node/pin.js";
 import { createNodeTransport } from "../src/node/transport.js";
 import { makeSelfSignedCertificate } from "./support/cert.js";
-import { startDaemon, type Cleanup } from "./support/fake-daemon.js";
+import { startDaemon, type Cleanup, type FakeDaemon } from "./support/fake-daemon.js";
 import { ManualClock } from "./support/manual-clock.js";
 
 const OTHER_PIN = "sha256/AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
@@ -134,6 +134,78 @@ describe("Node transport, native", () => {
     }
     expect(messages).toEqual(["marker-0", "marker-1", "marker-2"]);
     expect(closes).toEqual([]);
+  });
+});
+
+/** An app's storage adapter (asynchronous, like AsyncStorage) over a map. */
+function memoryStorage(): AppductStorage & { data: Map<string, string> } {
+  const data = new Map<string, string>();
+  return {
+    data,
+    getItem: async (key) => data.get(key) ?? null,
+    setItem: async (key, value) => void data.set(key, value),
+    removeItem: async (key) => void data.delete(key),
+  };
+}
+
+/** Claims over the pinned listener in link trust mode (no configured pins) and waits for the stored lease. */
+async function claimWithStorage(daemon: FakeDaemon): Promise<ReturnType<typeof memoryStorage>> {
+  const storage = memoryStorage();
+  const first = nodeClient();
+  first.configureAppduct({ storage });
+  await first.connect(link(daemon.port, daemon.pin));
+  await vi.waitFor(() => expect(storage.data.has("appduct:lease")).toBe(true));
+  // The claim and the two snapshots: everything the first client sends before it "dies".
+  await vi.waitFor(() => expect(daemon.messages).toHaveLength(3));
+  return storage;
+}
+
+describe("Node transport, restored lease in link trust mode (§T7.2)", () => {
+  // The app restarts: the old client is gone without a goodbye (its lease stays as last
+  // written), and a new client restores from the same storage, still with no configured pins.
+  it("a lease restored after a restart resumes over wss:// with the pin the session was established with", async () => {
+    const daemon = await startDaemon(cleanups, "tls");
+    const storage = await claimWithStorage(daemon);
+    const stored = JSON.parse(storage.data.get("appduct:lease") as string) as Record<string, unknown>;
+    expect(stored).toMatchObject({ v: 1, sessionId: "session-1", resumeToken: "resume-1", transport: "native", pins: [daemon.pin] });
+
+    const second = nodeClient();
+    second.configureAppduct({ storage });
+    const active = nextState(second, "active");
+    await expect(second.restoreSession()).resolves.toBe(true);
+    await active;
+    expect(second.getSessionId()).toBe("session-1");
+    expect(daemon.upgrades).toBe(2);
+    expect(daemon.messages.filter((m) => m.type === "session_resume")).toEqual([
+      { type: "session_resume", protocol_version: 2, session_id: "session-1", resume_token: "resume-1" },
+    ]);
+  });
+
+  it("a stored lease whose pin was changed ends in pin_mismatch without sending a frame", async () => {
+    const daemon = await startDaemon(cleanups, "tls");
+    const storage = await claimWithStorage(daemon);
+    const stored = JSON.parse(storage.data.get("appduct:lease") as string) as Record<string, unknown>;
+    storage.data.set("appduct:lease", JSON.stringify({ ...stored, pins: [OTHER_PIN] }));
+    const messagesBefore = daemon.messages.length;
+    const upgradesBefore = daemon.upgrades;
+    const tcpBefore = daemon.tcpConnections;
+
+    const second = nodeClient();
+    second.configureAppduct({ storage });
+    const states: unknown[] = [];
+    const errors: unknown[] = [];
+    second.addAppductListener("stateChange", (e) => states.push(e));
+    second.addAppductListener("error", (e) => errors.push(e.code));
+    const closed = nextState(second, "closed");
+    await expect(second.restoreSession()).resolves.toBe(true);
+    await closed;
+    expect(states).toEqual([{ state: "reconnecting" }, { state: "closed", reason: "pin_mismatch" }]);
+    expect(errors).toEqual(["pin_mismatch"]);
+    // The listener was reached and its leaf checked, yet no upgrade and no frame followed.
+    expect(daemon.tcpConnections).toBe(tcpBefore + 1);
+    expect(daemon.upgrades).toBe(upgradesBefore);
+    expect(daemon.messages).toHaveLength(messagesBefore);
+    await vi.waitFor(() => expect(storage.data.has("appduct:lease")).toBe(false));
   });
 });
 

@@ -7,7 +7,7 @@ import { isTerminalCloseCode } from "./close.js";
 import { isValidEventName, isValidGroup, type WireToolDescriptor } from "./descriptors.js";
 import { AppductConnectError, AppductRegistrationError } from "./errors.js";
 import { CallTable } from "./calls.js";
-import { createAdapterLeaseStore, createMemoryLeaseStore, parseLease, type AsyncLeaseStore } from "./lease.js";
+import { createAdapterLeaseStore, createMemoryLeaseStore, MAX_LEASE_PINS, parseLease, type AsyncLeaseStore } from "./lease.js";
 import { linkRefusedFrame, type LinkRefusalReason } from "./sealed/refusal.js";
 import { encodeUtf8 } from "./utf8.js";
 import { isPrivateLanAddress, parseIpv6 } from "./ip.js";
@@ -667,6 +667,30 @@ class Client implements AppductClient {
       this.safeLeaseClear();
       return false;
     }
+    // The address rules a link meets (§T2 step 5) hold for a stored lease too: storage is not
+    // trusted to widen where this client connects.
+    const address = lease.endpoint.address;
+    if (lease.transport === "web" ? address !== "127.0.0.1" : this.allowPrivateLanOnly && !isPrivateLanAddress(address)) {
+      this.safeLog("warn", `appduct: ignoring a stored lease for ${address}, an address this client does not connect to.`);
+      this.safeLeaseClear();
+      return false;
+    }
+    // Trust (§T7.2): in pin mode the configured pins, never the stored ones; in link mode the
+    // pins the session was established with, stored in the lease. A native lease without them
+    // (written before they were stored) cannot be checked, so it is not resumed.
+    let pins: readonly string[] = [];
+    if (lease.transport === "native") {
+      if (this.trust === "pin") {
+        pins = this.pins;
+      } else if (lease.pins !== undefined) {
+        pins = lease.pins;
+        this.safeLog("warn", "appduct: trusting the pin stored with the resume lease for this session (link trust mode).");
+      } else {
+        this.safeLog("warn", "appduct: ignoring a stored native lease that carries no pin (link trust mode needs the pin the session was established with).");
+        this.safeLeaseClear();
+        return false;
+      }
+    }
     const staticKey = lease.staticKey !== undefined ? decodeBase64urlStrict(lease.staticKey) : null;
     const now = this.clock.now();
     const lostAt = lease.lostAt ?? now;
@@ -682,7 +706,7 @@ class Client implements AppductClient {
       keepaliveS: DEFAULT_KEEPALIVE_S,
       endpoint: { ...lease.endpoint },
       transport: lease.transport,
-      pins: lease.transport === "native" && this.trust === "pin" ? this.pins : [],
+      pins,
       staticKey,
       lostAt,
     };
@@ -1123,6 +1147,13 @@ class Client implements AppductClient {
       transport: session.transport,
     };
     if (session.staticKey) lease.staticKey = encodeBase64url(session.staticKey);
+    // The pins the session was established with, for a restore in link trust mode (§T7.2). A
+    // list a stored lease may not carry (over 32, or malformed ones given to connectBootstrap) is
+    // left out: such a lease restores in pin mode only.
+    const pins = session.pins;
+    if (session.transport === "native" && pins.length > 0 && pins.length <= MAX_LEASE_PINS && pins.every((pin) => isValidPin(pin))) {
+      lease.pins = [...pins];
+    }
     try {
       this.leaseStore.write(JSON.stringify(lease));
     } catch (error) {

@@ -1,9 +1,12 @@
-// The resume lease (§T7.2): what a client needs to resume a session, kept in memory (native,
-// Node, React Native) or the tab's sessionStorage (web), never on disk (§D13.2) unless the app
-// provides a storage adapter (issue #23: a session then survives a full JavaScript reload).
+// The resume lease (§T7.2): what a client needs to resume a session (for native sessions also
+// the pins it was established with, which a restore in link trust mode checks), kept in memory
+// (native, Node, React Native) or the tab's sessionStorage (web), never on disk (§D13.2) unless
+// the app provides a storage adapter (issue #23: a session then survives a full JavaScript
+// reload).
 
 import { isJsonObject, isStringWithin, isWireInteger, MAX_IDENTIFIER_LENGTH } from "./text.js";
 import { decodeBase64urlStrict } from "./base64.js";
+import { isValidPin } from "./link.js";
 import type { AppductStorage, LeaseStore, ResumeLease } from "./types.js";
 
 /** The default lease store: process memory only (§D13.2). */
@@ -19,6 +22,13 @@ export function createMemoryLeaseStore(): LeaseStore {
     },
   };
 }
+
+/**
+ * At most this many pins are read from a stored native lease: a session trusts the pins it was
+ * established with (the configured ones, `connect`'s `pins` or the link's one), and a longer list
+ * is not one this SDK wrote.
+ */
+export const MAX_LEASE_PINS = 32;
 
 /** Reads a stored lease; `null` for anything that is not a well-formed version-1 lease. */
 export function parseLease(raw: string): ResumeLease | null {
@@ -52,6 +62,23 @@ export function parseLease(raw: string): ResumeLease | null {
     if (!key || key.length !== 32) return null;
     staticKey = value.staticKey as string;
   }
+  // Native leases carry the pins the session was established with (§T7.2), which a restore
+  // in link trust mode checks the daemon against; leases written before they were stored have
+  // none. Any other transport has no pins, so a lease naming some is not one this SDK wrote.
+  let pins: string[] | undefined;
+  if (value.pins !== undefined) {
+    const stored = value.pins;
+    if (
+      value.transport !== "native" ||
+      !Array.isArray(stored) ||
+      stored.length < 1 ||
+      stored.length > MAX_LEASE_PINS ||
+      !stored.every((pin) => isValidPin(pin))
+    ) {
+      return null;
+    }
+    pins = [...(stored as string[])];
+  }
   const lease: ResumeLease = {
     v: 1,
     sessionId: value.sessionId,
@@ -63,6 +90,7 @@ export function parseLease(raw: string): ResumeLease | null {
     transport: value.transport,
   };
   if (staticKey !== undefined) lease.staticKey = staticKey;
+  if (pins !== undefined) lease.pins = pins;
   return lease;
 }
 

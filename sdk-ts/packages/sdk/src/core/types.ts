@@ -243,6 +243,11 @@ export interface ResumeLease {
   transport: TransportKind;
   /** Sealed leases: the daemon's static public key, base64url. */
   staticKey?: string;
+  /**
+   * Native leases: the pins the session was established with (1 to 32, each
+   * `^sha256/[A-Za-z0-9+/]{43}=$`); a restore in link trust mode checks the daemon against them.
+   */
+  pins?: string[];
 }
 
 export interface AppductClient {
