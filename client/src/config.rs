@@ -31,7 +31,7 @@ pub const DEFAULT_LOG_MAX_BYTES: u64 = 10_485_760;
 /// Every top-level key the loader accepts, in the order of docs/state.md §S2.2. A key outside
 /// this list is an unknown-key warning even if [`Config::from_value`] had a branch for it, so a
 /// new key must be added here (and to §S2.2, which `client/tests/it/config_doc.rs` checks).
-pub const KEYS: [&str; 14] = [
+pub const KEYS: [&str; 15] = [
     "wssPort",
     "keyPath",
     "graceSeconds",
@@ -42,6 +42,7 @@ pub const KEYS: [&str; 14] = [
     "daemonLogMaxBytes",
     "eventsLogMaxBytes",
     "policy",
+    "consent",
     "advertisedIp",
     "scheme",
     "restartDaemonOnVersionMismatch",
