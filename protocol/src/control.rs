@@ -2379,6 +2379,7 @@ impl LinkRefusedData {
 /// Rate-limited daemon-wide: `suppressed` counts the refusals left unreported since the
 /// previous event.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct DeviceRefusedData {
@@ -2970,7 +2971,9 @@ fn is_valid_approval_id(s: &str) -> bool {
 params! {
     /// `{approvalId}` of `approvals.challenge` (§C8.18).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct ApprovalIdParams {
+        #[cfg_attr(feature = "schemas", schemars(pattern(r"^[A-Za-z0-9_-]{1,128}$")))]
         "approvalId" => pub approval_id: String,
     }
 }
@@ -2997,11 +3000,21 @@ impl ApprovalIdParams {
 
 /// `approvals.decide` `grant` (§C8.19).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+// `minutes` only with `scope: "tool"`.
+#[cfg_attr(feature = "schemas", schemars(extend("allOf" = [{
+    "if": {
+        "required": ["scope", "minutes"],
+        "properties": {"scope": {"const": "call"}, "minutes": {"type": "integer"}}
+    },
+    "then": false
+}])))]
 #[non_exhaustive]
 pub struct GrantRequest {
     pub scope: GrantScope,
     /// Only with `scope: "tool"`: 1 to 1440, default 15.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schemas", schemars(range(min = 1, max = 1440)))]
     pub minutes: Option<u64>,
 }
 
@@ -3029,11 +3042,22 @@ impl GrantRequest {
 params! {
     /// `approvals.decide` params (§C8.19).
     #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+    // `grant` only with `decision: "approve"`.
+    #[cfg_attr(feature = "schemas", schemars(extend("allOf" = [{
+        "if": {
+            "required": ["decision", "grant"],
+            "properties": {"decision": {"const": "deny"}, "grant": {"type": "object"}}
+        },
+        "then": false
+    }])))]
     pub struct ApprovalsDecideParams {
+        #[cfg_attr(feature = "schemas", schemars(pattern(r"^[A-Za-z0-9_-]{1,128}$")))]
         "approvalId" => pub approval_id: String,
         "decision" => pub decision: ApprovalDecision,
         /// The one-time code the daemon wrote to the operator's terminal (§C8.18); a secret.
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 32)))]
         "code" => pub code: Option<String> => with_code,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         "grant" => pub grant: Option<GrantRequest> => with_grant,
@@ -3105,7 +3129,9 @@ impl ApprovalsDecideParams {
 params! {
     /// `grants.revoke` params (§C8.21).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct GrantsRevokeParams {
+        #[cfg_attr(feature = "schemas", schemars(pattern(r"^[A-Za-z0-9_-]{1,128}$")))]
         "grantId" => pub grant_id: String,
     }
 }
@@ -3133,6 +3159,7 @@ impl GrantsRevokeParams {
 /// Who decided an approval: the deciding connection's `daemon.hello` client name and its
 /// peer pid, each when known (§C8.19).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct Decider {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -3149,6 +3176,7 @@ impl Decider {
 
 /// One pending approval (§C8.17). Never carries the one-time code.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ApprovalSummary {
@@ -3198,6 +3226,7 @@ impl ApprovalSummary {
 
 /// `approvals.list` result (§C8.17).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct ApprovalsListResult {
     pub approvals: Vec<ApprovalSummary>,
@@ -3211,6 +3240,7 @@ impl ApprovalsListResult {
 
 /// `approvals.challenge` result (§C8.18): where the code was written, never the code.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ApprovalChallengeResult {
@@ -3238,6 +3268,7 @@ impl ApprovalChallengeResult {
 /// An operator grant: tool `tool` on session `sessionId` runs without parking until
 /// `expiresAt` (§C8.19, §C8.20).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct GrantSummary {
@@ -3281,6 +3312,7 @@ impl GrantSummary {
 
 /// `approvals.decide` result (§C8.19).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ApprovalsDecideResult {
@@ -3307,6 +3339,7 @@ impl ApprovalsDecideResult {
 
 /// `grants.list` result (§C8.20).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct GrantsListResult {
     pub grants: Vec<GrantSummary>,
@@ -3320,6 +3353,7 @@ impl GrantsListResult {
 
 /// `grants.revoke` result (§C8.21).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct GrantsRevokeResult {
     pub revoked: bool,
@@ -3333,6 +3367,7 @@ impl GrantsRevokeResult {
 
 /// `approval_pending` data (§C13.1); `sessionId` and `alias` are the event's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ApprovalPendingData {
@@ -3367,6 +3402,7 @@ impl ApprovalPendingData {
 
 /// `approval_settled` data (§C13.1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ApprovalSettledData {

@@ -151,6 +151,7 @@ fn event_data_schema(kind: EventKind, g: &mut SchemaGenerator) -> Schema {
         EventKind::LinkCreated => g.subschema_for::<LinkCreatedData>(),
         EventKind::LinkExpired | EventKind::SessionExpired => g.subschema_for::<Empty>(),
         EventKind::LinkRefused => g.subschema_for::<LinkRefusedData>(),
+        EventKind::DeviceRefused => g.subschema_for::<DeviceRefusedData>(),
         EventKind::SessionClaimed => g.subschema_for::<SessionClaimedData>(),
         EventKind::SessionSuspended => g.subschema_for::<SessionSuspendedData>(),
         EventKind::SessionResumed => g.subschema_for::<SessionResumedData>(),
@@ -161,6 +162,8 @@ fn event_data_schema(kind: EventKind, g: &mut SchemaGenerator) -> Schema {
         EventKind::ToolCallStarted => g.subschema_for::<ToolCallStartedData>(),
         EventKind::ToolCallProgress => g.subschema_for::<ToolCallProgressData>(),
         EventKind::ToolCallFinished => g.subschema_for::<ToolCallFinishedData>(),
+        EventKind::ApprovalPending => g.subschema_for::<ApprovalPendingData>(),
+        EventKind::ApprovalSettled => g.subschema_for::<ApprovalSettledData>(),
     }
 }
 
@@ -172,6 +175,7 @@ fn event_kind_schema(kind: EventKind, g: &mut SchemaGenerator) -> Schema {
         EventKind::LinkCreated | EventKind::LinkExpired | EventKind::LinkRefused => {
             "the link's session id"
         }
+        EventKind::DeviceRefused => "the session, absent before the ack (as is `alias`)",
         _ => "the session",
     };
     json_schema!({
@@ -442,6 +446,11 @@ fn dispatch(method: &str, kind: Kind) -> Option<Value> {
         EventsList::NAME => one::<EventsList>(kind),
         EventsSubscribe::NAME => one::<EventsSubscribe>(kind),
         EventsSince::NAME => one::<EventsSince>(kind),
+        ApprovalsList::NAME => one::<ApprovalsList>(kind),
+        ApprovalsChallenge::NAME => one::<ApprovalsChallenge>(kind),
+        ApprovalsDecide::NAME => one::<ApprovalsDecide>(kind),
+        GrantsList::NAME => one::<GrantsList>(kind),
+        GrantsRevoke::NAME => one::<GrantsRevoke>(kind),
         _ => return None,
     })
 }

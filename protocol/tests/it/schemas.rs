@@ -305,6 +305,87 @@ fn schemas_and_validators_agree_on_boundary_cases() {
             json!({"sessionId": "s", "name": "t", "argsSha256": "0A".repeat(32)}),
             false,
         ),
+        ("approvals.list", json!({}), true),
+        ("approvals.list", json!({"x": 1}), false),
+        ("approvals.challenge", json!({"approvalId": "a_1-Z"}), true),
+        ("approvals.challenge", json!({"approvalId": ""}), false),
+        ("approvals.challenge", json!({"approvalId": "a.b"}), false),
+        (
+            "approvals.challenge",
+            json!({"approvalId": "a".repeat(129)}),
+            false,
+        ),
+        ("approvals.challenge", json!({}), false),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "code": "1".repeat(32)}),
+            true,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "code": "1".repeat(33)}),
+            false,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "code": ""}),
+            false,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "maybe"}),
+            false,
+        ),
+        ("approvals.decide", json!({"approvalId": "a"}), false),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "tool", "minutes": 1440}}),
+            true,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "tool", "minutes": 1441}}),
+            false,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "tool", "minutes": 0}}),
+            false,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "call", "minutes": 5}}),
+            false,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "call", "minutes": null}}),
+            true,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "grant": {"scope": "call", "x": 1}}),
+            false,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "approve", "grant": {"minutes": 5}}),
+            false,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "deny", "grant": {"scope": "call"}}),
+            false,
+        ),
+        (
+            "approvals.decide",
+            json!({"approvalId": "a", "decision": "deny", "grant": null}),
+            true,
+        ),
+        ("grants.list", Value::Null, true),
+        ("grants.revoke", json!({"grantId": "g-1"}), true),
+        ("grants.revoke", json!({"grantId": "g 1"}), false),
+        ("grants.revoke", json!({"grantId": 1}), false),
     ];
     let mut disagreements = Vec::new();
     for (method, params, valid) in &params_cases {
