@@ -7,6 +7,7 @@
 //! unless the command handles them itself.
 
 pub mod args;
+pub mod audit;
 pub mod completions;
 pub mod daemon;
 pub mod doctor;
@@ -102,6 +103,8 @@ pub enum TopCommand {
     Mcp(mcp::McpArgs),
     /// Inspect a built app (.apk, .aab, .ipa, .app) for the appduct native module
     Doctor(doctor::DoctorArgs),
+    /// Read the audit log (records of settled tool calls) from the state directory
+    Audit(audit::AuditArgs),
     /// Print a shell completion script
     Completions(completions::CompletionsArgs),
     /// Run the playground: a demo app connected to the daemon, to try every command on
@@ -160,6 +163,8 @@ pub enum Command {
     Playground {
         tour: bool,
     },
+    /// `audit`: reads the day files; never contacts the daemon.
+    Audit(audit::AuditRequest),
 }
 
 impl Command {
@@ -186,6 +191,7 @@ impl Command {
             Command::Doctor(_) => "doctor",
             Command::Completions { .. } => "completions",
             Command::Playground { .. } => "playground",
+            Command::Audit(_) => "audit",
         }
     }
 
@@ -197,6 +203,7 @@ impl Command {
                 | Command::Keygen(_)
                 | Command::Doctor(_)
                 | Command::Completions { .. }
+                | Command::Audit(_)
         )
     }
 }
@@ -215,6 +222,7 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         TopCommand::Doctor(a) => doctor::validate(a),
         TopCommand::Playground(a) => Ok(playground::validate(a)),
         TopCommand::Completions(a) => completions::validate(a),
+        TopCommand::Audit(a) => audit::validate(a),
     }
 }
 
@@ -236,6 +244,16 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
             init::run(req, &env).map(Reply::Success)
         }
         Command::Doctor(req) => doctor::run(req).map(Reply::Success),
+        Command::Audit(req) if !req.follow => audit::run(&inv.globals, req).map(Reply::Success),
+        Command::Audit(req) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| CliError::internal(format!("cannot start the async runtime: {e}")))?;
+            let reply = runtime.block_on(audit::run_follow(&inv.globals, out, req));
+            runtime.shutdown_background();
+            reply
+        }
         _ => run_daemon_command(inv, out),
     }
 }

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod audit;
 mod cli_args;
 mod daemon_wire;
 mod doctor;
