@@ -115,6 +115,14 @@ methods! {
     EventsSubscribe = "events.subscribe", SubscribeParams => SubscribeResult;
     /// `events.since` (§C8.13).
     EventsSince = "events.since", EventsSinceParams => EventsSinceResult;
+    /// `policy.list` (§C8.30).
+    PolicyList = "policy.list", NoParams => PolicyListResult;
+    /// `policy.set` (§C8.31).
+    PolicySet = "policy.set", PolicySetParams => PolicyChangeResult;
+    /// `policy.reset` (§C8.32).
+    PolicyReset = "policy.reset", PolicyResetParams => PolicyChangeResult;
+    /// `daemon.reload` (§C8.33).
+    DaemonReload = "daemon.reload", NoParams => ReloadResult;
 }
 
 /// Names reserved for later waves; the daemon answers `-32601` for them (§C8.16).
@@ -1561,6 +1569,158 @@ pub struct StatusResult {
     /// bytes; absent only when the host key could not be read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed_key: Option<String>,
+}
+
+/// Longest `policy.set` / `policy.reset` `target` (§C8.31).
+pub const MAX_POLICY_TARGET_LEN: usize = 200;
+
+params! {
+    /// `policy.set` params (§C8.31): `target` is `default`, `destructive` or a
+    /// `policy.tools` key `<alias>/<tool>` (either part may be a glob).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct PolicySetParams {
+        "target" => pub target: String,
+        "decision" => pub decision: PolicyDecision,
+    }
+}
+
+impl PolicySetParams {
+    pub fn new(target: impl Into<String>, decision: PolicyDecision) -> Self {
+        Self {
+            target: target.into(),
+            decision,
+        }
+    }
+
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, Self::KEYS)?;
+        let target = p.string(Self::TARGET, 1, MAX_POLICY_TARGET_LEN)?;
+        let decision = p.enumeration(Self::DECISION, "must be \"allow\", \"deny\" or \"prompt\"")?;
+        Ok(Self {
+            target: p.required(Self::TARGET, target)?,
+            decision: p.required(Self::DECISION, decision)?,
+        })
+    }
+}
+
+params! {
+    /// `policy.reset` params (§C8.32): without `target`, the whole policy returns to the
+    /// built-in defaults.
+    #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    pub struct PolicyResetParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "target" => pub target: Option<String> => with_target,
+    }
+}
+
+impl PolicyResetParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, Self::KEYS)?;
+        Ok(Self {
+            target: p.string(Self::TARGET, 1, MAX_POLICY_TARGET_LEN)?,
+        })
+    }
+}
+
+/// One effective decision of `policy.list` (§C8.30): a tool of a live session and the rule that
+/// decides it (`source`: `policy.tools["<key>"]`, `policy.destructive` or `policy.default`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct PolicyEffective {
+    pub session_id: String,
+    pub alias: String,
+    pub tool: String,
+    pub decision: PolicyDecision,
+    pub source: String,
+}
+
+impl PolicyEffective {
+    pub fn new(
+        session_id: impl Into<String>,
+        alias: impl Into<String>,
+        tool: impl Into<String>,
+        decision: PolicyDecision,
+        source: impl Into<String>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            alias: alias.into(),
+            tool: tool.into(),
+            decision,
+            source: source.into(),
+        }
+    }
+}
+
+/// `policy.list` result (§C8.30).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct PolicyListResult {
+    pub policy: PolicySummary,
+    pub config_path: String,
+    /// Every tool of every live session, by alias then tool name.
+    pub effective: Vec<PolicyEffective>,
+}
+
+impl PolicyListResult {
+    pub fn new(policy: PolicySummary, config_path: impl Into<String>, effective: Vec<PolicyEffective>) -> Self {
+        Self {
+            policy,
+            config_path: config_path.into(),
+            effective,
+        }
+    }
+}
+
+/// `policy.set` / `policy.reset` result (§C8.31, §C8.32): the policy now in force, and whether
+/// the call changed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct PolicyChangeResult {
+    pub changed: bool,
+    pub policy: PolicySummary,
+    pub config_path: String,
+}
+
+impl PolicyChangeResult {
+    pub fn new(changed: bool, policy: PolicySummary, config_path: impl Into<String>) -> Self {
+        Self {
+            changed,
+            policy,
+            config_path: config_path.into(),
+        }
+    }
+}
+
+/// `daemon.reload` result (§C8.33): `applied` lists the `config.json` keys put in force,
+/// `restartRequired` the changed keys that take effect only after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ReloadResult {
+    pub applied: Vec<String>,
+    pub restart_required: Vec<String>,
+    pub policy: PolicySummary,
+    pub config_path: String,
+}
+
+impl ReloadResult {
+    pub fn new(
+        applied: Vec<String>,
+        restart_required: Vec<String>,
+        policy: PolicySummary,
+        config_path: impl Into<String>,
+    ) -> Self {
+        Self {
+            applied,
+            restart_required,
+            policy,
+            config_path: config_path.into(),
+        }
+    }
 }
 
 /// `{ok: true}` of `daemon.shutdown` (§C8.3).

@@ -17,6 +17,7 @@ pub mod keygen;
 pub mod mcp;
 pub mod parse;
 pub mod playground;
+pub mod policy;
 pub mod sessions;
 pub mod tools;
 
@@ -103,6 +104,8 @@ pub enum TopCommand {
     Mcp(mcp::McpArgs),
     /// Inspect a built app (.apk, .aab, .ipa, .app) for the appduct native module
     Doctor(doctor::DoctorArgs),
+    /// The tool policy at runtime (applied without dropping sessions)
+    Policy(policy::PolicyNoun),
     /// Read the audit log (records of settled tool calls) from the state directory
     Audit(audit::AuditArgs),
     /// Print a shell completion script
@@ -163,6 +166,10 @@ pub enum Command {
     Playground {
         tour: bool,
     },
+    PolicyLs,
+    PolicySet(appduct_protocol::control::PolicySetParams),
+    PolicyReset(appduct_protocol::control::PolicyResetParams),
+    DaemonReload,
     /// `audit`: reads the day files; never contacts the daemon.
     Audit(audit::AuditRequest),
 }
@@ -192,6 +199,10 @@ impl Command {
             Command::Completions { .. } => "completions",
             Command::Playground { .. } => "playground",
             Command::Audit(_) => "audit",
+            Command::PolicyLs => "policy ls",
+            Command::PolicySet(_) => "policy set",
+            Command::PolicyReset(_) => "policy reset",
+            Command::DaemonReload => "daemon reload",
         }
     }
 
@@ -223,6 +234,7 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         TopCommand::Playground(a) => Ok(playground::validate(a)),
         TopCommand::Completions(a) => completions::validate(a),
         TopCommand::Audit(a) => audit::validate(a),
+        TopCommand::Policy(noun) => policy::validate(noun),
     }
 }
 
@@ -325,6 +337,10 @@ async fn interruptible_command(inv: &Invocation, out: &Output) -> Result<Reply, 
         Command::DaemonStart => daemon::lifecycle::start(g, out).await,
         Command::DaemonStop => daemon::lifecycle::stop(g).await,
         Command::DaemonStatus => daemon::lifecycle::status(g, out).await,
+        Command::DaemonReload => policy::reload(g, out).await,
+        Command::PolicyLs => policy::ls(g, out).await,
+        Command::PolicySet(p) => policy::set(g, out, p).await,
+        Command::PolicyReset(p) => policy::reset(g, out, p).await,
         other => Err(CliError::internal(format!(
             "appduct {} is not implemented in this build yet",
             other.label()

@@ -11,4 +11,5 @@ mod human_snapshots;
 mod link_parity;
 mod mcp_host;
 mod playground;
+mod policy;
 mod security_delivery;
