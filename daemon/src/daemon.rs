@@ -682,7 +682,12 @@ impl Daemon {
                 state_dir: dir.path().to_owned(),
                 events_log_path: dir.events_log_path(),
             },
-            policy_control: PolicyControl::new(policy.clone(), (*config).clone(), dir.path()),
+            policy_control: PolicyControl::new(
+                policy.clone(),
+                (*config).clone(),
+                dir.path(),
+                bus.clone(),
+            ),
             policy,
             audit: audit.clone(),
             sessions: sessions.clone(),

@@ -328,3 +328,73 @@ pub fn evaluate_policy(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tools(keys: &[(&str, Decision)]) -> BTreeMap<String, Decision> {
+        keys.iter().map(|(k, d)| ((*k).to_owned(), *d)).collect()
+    }
+
+    fn rule<'a>(t: &'a BTreeMap<String, Decision>, alias: &str, tool: &str) -> Option<&'a str> {
+        matching_rule(t, alias, tool).map(|(k, _)| k)
+    }
+
+    #[test]
+    fn the_most_specific_rule_wins() {
+        let t = tools(&[
+            ("*/*", Decision::Allow),
+            ("pixel-*/*", Decision::Prompt),
+            ("pixel-8/*", Decision::Deny),
+            ("*/reset", Decision::Deny),
+            ("pixel-8/reset", Decision::Allow),
+            ("pixel-*/reset", Decision::Prompt),
+        ]);
+        // Exact beats everything.
+        assert_eq!(rule(&t, "pixel-8", "reset"), Some("pixel-8/reset"));
+        // A literal tool part beats a glob tool part, whatever the alias part.
+        assert_eq!(rule(&t, "pixel-8-2", "reset"), Some("pixel-*/reset"));
+        assert_eq!(rule(&t, "galaxy-s24", "reset"), Some("*/reset"));
+        // Then a literal alias part beats a glob alias part.
+        assert_eq!(rule(&t, "pixel-8", "sum"), Some("pixel-8/*"));
+        // Then more literal characters.
+        assert_eq!(rule(&t, "pixel-9", "sum"), Some("pixel-*/*"));
+        assert_eq!(rule(&t, "galaxy-s24", "sum"), Some("*/*"));
+    }
+
+    #[test]
+    fn ties_go_to_the_first_key_in_code_point_order() {
+        let t = tools(&[("*l-8/sum", Decision::Deny), ("pix*/sum", Decision::Allow)]);
+        // Both: literal tool, glob alias, 3 literal alias characters + "sum".
+        assert_eq!(rule(&t, "pixel-8", "sum"), Some("*l-8/sum"));
+        let t = tools(&[("pix*/sum", Decision::Allow), ("pixel*/sum", Decision::Deny)]);
+        assert_eq!(rule(&t, "pixel-8", "sum"), Some("pixel*/sum"));
+    }
+
+    #[test]
+    fn no_matching_rule_falls_back_to_destructive_then_default() {
+        let policy = Policy {
+            default: Decision::Allow,
+            destructive: Decision::Prompt,
+            tools: tools(&[("pixel-*/wipe", Decision::Deny)]),
+        };
+        let e = evaluate_policy(&policy, "galaxy", "wipe", true);
+        assert_eq!((e.decision, e.source), (Decision::Prompt, PolicySource::Destructive));
+        let e = evaluate_policy(&policy, "galaxy", "sum", false);
+        assert_eq!((e.decision, e.source), (Decision::Allow, PolicySource::Default));
+        let e = evaluate_policy(&policy, "pixel-8-2", "wipe", true);
+        assert_eq!(e.decision, Decision::Deny);
+        assert_eq!(e.source.to_string(), r#"policy.tools["pixel-*/wipe"]"#);
+    }
+
+    #[test]
+    fn a_replaced_policy_is_seen_by_every_clone() {
+        let engine = PolicyEngine::new(Policy::default(), "/s/config.json");
+        let clone = engine.clone();
+        let mut deny = Policy::default();
+        deny.default = Decision::Deny;
+        engine.replace(deny);
+        assert_eq!(clone.evaluate_parts("a", "t", false).decision, Decision::Deny);
+    }
+}

@@ -13,12 +13,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use appduct_client::config::{Config, Policy, is_valid_tool_key, write_policy};
 use appduct_protocol::control::{
-    PolicyChangeResult, PolicyEffective, PolicyListResult, PolicyResetParams, PolicySetParams,
-    ReloadResult,
+    EventData, PolicyChangeCause, PolicyChangeResult, PolicyChangedData, PolicyDecision,
+    PolicyEffective, PolicyListResult, PolicyResetParams, PolicySetParams, ReloadResult,
 };
 use appduct_protocol::jsonrpc::ErrorObject;
 use serde_json::{Map, Value};
 
+use crate::events::EventBus;
 use crate::policy::PolicyEngine;
 use crate::sessions::SessionManager;
 
@@ -34,16 +35,37 @@ pub struct PolicyControl {
     state_dir: PathBuf,
     /// Serialises writers of `config.json` (set, reset, reload).
     write: Arc<Mutex<()>>,
+    /// Where `policy_changed` goes (§C13.1).
+    bus: EventBus,
 }
 
 impl PolicyControl {
-    pub fn new(policy: PolicyEngine, running: Config, state_dir: impl Into<PathBuf>) -> Self {
+    pub fn new(
+        policy: PolicyEngine,
+        running: Config,
+        state_dir: impl Into<PathBuf>,
+        bus: EventBus,
+    ) -> Self {
         Self {
             policy,
             running: Arc::new(Mutex::new(running)),
             state_dir: state_dir.into(),
             write: Arc::new(Mutex::new(())),
+            bus,
         }
+    }
+
+    /// Emits `policy_changed` with the policy now in force.
+    fn announce(
+        &self,
+        cause: PolicyChangeCause,
+        target: Option<&str>,
+        decision: Option<PolicyDecision>,
+    ) {
+        let data = PolicyChangedData::new(cause, self.policy.summary())
+            .with_target(target.map(str::to_owned))
+            .with_decision(decision);
+        self.bus.emit(None, None, EventData::PolicyChanged(data));
     }
 
     pub fn engine(&self) -> &PolicyEngine {
@@ -86,7 +108,8 @@ impl PolicyControl {
     /// `policy.set`: `target` is `default`, `destructive` or a `policy.tools` key.
     pub fn set(&self, p: &PolicySetParams) -> Result<PolicyChangeResult, ErrorObject> {
         check_target(&p.target)?;
-        self.change(|policy| match p.target.as_str() {
+        let announce = (PolicyChangeCause::Set, Some(p.target.as_str()), Some(p.decision));
+        self.change(announce, |policy| match p.target.as_str() {
             "default" => policy.default = p.decision,
             "destructive" => policy.destructive = p.decision,
             key => {
@@ -102,7 +125,8 @@ impl PolicyControl {
             check_target(target)?;
         }
         let defaults = Policy::default();
-        self.change(|policy| match p.target.as_deref() {
+        let announce = (PolicyChangeCause::Reset, p.target.as_deref(), None);
+        self.change(announce, |policy| match p.target.as_deref() {
             None => *policy = defaults.clone(),
             Some("default") => policy.default = defaults.default,
             Some("destructive") => policy.destructive = defaults.destructive,
@@ -112,7 +136,11 @@ impl PolicyControl {
         })
     }
 
-    fn change(&self, edit: impl FnOnce(&mut Policy)) -> Result<PolicyChangeResult, ErrorObject> {
+    fn change(
+        &self,
+        (cause, target, decision): (PolicyChangeCause, Option<&str>, Option<PolicyDecision>),
+        edit: impl FnOnce(&mut Policy),
+    ) -> Result<PolicyChangeResult, ErrorObject> {
         let _writing = self.write.lock().unwrap_or_else(PoisonError::into_inner);
         let before = self.policy.policy();
         let mut after = before.clone();
@@ -131,6 +159,7 @@ impl PolicyControl {
                 .unwrap_or_else(PoisonError::into_inner)
                 .policy = after;
             tracing::info!("policy changed at runtime");
+            self.announce(cause, target, decision);
         }
         Ok(PolicyChangeResult::new(
             changed,
@@ -161,6 +190,7 @@ impl PolicyControl {
             self.policy.replace(new.policy.clone());
             running.policy = new.policy.clone();
             applied.push("policy".to_owned());
+            self.announce(PolicyChangeCause::Reload, None, None);
         }
         let restart_required = restart_required(&running, &new);
         tracing::info!(?applied, ?restart_required, "configuration reloaded");

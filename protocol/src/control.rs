@@ -583,6 +583,7 @@ wire_enum! {
         ToolCallStarted = "tool_call_started",
         ToolCallProgress = "tool_call_progress",
         ToolCallFinished = "tool_call_finished",
+        PolicyChanged = "policy_changed",
     }
 }
 
@@ -2395,7 +2396,42 @@ pub enum EventData {
     ToolCallStarted(ToolCallStartedData),
     ToolCallProgress(ToolCallProgressData),
     ToolCallFinished(ToolCallFinishedData),
+    PolicyChanged(PolicyChangedData),
 }
+
+wire_enum! {
+    /// What changed the policy (`policy_changed` `cause`, §C13.1).
+    PolicyChangeCause { Set = "set", Reset = "reset", Reload = "reload" }
+}
+
+/// `policy_changed` data (§C13.1): the cause, the `target` of a set or reset (absent for a
+/// whole reset and for a reload), the `decision` of a set, and the policy now in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PolicyChangedData {
+    pub cause: PolicyChangeCause,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<PolicyDecision>,
+    pub policy: PolicySummary,
+}
+
+impl PolicyChangedData {
+    pub fn new(cause: PolicyChangeCause, policy: PolicySummary) -> Self {
+        Self {
+            cause,
+            target: None,
+            decision: None,
+            policy,
+        }
+    }
+}
+
+setters!(PolicyChangedData {
+    with_target => target: Option<String>,
+    with_decision => decision: Option<PolicyDecision>,
+});
 
 impl EventData {
     pub fn kind(&self) -> EventKind {
@@ -2415,6 +2451,7 @@ impl EventData {
             Self::ToolCallStarted(_) => EventKind::ToolCallStarted,
             Self::ToolCallProgress(_) => EventKind::ToolCallProgress,
             Self::ToolCallFinished(_) => EventKind::ToolCallFinished,
+            Self::PolicyChanged(_) => EventKind::PolicyChanged,
         }
     }
 
@@ -2434,6 +2471,7 @@ impl EventData {
             Self::ToolCallStarted(d) => m.serialize_entry("data", d),
             Self::ToolCallProgress(d) => m.serialize_entry("data", d),
             Self::ToolCallFinished(d) => m.serialize_entry("data", d),
+            Self::PolicyChanged(d) => m.serialize_entry("data", d),
         }
     }
 
@@ -2456,6 +2494,7 @@ impl EventData {
             EventKind::ToolCallStarted => Self::ToolCallStarted(de(data)?),
             EventKind::ToolCallProgress => Self::ToolCallProgress(de(data)?),
             EventKind::ToolCallFinished => Self::ToolCallFinished(de(data)?),
+            EventKind::PolicyChanged => Self::PolicyChanged(de(data)?),
         })
     }
 }

@@ -51,6 +51,21 @@ fn policy_set_changes_the_next_call_without_dropping_the_session() {
     assert_eq!(doc["error"]["details"]["source"], r#"policy.tools["*/sum"]"#, "{doc}");
     assert_eq!(session(&sb), before);
 
+    // The change is announced as `policy_changed` (in events.log, which takes every kind but
+    // app_event).
+    sb.wait_for("policy_changed in events.log", || {
+        std::fs::read_to_string(sb.state_dir().join("events.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|e| {
+                e["kind"] == "policy_changed"
+                    && e["data"]["cause"] == "set"
+                    && e["data"]["target"] == "*/sum"
+                    && e["data"]["policy"]["tools"]["*/sum"] == "deny"
+            })
+    });
+
     // The more specific exact key wins over the glob, and `policy ls` names it.
     sb.ok(&["policy", "set", &format!("{alias}/sum"), "allow"]);
     assert_eq!(call_sum(&sb).0, 0);

@@ -601,6 +601,10 @@ fn every_method_has_a_name_and_rejects_non_object_params() {
         EventsList::NAME,
         EventsSubscribe::NAME,
         EventsSince::NAME,
+        PolicyList::NAME,
+        PolicySet::NAME,
+        PolicyReset::NAME,
+        DaemonReload::NAME,
     ];
     assert_eq!(names.as_slice(), METHODS);
     for name in METHODS {
@@ -906,6 +910,8 @@ fn every_event_kind_round_trips() {
         r#"{"kind":"tool_call_progress","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"callId":"b"}}"#,
         r#"{"kind":"tool_call_finished","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"name":"reset_counter","callId":"call_Yx1Q9m0v3w6Hk2a8Jd4cFQ","caller":"cli","durationMs":0,"outcome":"denied","deniedReason":"policy"}}"#,
         r#"{"kind":"tool_call_finished","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"name":"slow_task","callId":"b","caller":"mcp","durationMs":2003,"outcome":"cancelled","errorType":"tool_cancelled"}}"#,
+        r#"{"kind":"policy_changed","ts":1,"seq":0,"data":{"cause":"set","target":"*/reset","decision":"deny","policy":{"default":"allow","destructive":"allow","tools":{"*/reset":"deny"}}}}"#,
+        r#"{"kind":"policy_changed","ts":1,"seq":0,"data":{"cause":"reload","policy":{"default":"deny","destructive":"deny"}}}"#,
     ];
     let mut seen = Vec::new();
     for example in examples {

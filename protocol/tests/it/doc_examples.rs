@@ -233,6 +233,10 @@ fn check_result(ex: &Example) -> Result<(), String> {
         EventsList::NAME => round_trip::<EventsList>(&result),
         EventsSubscribe::NAME => round_trip::<EventsSubscribe>(&result),
         EventsSince::NAME => round_trip::<EventsSince>(&result),
+        PolicyList::NAME => round_trip::<PolicyList>(&result),
+        PolicySet::NAME => round_trip::<PolicySet>(&result),
+        PolicyReset::NAME => round_trip::<PolicyReset>(&result),
+        DaemonReload::NAME => round_trip::<DaemonReload>(&result),
         other => Err(format!("unknown method {other}")),
     }
 }
