@@ -368,7 +368,10 @@ mod tests {
         let t = tools(&[("*l-8/sum", Decision::Deny), ("pix*/sum", Decision::Allow)]);
         // Both: literal tool, glob alias, 3 literal alias characters + "sum".
         assert_eq!(rule(&t, "pixel-8", "sum"), Some("*l-8/sum"));
-        let t = tools(&[("pix*/sum", Decision::Allow), ("pixel*/sum", Decision::Deny)]);
+        let t = tools(&[
+            ("pix*/sum", Decision::Allow),
+            ("pixel*/sum", Decision::Deny),
+        ]);
         assert_eq!(rule(&t, "pixel-8", "sum"), Some("pixel*/sum"));
     }
 
@@ -380,9 +383,15 @@ mod tests {
             tools: tools(&[("pixel-*/wipe", Decision::Deny)]),
         };
         let e = evaluate_policy(&policy, "galaxy", "wipe", true);
-        assert_eq!((e.decision, e.source), (Decision::Prompt, PolicySource::Destructive));
+        assert_eq!(
+            (e.decision, e.source),
+            (Decision::Prompt, PolicySource::Destructive)
+        );
         let e = evaluate_policy(&policy, "galaxy", "sum", false);
-        assert_eq!((e.decision, e.source), (Decision::Allow, PolicySource::Default));
+        assert_eq!(
+            (e.decision, e.source),
+            (Decision::Allow, PolicySource::Default)
+        );
         let e = evaluate_policy(&policy, "pixel-8-2", "wipe", true);
         assert_eq!(e.decision, Decision::Deny);
         assert_eq!(e.source.to_string(), r#"policy.tools["pixel-*/wipe"]"#);
@@ -392,9 +401,13 @@ mod tests {
     fn a_replaced_policy_is_seen_by_every_clone() {
         let engine = PolicyEngine::new(Policy::default(), "/s/config.json");
         let clone = engine.clone();
-        let mut deny = Policy::default();
-        deny.default = Decision::Deny;
-        engine.replace(deny);
-        assert_eq!(clone.evaluate_parts("a", "t", false).decision, Decision::Deny);
+        engine.replace(Policy {
+            default: Decision::Deny,
+            ..Policy::default()
+        });
+        assert_eq!(
+            clone.evaluate_parts("a", "t", false).decision,
+            Decision::Deny
+        );
     }
 }

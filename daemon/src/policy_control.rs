@@ -108,7 +108,11 @@ impl PolicyControl {
     /// `policy.set`: `target` is `default`, `destructive` or a `policy.tools` key.
     pub fn set(&self, p: &PolicySetParams) -> Result<PolicyChangeResult, ErrorObject> {
         check_target(&p.target)?;
-        let announce = (PolicyChangeCause::Set, Some(p.target.as_str()), Some(p.decision));
+        let announce = (
+            PolicyChangeCause::Set,
+            Some(p.target.as_str()),
+            Some(p.decision),
+        );
         self.change(announce, |policy| match p.target.as_str() {
             "default" => policy.default = p.decision,
             "destructive" => policy.destructive = p.decision,
@@ -214,12 +218,18 @@ pub fn restart_required(old: &Config, new: &Config) -> Vec<String> {
     differs("wssPort", old.wss_port != new.wss_port);
     differs("keyPath", old.key_path != new.key_path);
     differs("graceSeconds", old.grace_seconds != new.grace_seconds);
-    differs("linkTtlSeconds", old.link_ttl_seconds != new.link_ttl_seconds);
+    differs(
+        "linkTtlSeconds",
+        old.link_ttl_seconds != new.link_ttl_seconds,
+    );
     differs(
         "keepaliveIntervalSeconds",
         old.keepalive_interval_seconds != new.keepalive_interval_seconds,
     );
-    differs("eventBufferSize", old.event_buffer_size != new.event_buffer_size);
+    differs(
+        "eventBufferSize",
+        old.event_buffer_size != new.event_buffer_size,
+    );
     differs(
         "auditRetentionDays",
         old.audit_retention_days != new.audit_retention_days,

@@ -1596,7 +1596,8 @@ impl PolicySetParams {
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
         let target = p.string(Self::TARGET, 1, MAX_POLICY_TARGET_LEN)?;
-        let decision = p.enumeration(Self::DECISION, "must be \"allow\", \"deny\" or \"prompt\"")?;
+        let decision =
+            p.enumeration(Self::DECISION, "must be \"allow\", \"deny\" or \"prompt\"")?;
         Ok(Self {
             target: p.required(Self::TARGET, target)?,
             decision: p.required(Self::DECISION, decision)?,
@@ -1666,7 +1667,11 @@ pub struct PolicyListResult {
 }
 
 impl PolicyListResult {
-    pub fn new(policy: PolicySummary, config_path: impl Into<String>, effective: Vec<PolicyEffective>) -> Self {
+    pub fn new(
+        policy: PolicySummary,
+        config_path: impl Into<String>,
+        effective: Vec<PolicyEffective>,
+    ) -> Self {
         Self {
             policy,
             config_path: config_path.into(),

@@ -73,7 +73,11 @@ pub async fn ls(globals: &Globals, out: &Output) -> Result<Success, CliError> {
     Ok(policy_ls(&r))
 }
 
-pub async fn set(globals: &Globals, out: &Output, p: &PolicySetParams) -> Result<Success, CliError> {
+pub async fn set(
+    globals: &Globals,
+    out: &Output,
+    p: &PolicySetParams,
+) -> Result<Success, CliError> {
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
     let r = client
         .call::<PolicySet>(p.clone())

@@ -48,7 +48,10 @@ fn policy_set_changes_the_next_call_without_dropping_the_session() {
     let (code, doc) = call_sum(&sb);
     assert_ne!(code, 0, "{doc}");
     assert_eq!(doc["error"]["type"], "policy_denied", "{doc}");
-    assert_eq!(doc["error"]["details"]["source"], r#"policy.tools["*/sum"]"#, "{doc}");
+    assert_eq!(
+        doc["error"]["details"]["source"], r#"policy.tools["*/sum"]"#,
+        "{doc}"
+    );
     assert_eq!(session(&sb), before);
 
     // The change is announced as `policy_changed` (in events.log, which takes every kind but
