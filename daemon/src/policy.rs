@@ -110,9 +110,11 @@ impl PolicyDenial {
     /// `details.hint`: names `configKey` and `configPath` (§C11).
     pub fn hint(&self) -> String {
         let change = format!(
-            "set {} to \"allow\" in {} and restart the daemon (appduct daemon stop).",
+            "set {} to \"allow\" in {} and run appduct daemon reload, or run appduct policy set {}/{} allow.",
             self.config_key(),
-            self.config_path.display()
+            self.config_path.display(),
+            self.alias,
+            self.tool
         );
         match self.reason {
             DeniedReason::Policy => format!("To allow it, {change}"),
