@@ -157,7 +157,10 @@ fn daemon_run_reloads_on_sighup_and_keeps_running() {
     sb.wait_for("SIGHUP to reload the policy", || {
         sb.ok(&["policy", "ls"])["policy"]["default"] == "deny"
     });
-    assert!(child.try_wait().unwrap().is_none(), "SIGHUP stopped the daemon");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP stopped the daemon"
+    );
     signal(child.id(), "TERM");
     assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
     assert!(!exists(&sb.socket()) && !exists(&sb.pidfile()));
