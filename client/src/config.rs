@@ -166,8 +166,9 @@ impl Config {
         }
     }
 
-    /// Loads `<state_dir>/config.json`. A missing file gives the defaults. The file is written by
-    /// the user, never created by appduct, so a symlink there is followed (dotfile managers).
+    /// Loads `<state_dir>/config.json`. A missing file gives the defaults. The file is the
+    /// user's (appduct writes it only through [`write_policy`], which replaces a symlink's
+    /// target, never the link), so a symlink there is followed (dotfile managers).
     pub fn load(state_dir: &Path) -> Result<LoadedConfig, ConfigError> {
         let path = state_dir.join(CONFIG_FILE);
         let bytes = match std::fs::read(&path) {
