@@ -1094,4 +1094,67 @@ mod tests {
             DEFAULT_LOG_MAX_BYTES
         );
     }
+
+    #[test]
+    fn write_policy_keeps_other_keys_and_writes_0600_atomically() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(CONFIG_FILE);
+        std::fs::write(
+            &path,
+            r#"{"zeta": 1, "wssPort": 0, "policy": {"note": "mine", "tools": {"a/b": "deny"}}, "alpha": true}"#,
+        )
+        .unwrap();
+        let mut policy = Config::from_slice(&std::fs::read(&path).unwrap(), tmp.path())
+            .unwrap()
+            .config
+            .policy;
+        policy.tools.insert("pixel-*/re*".into(), Decision::Prompt);
+        policy.default = Decision::Deny;
+        write_policy(tmp.path(), &policy).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        // Unknown keys and their order kept; the policy's own unknown key kept.
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["zeta", "wssPort", "policy", "alpha"]);
+        assert_eq!(v["policy"]["note"], "mine");
+        assert_eq!(v["policy"]["default"], "deny");
+        assert_eq!(v["policy"]["tools"]["pixel-*/re*"], "prompt");
+        // It loads back to the same policy, and nothing else was left in the directory.
+        let back = Config::from_slice(text.as_bytes(), tmp.path())
+            .unwrap()
+            .config;
+        assert_eq!(back.policy, policy);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+        // A file that is not an object is refused and left alone.
+        std::fs::write(&path, "[1]").unwrap();
+        assert!(write_policy(tmp.path(), &policy).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[1]");
+    }
+
+    #[test]
+    fn tool_keys_accept_globs_in_either_part() {
+        for ok in [
+            "pixel-8/reset",
+            "*/reset",
+            "pixel-*/wipe",
+            "pixel-8/*",
+            "*/*",
+            "p*l-8/re*t",
+        ] {
+            assert!(is_valid_tool_key(ok), "{ok}");
+        }
+        for bad in [
+            "Pixel 8/reset",
+            "pixel-8",
+            "/reset",
+            "pixel-8/",
+            "pixel--8/x",
+            "a/b/c",
+        ] {
+            assert!(!is_valid_tool_key(bad), "{bad}");
+        }
+    }
 }
