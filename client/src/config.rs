@@ -1,8 +1,12 @@
 //! `config.json` (§S2): loading, validation and the typed configuration.
 //!
-//! The file is read once at daemon start. A missing file means every default; unknown keys are
-//! warnings; anything else wrong stops the daemon with an error naming the file, the key and the
-//! accepted values (`daemon run` exits 65).
+//! The file is read at daemon start and again by `daemon.reload` (SIGHUP). A missing file means
+//! every default; unknown keys are warnings; anything else wrong stops the daemon with an error
+//! naming the file, the key and the accepted values (`daemon run` exits 65), or fails the reload
+//! and leaves the running configuration in force.
+//!
+//! [`write_policy`] is the one writer: `policy.set` / `policy.reset` persist the `policy` key
+//! with it (atomic replace, 0600, every other key and unknown key kept as written).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -223,8 +227,9 @@ impl Config {
         }
     }
 
-    /// Loads `<state_dir>/config.json`. A missing file gives the defaults. The file is written by
-    /// the user, never created by appduct, so a symlink there is followed (dotfile managers).
+    /// Loads `<state_dir>/config.json`. A missing file gives the defaults. The file is the
+    /// user's (appduct writes it only through [`write_policy`], which replaces a symlink's
+    /// target, never the link), so a symlink there is followed (dotfile managers).
     pub fn load(state_dir: &Path) -> Result<LoadedConfig, ConfigError> {
         let path = state_dir.join(CONFIG_FILE);
         let bytes = match std::fs::read(&path) {
@@ -563,7 +568,10 @@ fn render(value: &Value) -> String {
 }
 
 /// `^[a-z0-9]+(-[a-z0-9]+)*/[A-Za-z0-9_-]{1,64}$` (§C11).
-fn is_valid_tool_key(key: &str) -> bool {
+/// `"<alias>/<tool>"` where either part may be a glob (`*` any run of characters): the alias
+/// part lowercase letters, digits, `-` and `*`, its hyphen-separated words non-empty; the tool
+/// part 1 to 64 of `A-Z a-z 0-9 _ - *`.
+pub fn is_valid_tool_key(key: &str) -> bool {
     let Some((alias, tool)) = key.split_once('/') else {
         return false;
     };
@@ -571,13 +579,78 @@ fn is_valid_tool_key(key: &str) -> bool {
         !word.is_empty()
             && word
                 .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'*')
     });
     let tool_ok = (1..=64).contains(&tool.len())
         && tool
             .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'*');
     alias_ok && tool_ok
+}
+
+/// Writes `policy` as the `policy` key of `<state_dir>/config.json`, keeping every other key
+/// (unknown ones included, in their order) and any other key inside `policy`: the file is read,
+/// changed and written to a fresh 0600 temporary file beside it (`O_EXCL`, `O_NOFOLLOW`),
+/// synced and renamed over the original, so a reader sees the old or the new file, never a
+/// part. When `config.json` is a symlink (dotfile managers) its target is replaced. A file
+/// that is not a JSON object is refused and left alone.
+pub fn write_policy(state_dir: &Path, policy: &Policy) -> io::Result<()> {
+    use std::io::Write as _;
+    let link = state_dir.join(CONFIG_FILE);
+    let path = std::fs::canonicalize(&link).unwrap_or(link);
+    let mut doc = match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Value::Object(serde_json::Map::new()),
+        Err(e) => return Err(e),
+    };
+    let Value::Object(root) = &mut doc else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not a JSON object", path.display()),
+        ));
+    };
+    let entry = root
+        .entry("policy")
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(serde_json::Map::new());
+    }
+    if let Value::Object(obj) = entry {
+        obj.insert("default".into(), Value::String(policy.default.to_string()));
+        obj.insert(
+            "destructive".into(),
+            Value::String(policy.destructive.to_string()),
+        );
+        if policy.tools.is_empty() {
+            obj.remove("tools");
+        } else {
+            let tools = policy
+                .tools
+                .iter()
+                .map(|(k, d)| (k.clone(), Value::String(d.to_string())))
+                .collect();
+            obj.insert("tools".into(), Value::Object(tools));
+        }
+    }
+    let mut text = serde_json::to_string_pretty(&doc).map_err(io::Error::other)?;
+    text.push('\n');
+    let dir = path.parent().unwrap_or(state_dir);
+    let name = path
+        .file_name()
+        .map_or_else(|| CONFIG_FILE.into(), |n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let result = (|| {
+        let mut file = crate::state_dir::create_new(&tmp)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// An origin `http(s)://host[:port]` with nothing after the authority (§S2.2). The host is a
@@ -1165,5 +1238,68 @@ mod tests {
             daemon_log_max_bytes_for_rotation(tmp.path()),
             DEFAULT_LOG_MAX_BYTES
         );
+    }
+
+    #[test]
+    fn write_policy_keeps_other_keys_and_writes_0600_atomically() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(CONFIG_FILE);
+        std::fs::write(
+            &path,
+            r#"{"zeta": 1, "wssPort": 0, "policy": {"note": "mine", "tools": {"a/b": "deny"}}, "alpha": true}"#,
+        )
+        .unwrap();
+        let mut policy = Config::from_slice(&std::fs::read(&path).unwrap(), tmp.path())
+            .unwrap()
+            .config
+            .policy;
+        policy.tools.insert("pixel-*/re*".into(), Decision::Prompt);
+        policy.default = Decision::Deny;
+        write_policy(tmp.path(), &policy).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let v: Value = serde_json::from_str(&text).unwrap();
+        // Unknown keys and their order kept; the policy's own unknown key kept.
+        let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["zeta", "wssPort", "policy", "alpha"]);
+        assert_eq!(v["policy"]["note"], "mine");
+        assert_eq!(v["policy"]["default"], "deny");
+        assert_eq!(v["policy"]["tools"]["pixel-*/re*"], "prompt");
+        // It loads back to the same policy, and nothing else was left in the directory.
+        let back = Config::from_slice(text.as_bytes(), tmp.path())
+            .unwrap()
+            .config;
+        assert_eq!(back.policy, policy);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 1);
+        // A file that is not an object is refused and left alone.
+        std::fs::write(&path, "[1]").unwrap();
+        assert!(write_policy(tmp.path(), &policy).is_err());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[1]");
+    }
+
+    #[test]
+    fn tool_keys_accept_globs_in_either_part() {
+        for ok in [
+            "pixel-8/reset",
+            "*/reset",
+            "pixel-*/wipe",
+            "pixel-8/*",
+            "*/*",
+            "p*l-8/re*t",
+        ] {
+            assert!(is_valid_tool_key(ok), "{ok}");
+        }
+        for bad in [
+            "Pixel 8/reset",
+            "pixel-8",
+            "/reset",
+            "pixel-8/",
+            "pixel--8/x",
+            "a/b/c",
+        ] {
+            assert!(!is_valid_tool_key(bad), "{bad}");
+        }
     }
 }

@@ -43,6 +43,7 @@ use crate::handlers::{
 use crate::links::{DaemonLinkEnv, LinkEnvironment, LinkError};
 use crate::listener::{self, AcceptContext, AcceptedDevice, RunningListener};
 use crate::policy::PolicyEngine;
+use crate::policy_control::PolicyControl;
 use crate::preclaim::{PreclaimBudget, PreclaimPolicy};
 use crate::sessions::{EngineOptions, SessionManager};
 use crate::tls::{HostKey, KeyError, KeySource, TlsError, TlsState};
@@ -712,6 +713,12 @@ impl Daemon {
                 state_dir: dir.path().to_owned(),
                 events_log_path: dir.events_log_path(),
             },
+            policy_control: PolicyControl::new(
+                policy.clone(),
+                (*config).clone(),
+                dir.path(),
+                bus.clone(),
+            ),
             policy,
             audit: audit.clone(),
             sessions: sessions.clone(),
@@ -940,6 +947,14 @@ impl fmt::Debug for DaemonHandle {
 }
 
 impl DaemonHandle {
+    /// `daemon.reload` (§C8.33): what SIGHUP does to `daemon run` (§S3.6).
+    pub fn reload(
+        &self,
+    ) -> Result<appduct_protocol::control::ReloadResult, appduct_protocol::jsonrpc::ErrorObject>
+    {
+        self.shared.handler.context().policy_control.reload()
+    }
+
     /// The bound wss address (the wildcard or dual-stack socket; its port is never 0).
     pub fn wss_addr(&self) -> SocketAddr {
         self.shared.wss_addr

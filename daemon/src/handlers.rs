@@ -43,6 +43,7 @@ use crate::control_server::{
 use crate::events::{EventBus, EventFilter, SinceQuery, SubscribeRequest, SubscriptionId};
 use crate::links::{DaemonLinkEnv, LinkEnvironment};
 use crate::policy::PolicyEngine;
+use crate::policy_control::PolicyControl;
 use crate::sessions::SessionManager;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -145,6 +146,8 @@ pub struct HandlerContext {
     pub identity: DaemonIdentity,
     /// Reported by `daemon.status.policy`.
     pub policy: PolicyEngine,
+    /// `policy.*` and `daemon.reload` (§C8.30–§C8.33); shares `policy`'s engine.
+    pub policy_control: PolicyControl,
     /// Reported by `daemon.status.audit`.
     pub audit: AuditWriter,
     pub sessions: SessionManager,
@@ -330,6 +333,12 @@ impl DaemonHandler {
                 let this = self.clone();
                 respond_off_thread(conn, id, move || this.events_since(&p)).await
             }
+            ControlRequest::PolicyList(_) => {
+                Reply::from_result(Ok::<_, ErrorObject>(ctx.policy_control.list(&ctx.sessions)))
+            }
+            ControlRequest::PolicySet(p) => Reply::from_result(ctx.policy_control.set(&p)),
+            ControlRequest::PolicyReset(p) => Reply::from_result(ctx.policy_control.reset(&p)),
+            ControlRequest::DaemonReload(_) => Reply::from_result(ctx.policy_control.reload()),
             calls @ (ControlRequest::ToolsList(_)
             | ControlRequest::ToolsCall(_)
             | ControlRequest::ToolsCancel(_)

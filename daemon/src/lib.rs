@@ -18,6 +18,7 @@ pub mod handlers;
 pub mod links;
 pub mod listener;
 pub mod policy;
+pub mod policy_control;
 pub mod preclaim;
 pub mod quiet_unix;
 pub mod sessions;

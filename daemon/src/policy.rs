@@ -1,11 +1,21 @@
 //! Policy evaluation (§C11): the effective decision for a tool on a session, the call-time check
 //! with consent, and the exact `policy_denied` error (§C4.2, §C11).
 //!
-//! The policy is read once at daemon start (§C11); [`PolicyEngine`] is immutable, so
-//! `tools.list` and `tools.call` always agree.
+//! The policy is read at daemon start and replaced at runtime by `policy.set`, `policy.reset`
+//! and `daemon.reload` (§C8.30–§C8.33). [`PolicyEngine`] clones share one policy behind a lock;
+//! each evaluation reads one consistent policy, and the next call sees a change at once.
+//!
+//! Rule precedence (§C11): among the `policy.tools` keys whose alias part and tool part both
+//! match (each part a name or a glob, `*` any run of characters), the most specific wins:
+//! a key with a literal tool part beats one with a glob tool part, then a literal alias part
+//! beats a glob alias part, then more literal (non-`*`) characters win, and a remaining tie
+//! goes to the key first in code-point order. So `pixel-8/reset` > `*/reset` > `pixel-8/*` >
+//! `*/*`. No key matching: `policy.destructive` for a destructive tool, else `policy.default`.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use appduct_protocol::control::{Consent, DeniedReason, PolicySummary, Settlement};
 use appduct_protocol::descriptor::ToolDescriptor;
@@ -18,7 +28,7 @@ use appduct_client::config::{Config, Decision, Policy};
 /// The configuration key that produced a decision (§C11), shown in denials as `source`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PolicySource {
-    /// `policy.tools["<alias>/<tool>"]`; holds the `"<alias>/<tool>"` map key.
+    /// `policy.tools["<key>"]`; holds the map key that matched (exact or glob).
     Tool(String),
     /// `policy.destructive`, chosen because `annotations.destructiveHint` is `true`.
     Destructive,
@@ -106,9 +116,11 @@ impl PolicyDenial {
     /// `details.hint`: names `configKey` and `configPath` (§C11).
     pub fn hint(&self) -> String {
         let change = format!(
-            "set {} to \"allow\" in {} and restart the daemon (appduct daemon stop).",
+            "set {} to \"allow\" in {} and run appduct daemon reload, or run appduct policy set {}/{} allow.",
             self.config_key(),
-            self.config_path.display()
+            self.config_path.display(),
+            self.alias,
+            self.tool
         );
         match self.reason {
             DeniedReason::Policy => format!("To allow it, {change}"),
@@ -147,18 +159,76 @@ impl From<&PolicyDenial> for ErrorObject {
     }
 }
 
-/// The daemon's policy and the path of the file it came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The daemon's policy and the path of the file it came from. Clones share the policy, so a
+/// change through one ([`PolicyEngine::replace`]) is seen by every holder.
+#[derive(Debug, Clone)]
 pub struct PolicyEngine {
-    policy: Policy,
+    policy: Arc<RwLock<Policy>>,
     config_path: PathBuf,
+}
+
+impl PartialEq for PolicyEngine {
+    fn eq(&self, other: &Self) -> bool {
+        self.config_path == other.config_path && self.policy() == other.policy()
+    }
+}
+
+impl Eq for PolicyEngine {}
+
+/// How specific a `policy.tools` key is; larger wins (see the module docs).
+fn specificity(alias_part: &str, tool_part: &str) -> (bool, bool, usize) {
+    (
+        !tool_part.contains('*'),
+        !alias_part.contains('*'),
+        alias_part.len() + tool_part.len()
+            - alias_part.matches('*').count()
+            - tool_part.matches('*').count(),
+    )
+}
+
+/// A `policy.tools` key part against a name: literal, or a glob (§C13.5 rules).
+fn part_matches(part: &str, name: &str) -> bool {
+    if part.contains('*') {
+        appduct_protocol::glob::Glob::new(part).is_ok_and(|g| g.matches(name))
+    } else {
+        part == name
+    }
+}
+
+/// The `policy.tools` key that decides for `tool_name` on `alias`, by the precedence of the
+/// module docs, and its decision.
+pub fn matching_rule<'a>(
+    tools: &'a BTreeMap<String, Decision>,
+    alias: &str,
+    tool_name: &str,
+) -> Option<(&'a str, Decision)> {
+    // Fast path: the exact key is always the most specific.
+    let exact = format!("{alias}/{tool_name}");
+    if let Some((key, decision)) = tools.get_key_value(&exact) {
+        return Some((key.as_str(), *decision));
+    }
+    let mut best: Option<((bool, bool, usize), &'a str, Decision)> = None;
+    for (key, decision) in tools {
+        let Some((alias_part, tool_part)) = key.split_once('/') else {
+            continue;
+        };
+        if !part_matches(alias_part, alias) || !part_matches(tool_part, tool_name) {
+            continue;
+        }
+        let rank = specificity(alias_part, tool_part);
+        // Keys come in code-point order: only a strictly more specific key replaces.
+        if best.as_ref().is_none_or(|(r, _, _)| rank > *r) {
+            best = Some((rank, key.as_str(), *decision));
+        }
+    }
+    best.map(|(_, key, decision)| (key, decision))
 }
 
 impl PolicyEngine {
     /// `config_path` must be absolute: denials show it to a person (§C11).
     pub fn new(policy: Policy, config_path: impl Into<PathBuf>) -> Self {
         PolicyEngine {
-            policy,
+            policy: Arc::new(RwLock::new(policy)),
             config_path: config_path.into(),
         }
     }
@@ -171,6 +241,20 @@ impl PolicyEngine {
         &self.config_path
     }
 
+    /// A copy of the policy in force.
+    pub fn policy(&self) -> Policy {
+        self.policy
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `policy` in force for every holder; returns the policy it replaced.
+    pub fn replace(&self, policy: Policy) -> Policy {
+        let mut guard = self.policy.write().unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(&mut *guard, policy)
+    }
+
     /// §C11 for tool `tool` on the session whose alias is `alias` now. Also the `policy`
     /// of each `tools.list` entry.
     pub fn evaluate(&self, alias: &str, tool: &ToolDescriptor) -> Evaluation {
@@ -180,24 +264,8 @@ impl PolicyEngine {
     /// [`PolicyEngine::evaluate`] from the parts it reads: the tool's name and whether its
     /// `destructiveHint` is `true` (absent counts as `false`).
     pub fn evaluate_parts(&self, alias: &str, tool_name: &str, destructive: bool) -> Evaluation {
-        let key = format!("{alias}/{tool_name}");
-        if let Some(decision) = self.policy.tools.get(&key) {
-            return Evaluation {
-                decision: *decision,
-                source: PolicySource::Tool(key),
-            };
-        }
-        if destructive {
-            Evaluation {
-                decision: self.policy.destructive,
-                source: PolicySource::Destructive,
-            }
-        } else {
-            Evaluation {
-                decision: self.policy.default,
-                source: PolicySource::Default,
-            }
-        }
+        let policy = self.policy.read().unwrap_or_else(PoisonError::into_inner);
+        evaluate_policy(&policy, alias, tool_name, destructive)
     }
 
     /// Step 6 of the `tools.call` pipeline (§C11). `consent` is the validated param: the
@@ -243,7 +311,116 @@ impl PolicyEngine {
 
     /// `daemon.status.policy` (§C8.2): `tools` only when an override is configured.
     pub fn summary(&self) -> PolicySummary {
-        PolicySummary::new(self.policy.default, self.policy.destructive)
-            .with_tools(self.policy.tools.clone())
+        let policy = self.policy();
+        PolicySummary::new(policy.default, policy.destructive).with_tools(policy.tools)
+    }
+}
+
+/// §C11 over one policy value.
+pub fn evaluate_policy(
+    policy: &Policy,
+    alias: &str,
+    tool_name: &str,
+    destructive: bool,
+) -> Evaluation {
+    if let Some((key, decision)) = matching_rule(&policy.tools, alias, tool_name) {
+        return Evaluation {
+            decision,
+            source: PolicySource::Tool(key.to_owned()),
+        };
+    }
+    if destructive {
+        Evaluation {
+            decision: policy.destructive,
+            source: PolicySource::Destructive,
+        }
+    } else {
+        Evaluation {
+            decision: policy.default,
+            source: PolicySource::Default,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tools(keys: &[(&str, Decision)]) -> BTreeMap<String, Decision> {
+        keys.iter().map(|(k, d)| ((*k).to_owned(), *d)).collect()
+    }
+
+    fn rule<'a>(t: &'a BTreeMap<String, Decision>, alias: &str, tool: &str) -> Option<&'a str> {
+        matching_rule(t, alias, tool).map(|(k, _)| k)
+    }
+
+    #[test]
+    fn the_most_specific_rule_wins() {
+        let t = tools(&[
+            ("*/*", Decision::Allow),
+            ("pixel-*/*", Decision::Prompt),
+            ("pixel-8/*", Decision::Deny),
+            ("*/reset", Decision::Deny),
+            ("pixel-8/reset", Decision::Allow),
+            ("pixel-*/reset", Decision::Prompt),
+        ]);
+        // Exact beats everything.
+        assert_eq!(rule(&t, "pixel-8", "reset"), Some("pixel-8/reset"));
+        // A literal tool part beats a glob tool part, whatever the alias part.
+        assert_eq!(rule(&t, "pixel-8-2", "reset"), Some("pixel-*/reset"));
+        assert_eq!(rule(&t, "galaxy-s24", "reset"), Some("*/reset"));
+        // Then a literal alias part beats a glob alias part.
+        assert_eq!(rule(&t, "pixel-8", "sum"), Some("pixel-8/*"));
+        // Then more literal characters.
+        assert_eq!(rule(&t, "pixel-9", "sum"), Some("pixel-*/*"));
+        assert_eq!(rule(&t, "galaxy-s24", "sum"), Some("*/*"));
+    }
+
+    #[test]
+    fn ties_go_to_the_first_key_in_code_point_order() {
+        let t = tools(&[("*l-8/sum", Decision::Deny), ("pix*/sum", Decision::Allow)]);
+        // Both: literal tool, glob alias, 3 literal alias characters + "sum".
+        assert_eq!(rule(&t, "pixel-8", "sum"), Some("*l-8/sum"));
+        let t = tools(&[
+            ("pix*/sum", Decision::Allow),
+            ("pixel*/sum", Decision::Deny),
+        ]);
+        assert_eq!(rule(&t, "pixel-8", "sum"), Some("pixel*/sum"));
+    }
+
+    #[test]
+    fn no_matching_rule_falls_back_to_destructive_then_default() {
+        let policy = Policy {
+            default: Decision::Allow,
+            destructive: Decision::Prompt,
+            tools: tools(&[("pixel-*/wipe", Decision::Deny)]),
+        };
+        let e = evaluate_policy(&policy, "galaxy", "wipe", true);
+        assert_eq!(
+            (e.decision, e.source),
+            (Decision::Prompt, PolicySource::Destructive)
+        );
+        let e = evaluate_policy(&policy, "galaxy", "sum", false);
+        assert_eq!(
+            (e.decision, e.source),
+            (Decision::Allow, PolicySource::Default)
+        );
+        let e = evaluate_policy(&policy, "pixel-8-2", "wipe", true);
+        assert_eq!(e.decision, Decision::Deny);
+        assert_eq!(e.source.to_string(), r#"policy.tools["pixel-*/wipe"]"#);
+    }
+
+    #[test]
+    fn a_replaced_policy_is_seen_by_every_clone() {
+        let engine = PolicyEngine::new(Policy::default(), "/s/config.json");
+        let clone = engine.clone();
+        engine.replace(Policy {
+            default: Decision::Deny,
+            ..Policy::default()
+        });
+        assert_eq!(
+            clone.evaluate_parts("a", "t", false).decision,
+            Decision::Deny
+        );
     }
 }

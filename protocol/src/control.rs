@@ -125,6 +125,14 @@ methods! {
     GrantsList = "grants.list", NoParams => GrantsListResult;
     /// `grants.revoke` (§C8.21).
     GrantsRevoke = "grants.revoke", GrantsRevokeParams => GrantsRevokeResult;
+    /// `policy.list` (§C8.30).
+    PolicyList = "policy.list", NoParams => PolicyListResult;
+    /// `policy.set` (§C8.31).
+    PolicySet = "policy.set", PolicySetParams => PolicyChangeResult;
+    /// `policy.reset` (§C8.32).
+    PolicyReset = "policy.reset", PolicyResetParams => PolicyChangeResult;
+    /// `daemon.reload` (§C8.33).
+    DaemonReload = "daemon.reload", NoParams => ReloadResult;
 }
 
 /// Names reserved for later waves; the daemon answers `-32601` for them (§C8.16).
@@ -594,6 +602,7 @@ wire_enum! {
         ToolCallFinished = "tool_call_finished",
         ApprovalPending = "approval_pending",
         ApprovalSettled = "approval_settled",
+        PolicyChanged = "policy_changed",
     }
 }
 wire_enum! {
@@ -1685,6 +1694,163 @@ pub struct StatusResult {
     pub grants: Vec<GrantSummary>,
 }
 
+/// Longest `policy.set` / `policy.reset` `target` (§C8.31).
+pub const MAX_POLICY_TARGET_LEN: usize = 200;
+
+params! {
+    /// `policy.set` params (§C8.31): `target` is `default`, `destructive` or a
+    /// `policy.tools` key `<alias>/<tool>` (either part may be a glob).
+    #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct PolicySetParams {
+        "target" => pub target: String,
+        "decision" => pub decision: PolicyDecision,
+    }
+}
+
+impl PolicySetParams {
+    pub fn new(target: impl Into<String>, decision: PolicyDecision) -> Self {
+        Self {
+            target: target.into(),
+            decision,
+        }
+    }
+
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, Self::KEYS)?;
+        let target = p.string(Self::TARGET, 1, MAX_POLICY_TARGET_LEN)?;
+        let decision =
+            p.enumeration(Self::DECISION, "must be \"allow\", \"deny\" or \"prompt\"")?;
+        Ok(Self {
+            target: p.required(Self::TARGET, target)?,
+            decision: p.required(Self::DECISION, decision)?,
+        })
+    }
+}
+
+params! {
+    /// `policy.reset` params (§C8.32): without `target`, the whole policy returns to the
+    /// built-in defaults.
+    #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    pub struct PolicyResetParams {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        "target" => pub target: Option<String> => with_target,
+    }
+}
+
+impl PolicyResetParams {
+    pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let p = Obj::params(params, Self::KEYS)?;
+        Ok(Self {
+            target: p.string(Self::TARGET, 1, MAX_POLICY_TARGET_LEN)?,
+        })
+    }
+}
+
+/// One effective decision of `policy.list` (§C8.30): a tool of a live session and the rule that
+/// decides it (`source`: `policy.tools["<key>"]`, `policy.destructive` or `policy.default`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct PolicyEffective {
+    pub session_id: String,
+    pub alias: String,
+    pub tool: String,
+    pub decision: PolicyDecision,
+    pub source: String,
+}
+
+impl PolicyEffective {
+    pub fn new(
+        session_id: impl Into<String>,
+        alias: impl Into<String>,
+        tool: impl Into<String>,
+        decision: PolicyDecision,
+        source: impl Into<String>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            alias: alias.into(),
+            tool: tool.into(),
+            decision,
+            source: source.into(),
+        }
+    }
+}
+
+/// `policy.list` result (§C8.30).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct PolicyListResult {
+    pub policy: PolicySummary,
+    pub config_path: String,
+    /// Every tool of every live session, by alias then tool name.
+    pub effective: Vec<PolicyEffective>,
+}
+
+impl PolicyListResult {
+    pub fn new(
+        policy: PolicySummary,
+        config_path: impl Into<String>,
+        effective: Vec<PolicyEffective>,
+    ) -> Self {
+        Self {
+            policy,
+            config_path: config_path.into(),
+            effective,
+        }
+    }
+}
+
+/// `policy.set` / `policy.reset` result (§C8.31, §C8.32): the policy now in force, and whether
+/// the call changed it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct PolicyChangeResult {
+    pub changed: bool,
+    pub policy: PolicySummary,
+    pub config_path: String,
+}
+
+impl PolicyChangeResult {
+    pub fn new(changed: bool, policy: PolicySummary, config_path: impl Into<String>) -> Self {
+        Self {
+            changed,
+            policy,
+            config_path: config_path.into(),
+        }
+    }
+}
+
+/// `daemon.reload` result (§C8.33): `applied` lists the `config.json` keys put in force,
+/// `restartRequired` the changed keys that take effect only after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct ReloadResult {
+    pub applied: Vec<String>,
+    pub restart_required: Vec<String>,
+    pub policy: PolicySummary,
+    pub config_path: String,
+}
+
+impl ReloadResult {
+    pub fn new(
+        applied: Vec<String>,
+        restart_required: Vec<String>,
+        policy: PolicySummary,
+        config_path: impl Into<String>,
+    ) -> Self {
+        Self {
+            applied,
+            restart_required,
+            policy,
+            config_path: config_path.into(),
+        }
+    }
+}
+
 /// `{ok: true}` of `daemon.shutdown` (§C8.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
@@ -2450,7 +2616,42 @@ pub enum EventData {
     ToolCallFinished(ToolCallFinishedData),
     ApprovalPending(ApprovalPendingData),
     ApprovalSettled(ApprovalSettledData),
+    PolicyChanged(PolicyChangedData),
 }
+
+wire_enum! {
+    /// What changed the policy (`policy_changed` `cause`, §C13.1).
+    PolicyChangeCause { Set = "set", Reset = "reset", Reload = "reload" }
+}
+
+/// `policy_changed` data (§C13.1): the cause, the `target` of a set or reset (absent for a
+/// whole reset and for a reload), the `decision` of a set, and the policy now in force.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PolicyChangedData {
+    pub cause: PolicyChangeCause,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<PolicyDecision>,
+    pub policy: PolicySummary,
+}
+
+impl PolicyChangedData {
+    pub fn new(cause: PolicyChangeCause, policy: PolicySummary) -> Self {
+        Self {
+            cause,
+            target: None,
+            decision: None,
+            policy,
+        }
+    }
+}
+
+setters!(PolicyChangedData {
+    with_target => target: Option<String>,
+    with_decision => decision: Option<PolicyDecision>,
+});
 
 impl EventData {
     pub fn kind(&self) -> EventKind {
@@ -2473,6 +2674,7 @@ impl EventData {
             Self::ToolCallFinished(_) => EventKind::ToolCallFinished,
             Self::ApprovalPending(_) => EventKind::ApprovalPending,
             Self::ApprovalSettled(_) => EventKind::ApprovalSettled,
+            Self::PolicyChanged(_) => EventKind::PolicyChanged,
         }
     }
 
@@ -2495,6 +2697,7 @@ impl EventData {
             Self::ToolCallFinished(d) => m.serialize_entry("data", d),
             Self::ApprovalPending(d) => m.serialize_entry("data", d),
             Self::ApprovalSettled(d) => m.serialize_entry("data", d),
+            Self::PolicyChanged(d) => m.serialize_entry("data", d),
         }
     }
 
@@ -2520,6 +2723,7 @@ impl EventData {
             EventKind::ToolCallFinished => Self::ToolCallFinished(de(data)?),
             EventKind::ApprovalPending => Self::ApprovalPending(de(data)?),
             EventKind::ApprovalSettled => Self::ApprovalSettled(de(data)?),
+            EventKind::PolicyChanged => Self::PolicyChanged(de(data)?),
         })
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod approvals;
 pub mod args;
+pub mod audit;
 pub mod completions;
 pub mod daemon;
 pub mod doctor;
@@ -18,6 +19,7 @@ pub mod mcp;
 pub mod mcp_setup;
 pub mod parse;
 pub mod playground;
+pub mod policy;
 pub mod sessions;
 pub mod tools;
 
@@ -106,6 +108,10 @@ pub enum TopCommand {
     Mcp(mcp::McpArgs),
     /// Inspect a built app (.apk, .aab, .ipa, .app) for the appduct native module
     Doctor(doctor::DoctorArgs),
+    /// The tool policy at runtime (applied without dropping sessions)
+    Policy(policy::PolicyNoun),
+    /// Read the audit log (records of settled tool calls) from the state directory
+    Audit(audit::AuditArgs),
     /// Print a shell completion script
     Completions(completions::CompletionsArgs),
     /// Run the playground: a demo app connected to the daemon, to try every command on
@@ -168,6 +174,12 @@ pub enum Command {
     Playground {
         tour: bool,
     },
+    PolicyLs,
+    PolicySet(appduct_protocol::control::PolicySetParams),
+    PolicyReset(appduct_protocol::control::PolicyResetParams),
+    DaemonReload,
+    /// `audit`: reads the day files; never contacts the daemon.
+    Audit(audit::AuditRequest),
 }
 
 impl Command {
@@ -199,6 +211,11 @@ impl Command {
             Command::Doctor(_) => "doctor",
             Command::Completions { .. } => "completions",
             Command::Playground { .. } => "playground",
+            Command::Audit(_) => "audit",
+            Command::PolicyLs => "policy ls",
+            Command::PolicySet(_) => "policy set",
+            Command::PolicyReset(_) => "policy reset",
+            Command::DaemonReload => "daemon reload",
         }
     }
 
@@ -211,6 +228,7 @@ impl Command {
                 | Command::Keygen(_)
                 | Command::Doctor(_)
                 | Command::Completions { .. }
+                | Command::Audit(_)
         )
     }
 }
@@ -230,6 +248,8 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         TopCommand::Doctor(a) => doctor::validate(a),
         TopCommand::Playground(a) => Ok(playground::validate(a)),
         TopCommand::Completions(a) => completions::validate(a),
+        TopCommand::Audit(a) => audit::validate(a),
+        TopCommand::Policy(noun) => policy::validate(noun),
     }
 }
 
@@ -271,6 +291,16 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
         Command::McpSetup(req) => {
             let env = mcp_setup::SetupEnv::current()?;
             mcp_setup::run(req, &env).map(Reply::Success)
+        }
+        Command::Audit(req) if !req.follow => audit::run(&inv.globals, req).map(Reply::Success),
+        Command::Audit(req) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| CliError::internal(format!("cannot start the async runtime: {e}")))?;
+            let reply = runtime.block_on(audit::run_follow(&inv.globals, out, req));
+            runtime.shutdown_background();
+            reply
         }
         _ => run_daemon_command(inv, out),
     }
@@ -344,6 +374,10 @@ async fn interruptible_command(inv: &Invocation, out: &Output) -> Result<Reply, 
         Command::DaemonStop => daemon::lifecycle::stop(g).await,
         Command::DaemonStatus => daemon::lifecycle::status(g, out).await,
         Command::Approvals(a) => approvals::run(g, out, a).await,
+        Command::DaemonReload => policy::reload(g, out).await,
+        Command::PolicyLs => policy::ls(g, out).await,
+        Command::PolicySet(p) => policy::set(g, out, p).await,
+        Command::PolicyReset(p) => policy::reset(g, out, p).await,
         other => Err(CliError::internal(format!(
             "appduct {} is not implemented in this build yet",
             other.label()

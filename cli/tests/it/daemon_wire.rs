@@ -144,11 +144,24 @@ fn a_second_signal_during_daemon_run_teardown_exits_130() {
 }
 
 #[test]
-fn daemon_run_stops_cleanly_on_sighup() {
+fn daemon_run_reloads_on_sighup_and_keeps_running() {
     let sb = sandbox();
     let (mut child, ready) = spawn_until_line(&sb, &["--json", "daemon", "run"]);
     assert_eq!(ready["ok"], true, "{ready}");
+    std::fs::write(
+        sb.state_dir().join("config.json"),
+        r#"{"wssPort": 0, "policy": {"default": "deny"}}"#,
+    )
+    .unwrap();
     signal(child.id(), "HUP");
+    sb.wait_for("SIGHUP to reload the policy", || {
+        sb.ok(&["policy", "ls"])["policy"]["default"] == "deny"
+    });
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP stopped the daemon"
+    );
+    signal(child.id(), "TERM");
     assert_eq!(wait_child(&mut child, Duration::from_secs(15)), 0);
     assert!(!exists(&sb.socket()) && !exists(&sb.pidfile()));
 }

@@ -4,6 +4,7 @@
 mod support;
 
 mod approvals;
+mod audit;
 mod cli_args;
 mod cli_reference;
 mod daemon_wire;
@@ -13,4 +14,5 @@ mod link_parity;
 mod mcp_host;
 mod mcp_install;
 mod playground;
+mod policy;
 mod security_delivery;

@@ -70,7 +70,7 @@ async fn a_denial_sends_nothing_and_is_audited_as_denied() {
         .request(1, "tools.call", json!({"name": "wipe", "callId": "w1"}))
         .await;
     let hint = format!(
-        "To allow it, set policy.tools[\"pixel-8/wipe\"] to \"allow\" in {config_path} and restart the daemon (appduct daemon stop)."
+        "To allow it, set policy.tools[\"pixel-8/wipe\"] to \"allow\" in {config_path} and run appduct daemon reload, or run appduct policy set pixel-8/wipe allow."
     );
     assert_eq!(
         denied["error"],

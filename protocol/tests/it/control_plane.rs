@@ -606,6 +606,10 @@ fn every_method_has_a_name_and_rejects_non_object_params() {
         ApprovalsDecide::NAME,
         GrantsList::NAME,
         GrantsRevoke::NAME,
+        PolicyList::NAME,
+        PolicySet::NAME,
+        PolicyReset::NAME,
+        DaemonReload::NAME,
     ];
     assert_eq!(names.as_slice(), METHODS);
     for name in METHODS {
@@ -916,6 +920,8 @@ fn every_event_kind_round_trips() {
         r#"{"kind":"tool_call_finished","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"name":"slow_task","callId":"b","caller":"mcp","durationMs":2003,"outcome":"cancelled","errorType":"tool_cancelled"}}"#,
         r#"{"kind":"approval_pending","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"approvalId":"apr_a","callId":"c","tool":"wipe","caller":"cli","argsSha256":"44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","expiresAt":1764494223}}"#,
         r#"{"kind":"approval_settled","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"approvalId":"apr_a","callId":"c","decision":"denied","by":{"client":"appduct","pid":7},"reason":"wrong_code"}}"#,
+        r#"{"kind":"policy_changed","ts":1,"seq":0,"data":{"cause":"set","target":"*/reset","decision":"deny","policy":{"default":"allow","destructive":"allow","tools":{"*/reset":"deny"}}}}"#,
+        r#"{"kind":"policy_changed","ts":1,"seq":0,"data":{"cause":"reload","policy":{"default":"deny","destructive":"deny"}}}"#,
     ];
     let mut seen = Vec::new();
     for example in examples {
@@ -1036,7 +1042,7 @@ fn spec_error_examples_round_trip() {
       "source": "policy.destructive",
       "configKey": "policy.tools[\"pixel-8/reset_counter\"]",
       "configPath": "/home/ana/.appduct/config.json",
-      "hint": "To allow it, set policy.tools[\"pixel-8/reset_counter\"] to \"allow\" in /home/ana/.appduct/config.json and restart the daemon (appduct daemon stop)."
+      "hint": "To allow it, set policy.tools[\"pixel-8/reset_counter\"] to \"allow\" in /home/ana/.appduct/config.json and run appduct daemon reload, or run appduct policy set pixel-8/reset_counter allow."
     }
   }
 }"#,

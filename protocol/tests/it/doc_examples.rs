@@ -244,6 +244,10 @@ fn check_result(ex: &Example) -> Result<(), String> {
         ApprovalsDecide::NAME => round_trip::<ApprovalsDecide>(&result),
         GrantsList::NAME => round_trip::<GrantsList>(&result),
         GrantsRevoke::NAME => round_trip::<GrantsRevoke>(&result),
+        PolicyList::NAME => round_trip::<PolicyList>(&result),
+        PolicySet::NAME => round_trip::<PolicySet>(&result),
+        PolicyReset::NAME => round_trip::<PolicyReset>(&result),
+        DaemonReload::NAME => round_trip::<DaemonReload>(&result),
         other => Err(format!("unknown method {other}")),
     }
 }

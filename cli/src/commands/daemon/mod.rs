@@ -28,6 +28,8 @@ pub enum DaemonVerb {
     Stop,
     /// Show the daemon's status, policy, audit and events log
     Status,
+    /// Re-read config.json and apply the policy without dropping sessions (also: SIGHUP)
+    Reload,
     #[command(external_subcommand)]
     Unknown(Vec<OsString>),
 }
@@ -40,5 +42,6 @@ pub fn validate(noun: DaemonNoun) -> Result<Command, CliError> {
         Some(DaemonVerb::Start) => Ok(Command::DaemonStart),
         Some(DaemonVerb::Stop) => Ok(Command::DaemonStop),
         Some(DaemonVerb::Status) => Ok(Command::DaemonStatus),
+        Some(DaemonVerb::Reload) => Ok(Command::DaemonReload),
     }
 }

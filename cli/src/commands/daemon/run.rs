@@ -1,9 +1,10 @@
 //! `appduct daemon run` (§L9.1, §S3.5–§S3.6): hosts the daemon in the foreground.
 //!
 //! The ready line is printed once `Daemon::start` returned, which is after the control socket
-//! accepts connections (startup step 9). SIGINT, SIGTERM, SIGHUP or `daemon.shutdown` start the
-//! teardown and the process exits 0 when it finished; a second SIGINT or SIGTERM during the
-//! teardown exits 130 at once.
+//! accepts connections (startup step 9). SIGHUP reloads `config.json` (`daemon.reload`,
+//! §C8.33: policy applied, sessions and pending calls kept; the outcome is logged). SIGINT,
+//! SIGTERM or `daemon.shutdown` start the teardown and the process exits 0 when it finished; a
+//! second SIGINT or SIGTERM during the teardown exits 130 at once.
 
 use std::io::IsTerminal as _;
 use std::path::Path;
@@ -67,11 +68,25 @@ async fn host(state_dir: &Path, out: &Output) -> u8 {
         &handle.state_dir().path().display().to_string(),
         &handle.socket_path().display().to_string(),
     ));
-    tokio::select! {
-        () = handle.wait() => return 0,
-        signal = signals.recv() => {
-            tracing::info!(?signal, "stopping the daemon");
-            handle.request_shutdown();
+    loop {
+        tokio::select! {
+            () = handle.wait() => return 0,
+            signal = signals.recv() => {
+                if signal == Interrupt::Hup {
+                    match handle.reload() {
+                        Ok(r) => tracing::info!(
+                            applied = ?r.applied,
+                            restart_required = ?r.restart_required,
+                            "SIGHUP: configuration reloaded"
+                        ),
+                        Err(e) => tracing::warn!("SIGHUP: reload failed: {}", e.message),
+                    }
+                    continue;
+                }
+                tracing::info!(?signal, "stopping the daemon");
+                handle.request_shutdown();
+                break;
+            }
         }
     }
     loop {

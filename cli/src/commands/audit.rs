@@ -1,0 +1,621 @@
+//! `appduct audit` (§L1): reads the audit day files (§C12.1) straight from the state
+//! directory. The daemon's audit writer stays their only writer; this command only reads, so
+//! it works whether or not the daemon runs.
+//!
+//! - Filters: `--since` (a duration back from now, `90s` `15m` `1h` `2d`, or an RFC 3339
+//!   instant), `--session` (session id or the alias recorded at call time), `--tool` (a name or
+//!   a glob, §C13.5) and `--outcome` (`ok`, `error`, `denied`, `cancelled`).
+//! - Output: human, one aligned line per record (time, alias, tool, outcome, duration,
+//!   caller); `--json`, one envelope `{ok, data: {records, malformed}}` whose records are the
+//!   stored objects unchanged (key order kept).
+//! - `--follow`: prints the matching records already stored (only with `--since`; without it
+//!   it starts at the current end), then tails the current UTC day file and moves on to the
+//!   next day's file at UTC midnight (after reading the old one to its end). Under `--json`
+//!   each record is one line (the stored object, JSON lines) and no envelope is printed. Runs
+//!   until SIGINT or SIGTERM (exit 0).
+//! - A line that is not a JSON object with the record's string fields is skipped and counted;
+//!   the count goes to stderr (and `data.malformed`), never a failure.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Read as _, Seek as _, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use appduct_protocol::control::CallOutcome;
+use appduct_protocol::glob::Glob;
+use clap::Args;
+use serde_json::{Map, Value, json};
+use time::OffsetDateTime;
+
+use super::Command;
+use crate::error::CliError;
+use crate::globals::Globals;
+use crate::output::{self, Output, Reply, Success};
+use crate::render;
+use crate::signals::Interrupts;
+
+/// How often `--follow` looks at the day file for appended records.
+const FOLLOW_POLL: Duration = Duration::from_millis(200);
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Only records settled in this window: a duration back from now (90s, 15m, 1h, 2d) or an RFC 3339 time
+    #[arg(long, value_name = "DURATION|TIME")]
+    pub since: Option<String>,
+    /// Only records of this session (session id or the alias at call time)
+    #[arg(long, value_name = "S")]
+    pub session: Option<String>,
+    /// Only records of this tool (a name or a glob: "*" matches any run of characters)
+    #[arg(long, value_name = "T")]
+    pub tool: Option<String>,
+    /// Only records with this outcome: ok, error, denied or cancelled
+    #[arg(long, value_name = "O")]
+    pub outcome: Option<String>,
+    /// Keep printing records as they are written (Ctrl-C to stop)
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    #[arg(hide = true)]
+    pub extra: Vec<OsString>,
+}
+
+/// The validated `audit` request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRequest {
+    /// Lower bound on `ts`, unix ms (inclusive).
+    pub since: Option<Since>,
+    pub session: Option<String>,
+    pub tool: Option<Glob>,
+    pub outcome: Option<CallOutcome>,
+    pub follow: bool,
+}
+
+/// `--since` as given: relative (resolved when the command runs) or absolute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Since {
+    Ago(Duration),
+    At(u64),
+}
+
+impl Since {
+    fn cutoff_ms(self, now_ms: u64) -> u64 {
+        match self {
+            Since::Ago(d) => {
+                now_ms.saturating_sub(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            }
+            Since::At(ms) => ms,
+        }
+    }
+}
+
+pub fn validate(a: AuditArgs) -> Result<Command, CliError> {
+    if let Some(word) = a.extra.first() {
+        return Err(CliError::usage(format!(
+            "appduct audit takes no positional arguments (got \"{}\")",
+            word.to_string_lossy()
+        )));
+    }
+    let since = a.since.as_deref().map(parse_since).transpose()?;
+    let tool = a
+        .tool
+        .as_deref()
+        .map(|t| Glob::new(t).map_err(|e| CliError::usage(format!("--tool: {e}"))))
+        .transpose()?;
+    let outcome = a.outcome.as_deref().map(parse_outcome).transpose()?;
+    let session = match a.session {
+        Some(s) if s.is_empty() => return Err(CliError::usage("--session requires a value")),
+        s => s,
+    };
+    Ok(Command::Audit(AuditRequest {
+        since,
+        session,
+        tool,
+        outcome,
+        follow: a.follow,
+    }))
+}
+
+/// `90s`, `15m`, `1h`, `2d` (a whole number and one unit) or an RFC 3339 instant.
+pub fn parse_since(text: &str) -> Result<Since, CliError> {
+    if let Some(d) = parse_duration(text) {
+        return Ok(Since::Ago(d));
+    }
+    if let Some(at) = render::parse_instant(text) {
+        let ms = at.unix_timestamp_nanos() / 1_000_000;
+        return Ok(Since::At(u64::try_from(ms).unwrap_or(0)));
+    }
+    Err(CliError::usage(format!(
+        "--since must be a duration (90s, 15m, 1h, 2d) or an RFC 3339 time \
+         (2026-11-30T09:00:00Z), got \"{text}\""
+    )))
+}
+
+fn parse_duration(text: &str) -> Option<Duration> {
+    let unit = text.chars().last()?;
+    let seconds_per = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return None,
+    };
+    let digits = &text[..text.len() - 1];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(Duration::from_secs(n.checked_mul(seconds_per)?))
+}
+
+fn parse_outcome(text: &str) -> Result<CallOutcome, CliError> {
+    serde_json::from_value(Value::String(text.to_owned())).map_err(|_| {
+        CliError::usage(format!(
+            "--outcome must be one of ok, error, denied, cancelled, got \"{text}\""
+        ))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Records and filters
+
+/// One stored record: the object as read, plus the fields the filters and the view use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    pub raw: Map<String, Value>,
+    pub ts_ms: u64,
+}
+
+impl Record {
+    /// A record from one line; `None` when the line is not a record (§C12.1 fields `ts`,
+    /// `sessionId`, `alias`, `tool`, `outcome` as strings, `ts` an RFC 3339 instant).
+    pub fn parse(line: &str) -> Option<Record> {
+        let Value::Object(raw) = serde_json::from_str::<Value>(line).ok()? else {
+            return None;
+        };
+        for key in ["sessionId", "alias", "tool", "outcome"] {
+            raw.get(key)?.as_str()?;
+        }
+        let ts = render::parse_instant(raw.get("ts")?.as_str()?)?;
+        let ts_ms = u64::try_from(ts.unix_timestamp_nanos() / 1_000_000).ok()?;
+        Some(Record { raw, ts_ms })
+    }
+
+    fn str(&self, key: &str) -> &str {
+        self.raw.get(key).and_then(Value::as_str).unwrap_or("")
+    }
+}
+
+impl AuditRequest {
+    /// Whether `record` passes every filter; `cutoff_ms` is the resolved `--since`.
+    pub fn matches(&self, record: &Record, cutoff_ms: Option<u64>) -> bool {
+        if cutoff_ms.is_some_and(|c| record.ts_ms < c) {
+            return false;
+        }
+        if let Some(s) = &self.session
+            && record.str("sessionId") != s
+            && record.str("alias") != s
+        {
+            return false;
+        }
+        if let Some(g) = &self.tool
+            && !g.matches(record.str("tool"))
+        {
+            return false;
+        }
+        if let Some(o) = self.outcome
+            && record.str("outcome") != o.as_str()
+        {
+            return false;
+        }
+        true
+    }
+}
+
+/// Lines split into records and a count of malformed ones. Blank lines are ignored.
+fn parse_lines(text: &str, records: &mut Vec<Record>, malformed: &mut u64) {
+    for line in text.lines() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        match Record::parse(line) {
+            Some(r) => records.push(r),
+            None => *malformed += 1,
+        }
+    }
+}
+
+/// `YYYY-MM-DD.jsonl` for the UTC date of `unix_ms` (the writer's naming, §C12.1).
+pub fn day_file_name(unix_ms: u64) -> String {
+    let at = OffsetDateTime::from_unix_timestamp_nanos(i128::from(unix_ms) * 1_000_000)
+        .unwrap_or(OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:04}-{:02}-{:02}.jsonl",
+        at.year(),
+        u8::from(at.month()),
+        at.day()
+    )
+}
+
+fn is_day_file_name(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(".jsonl") else {
+        return false;
+    };
+    let b = stem.as_bytes();
+    b.len() == 10
+        && b.iter().enumerate().all(|(i, c)| {
+            if i == 4 || i == 7 {
+                *c == b'-'
+            } else {
+                c.is_ascii_digit()
+            }
+        })
+}
+
+/// The day file names in `dir`, oldest first; a missing directory has none.
+fn day_files(dir: &Path) -> Result<Vec<String>, CliError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(CliError::internal(format!(
+                "cannot read the audit directory {}: {e}",
+                dir.display()
+            )));
+        }
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+        .filter(|n| is_day_file_name(n))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Every matching record in the day files of `dir` (files dated before the cutoff's day are
+/// not opened), oldest file first, in file order; and the malformed line count.
+pub fn read_records(
+    dir: &Path,
+    req: &AuditRequest,
+    now_ms: u64,
+) -> Result<(Vec<Record>, u64), CliError> {
+    read_records_before(dir, req, now_ms, None)
+}
+
+/// [`read_records`] over the day files named before `until` (all when `None`).
+fn read_records_before(
+    dir: &Path,
+    req: &AuditRequest,
+    now_ms: u64,
+    until: Option<&str>,
+) -> Result<(Vec<Record>, u64), CliError> {
+    let cutoff = req.since.map(|s| s.cutoff_ms(now_ms));
+    let first_day = cutoff.map(day_file_name);
+    let mut records = Vec::new();
+    let mut malformed = 0;
+    for name in day_files(dir)? {
+        if first_day.as_ref().is_some_and(|first| name < *first)
+            || until.is_some_and(|until| name.as_str() >= until)
+        {
+            continue;
+        }
+        let mut all = Vec::new();
+        let path = dir.join(&name);
+        let text = std::fs::read(&path).map_err(|e| {
+            CliError::internal(format!(
+                "cannot read the audit file {}: {e}",
+                path.display()
+            ))
+        })?;
+        parse_lines(&String::from_utf8_lossy(&text), &mut all, &mut malformed);
+        records.extend(all.into_iter().filter(|r| req.matches(r, cutoff)));
+    }
+    Ok((records, malformed))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Follow
+
+/// Tails the day files of one directory: the day file of "now" (UTC), from an offset, moving
+/// to the next day's file when the date changes (after draining the old file). Only complete
+/// lines are consumed; a partial last line waits for its newline.
+#[derive(Debug)]
+pub struct Follower {
+    dir: PathBuf,
+    day: String,
+    offset: u64,
+    pending: Vec<u8>,
+}
+
+impl Follower {
+    /// Starts at the start of today's file (`from_start`) or at its current end.
+    pub fn new(dir: &Path, now_ms: u64, from_start: bool) -> Self {
+        let day = day_file_name(now_ms);
+        let offset = if from_start {
+            0
+        } else {
+            std::fs::metadata(dir.join(&day)).map_or(0, |m| m.len())
+        };
+        Follower {
+            dir: dir.to_owned(),
+            day,
+            offset,
+            pending: Vec::new(),
+        }
+    }
+
+    /// The complete lines appended since the last poll; `now_ms` decides the day file.
+    pub fn poll(&mut self, now_ms: u64) -> String {
+        let mut text = self.read_current();
+        let today = day_file_name(now_ms);
+        if today > self.day {
+            // Rollover: the old file was read to its end above; the new one from its start.
+            self.day = today;
+            self.offset = 0;
+            self.pending.clear();
+            text.push_str(&self.read_current());
+        }
+        text
+    }
+
+    fn read_current(&mut self) -> String {
+        let path = self.dir.join(&self.day);
+        let Ok(mut file) = File::open(&path) else {
+            return String::new();
+        };
+        let len = file.metadata().map_or(0, |m| m.len());
+        if len < self.offset {
+            // Replaced or truncated: start over.
+            self.offset = 0;
+            self.pending.clear();
+        }
+        if len == self.offset || file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return String::new();
+        }
+        let mut bytes = Vec::new();
+        if file.read_to_end(&mut bytes).is_err() {
+            return String::new();
+        }
+        self.offset += bytes.len() as u64;
+        self.pending.extend_from_slice(&bytes);
+        match self.pending.iter().rposition(|b| *b == b'\n') {
+            Some(end) => {
+                let rest = self.pending.split_off(end + 1);
+                let complete = std::mem::replace(&mut self.pending, rest);
+                String::from_utf8_lossy(&complete).into_owned()
+            }
+            None => String::new(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running
+
+fn now_ms() -> u64 {
+    u64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
+}
+
+fn audit_dir(globals: &Globals) -> Result<PathBuf, CliError> {
+    Ok(globals.state_dir()?.audit_dir())
+}
+
+fn report_malformed(malformed: u64) {
+    if malformed > 0 {
+        // Under --json too: stdout keeps the envelope, stderr gets the count.
+        output::write_stderr(&format!(
+            "Skipped {} in the audit files.\n",
+            render::plural(malformed, "malformed line", "malformed lines")
+        ));
+    }
+}
+
+/// `appduct audit` without `--follow`.
+pub fn run(globals: &Globals, req: &AuditRequest) -> Result<Success, CliError> {
+    let dir = audit_dir(globals)?;
+    let (records, malformed) = read_records(&dir, req, now_ms())?;
+    report_malformed(malformed);
+    Ok(audit_list(&records, malformed))
+}
+
+/// The `audit` result: `data.records` are the stored objects; human, an aligned table.
+pub fn audit_list(records: &[Record], malformed: u64) -> Success {
+    let data = json!({
+        "records": records.iter().map(|r| Value::Object(r.raw.clone())).collect::<Vec<_>>(),
+        "malformed": malformed,
+    });
+    let human = if records.is_empty() {
+        "No audit records match.\n".to_owned()
+    } else {
+        let mut rows = vec![
+            ["TIME", "ALIAS", "TOOL", "OUTCOME", "DURATION", "CALLER"]
+                .map(str::to_owned)
+                .to_vec(),
+        ];
+        rows.extend(records.iter().map(cells));
+        render::table(&rows)
+    };
+    Success::new(data, human)
+}
+
+/// The human cells of one record. App-supplied text is cleaned (SECURITY.md §4.13).
+fn cells(r: &Record) -> Vec<String> {
+    let time = render::iso_seconds_from_unix_ms(i64::try_from(r.ts_ms).unwrap_or(i64::MAX))
+        .unwrap_or_default();
+    let outcome = match (
+        r.str("outcome"),
+        r.raw.get("errorType").and_then(Value::as_str),
+        r.raw.get("deniedReason").and_then(Value::as_str),
+    ) {
+        (o, Some(t), _) => format!("{o}:{t}"),
+        (o, None, Some(reason)) => format!("{o}:{reason}"),
+        (o, None, None) => o.to_owned(),
+    };
+    let duration = r
+        .raw
+        .get("durationMs")
+        .and_then(Value::as_u64)
+        .map_or_else(|| "-".to_owned(), |d| format!("{d} ms"));
+    vec![
+        time,
+        render::clean_line(r.str("alias")),
+        render::clean_line(r.str("tool")),
+        render::clean_line(&outcome),
+        duration,
+        render::clean_line(r.raw.get("caller").and_then(Value::as_str).unwrap_or("-")),
+    ]
+}
+
+/// One `--follow` line: fixed-width columns (later records cannot realign earlier ones).
+fn follow_line(r: &Record) -> String {
+    let c = cells(r);
+    format!(
+        "{}  {:<16}  {:<24}  {:<22}  {:>9}  {}\n",
+        c[0], c[1], c[2], c[3], c[4], c[5]
+    )
+}
+
+/// `appduct audit --follow`: runs until SIGINT or SIGTERM.
+pub async fn run_follow(
+    globals: &Globals,
+    out: &Output,
+    req: &AuditRequest,
+) -> Result<Reply, CliError> {
+    let mut signals = Interrupts::new(false)
+        .map_err(|e| CliError::internal(format!("cannot install signal handlers: {e}")))?;
+    let dir = audit_dir(globals)?;
+    let start = now_ms();
+    let cutoff = req.since.map(|s| s.cutoff_ms(start));
+    let mut malformed = 0;
+    let mut follower = Follower::new(&dir, start, req.since.is_some());
+    if req.since.is_some() {
+        // Past days from their files; today's file is the follower's first poll.
+        let (records, bad) = read_records_before(&dir, req, start, Some(&day_file_name(start)))?;
+        malformed += bad;
+        for r in &records {
+            emit(out, r);
+        }
+    }
+    out.notice("Following the audit log (Ctrl-C to stop)…");
+    let mut interval = tokio::time::interval(FOLLOW_POLL);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    report_malformed(malformed);
+    let mut reported = malformed;
+    loop {
+        tokio::select! {
+            _ = signals.recv() => return Ok(Reply::Done(0)),
+            _ = interval.tick() => {
+                let text = follower.poll(now_ms());
+                let mut records = Vec::new();
+                parse_lines(&text, &mut records, &mut malformed);
+                for r in records.iter().filter(|r| req.matches(r, cutoff)) {
+                    emit(out, r);
+                }
+                if malformed > reported {
+                    report_malformed(malformed - reported);
+                    reported = malformed;
+                }
+            }
+        }
+    }
+}
+
+fn emit(out: &Output, r: &Record) {
+    if out.flags.json {
+        let line = Value::Object(r.raw.clone()).to_string();
+        output::write_stdout(&format!("{line}\n"));
+    } else {
+        output::write_stdout(&follow_line(r));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_instants() {
+        assert_eq!(
+            parse_since("90s").unwrap(),
+            Since::Ago(Duration::from_secs(90))
+        );
+        assert_eq!(
+            parse_since("15m").unwrap(),
+            Since::Ago(Duration::from_secs(900))
+        );
+        assert_eq!(
+            parse_since("1h").unwrap(),
+            Since::Ago(Duration::from_secs(3600))
+        );
+        assert_eq!(
+            parse_since("2d").unwrap(),
+            Since::Ago(Duration::from_secs(172_800))
+        );
+        assert_eq!(
+            parse_since("2026-11-30T09:14:22.518Z").unwrap(),
+            Since::At(1_796_030_062_518)
+        );
+        for bad in ["", "h", "1", "1w", "-1h", "1.5h", "yesterday", "１h"] {
+            assert!(parse_since(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn day_file_names_match_the_writer() {
+        assert_eq!(day_file_name(1_796_083_199_999), "2026-11-30.jsonl");
+        assert_eq!(day_file_name(1_796_083_200_000), "2026-12-01.jsonl");
+        assert!(is_day_file_name("2026-12-01.jsonl"));
+        assert!(!is_day_file_name("2026-12-01.jsonl.tmp"));
+        assert!(!is_day_file_name("notes.jsonl"));
+    }
+
+    fn line(ts: &str, tool: &str) -> String {
+        format!(
+            "{{\"ts\":\"{ts}\",\"callId\":\"c\",\"sessionId\":\"S\",\"alias\":\"a\",\"tool\":\"{tool}\",\"argsSha256\":\"x\",\"outcome\":\"ok\",\"durationMs\":1,\"caller\":\"cli\"}}\n"
+        )
+    }
+
+    #[test]
+    fn follower_reads_complete_lines_and_rolls_over_at_midnight() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let before_midnight = 1_796_083_199_000; // 2026-11-30T23:59:59Z
+        let after_midnight = 1_796_083_201_000; // 2026-12-01T00:00:01Z
+        std::fs::write(
+            dir.join("2026-11-30.jsonl"),
+            line("2026-11-30T23:00:00Z", "old"),
+        )
+        .unwrap();
+        let mut f = Follower::new(dir, before_midnight, false);
+        assert_eq!(f.poll(before_midnight), "");
+
+        // A record split across two writes is returned once complete.
+        let full = line("2026-11-30T23:59:58Z", "late");
+        let (head, tail) = full.split_at(20);
+        append(&dir.join("2026-11-30.jsonl"), head);
+        assert_eq!(f.poll(before_midnight), "");
+        append(&dir.join("2026-11-30.jsonl"), tail);
+        assert_eq!(f.poll(before_midnight), full);
+
+        // At rollover the old file is drained, then the new one is read from its start.
+        let straggler = line("2026-11-30T23:59:59Z", "straggler");
+        append(&dir.join("2026-11-30.jsonl"), &straggler);
+        let first = line("2026-12-01T00:00:00Z", "new");
+        std::fs::write(dir.join("2026-12-01.jsonl"), &first).unwrap();
+        assert_eq!(f.poll(after_midnight), format!("{straggler}{first}"));
+        let second = line("2026-12-01T00:00:01Z", "newer");
+        append(&dir.join("2026-12-01.jsonl"), &second);
+        assert_eq!(f.poll(after_midnight), second);
+    }
+
+    fn append(path: &Path, text: &str) {
+        use std::io::Write as _;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(path)
+            .unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+    }
+}

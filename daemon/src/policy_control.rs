@@ -1,0 +1,262 @@
+//! Policy and configuration at runtime (§C8.30–§C8.33): `policy.list`, `policy.set`,
+//! `policy.reset` and `daemon.reload` (also what SIGHUP does to `daemon run`, §S3.6).
+//!
+//! A change is written to `config.json` first ([`appduct_client::config::write_policy`]:
+//! atomic replace, 0600, other keys kept) and put in force only once written, so the policy
+//! in force is always the one a restart would load. The shared [`PolicyEngine`] is swapped in
+//! place: sessions, pending calls and subscriptions are untouched, and the next `tools.call`
+//! (and `tools.list`) evaluates the new policy. A call already past its policy step keeps
+//! the decision it got.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use appduct_client::config::{Config, Policy, is_valid_tool_key, write_policy};
+use appduct_protocol::control::{
+    EventData, PolicyChangeCause, PolicyChangeResult, PolicyChangedData, PolicyDecision,
+    PolicyEffective, PolicyListResult, PolicyResetParams, PolicySetParams, ReloadResult,
+};
+use appduct_protocol::jsonrpc::ErrorObject;
+use serde_json::{Map, Value};
+
+use crate::events::EventBus;
+use crate::policy::PolicyEngine;
+use crate::sessions::SessionManager;
+
+/// The `config.json` keys `daemon.reload` applies without a restart.
+pub const RELOADABLE_KEYS: &[&str] = &["policy"];
+
+/// Runtime policy and reload; clones share everything.
+#[derive(Debug, Clone)]
+pub struct PolicyControl {
+    policy: PolicyEngine,
+    /// The configuration in force (start or last reload), for `restartRequired`.
+    running: Arc<Mutex<Config>>,
+    state_dir: PathBuf,
+    /// Serialises writers of `config.json` (set, reset, reload).
+    write: Arc<Mutex<()>>,
+    /// Where `policy_changed` goes (§C13.1).
+    bus: EventBus,
+}
+
+impl PolicyControl {
+    pub fn new(
+        policy: PolicyEngine,
+        running: Config,
+        state_dir: impl Into<PathBuf>,
+        bus: EventBus,
+    ) -> Self {
+        Self {
+            policy,
+            running: Arc::new(Mutex::new(running)),
+            state_dir: state_dir.into(),
+            write: Arc::new(Mutex::new(())),
+            bus,
+        }
+    }
+
+    /// Emits `policy_changed` with the policy now in force.
+    fn announce(
+        &self,
+        cause: PolicyChangeCause,
+        target: Option<&str>,
+        decision: Option<PolicyDecision>,
+    ) {
+        let data = PolicyChangedData::new(cause, self.policy.summary())
+            .with_target(target.map(str::to_owned))
+            .with_decision(decision);
+        self.bus.emit(None, None, EventData::PolicyChanged(data));
+    }
+
+    pub fn engine(&self) -> &PolicyEngine {
+        &self.policy
+    }
+
+    fn config_path(&self) -> String {
+        self.policy.config_path().display().to_string()
+    }
+
+    /// `policy.list`: the policy, and the deciding rule of every tool of every live session.
+    pub fn list(&self, sessions: &SessionManager) -> PolicyListResult {
+        let policy = self.policy.policy();
+        let mut effective = Vec::new();
+        let mut live = sessions.list();
+        live.sort_by(|a, b| a.alias.cmp(&b.alias));
+        for s in live {
+            let Some(tools) = sessions.tools_of(&s.session_id) else {
+                continue;
+            };
+            for tool in tools {
+                let e = crate::policy::evaluate_policy(
+                    &policy,
+                    &s.alias,
+                    &tool.name,
+                    tool.is_destructive(),
+                );
+                effective.push(PolicyEffective::new(
+                    &s.session_id,
+                    &s.alias,
+                    &tool.name,
+                    e.decision,
+                    e.source.to_string(),
+                ));
+            }
+        }
+        PolicyListResult::new(self.policy.summary(), self.config_path(), effective)
+    }
+
+    /// `policy.set`: `target` is `default`, `destructive` or a `policy.tools` key.
+    pub fn set(&self, p: &PolicySetParams) -> Result<PolicyChangeResult, ErrorObject> {
+        check_target(&p.target)?;
+        let announce = (
+            PolicyChangeCause::Set,
+            Some(p.target.as_str()),
+            Some(p.decision),
+        );
+        self.change(announce, |policy| match p.target.as_str() {
+            "default" => policy.default = p.decision,
+            "destructive" => policy.destructive = p.decision,
+            key => {
+                policy.tools.insert(key.to_owned(), p.decision);
+            }
+        })
+    }
+
+    /// `policy.reset`: `default` / `destructive` back to `allow`, a `policy.tools` key
+    /// removed, or (no target) the whole policy back to the built-in defaults.
+    pub fn reset(&self, p: &PolicyResetParams) -> Result<PolicyChangeResult, ErrorObject> {
+        if let Some(target) = &p.target {
+            check_target(target)?;
+        }
+        let defaults = Policy::default();
+        let announce = (PolicyChangeCause::Reset, p.target.as_deref(), None);
+        self.change(announce, |policy| match p.target.as_deref() {
+            None => *policy = defaults.clone(),
+            Some("default") => policy.default = defaults.default,
+            Some("destructive") => policy.destructive = defaults.destructive,
+            Some(key) => {
+                policy.tools.remove(key);
+            }
+        })
+    }
+
+    fn change(
+        &self,
+        (cause, target, decision): (PolicyChangeCause, Option<&str>, Option<PolicyDecision>),
+        edit: impl FnOnce(&mut Policy),
+    ) -> Result<PolicyChangeResult, ErrorObject> {
+        let _writing = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = self.policy.policy();
+        let mut after = before.clone();
+        edit(&mut after);
+        let changed = after != before;
+        if changed {
+            write_policy(&self.state_dir, &after).map_err(|e| {
+                ErrorObject::internal(format!(
+                    "cannot write {}: {e}; the policy was not changed",
+                    self.config_path()
+                ))
+            })?;
+            self.policy.replace(after.clone());
+            self.running
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .policy = after;
+            tracing::info!("policy changed at runtime");
+            self.announce(cause, target, decision);
+        }
+        Ok(PolicyChangeResult::new(
+            changed,
+            self.policy.summary(),
+            self.config_path(),
+        ))
+    }
+
+    /// `daemon.reload` (and SIGHUP): re-reads `config.json`; a file that does not load leaves
+    /// everything in force and fails with the loader's message.
+    pub fn reload(&self) -> Result<ReloadResult, ErrorObject> {
+        let _writing = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        let loaded = Config::load(&self.state_dir).map_err(|e| {
+            let mut details = Map::new();
+            details.insert("configPath".into(), Value::String(self.config_path()));
+            ErrorObject::invalid_params(
+                format!("{e}; the running configuration stays in force"),
+                details,
+            )
+        })?;
+        for warning in &loaded.warnings {
+            tracing::warn!("{warning}");
+        }
+        let new = loaded.config;
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut applied = Vec::new();
+        if new.policy != running.policy {
+            self.policy.replace(new.policy.clone());
+            running.policy = new.policy.clone();
+            applied.push("policy".to_owned());
+            self.announce(PolicyChangeCause::Reload, None, None);
+        }
+        let restart_required = restart_required(&running, &new);
+        tracing::info!(?applied, ?restart_required, "configuration reloaded");
+        Ok(ReloadResult::new(
+            applied,
+            restart_required,
+            self.policy.summary(),
+            self.config_path(),
+        ))
+    }
+}
+
+/// The keys of `config.json` (§S2.2) that differ between `old` and `new` and need a restart.
+pub fn restart_required(old: &Config, new: &Config) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut differs = |key: &str, changed: bool| {
+        if changed {
+            keys.push(key.to_owned());
+        }
+    };
+    differs("wssPort", old.wss_port != new.wss_port);
+    differs("keyPath", old.key_path != new.key_path);
+    differs("graceSeconds", old.grace_seconds != new.grace_seconds);
+    differs(
+        "linkTtlSeconds",
+        old.link_ttl_seconds != new.link_ttl_seconds,
+    );
+    differs(
+        "keepaliveIntervalSeconds",
+        old.keepalive_interval_seconds != new.keepalive_interval_seconds,
+    );
+    differs(
+        "eventBufferSize",
+        old.event_buffer_size != new.event_buffer_size,
+    );
+    differs(
+        "auditRetentionDays",
+        old.audit_retention_days != new.audit_retention_days,
+    );
+    differs(
+        "daemonLogMaxBytes",
+        old.daemon_log_max_bytes != new.daemon_log_max_bytes,
+    );
+    differs(
+        "eventsLogMaxBytes",
+        old.events_log_max_bytes != new.events_log_max_bytes,
+    );
+    differs("advertisedIp", old.advertised_ip != new.advertised_ip);
+    differs("webOrigins", old.web_origins != new.web_origins);
+    keys
+}
+
+fn check_target(target: &str) -> Result<(), ErrorObject> {
+    if target == "default" || target == "destructive" || is_valid_tool_key(target) {
+        return Ok(());
+    }
+    let mut details = Map::new();
+    details.insert("target".into(), Value::String(target.to_owned()));
+    Err(ErrorObject::invalid_params(
+        "target must be \"default\", \"destructive\" or \"<alias>/<tool>\" (alias: lowercase \
+         letters, digits and hyphens; tool: 1 to 64 of A-Z a-z 0-9 _ -; either part may use * \
+         as a glob)",
+        details,
+    ))
+}
