@@ -1701,7 +1701,9 @@ params! {
     /// `policy.set` params (§C8.31): `target` is `default`, `destructive` or a
     /// `policy.tools` key `<alias>/<tool>` (either part may be a glob).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct PolicySetParams {
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 200)))]
         "target" => pub target: String,
         "decision" => pub decision: PolicyDecision,
     }
@@ -1731,8 +1733,10 @@ params! {
     /// `policy.reset` params (§C8.32): without `target`, the whole policy returns to the
     /// built-in defaults.
     #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+    #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
     pub struct PolicyResetParams {
         #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 200)))]
         "target" => pub target: Option<String> => with_target,
     }
 }
@@ -1749,6 +1753,7 @@ impl PolicyResetParams {
 /// One effective decision of `policy.list` (§C8.30): a tool of a live session and the rule that
 /// decides it (`source`: `policy.tools["<key>"]`, `policy.destructive` or `policy.default`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct PolicyEffective {
@@ -1779,6 +1784,7 @@ impl PolicyEffective {
 
 /// `policy.list` result (§C8.30).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct PolicyListResult {
@@ -1805,6 +1811,7 @@ impl PolicyListResult {
 /// `policy.set` / `policy.reset` result (§C8.31, §C8.32): the policy now in force, and whether
 /// the call changed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct PolicyChangeResult {
@@ -1826,6 +1833,7 @@ impl PolicyChangeResult {
 /// `daemon.reload` result (§C8.33): `applied` lists the `config.json` keys put in force,
 /// `restartRequired` the changed keys that take effect only after a restart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ReloadResult {
@@ -2627,6 +2635,7 @@ wire_enum! {
 /// `policy_changed` data (§C13.1): the cause, the `target` of a set or reset (absent for a
 /// whole reset and for a reload), the `decision` of a set, and the policy now in force.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct PolicyChangedData {
     pub cause: PolicyChangeCause,

@@ -152,6 +152,7 @@ fn event_data_schema(kind: EventKind, g: &mut SchemaGenerator) -> Schema {
         EventKind::LinkExpired | EventKind::SessionExpired => g.subschema_for::<Empty>(),
         EventKind::LinkRefused => g.subschema_for::<LinkRefusedData>(),
         EventKind::DeviceRefused => g.subschema_for::<DeviceRefusedData>(),
+        EventKind::PolicyChanged => g.subschema_for::<PolicyChangedData>(),
         EventKind::SessionClaimed => g.subschema_for::<SessionClaimedData>(),
         EventKind::SessionSuspended => g.subschema_for::<SessionSuspendedData>(),
         EventKind::SessionResumed => g.subschema_for::<SessionResumedData>(),
@@ -171,7 +172,7 @@ fn event_data_schema(kind: EventKind, g: &mut SchemaGenerator) -> Schema {
 fn event_kind_schema(kind: EventKind, g: &mut SchemaGenerator) -> Schema {
     let data = event_data_schema(kind, g).to_value();
     let session = match kind {
-        EventKind::DaemonStarted => "absent for this kind",
+        EventKind::DaemonStarted | EventKind::PolicyChanged => "absent for this kind",
         EventKind::LinkCreated | EventKind::LinkExpired | EventKind::LinkRefused => {
             "the link's session id"
         }
@@ -451,6 +452,10 @@ fn dispatch(method: &str, kind: Kind) -> Option<Value> {
         ApprovalsDecide::NAME => one::<ApprovalsDecide>(kind),
         GrantsList::NAME => one::<GrantsList>(kind),
         GrantsRevoke::NAME => one::<GrantsRevoke>(kind),
+        PolicyList::NAME => one::<PolicyList>(kind),
+        PolicySet::NAME => one::<PolicySet>(kind),
+        PolicyReset::NAME => one::<PolicyReset>(kind),
+        DaemonReload::NAME => one::<DaemonReload>(kind),
         _ => return None,
     })
 }
