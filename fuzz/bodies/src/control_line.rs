@@ -212,7 +212,11 @@ fn params_of(request: &ControlRequest) -> Value {
         | ControlRequest::DaemonShutdown(p)
         | ControlRequest::SessionsList(p)
         | ControlRequest::ApprovalsList(p)
-        | ControlRequest::GrantsList(p) => json(p),
+        | ControlRequest::GrantsList(p)
+        | ControlRequest::PolicyList(p)
+        | ControlRequest::DaemonReload(p) => json(p),
+        ControlRequest::PolicySet(p) => json(p),
+        ControlRequest::PolicyReset(p) => json(p),
         ControlRequest::ApprovalsChallenge(p) => json(p),
         ControlRequest::ApprovalsDecide(p) => json(p),
         ControlRequest::GrantsRevoke(p) => json(p),
