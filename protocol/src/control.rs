@@ -3158,7 +3158,7 @@ mod tests {
         assert!(!is_reserved_method("tools.list"));
         let e = ControlRequest::parse("tools.call", Some(&json!({})));
         assert_eq!(e.err().map(|e| e.code), Some(-32602));
-        assert_eq!(METHODS.len(), 20);
+        assert_eq!(METHODS.len(), 24);
     }
 }
 
