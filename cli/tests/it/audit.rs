@@ -38,6 +38,7 @@ fn record(ago_ms: u64, session: &str, alias: &str, tool: &str, s: Settlement) ->
         duration_ms: 12,
         caller: Caller::Cli,
         consent: None,
+        operator: None,
     }
 }
 
