@@ -54,8 +54,15 @@ pub const GRANT_PREFIX: &str = "grt_";
 /// How a parked call's approval ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    Approved { by: Decider },
-    Denied { by: Decider, wrong_code: bool },
+    /// `terminal`: the device the code was written to (none when no code was needed).
+    Approved {
+        by: Decider,
+        terminal: Option<String>,
+    },
+    Denied {
+        by: Decider,
+        wrong_code: bool,
+    },
     Expired,
     Cancelled,
 }
@@ -71,32 +78,61 @@ impl Verdict {
     }
 }
 
+/// A terminal device: what [`OperatorTerminal::locate`] finds for a process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminalDevice {
+    /// Its path, e.g. `/dev/pts/3`.
+    pub path: String,
+    /// Its device number (`st_rdev`): what `/proc/<pid>/stat` names as `tty_nr`.
+    pub rdev: u64,
+    /// When its device node was created (its ctime), Unix ms; `None` when unknown. A devpts
+    /// node gets its ctime when the pseudo-terminal is opened and keeps it across reads and
+    /// writes; a `chmod` (e.g. `mesg`) moves it forward, never back.
+    pub created_unix_ms: Option<u64>,
+}
+
+/// Whose terminal [`OperatorTerminal::locate`] is asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TerminalOf {
+    /// The parked caller's, when its call parks.
+    Caller,
+    /// The connection asking for a code (`approvals.challenge`).
+    Approver,
+}
+
 /// Where `approvals.challenge` writes the code: the controlling terminal of the peer. A seam so
-/// in-memory tests (no peer process) can read the code a person would see.
+/// in-memory tests (no peer process) can say which terminal a process has and read the code a
+/// person would see.
 pub trait OperatorTerminal: Send + Sync + fmt::Debug {
-    /// Writes `text` to the controlling terminal of process `pid`; `Ok` is the device written.
-    /// `Err` says in one sentence why not.
-    fn write(&self, pid: Option<u32>, text: &str) -> Result<String, String>;
+    /// The controlling terminal of process `pid`; `Err` says in one sentence why there is none.
+    /// `of` says whose it is (the production lookup needs only `pid`; tests without peer
+    /// processes answer by it).
+    fn locate(&self, pid: Option<u32>, of: TerminalOf) -> Result<TerminalDevice, String>;
+    /// Writes `text` to `device`; `Err` says in one sentence why not.
+    fn write(&self, device: &TerminalDevice, text: &str) -> Result<(), String>;
 }
 
 /// The production [`OperatorTerminal`]: on Linux, the terminal `/proc/<pid>/stat` names,
-/// matched to a character device under `/dev/pts` or `/dev` owned by the daemon's user.
+/// matched to a character device `/dev/pts/*` or `/dev/tty*` owned by the daemon's user.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ControllingTerminal;
 
 impl OperatorTerminal for ControllingTerminal {
-    fn write(&self, pid: Option<u32>, text: &str) -> Result<String, String> {
+    fn locate(&self, pid: Option<u32>, _of: TerminalOf) -> Result<TerminalDevice, String> {
         let pid = pid.ok_or("the connection's peer process is unknown")?;
-        let device = controlling_terminal(pid)?;
-        write_terminal(&device, text)?;
-        Ok(device)
+        controlling_terminal(pid)
+    }
+
+    fn write(&self, device: &TerminalDevice, text: &str) -> Result<(), String> {
+        write_terminal(&device.path, text)
     }
 }
 
-/// `tty_nr` of `/proc/<pid>/stat` (field 7), matched against the character devices that could
-/// be a terminal; `Err` when the process has none.
+/// `tty_nr` of `/proc/<pid>/stat` (field 7), matched against `/dev/pts/*` and `/dev/tty*`
+/// (never following a symlink, so `/dev/stdin` and the like cannot match); `Err` when the
+/// process has none.
 #[cfg(target_os = "linux")]
-fn controlling_terminal(pid: u32) -> Result<String, String> {
+fn controlling_terminal(pid: u32) -> Result<TerminalDevice, String> {
     use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_err(|e| format!("process {pid} cannot be inspected ({e})"))?;
@@ -117,17 +153,32 @@ fn controlling_terminal(pid: u32) -> Result<String, String> {
     }
     let me = rustix::process::geteuid().as_raw();
     let mut candidates: Vec<std::path::PathBuf> = Vec::new();
-    for dir in ["/dev/pts", "/dev"] {
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            candidates.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
-        }
+    if let Ok(entries) = std::fs::read_dir("/dev/pts") {
+        candidates.extend(entries.filter_map(|e| e.ok().map(|e| e.path())));
+    }
+    if let Ok(entries) = std::fs::read_dir("/dev") {
+        candidates.extend(entries.filter_map(|e| {
+            let e = e.ok()?;
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with("tty"))
+                .then(|| e.path())
+        }));
     }
     for path in candidates {
-        let Ok(meta) = std::fs::metadata(&path) else {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
             continue;
         };
         if meta.file_type().is_char_device() && meta.rdev() == tty_nr && meta.uid() == me {
-            return Ok(path.display().to_string());
+            let created_unix_ms = u64::try_from(meta.ctime()).ok().map(|s| {
+                let ns = u64::try_from(meta.ctime_nsec()).unwrap_or(0);
+                s.saturating_mul(1000).saturating_add(ns / 1_000_000)
+            });
+            return Ok(TerminalDevice {
+                path: path.display().to_string(),
+                rdev: tty_nr,
+                created_unix_ms,
+            });
         }
     }
     Err(format!(
@@ -136,7 +187,7 @@ fn controlling_terminal(pid: u32) -> Result<String, String> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn controlling_terminal(_pid: u32) -> Result<String, String> {
+fn controlling_terminal(_pid: u32) -> Result<TerminalDevice, String> {
     Err("finding a process's terminal is only implemented on Linux".to_owned())
 }
 
@@ -158,6 +209,8 @@ fn write_terminal(device: &str, text: &str) -> Result<(), String> {
 struct Code {
     digits: [u8; 6],
     until: Instant,
+    /// The device the code was written to.
+    terminal: String,
 }
 
 struct Pending {
@@ -166,6 +219,10 @@ struct Pending {
     tx: Option<oneshot::Sender<Verdict>>,
     code: Option<Code>,
     wrong: u32,
+    /// The device number of the parked caller's controlling terminal, if it has one.
+    caller_terminal: Option<u64>,
+    /// When the call parked, Unix ms.
+    created_unix_ms: u64,
 }
 
 struct Grant {
@@ -323,10 +380,17 @@ impl Approvals {
         alias: &str,
         tool: &str,
         caller: Caller,
+        caller_pid: Option<u32>,
         args_sha256: &str,
         wait: Duration,
     ) -> Result<Parked, ErrorObject> {
         let approval_id = mint_id(APPROVAL_PREFIX)?;
+        let created_unix_ms = self.clock.now_unix_ms();
+        let caller_terminal = self
+            .terminal
+            .locate(caller_pid, TerminalOf::Caller)
+            .ok()
+            .map(|d| d.rdev);
         let expires_at = self.unix_s_after(wait);
         let (tx, rx) = oneshot::channel();
         let summary = ApprovalSummary::new(
@@ -337,7 +401,7 @@ impl Approvals {
             tool.to_owned(),
             caller,
             args_sha256.to_owned(),
-            format_iso_ms(self.clock.now_unix_ms()),
+            format_iso_ms(created_unix_ms),
             expires_at,
             MAX_CODE_ATTEMPTS,
         );
@@ -348,6 +412,8 @@ impl Approvals {
             tx: Some(tx),
             code: None,
             wrong: 0,
+            caller_terminal,
+            created_unix_ms,
         });
         self.bus.emit(
             Some(session_id),
@@ -388,7 +454,7 @@ impl Approvals {
         };
         let mut pending = state.pending.remove(at);
         let (by, reason) = match &verdict {
-            Verdict::Approved { by } => (Some(by.clone()), None),
+            Verdict::Approved { by, .. } => (Some(by.clone()), None),
             Verdict::Denied { by, wrong_code } => (
                 Some(by.clone()),
                 wrong_code.then(|| "wrong_code".to_owned()),
@@ -432,14 +498,59 @@ impl Approvals {
         conn: &Connection,
         approval_id: &str,
     ) -> Result<ApprovalChallengeResult, ErrorObject> {
-        let (tool, alias) = {
+        let (tool, alias, caller_terminal, created_unix_ms) = {
             let state = self.lock();
             let at = state
                 .position(approval_id)
                 .ok_or_else(|| unknown_approval(approval_id))?;
-            let s = &state.pending[at].summary;
-            (s.tool.clone(), s.alias.clone())
+            let p = &state.pending[at];
+            (
+                p.summary.tool.clone(),
+                p.summary.alias.clone(),
+                p.caller_terminal,
+                p.created_unix_ms,
+            )
         };
+        let no_terminal = |why: String| {
+            refused(
+                approval_id,
+                "no_terminal",
+                format!("Approving needs a person at a terminal: {why}"),
+            )
+            .with_details(json!({
+                "reason": "no_terminal",
+                "approvalId": approval_id,
+                "hint": format!("Run appduct approvals approve {approval_id} in an interactive terminal."),
+            }))
+        };
+        let device = self
+            .terminal
+            .locate(conn.peer_pid(), TerminalOf::Approver)
+            .map_err(no_terminal)?;
+        // SECURITY.md §4.18: the parked caller's own terminal, or a terminal opened after the
+        // call parked (an agent's `pty.fork()`), is not an operator's.
+        if caller_terminal == Some(device.rdev) {
+            tracing::warn!(%approval_id, terminal = %device.path, "challenge from the parked caller's own terminal refused");
+            return Err(refused(
+                approval_id,
+                "caller_terminal",
+                format!(
+                    "{} is the controlling terminal of the caller waiting on {approval_id}: approve it from another terminal",
+                    device.path
+                ),
+            ));
+        }
+        if device.created_unix_ms.is_some_and(|t| t >= created_unix_ms) {
+            tracing::warn!(%approval_id, terminal = %device.path, "challenge from a terminal opened after the call parked refused");
+            return Err(refused(
+                approval_id,
+                "new_terminal",
+                format!(
+                    "{} was opened after {approval_id} was created: approve it from a terminal that was already open",
+                    device.path
+                ),
+            ));
+        }
         let digits = mint_code()?;
         let shown = format!(
             "{}-{}",
@@ -458,18 +569,8 @@ impl Approvals {
             clean(&tool),
             clean(&alias),
         );
-        let terminal = self.terminal.write(conn.peer_pid(), &text).map_err(|why| {
-            refused(
-                approval_id,
-                "no_terminal",
-                format!("Approving needs a person at a terminal: {why}"),
-            )
-            .with_details(json!({
-                "reason": "no_terminal",
-                "approvalId": approval_id,
-                "hint": format!("Run appduct approvals approve {approval_id} in an interactive terminal."),
-            }))
-        })?;
+        self.terminal.write(&device, &text).map_err(no_terminal)?;
+        let terminal = device.path;
         let mut state = self.lock();
         let Some(at) = state.position(approval_id) else {
             return Err(unknown_approval(approval_id));
@@ -477,7 +578,11 @@ impl Approvals {
         let pending = &mut state.pending[at];
         let until = (Instant::now() + CODE_TTL).min(pending.expires);
         let until_unix_s = self.unix_s_after(CODE_TTL).min(pending.summary.expires_at);
-        pending.code = Some(Code { digits, until });
+        pending.code = Some(Code {
+            digits,
+            until,
+            terminal: terminal.clone(),
+        });
         tracing::info!(%approval_id, %terminal, peer_pid = ?conn.peer_pid(), "approval code written to a terminal");
         Ok(ApprovalChallengeResult::new(
             approval_id,
@@ -510,9 +615,11 @@ impl Approvals {
                 None,
             ));
         }
-        if self.config.operator_requires_terminal {
-            self.check_code(id, params.code.as_deref(), &by)?;
-        }
+        let terminal = if self.config.operator_requires_terminal {
+            Some(self.check_code(id, params.code.as_deref(), &by)?)
+        } else {
+            None
+        };
         // Approve, with a grant for `scope: "tool"`. The grant is recorded before the call is
         // woken, so a call the caller sends right after this result finds it.
         let grant = match params.grant {
@@ -549,7 +656,7 @@ impl Approvals {
                 expires: *expires,
             });
         }
-        if !self.settle_with_grant(id, Verdict::Approved { by }, grant_id.clone()) {
+        if !self.settle_with_grant(id, Verdict::Approved { by, terminal }, grant_id.clone()) {
             if let Some(grant_id) = grant_id {
                 self.revoke(&grant_id);
             }
@@ -563,8 +670,13 @@ impl Approvals {
     }
 
     /// The code check of `approvals.decide`: constant-time compare, wrong codes counted, the
-    /// last one denies the approval.
-    fn check_code(&self, id: &str, code: Option<&str>, by: &Decider) -> Result<(), ErrorObject> {
+    /// last one denies the approval. `Ok` is the terminal the code was written to.
+    fn check_code(
+        &self,
+        id: &str,
+        code: Option<&str>,
+        by: &Decider,
+    ) -> Result<String, ErrorObject> {
         let Some(code) = code else {
             return Err(refused(
                 id,
@@ -588,8 +700,9 @@ impl Approvals {
             ));
         };
         if typed.len() == expected.digits.len() && bool::from(typed.ct_eq(&expected.digits)) {
+            let terminal = expected.terminal.clone();
             pending.code = None;
-            return Ok(());
+            return Ok(terminal);
         }
         pending.wrong += 1;
         let left = MAX_CODE_ATTEMPTS.saturating_sub(pending.wrong);

@@ -81,6 +81,9 @@ pub struct OperatorRecord {
     /// `wrong_code` when wrong codes denied the approval.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
+    /// The terminal the one-time code of an approval was written to (SECURITY.md §4.18).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub terminal: Option<String>,
 }
 
 /// The wire line; field order is the table order of §C12.1 (stable diffs).

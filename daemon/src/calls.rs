@@ -684,6 +684,17 @@ impl Inner {
                     .operator_gate(key, &call_id, &target, &name, &denial, full_deadline_ms)
                     .await
                 {
+                    // Policy may have changed to `deny` while the call was parked: the
+                    // approval does not outrank it.
+                    Some(_)
+                        if let Err(denial) = self.policy.check(&alias, &tool, consent)
+                            && denial.reason == DeniedReason::Policy =>
+                    {
+                        self.settle(key, |_| {
+                            Some(Outcome::Failed(denial.to_error(), denial.settlement()))
+                        });
+                        return finished.await;
+                    }
                     Some(remaining_ms) => (
                         Permit {
                             consent: Some(Consent::Operator),
@@ -829,16 +840,17 @@ impl Inner {
                 decision: "granted",
                 by: Some(grant.by),
                 reason: None,
+                terminal: None,
             });
             return Some(deadline_ms);
         }
         let approval_wait = self.approvals.approval_timeout();
         let deadline = Duration::from_millis(deadline_ms);
         let wait = approval_wait.min(deadline);
-        let (caller, sha) = {
+        let (caller, caller_pid, sha) = {
             let table = self.table();
             let call = table.calls.get(&key)?;
-            (call.caller, call.args_sha256.clone())
+            (call.caller, call.conn.peer_pid(), call.args_sha256.clone())
         };
         let parked_at = Instant::now();
         let Parked {
@@ -851,6 +863,7 @@ impl Inner {
             &target.alias,
             name,
             caller,
+            caller_pid,
             &sha,
             wait,
         ) {
@@ -873,6 +886,7 @@ impl Inner {
                         decision: "cancelled",
                         by: None,
                         reason: None,
+                        terminal: None,
                     });
                     if call.progress {
                         let message = format!(
@@ -919,6 +933,7 @@ impl Inner {
             decision,
             by,
             reason,
+            terminal: None,
         };
         let operator_denial = |reason: DeniedReason, message: String| {
             let mut denial = denial.clone();
@@ -932,11 +947,14 @@ impl Inner {
         };
         let quoted = Value::String(name.to_owned());
         match verdict {
-            Verdict::Approved { by } => {
+            Verdict::Approved { by, terminal } => {
                 let mut table = self.table();
                 let call = table.calls.get_mut(&key)?;
                 call.parked = None;
-                call.operator = Some(record("approved", Some(by), None));
+                call.operator = Some(OperatorRecord {
+                    terminal,
+                    ..record("approved", Some(by), None)
+                });
                 let waited = millis(parked_at.elapsed());
                 Some(deadline_ms.saturating_sub(waited).max(1))
             }

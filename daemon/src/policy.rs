@@ -113,24 +113,25 @@ impl PolicyDenial {
         }
     }
 
-    /// `details.hint`: names `configKey` and `configPath` (§C11).
+    /// `details.hint`: names `configKey` and `configPath` (§C11). It never tells the caller to
+    /// loosen policy itself: the caller may be an agent (SECURITY.md §4.12, §4.18).
     pub fn hint(&self) -> String {
-        let change = format!(
-            "set {} to \"allow\" in {} and run appduct daemon reload, or run appduct policy set {}/{} allow.",
+        let person = format!(
+            "ask the person who runs the daemon whether to set {} to \"allow\" in {}.",
             self.config_key(),
             self.config_path.display(),
-            self.alias,
-            self.tool
         );
         match self.reason {
-            DeniedReason::Policy => format!("To allow it, {change}"),
+            DeniedReason::Policy => format!("To allow it, {person}"),
             DeniedReason::NoConsentChannel => {
-                format!("Call it from an MCP client that supports elicitation, or {change}")
+                format!("Call it from an MCP client that supports elicitation, or {person}")
             }
-            DeniedReason::OperatorDenied => format!("Ask the operator, or {change}"),
-            DeniedReason::ApprovalExpired => format!(
-                "Approve it sooner with appduct approvals approve (appduct approvals ls lists pending approvals), or {change}"
-            ),
+            DeniedReason::OperatorDenied => {
+                "An operator decided: ask the person before calling it again.".to_owned()
+            }
+            DeniedReason::ApprovalExpired => {
+                "Ask the person to approve it sooner with appduct approvals approve in their own terminal.".to_owned()
+            }
         }
     }
 

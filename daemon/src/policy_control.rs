@@ -16,8 +16,9 @@ use appduct_protocol::control::{
     EventData, PolicyChangeCause, PolicyChangeResult, PolicyChangedData, PolicyDecision,
     PolicyEffective, PolicyListResult, PolicyResetParams, PolicySetParams, ReloadResult,
 };
+use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::ErrorObject;
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::events::EventBus;
 use crate::policy::PolicyEngine;
@@ -33,8 +34,9 @@ pub struct PolicyControl {
     /// The configuration in force (start or last reload), for `restartRequired`.
     running: Arc<Mutex<Config>>,
     state_dir: PathBuf,
-    /// Serialises writers of `config.json` (set, reset, reload).
-    write: Arc<Mutex<()>>,
+    /// Serialises writers of `config.json` (set, reset, reload) and holds the `policy` the file
+    /// had when the daemon last read or wrote it (`None`: it did not load then).
+    write: Arc<Mutex<Option<Policy>>>,
     /// Where `policy_changed` goes (§C13.1).
     bus: EventBus,
 }
@@ -46,11 +48,13 @@ impl PolicyControl {
         state_dir: impl Into<PathBuf>,
         bus: EventBus,
     ) -> Self {
+        let state_dir = state_dir.into();
+        let file_policy = Config::load(&state_dir).ok().map(|l| l.config.policy);
         Self {
             policy,
             running: Arc::new(Mutex::new(running)),
-            state_dir: state_dir.into(),
-            write: Arc::new(Mutex::new(())),
+            state_dir,
+            write: Arc::new(Mutex::new(file_policy)),
             bus,
         }
     }
@@ -145,7 +149,8 @@ impl PolicyControl {
         (cause, target, decision): (PolicyChangeCause, Option<&str>, Option<PolicyDecision>),
         edit: impl FnOnce(&mut Policy),
     ) -> Result<PolicyChangeResult, ErrorObject> {
-        let _writing = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut file_policy = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        self.file_unchanged(file_policy.as_ref())?;
         let before = self.policy.policy();
         let mut after = before.clone();
         edit(&mut after);
@@ -157,6 +162,7 @@ impl PolicyControl {
                     self.config_path()
                 ))
             })?;
+            *file_policy = Some(after.clone());
             self.policy.replace(after.clone());
             self.running
                 .lock()
@@ -172,10 +178,35 @@ impl PolicyControl {
         ))
     }
 
+    /// Refuses a change while `config.json` holds a `policy` other than the one the daemon last
+    /// read or wrote there (a hand edit not yet reloaded), or no longer loads: writing the
+    /// running policy over it would silently erase that edit (§C8.31).
+    fn file_unchanged(&self, last: Option<&Policy>) -> Result<(), ErrorObject> {
+        let refuse = |why: String| {
+            ErrorObject::application(
+                ErrorType::InvalidRequest,
+                format!("{why}; the policy was not changed"),
+            )
+            .with_details(json!({
+                "reason": "config_changed",
+                "configPath": self.config_path(),
+                "hint": "Run appduct daemon reload first (it applies the file), then try again.",
+            }))
+        };
+        match Config::load(&self.state_dir) {
+            Ok(loaded) if Some(&loaded.config.policy) == last => Ok(()),
+            Ok(_) => Err(refuse(format!(
+                "The policy in {} was edited since the daemon last read it (not reloaded)",
+                self.config_path()
+            ))),
+            Err(e) => Err(refuse(format!("{e}"))),
+        }
+    }
+
     /// `daemon.reload` (and SIGHUP): re-reads `config.json`; a file that does not load leaves
     /// everything in force and fails with the loader's message.
     pub fn reload(&self) -> Result<ReloadResult, ErrorObject> {
-        let _writing = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut file_policy = self.write.lock().unwrap_or_else(PoisonError::into_inner);
         let loaded = Config::load(&self.state_dir).map_err(|e| {
             let mut details = Map::new();
             details.insert("configPath".into(), Value::String(self.config_path()));
@@ -188,6 +219,7 @@ impl PolicyControl {
             tracing::warn!("{warning}");
         }
         let new = loaded.config;
+        *file_policy = Some(new.policy.clone());
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let mut applied = Vec::new();
         if new.policy != running.policy {
@@ -244,6 +276,7 @@ pub fn restart_required(old: &Config, new: &Config) -> Vec<String> {
     );
     differs("advertisedIp", old.advertised_ip != new.advertised_ip);
     differs("webOrigins", old.web_origins != new.web_origins);
+    differs("consent", old.consent != new.consent);
     keys
 }
 
@@ -259,4 +292,19 @@ fn check_target(target: &str) -> Result<(), ErrorObject> {
          as a glob)",
         details,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use appduct_client::config::ConsentFallback;
+
+    #[test]
+    fn a_changed_consent_needs_a_restart() {
+        let old = Config::defaults(std::path::Path::new("/tmp/appduct-test"));
+        let mut new = old.clone();
+        assert!(restart_required(&old, &new).is_empty());
+        new.consent.fallback = ConsentFallback::Operator;
+        assert_eq!(restart_required(&old, &new), vec!["consent".to_owned()]);
+    }
 }

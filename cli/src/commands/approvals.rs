@@ -127,7 +127,7 @@ pub fn not_interactive(id: &str) -> CliError {
     .with_detail("reason", "not_interactive")
     .with_detail("approvalId", id)
     .with_hint(format!(
-        "Run appduct approvals approve {id} yourself in a terminal; an agent or a script cannot approve calls (appduct approvals deny {id} works anywhere)."
+        "A person runs appduct approvals approve {id} in their own terminal; an agent must ask the person instead (appduct approvals deny {id} works anywhere)."
     ))
 }
 

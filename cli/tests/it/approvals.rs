@@ -20,6 +20,9 @@ fn a_parked_cli_call_completes_after_an_interactive_approval() {
     let pg = Playground::start(&sb);
     assert_eq!(pg.alias(), "playground");
 
+    // The operator's terminal exists before the call parks.
+    let mut pty = Pty::open();
+
     // The caller, without a terminal: it says on stderr where to approve, and waits.
     let mut call = sb.command(&["tools", "call", "call_count"]);
     call.stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -56,8 +59,9 @@ fn a_parked_cli_call_completes_after_an_interactive_approval() {
     assert_eq!(doc["error"]["type"], "approval_refused");
     assert_eq!(doc["error"]["details"]["reason"], "not_interactive");
 
-    // A person: the approver runs in its own session whose controlling terminal is the pty.
-    let mut pty = Pty::open();
+    // A person: the approver runs in its own session whose controlling terminal is the pty,
+    // opened before the call parked (as a person's terminal is; the daemon refuses a code to a
+    // terminal opened after the call parked, SECURITY.md §4.18).
     let slave = pty.take_slave_file();
     let inner = sb.command(&["approvals", "approve", &approval_id]);
     let mut approve = Command::new("setsid");

@@ -155,3 +155,40 @@ fn reload_and_sighup_apply_config_json_and_keep_a_pending_call() {
     assert_eq!(out.status.code(), Some(72));
     assert_eq!(pg.stop(), 0);
 }
+
+#[test]
+fn policy_set_refuses_to_erase_a_hand_edit_that_was_not_reloaded() {
+    let sb = sandbox();
+    sb.ok(&["policy", "set", "*/sum", "deny"]);
+    // A person edits config.json by hand and does not reload.
+    let path = sb.state_dir().join("config.json");
+    let mut doc = config(&sb);
+    doc["policy"]["tools"]["*/wipe"] = json!("deny");
+    std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+
+    let (code, out) = sb.json(&["policy", "set", "*/reset", "deny"]);
+    assert_ne!(code, 0, "{out}");
+    assert_eq!(out["error"]["type"], "invalid_request", "{out}");
+    assert_eq!(out["error"]["details"]["reason"], "config_changed", "{out}");
+    assert!(
+        out["error"]["hint"]
+            .as_str()
+            .or(out["error"]["details"]["hint"].as_str())
+            .unwrap_or_default()
+            .contains("daemon reload"),
+        "{out}"
+    );
+    // The hand edit is still there, and nothing was added.
+    let file = config(&sb);
+    assert_eq!(file["policy"]["tools"]["*/wipe"], "deny", "{file}");
+    assert!(file["policy"]["tools"].get("*/reset").is_none(), "{file}");
+
+    // After a reload the change applies on top of the edit.
+    sb.ok(&["daemon", "reload"]);
+    let set = sb.ok(&["policy", "set", "*/reset", "deny"]);
+    assert_eq!(set["changed"], true, "{set}");
+    let file = config(&sb);
+    assert_eq!(file["policy"]["tools"]["*/wipe"], "deny", "{file}");
+    assert_eq!(file["policy"]["tools"]["*/reset"], "deny", "{file}");
+    assert_eq!(file["policy"]["tools"]["*/sum"], "deny", "{file}");
+}

@@ -11,25 +11,51 @@ use crate::calls_support;
 use std::sync::{Arc, Mutex};
 
 use appduct_client::config::{ConsentFallback, Decision};
-use appduct_daemon::approvals::OperatorTerminal;
+use appduct_daemon::approvals::{OperatorTerminal, TerminalDevice, TerminalOf};
 use appduct_protocol::control::EventKind;
 use calls_support::*;
 use serde_json::{Value, json};
 
-/// Records what the daemon writes to "the operator's terminal"; refuses peers when `refuse`.
+/// Records what the daemon writes to "the operator's terminal"; refuses approvers when
+/// `refuse`. The approver's terminal is `/dev/pts/test` (device 1, opened at the epoch) unless
+/// `approver` says otherwise; the caller has no terminal unless `caller` gives it one.
 #[derive(Debug, Default)]
 struct CapturedTerminal {
     written: Mutex<Vec<String>>,
     refuse: bool,
+    caller: Option<TerminalDevice>,
+    approver: Option<TerminalDevice>,
+}
+
+fn pts(n: u64, created_unix_ms: u64) -> TerminalDevice {
+    TerminalDevice {
+        path: format!("/dev/pts/{n}"),
+        rdev: n,
+        created_unix_ms: Some(created_unix_ms),
+    }
 }
 
 impl OperatorTerminal for CapturedTerminal {
-    fn write(&self, _pid: Option<u32>, text: &str) -> Result<String, String> {
-        if self.refuse {
-            return Err("process 4242 has no controlling terminal".into());
+    fn locate(&self, _pid: Option<u32>, of: TerminalOf) -> Result<TerminalDevice, String> {
+        match of {
+            TerminalOf::Caller => self
+                .caller
+                .clone()
+                .ok_or_else(|| "the caller has no controlling terminal".to_owned()),
+            TerminalOf::Approver if self.refuse => {
+                Err("process 4242 has no controlling terminal".into())
+            }
+            TerminalOf::Approver => Ok(self.approver.clone().unwrap_or(TerminalDevice {
+                path: "/dev/pts/test".into(),
+                rdev: 1,
+                created_unix_ms: Some(0),
+            })),
         }
+    }
+
+    fn write(&self, _device: &TerminalDevice, text: &str) -> Result<(), String> {
         self.written.lock().unwrap().push(text.to_owned());
-        Ok("/dev/pts/test".into())
+        Ok(())
     }
 }
 
@@ -194,6 +220,7 @@ async fn a_parked_call_runs_only_after_approval_with_the_code() {
     assert_eq!(record["operator"]["approvalId"], approval_id.as_str());
     assert_eq!(record["operator"]["decision"], "approved");
     assert_eq!(record["operator"]["by"]["client"], "op-console");
+    assert_eq!(record["operator"]["terminal"], "/dev/pts/test");
     let digits: String = code.chars().filter(char::is_ascii_digit).collect();
     let raw = raw_audit(&f.daemon.state_dir().path().join("audit"));
     assert!(!raw.contains(&digits) && !raw.contains(&code), "{raw}");
@@ -551,5 +578,101 @@ async fn a_caller_that_hangs_up_cancels_its_parked_call() {
     let r = audit_of(&lines, "ap-hang");
     assert_eq!(r["outcome"], "cancelled");
     assert_eq!(r["operator"]["decision"], "cancelled");
+    f.stop().await;
+}
+
+/// Challenges `approval_id` and expects `approval_refused` with `reason`; no code is written
+/// and no attempt is spent.
+async fn challenge_refused(
+    op: &mut Wire,
+    terminal: &CapturedTerminal,
+    approval_id: &str,
+    reason: &str,
+) {
+    let reply = op
+        .request(
+            20,
+            "approvals.challenge",
+            json!({"approvalId": approval_id}),
+        )
+        .await;
+    assert_eq!(
+        reply["error"]["data"]["type"], "approval_refused",
+        "{reply}"
+    );
+    assert_eq!(
+        reply["error"]["data"]["details"]["reason"], reason,
+        "{reply}"
+    );
+    assert!(terminal.written.lock().unwrap().is_empty());
+    let listed = op.request(21, "approvals.list", json!({})).await;
+    assert_eq!(
+        listed["result"]["approvals"][0]["attemptsLeft"], 3,
+        "{listed}"
+    );
+}
+
+#[tokio::test]
+async fn the_parked_callers_own_terminal_gets_no_code() {
+    // An agent that shares the operator's terminal: the approver's terminal is the caller's.
+    let terminal = Arc::new(CapturedTerminal {
+        caller: Some(pts(7, 0)),
+        approver: Some(pts(7, 0)),
+        ..CapturedTerminal::default()
+    });
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let approval_id = park(&mut f, 2, "ap-own").await;
+    let mut op = operator(&f).await;
+    challenge_refused(&mut op, &terminal, &approval_id, "caller_terminal").await;
+    f.device.assert_no_frame();
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_terminal_opened_after_the_call_parked_gets_no_code() {
+    // An agent that parked its call and then opened a pty (`pty.fork()`) to approve it.
+    let terminal = Arc::new(CapturedTerminal {
+        approver: Some(pts(9, u64::MAX)),
+        ..CapturedTerminal::default()
+    });
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let approval_id = park(&mut f, 2, "ap-new").await;
+    let mut op = operator(&f).await;
+    challenge_refused(&mut op, &terminal, &approval_id, "new_terminal").await;
+    f.device.assert_no_frame();
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn an_approved_call_whose_tool_became_deny_while_parked_is_denied() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, false, Arc::clone(&terminal)).await;
+    let approval_id = park(&mut f, 2, "ap-deny").await;
+    let mut op = operator(&f).await;
+    let set = op
+        .request(
+            3,
+            "policy.set",
+            json!({"target": "pixel-8/slow_task", "decision": "deny"}),
+        )
+        .await;
+    assert!(set.get("result").is_some(), "{set}");
+    let approved = op
+        .request(
+            4,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve"}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    let reply = f.wire.response(2).await;
+    assert_eq!(reply["error"]["data"]["type"], "policy_denied", "{reply}");
+    assert_eq!(
+        reply["error"]["data"]["details"]["reason"], "policy",
+        "{reply}"
+    );
+    f.device.assert_no_frame();
+    let lines = audit_lines(&f.daemon).await;
+    assert_eq!(audit_of(&lines, "ap-deny")["outcome"], "denied");
     f.stop().await;
 }

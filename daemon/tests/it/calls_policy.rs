@@ -70,7 +70,7 @@ async fn a_denial_sends_nothing_and_is_audited_as_denied() {
         .request(1, "tools.call", json!({"name": "wipe", "callId": "w1"}))
         .await;
     let hint = format!(
-        "To allow it, set policy.tools[\"pixel-8/wipe\"] to \"allow\" in {config_path} and run appduct daemon reload, or run appduct policy set pixel-8/wipe allow."
+        "To allow it, ask the person who runs the daemon whether to set policy.tools[\"pixel-8/wipe\"] to \"allow\" in {config_path}."
     );
     assert_eq!(
         denied["error"],
@@ -161,7 +161,14 @@ async fn prompt_needs_elicitation_consent_and_records_it() {
         assert_eq!(details["reason"], "no_consent_channel");
         assert_eq!(details["decision"], "prompt");
         let hint = details["hint"].as_str().unwrap();
-        assert!(hint.starts_with("Call it from an MCP client that supports elicitation, or set"));
+        assert!(hint.starts_with(
+            "Call it from an MCP client that supports elicitation, or ask the person"
+        ));
+        // The daemon never tells a caller (maybe an agent) to loosen policy itself.
+        assert!(
+            !hint.contains("policy set") && !hint.contains("daemon reload"),
+            "{hint}"
+        );
         assert!(hint.contains(details["configKey"].as_str().unwrap()));
         assert!(hint.contains(details["configPath"].as_str().unwrap()));
     }

@@ -186,7 +186,7 @@ fn deny_error_matches_the_example_of_03_5_2_exactly() {
           "source": "policy.destructive",
           "configKey": "policy.tools[\"pixel-8/reset_counter\"]",
           "configPath": "/home/ana/.appduct/config.json",
-          "hint": "To allow it, set policy.tools[\"pixel-8/reset_counter\"] to \"allow\" in /home/ana/.appduct/config.json and run appduct daemon reload, or run appduct policy set pixel-8/reset_counter allow."
+          "hint": "To allow it, ask the person who runs the daemon whether to set policy.tools[\"pixel-8/reset_counter\"] to \"allow\" in /home/ana/.appduct/config.json."
         }
       }
     }"#;
@@ -223,7 +223,7 @@ fn prompt_without_consent_error_names_the_consent_channel() {
             "source": "policy.destructive",
             "configKey": "policy.tools[\"pixel-8/reset_counter\"]",
             "configPath": CONFIG,
-            "hint": "Call it from an MCP client that supports elicitation, or set policy.tools[\"pixel-8/reset_counter\"] to \"allow\" in /home/ana/.appduct/config.json and run appduct daemon reload, or run appduct policy set pixel-8/reset_counter allow."
+            "hint": "Call it from an MCP client that supports elicitation, or ask the person who runs the daemon whether to set policy.tools[\"pixel-8/reset_counter\"] to \"allow\" in /home/ana/.appduct/config.json."
         })
     );
 }

@@ -1042,7 +1042,7 @@ fn spec_error_examples_round_trip() {
       "source": "policy.destructive",
       "configKey": "policy.tools[\"pixel-8/reset_counter\"]",
       "configPath": "/home/ana/.appduct/config.json",
-      "hint": "To allow it, set policy.tools[\"pixel-8/reset_counter\"] to \"allow\" in /home/ana/.appduct/config.json and run appduct daemon reload, or run appduct policy set pixel-8/reset_counter allow."
+      "hint": "To allow it, ask the person who runs the daemon whether to set policy.tools[\"pixel-8/reset_counter\"] to \"allow\" in /home/ana/.appduct/config.json."
     }
   }
 }"#,
