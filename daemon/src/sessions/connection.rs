@@ -22,6 +22,9 @@ use crate::device_socket::{
     Channel, DeviceReceiver, DeviceSender, DeviceSocket, Incoming, SendError, WireMessage,
 };
 
+/// Answers breaking a bound that are logged per device connection (the calls still fail).
+const MAX_BOUND_FAILURES_LOGGED: u32 = 20;
+
 /// How long the engine waits for the peer's close (and for room to queue its own) after closing.
 const CLOSE_WAIT: Duration = Duration::from_millis(CLOSE_HANDSHAKE_WAIT_MS);
 /// Text bytes an active session's task handles before it yields to the other tasks.
@@ -288,6 +291,9 @@ impl Connection {
         let mut awaiting_pong = false;
         let mut missed = 0u32;
         let mut unyielded = 0usize;
+        // An app decides how many answers break a bound (even for calls that do not exist), so
+        // their log lines are capped per connection: a claimed app cannot fill the disk.
+        let mut bound_failures_logged = 0u32;
         loop {
             // The daemon shares one thread: after a burst of large frames (app events fanned out
             // to subscribers, big results), let the writers drain their queues before reading
@@ -331,10 +337,20 @@ impl Connection {
                             detail,
                             ..
                         }) => {
-                            tracing::warn!(
-                                %session_id, %wire_id, %detail,
-                                "failing a call whose answer breaks a bound"
-                            );
+                            if bound_failures_logged < MAX_BOUND_FAILURES_LOGGED {
+                                bound_failures_logged += 1;
+                                tracing::warn!(
+                                    %session_id, %wire_id, %detail,
+                                    "failing a call whose answer breaks a bound"
+                                );
+                                if bound_failures_logged == MAX_BOUND_FAILURES_LOGGED {
+                                    tracing::warn!(
+                                        %session_id,
+                                        "further answers that break a bound on this connection \
+                                         are not logged"
+                                    );
+                                }
+                            }
                             self.inner.fail_call(self.id, session_id, wire_id, detail);
                             continue;
                         }

@@ -338,3 +338,51 @@ async fn the_log_line_names_the_field_and_never_the_token() {
     assert!(line.contains("transport=native"), "{line}");
     assert!(!log.contains(&token), "the log quotes the token");
 }
+
+/// Answers that break a bound fail only their call and keep the connection (§D12), and the app
+/// chooses how many it sends (even for calls that do not exist): their log lines are capped per
+/// connection, so a claimed app cannot fill the disk through daemon.log (hostile-peer finding).
+#[tokio::test(start_paused = true)]
+async fn answers_breaking_a_bound_log_at_most_twenty_lines_per_connection() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let mut h = Harness::new();
+    let mut c = h.claim(None).await;
+    let sid = c.session_id.clone();
+    let mut deep = json!(1);
+    for _ in 0..70 {
+        deep = json!([deep]);
+    }
+    for i in 0..60 {
+        let frame = json!({"type": "tool_result", "session_id": sid, "id": format!("call_{i}"),
+                           "result": deep});
+        c.app.send_text(frame.to_string()).await.unwrap();
+    }
+    // Frames of one connection are handled in order: once this one's event is out, all sixty
+    // answers were handled, on a connection still open.
+    c.app
+        .send_text(
+            json!({"type": "event", "session_id": sid, "name": "after", "ts": 1}).to_string(),
+        )
+        .await
+        .unwrap();
+    h.event_of(EventKind::AppEvent).await;
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logged = log
+        .lines()
+        .filter(|l| l.contains("failing a call whose answer breaks a bound"))
+        .count();
+    assert_eq!(logged, 20, "{log}");
+    assert_eq!(
+        log.lines().filter(|l| l.contains("are not logged")).count(),
+        1,
+        "{log}"
+    );
+}
