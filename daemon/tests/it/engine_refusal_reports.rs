@@ -353,7 +353,7 @@ async fn answers_breaking_a_bound_log_at_most_twenty_lines_per_connection() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let mut h = Harness::new();
-    let mut c = h.claim(None).await;
+    let c = h.claim(None).await;
     let sid = c.session_id.clone();
     let mut deep = json!(1);
     for _ in 0..70 {
