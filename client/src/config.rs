@@ -197,6 +197,42 @@ fn got_suffix(got: Option<&str>) -> String {
     got.map_or_else(String::new, |g| format!(", got {g}"))
 }
 
+/// Largest `config.json` read, bytes: a real one is a few KiB.
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// Reads `config.json` (a symlink is followed, as documented) without trusting what is there:
+/// opened with `O_NONBLOCK` so a FIFO fails at once instead of hanging the daemon's reload,
+/// then it must be a regular file of at most [`MAX_CONFIG_BYTES`] (a symlink to `/dev/zero`
+/// or a huge file is refused instead of read into memory). Hostile-peer finding (issue #16).
+pub fn read_config_file(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len().min(MAX_CONFIG_BYTES) as usize);
+    file.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} is larger than {} bytes",
+                path.display(),
+                MAX_CONFIG_BYTES
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
 /// The configuration and its warnings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedConfig {
@@ -232,7 +268,7 @@ impl Config {
     /// target, never the link), so a symlink there is followed (dotfile managers).
     pub fn load(state_dir: &Path) -> Result<LoadedConfig, ConfigError> {
         let path = state_dir.join(CONFIG_FILE);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match read_config_file(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok(LoadedConfig {
@@ -598,7 +634,7 @@ pub fn write_policy(state_dir: &Path, policy: &Policy) -> io::Result<()> {
     use std::io::Write as _;
     let link = state_dir.join(CONFIG_FILE);
     let path = std::fs::canonicalize(&link).unwrap_or(link);
-    let mut doc = match std::fs::read(&path) {
+    let mut doc = match read_config_file(&path) {
         Ok(bytes) => serde_json::from_slice::<Value>(&bytes)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
         Err(e) if e.kind() == io::ErrorKind::NotFound => Value::Object(serde_json::Map::new()),
@@ -1238,6 +1274,39 @@ mod tests {
             daemon_log_max_bytes_for_rotation(tmp.path()),
             DEFAULT_LOG_MAX_BYTES
         );
+    }
+
+    #[test]
+    fn a_fifo_a_device_or_a_huge_file_at_config_json_is_refused_unread() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(CONFIG_FILE);
+        // A FIFO nobody writes to: refused at once instead of blocking the reader.
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = Config::load(tmp.path()).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        assert!(write_policy(tmp.path(), &Policy::default()).is_err());
+        std::fs::remove_file(&path).unwrap();
+        // A symlink to an endless device: refused without reading it.
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let e = Config::load(tmp.path()).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        std::fs::remove_file(&path).unwrap();
+        // Over the cap: refused, whatever it holds.
+        let mut big = b"{\"graceSeconds\": 1".to_vec();
+        big.resize(MAX_CONFIG_BYTES as usize + 10, b' ');
+        big.push(b'}');
+        std::fs::write(&path, &big).unwrap();
+        let e = Config::load(tmp.path()).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+        // At the cap it still loads.
+        big.truncate(MAX_CONFIG_BYTES as usize - 1);
+        big.push(b'}');
+        std::fs::write(&path, &big).unwrap();
+        assert_eq!(Config::load(tmp.path()).unwrap().config.grace_seconds, 1);
     }
 
     #[test]
