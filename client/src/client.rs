@@ -919,7 +919,7 @@ impl PendingToolCall {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Version handshake (§C7, §C7)
+// Version handshake (§C7)
 // ---------------------------------------------------------------------------------------------
 
 /// A semantic version, compared by semver 2.0 precedence: a prerelease sorts below its

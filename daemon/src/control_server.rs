@@ -1,4 +1,4 @@
-//! The control-socket server (§C1–§C3, §C1, ARCHITECTURE.md#test-layers): one task per connection with a line
+//! The control-socket server (§C1–§C3, ARCHITECTURE.md#test-layers): one task per connection with a line
 //! reader that dispatches each request concurrently, and a single writer fed by an ordered
 //! queue of whole lines with back-pressure accounting. The daemon core plugs in through
 //! [`ControlHandler`]; it receives validated [`ControlRequest`]s and a [`Connection`] handle.

@@ -1,5 +1,5 @@
 //! Transitions, shutdown and cancels landing between pipeline steps that run back to back
-//! (§C10.1, §C10.1, §C10.7, §C12.1). A `PipelineProbe` stops the pipeline at a checkpoint and makes
+//! (§C10.1, §C10.7, §C12.1). A `PipelineProbe` stops the pipeline at a checkpoint and makes
 //! the other input happen right there, so each race is deterministic.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -1,4 +1,4 @@
-//! Startup and shutdown of the composed daemon (§S3.5, §S3.6, §C1.1, §C8.3, §C8.3): state
+//! Startup and shutdown of the composed daemon (§S3.5, §S3.6, §C1.1, §C8.3): state
 //! files and their modes, single instance, stale and foreign socket files, failed starts that
 //! leave nothing behind, and `daemon.shutdown` over the real socket.
 

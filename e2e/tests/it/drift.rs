@@ -1,4 +1,4 @@
-//! Version drift against a daemon that holds state (§C7, §C7, §L12, §M14;
+//! Version drift against a daemon that holds state (§C7, §L12, §M14;
 //! SEC-53): an older daemon with a live session is never replaced unless a restart is forced,
 //! whatever the CLI or the MCP bridge asks, and a replacement that still reports another
 //! version is reported, never replaced a second time.

@@ -1,4 +1,4 @@
-//! `frame-limits.json` (§D15, §D15): the limit constant equals `limitBytes`, and for each
+//! `frame-limits.json` (§D15): the limit constant equals `limitBytes`, and for each
 //! vector the `event` frame of exactly `frameBytes` bytes (payload string filled with `filler`,
 //! topped up with `a`) passes the sender's size check and the daemon's decoder iff `sent`.
 //! The in-memory daemon case runs in `appduct-daemon` tests (§D15).
