@@ -47,15 +47,22 @@ pub fn main_with_args(args: Vec<OsString>) -> u8 {
             let _ = help.print();
             0
         }
-        // `mcp` ignores --json and keeps stdout for JSON-RPC: its errors go to stderr (§L12).
+        // `mcp` ignores --json and keeps stdout for JSON-RPC: its errors go to stderr (§L12),
+        // never coloured (its stderr is usually an agent's log, §L3.3).
         Err(Early::Usage(err, flags)) if mcp => Output::for_process(output::OutputFlags {
             json: false,
+            color: render::ColorMode::Never,
             ..flags
         })
         .print_failure(&err),
         Err(Early::Usage(err, flags)) => Output::for_process(flags).print_failure(&err),
         Ok(inv) => {
-            let mut out = Output::for_process(inv.globals.output);
+            let mut flags = inv.globals.output;
+            if matches!(inv.command, Command::Mcp { .. }) {
+                // The MCP host never colours its stderr, whatever --color says (§L3.3).
+                flags.color = render::ColorMode::Never;
+            }
+            let mut out = Output::for_process(flags);
             out.set_command(inv.command.label());
             let role = match inv.command {
                 Command::DaemonRun => LogRole::DaemonHost,
@@ -78,7 +85,7 @@ fn names_mcp(args: &[OsString]) -> bool {
     while let Some(arg) = words.next() {
         match arg.to_str() {
             // The global flag and the mcp flag that take a separate value.
-            Some("--state-dir" | "--scheme") => {
+            Some("--state-dir" | "--scheme" | "--color") => {
                 words.next();
             }
             Some(a) if a.starts_with('-') => {}

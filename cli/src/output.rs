@@ -21,7 +21,8 @@ pub struct OutputFlags {
     pub json: bool,
     pub pretty: bool,
     pub verbose: bool,
-    pub no_color: bool,
+    /// `--color` (`--no-color` is `never`), §L3.3.
+    pub color: render::ColorMode,
 }
 
 /// A successful result, rendered by [`Output::print_success`].
@@ -69,12 +70,13 @@ pub struct Output {
 }
 
 impl Output {
-    /// Output for this process: colour is decided per stream from the terminal, `NO_COLOR`
-    /// and `--no-color`.
+    /// Output for this process: colour is decided per stream by [`render::colour_enabled`]
+    /// (`--color`, `NO_COLOR`, `CLICOLOR_FORCE`, `CLICOLOR`, the terminal), and is always off
+    /// under `--json` (§L3.3).
     pub fn for_process(flags: OutputFlags) -> Self {
-        let no_color = std::env::var_os("NO_COLOR");
+        let env = render::ColourEnv::from_process();
         let paint = |is_terminal| Paint {
-            enabled: render::colour_allowed(is_terminal, no_color.as_deref(), flags.no_color),
+            enabled: !flags.json && render::colour_enabled(flags.color, &env, is_terminal),
         };
         let mut out = Self::plain(flags);
         out.stdout_paint = paint(std::io::stdout().is_terminal());
@@ -312,7 +314,7 @@ mod tests {
             json,
             pretty,
             verbose,
-            no_color: false,
+            color: render::ColorMode::Auto,
         })
     }
 

@@ -4,6 +4,9 @@
 //!
 //! [`Display`] is pure state plus a line renderer; [`Terminal`] writes it with `\r` and
 //! erase-line, at most 10 times per second, and clears it before anything else is printed.
+//! Each draw is cut to the terminal's width as it is then ([`frame`]), so the line never
+//! wraps; after a resize narrowed the terminal, the rows the previous line may have been
+//! reflowed onto are erased too.
 
 use std::io::Write as _;
 use std::time::{Duration, Instant};
@@ -19,6 +22,8 @@ pub const APPEAR_AFTER: Duration = Duration::from_millis(250);
 pub const REDRAW_EVERY: Duration = Duration::from_millis(100);
 /// Width of the bar in cells.
 pub const BAR_WIDTH: usize = 10;
+/// The terminal width assumed when stderr does not report one.
+pub const FALLBACK_COLUMNS: usize = 80;
 
 const SPINNER: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
@@ -151,6 +156,8 @@ pub struct Terminal {
     requested: Instant,
     last_draw: Option<Instant>,
     frame: usize,
+    /// Display width of the line on screen (0 when none).
+    drawn_width: usize,
     pub display: Display,
 }
 
@@ -163,6 +170,7 @@ impl Terminal {
             requested: Instant::now(),
             last_draw: None,
             frame: 0,
+            drawn_width: 0,
             display,
         }
     }
@@ -186,7 +194,9 @@ impl Terminal {
         }
         self.frame = self.frame.wrapping_add(1);
         let line = self.display.line(self.elapsed(), self.frame);
-        write_err(&format!("\r\x1b[2K{line}"));
+        let (text, width) = frame(Some(&line), self.drawn_width, stderr_columns());
+        write_err(&text);
+        self.drawn_width = width;
         self.shown = true;
         self.last_draw = Some(Instant::now());
     }
@@ -194,7 +204,9 @@ impl Terminal {
     /// Erases the line so other output starts clean.
     pub fn clear(&mut self) {
         if self.shown {
-            write_err("\r\x1b[2K");
+            let (text, _) = frame(None, self.drawn_width, stderr_columns());
+            write_err(&text);
+            self.drawn_width = 0;
             self.shown = false;
         }
     }
@@ -204,6 +216,41 @@ impl Drop for Terminal {
     fn drop(&mut self) {
         self.clear();
     }
+}
+
+/// What to write to replace the line on screen (`previous` columns wide, drawn earlier) by
+/// `line` (or erase it), on a terminal `columns` wide now; and the width of what was drawn.
+///
+/// The line is cut to `columns - 1` display columns ([`render::cut_to_width`]): never the last
+/// column, where some terminals wrap at once. When the terminal is now narrower than the
+/// previous line, a reflowing terminal may have spread it over several rows: the cursor moves
+/// up to the first of them and everything below is erased.
+pub fn frame(line: Option<&str>, previous: usize, columns: usize) -> (String, usize) {
+    let columns = columns.max(1);
+    let mut out = String::from("\r");
+    let rows = previous.div_ceil(columns).max(1);
+    if rows > 1 {
+        out.push_str(&format!("\x1b[{}A", rows - 1));
+        out.push_str("\x1b[J");
+    } else {
+        out.push_str("\x1b[2K");
+    }
+    let mut width = 0;
+    if let Some(line) = line {
+        let cut = render::cut_to_width(line, columns - 1);
+        width = render::display_width(&cut);
+        out.push_str(&cut);
+    }
+    (out, width)
+}
+
+/// The width of the terminal on stderr, [`FALLBACK_COLUMNS`] when it reports none.
+fn stderr_columns() -> usize {
+    rustix::termios::tcgetwinsize(std::io::stderr())
+        .ok()
+        .map(|w| usize::from(w.ws_col))
+        .filter(|c| *c > 0)
+        .unwrap_or(FALLBACK_COLUMNS)
 }
 
 fn write_err(text: &str) {
@@ -298,6 +345,42 @@ mod tests {
         assert_eq!(bar(0.0), "[----------] 0%");
         assert_eq!(bar(1.0), "[##########] 100%");
         assert_eq!(bar(0.33), "[###-------] 33%");
+    }
+
+    #[test]
+    fn frames_are_cut_to_the_terminal_width() {
+        let mut d = Display::new("sum", Some("pixel-8"));
+        d.update(&started());
+        d.update(&progress(Some(0.5), Some("日本語のメッセージ 📱 e\u{301} and more text")));
+        let line = d.line(Duration::from_millis(1500), 0);
+        assert!(render::display_width(&line) > 40, "{line}");
+        for columns in [1, 2, 20, 40, 80, 200] {
+            let (text, width) = frame(Some(&line), 0, columns);
+            let drawn = text.strip_prefix("\r\x1b[2K").unwrap();
+            assert_eq!(render::display_width(drawn), width);
+            assert!(width < columns.max(2), "{columns}: {drawn}");
+            if render::display_width(&line) >= columns {
+                assert!(drawn.ends_with('…') || columns == 1, "{columns}: {drawn}");
+            } else {
+                assert_eq!(drawn, line);
+            }
+        }
+        // 20 columns: the bar and part of the name, 19 columns at most.
+        let (text, width) = frame(Some(&line), 0, 20);
+        assert_eq!(text, "\r\x1b[2K[#####-----] 50% s…");
+        assert_eq!(width, 19);
+    }
+
+    #[test]
+    fn a_narrower_terminal_erases_the_rows_the_last_line_was_reflowed_onto() {
+        // 79 columns drawn, now 20 wide: up to 4 rows; move up 3 and erase below.
+        let (text, _) = frame(Some("x"), 79, 20);
+        assert_eq!(text, "\r\x1b[3A\x1b[Jx");
+        // Same width or wider: only the current row.
+        assert_eq!(frame(Some("x"), 19, 20).0, "\r\x1b[2Kx");
+        assert_eq!(frame(None, 79, 200).0, "\r\x1b[2K");
+        // Clearing after a shrink erases the reflowed rows too.
+        assert_eq!(frame(None, 40, 20).0, "\r\x1b[1A\x1b[J");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! (SECURITY.md §4.13). Pure functions; nothing here prints.
 
 use time::OffsetDateTime;
+use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
 
 // The ISO instant formats have one home, shared with the daemon.
 pub use appduct_client::timestamp::{
@@ -62,14 +63,73 @@ pub fn byte_size(bytes: u64) -> String {
     format!("{value:.1} {}", UNITS[unit])
 }
 
-/// A borderless table (§L6.1): each column as wide as its longest cell, columns separated by
-/// two spaces, trailing spaces trimmed. The first row is the header. Widths count characters.
+/// Columns `text` takes on a terminal (§L3.3): wide characters (CJK, most emoji) count 2,
+/// combining marks and zero-width characters 0. Control characters count 0; app-supplied text
+/// is cleaned of them before it is measured.
+pub fn display_width(text: &str) -> usize {
+    UnicodeWidthStr::width(text)
+}
+
+/// `text` cut to at most `width` columns: unchanged when it fits, else the longest prefix
+/// that leaves room for `…` (trailing spaces dropped), then `…`. A wide character that would straddle the limit is
+/// left out whole, so the result may be one column short. Width 0 gives the empty string.
+pub fn cut_to_width(text: &str, width: usize) -> String {
+    if display_width(text) <= width {
+        return text.to_owned();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let room = width - 1;
+    let mut used = 0;
+    let mut out = String::new();
+    for c in text.chars() {
+        let w = UnicodeWidthChar::width(c).unwrap_or(0);
+        if used + w > room {
+            break;
+        }
+        used += w;
+        out.push(c);
+    }
+    // `Google Pixel…`, not `Google Pixel …`.
+    out.truncate(out.trim_end().len());
+    out.push('…');
+    out
+}
+
+/// A borderless table (§L6.1): each column as wide as its widest cell, columns separated by
+/// two spaces, trailing spaces trimmed. The first row is the header. Widths are display
+/// widths ([`display_width`]), so CJK and emoji cells stay aligned.
 pub fn table(rows: &[Vec<String>]) -> String {
+    table_within(rows, None)
+}
+
+/// [`table`] cut to `max_width` columns when given (the terminal's width): while the table
+/// is too wide, the widest column loses one column, and cells of a narrowed column are cut
+/// with `…` ([`cut_to_width`]). No column goes below 4 columns (or its header's width, if
+/// smaller), so a very narrow terminal still wraps rather than losing whole columns.
+pub fn table_within(rows: &[Vec<String>], max_width: Option<usize>) -> String {
+    const MIN_COLUMN: usize = 4;
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let mut widths = vec![0usize; columns];
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
-            widths[i] = widths[i].max(cell.chars().count());
+            widths[i] = widths[i].max(display_width(cell));
+        }
+    }
+    if let Some(max) = max_width {
+        let floor: Vec<usize> = widths.iter().map(|w| (*w).min(MIN_COLUMN)).collect();
+        let total = |widths: &[usize]| widths.iter().sum::<usize>() + 2 * columns.saturating_sub(1);
+        while total(&widths) > max {
+            let Some((i, _)) = widths
+                .iter()
+                .enumerate()
+                .filter(|(i, w)| **w > floor[*i])
+                .max_by_key(|(i, w)| (**w, std::cmp::Reverse(*i)))
+            else {
+                break;
+            };
+            widths[i] -= 1;
         }
     }
     let mut out = String::new();
@@ -79,8 +139,9 @@ pub fn table(rows: &[Vec<String>]) -> String {
             if i > 0 {
                 line.push_str("  ");
             }
-            line.push_str(cell);
-            let pad = widths[i].saturating_sub(cell.chars().count());
+            let cell = cut_to_width(cell, widths[i]);
+            let pad = widths[i].saturating_sub(display_width(&cell));
+            line.push_str(&cell);
             line.extend(std::iter::repeat_n(' ', pad));
         }
         out.push_str(line.trim_end());
@@ -237,14 +298,48 @@ pub fn human_json(value: &serde_json::Value, pretty: bool) -> String {
         .join("\n")
 }
 
-/// Whether colour may be used on a stream (§L3.3): it is a terminal, `NO_COLOR` is unset or
-/// empty, and `--no-color` is absent.
-pub fn colour_allowed(
-    is_terminal: bool,
-    no_color_env: Option<&std::ffi::OsStr>,
-    flag: bool,
-) -> bool {
-    is_terminal && no_color_env.is_none_or(|v| v.is_empty()) && !flag
+/// `--color` (§L3.3): `auto` decides from the environment and the stream, `always` and
+/// `never` override everything.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorMode {
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+/// The colour variables of the environment (§L2.2), read once per run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ColourEnv {
+    pub no_color: Option<std::ffi::OsString>,
+    pub clicolor_force: Option<std::ffi::OsString>,
+    pub clicolor: Option<std::ffi::OsString>,
+}
+
+impl ColourEnv {
+    pub fn from_process() -> Self {
+        Self {
+            no_color: std::env::var_os("NO_COLOR"),
+            clicolor_force: std::env::var_os("CLICOLOR_FORCE"),
+            clicolor: std::env::var_os("CLICOLOR"),
+        }
+    }
+}
+
+/// Whether colour is used on a stream (§L3.3). First match wins: `--color always|never`
+/// (`--no-color` is `never`); a non-empty `NO_COLOR` turns it off; `CLICOLOR_FORCE` set to
+/// anything but empty or `0` turns it on; `CLICOLOR=0` turns it off; else only on a terminal.
+/// Callers turn it off first under `--json` and in `appduct mcp`.
+pub fn colour_enabled(mode: ColorMode, env: &ColourEnv, is_terminal: bool) -> bool {
+    let set = |v: &Option<std::ffi::OsString>| v.as_ref().is_some_and(|v| !v.is_empty());
+    match mode {
+        ColorMode::Always => true,
+        ColorMode::Never => false,
+        ColorMode::Auto if set(&env.no_color) => false,
+        ColorMode::Auto if set(&env.clicolor_force) && env.clicolor_force.as_deref() != Some("0".as_ref()) => true,
+        ColorMode::Auto if env.clicolor.as_deref() == Some("0".as_ref()) => false,
+        ColorMode::Auto => is_terminal,
+    }
 }
 
 /// ANSI styling that degrades to plain text when colour is off.
@@ -302,7 +397,6 @@ pub fn plural(n: u64, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsStr;
     use time::macros::datetime;
 
     #[test]
@@ -458,13 +552,98 @@ Tool: add_item
         assert_eq!(out, expected);
     }
 
+    fn env(no_color: Option<&str>, force: Option<&str>, clicolor: Option<&str>) -> ColourEnv {
+        ColourEnv {
+            no_color: no_color.map(Into::into),
+            clicolor_force: force.map(Into::into),
+            clicolor: clicolor.map(Into::into),
+        }
+    }
+
     #[test]
-    fn colour_needs_a_terminal_and_no_opt_out() {
-        assert!(colour_allowed(true, None, false));
-        assert!(colour_allowed(true, Some(OsStr::new("")), false));
-        assert!(!colour_allowed(false, None, false));
-        assert!(!colour_allowed(true, Some(OsStr::new("1")), false));
-        assert!(!colour_allowed(true, None, true));
+    fn colour_precedence_flag_then_no_color_then_force_then_clicolor_then_terminal() {
+        use ColorMode::{Always, Auto, Never};
+        let none = env(None, None, None);
+        // Auto with nothing set: the terminal decides.
+        assert!(colour_enabled(Auto, &none, true));
+        assert!(!colour_enabled(Auto, &none, false));
+        // The flag beats every variable, both ways.
+        let all_off = env(Some("1"), None, Some("0"));
+        assert!(colour_enabled(Always, &all_off, false));
+        assert!(!colour_enabled(Never, &env(None, Some("1"), None), true));
+        // NO_COLOR beats CLICOLOR_FORCE; an empty NO_COLOR is unset.
+        assert!(!colour_enabled(Auto, &env(Some("1"), Some("1"), None), true));
+        assert!(colour_enabled(Auto, &env(Some(""), Some("1"), None), false));
+        // CLICOLOR_FORCE beats CLICOLOR=0 and a pipe; empty or 0 does not force.
+        assert!(colour_enabled(Auto, &env(None, Some("1"), Some("0")), false));
+        assert!(!colour_enabled(Auto, &env(None, Some("0"), None), false));
+        assert!(!colour_enabled(Auto, &env(None, Some(""), None), false));
+        // CLICOLOR=0 beats the terminal; another value leaves it to the terminal.
+        assert!(!colour_enabled(Auto, &env(None, None, Some("0")), true));
+        assert!(colour_enabled(Auto, &env(None, None, Some("1")), true));
+        assert!(!colour_enabled(Auto, &env(None, None, Some("1")), false));
+    }
+
+    #[test]
+    fn display_width_counts_columns_not_bytes_or_chars() {
+        assert_eq!(display_width("pixel-8"), 7);
+        // CJK: 2 columns each.
+        assert_eq!(display_width("日本語"), 6);
+        // Emoji: 2 columns.
+        assert_eq!(display_width("📱"), 2);
+        // e + combining acute accent: 1 column, 2 chars.
+        assert_eq!(display_width("e\u{301}"), 1);
+    }
+
+    #[test]
+    fn cut_to_width_cuts_by_columns_with_an_ellipsis() {
+        assert_eq!(cut_to_width("pixel-8", 7), "pixel-8");
+        assert_eq!(cut_to_width("pixel-8", 6), "pixel…");
+        assert_eq!(cut_to_width("pixel-8", 1), "…");
+        assert_eq!(cut_to_width("pixel-8", 0), "");
+        // A wide character never straddles the limit: "日本" is 4 columns, "…" 1.
+        assert_eq!(cut_to_width("日本語テキスト", 6), "日本…");
+        assert_eq!(display_width(&cut_to_width("日本語テキスト", 6)), 5);
+        assert_eq!(cut_to_width("日本語テキスト", 7), "日本語…");
+        // Combining marks stay with their base character and take no room.
+        assert_eq!(cut_to_width("e\u{301}e\u{301}e\u{301}xyz", 4), "e\u{301}e\u{301}e\u{301}…");
+        for w in 0..20 {
+            assert!(display_width(&cut_to_width("📱 Pixel 8 日本 e\u{301}", w)) <= w);
+        }
+    }
+
+    #[test]
+    fn table_aligns_wide_and_combining_cells_by_display_width() {
+        let rows: Vec<Vec<String>> = [["ALIAS", "DEVICE"], ["手机", "x"], ["e\u{301}", "y"], ["📱-1", "z"]]
+            .iter()
+            .map(|r| r.iter().map(|c| (*c).to_owned()).collect())
+            .collect();
+        let text = table(&rows);
+        // The widest first cell is 5 columns, so every second cell starts at column 7.
+        for (line, second) in text.lines().zip(["DEVICE", "x", "y", "z"]) {
+            let first = line.strip_suffix(second).unwrap();
+            assert_eq!(display_width(first), 7, "{line}");
+        }
+    }
+
+    #[test]
+    fn table_within_cuts_the_widest_column_with_an_ellipsis() {
+        let rows: Vec<Vec<String>> = [
+            vec!["ALIAS", "DEVICE", "TOOLS"],
+            vec!["pixel-8", "Google Pixel 8 (Android 15)", "5"],
+            vec!["中文-1", "华为 Mate 60 Pro（HarmonyOS）", "3"],
+        ]
+        .iter()
+        .map(|r| r.iter().map(|c| (*c).to_owned()).collect())
+        .collect();
+        let text = table_within(&rows, Some(30));
+        for line in text.lines() {
+            assert!(display_width(line) <= 30, "{line}");
+        }
+        assert!(text.contains("Google Pixel…"), "{text}");
+        assert!(text.lines().nth(2).unwrap().contains('…'), "{text}");
+        // Wide enough: the same as the uncut table.
+        assert_eq!(table_within(&rows, Some(200)), table(&rows));
     }
 
     #[test]

@@ -55,6 +55,7 @@ pub fn run(g: &Globals, scheme: Option<&String>) -> u8 {
         Err(e) => {
             let flags = OutputFlags {
                 json: false,
+                color: crate::render::ColorMode::Never,
                 ..g.output
             };
             return Output::for_process(flags).print_failure(&e);

@@ -71,9 +71,13 @@ pub struct GlobalArgs {
     /// Add meta (command, timestamp, duration)
     #[arg(long, global = true, help_heading = GLOBAL)]
     pub verbose: bool,
-    /// No ANSI colours
-    #[arg(long = "no-color", global = true, help_heading = GLOBAL)]
+    /// No ANSI colours (the same as --color never)
+    #[arg(long = "no-color", global = true, conflicts_with = "color", help_heading = GLOBAL)]
     pub no_color: bool,
+    /// When to use ANSI colours: auto (a terminal, unless NO_COLOR, CLICOLOR_FORCE or
+    /// CLICOLOR decide), always or never; never under --json
+    #[arg(long, global = true, value_enum, value_name = "WHEN", help_heading = GLOBAL)]
+    pub color: Option<crate::render::ColorMode>,
     /// State directory [env: APPDUCT_STATE_DIR; default: ~/.appduct]
     #[arg(long, global = true, value_name = "PATH", help_heading = GLOBAL)]
     pub state_dir: Option<PathBuf>,

@@ -8,13 +8,16 @@
 use std::ffi::OsString;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
-use clap::{CommandFactory as _, FromArgMatches as _};
+use std::io::IsTerminal as _;
+
+use clap::{CommandFactory as _, FromArgMatches as _, ValueEnum as _};
 
 use super::args::absolute;
 use super::{Cli, Invocation, validate};
 use crate::error::CliError;
 use crate::globals::{Globals, RestartFlag};
 use crate::output::OutputFlags;
+use crate::render::{ColorMode, ColourEnv, colour_enabled};
 
 /// The v2 top-level words and their replacements (§L1).
 pub const REMOVED_WORDS: [(&str, &str); 4] = [
@@ -38,10 +41,18 @@ pub enum Early {
 /// Parses `args` (including the program name) into an [`Invocation`].
 pub fn parse(args: Vec<OsString>) -> Result<Invocation, Early> {
     let flags = prescan_output_flags(&args);
-    let mut cmd = Cli::command();
-    if flags.no_color {
-        cmd = cmd.color(clap::ColorChoice::Never);
-    }
+    // Help goes to stdout: styled when colour would be used there (never under --json).
+    let help_colour = !flags.json
+        && colour_enabled(
+            flags.color,
+            &ColourEnv::from_process(),
+            std::io::stdout().is_terminal(),
+        );
+    let mut cmd = Cli::command().color(if help_colour {
+        clap::ColorChoice::Always
+    } else {
+        clap::ColorChoice::Never
+    });
     let matches = match cmd.try_get_matches_from_mut(args.iter()) {
         Ok(m) => m,
         Err(e) => return Err(from_clap_error(e, &args, flags)),
@@ -54,7 +65,10 @@ pub fn parse(args: Vec<OsString>) -> Result<Invocation, Early> {
         json: cli.globals.json,
         pretty: cli.globals.pretty,
         verbose: cli.globals.verbose,
-        no_color: cli.globals.no_color,
+        color: match (cli.globals.no_color, cli.globals.color) {
+            (true, _) => ColorMode::Never,
+            (false, mode) => mode.unwrap_or_default(),
+        },
     };
     let restart = match (cli.globals.daemon_restart, cli.globals.no_daemon_restart) {
         (true, _) => RestartFlag::Force,
@@ -75,7 +89,11 @@ pub fn parse(args: Vec<OsString>) -> Result<Invocation, Early> {
         json: output.json || flags.json,
         pretty: output.pretty || flags.pretty,
         verbose: output.verbose || flags.verbose,
-        no_color: output.no_color || flags.no_color,
+        color: if output.color == ColorMode::Auto {
+            flags.color
+        } else {
+            output.color
+        },
     };
     let command = validate(top).map_err(|e| Early::Usage(e, error_flags))?;
     Ok(Invocation { globals, command })
@@ -87,16 +105,32 @@ pub fn version_line() -> String {
 }
 
 /// The output flags, found without clap so that a command line clap refuses is still reported
-/// in the requested format. Stops at `--`.
+/// in the requested format. Stops at `--`. For `--color`, the last valid value counts.
 pub fn prescan_output_flags(args: &[OsString]) -> OutputFlags {
     let mut flags = OutputFlags::default();
-    for arg in args.iter().skip(1) {
+    let mut iter = args.iter().skip(1);
+    while let Some(arg) = iter.next() {
+        let colour = |value: Option<&OsString>| {
+            value
+                .and_then(|v| v.to_str())
+                .and_then(|v| ColorMode::from_str(v, false).ok())
+        };
         match arg.to_str() {
             Some("--") => break,
             Some("--json") => flags.json = true,
             Some("--pretty") => flags.pretty = true,
             Some("--verbose") => flags.verbose = true,
-            Some("--no-color") => flags.no_color = true,
+            Some("--no-color") => flags.color = ColorMode::Never,
+            Some("--color") => {
+                if let Some(mode) = colour(iter.next()) {
+                    flags.color = mode;
+                }
+            }
+            Some(a) if a.starts_with("--color=") => {
+                if let Ok(mode) = ColorMode::from_str(&a["--color=".len()..], false) {
+                    flags.color = mode;
+                }
+            }
             _ => {}
         }
     }
@@ -168,7 +202,7 @@ fn known_command_path(args: &[OsString]) -> Vec<String> {
     let mut iter = args.iter().skip(1);
     while let Some(arg) = iter.next() {
         let Some(text) = arg.to_str() else { break };
-        if text == "--state-dir" {
+        if text == "--state-dir" || text == "--color" {
             iter.next();
             continue;
         }
