@@ -64,6 +64,9 @@ pub struct Output {
     /// allowed (§L3.3).
     pub stdout_paint: Paint,
     pub stderr_paint: Paint,
+    /// The width of the terminal on stdout, when stdout is one (human tables are cut to it,
+    /// §L3.3); `None` for pipes, files and under `--json`.
+    pub stdout_columns: Option<usize>,
     command: String,
     started: Instant,
     started_at: OffsetDateTime,
@@ -81,6 +84,9 @@ impl Output {
         let mut out = Self::plain(flags);
         out.stdout_paint = paint(std::io::stdout().is_terminal());
         out.stderr_paint = paint(std::io::stderr().is_terminal());
+        if !flags.json && std::io::stdout().is_terminal() {
+            out.stdout_columns = terminal_columns(std::io::stdout());
+        }
         out
     }
 
@@ -90,6 +96,7 @@ impl Output {
             flags,
             stdout_paint: Paint::PLAIN,
             stderr_paint: Paint::PLAIN,
+            stdout_columns: None,
             command: PARSE_COMMAND.to_owned(),
             started: Instant::now(),
             started_at: OffsetDateTime::now_utc(),
@@ -284,6 +291,15 @@ impl Output {
             write_stderr(&line);
         }
     }
+}
+
+/// The width in columns of the terminal `fd` is, read at each call (so a resize counts);
+/// `None` when it is not a terminal or reports a width of 0.
+pub fn terminal_columns(fd: impl std::os::fd::AsFd) -> Option<usize> {
+    rustix::termios::tcgetwinsize(fd)
+        .ok()
+        .map(|w| usize::from(w.ws_col))
+        .filter(|c| *c > 0)
 }
 
 /// Writes to stdout, ignoring a closed pipe (`appduct … | head`).

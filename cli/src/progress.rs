@@ -246,11 +246,7 @@ pub fn frame(line: Option<&str>, previous: usize, columns: usize) -> (String, us
 
 /// The width of the terminal on stderr, [`FALLBACK_COLUMNS`] when it reports none.
 fn stderr_columns() -> usize {
-    rustix::termios::tcgetwinsize(std::io::stderr())
-        .ok()
-        .map(|w| usize::from(w.ws_col))
-        .filter(|c| *c > 0)
-        .unwrap_or(FALLBACK_COLUMNS)
+    crate::output::terminal_columns(std::io::stderr()).unwrap_or(FALLBACK_COLUMNS)
 }
 
 fn write_err(text: &str) {

@@ -25,8 +25,15 @@ Where to install the script:
   powershell  appduct completions powershell >> $PROFILE
   elvish      appduct completions elvish >> ~/.config/elvish/rc.elv
 
-Completions are static: commands, flags and enum values; selectors and tool names are not
-completed.";
+These scripts are static: commands, flags and enum values. To also complete session aliases,
+session ids and tool names (asked of a running daemon), load the dynamic completer instead:
+  bash        echo 'source <(APPDUCT_COMPLETE=bash appduct)' >> ~/.bashrc
+  zsh         echo 'source <(APPDUCT_COMPLETE=zsh appduct)' >> ~/.zshrc
+  fish        echo 'APPDUCT_COMPLETE=fish appduct | source' > ~/.config/fish/completions/appduct.fish
+
+Examples:
+  appduct completions bash > ~/.local/share/bash-completion/completions/appduct
+  appduct completions zsh --json";
 
 pub fn validate(a: CompletionsArgs) -> Result<Command, CliError> {
     match a.shell {

@@ -13,6 +13,7 @@ pub mod completions;
 pub mod daemon;
 pub mod doctor;
 pub mod events;
+pub mod examples;
 pub mod init;
 pub mod keygen;
 pub mod mcp;
@@ -48,9 +49,11 @@ const GLOBAL: &str = "Global options";
 #[command(
     name = "appduct",
     about = "Call functions inside running apps from agents, terminals and test runners",
-    disable_help_subcommand = true,
     disable_version_flag = true,
-    max_term_width = 100
+    max_term_width = 100,
+    after_help = examples::ROOT,
+    // The Examples sections of the commands live in one place (examples.rs).
+    mut_subcommands(examples::attach)
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -74,8 +77,8 @@ pub struct GlobalArgs {
     /// No ANSI colours (the same as --color never)
     #[arg(long = "no-color", global = true, conflicts_with = "color", help_heading = GLOBAL)]
     pub no_color: bool,
-    /// When to use ANSI colours: auto (a terminal, unless NO_COLOR, CLICOLOR_FORCE or
-    /// CLICOLOR decide), always or never; never under --json
+    /// ANSI colours: auto (on a terminal; NO_COLOR, CLICOLOR_FORCE, CLICOLOR apply), always or
+    /// never. Never under --json
     #[arg(long, global = true, value_enum, value_name = "WHEN", help_heading = GLOBAL)]
     pub color: Option<crate::render::ColorMode>,
     /// State directory [env: APPDUCT_STATE_DIR; default: ~/.appduct]

@@ -58,7 +58,11 @@ pub async fn ls(globals: &Globals, out: &Output) -> Result<Success, CliError> {
         .call::<SessionsList>(NoParams {})
         .await
         .map_err(|e| connect::client_error(&e, &dir))?;
-    Ok(sessions_ls(&sessions, OffsetDateTime::now_utc()))
+    Ok(sessions_ls_within(
+        &sessions,
+        OffsetDateTime::now_utc(),
+        out.stdout_columns,
+    ))
 }
 
 /// `sessions revoke [selector]`.
@@ -79,6 +83,15 @@ pub async fn revoke(
 
 /// `sessions ls` (§L6.1): `data` is the array; human is the borderless table.
 pub fn sessions_ls(sessions: &[SessionSummary], now: OffsetDateTime) -> Success {
+    sessions_ls_within(sessions, now, None)
+}
+
+/// [`sessions_ls`] with the table cut to `columns` when stdout is a terminal (§L3.3).
+pub fn sessions_ls_within(
+    sessions: &[SessionSummary],
+    now: OffsetDateTime,
+    columns: Option<usize>,
+) -> Success {
     if sessions.is_empty() {
         return Success::new(
             json!([]),
@@ -109,7 +122,10 @@ pub fn sessions_ls(sessions: &[SessionSummary], now: OffsetDateTime) -> Success 
             age,
         ]);
     }
-    Success::new(to_value(&sessions), render::table(&rows))
+    Success::new(
+        to_value(&sessions),
+        render::table_within(&rows, columns),
+    )
 }
 
 /// The listener the session is on, with the randomness source a sealed app named
