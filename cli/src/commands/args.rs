@@ -16,7 +16,7 @@ use crate::error::CliError;
 #[derive(Debug, Args)]
 pub struct SelectorArgs {
     /// Session id or alias; optional when exactly one live session exists
-    #[arg(value_name = "SELECTOR")]
+    #[arg(value_name = "SELECTOR", add = super::complete::positional_completer())]
     pub positionals: Vec<String>,
 }
 
@@ -24,7 +24,11 @@ pub struct SelectorArgs {
 #[derive(Debug, Args)]
 pub struct SelectorValueArgs {
     /// Optional session id or alias, then the required value (tool name or cursor)
-    #[arg(value_name = "ARGS", allow_negative_numbers = true)]
+    #[arg(
+        value_name = "ARGS",
+        allow_negative_numbers = true,
+        add = super::complete::positional_completer()
+    )]
     pub positionals: Vec<String>,
 }
 

@@ -9,6 +9,7 @@
 pub mod approvals;
 pub mod args;
 pub mod audit;
+pub mod complete;
 pub mod completions;
 pub mod daemon;
 pub mod doctor;
