@@ -41,7 +41,12 @@ fn built_cli() -> Command {
 fn walk(cmd: &Command) -> Vec<(Vec<String>, Command)> {
     fn go(cmd: &Command, path: &mut Vec<String>, out: &mut Vec<(Vec<String>, Command)>) {
         out.push((path.clone(), cmd.clone()));
-        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        // clap's generated `help` subcommands (`appduct help <command>`, §L1) print other
+        // commands' help and get no page of their own.
+        for sub in cmd
+            .get_subcommands()
+            .filter(|s| !s.is_hide_set() && s.get_name() != "help")
+        {
             path.push(sub.get_name().to_owned());
             go(sub, path, out);
             path.pop();
