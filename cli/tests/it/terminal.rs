@@ -4,11 +4,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{Playground, Sandbox, sandbox};
+use crate::support::{Playground, Pty, Sandbox, sandbox, wait_child};
 
 /// `appduct <args>` without `--state-dir` (the sandbox's command adds it first, which would
 /// hide the words a completion request carries after `--`).
@@ -178,5 +179,53 @@ fn dynamic_completion_offers_live_aliases_and_tool_names() {
     assert_eq!(code, 0);
     assert!(script.contains("APPDUCT_COMPLETE=\"bash\""), "{script}");
     assert!(script.contains("appduct"), "{script}");
+    drop(pg);
+}
+
+/// The progress frames drawn on a terminal: the text after each `\r` and the escape
+/// sequences that start a redraw (erase line, cursor up, erase below).
+fn frames(text: &str) -> Vec<String> {
+    text.split('\r')
+        .map(|piece| {
+            let mut rest = piece;
+            while let Some(after) = rest.strip_prefix("\x1b[") {
+                let end = after.find(|c: char| c.is_ascii_alphabetic()).unwrap();
+                rest = &after[end + 1..];
+            }
+            rest.trim_end_matches('\n').to_owned()
+        })
+        .filter(|f| !f.is_empty())
+        .collect()
+}
+
+#[test]
+fn the_progress_line_fits_a_narrow_terminal_and_a_resize() {
+    let sb = sandbox();
+    let pg = Playground::start(&sb);
+    let mut pty = Pty::open();
+    pty.set_size(20, 24);
+    let mut call = sb.command(&["tools", "call", "slow_task"]);
+    call.stdout(Stdio::piped()).stderr(pty.take_slave());
+    let mut child = call.spawn().unwrap();
+    drop(call);
+    // The first progress report: at 20 columns the line is cut with an ellipsis.
+    pty.wait_for("[###-------] 33% s…");
+    // Widen, let a frame be drawn that is wider than 20 columns, then narrow again.
+    pty.set_size(100, 24);
+    pty.wait_for("warming up");
+    pty.set_size(20, 24);
+    assert_eq!(wait_child(&mut child, Duration::from_secs(20)), 0);
+    let text = pty.read_to_end();
+    let drawn = frames(&text);
+    assert!(drawn.iter().any(|f| f.ends_with("warming up")), "{text:?}");
+    // Every frame fits the widest size the terminal had; the frames drawn after the last
+    // narrowing (at least the last one: the call goes on for a second) fit 19 columns.
+    let width = |f: &String| unicode_width::UnicodeWidthStr::width(f.as_str());
+    assert!(drawn.iter().all(|f| width(f) <= 99), "{text:?}");
+    assert!(drawn.iter().any(|f| width(f) > 19), "{text:?}");
+    let last = drawn.last().unwrap();
+    assert!(width(last) <= 19, "{last:?} in {text:?}");
+    // Narrowing after a wide frame erases the rows it may have been reflowed onto.
+    assert!(text.contains("A\x1b[J"), "{text:?}");
     drop(pg);
 }

@@ -160,6 +160,18 @@ impl Pty {
         }
     }
 
+    /// Sets the terminal's size, as a resized window does (the child sees it at its next
+    /// width query).
+    pub fn set_size(&self, columns: u16, rows: u16) {
+        let size = rustix::termios::Winsize {
+            ws_row: rows,
+            ws_col: columns,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        rustix::termios::tcsetwinsize(&self.master, size).unwrap();
+    }
+
     /// The slave side for one child (the test keeps no copy, so the reader ends with it).
     pub fn take_slave(&mut self) -> Stdio {
         Stdio::from(self.slave.take().unwrap())
