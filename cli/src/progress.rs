@@ -347,7 +347,10 @@ mod tests {
     fn frames_are_cut_to_the_terminal_width() {
         let mut d = Display::new("sum", Some("pixel-8"));
         d.update(&started());
-        d.update(&progress(Some(0.5), Some("日本語のメッセージ 📱 e\u{301} and more text")));
+        d.update(&progress(
+            Some(0.5),
+            Some("日本語のメッセージ 📱 e\u{301} and more text"),
+        ));
         let line = d.line(Duration::from_millis(1500), 0);
         assert!(render::display_width(&line) > 40, "{line}");
         for columns in [1, 2, 20, 40, 80, 200] {

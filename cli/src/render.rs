@@ -336,7 +336,11 @@ pub fn colour_enabled(mode: ColorMode, env: &ColourEnv, is_terminal: bool) -> bo
         ColorMode::Always => true,
         ColorMode::Never => false,
         ColorMode::Auto if set(&env.no_color) => false,
-        ColorMode::Auto if set(&env.clicolor_force) && env.clicolor_force.as_deref() != Some("0".as_ref()) => true,
+        ColorMode::Auto
+            if set(&env.clicolor_force) && env.clicolor_force.as_deref() != Some("0".as_ref()) =>
+        {
+            true
+        }
         ColorMode::Auto if env.clicolor.as_deref() == Some("0".as_ref()) => false,
         ColorMode::Auto => is_terminal,
     }
@@ -572,10 +576,18 @@ Tool: add_item
         assert!(colour_enabled(Always, &all_off, false));
         assert!(!colour_enabled(Never, &env(None, Some("1"), None), true));
         // NO_COLOR beats CLICOLOR_FORCE; an empty NO_COLOR is unset.
-        assert!(!colour_enabled(Auto, &env(Some("1"), Some("1"), None), true));
+        assert!(!colour_enabled(
+            Auto,
+            &env(Some("1"), Some("1"), None),
+            true
+        ));
         assert!(colour_enabled(Auto, &env(Some(""), Some("1"), None), false));
         // CLICOLOR_FORCE beats CLICOLOR=0 and a pipe; empty or 0 does not force.
-        assert!(colour_enabled(Auto, &env(None, Some("1"), Some("0")), false));
+        assert!(colour_enabled(
+            Auto,
+            &env(None, Some("1"), Some("0")),
+            false
+        ));
         assert!(!colour_enabled(Auto, &env(None, Some("0"), None), false));
         assert!(!colour_enabled(Auto, &env(None, Some(""), None), false));
         // CLICOLOR=0 beats the terminal; another value leaves it to the terminal.
@@ -606,7 +618,10 @@ Tool: add_item
         assert_eq!(display_width(&cut_to_width("日本語テキスト", 6)), 5);
         assert_eq!(cut_to_width("日本語テキスト", 7), "日本語…");
         // Combining marks stay with their base character and take no room.
-        assert_eq!(cut_to_width("e\u{301}e\u{301}e\u{301}xyz", 4), "e\u{301}e\u{301}e\u{301}…");
+        assert_eq!(
+            cut_to_width("e\u{301}e\u{301}e\u{301}xyz", 4),
+            "e\u{301}e\u{301}e\u{301}…"
+        );
         for w in 0..20 {
             assert!(display_width(&cut_to_width("📱 Pixel 8 日本 e\u{301}", w)) <= w);
         }
@@ -614,10 +629,15 @@ Tool: add_item
 
     #[test]
     fn table_aligns_wide_and_combining_cells_by_display_width() {
-        let rows: Vec<Vec<String>> = [["ALIAS", "DEVICE"], ["手机", "x"], ["e\u{301}", "y"], ["📱-1", "z"]]
-            .iter()
-            .map(|r| r.iter().map(|c| (*c).to_owned()).collect())
-            .collect();
+        let rows: Vec<Vec<String>> = [
+            ["ALIAS", "DEVICE"],
+            ["手机", "x"],
+            ["e\u{301}", "y"],
+            ["📱-1", "z"],
+        ]
+        .iter()
+        .map(|r| r.iter().map(|c| (*c).to_owned()).collect())
+        .collect();
         let text = table(&rows);
         // The widest first cell is 5 columns, so every second cell starts at column 7.
         for (line, second) in text.lines().zip(["DEVICE", "x", "y", "z"]) {

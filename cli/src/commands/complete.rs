@@ -234,14 +234,21 @@ mod tests {
 
     #[test]
     fn scan_finds_the_command_its_positionals_and_the_state_dir() {
-        let (path, pos, dir) =
-            scan(&words("appduct --state-dir /s --json tools call --timeout 500 pixel-8"));
+        let (path, pos, dir) = scan(&words(
+            "appduct --state-dir /s --json tools call --timeout 500 pixel-8",
+        ));
         assert_eq!(path, ["tools", "call"]);
         assert_eq!(pos, ["pixel-8"]);
         assert_eq!(dir.as_deref(), Some(Path::new("/s")));
         // A flag with an inline value, a boolean flag, and a positional that is a verb's name.
         let (path, pos, _) = scan(&words("appduct tools call --input={} --no-progress ls"));
-        assert_eq!((path.as_slice(), pos.as_slice()), (&["tools".to_owned(), "call".to_owned()][..], &["ls".to_owned()][..]));
+        assert_eq!(
+            (path.as_slice(), pos.as_slice()),
+            (
+                &["tools".to_owned(), "call".to_owned()][..],
+                &["ls".to_owned()][..]
+            )
+        );
     }
 
     #[test]

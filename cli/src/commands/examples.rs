@@ -184,8 +184,8 @@ mod tests {
 
     use clap::CommandFactory as _;
 
-    use super::EXAMPLES;
     use super::super::{Cli, Early, parse};
+    use super::EXAMPLES;
 
     /// `appduct …` command lines of an Examples section: from `appduct` up to a `#` comment or
     /// a redirection, split on spaces outside single quotes (the examples need no more).
@@ -255,9 +255,14 @@ mod tests {
         for path in paths {
             let mut cmd = &root;
             for word in &path {
-                cmd = cmd.find_subcommand(word).unwrap_or_else(|| panic!("{path:?}"));
+                cmd = cmd
+                    .find_subcommand(word)
+                    .unwrap_or_else(|| panic!("{path:?}"));
             }
-            let after = cmd.get_after_help().map(ToString::to_string).unwrap_or_default();
+            let after = cmd
+                .get_after_help()
+                .map(ToString::to_string)
+                .unwrap_or_default();
             assert!(after.contains("Examples:\n  "), "{path:?} has no examples");
             assert!(!example_lines(&after).is_empty(), "{path:?}");
         }
@@ -269,7 +274,9 @@ mod tests {
         for (path, _) in EXAMPLES {
             let mut cmd = &root;
             for word in path.split(' ') {
-                cmd = cmd.find_subcommand(word).unwrap_or_else(|| panic!("{path}"));
+                cmd = cmd
+                    .find_subcommand(word)
+                    .unwrap_or_else(|| panic!("{path}"));
             }
         }
     }
@@ -277,7 +284,10 @@ mod tests {
     #[test]
     fn every_example_is_a_valid_command_line() {
         fn visit(cmd: &clap::Command, seen: &mut usize) {
-            let after = cmd.get_after_help().map(ToString::to_string).unwrap_or_default();
+            let after = cmd
+                .get_after_help()
+                .map(ToString::to_string)
+                .unwrap_or_default();
             for words in example_lines(&after) {
                 // Reading stdin is part of parsing `--input-file -`; the test has none.
                 if words.windows(2).any(|w| w == ["--input-file", "-"]) {

@@ -116,7 +116,10 @@ fn unknown_word_is_unknown_command() {
         other => panic!("{other:?}"),
     }
     // `help` is a command: `help <command>` prints that command's help (§L1).
-    assert!(matches!(parse_words(&["help", "tools", "call"]), Err(Early::Help(_))));
+    assert!(matches!(
+        parse_words(&["help", "tools", "call"]),
+        Err(Early::Help(_))
+    ));
     assert!(matches!(parse_words(&["help"]), Err(Early::Help(_))));
 }
 

@@ -60,7 +60,10 @@ fn help_subcommand_prints_the_same_as_dash_dash_help() {
     }
     // The examples are part of the help.
     let (_, text, _) = sb.output(&["help", "tools", "call"]);
-    assert!(text.contains("Examples:\n  appduct tools call sum --input"), "{text}");
+    assert!(
+        text.contains("Examples:\n  appduct tools call sum --input"),
+        "{text}"
+    );
     // `tools help call` too.
     let (code, text, _) = sb.output(&["tools", "help", "call"]);
     assert_eq!(code, 0);
@@ -108,7 +111,8 @@ fn color_always_colours_a_pipe_and_never_under_json() {
     let (_, help, _) = sb.output(&["--color=always", "tools", "--help"]);
     assert!(help.contains('\x1b'), "{help}");
     // Under --json: never, whatever the flag or variables say.
-    let (code, stdout, stderr) = sb.output(&["--json", "--color=always", "tools", "ls", "--limit", "0"]);
+    let (code, stdout, stderr) =
+        sb.output(&["--json", "--color=always", "tools", "ls", "--limit", "0"]);
     assert_eq!(code, 64);
     assert!(!stdout.contains('\x1b') && stderr.is_empty(), "{stdout:?}");
     // Contradicting flags and bad values are usage errors.
@@ -149,7 +153,7 @@ fn dynamic_completion_offers_live_aliases_and_tool_names() {
     let got = complete(&sb, "appduct tools ls ");
     assert!(got.contains(&alias) && got.contains(&session_id), "{got:?}");
     let got = complete(&sb, &format!("appduct sessions revoke {}", &alias[..3]));
-    assert_eq!(got, [alias.clone()]);
+    assert_eq!(got, std::slice::from_ref(&alias));
     // tools call: the selectors, and the tools of the only live session.
     let got = complete(&sb, "appduct tools call ");
     for want in [alias.as_str(), "sum", "slow_task"] {
@@ -157,7 +161,10 @@ fn dynamic_completion_offers_live_aliases_and_tool_names() {
     }
     // After a selector: that session's tool names, by prefix.
     let got = complete(&sb, &format!("appduct tools call {alias} s"));
-    assert!(got.contains(&"sum".to_owned()) && got.contains(&"slow_task".to_owned()), "{got:?}");
+    assert!(
+        got.contains(&"sum".to_owned()) && got.contains(&"slow_task".to_owned()),
+        "{got:?}"
+    );
     assert!(!got.iter().any(|g| g == "call_count"), "{got:?}");
     let got = complete(&sb, &format!("appduct tools describe --json {alias} reset"));
     assert_eq!(got, ["reset_counter"]);
@@ -216,7 +223,7 @@ fn the_progress_line_fits_a_narrow_terminal_and_a_resize() {
     pty.set_size(20, 24);
     assert_eq!(wait_child(&mut child, Duration::from_secs(20)), 0);
     let text = pty.read_to_end();
-    let drawn = frames(&text);
+    let drawn = frames(text);
     assert!(drawn.iter().any(|f| f.ends_with("warming up")), "{text:?}");
     // Every frame fits the widest size the terminal had; the frames drawn after the last
     // narrowing (at least the last one: the call goes on for a second) fit 19 columns.

@@ -122,10 +122,7 @@ pub fn sessions_ls_within(
             age,
         ]);
     }
-    Success::new(
-        to_value(&sessions),
-        render::table_within(&rows, columns),
-    )
+    Success::new(to_value(&sessions), render::table_within(&rows, columns))
 }
 
 /// The listener the session is on, with the randomness source a sealed app named
