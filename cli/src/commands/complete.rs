@@ -267,4 +267,51 @@ mod tests {
         assert_eq!(wanted(&p("sessions revoke"), &[]), Wanted::Selectors);
         assert_eq!(wanted(&p("sessions ls"), &[]), Wanted::Nothing);
     }
+
+    #[test]
+    fn candidates_match_the_prefix_and_carry_no_control_characters() {
+        use appduct_protocol::control::{PolicyDecision, ToolsListEntry};
+        use serde_json::json;
+        let session: SessionSummary = serde_json::from_value(json!({
+            "sessionId": "q3VfZ0xkR2ptTnB4", "alias": "pixel\u{1b}[2J-8", "state": "active",
+            "transport": "native", "device": {},
+            "createdAt": "2026-11-30T10:59:00.000Z", "claimedAt": "2026-11-30T11:00:03.000Z",
+            "toolCount": 2, "eventCount": 0
+        }))
+        .unwrap();
+        let tool = |name: &str, description: &str| {
+            let serde_json::Value::Object(d) = json!({"name": name, "description": description})
+            else {
+                unreachable!()
+            };
+            ToolsListEntry::new(d, None, PolicyDecision::Allow)
+        };
+        let tools = ToolsListResult::new(
+            vec![
+                tool("sum", "Adds.\u{7}\nSecond line"),
+                tool("su\u{9b}b", "x"),
+                tool("reset", ""),
+            ],
+            3,
+            false,
+            0,
+            Vec::new(),
+        );
+        let values = |c: &[CompletionCandidate]| -> Vec<String> {
+            c.iter()
+                .map(|c| c.get_value().to_string_lossy().into_owned())
+                .collect()
+        };
+        let got = candidates(&Wanted::SelectorsOrTools, "", &[session.clone()], Some(&tools));
+        assert_eq!(
+            values(&got),
+            ["pixel[2J-8", "q3VfZ0xkR2ptTnB4", "sum", "sub", "reset"]
+        );
+        for c in &got {
+            let help = c.get_help().map(ToString::to_string).unwrap_or_default();
+            assert!(!help.chars().any(char::is_control), "{help:?}");
+        }
+        let got = candidates(&Wanted::ToolsOf("pixel-8".into()), "su", &[session], Some(&tools));
+        assert_eq!(values(&got), ["sum", "sub"]);
+    }
 }
