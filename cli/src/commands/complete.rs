@@ -302,7 +302,12 @@ mod tests {
                 .map(|c| c.get_value().to_string_lossy().into_owned())
                 .collect()
         };
-        let got = candidates(&Wanted::SelectorsOrTools, "", &[session.clone()], Some(&tools));
+        let got = candidates(
+            &Wanted::SelectorsOrTools,
+            "",
+            &[session.clone()],
+            Some(&tools),
+        );
         assert_eq!(
             values(&got),
             ["pixel[2J-8", "q3VfZ0xkR2ptTnB4", "sum", "sub", "reset"]
@@ -311,7 +316,12 @@ mod tests {
             let help = c.get_help().map(ToString::to_string).unwrap_or_default();
             assert!(!help.chars().any(char::is_control), "{help:?}");
         }
-        let got = candidates(&Wanted::ToolsOf("pixel-8".into()), "su", &[session], Some(&tools));
+        let got = candidates(
+            &Wanted::ToolsOf("pixel-8".into()),
+            "su",
+            &[session],
+            Some(&tools),
+        );
         assert_eq!(values(&got), ["sum", "sub"]);
     }
 }
