@@ -192,13 +192,16 @@ impl Sandbox {
         self.path_prefix = Some(dir);
     }
 
-    /// `appduct --state-dir <s> <args…>`, environment scrubbed of `APPDUCT_*`, `NO_COLOR` and
-    /// `ANDROID_SERIAL` (plus what [`Sandbox::set_env`] added), stdin null.
+    /// `appduct --state-dir <s> <args…>`, environment scrubbed of `APPDUCT_*`, the colour
+    /// variables (`NO_COLOR`, `CLICOLOR_FORCE`, `CLICOLOR`) and `ANDROID_SERIAL` (plus what
+    /// [`Sandbox::set_env`] added), stdin null.
     pub fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
         let mut cmd = Command::new(&self.bin);
         for (key, _) in std::env::vars_os() {
             if key.to_string_lossy().starts_with("APPDUCT_")
                 || key == "NO_COLOR"
+                || key == "CLICOLOR_FORCE"
+                || key == "CLICOLOR"
                 || key == "ANDROID_SERIAL"
             {
                 cmd.env_remove(&key);
