@@ -14,7 +14,7 @@ use super::daemon::lifecycle::{StopMethod, daemon_start, daemon_status, daemon_s
 use super::daemon::run::daemon_running;
 use super::events::{event_line, events_ls, events_since, events_tail_notice};
 use super::sessions::link::{Delivery, link_created, web_link_created};
-use super::sessions::{sessions_ls, sessions_revoke};
+use super::sessions::{sessions_ls, sessions_ls_within, sessions_revoke};
 use super::tools::call::tools_call;
 use super::tools::describe::tools_describe;
 use super::tools::ls::{ToolsLs, tools_ls};
@@ -811,4 +811,32 @@ fn sessions_table_and_revoke_clean_aliases_and_device_fields() {
     )
     .unwrap();
     assert_clean(&sessions_revoke(&r).human);
+}
+
+#[test]
+fn sessions_table_fits_a_terminal_width_by_display_width() {
+    let sessions = vec![
+        session(
+            "pixel-8",
+            json!({"device": {"manufacturer": "Google", "model": "Pixel 8", "os": "Android 15"}}),
+        ),
+        session(
+            "huawei-1",
+            json!({"device": {"manufacturer": "华为", "model": "Mate 60 Pro 📱", "os": "HarmonyOS 4"}}),
+        ),
+    ];
+    let wide = sessions_ls(&sessions, now()).human;
+    assert!(
+        wide.lines().any(|l| crate::render::display_width(l) > 60),
+        "{wide}"
+    );
+    let cut = sessions_ls_within(&sessions, now(), Some(60)).human;
+    for line in cut.lines() {
+        assert!(crate::render::display_width(line) <= 60, "{line}\n{cut}");
+    }
+    assert!(cut.contains('…'), "{cut}");
+    assert!(cut.starts_with("ALIAS"), "{cut}");
+    // A terminal wide enough, or none: the table is the same as on a pipe.
+    assert_eq!(sessions_ls_within(&sessions, now(), Some(500)).human, wide);
+    assert_eq!(sessions_ls_within(&sessions, now(), None).human, wide);
 }
