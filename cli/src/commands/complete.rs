@@ -305,7 +305,7 @@ mod tests {
         let got = candidates(
             &Wanted::SelectorsOrTools,
             "",
-            &[session.clone()],
+            std::slice::from_ref(&session),
             Some(&tools),
         );
         assert_eq!(

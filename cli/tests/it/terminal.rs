@@ -118,7 +118,10 @@ fn color_always_colours_a_pipe_and_never_under_json() {
     // `appduct mcp` never colours its stderr (an agent's log), even when told to.
     let (code, stdout, stderr) = sb.output(&["--color=always", "mcp", "--bogus"]);
     assert_eq!((code, stdout.as_str()), (64, ""));
-    assert!(stderr.contains("Command failed") && !stderr.contains('\x1b'), "{stderr:?}");
+    assert!(
+        stderr.contains("Command failed") && !stderr.contains('\x1b'),
+        "{stderr:?}"
+    );
     // Contradicting flags and bad values are usage errors.
     let (code, _, _) = sb.output(&["--color=always", "--no-color", "sessions", "ls"]);
     assert_eq!(code, 64);
