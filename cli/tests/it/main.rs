@@ -16,3 +16,4 @@ mod mcp_install;
 mod playground;
 mod policy;
 mod security_delivery;
+mod watch;
