@@ -105,7 +105,7 @@ async fn watch(globals: &Globals, out: &Output) -> Result<Reply, CliError> {
     let dir = globals.state_dir()?;
     let client = match connect::connect(globals, out, Contact::Existing, true).await {
         Ok((_, client)) => client,
-        Err(e) if e.error_type() == ErrorType::ConnectionError => return Err(not_running()),
+        Err(e) if e.error_type == ErrorType::ConnectionError.as_str() => return Err(not_running()),
         Err(e) => return Err(e),
     };
     let fail = |e: ClientError| connect::client_error(&e, &dir);

@@ -87,7 +87,7 @@ fn frame_shows_sessions_with_state_alias_device_and_tool_count() {
         session("pixel-8", "active", 3),
         session("web-1", "suspended", 12),
     ]);
-    let rows = frame(&state, 120, 30);
+    let rows = frame(&state, 140, 30);
     let first = row_with(&rows, "pixel-8");
     for cell in ["active", "Google Pixel 8 Android 15", " 3"] {
         assert!(first.contains(cell), "{cell:?} missing in {first:?}");

@@ -1,7 +1,7 @@
 //! Rendering of a [`WatchState`] (§L22): one function from the model to a ratatui frame, so a
 //! `TestBackend` shows exactly what a terminal would. No state lives here.
 
-use appduct_protocol::control::{CallState, SessionState};
+use appduct_protocol::control::CallState;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -98,16 +98,9 @@ fn draw_sessions(frame: &mut Frame, state: &WatchState, area: Rect) {
             .map(|p| render::clean_line(p))
             .collect::<Vec<_>>()
             .join(" ");
-        let state = match s.state {
-            SessionState::Suspended => match s.suspend_reason {
-                Some(reason) => format!("suspended ({})", reason.as_str()),
-                None => "suspended".to_owned(),
-            },
-            other => other.as_str().to_owned(),
-        };
         Row::new(vec![
             render::clean_line(&s.alias),
-            state,
+            s.state.as_str().to_owned(),
             if device.is_empty() {
                 "-".to_owned()
             } else {
@@ -119,10 +112,10 @@ fn draw_sessions(frame: &mut Frame, state: &WatchState, area: Rect) {
     let table = Table::new(
         rows,
         [
-            Constraint::Percentage(25),
-            Constraint::Percentage(25),
-            Constraint::Percentage(38),
-            Constraint::Percentage(12),
+            Constraint::Fill(2),
+            Constraint::Length(9),
+            Constraint::Fill(3),
+            Constraint::Length(5),
         ],
     )
     .header(header_row(["ALIAS", "STATE", "DEVICE", "TOOLS"]))
