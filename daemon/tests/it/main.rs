@@ -10,6 +10,7 @@ mod tls_support;
 
 mod audit_log;
 mod calls_approvals;
+mod calls_list;
 mod calls_cancel;
 mod calls_pipeline;
 mod calls_policy;
