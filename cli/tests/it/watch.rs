@@ -4,6 +4,8 @@
 //! writes to the pane is read back from the pane and typed, and the call completes. Also: the
 //! refusals without a terminal and without a daemon.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -41,7 +41,10 @@ async fn calls_in_flight_are_listed_with_state_deadline_and_last_progress() {
     assert_eq!(c["caller"], "cli", "the default caller");
     assert_eq!(c["state"], "running");
     assert_eq!(c["deadlineMs"], 15000);
-    assert_eq!(c["progress"], json!({"progress": 0.5, "message": "halfway"}));
+    assert_eq!(
+        c["progress"],
+        json!({"progress": 0.5, "message": "halfway"})
+    );
     assert!(c.get("approvalId").is_none(), "{c}");
     let started = c["startedAt"].as_str().unwrap();
     assert!(started.ends_with('Z') && started.len() == 24, "{started}");
@@ -51,7 +54,10 @@ async fn calls_in_flight_are_listed_with_state_deadline_and_last_progress() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
-    assert!(expires > now_s && expires <= now_s + 16, "{expires} vs {now_s}");
+    assert!(
+        expires > now_s && expires <= now_s + 16,
+        "{expires} vs {now_s}"
+    );
 
     // A requested cancel shows until the app answers.
     let cancel = viewer
@@ -61,13 +67,22 @@ async fn calls_in_flight_are_listed_with_state_deadline_and_last_progress() {
     let (cancelled, _) = f.device.tool_cancel().await;
     assert_eq!(cancelled, wire_id);
     let listed = viewer.request(4, "calls.list", json!({})).await;
-    assert_eq!(listed["result"]["calls"][0]["state"], "cancelling", "{listed}");
+    assert_eq!(
+        listed["result"]["calls"][0]["state"], "cancelling",
+        "{listed}"
+    );
 
     f.device
-        .error(&wire_id, json!({"type": "tool_cancelled", "message": "stopped"}))
+        .error(
+            &wire_id,
+            json!({"type": "tool_cancelled", "message": "stopped"}),
+        )
         .await;
     let response = f.wire.response(1).await;
-    assert_eq!(response["error"]["data"]["type"], "tool_cancelled", "{response}");
+    assert_eq!(
+        response["error"]["data"]["type"], "tool_cancelled",
+        "{response}"
+    );
     let listed = viewer.request(5, "calls.list", json!({})).await;
     assert_eq!(listed["result"], json!({"calls": []}), "{listed}");
     f.stop().await;
@@ -116,7 +131,10 @@ async fn a_parked_call_is_listed_as_awaiting_approval_until_decided() {
     assert_eq!(c["state"], "awaiting_approval");
     assert_eq!(c["approvalId"], approval_id.as_str());
     assert_eq!(c["deadlineMs"], 0, "not past policy yet");
-    assert!(c.get("expiresAt").is_none() && c.get("progress").is_none(), "{c}");
+    assert!(
+        c.get("expiresAt").is_none() && c.get("progress").is_none(),
+        "{c}"
+    );
     f.device.assert_no_frame();
 
     let denied = viewer
@@ -128,7 +146,10 @@ async fn a_parked_call_is_listed_as_awaiting_approval_until_decided() {
         .await;
     assert_eq!(denied["result"]["decision"], "denied", "{denied}");
     let response = f.wire.response(1).await;
-    assert_eq!(response["error"]["data"]["type"], "policy_denied", "{response}");
+    assert_eq!(
+        response["error"]["data"]["type"], "policy_denied",
+        "{response}"
+    );
     let listed = viewer.request(3, "calls.list", json!({})).await;
     assert_eq!(listed["result"], json!({"calls": []}), "{listed}");
     f.stop().await;
