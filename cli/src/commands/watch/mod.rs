@@ -11,7 +11,7 @@
 //!
 //! It contacts an existing daemon only (it never starts one), refuses unless stdin and stdout
 //! are terminals (and under `--json`), and redraws on every event, key, resize and once per
-//! 250 ms tick (ages, elapsed times, sparklines).
+//! 500 ms tick (ages, elapsed times, sparklines).
 
 pub mod state;
 pub mod terminal;
@@ -45,7 +45,7 @@ use state::WatchState;
 use terminal::Screen;
 
 /// How often the view redraws without an event (elapsed times, ages, sparklines).
-const TICK: Duration = Duration::from_millis(250);
+const TICK: Duration = Duration::from_millis(500);
 /// How far back the audit panel starts.
 const AUDIT_BACK: Duration = Duration::from_secs(3600);
 /// Minutes of the grant given by `A` (approve and grant the tool on the session).
