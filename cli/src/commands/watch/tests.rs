@@ -291,3 +291,21 @@ fn the_bar_fills_in_tenths() {
     assert_eq!(view::bar(1.0), "██████████ 100%");
     assert_eq!(view::bar(0.33), "███░░░░░░░  33%");
 }
+
+#[test]
+fn frame_shows_a_cancelling_call_and_a_progress_number_outside_zero_to_one() {
+    let mut state = WatchState::new(T0);
+    let mut c = call(Some(json!({"progress": 42, "message": "rows"})));
+    c.state = CallState::Cancelling;
+    state.set_calls(vec![c]);
+    let rows = frame(&state, 120, 30);
+    let row = row_with(&rows, "add_item");
+    assert!(
+        row.contains("cancelling") && row.contains("42") && row.contains("rows"),
+        "{row:?}"
+    );
+    assert!(
+        !row.contains('█') && !row.contains('░'),
+        "no bar for 42: {row:?}"
+    );
+}
