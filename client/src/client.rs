@@ -683,6 +683,14 @@ impl ControlClient {
         Ok(all)
     }
 
+    /// `calls.list` (§C8.40): the calls in flight daemon-wide, oldest first.
+    pub async fn list_calls(
+        &self,
+    ) -> Result<Vec<appduct_protocol::control::CallSummary>, ClientError> {
+        use appduct_protocol::control::{CallsList, NoParams};
+        Ok(self.call::<CallsList>(NoParams {}).await?.calls)
+    }
+
     /// `events.list` through every page, as [`ControlClient::list_all_tools`] does.
     pub async fn list_all_events(
         &self,

@@ -32,9 +32,10 @@ use std::time::Duration;
 
 use appduct_protocol::canonical::args_sha256;
 use appduct_protocol::control::{
-    self, ApprovalsListResult, Caller, Consent, ConsentCreateParams, ConsentCreateResult,
-    ControlRequest, DeniedReason, EventData, GrantSummary, GrantsListResult, GrantsRevokeResult,
-    SessionState, Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
+    self, ApprovalsListResult, CallProgressSnapshot, CallState, CallSummary, Caller,
+    CallsListResult, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest,
+    DeniedReason, EventData, GrantSummary, GrantsListResult, GrantsRevokeResult, SessionState,
+    Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
     ToolCallProgressParams, ToolCallStartedData, ToolCallStartedNotify, ToolCallStartedParams,
     ToolsCallParams, ToolsCallResult, ToolsCancelParams, ToolsCancelResult, ToolsListParams,
     ToolsListResult,
@@ -60,6 +61,7 @@ use crate::handlers::CallsApi;
 use crate::policy::{Permit, PolicyDenial, PolicyEngine};
 use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
 use appduct_client::random::random_bytes;
+use appduct_client::timestamp::format_iso_ms;
 
 pub use list::{
     ToolsPage, group_totals, in_group, list_tools, list_tools_within, simple_lowercase,
@@ -161,6 +163,13 @@ struct Call {
     args_sha256: String,
     progress: bool,
     t0: Instant,
+    /// Unix ms when the request was read (`calls.list` `startedAt`, §C8.40).
+    started_at_ms: u64,
+    /// Unix seconds (rounded up) when the deadline passes, once the call passed policy
+    /// (§C8.40).
+    expires_at_s: Option<u64>,
+    /// The last progress the app sent (§C8.40).
+    last_progress: Option<CallProgressSnapshot>,
     target: Option<Target>,
     /// Set once policy let the call through (step 6).
     consent: Option<Consent>,
@@ -428,6 +437,9 @@ impl CallsApi for Calls {
                 ControlRequest::ApprovalsDecide(p) => {
                     Reply::from_result(inner.approvals.decide(&conn, &p))
                 }
+                ControlRequest::CallsList(_) => {
+                    Reply::from_result(Ok::<_, ErrorObject>(inner.calls_list()))
+                }
                 ControlRequest::GrantsList(_) => Reply::from_result(Ok::<_, ErrorObject>(
                     GrantsListResult::new(inner.approvals.grants()),
                 )),
@@ -538,6 +550,43 @@ impl Inner {
     }
 
     // -- consent records ----------------------------------------------------------------------
+
+    /// `calls.list` (§C8.40): every unsettled call, oldest first (by the order the daemon read
+    /// the requests).
+    fn calls_list(&self) -> CallsListResult {
+        let table = self.table();
+        let mut keys: Vec<u64> = table.calls.keys().copied().collect();
+        keys.sort_unstable();
+        let calls = keys
+            .iter()
+            .filter_map(|k| table.calls.get(k))
+            .map(|call| {
+                let state = if call.cancel.is_some() {
+                    CallState::Cancelling
+                } else if call.parked.is_some() {
+                    CallState::AwaitingApproval
+                } else {
+                    CallState::Running
+                };
+                CallSummary::new(
+                    call.call_id.clone(),
+                    call.wire_id.clone(),
+                    call.name.clone(),
+                    call.caller,
+                    state,
+                    format_iso_ms(call.started_at_ms),
+                    millis(call.t0.elapsed()),
+                    call.deadline_ms,
+                )
+                .with_session_id(call.target.as_ref().map(|t| t.session_id.clone()))
+                .with_alias(call.target.as_ref().map(|t| t.alias.clone()))
+                .with_expires_at(call.expires_at_s)
+                .with_progress(call.last_progress.clone())
+                .with_approval_id(call.parked.clone())
+            })
+            .collect();
+        CallsListResult::new(calls)
+    }
 
     fn consent_create(
         &self,
@@ -717,6 +766,8 @@ impl Inner {
         if let Some(call) = self.table().calls.get_mut(&key) {
             call.consent = permit.consent;
             call.deadline_ms = deadline_ms;
+            let at_ms = self.clock.now_unix_ms().saturating_add(deadline_ms);
+            call.expires_at_s = Some(at_ms.div_ceil(1000));
         }
         self.checkpoint(&call_id, Checkpoint::PolicyPassed);
 
@@ -1152,6 +1203,9 @@ impl Inner {
                 args_sha256,
                 progress,
                 t0,
+                started_at_ms: self.clock.now_unix_ms(),
+                expires_at_s: None,
+                last_progress: None,
                 target: None,
                 consent: None,
                 parked: None,
@@ -1433,6 +1487,10 @@ impl Inner {
             return;
         };
         self.announce_start(call);
+        call.last_progress = Some(CallProgressSnapshot::new(
+            progress.progress.clone(),
+            progress.message.clone(),
+        ));
         let Some(target) = &call.target else {
             return;
         };

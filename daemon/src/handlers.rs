@@ -348,7 +348,8 @@ impl DaemonHandler {
             | ControlRequest::ApprovalsChallenge(_)
             | ControlRequest::ApprovalsDecide(_)
             | ControlRequest::GrantsList(_)
-            | ControlRequest::GrantsRevoke(_)) => ctx.calls.handle(&conn, id, calls).await,
+            | ControlRequest::GrantsRevoke(_)
+            | ControlRequest::CallsList(_)) => ctx.calls.handle(&conn, id, calls).await,
         }
     }
 

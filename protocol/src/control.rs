@@ -133,6 +133,8 @@ methods! {
     PolicyReset = "policy.reset", PolicyResetParams => PolicyChangeResult;
     /// `daemon.reload` (§C8.33).
     DaemonReload = "daemon.reload", NoParams => ReloadResult;
+    /// `calls.list` (§C8.40).
+    CallsList = "calls.list", NoParams => CallsListResult;
 }
 
 /// Names reserved for later waves; the daemon answers `-32601` for them (§C8.16).
@@ -3158,7 +3160,7 @@ mod tests {
         assert!(!is_reserved_method("tools.list"));
         let e = ControlRequest::parse("tools.call", Some(&json!({})));
         assert_eq!(e.err().map(|e| e.code), Some(-32602));
-        assert_eq!(METHODS.len(), 24);
+        assert_eq!(METHODS.len(), 25);
     }
 }
 
@@ -3655,3 +3657,117 @@ setters!(ApprovalSettledData {
     with_reason => reason: Option<String>,
     with_grant_id => grant_id: Option<String>,
 });
+
+// ---------------------------------------------------------------------------------------------
+// Calls in flight (§C8.40)
+// ---------------------------------------------------------------------------------------------
+
+wire_enum! {
+    /// Where a call in flight stands (`calls.list` `state`, §C8.40).
+    CallState {
+        Running = "running",
+        Cancelling = "cancelling",
+        AwaitingApproval = "awaiting_approval",
+    }
+}
+
+/// The last `tool_call_progress` the app sent for a call, as forwarded (§C8.40, §C10.5).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct CallProgressSnapshot {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<Number>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl CallProgressSnapshot {
+    pub fn new(progress: Option<Number>, message: Option<String>) -> Self {
+        Self { progress, message }
+    }
+}
+
+/// One unsettled `tools.call` (§C8.40). `sessionId` and `alias` are absent only in the instant
+/// before the call resolved its session; `expiresAt` (unix seconds) once the call passed policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[serde(rename_all = "camelCase")]
+#[non_exhaustive]
+pub struct CallSummary {
+    pub call_id: String,
+    pub wire_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alias: Option<String>,
+    pub tool: String,
+    pub caller: Caller,
+    pub state: CallState,
+    /// ISO 8601 UTC with milliseconds: when the daemon read the request.
+    pub started_at: String,
+    /// Milliseconds since `startedAt`, at the time of the reply.
+    pub elapsed_ms: u64,
+    /// The effective deadline (§C10.1), 0 before it is known.
+    pub deadline_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<CallProgressSnapshot>,
+    /// The pending approval while `state` is `awaiting_approval` (§C8.17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+}
+
+impl CallSummary {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        call_id: impl Into<String>,
+        wire_id: impl Into<String>,
+        tool: impl Into<String>,
+        caller: Caller,
+        state: CallState,
+        started_at: impl Into<String>,
+        elapsed_ms: u64,
+        deadline_ms: u64,
+    ) -> Self {
+        Self {
+            call_id: call_id.into(),
+            wire_id: wire_id.into(),
+            session_id: None,
+            alias: None,
+            tool: tool.into(),
+            caller,
+            state,
+            started_at: started_at.into(),
+            elapsed_ms,
+            deadline_ms,
+            expires_at: None,
+            progress: None,
+            approval_id: None,
+        }
+    }
+}
+
+setters!(CallSummary {
+    with_session_id => session_id: Option<String>,
+    with_alias => alias: Option<String>,
+    with_expires_at => expires_at: Option<u64>,
+    with_progress => progress: Option<CallProgressSnapshot>,
+    with_approval_id => approval_id: Option<String>,
+});
+
+/// `calls.list` result (§C8.40): every unsettled call daemon-wide, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
+#[non_exhaustive]
+pub struct CallsListResult {
+    pub calls: Vec<CallSummary>,
+}
+
+impl CallsListResult {
+    pub fn new(calls: Vec<CallSummary>) -> Self {
+        Self { calls }
+    }
+}

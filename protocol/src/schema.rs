@@ -456,6 +456,7 @@ fn dispatch(method: &str, kind: Kind) -> Option<Value> {
         PolicySet::NAME => one::<PolicySet>(kind),
         PolicyReset::NAME => one::<PolicyReset>(kind),
         DaemonReload::NAME => one::<DaemonReload>(kind),
+        CallsList::NAME => one::<CallsList>(kind),
         _ => return None,
     })
 }

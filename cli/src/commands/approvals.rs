@@ -10,6 +10,7 @@
 use std::ffi::OsString;
 use std::io::IsTerminal as _;
 
+use appduct_client::client::{ClientError, ControlClient};
 use appduct_protocol::control::{
     ApprovalDecision, ApprovalIdParams, ApprovalSummary, ApprovalsChallenge, ApprovalsDecide,
     ApprovalsDecideParams, ApprovalsDecideResult, ApprovalsList, GrantRequest, GrantSummary,
@@ -173,38 +174,49 @@ pub async fn run(globals: &Globals, out: &Output, cmd: &Approvals) -> Result<Suc
                 human,
             ))
         }
-        Approvals::Approve { id, minutes } => {
-            let mut params = ApprovalsDecideParams::new(id.clone(), ApprovalDecision::Approve)
-                .with_grant(minutes.map(|m| GrantRequest::tool(Some(m))));
-            match client
-                .call::<ApprovalsChallenge>(ApprovalIdParams::new(id.clone()))
+        Approvals::Approve { id, minutes } => approve_interactively(&client, id, *minutes, fail)
+            .await
+            .map(|r| decided(&r)),
+    }
+}
+
+/// The approving half of `approvals approve`, also run by `appduct watch` (§L23): asks the
+/// daemon to write a one-time code to this process's controlling terminal, reads the code
+/// from `/dev/tty` and sends it with the decision. `fail` maps client failures.
+pub async fn approve_interactively(
+    client: &ControlClient,
+    id: &str,
+    minutes: Option<u64>,
+    fail: impl Fn(ClientError) -> CliError,
+) -> Result<ApprovalsDecideResult, CliError> {
+    let mut params = ApprovalsDecideParams::new(id.to_owned(), ApprovalDecision::Approve)
+        .with_grant(minutes.map(|m| GrantRequest::tool(Some(m))));
+    match client
+        .call::<ApprovalsChallenge>(ApprovalIdParams::new(id.to_owned()))
+        .await
+    {
+        Ok(challenge) => {
+            let prompt = format!(
+                "A one-time code for {id} was written to {}. Type it to approve (Enter alone gives up): ",
+                challenge.terminal
+            );
+            let code = tokio::task::spawn_blocking(move || read_code(&prompt))
                 .await
-            {
-                Ok(challenge) => {
-                    let prompt = format!(
-                        "A one-time code for {id} was written to {}. Type it to approve (Enter alone gives up): ",
-                        challenge.terminal
-                    );
-                    let code = tokio::task::spawn_blocking(move || read_code(&prompt))
-                        .await
-                        .map_err(|e| CliError::internal(e.to_string()))??;
-                    params = params.with_code(Some(code));
-                }
-                // A daemon that needs no code (`consent.operatorRequiresTerminal: false`) still
-                // approves; any other daemon answers `code_required` and the terminal error
-                // below is the one worth showing.
-                Err(e) => {
-                    let first = fail(e);
-                    return match client.call::<ApprovalsDecide>(params).await {
-                        Ok(r) => Ok(decided(&r)),
-                        Err(_) => Err(first),
-                    };
-                }
-            }
-            let r = client.call::<ApprovalsDecide>(params).await.map_err(fail)?;
-            Ok(decided(&r))
+                .map_err(|e| CliError::internal(e.to_string()))??;
+            params = params.with_code(Some(code));
+        }
+        // A daemon that needs no code (`consent.operatorRequiresTerminal: false`) still
+        // approves; any other daemon answers `code_required` and the terminal error below is
+        // the one worth showing.
+        Err(e) => {
+            let first = fail(e);
+            return client
+                .call::<ApprovalsDecide>(params)
+                .await
+                .map_err(|_| first);
         }
     }
+    client.call::<ApprovalsDecide>(params).await.map_err(fail)
 }
 
 /// Prompts on `/dev/tty` and reads one line from it; an empty line gives up.
@@ -239,7 +251,7 @@ fn read_code(prompt: &str) -> Result<String, CliError> {
     Ok(code)
 }
 
-fn decided(r: &ApprovalsDecideResult) -> Success {
+pub fn decided(r: &ApprovalsDecideResult) -> Success {
     let mut human = format!("{} {}.\n", capitalised(r.decision.as_str()), r.approval_id);
     if let Some(g) = &r.grant {
         human.push_str(&format!(

@@ -393,11 +393,11 @@ impl Follower {
 // ---------------------------------------------------------------------------------------------
 // Running
 
-fn now_ms() -> u64 {
+pub fn now_ms() -> u64 {
     u64::try_from(OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000).unwrap_or(0)
 }
 
-fn audit_dir(globals: &Globals) -> Result<PathBuf, CliError> {
+pub fn audit_dir(globals: &Globals) -> Result<PathBuf, CliError> {
     Ok(globals.state_dir()?.audit_dir())
 }
 
@@ -440,7 +440,7 @@ pub fn audit_list(records: &[Record], malformed: u64) -> Success {
 }
 
 /// The human cells of one record. App-supplied text is cleaned (SECURITY.md §4.13).
-fn cells(r: &Record) -> Vec<String> {
+pub fn cells(r: &Record) -> Vec<String> {
     let time = render::iso_seconds_from_unix_ms(i64::try_from(r.ts_ms).unwrap_or(i64::MAX))
         .unwrap_or_default();
     let outcome = match (

@@ -135,6 +135,11 @@ Examples:
   appduct playground            # stays connected; try commands from another terminal
   appduct playground --tour     # a scripted tour of the commands";
 
+const WATCH: &str = "\
+Examples:
+  appduct watch                 # live view; a/A/d approve or deny, q quits
+  appduct --state-dir /tmp/ad watch   # the daemon of another state dir";
+
 /// Which command (the words after `appduct`) shows which section.
 pub const EXAMPLES: &[(&str, &str)] = &[
     ("sessions", SESSIONS),
@@ -158,6 +163,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("keygen", KEYGEN),
     ("doctor", DOCTOR),
     ("playground", PLAYGROUND),
+    ("watch", WATCH),
 ];
 
 /// Attaches the examples to a top-level command and its verbs, in place (the order of the

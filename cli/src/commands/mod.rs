@@ -24,6 +24,7 @@ pub mod playground;
 pub mod policy;
 pub mod sessions;
 pub mod tools;
+pub mod watch;
 
 #[cfg(test)]
 mod tests;
@@ -124,6 +125,8 @@ pub enum TopCommand {
     Completions(completions::CompletionsArgs),
     /// Run the playground: a demo app connected to the daemon, to try every command on
     Playground(playground::PlaygroundArgs),
+    /// Live view of the daemon: sessions, calls, approvals (approve with a key), events, audit
+    Watch(watch::WatchArgs),
     #[command(external_subcommand)]
     Unknown(Vec<OsString>),
 }
@@ -188,6 +191,8 @@ pub enum Command {
     DaemonReload,
     /// `audit`: reads the day files; never contacts the daemon.
     Audit(audit::AuditRequest),
+    /// `watch`: the live terminal view (§L23).
+    Watch,
 }
 
 impl Command {
@@ -224,6 +229,7 @@ impl Command {
             Command::PolicySet(_) => "policy set",
             Command::PolicyReset(_) => "policy reset",
             Command::DaemonReload => "daemon reload",
+            Command::Watch => "watch",
         }
     }
 
@@ -258,6 +264,7 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         TopCommand::Completions(a) => completions::validate(a),
         TopCommand::Audit(a) => audit::validate(a),
         TopCommand::Policy(noun) => policy::validate(noun),
+        TopCommand::Watch(a) => watch::validate(a),
     }
 }
 
@@ -296,6 +303,7 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
             Ok(Reply::Success(success))
         }
         Command::Doctor(req) => doctor::run(req).map(Reply::Success),
+        Command::Watch => watch::run(&inv.globals, out),
         Command::McpSetup(req) => {
             let env = mcp_setup::SetupEnv::current()?;
             mcp_setup::run(req, &env).map(Reply::Success)

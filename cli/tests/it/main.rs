@@ -17,3 +17,4 @@ mod playground;
 mod policy;
 mod security_delivery;
 mod terminal;
+mod watch;

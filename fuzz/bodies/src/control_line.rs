@@ -213,6 +213,7 @@ fn params_of(request: &ControlRequest) -> Value {
         | ControlRequest::SessionsList(p)
         | ControlRequest::ApprovalsList(p)
         | ControlRequest::GrantsList(p)
+        | ControlRequest::CallsList(p)
         | ControlRequest::PolicyList(p)
         | ControlRequest::DaemonReload(p) => json(p),
         ControlRequest::PolicySet(p) => json(p),

@@ -610,6 +610,7 @@ fn every_method_has_a_name_and_rejects_non_object_params() {
         PolicySet::NAME,
         PolicyReset::NAME,
         DaemonReload::NAME,
+        CallsList::NAME,
     ];
     assert_eq!(names.as_slice(), METHODS);
     for name in METHODS {
@@ -1202,4 +1203,5 @@ fn approvals_params() {
     invalid::<GrantsRevoke>(json!({"grantId": 5}), "grantId");
     valid::<ApprovalsList>(json!({}));
     valid::<GrantsList>(json!({}));
+    valid::<CallsList>(json!({}));
 }

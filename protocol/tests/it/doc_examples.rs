@@ -248,6 +248,7 @@ fn check_result(ex: &Example) -> Result<(), String> {
         PolicySet::NAME => round_trip::<PolicySet>(&result),
         PolicyReset::NAME => round_trip::<PolicyReset>(&result),
         DaemonReload::NAME => round_trip::<DaemonReload>(&result),
+        CallsList::NAME => round_trip::<CallsList>(&result),
         other => Err(format!("unknown method {other}")),
     }
 }

@@ -383,6 +383,8 @@ fn schemas_and_validators_agree_on_boundary_cases() {
             true,
         ),
         ("grants.list", Value::Null, true),
+        ("calls.list", Value::Null, true),
+        ("calls.list", json!({"state": "running"}), false),
         ("grants.revoke", json!({"grantId": "g-1"}), true),
         ("grants.revoke", json!({"grantId": "g 1"}), false),
         ("grants.revoke", json!({"grantId": 1}), false),
