@@ -13,6 +13,7 @@ pub mod completions;
 pub mod daemon;
 pub mod doctor;
 pub mod events;
+pub mod http;
 pub mod init;
 pub mod keygen;
 pub mod mcp;
@@ -112,6 +113,8 @@ pub enum TopCommand {
     Policy(policy::PolicyNoun),
     /// Read the audit log (records of settled tool calls) from the state directory
     Audit(audit::AuditArgs),
+    /// The daemon's loopback HTTP API: enable, disable, status, token
+    Http(http::HttpNoun),
     /// Print a shell completion script
     Completions(completions::CompletionsArgs),
     /// Run the playground: a demo app connected to the daemon, to try every command on
@@ -180,6 +183,8 @@ pub enum Command {
     DaemonReload,
     /// `audit`: reads the day files; never contacts the daemon.
     Audit(audit::AuditRequest),
+    /// `http enable | disable | status | token`.
+    Http(http::Http),
 }
 
 impl Command {
@@ -216,6 +221,7 @@ impl Command {
             Command::PolicySet(_) => "policy set",
             Command::PolicyReset(_) => "policy reset",
             Command::DaemonReload => "daemon reload",
+            Command::Http(h) => h.label(),
         }
     }
 
@@ -250,6 +256,7 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         TopCommand::Completions(a) => completions::validate(a),
         TopCommand::Audit(a) => audit::validate(a),
         TopCommand::Policy(noun) => policy::validate(noun),
+        TopCommand::Http(noun) => http::validate(noun),
     }
 }
 
@@ -378,6 +385,7 @@ async fn interruptible_command(inv: &Invocation, out: &Output) -> Result<Reply, 
         Command::PolicyLs => policy::ls(g, out).await,
         Command::PolicySet(p) => policy::set(g, out, p).await,
         Command::PolicyReset(p) => policy::reset(g, out, p).await,
+        Command::Http(h) => http::run(g, out, h).await,
         other => Err(CliError::internal(format!(
             "appduct {} is not implemented in this build yet",
             other.label()
