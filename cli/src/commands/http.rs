@@ -1,4 +1,4 @@
-//! `appduct http enable | disable | status | token` (§L21): the daemon's loopback HTTP API
+//! `appduct http enable | disable | status | token` (§L22): the daemon's loopback HTTP API
 //! (docs/http.md). `enable` and `disable` write `http.port` in `config.json` (§S2.2) and ask a
 //! running daemon to reload it, which starts or stops the server at once (§H1); `token` prints
 //! (and with `--rotate` replaces) `<state>/http.token`.
