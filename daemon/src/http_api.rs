@@ -900,11 +900,12 @@ async fn call(
             tokio::select! {
                 () = tx.closed() => return,
                 item = progress.next() => match item {
+                    // A client that does not read misses progress, never the result (§C15).
                     Some(CallProgress::Started(p)) => {
-                        let _ = tx.send(sse_frame("started", None, &strip_request_id(&p))).await;
+                        let _ = tx.try_send(sse_frame("started", None, &strip_request_id(&p)));
                     }
                     Some(CallProgress::Progress(p)) => {
-                        let _ = tx.send(sse_frame("progress", None, &strip_request_id(&p))).await;
+                        let _ = tx.try_send(sse_frame("progress", None, &strip_request_id(&p)));
                     }
                     None => break (&mut settle).await,
                 },
@@ -1045,8 +1046,12 @@ async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Bod
             tokio::select! {
                 () = tx.closed() => return,
                 next = stream.next() => match next {
+                    // Bounded: a client 256 events behind is cut off (§C15).
                     Some(event) => {
-                        if tx.send(event_frame(&event)).await.is_err() {
+                        if let Err(e) = tx.try_send(event_frame(&event)) {
+                            if matches!(e, mpsc::error::TrySendError::Full(_)) {
+                                tracing::debug!("HTTP events client too slow; ending its stream");
+                            }
                             return;
                         }
                     }
