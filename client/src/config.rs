@@ -1162,6 +1162,50 @@ mod tests {
     }
 
     #[test]
+    fn http_key() {
+        assert_eq!(ok(json!({})).http, None);
+        assert_eq!(ok(json!({"http": {}})).http, None);
+        assert_eq!(
+            ok(json!({"http": {"port": 8765, "corsOrigins": ["http://localhost:5173"]}})).http,
+            Some(HttpConfig {
+                port: 8765,
+                cors_origins: vec!["http://localhost:5173".into()]
+            })
+        );
+        assert_eq!(ok(json!({"http": {"port": 0}})).http.unwrap().port, 0);
+        bad(json!({"http": 8765}), "http");
+        bad(json!({"http": {"port": 70000}}), "http.port");
+        bad(json!({"http": {"port": "8765"}}), "http.port");
+        bad(json!({"http": {"port": 1, "corsOrigins": ["*"]}}), "http.corsOrigins[0]");
+        let loaded = load(json!({"http": {"prot": 1}})).unwrap();
+        assert_eq!(loaded.config.http, None);
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    }
+
+    #[test]
+    fn write_http_port_keeps_other_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            r#"{"wssPort": 0, "http": {"corsOrigins": ["http://a.b"]}}"#,
+        )
+        .unwrap();
+        write_http_port(dir.path(), Some(9000)).unwrap();
+        let c = Config::load(dir.path()).unwrap().config;
+        assert_eq!(c.wss_port, 0);
+        assert_eq!(
+            c.http,
+            Some(HttpConfig {
+                port: 9000,
+                cors_origins: vec!["http://a.b".into()]
+            })
+        );
+        write_http_port(dir.path(), None).unwrap();
+        let c = Config::load(dir.path()).unwrap().config;
+        assert_eq!((c.wss_port, c.http), (0, None));
+    }
+
+    #[test]
     fn web_origins() {
         let valid = [
             "http://devbox.lan:5173",
