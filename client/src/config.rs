@@ -1176,7 +1176,10 @@ mod tests {
         bad(json!({"http": 8765}), "http");
         bad(json!({"http": {"port": 70000}}), "http.port");
         bad(json!({"http": {"port": "8765"}}), "http.port");
-        bad(json!({"http": {"port": 1, "corsOrigins": ["*"]}}), "http.corsOrigins[0]");
+        bad(
+            json!({"http": {"port": 1, "corsOrigins": ["*"]}}),
+            "http.corsOrigins[0]",
+        );
         let loaded = load(json!({"http": {"prot": 1}})).unwrap();
         assert_eq!(loaded.config.http, None);
         assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
