@@ -35,7 +35,7 @@ pub const DEFAULT_LOG_MAX_BYTES: u64 = 10_485_760;
 /// Every top-level key the loader accepts, in the order of docs/state.md §S2.2. A key outside
 /// this list is an unknown-key warning even if [`Config::from_value`] had a branch for it, so a
 /// new key must be added here (and to §S2.2, which `client/tests/it/config_doc.rs` checks).
-pub const KEYS: [&str; 15] = [
+pub const KEYS: [&str; 16] = [
     "wssPort",
     "keyPath",
     "graceSeconds",
@@ -51,6 +51,7 @@ pub const KEYS: [&str; 15] = [
     "scheme",
     "restartDaemonOnVersionMismatch",
     "webOrigins",
+    "http",
 ];
 
 /// A policy decision (§C11); the one wire enum lives in the protocol crate.
@@ -141,6 +142,18 @@ pub struct Config {
     pub restart_daemon_on_version_mismatch: bool,
     /// Extra allowed web origins, as written.
     pub web_origins: Vec<String>,
+    /// The loopback HTTP API (docs/http.md §H1); `None` (no `http` key, or no `http.port`):
+    /// off.
+    pub http: Option<HttpConfig>,
+}
+
+/// The `http` key (§S2.2, §H1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// The TCP port on 127.0.0.1; `0` lets the OS choose at each start.
+    pub port: u16,
+    /// Origins whose browser requests are allowed (CORS, §H2.4), as written; empty: none.
+    pub cors_origins: Vec<String>,
 }
 
 /// A problem that does not stop the daemon. Each is also logged once when produced.
@@ -260,6 +273,7 @@ impl Config {
             scheme: None,
             restart_daemon_on_version_mismatch: false,
             web_origins: Vec::new(),
+            http: None,
         }
     }
 
@@ -348,6 +362,7 @@ impl Config {
                     }
                 }
                 "webOrigins" => config.web_origins = v.web_origins(key, value)?,
+                "http" => config.http = v.http(value)?,
                 _ => v.unknown(key.clone()),
             }
         }
@@ -488,6 +503,35 @@ impl Validator {
                 )),
             })
             .collect()
+    }
+
+    /// `http`: an object with optional `port` (absent: off) and `corsOrigins`.
+    fn http(&mut self, value: &Value) -> Result<Option<HttpConfig>, ConfigError> {
+        let Value::Object(map) = value else {
+            return Err(self.invalid(
+                "http",
+                "must be an object with optional keys \"port\" and \"corsOrigins\"",
+                value,
+            ));
+        };
+        let mut port = None;
+        let mut cors_origins = Vec::new();
+        for (key, value) in map {
+            match key.as_str() {
+                "port" => {
+                    port = Some(self.int_in(
+                        "http.port",
+                        value,
+                        0,
+                        65_535,
+                        "an integer from 0 to 65535",
+                    )?)
+                }
+                "corsOrigins" => cors_origins = self.web_origins("http.corsOrigins", value)?,
+                _ => self.unknown(format!("http.{key}")),
+            }
+        }
+        Ok(port.map(|port| HttpConfig { port, cors_origins }))
     }
 
     fn policy(&mut self, value: &Value) -> Result<Policy, ConfigError> {
@@ -631,6 +675,63 @@ pub fn is_valid_tool_key(key: &str) -> bool {
 /// part. When `config.json` is a symlink (dotfile managers) its target is replaced. A file
 /// that is not a JSON object is refused and left alone.
 pub fn write_policy(state_dir: &Path, policy: &Policy) -> io::Result<()> {
+    update_config(state_dir, |root| {
+        let entry = root
+            .entry("policy")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(serde_json::Map::new());
+        }
+        if let Value::Object(obj) = entry {
+            obj.insert("default".into(), Value::String(policy.default.to_string()));
+            obj.insert(
+                "destructive".into(),
+                Value::String(policy.destructive.to_string()),
+            );
+            if policy.tools.is_empty() {
+                obj.remove("tools");
+            } else {
+                let tools = policy
+                    .tools
+                    .iter()
+                    .map(|(k, d)| (k.clone(), Value::String(d.to_string())))
+                    .collect();
+                obj.insert("tools".into(), Value::Object(tools));
+            }
+        }
+    })
+}
+
+/// Sets `http.port` of `<state_dir>/config.json` (`Some`) or removes it (`None`: the HTTP API
+/// is off, §H1), keeping every other key, `http.corsOrigins` included; written like
+/// [`write_policy`].
+pub fn write_http_port(state_dir: &Path, port: Option<u16>) -> io::Result<()> {
+    update_config(state_dir, |root| {
+        let entry = root
+            .entry("http")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(serde_json::Map::new());
+        }
+        if let Value::Object(obj) = entry {
+            match port {
+                Some(port) => {
+                    obj.insert("port".into(), Value::from(port));
+                }
+                None => {
+                    obj.remove("port");
+                }
+            }
+        }
+    })
+}
+
+/// Reads `config.json` (a missing file is `{}`), lets `change` edit its top-level object, and
+/// writes it back atomically (see [`write_policy`]).
+fn update_config(
+    state_dir: &Path,
+    change: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> io::Result<()> {
     use std::io::Write as _;
     let link = state_dir.join(CONFIG_FILE);
     let path = std::fs::canonicalize(&link).unwrap_or(link);
@@ -646,29 +747,7 @@ pub fn write_policy(state_dir: &Path, policy: &Policy) -> io::Result<()> {
             format!("{} is not a JSON object", path.display()),
         ));
     };
-    let entry = root
-        .entry("policy")
-        .or_insert_with(|| Value::Object(serde_json::Map::new()));
-    if !entry.is_object() {
-        *entry = Value::Object(serde_json::Map::new());
-    }
-    if let Value::Object(obj) = entry {
-        obj.insert("default".into(), Value::String(policy.default.to_string()));
-        obj.insert(
-            "destructive".into(),
-            Value::String(policy.destructive.to_string()),
-        );
-        if policy.tools.is_empty() {
-            obj.remove("tools");
-        } else {
-            let tools = policy
-                .tools
-                .iter()
-                .map(|(k, d)| (k.clone(), Value::String(d.to_string())))
-                .collect();
-            obj.insert("tools".into(), Value::Object(tools));
-        }
-    }
+    change(root);
     let mut text = serde_json::to_string_pretty(&doc).map_err(io::Error::other)?;
     text.push('\n');
     let dir = path.parent().unwrap_or(state_dir);
@@ -1080,6 +1159,53 @@ mod tests {
             json!({"restartDaemonOnVersionMismatch": 1}),
             "restartDaemonOnVersionMismatch",
         );
+    }
+
+    #[test]
+    fn http_key() {
+        assert_eq!(ok(json!({})).http, None);
+        assert_eq!(ok(json!({"http": {}})).http, None);
+        assert_eq!(
+            ok(json!({"http": {"port": 8765, "corsOrigins": ["http://localhost:5173"]}})).http,
+            Some(HttpConfig {
+                port: 8765,
+                cors_origins: vec!["http://localhost:5173".into()]
+            })
+        );
+        assert_eq!(ok(json!({"http": {"port": 0}})).http.unwrap().port, 0);
+        bad(json!({"http": 8765}), "http");
+        bad(json!({"http": {"port": 70000}}), "http.port");
+        bad(json!({"http": {"port": "8765"}}), "http.port");
+        bad(
+            json!({"http": {"port": 1, "corsOrigins": ["*"]}}),
+            "http.corsOrigins[0]",
+        );
+        let loaded = load(json!({"http": {"prot": 1}})).unwrap();
+        assert_eq!(loaded.config.http, None);
+        assert_eq!(loaded.warnings.len(), 1, "{:?}", loaded.warnings);
+    }
+
+    #[test]
+    fn write_http_port_keeps_other_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join(CONFIG_FILE),
+            r#"{"wssPort": 0, "http": {"corsOrigins": ["http://a.b"]}}"#,
+        )
+        .unwrap();
+        write_http_port(dir.path(), Some(9000)).unwrap();
+        let c = Config::load(dir.path()).unwrap().config;
+        assert_eq!(c.wss_port, 0);
+        assert_eq!(
+            c.http,
+            Some(HttpConfig {
+                port: 9000,
+                cors_origins: vec!["http://a.b".into()]
+            })
+        );
+        write_http_port(dir.path(), None).unwrap();
+        let c = Config::load(dir.path()).unwrap().config;
+        assert_eq!((c.wss_port, c.http), (0, None));
     }
 
     #[test]

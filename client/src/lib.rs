@@ -24,6 +24,7 @@ pub mod command_runner;
 pub mod config;
 pub mod delivery;
 pub mod envflag;
+pub mod http_token;
 pub mod link_flow;
 pub mod pidfile;
 pub mod process;

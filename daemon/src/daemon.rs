@@ -40,6 +40,7 @@ use crate::events::{EventBus, EventsLog};
 use crate::handlers::{
     CallsApi as _, DaemonHandler, DaemonIdentity, HandlerContext, ShutdownSwitch,
 };
+use crate::http_api::{ControlStreams, HttpApi, HttpLimits};
 use crate::links::{DaemonLinkEnv, LinkEnvironment, LinkError};
 use crate::listener::{self, AcceptContext, AcceptedDevice, RunningListener};
 use crate::policy::PolicyEngine;
@@ -130,6 +131,8 @@ pub struct DaemonOptions {
     pub pipeline_probe: Option<Arc<dyn PipelineProbe>>,
     /// Where `approvals.challenge` writes one-time codes; tests capture them.
     pub operator_terminal: Arc<dyn crate::approvals::OperatorTerminal>,
+    /// Limits of the loopback HTTP API (§H2.5); tests lower them.
+    pub http_limits: HttpLimits,
 }
 
 impl DaemonOptions {
@@ -172,7 +175,14 @@ impl DaemonOptions {
             pidfile: PidfileOptions::default(),
             pipeline_probe: None,
             operator_terminal: Arc::new(crate::approvals::ControllingTerminal),
+            http_limits: HttpLimits::default(),
         }
+    }
+
+    /// Limits of the loopback HTTP API (§H2.5).
+    pub fn http_limits(mut self, limits: HttpLimits) -> Self {
+        self.http_limits = limits;
+        self
     }
 
     pub fn clock(mut self, clock: impl Clock + 'static) -> Self {
@@ -560,6 +570,8 @@ struct Shared {
     stopped: watch::Receiver<bool>,
     memory_stop: watch::Sender<bool>,
     memory_connections: Mutex<JoinSet<()>>,
+    /// The loopback HTTP API (§H1); stopped with the device listeners.
+    http: HttpApi,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -703,7 +715,21 @@ impl Daemon {
         // Set exactly once, here.
         let _ = late_env.env.set(Arc::clone(&network));
 
-        // 9. Control socket: bind, 0600 before the first accept, serve.
+        // 9. Control socket: bind, 0600 before the first accept, serve. The HTTP API (§H1) is
+        //    a client of the control server through in-memory connections, served once
+        //    `shared` exists; it starts after the control socket, below.
+        let shared_cell: Arc<OnceLock<std::sync::Weak<Shared>>> = Arc::new(OnceLock::new());
+        let streams: ControlStreams = {
+            let cell = Arc::clone(&shared_cell);
+            Arc::new(
+                move || match cell.get().and_then(std::sync::Weak::upgrade) {
+                    Some(shared) => memory_control_stream(&shared),
+                    // Not started yet, or gone: a stream already at EOF.
+                    None => tokio::io::duplex(1).0,
+                },
+            )
+        };
+        let http = HttpApi::new(dir.path(), streams, opts.http_limits);
         let shutdown = ShutdownSwitch::new();
         let handler = DaemonHandler::new(HandlerContext {
             identity: DaemonIdentity {
@@ -718,7 +744,9 @@ impl Daemon {
                 (*config).clone(),
                 dir.path(),
                 bus.clone(),
-            ),
+            )
+            .with_http(http.clone()),
+            http: http.clone(),
             policy,
             audit: audit.clone(),
             sessions: sessions.clone(),
@@ -828,7 +856,19 @@ impl Daemon {
             stopped,
             memory_stop,
             memory_connections: Mutex::new(JoinSet::new()),
+            http,
         });
+        let _ = shared_cell.set(Arc::downgrade(&shared));
+        // 9b. The loopback HTTP API, when configured (§H1). A port that cannot be bound stops
+        //     the start like the device listeners'.
+        if let Err(source) = shared.http.apply(config.http.as_ref()) {
+            shared.shutdown.request();
+            supervise(Arc::clone(&shared), running).await;
+            return Err(StartError::Bind {
+                listener: "http",
+                source,
+            });
+        }
         tokio::spawn(supervise(Arc::clone(&shared), running));
         Ok(DaemonHandle { shared })
     }
@@ -877,7 +917,8 @@ async fn teardown(shared: &Shared, running: Running) {
     //    the call router, closes every socket `1001 daemon_shutdown` and waits at most 1 s.
     shared.sessions.shutdown().await;
 
-    // 4. Device listeners.
+    // 4. Device listeners and the HTTP API.
+    shared.http.stop();
     listener_stop.send_replace(true);
     wss.stopped().await;
     web.stopped().await;
@@ -921,6 +962,31 @@ async fn teardown(shared: &Shared, running: Running) {
 /// Shutdown step 2 (§C8.3).
 fn reject_pending_calls(shared: &Shared) {
     shared.calls.reject_pending_for_shutdown();
+}
+
+/// A new in-memory control connection served by the real handler (see
+/// [`DaemonHandle::control_stream`]); also how the HTTP API reaches the control plane.
+fn memory_control_stream(shared: &Shared) -> DuplexStream {
+    let (client, server) = tokio::io::duplex(MEMORY_CONTROL_BUFFER);
+    let mut stop = shared.memory_stop.subscribe();
+    if *stop.borrow() {
+        return client;
+    }
+    let serve = control_server::serve_connection(
+        server,
+        Arc::clone(&shared.control_handler),
+        shared.server_options,
+    );
+    let mut tasks = lock(&shared.memory_connections);
+    while tasks.try_join_next().is_some() {}
+    tasks.spawn(async move {
+        // Dropping the connection future at shutdown still runs its close hooks.
+        tokio::select! {
+            () = serve => {}
+            _ = stop.wait_for(|stop| *stop) => {}
+        }
+    });
+    client
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1003,26 +1069,12 @@ impl DaemonHandle {
     /// A new in-memory control connection served by the real handler (ARCHITECTURE.md#test-layers); hand it to
     /// `ControlClient::from_stream`. After shutdown started, the stream is already at EOF.
     pub fn control_stream(&self) -> DuplexStream {
-        let (client, server) = tokio::io::duplex(MEMORY_CONTROL_BUFFER);
-        let mut stop = self.shared.memory_stop.subscribe();
-        if *stop.borrow() {
-            return client;
-        }
-        let serve = control_server::serve_connection(
-            server,
-            Arc::clone(&self.shared.control_handler),
-            self.shared.server_options,
-        );
-        let mut tasks = lock(&self.shared.memory_connections);
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn(async move {
-            // Dropping the connection future at shutdown still runs its close hooks.
-            tokio::select! {
-                () = serve => {}
-                _ = stop.wait_for(|stop| *stop) => {}
-            }
-        });
-        client
+        memory_control_stream(&self.shared)
+    }
+
+    /// The address of the loopback HTTP API while it is on (§H1).
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.shared.http.local_addr()
     }
 
     /// Runs an in-memory device connection through the real engine (ARCHITECTURE.md#test-layers), with the

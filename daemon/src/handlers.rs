@@ -156,6 +156,8 @@ pub struct HandlerContext {
     pub network: Arc<DaemonLinkEnv>,
     pub calls: Arc<dyn CallsApi>,
     pub shutdown: ShutdownSwitch,
+    /// The loopback HTTP API, for `daemon.status.httpPort` (§C8.2, §H1).
+    pub http: crate::http_api::HttpApi,
 }
 
 impl fmt::Debug for HandlerContext {
@@ -422,6 +424,7 @@ impl DaemonHandler {
             events_log,
             sealed_key: Some(crate::tls::sealed_key_text(&ctx.network.sealed_key())),
             grants: ctx.calls.grants(),
+            http_port: ctx.http.local_addr().map(|a| a.port()),
         }
     }
 

@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod device_socket;
 pub mod events;
 pub mod handlers;
+pub mod http_api;
 pub mod links;
 pub mod listener;
 pub mod policy;

@@ -25,7 +25,7 @@ use crate::policy::PolicyEngine;
 use crate::sessions::SessionManager;
 
 /// The `config.json` keys `daemon.reload` applies without a restart.
-pub const RELOADABLE_KEYS: &[&str] = &["policy"];
+pub const RELOADABLE_KEYS: &[&str] = &["policy", "http"];
 
 /// Runtime policy and reload; clones share everything.
 #[derive(Debug, Clone)]
@@ -39,6 +39,8 @@ pub struct PolicyControl {
     write: Arc<Mutex<Option<Policy>>>,
     /// Where `policy_changed` goes (§C13.1).
     bus: EventBus,
+    /// Started, stopped or moved by a reload that changes `http` (§H1).
+    http: Option<crate::http_api::HttpApi>,
 }
 
 impl PolicyControl {
@@ -56,7 +58,14 @@ impl PolicyControl {
             state_dir,
             write: Arc::new(Mutex::new(file_policy)),
             bus,
+            http: None,
         }
+    }
+
+    /// Lets `daemon.reload` apply the `http` key to this HTTP API (§H1).
+    pub fn with_http(mut self, http: crate::http_api::HttpApi) -> Self {
+        self.http = Some(http);
+        self
     }
 
     /// Emits `policy_changed` with the policy now in force.
@@ -219,9 +228,22 @@ impl PolicyControl {
             tracing::warn!("{warning}");
         }
         let new = loaded.config;
-        *file_policy = Some(new.policy.clone());
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let mut applied = Vec::new();
+        // First, as it can fail: a port that cannot be bound changes nothing (§H1).
+        if let Some(http) = &self.http
+            && new.http != running.http
+        {
+            http.apply(new.http.as_ref()).map_err(|e| {
+                let port = new.http.as_ref().map_or(0, |h| h.port);
+                ErrorObject::internal(format!(
+                    "cannot start the HTTP API on 127.0.0.1:{port}: {e}; the running configuration stays in force"
+                ))
+            })?;
+            running.http = new.http.clone();
+            applied.push("http".to_owned());
+        }
+        *file_policy = Some(new.policy.clone());
         if new.policy != running.policy {
             self.policy.replace(new.policy.clone());
             running.policy = new.policy.clone();

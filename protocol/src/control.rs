@@ -551,8 +551,8 @@ wire_enum! {
     PolicyDecision { Allow = "allow", Deny = "deny", Prompt = "prompt" }
 }
 wire_enum! {
-    /// Who issued a `tools.call` (§C8.9).
-    Caller { Cli = "cli", Mcp = "mcp", Client = "client" }
+    /// Who issued a `tools.call` (§C8.9); `http` is the daemon's loopback HTTP API (§H4).
+    Caller { Cli = "cli", Mcp = "mcp", Client = "client", Http = "http" }
 }
 wire_enum! {
     /// Consent attached to a `tools.call`; the legacy `"client"` is read as absent (§C8.9).
@@ -1082,7 +1082,10 @@ impl ToolsCallParams {
             name: p.required(Self::NAME, name)?,
             args,
             timeout_ms,
-            caller: p.enumeration(Self::CALLER, "must be \"cli\", \"mcp\" or \"client\"")?,
+            caller: p.enumeration(
+                Self::CALLER,
+                "must be \"cli\", \"mcp\", \"client\" or \"http\"",
+            )?,
             consent,
             call_id: p.pattern(
                 Self::CALL_ID,
@@ -1694,6 +1697,9 @@ pub struct StatusResult {
     /// Unexpired operator grants (§C8.20); omitted when there are none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub grants: Vec<GrantSummary>,
+    /// The port of the loopback HTTP API on 127.0.0.1 (§H1); omitted while it is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_port: Option<u16>,
 }
 
 /// Longest `policy.set` / `policy.reset` `target` (§C8.31).

@@ -135,6 +135,14 @@ Examples:
   appduct playground            # stays connected; try commands from another terminal
   appduct playground --tour     # a scripted tour of the commands";
 
+const HTTP: &str = "\
+Examples:
+  appduct http enable           # serve the loopback HTTP API on a port the OS picks
+  appduct http enable --port 7777
+  appduct http status
+  appduct http token            # the bearer token for curl -H 'Authorization: Bearer …'
+  appduct http disable";
+
 const WATCH: &str = "\
 Examples:
   appduct watch                 # live view; a/A/d approve or deny, q quits
@@ -164,6 +172,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("doctor", DOCTOR),
     ("playground", PLAYGROUND),
     ("watch", WATCH),
+    ("http", HTTP),
 ];
 
 /// Attaches the examples to a top-level command and its verbs, in place (the order of the

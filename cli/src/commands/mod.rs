@@ -15,6 +15,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod events;
 pub mod examples;
+pub mod http;
 pub mod init;
 pub mod keygen;
 pub mod mcp;
@@ -121,6 +122,8 @@ pub enum TopCommand {
     Policy(policy::PolicyNoun),
     /// Read the audit log (records of settled tool calls) from the state directory
     Audit(audit::AuditArgs),
+    /// The daemon's loopback HTTP API: enable, disable, status, token
+    Http(http::HttpNoun),
     /// Print a shell completion script
     Completions(completions::CompletionsArgs),
     /// Run the playground: a demo app connected to the daemon, to try every command on
@@ -193,6 +196,8 @@ pub enum Command {
     Audit(audit::AuditRequest),
     /// `watch`: the live terminal view (§L23).
     Watch,
+    /// `http enable | disable | status | token`.
+    Http(http::Http),
 }
 
 impl Command {
@@ -230,6 +235,7 @@ impl Command {
             Command::PolicyReset(_) => "policy reset",
             Command::DaemonReload => "daemon reload",
             Command::Watch => "watch",
+            Command::Http(h) => h.label(),
         }
     }
 
@@ -265,6 +271,7 @@ fn validate(top: TopCommand) -> Result<Command, CliError> {
         TopCommand::Audit(a) => audit::validate(a),
         TopCommand::Policy(noun) => policy::validate(noun),
         TopCommand::Watch(a) => watch::validate(a),
+        TopCommand::Http(noun) => http::validate(noun),
     }
 }
 
@@ -394,6 +401,7 @@ async fn interruptible_command(inv: &Invocation, out: &Output) -> Result<Reply, 
         Command::PolicyLs => policy::ls(g, out).await,
         Command::PolicySet(p) => policy::set(g, out, p).await,
         Command::PolicyReset(p) => policy::reset(g, out, p).await,
+        Command::Http(h) => http::run(g, out, h).await,
         other => Err(CliError::internal(format!(
             "appduct {} is not implemented in this build yet",
             other.label()

@@ -9,6 +9,7 @@ mod cli_args;
 mod cli_reference;
 mod daemon_wire;
 mod doctor;
+mod http;
 mod human_snapshots;
 mod link_parity;
 mod mcp_host;

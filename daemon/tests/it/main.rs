@@ -34,6 +34,7 @@ mod engine_protocol;
 mod engine_refusal_reports;
 mod engine_refusals;
 mod engine_sessions;
+mod http_api;
 mod listener_web;
 mod listener_wss;
 mod policy_eval;

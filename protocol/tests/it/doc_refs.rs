@@ -6,13 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// The references and the letter their section numbers carry.
-const REFERENCES: [(char, &str); 6] = [
+const REFERENCES: [(char, &str); 7] = [
     ('D', "docs/protocol/device.md"),
     ('C', "docs/protocol/control.md"),
     ('L', "docs/cli.md"),
     ('M', "docs/mcp.md"),
     ('T', "docs/sdk-ts.md"),
     ('S', "docs/state.md"),
+    ('H', "docs/http.md"),
 ];
 
 /// Directories that hold no text of ours.
