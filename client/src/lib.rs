@@ -28,6 +28,7 @@ pub mod link_flow;
 pub mod pidfile;
 pub mod process;
 pub mod project;
+pub mod picture;
 pub mod qr;
 pub mod random;
 pub mod session_wait;
