@@ -1,5 +1,5 @@
 // Content results (PROTOCOL.md "Content results"): the `image`, `text` and `resourceLink`
-// helpers and the `{ content, result? }` return form of a handler (§T5.4). Pure, so the inert
+// helpers and the `{ content, result? }` return form of a handler (§T5.5). Pure, so the inert
 // entries export the same helpers without any session code.
 
 import { encodeBase64 } from "./base64.js";

@@ -38,7 +38,7 @@ export interface ToolDefinition<I = unknown, O = unknown> {
   annotations?: ToolAnnotations;
   timeoutMs?: number;
   group?: string;
-  /** Returns the JSON result, or content built with `image`/`text`/`resourceLink` (§T5.4). */
+  /** Returns the JSON result, or content built with `image`/`text`/`resourceLink` (§T5.5). */
   handler: (args: I, ctx: ToolContext) => O | ToolContent<O> | Promise<O | ToolContent<O>>;
 }
 
