@@ -650,12 +650,13 @@ async fn call(
 
 /// The MCP result of a settled call: the JSON result and the app's content blocks (§M8.5).
 fn mapped(r: &ToolsCallResult, meta: Value, max_image_bytes: u64) -> rmcp::model::CallToolResult {
-    let v = serde_json::to_value(r).unwrap_or(Value::Null);
-    let content = match v.get("content") {
-        Some(Value::Array(blocks)) => blocks.as_slice(),
-        _ => &[],
-    };
-    crate::content::call_result(&r.call_id, v.get("result"), content, meta, max_image_bytes)
+    let content: Vec<Value> = r
+        .content
+        .iter()
+        .flatten()
+        .map(|b| serde_json::to_value(b).unwrap_or(Value::Null))
+        .collect();
+    crate::content::call_result(&r.call_id, r.result.as_ref(), &content, meta, max_image_bytes)
 }
 
 enum CallOutcome {

@@ -277,20 +277,10 @@ fn pictures(out: &Output, c: &ToolsCall) -> Result<Pictures, CliError> {
     })
 }
 
-/// The content blocks of a result, as JSON values (PROTOCOL.md "Content results").
+/// The content blocks of a result, as JSON values (§D17.1).
 fn content_of(r: &ToolsCallResult) -> Option<Vec<Value>> {
-    let v = serde_json::to_value(r).ok()?;
-    match v.get("content") {
-        Some(Value::Array(blocks)) if !blocks.is_empty() => Some(blocks.clone()),
-        _ => None,
-    }
-}
-
-/// Whether the result carries a JSON `result` (absent only beside content).
-fn has_result(r: &ToolsCallResult) -> bool {
-    serde_json::to_value(r)
-        .ok()
-        .is_some_and(|v| v.get("result").is_some())
+    let blocks = r.content.as_ref().filter(|c| !c.is_empty())?;
+    Some(blocks.iter().map(render::to_value).collect())
 }
 
 /// `tools call` with content (§L7.3.1): without content exactly [`tools_call`]; with content
@@ -307,7 +297,7 @@ pub fn tools_call_showing(
     let shown = show(&r.call_id, &content, pictures)?;
     let mut success = tools_call(name, r);
     let mut data = Map::new();
-    if has_result(r) {
+    if r.result.is_some() {
         data.insert("result".into(), success.data.take());
     } else {
         // "Result (…)" heading only: no JSON result to show.
@@ -327,8 +317,9 @@ pub fn tools_call(name: &str, r: &ToolsCallResult) -> Success {
         render::clean_line(&r.alias),
         r.duration_ms
     );
-    human.push_str(&render::indent(&pretty_json(&r.result), 2));
-    let mut success = Success::new(r.result.clone(), human);
+    let result = r.result.clone().unwrap_or(Value::Null);
+    human.push_str(&render::indent(&pretty_json(&result), 2));
+    let mut success = Success::new(result, human);
     success.meta.insert(
         "call".into(),
         json!({"callId": r.call_id, "sessionId": r.session_id, "alias": r.alias, "durationMs": r.duration_ms}),

@@ -1,6 +1,6 @@
 //! The content blocks of a `tools call` result (§L7.3.1): images saved with `--out-dir`, shown
 //! inline with `--inline` on kitty or iTerm2, named otherwise; text and resource links shown
-//! as text. Blocks arrive validated by the daemon (PROTOCOL.md "Content results").
+//! as text. Blocks arrive validated by the daemon (§D17.1).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

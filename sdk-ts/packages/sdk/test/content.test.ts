@@ -66,6 +66,12 @@ describe("helpers", () => {
     expect(() => resourceLink({ uri: "file:///x", name: "" })).toThrow(/name/);
   });
 
+  it("splitBody gives the part of device.md's §D17.2 example (the Rust split_body's output)", () => {
+    expect(splitBody('{"result":{"items":3}}')).toEqual([
+      { offset: 0, total: 22, sha256: "79d1fe6b8b61ce689f96047fe50722e4a3a6170732501a992178e9e8e84cd728", data: "eyJyZXN1bHQiOnsiaXRlbXMiOjN9fQ==" },
+    ]);
+  });
+
   it("splitBody cuts ordered parts of at most 131072 bytes naming the whole body's SHA-256", () => {
     const body = JSON.stringify({ result: "é".repeat(200_000) });
     const bytes = Buffer.from(body, "utf8");

@@ -19,7 +19,7 @@ export interface CallHost<C> {
   /** Sends already encoded and measured text. */
   write(conn: C, text: string): boolean;
   log(level: "warn" | "error", ...args: unknown[]): void;
-  /** What the latest `session_ack` of `conn` announced (PROTOCOL.md "Content results"). */
+  /** What the latest `session_ack` of `conn` announced (§D17.1). */
   features(conn: C): ResultFeatures;
 }
 

@@ -97,7 +97,7 @@ interface Connection {
   /** Snapshots went out on this connection: later registry changes are deltas. */
   snapshotSent: boolean;
   eventRegistry: boolean;
-  /** `result_content` of the latest ack (PROTOCOL.md "Content results"). */
+  /** `result_content` of the latest ack (§D17.1). */
   resultContent: boolean;
   /** `result_parts_max_bytes` of the latest ack, or `null`. */
   resultPartsMaxBytes: number | null;

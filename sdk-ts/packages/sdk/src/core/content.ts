@@ -1,4 +1,4 @@
-// Content results (PROTOCOL.md "Content results"): the `image`, `text` and `resourceLink`
+// Content results (§D17.1): the `image`, `text` and `resourceLink`
 // helpers and the `{ content, result? }` return form of a handler (§T5.5). Pure, so the inert
 // entries export the same helpers without any session code.
 

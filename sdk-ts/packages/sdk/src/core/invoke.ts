@@ -15,7 +15,7 @@ export interface ToolFailure {
 
 /**
  * `result` is the JSON result (`undefined`: none, only with `content`); `content` the blocks of
- * a content-form return (PROTOCOL.md "Content results").
+ * a content-form return (§D17.1).
  */
 export type ToolOutcome = { ok: true; result: unknown; content?: ContentBlock[] } | { ok: false; error: ToolFailure };
 

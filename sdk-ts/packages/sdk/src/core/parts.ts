@@ -1,4 +1,4 @@
-// `tool_result_part` frames (PROTOCOL.md "Results beyond one frame"): a result body too big for
+// `tool_result_part` frames (§D17.2): a result body too big for
 // one frame goes as ordered parts naming the whole body's length and SHA-256 (§T5.5). Mirrors
 // the Rust `appduct_protocol::parts::split_body`.
 
