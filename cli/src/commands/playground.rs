@@ -28,7 +28,8 @@ use tokio::io::AsyncBufReadExt as _;
 
 use super::Command;
 use super::sessions::sessions_ls;
-use super::tools::call::{new_call_id, tools_call};
+use super::tools::call::{new_call_id, tools_call, tools_call_showing};
+use super::tools::content::Pictures;
 use super::tools::describe::tools_describe;
 use super::tools::ls::{ToolsLs, tools_ls};
 use super::tools::{describe_session, list_all, tool_not_found};
@@ -50,6 +51,8 @@ pub fn validate(a: PlaygroundArgs) -> Command {
     Command::Playground { tour: a.tour }
 }
 
+/// The picture tool (issue #17): the counter's recent values as a PNG bar chart.
+pub const CHART_TOOL: &str = "counter_chart";
 /// The playground's event (§T14.2).
 pub const PING_EVENT: &str = "playground_ping";
 /// Steps of `slow_task` (§T14.1): 500 ms, then a progress report, three times.
@@ -139,19 +142,45 @@ fn number_arg(args: &Value, key: &str) -> Result<f64, ToolError> {
         .ok_or_else(|| ToolError::input_validation(format!("\"{key}\" must be a number")))
 }
 
-/// The shared call counter: only a completed `sum` or `slow_task` raises it.
+/// The shared call counter: only a completed `sum` or `slow_task` raises it. It keeps its
+/// last [`CHART_MAX_BARS`](appduct_client::picture::CHART_MAX_BARS) values, one per change,
+/// for `counter_chart`.
 #[derive(Debug, Clone, Default)]
-pub struct Counter(Arc<AtomicU64>);
+pub struct Counter(Arc<CounterState>);
+
+#[derive(Debug, Default)]
+struct CounterState {
+    value: AtomicU64,
+    history: std::sync::Mutex<std::collections::VecDeque<u64>>,
+}
 
 impl Counter {
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+        self.0.value.load(Ordering::SeqCst)
     }
     fn bump(&self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
+        let now = self.0.value.fetch_add(1, Ordering::SeqCst) + 1;
+        self.record(now);
     }
     fn reset(&self) {
-        self.0.store(0, Ordering::SeqCst);
+        self.0.value.store(0, Ordering::SeqCst);
+        self.record(0);
+    }
+    fn record(&self, value: u64) {
+        let mut history = self.0.history.lock().unwrap_or_else(|p| p.into_inner());
+        if history.len() == appduct_client::picture::CHART_MAX_BARS {
+            history.pop_front();
+        }
+        history.push_back(value);
+    }
+    /// The values after each change, oldest first (at most 16).
+    pub fn history(&self) -> Vec<u64> {
+        let history = self.0.history.lock().unwrap_or_else(|p| p.into_inner());
+        history.iter().copied().collect()
+    }
+    /// `counter_chart`'s PNG: one bar per recorded value.
+    pub fn chart_png(&self) -> Result<Vec<u8>, appduct_client::picture::EncodeError> {
+        appduct_client::picture::bar_chart(&self.history())
     }
 }
 
@@ -588,6 +617,29 @@ async fn run_tour(
         notes,
     });
 
+    // A picture (§L7.3.1): the counter chart saved with --out-dir, in a fresh directory under
+    // the temporary directory, kept for the user to open.
+    let out_dir = std::env::temp_dir().join(format!("appduct-tour-{}", std::process::id()));
+    let r = client
+        .call_tool(call_params(&sid, CHART_TOOL, json!({}), new_call_id()?))
+        .await;
+    let pictures = Pictures {
+        out_dir: Some(out_dir.clone()),
+        inline: None,
+    };
+    let outcome = r
+        .map_err(|e| connect::tool_call_error(&e, dir))
+        .and_then(|r| tools_call_showing(CHART_TOOL, &r, &pictures));
+    steps.push(Step {
+        command: format!(
+            "appduct tools call {} {CHART_TOOL} --out-dir {}",
+            session.alias,
+            out_dir.display()
+        ),
+        outcome,
+        notes: Vec::new(),
+    });
+
     let r = client
         .call_tool(call_params(
             &sid,
@@ -631,7 +683,7 @@ async fn run_tour(
         notes,
     });
 
-    let expected: [u8; 7] = [0, 0, 0, 0, 0, 72, 72];
+    let expected: [u8; 8] = [0, 0, 0, 0, 0, 0, 72, 72];
     let codes: Vec<u8> = steps.iter().map(Step::exit_code).collect();
     let ok = codes == expected;
     if out.flags.json {
