@@ -609,7 +609,7 @@ async fn call(
         match outcome {
             CallOutcome::Done(Ok(r)) => {
                 let meta = call_meta(&r.call_id, session, Some(r.duration_ms));
-                return Ok(success(r.result, Some(meta)).into());
+                return Ok(success(r.result.unwrap_or_default(), Some(meta)).into());
             }
             CallOutcome::Done(Err(e)) if !retried && is_call_id_in_use(&e) => {
                 retried = true;

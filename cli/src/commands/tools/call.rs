@@ -253,8 +253,10 @@ pub fn tools_call(name: &str, r: &ToolsCallResult) -> Success {
         render::clean_line(&r.alias),
         r.duration_ms
     );
-    human.push_str(&render::indent(&pretty_json(&r.result), 2));
-    let mut success = Success::new(r.result.clone(), human);
+    // A content-only result (issue #17) has no JSON result: shown as null here.
+    let result = r.result.clone().unwrap_or_default();
+    human.push_str(&render::indent(&pretty_json(&result), 2));
+    let mut success = Success::new(result, human);
     success.meta.insert(
         "call".into(),
         json!({"callId": r.call_id, "sessionId": r.session_id, "alias": r.alias, "durationMs": r.duration_ms}),
