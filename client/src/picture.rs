@@ -152,9 +152,11 @@ mod tests {
             }
         }
         // The quiet zone is white.
-        assert!(pixels[..(side * QR_QUIET_ZONE * QR_MODULE_PX) as usize]
-            .iter()
-            .all(|p| *p == PAPER));
+        assert!(
+            pixels[..(side * QR_QUIET_ZONE * QR_MODULE_PX) as usize]
+                .iter()
+                .all(|p| *p == PAPER)
+        );
     }
 
     /// Height in pixels of the ink in column `x`.

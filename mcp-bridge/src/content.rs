@@ -99,8 +99,9 @@ pub fn call_result(
             let embedded = json!({"type": "resource", "resource": {
                 "uri": result_uri(call_id), "mimeType": "application/json", "text": text}});
             blocks.push(
-                serde_json::from_value(embedded)
-                    .unwrap_or_else(|_| ContentBlock::text("the JSON result could not be embedded")),
+                serde_json::from_value(embedded).unwrap_or_else(|_| {
+                    ContentBlock::text("the JSON result could not be embedded")
+                }),
             );
         } else {
             blocks.push(ContentBlock::text(text));
@@ -142,9 +143,18 @@ mod tests {
 
     #[test]
     fn without_content_the_result_is_mapped_as_before() {
-        let r = call_result("c1", Some(&json!({"total": 3})), &[], json!({"callId": "c1"}), 10);
+        let r = call_result(
+            "c1",
+            Some(&json!({"total": 3})),
+            &[],
+            json!({"callId": "c1"}),
+            10,
+        );
         let v = json_of(&r);
-        assert_eq!(v["content"], json!([{"type": "text", "text": "{\"total\":3}"}]));
+        assert_eq!(
+            v["content"],
+            json!([{"type": "text", "text": "{\"total\":3}"}])
+        );
         assert_eq!(v["structuredContent"], json!({"total": 3}));
         assert_eq!(v["_meta"][CALL_META_KEY], json!({"callId": "c1"}));
         assert!(v.get("isError").is_none());
@@ -174,7 +184,13 @@ mod tests {
     fn an_image_over_the_limit_becomes_a_text_block_saying_what_to_do() {
         let data = STANDARD.encode(vec![0u8; 2_000]);
         let content = [json!({"type": "image", "data": data, "mimeType": "image/jpeg"})];
-        let v = json_of(&call_result("c1", Some(&Value::Null), &content, json!({}), 1_999));
+        let v = json_of(&call_result(
+            "c1",
+            Some(&Value::Null),
+            &content,
+            json!({}),
+            1_999,
+        ));
         assert_eq!(v["content"][0], json!({"type": "text", "text": "null"}));
         let text = v["content"][1]["text"].as_str().unwrap();
         assert_eq!(v["content"][1]["type"], "text");

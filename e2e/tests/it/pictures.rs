@@ -51,7 +51,10 @@ async fn tools_call_out_dir_saves_an_image_sent_in_parts_as_a_png_that_decodes()
     let link = blocking(|| mint(&sb, &[])).or_fail();
     let (mut device, ack) = RawDevice::claim(&link, "Pixel 8").await.or_fail();
     assert_eq!(ack["result_content"], true, "{ack}");
-    assert!(ack["result_parts_max_bytes"].as_u64().unwrap_or(0) >= 1 << 20, "{ack}");
+    assert!(
+        ack["result_parts_max_bytes"].as_u64().unwrap_or(0) >= 1 << 20,
+        "{ack}"
+    );
     device
         .register(json!([{"name": "shot", "description": "A screenshot."}]))
         .await
@@ -78,8 +81,10 @@ async fn tools_call_out_dir_saves_an_image_sent_in_parts_as_a_png_that_decodes()
     assert!(parts.len() > 2, "{} parts", parts.len());
     for part in parts {
         device
-            .send_frame(json!({"type": "tool_result_part", "id": part.id, "offset": part.offset,
-                               "total": part.total, "sha256": part.sha256, "data": part.data}))
+            .send_frame(
+                json!({"type": "tool_result_part", "id": part.id, "offset": part.offset,
+                               "total": part.total, "sha256": part.sha256, "data": part.data}),
+            )
             .await
             .or_fail();
     }
@@ -95,8 +100,14 @@ async fn tools_call_out_dir_saves_an_image_sent_in_parts_as_a_png_that_decodes()
         .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let path = files[0].clone();
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    assert!(name.starts_with("cli-") && name.ends_with("-0.png"), "{name}");
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    assert!(
+        name.starts_with("cli-") && name.ends_with("-0.png"),
+        "{name}"
+    );
     assert_eq!(
         data["content"],
         json!([
@@ -147,7 +158,11 @@ async fn the_official_mcp_client_receives_a_png_image_block_and_the_limit_note()
     let image = &report["image"];
     assert_eq!(image["isError"], false, "{image}");
     assert_eq!(image["hasStructured"], false, "no JSON result: {image}");
-    assert_eq!(image["content"].as_array().map(Vec::len), Some(1), "{image}");
+    assert_eq!(
+        image["content"].as_array().map(Vec::len),
+        Some(1),
+        "{image}"
+    );
     let block = &image["content"][0];
     assert_eq!(block["type"], "image");
     assert_eq!(block["mimeType"], "image/png");

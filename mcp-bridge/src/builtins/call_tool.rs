@@ -656,7 +656,13 @@ fn mapped(r: &ToolsCallResult, meta: Value, max_image_bytes: u64) -> rmcp::model
         .flatten()
         .map(|b| serde_json::to_value(b).unwrap_or(Value::Null))
         .collect();
-    crate::content::call_result(&r.call_id, r.result.as_ref(), &content, meta, max_image_bytes)
+    crate::content::call_result(
+        &r.call_id,
+        r.result.as_ref(),
+        &content,
+        meta,
+        max_image_bytes,
+    )
 }
 
 enum CallOutcome {

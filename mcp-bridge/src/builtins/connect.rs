@@ -10,13 +10,13 @@ use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTa
 use appduct_client::link_flow::{DeviceChoice, DeviceOpen, LinkFlow, LinkFlowError};
 use appduct_client::project::{self as shared, AppKind, ProjectError, ResolveEnv};
 use appduct_client::{picture, qr};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use rmcp::model::{CallToolResponse, ContentBlock};
 use appduct_protocol::control::{LinkCreateParams, LinkCreateResult, Transport};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::link::is_http_url;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use rmcp::RoleServer;
+use rmcp::model::{CallToolResponse, ContentBlock};
 use rmcp::service::RequestContext;
 use serde::{Deserialize, Serialize};
 use serde_json::json;

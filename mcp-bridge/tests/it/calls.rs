@@ -225,15 +225,28 @@ async fn content_results_map_to_mcp_blocks_and_big_images_to_a_note() {
         b"\x89PNG\r\n\x1a\n0123456789",
     );
     for (limit, first) in [
-        (18, json!({"type": "image", "data": png, "mimeType": "image/png"})),
+        (
+            18,
+            json!({"type": "image", "data": png, "mimeType": "image/png"}),
+        ),
         (17, Value::Null),
     ] {
-        let fake = FakeDaemon::new(&["sessions.describe", "tools.list", "tools.call", "events.subscribe"]);
+        let fake = FakeDaemon::new(&[
+            "sessions.describe",
+            "tools.list",
+            "tools.call",
+            "events.subscribe",
+        ]);
         fake.add_session(
             session(ID, ALIAS),
-            vec![tool(json!({"name": "shot", "description": ""}), PolicyDecision::Allow)],
+            vec![tool(
+                json!({"name": "shot", "description": ""}),
+                PolicyDecision::Allow,
+            )],
         );
-        fake.on_call(Arc::new(|_conn, _id, p| Box::pin(async move { content_reply(p.call_id) })));
+        fake.on_call(Arc::new(|_conn, _id, p| {
+            Box::pin(async move { content_reply(p.call_id) })
+        }));
         let options = appduct_mcp::BridgeOptions {
             max_image_bytes: limit,
             ..test_options()
@@ -249,7 +262,10 @@ async fn content_results_map_to_mcp_blocks_and_big_images_to_a_note() {
             // 18 decoded bytes over a limit of 17: a text note, and the call succeeds.
             assert_eq!(content[0]["type"], "text");
             let text = content[0]["text"].as_str().unwrap();
-            assert!(text.starts_with("Image 0 (image/png, 18 B = 18 bytes) was left out"), "{text}");
+            assert!(
+                text.starts_with("Image 0 (image/png, 18 B = 18 bytes) was left out"),
+                "{text}"
+            );
             assert!(text.contains("limit of 17 B (17 bytes)"), "{text}");
         } else {
             assert_eq!(content[0], first);

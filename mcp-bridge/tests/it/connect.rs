@@ -511,8 +511,8 @@ async fn an_explicit_qr_target_returns_the_shared_terminal_qr_of_the_deep_link()
     let image = result.content[1].as_image().expect("an image block");
     assert_eq!(image.mime_type, "image/png");
     let code = appduct_client::qr::encode(deep).unwrap();
-    let png = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &image.data)
-        .unwrap();
+    let png =
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &image.data).unwrap();
     assert_eq!(png, appduct_client::picture::qr_png(&code).unwrap());
     assert!(r["instructions"].as_str().unwrap().contains("qr"));
     assert!(r.get("note").is_none());

@@ -14,12 +14,12 @@ use appduct_protocol::errors::ErrorType;
 use clap::Args;
 use serde_json::{Map, Value, json};
 
+use super::content::{Pictures, detect_inline, show};
 use crate::commands::args::{SelectorValueArgs, opt, positive_int, selector_and_value};
 use crate::connect::{self, Contact};
 use crate::error::CliError;
 use crate::globals::Globals;
 use crate::output::{Output, Success};
-use super::content::{Pictures, detect_inline, show};
 use crate::progress::{Display, REDRAW_EVERY, Terminal};
 use crate::render::{self, pretty_json};
 use crate::signals::{Interrupt, Interrupts};

@@ -156,7 +156,9 @@ pub fn show(call_id: &str, content: &[Value], pictures: &Pictures) -> Result<Sho
                     }
                 }
                 match pictures.inline {
-                    Some(Inline::Kitty) if mime == "image/png" => shown.human.push_str(&kitty(data)),
+                    Some(Inline::Kitty) if mime == "image/png" => {
+                        shown.human.push_str(&kitty(data))
+                    }
                     Some(Inline::Kitty) => shown
                         .human
                         .push_str("    (kitty shows PNG images only; save it with --out-dir)\n"),
@@ -193,10 +195,9 @@ pub fn show(call_id: &str, content: &[Value], pictures: &Pictures) -> Result<Sho
             }
             other => {
                 shown.blocks.push(block.clone());
-                shown.human.push_str(&format!(
-                    "[{index}] {} block\n",
-                    render::clean_line(other)
-                ));
+                shown
+                    .human
+                    .push_str(&format!("[{index}] {} block\n", render::clean_line(other)));
             }
         }
     }
@@ -219,7 +220,10 @@ mod tests {
 
     #[test]
     fn without_out_dir_images_are_named_and_json_keeps_data() {
-        let content = vec![image_block(PNG, "image/png"), json!({"type":"text","text":"a\x1b[2Jb"})];
+        let content = vec![
+            image_block(PNG, "image/png"),
+            json!({"type":"text","text":"a\x1b[2Jb"}),
+        ];
         let shown = show("cli-1", &content, &Pictures::default()).unwrap();
         assert_eq!(shown.blocks, content);
         assert_eq!(
@@ -258,7 +262,11 @@ mod tests {
             assert_eq!(mode(&png_path), 0o600);
             assert_eq!(mode(&dir), 0o700);
         }
-        assert!(shown.human.contains(&format!("[1] image/png, 12 B → {}", png_path.display())));
+        assert!(
+            shown
+                .human
+                .contains(&format!("[1] image/png, 12 B → {}", png_path.display()))
+        );
         assert!(shown.human.starts_with("[0] link a <https://x.test/a>\n"));
         // A second call never replaces a file.
         assert!(show("cli-abc", &content, &pictures).is_err());
@@ -274,15 +282,28 @@ mod tests {
                     .map(|(_, v)| (*v).to_owned())
             }
         };
-        assert_eq!(detect_inline(&env(&[("TERM", "xterm-kitty")])).unwrap(), Inline::Kitty);
-        assert_eq!(detect_inline(&env(&[("KITTY_WINDOW_ID", "3")])).unwrap(), Inline::Kitty);
+        assert_eq!(
+            detect_inline(&env(&[("TERM", "xterm-kitty")])).unwrap(),
+            Inline::Kitty
+        );
+        assert_eq!(
+            detect_inline(&env(&[("KITTY_WINDOW_ID", "3")])).unwrap(),
+            Inline::Kitty
+        );
         assert_eq!(
             detect_inline(&env(&[("TERM_PROGRAM", "iTerm.app")])).unwrap(),
             Inline::Iterm2
         );
-        assert_eq!(detect_inline(&env(&[("LC_TERMINAL", "iTerm2")])).unwrap(), Inline::Iterm2);
+        assert_eq!(
+            detect_inline(&env(&[("LC_TERMINAL", "iTerm2")])).unwrap(),
+            Inline::Iterm2
+        );
         let refused = detect_inline(&env(&[("TERM", "xterm-256color")])).unwrap_err();
-        assert!(refused.message.contains("kitty or iTerm2"), "{}", refused.message);
+        assert!(
+            refused.message.contains("kitty or iTerm2"),
+            "{}",
+            refused.message
+        );
     }
 
     #[test]
@@ -293,12 +314,18 @@ mod tests {
             inline: Some(Inline::Kitty),
         };
         let shown = show("c", &[image_block(PNG, "image/png")], &pictures).unwrap();
-        assert!(shown.human.contains(&format!("\x1b_Ga=T,f=100,m=0;{data}\x1b\\")));
+        assert!(
+            shown
+                .human
+                .contains(&format!("\x1b_Ga=T,f=100,m=0;{data}\x1b\\"))
+        );
         let pictures = Pictures {
             out_dir: None,
             inline: Some(Inline::Iterm2),
         };
         let shown = show("c", &[image_block(PNG, "image/png")], &pictures).unwrap();
-        assert!(shown.human.contains(&format!("\x1b]1337;File=inline=1;size=12;preserveAspectRatio=1:{data}\x07")));
+        assert!(shown.human.contains(&format!(
+            "\x1b]1337;File=inline=1;size=12;preserveAspectRatio=1:{data}\x07"
+        )));
     }
 }
