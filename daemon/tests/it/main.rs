@@ -11,6 +11,7 @@ mod tls_support;
 mod audit_log;
 mod calls_approvals;
 mod calls_cancel;
+mod calls_content;
 mod calls_pipeline;
 mod calls_policy;
 mod calls_races;
