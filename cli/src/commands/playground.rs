@@ -20,7 +20,10 @@ use appduct_protocol::control::{
     ToolsCallParams, ToolsCancel, ToolsCancelParams, ToolsListParams, Transport,
 };
 use appduct_protocol::pin::SpkiPin;
-use appduct_sdk::{CallContext, Client, ClientState, RegistrationError, ToolError, Trust};
+use appduct_sdk::{
+    CallContext, Client, ClientState, ContentBlock, ImageMimeType, RegistrationError, ToolError,
+    ToolOutput, Trust,
+};
 use clap::Args;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
@@ -71,7 +74,8 @@ fn count_schema() -> Value {
            "required": ["count"], "additionalProperties": false})
 }
 
-/// The five tool descriptors of §T14.1, in registration order, byte for byte.
+/// The tool descriptors of §T14.1, in registration order, byte for byte: the five of the
+/// contract, then `counter_chart`.
 pub fn tool_descriptors() -> Vec<Value> {
     vec![
         json!({
@@ -111,6 +115,13 @@ pub fn tool_descriptors() -> Vec<Value> {
             "name": "throwing_tool",
             "description": "Fails every time with tool_execution_error and changes nothing.",
             "group": "diagnostics",
+            "annotations": {"readOnlyHint": true},
+            "input_schema": empty_object_schema(),
+        }),
+        json!({
+            "name": CHART_TOOL,
+            "description": "Draws the call counter's recent values as a PNG bar chart. Read-only.",
+            "group": "counter",
             "annotations": {"readOnlyHint": true},
             "input_schema": empty_object_schema(),
         }),
@@ -225,6 +236,18 @@ pub fn register_playground(client: &Client, counter: &Counter) -> Result<(), Reg
     })?;
     client.register_tool(&d[4], |_args: Value, _ctx: CallContext| async {
         Err(ToolError::execution(THROWING_MESSAGE).with_details(json!({"name": "Error"})))
+    })?;
+    // The picture tool (§T14.1, §D17): one image block, no JSON result.
+    let c = counter.clone();
+    client.register_content_tool(&d[5], move |_args: Value, _ctx: CallContext| {
+        let png = c.chart_png();
+        async move {
+            let png = png.map_err(|e| ToolError::execution(e.to_string()))?;
+            Ok(ToolOutput::content(vec![ContentBlock::image(
+                &png,
+                ImageMimeType::Png,
+            )]))
+        }
     })?;
     client.declare_event(&ping_descriptor())?;
     Ok(())
@@ -729,6 +752,24 @@ mod tests {
     use appduct_protocol::descriptor::validate_tool_descriptor;
 
     #[test]
+    fn the_chart_draws_one_bar_per_change_of_the_counter() {
+        let c = Counter::default();
+        assert!(c.history().is_empty());
+        c.bump();
+        c.bump();
+        c.reset();
+        c.bump();
+        assert_eq!(c.history(), [1, 2, 0, 1]);
+        for _ in 0..20 {
+            c.bump();
+        }
+        assert_eq!(c.history().len(), 16);
+        assert_eq!(c.history().last(), Some(&21));
+        let png = c.chart_png().unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    }
+
+    #[test]
     fn descriptors_are_the_contract_byte_for_byte() {
         let d = tool_descriptors();
         let names: Vec<&str> = d.iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -739,7 +780,8 @@ mod tests {
                 "call_count",
                 "reset_counter",
                 "slow_task",
-                "throwing_tool"
+                "throwing_tool",
+                "counter_chart"
             ]
         );
         assert_eq!(
