@@ -80,7 +80,11 @@ fn the_official_typescript_client_drives_the_bridge() {
     let chart = &report["chart"];
     assert_eq!(chart["isError"], false, "{chart}");
     assert_eq!(chart["hasStructured"], false, "content only: {chart}");
-    assert_eq!(chart["content"].as_array().map(Vec::len), Some(1), "{chart}");
+    assert_eq!(
+        chart["content"].as_array().map(Vec::len),
+        Some(1),
+        "{chart}"
+    );
     let block = &chart["content"][0];
     assert_eq!(block["type"], "image");
     assert_eq!(block["mimeType"], "image/png");
