@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::limits::{
-    DEFAULT_GRACE_S, DEFAULT_KEEPALIVE_INTERVAL_S, DEFAULT_LINK_TTL_S, MAX_LINK_TTL_S,
+    self, DEFAULT_GRACE_S, DEFAULT_KEEPALIVE_INTERVAL_S, DEFAULT_LINK_TTL_S, MAX_LINK_TTL_S,
 };
 use appduct_protocol::link::validate_scheme;
 use appduct_protocol::text::as_integer;
@@ -35,7 +35,7 @@ pub const DEFAULT_LOG_MAX_BYTES: u64 = 10_485_760;
 /// Every top-level key the loader accepts, in the order of docs/state.md §S2.2. A key outside
 /// this list is an unknown-key warning even if [`Config::from_value`] had a branch for it, so a
 /// new key must be added here (and to §S2.2, which `client/tests/it/config_doc.rs` checks).
-pub const KEYS: [&str; 16] = [
+pub const KEYS: [&str; 17] = [
     "wssPort",
     "keyPath",
     "graceSeconds",
@@ -52,6 +52,7 @@ pub const KEYS: [&str; 16] = [
     "restartDaemonOnVersionMismatch",
     "webOrigins",
     "http",
+    "results",
 ];
 
 /// A policy decision (§C11); the one wire enum lives in the protocol crate.
@@ -116,6 +117,25 @@ impl Default for ConsentConfig {
     }
 }
 
+/// The `results` key (issue #17, §D17.3): memory bounds of results sent in parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultsConfig {
+    /// Largest body one call may send in parts, and the most one session may have buffered
+    /// (announced to apps as `result_parts_max_bytes`); 262144 to 16777216.
+    pub max_bytes: u64,
+    /// The most all sessions together may have buffered; 262144 to 1073741824.
+    pub max_buffered_bytes: u64,
+}
+
+impl Default for ResultsConfig {
+    fn default() -> Self {
+        ResultsConfig {
+            max_bytes: limits::DEFAULT_RESULT_MAX_BYTES,
+            max_buffered_bytes: limits::DEFAULT_RESULT_MAX_BUFFERED_BYTES,
+        }
+    }
+}
+
 /// The validated daemon configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -135,6 +155,7 @@ pub struct Config {
     pub events_log_max_bytes: u64,
     pub policy: Policy,
     pub consent: ConsentConfig,
+    pub results: ResultsConfig,
     /// `None`: auto-detect.
     pub advertised_ip: Option<IpAddr>,
     /// Deep-link scheme; used only by clients.
@@ -269,6 +290,7 @@ impl Config {
             events_log_max_bytes: DEFAULT_LOG_MAX_BYTES,
             policy: Policy::default(),
             consent: ConsentConfig::default(),
+            results: ResultsConfig::default(),
             advertised_ip: None,
             scheme: None,
             restart_daemon_on_version_mismatch: false,
@@ -353,6 +375,7 @@ impl Config {
                 }
                 "policy" => config.policy = v.policy(value)?,
                 "consent" => config.consent = v.consent(value)?,
+                "results" => config.results = v.results(value)?,
                 "advertisedIp" => config.advertised_ip = Some(v.ip(key, value)?),
                 "scheme" => config.scheme = Some(v.scheme(key, value)?),
                 "restartDaemonOnVersionMismatch" => {
@@ -552,6 +575,41 @@ impl Validator {
             }
         }
         Ok(policy)
+    }
+
+    fn results(&mut self, value: &Value) -> Result<ResultsConfig, ConfigError> {
+        let Value::Object(map) = value else {
+            return Err(self.invalid(
+                "results",
+                "must be an object with optional keys \"maxBytes\" and \"maxBufferedBytes\"",
+                value,
+            ));
+        };
+        let mut results = ResultsConfig::default();
+        for (key, value) in map {
+            match key.as_str() {
+                "maxBytes" => {
+                    results.max_bytes = self.int_in(
+                        "results.maxBytes",
+                        value,
+                        limits::MIN_RESULT_MAX_BYTES as i64,
+                        limits::MAX_RESULT_MAX_BYTES as i64,
+                        "an integer from 262144 to 16777216",
+                    )?
+                }
+                "maxBufferedBytes" => {
+                    results.max_buffered_bytes = self.int_in(
+                        "results.maxBufferedBytes",
+                        value,
+                        limits::MIN_RESULT_MAX_BUFFERED_BYTES as i64,
+                        limits::MAX_RESULT_MAX_BUFFERED_BYTES as i64,
+                        "an integer from 262144 to 1073741824",
+                    )?
+                }
+                _ => self.unknown(format!("results.{key}")),
+            }
+        }
+        Ok(results)
     }
 
     fn consent(&mut self, value: &Value) -> Result<ConsentConfig, ConfigError> {
@@ -968,6 +1026,26 @@ mod tests {
     }
 
     #[test]
+    fn results_section() {
+        assert_eq!(ok(json!({})).results, ResultsConfig::default());
+        assert_eq!(ResultsConfig::default().max_bytes, 16_777_216);
+        assert_eq!(ResultsConfig::default().max_buffered_bytes, 67_108_864);
+        let c = ok(json!({"results": {"maxBytes": 262144, "maxBufferedBytes": 1048576}}));
+        assert_eq!(c.results.max_bytes, 262_144);
+        assert_eq!(c.results.max_buffered_bytes, 1_048_576);
+        bad(json!({"results": {"maxBytes": 262143}}), "results.maxBytes");
+        bad(
+            json!({"results": {"maxBytes": 16777217}}),
+            "results.maxBytes",
+        );
+        bad(
+            json!({"results": {"maxBufferedBytes": 1}}),
+            "results.maxBufferedBytes",
+        );
+        bad(json!({"results": 5}), "results");
+    }
+
+    #[test]
     fn link_ttl_seconds_is_capped_at_a_day() {
         assert_eq!(
             ok(json!({"linkTtlSeconds": 86400})).link_ttl_seconds,
@@ -1270,6 +1348,7 @@ mod tests {
             "scheme",
             "restartDaemonOnVersionMismatch",
             "webOrigins",
+            "results",
         ] {
             let msg = bad(json!({ key: null }), key);
             assert!(msg.ends_with("got null"), "{msg}");

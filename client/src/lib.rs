@@ -11,6 +11,7 @@
 //!   `pidfile` (the daemon's single-instance lock), `spawn_lock`;
 //! - the seams the client side reaches the outside world through: `process` (process probe),
 //!   `spawn` (spawner), `command_runner` (external commands);
+//! - `picture`: small PNGs (the pairing QR as an image, the playground's counter chart);
 //! - `envflag`, `random`, `timestamp`: one home each, shared with the daemon.
 //!
 //! This crate never depends on `appduct-daemon`; the daemon depends on it for the local files,
@@ -26,6 +27,7 @@ pub mod delivery;
 pub mod envflag;
 pub mod http_token;
 pub mod link_flow;
+pub mod picture;
 pub mod pidfile;
 pub mod process;
 pub mod project;

@@ -63,6 +63,9 @@ pub struct AuditRecord {
     pub consent: Option<Consent>,
     /// Only for a call that was parked for an operator or ran under a grant (§C11.1).
     pub operator: Option<OperatorRecord>,
+    /// Issue #17 (§D17): type, image mime type and size of each content block of an `ok`
+    /// result that carried content; never the data.
+    pub content_summary: Option<Vec<appduct_protocol::content::ContentSummary>>,
 }
 
 /// The `operator` key of an audit record (§C12.1): which approval or grant, how it ended, who
@@ -108,6 +111,8 @@ struct AuditLine<'a> {
     consent: Option<Consent>,
     #[serde(skip_serializing_if = "Option::is_none")]
     operator: Option<&'a OperatorRecord>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_summary: Option<&'a [appduct_protocol::content::ContentSummary]>,
 }
 
 impl AuditRecord {
@@ -128,6 +133,7 @@ impl AuditRecord {
             caller: self.caller,
             consent: self.consent,
             operator: self.operator.as_ref(),
+            content_summary: self.content_summary.as_deref(),
         };
         // Strings, integers, unit enums and string maps only: serialising cannot fail.
         let mut text = serde_json::to_string(&line).unwrap_or_default();

@@ -27,10 +27,12 @@ mod list;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use appduct_protocol::canonical::args_sha256;
+use appduct_protocol::content::{ContentBlock, summarize};
 use appduct_protocol::control::{
     self, ApprovalsListResult, CallProgressSnapshot, CallState, CallSummary, Caller,
     CallsListResult, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest,
@@ -41,10 +43,13 @@ use appduct_protocol::control::{
     ToolsListResult,
 };
 use appduct_protocol::errors::ErrorType;
-use appduct_protocol::frames::{DaemonFrame, ToolCall, ToolCallProgress, ToolCancel};
+use appduct_protocol::frames::{
+    DaemonFrame, ToolCall, ToolCallProgress, ToolCancel, ToolResultPart,
+};
 use appduct_protocol::ids::CallId;
 use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
 use appduct_protocol::limits;
+use appduct_protocol::parts::{PartError, ResultAssembler, ResultBody};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
@@ -73,6 +78,8 @@ pub const CANCEL_GRACE: Duration = Duration::from_millis(limits::CANCEL_GRACE_MS
 pub const CONNECTION_CLOSED: &str = "connection_closed";
 /// `tool_cancel.reason` when the daemon's deadline fires (§C10.3).
 pub const TIMEOUT_REASON: &str = "timeout";
+/// `tool_cancel.reason` when a result sent in parts passes a memory bound (§D17.3).
+pub const RESULT_TOO_LARGE_REASON: &str = "result_too_large";
 
 /// The effective deadline of §C10.3: the tool's `timeout_ms` clamped to [1000, 600000] (10000
 /// when absent), shortened by the caller's `timeoutMs` (clamped the same way) but never
@@ -185,6 +192,8 @@ struct Call {
     timers: Vec<AbortHandle>,
     /// Wakes the request task once the response is written (or dropped).
     done: Option<oneshot::Sender<()>>,
+    /// A result arriving in parts (§D17.2); its bytes are counted in [`Table::buffered`].
+    transfer: Option<ResultAssembler>,
 }
 
 #[derive(Default)]
@@ -197,19 +206,44 @@ struct Table {
     hooked: HashSet<ConnectionId>,
     shutting_down: bool,
     timers_stopped: bool,
+    /// Result bytes buffered per session, across its calls' transfers (§D17.3).
+    buffered: HashMap<String, u64>,
+    /// The same, all sessions together; shared so it can be read without the table lock.
+    buffered_total: Arc<AtomicU64>,
 }
 
 impl Table {
     /// Step 1 of settling: the entry leaves the table with its wire id and callId, and its
-    /// timers stop.
+    /// timers stop; a transfer in progress is freed.
     fn remove(&mut self, key: u64) -> Option<Call> {
-        let call = self.calls.remove(&key)?;
+        let mut call = self.calls.remove(&key)?;
         self.by_call_id.remove(&call.call_id);
         self.by_wire_id.remove(&call.wire_id);
         for timer in &call.timers {
             timer.abort();
         }
+        self.free_transfer(&mut call);
         Some(call)
+    }
+
+    /// Drops a call's transfer buffer and gives its bytes back to the budgets.
+    fn free_transfer(&mut self, call: &mut Call) {
+        if let (Some(transfer), Some(target)) = (call.transfer.take(), &call.target) {
+            self.release(&target.session_id, transfer.received());
+        }
+    }
+
+    fn release(&mut self, session_id: &str, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        self.buffered_total.fetch_sub(bytes, Ordering::Relaxed);
+        if let Some(held) = self.buffered.get_mut(session_id) {
+            *held = held.saturating_sub(bytes);
+            if *held == 0 {
+                self.buffered.remove(session_id);
+            }
+        }
     }
 
     /// Step 1 of settling call `key` as `outcome`. Returns the call for the caller to finish,
@@ -254,8 +288,12 @@ impl Table {
 
 /// How a call settles.
 enum Outcome {
-    /// The app's `tool_result.result`, verbatim.
-    Result(Value),
+    /// The app's `tool_result` `result` and `content`, verbatim (`result` is `None` only with
+    /// content, §D17.1).
+    Result {
+        result: Option<Value>,
+        content: Option<Vec<ContentBlock>>,
+    },
     Failed(ErrorObject, Settlement),
 }
 
@@ -334,6 +372,9 @@ struct Inner {
     approvals: Arc<Approvals>,
     table: Mutex<Table>,
     probe: Option<Arc<dyn PipelineProbe>>,
+    /// `results.maxBytes` and `results.maxBufferedBytes` (§D17.3).
+    result_max_bytes: u64,
+    result_max_buffered_bytes: u64,
     this: Weak<Inner>,
 }
 
@@ -387,11 +428,21 @@ impl Calls {
             approvals: Arc::clone(&ctx.approvals),
             table: Mutex::new(Table::default()),
             probe,
+            result_max_bytes: ctx.config.results.max_bytes,
+            result_max_buffered_bytes: ctx.config.results.max_buffered_bytes,
             this: this.clone(),
         });
         ctx.sessions
             .set_router(Arc::new(Router(Arc::downgrade(&inner))));
         Self { inner }
+    }
+
+    /// Result bytes the daemon holds for transfers in progress, all sessions together
+    /// (§D17.3): 0 when none is in progress.
+    pub fn buffered_result_bytes(&self) -> u64 {
+        lock(&self.inner.table)
+            .buffered_total
+            .load(Ordering::Relaxed)
     }
 
     /// Unsettled `tools.call` requests.
@@ -1216,6 +1267,7 @@ impl Inner {
                 started: false,
                 timers: Vec::new(),
                 done: Some(tx),
+                transfer: None,
             },
         );
         let hook = table.hooked.insert(conn.id());
@@ -1369,21 +1421,24 @@ impl Inner {
             self.approvals.settle(&approval_id, Verdict::Cancelled);
         }
         let duration_ms = millis(call.t0.elapsed());
-        let settlement = match &outcome {
-            Outcome::Result(_) => Settlement::Ok,
-            Outcome::Failed(_, settlement) => *settlement,
+        let (settlement, content_summary) = match &outcome {
+            Outcome::Result { content, .. } => (Settlement::Ok, content.as_deref().map(summarize)),
+            Outcome::Failed(_, settlement) => (*settlement, None),
         };
         if let Some(target) = &call.target {
             self.bus.emit(
                 Some(&target.session_id),
                 Some(&target.alias),
-                EventData::ToolCallFinished(ToolCallFinishedData::new(
-                    call.name.clone(),
-                    call.call_id.clone(),
-                    call.caller,
-                    duration_ms,
-                    settlement,
-                )),
+                EventData::ToolCallFinished(
+                    ToolCallFinishedData::new(
+                        call.name.clone(),
+                        call.call_id.clone(),
+                        call.caller,
+                        duration_ms,
+                        settlement,
+                    )
+                    .with_content_summary(content_summary.clone()),
+                ),
             );
             self.audit.enqueue(AuditRecord {
                 ts_unix_ms: self.clock.now_unix_ms(),
@@ -1397,17 +1452,19 @@ impl Inner {
                 caller: call.caller,
                 consent: call.consent,
                 operator: call.operator.take(),
+                content_summary,
             });
         }
         let response = match (outcome, &call.target) {
-            (Outcome::Result(result), Some(target)) => Ok(ToolsCallResult::new(
+            (Outcome::Result { result, content }, Some(target)) => Ok(ToolsCallResult::new(
                 result,
                 call.call_id.clone(),
                 target.session_id.clone(),
                 target.alias.clone(),
                 duration_ms,
-            )),
-            (Outcome::Result(_), None) => Err(ErrorObject::internal(
+            )
+            .with_content(content)),
+            (Outcome::Result { .. }, None) => Err(ErrorObject::internal(
                 "A call without a session produced a result",
             )
             .with_call_id(call.call_id.clone())),
@@ -1434,8 +1491,13 @@ impl Inner {
         match frame {
             CallFrame::Progress(progress) => self.forward_progress(session_id, &progress),
             CallFrame::Result(result) => {
-                self.settle_by_wire(session_id, &result.id, Outcome::Result(result.result));
+                let outcome = Outcome::Result {
+                    result: result.result,
+                    content: result.content,
+                };
+                self.settle_by_wire(session_id, &result.id, outcome);
             }
+            CallFrame::Part(part) => self.on_part(session_id, part),
             CallFrame::Error(error) => {
                 let body = error.error;
                 let outcome = Outcome::error(ErrorObject::app_tool_error(
@@ -1445,21 +1507,126 @@ impl Inner {
                 ));
                 self.settle_by_wire(session_id, &error.id, outcome);
             }
-            CallFrame::Invalid { id, detail } => {
+            CallFrame::Invalid { id, detail, fault } => {
                 // The closest type of §C4.3 for an answer the daemon cannot pass on (project
                 // decision, issue #20 defect 4): the result was not serialisable within bounds.
-                let outcome = Outcome::error(
-                    ErrorObject::application(
-                        ErrorType::ToolSerializationError,
-                        format!("The app's answer could not be passed on: {detail}."),
-                    )
-                    .with_details(serde_json::json!({
-                        "reason": "too_deep",
-                        "maxDepth": limits::MAX_JSON_DEPTH,
-                    })),
-                );
+                let outcome = answer_failed(&detail, &fault);
                 self.settle_by_wire(session_id, &id, outcome);
             }
+        }
+    }
+
+    /// One `tool_result_part` (§D17.2), under the engine lock like every call frame. Parts for
+    /// no call in flight, or for a call being cancelled, are dropped. The part's bytes are
+    /// reserved in both budgets before they are kept; the last part's body is checked and
+    /// parsed on the blocking pool, and the call settles from there.
+    fn on_part(&self, session_id: &str, part: ToolResultPart) {
+        let mut table = self.table();
+        let Some(key) = table.by_wire(session_id, &part.id) else {
+            tracing::debug!(%session_id, wire_id = %part.id, "dropping a result part for no call in flight");
+            return;
+        };
+        let step = self.take_part(&mut table, key, session_id, &part);
+        drop(table);
+        match step {
+            PartStep::More => {}
+            PartStep::Failed(fault) => {
+                let cancel = matches!(fault, PartError::TooLarge { .. });
+                tracing::debug!(%session_id, wire_id = %part.id, reason = fault.reason(), "a result sent in parts failed");
+                let mut target = None;
+                self.settle(key, |call| {
+                    target = call.target.clone();
+                    Some(answer_failed(&fault.to_string(), &fault))
+                });
+                // §D17.3: the app is told to stop sending.
+                if cancel && let Some(target) = target {
+                    let frame = cancel_frame(&target, &part.id, RESULT_TOO_LARGE_REASON);
+                    let sessions = self.sessions.clone();
+                    tokio::spawn(async move {
+                        let session_id = frame.session_id().to_owned();
+                        if let Err(e) = sessions.send_to_session(&session_id, &frame).await {
+                            tracing::debug!(%session_id, "tool_cancel (result_too_large) not sent: {e}");
+                        }
+                    });
+                }
+            }
+            PartStep::Complete(transfer) => {
+                let weak = self.this.clone();
+                let session_id = session_id.to_owned();
+                let wire_id = part.id;
+                let held = transfer.received();
+                let finish = move || {
+                    let body = transfer.finish();
+                    let Some(inner) = weak.upgrade() else {
+                        return;
+                    };
+                    // The buffer is gone (consumed by `finish`): give its bytes back.
+                    inner.table().release(&session_id, held);
+                    let outcome = match body {
+                        Ok(ResultBody { result, content }) => Outcome::Result { result, content },
+                        Err(fault) => answer_failed(&fault.to_string(), &fault),
+                    };
+                    inner.settle_by_wire(&session_id, &wire_id, outcome);
+                };
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => {
+                        runtime.spawn_blocking(finish);
+                    }
+                    Err(_) => finish(),
+                }
+            }
+        }
+    }
+
+    /// Checks and keeps one part of call `key`, table lock held.
+    fn take_part(
+        &self,
+        table: &mut Table,
+        key: u64,
+        session_id: &str,
+        part: &ToolResultPart,
+    ) -> PartStep {
+        let held = table.buffered.get(session_id).copied().unwrap_or(0);
+        let total = table.buffered_total.load(Ordering::Relaxed);
+        let Some(call) = table.calls.get_mut(&key) else {
+            return PartStep::More;
+        };
+        if call.cancel.is_some() {
+            return PartStep::More;
+        }
+        // The answer proves the frame reached the app, like any answer.
+        self.announce_start(call);
+        if call.transfer.is_none() {
+            match ResultAssembler::start(part, self.result_max_bytes) {
+                Ok(transfer) => call.transfer = Some(transfer),
+                Err(fault) => return PartStep::Failed(fault),
+            }
+        }
+        let Some(transfer) = call.transfer.as_mut() else {
+            return PartStep::More;
+        };
+        let checked = match transfer.check(part) {
+            Ok(checked) => checked,
+            Err(fault) => return PartStep::Failed(fault),
+        };
+        let n = checked.len() as u64;
+        if held + n > self.result_max_bytes {
+            return PartStep::Failed(PartError::TooLarge {
+                max_bytes: self.result_max_bytes,
+            });
+        }
+        if total + n > self.result_max_buffered_bytes {
+            return PartStep::Failed(PartError::TooLarge {
+                max_bytes: self.result_max_buffered_bytes,
+            });
+        }
+        let complete = transfer.append(checked);
+        let done = if complete { call.transfer.take() } else { None };
+        table.buffered_total.fetch_add(n, Ordering::Relaxed);
+        *table.buffered.entry(session_id.to_owned()).or_insert(0) += n;
+        match done {
+            Some(transfer) => PartStep::Complete(transfer),
+            None => PartStep::More,
         }
     }
 
@@ -1627,10 +1794,16 @@ impl Inner {
                 reason: reason.to_owned(),
                 frame_sent: true,
             });
-            match &call.target {
-                Some(target) => cancel_frame(target, &call.wire_id, reason),
-                None => return true,
+            // §D17.2: a transfer in progress is freed at once; later parts are dropped.
+            let freed = call.transfer.take().map(|t| t.received());
+            let Some(target) = call.target.clone() else {
+                return true;
+            };
+            let frame = cancel_frame(&target, &call.wire_id, reason);
+            if let Some(held) = freed {
+                table.release(&target.session_id, held);
             }
+            frame
         };
         // 5–6.
         self.send_cancel(key, frame).await
@@ -1721,6 +1894,26 @@ impl Inner {
             }
         });
     }
+}
+
+/// What one part did to its call's transfer.
+enum PartStep {
+    More,
+    Failed(PartError),
+    /// The last part arrived: the whole body, still counted in the budgets.
+    Complete(ResultAssembler),
+}
+
+/// The outcome of an answer the daemon cannot pass on: `tool_serialization_error` with
+/// `details` from `fault` (issue #20 defect 4, §D17.3).
+fn answer_failed(detail: &str, fault: &PartError) -> Outcome {
+    Outcome::error(
+        ErrorObject::application(
+            ErrorType::ToolSerializationError,
+            format!("The app's answer could not be passed on: {detail}."),
+        )
+        .with_details(fault.details()),
+    )
 }
 
 fn cancel_frame(target: &Target, wire_id: &str, reason: &str) -> DaemonFrame {

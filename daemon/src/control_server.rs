@@ -1002,9 +1002,9 @@ pub fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
 }
 
 /// What the items of one byte-bounded page (`tools.list`, `events.list`, `events.since`) may
-/// take together: the reply cap less 1 MiB for the envelope and the rest of the result
-/// (`tools.list`'s `groups` is at most 4,096 short rows).
-pub const PAGE_ITEM_BYTES: usize = limits::MAX_CONTROL_REPLY_BYTES - 1_048_576;
+/// take together: 15 MiB, 1 MiB under the reply cap these pages were sized for (16 MiB)
+/// before issue #17 raised it for content results, so pages keep their size.
+pub const PAGE_ITEM_BYTES: usize = 15 * 1_048_576;
 
 /// The refusal of a `tools.call` past [`limits::MAX_CALLS_IN_FLIGHT`] on one connection (project
 /// decision): the caller can act on it, so `-32000 invalid_request` with `details.reason`.

@@ -299,6 +299,7 @@ pub fn restart_required(old: &Config, new: &Config) -> Vec<String> {
     differs("advertisedIp", old.advertised_ip != new.advertised_ip);
     differs("webOrigins", old.web_origins != new.web_origins);
     differs("consent", old.consent != new.consent);
+    differs("results", old.results != new.results);
     keys
 }
 

@@ -34,12 +34,13 @@ use appduct_protocol::control::{
 use appduct_protocol::descriptor::{EventDescriptor, ToolDescriptor};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::frames::{
-    AppFrame, DaemonFrame, FrameTooLarge, ToolCallProgress, ToolError, ToolResult,
+    AppFrame, DaemonFrame, FrameTooLarge, ToolCallProgress, ToolError, ToolResult, ToolResultPart,
     check_outgoing_size,
 };
 use appduct_protocol::ids::ResumeToken;
 use appduct_protocol::jsonrpc::ErrorObject;
 use appduct_protocol::limits::{self};
+use appduct_protocol::parts::PartError;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinHandle};
@@ -65,6 +66,8 @@ pub struct EngineOptions {
     pub grace_s: u32,
     /// `linkTtlSeconds`: default `ttlSeconds` of `link.create`.
     pub link_ttl_s: u32,
+    /// `results.maxBytes`: sent in the ack as `result_parts_max_bytes` (§D17).
+    pub result_max_bytes: u64,
 }
 
 impl Default for EngineOptions {
@@ -73,6 +76,7 @@ impl Default for EngineOptions {
             keepalive_interval_s: limits::DEFAULT_KEEPALIVE_INTERVAL_S,
             grace_s: limits::DEFAULT_GRACE_S,
             link_ttl_s: limits::DEFAULT_LINK_TTL_S,
+            result_max_bytes: limits::DEFAULT_RESULT_MAX_BYTES,
         }
     }
 }
@@ -83,6 +87,7 @@ impl EngineOptions {
             keepalive_interval_s: config.keepalive_interval_seconds,
             grace_s: config.grace_seconds,
             link_ttl_s: config.link_ttl_seconds,
+            result_max_bytes: config.results.max_bytes,
         }
     }
 }
@@ -93,11 +98,15 @@ pub enum CallFrame {
     Result(ToolResult),
     Error(ToolError),
     Progress(ToolCallProgress),
-    /// An answer for call `id` that broke a per-value bound (nesting depth) and fails that
-    /// call, the connection kept (issue #20 defect 4); `detail` says what was wrong.
+    /// One part of a result sent in parts (issue #17, §D17.2).
+    Part(ToolResultPart),
+    /// An answer for call `id` that broke a per-value bound (nesting depth, issue #20 defect
+    /// 4; a content block, issue #17) and fails that call, the connection kept; `detail` says
+    /// what was wrong, `fault` gives the error's `details`.
     Invalid {
         id: String,
         detail: String,
+        fault: PartError,
     },
 }
 
@@ -108,6 +117,7 @@ impl CallFrame {
             Self::Result(f) => &f.id,
             Self::Error(f) => &f.id,
             Self::Progress(f) => &f.id,
+            Self::Part(f) => &f.id,
             Self::Invalid { id, .. } => id,
         }
     }

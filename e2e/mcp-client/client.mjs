@@ -81,6 +81,16 @@ try {
   const summed = await client.callTool({ name: "appduct_call_tool", arguments: { name: "sum", args: { a: 2, b: 5 } } });
   report.sum = { structured: summed.structuredContent, call: summed._meta?.["appduct/call"] ?? null };
 
+  // A picture (§M5.1): the playground's counter_chart as an MCP image block; the PNG goes back
+  // to the Rust test, which decodes it. A bridge with a 100-byte image limit sends the note.
+  const chart = await client.callTool({ name: "appduct_call_tool", arguments: { name: "counter_chart" } });
+  report.chart = { isError: chart.isError ?? false, content: chart.content, hasStructured: "structuredContent" in chart };
+  const small = new Client({ name: "appduct-e2e-official-client-small", version: "0.0.0" }, { capabilities: {} });
+  await small.connect(bridge({ APPDUCT_MCP_MAX_IMAGE_BYTES: "100" }));
+  const tooLarge = await small.callTool({ name: "appduct_call_tool", arguments: { name: "counter_chart" } });
+  report.chartTooLarge = { isError: tooLarge.isError ?? false, content: tooLarge.content };
+  await small.close();
+
   // Error results pass through a client that validated output schemas after tools/list.
   report.errors = {
     thrown: errorOf(await client.callTool({ name: "appduct_call_tool", arguments: { name: "throwing_tool" } })),

@@ -12,6 +12,7 @@ pub mod args;
 mod builtins;
 pub mod catalog;
 pub mod connector;
+pub mod content;
 mod context;
 pub mod deferred_log;
 pub mod error;

@@ -28,6 +28,9 @@ pub struct BridgeOptions {
     /// The active state dir (its `config.json` is a scheme source, and it is skipped when
     /// walking up for project configs).
     pub state_dir: Option<std::path::PathBuf>,
+    /// `--max-image-bytes`: the largest decoded image `appduct_call_tool` passes on
+    /// [`DEFAULT_MAX_IMAGE_BYTES`](crate::content::DEFAULT_MAX_IMAGE_BYTES) (§M8.5).
+    pub max_image_bytes: u64,
 }
 
 impl Default for BridgeOptions {
@@ -40,6 +43,7 @@ impl Default for BridgeOptions {
             exit_grace: Duration::from_secs(2),
             scheme: None,
             state_dir: None,
+            max_image_bytes: crate::content::DEFAULT_MAX_IMAGE_BYTES,
         }
     }
 }

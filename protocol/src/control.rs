@@ -2090,28 +2090,52 @@ impl ToolsListResult {
 }
 
 /// `tools.call` result (§C8.9); `result` is the app's value verbatim, `null` included.
+/// Issue #17 (§D17): `content` holds the app's content blocks, verbatim and in order, when it
+/// sent any; `result` is then absent when the app sent no JSON result (and present, `null`
+/// included, in every other case).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
 pub struct ToolsCallResult {
-    pub result: Value,
+    /// `Some(Value::Null)` is an explicit `null`; `None` (only with `content`) an absent key.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present_value"
+    )]
+    #[cfg_attr(feature = "schemas", schemars(with = "Value"))]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "schemas", schemars(length(min = 1, max = 64)))]
+    pub content: Option<Vec<crate::content::ContentBlock>>,
     pub call_id: String,
     pub session_id: String,
     pub alias: String,
     pub duration_ms: u64,
 }
 
+/// A present key as `Some`, `null` included (serde reads `null` into `None` otherwise).
+fn present_value<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+setters!(ToolsCallResult {
+    with_content => content: Option<Vec<crate::content::ContentBlock>>,
+});
+
 impl ToolsCallResult {
+    /// A result with `result` present (`None` only with content: add it with `with_content`).
     pub fn new(
-        result: Value,
+        result: impl Into<Option<Value>>,
         call_id: impl Into<String>,
         session_id: impl Into<String>,
         alias: impl Into<String>,
         duration_ms: u64,
     ) -> Self {
         Self {
-            result,
+            result: result.into(),
+            content: None,
             call_id: call_id.into(),
             session_id: session_id.into(),
             alias: alias.into(),
@@ -2468,7 +2492,15 @@ pub struct ToolCallFinishedData {
     pub error_type: Option<ErrorType>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub denied_reason: Option<DeniedReason>,
+    /// Issue #17 (§D17): what content the result carried (type, image mime type, bytes),
+    /// never the data; only for an `ok` outcome with content.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_summary: Option<Vec<crate::content::ContentSummary>>,
 }
+
+setters!(ToolCallFinishedData {
+    with_content_summary => content_summary: Option<Vec<crate::content::ContentSummary>>,
+});
 
 /// How a call settled, with exactly the fields its outcome carries (§C12.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -2518,6 +2550,7 @@ impl ToolCallFinishedData {
             outcome,
             error_type,
             denied_reason,
+            content_summary: None,
         }
     }
 }

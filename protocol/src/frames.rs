@@ -12,6 +12,7 @@ use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Vis
 use serde_json::{Map, Number, Value};
 
 use crate::close::CloseReason;
+use crate::content::{ContentBlock, ContentError, validate_content};
 use crate::descriptor::{
     EventDescriptor, ToolDescriptor, json_kind, validate_event_descriptor, validate_tool_descriptor,
 };
@@ -20,6 +21,7 @@ use crate::limits::{
     MAX_REGISTRY_ENTRIES, MIN_IDENTIFIER_LEN,
 };
 use crate::link::RefusalReason;
+use crate::parts::PartError;
 use crate::text::{as_finite, as_integer, json_depth, truncate_utf16, utf16_len, utf16_len_within};
 
 /// The only `protocol_version` of claims and resumes (§D7.3).
@@ -325,21 +327,84 @@ impl EventRegistryDelta {
     }
 }
 
-/// `tool_result`: the successful reply to a call. `result` may be `null`; the key is always sent.
+/// `tool_result`: the successful reply to a call. `result` may be `null`. Without `content`
+/// the `result` key is always sent (v2); with `content` (issue #17, §D17.1, only when the ack
+/// announced `result_content`) it may be absent, meaning "no JSON result".
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct ToolResult {
     pub session_id: String,
     pub id: String,
-    pub result: Value,
+    /// `None` only with `content`: the app sent no JSON result.
+    pub result: Option<Value>,
+    /// 1..=64 validated blocks (§D17.1).
+    pub content: Option<Vec<ContentBlock>>,
 }
 
 impl ToolResult {
+    /// A v2 result: a JSON `result`, no content; add content with `with_content`.
     pub fn new(session_id: impl Into<String>, id: impl Into<String>, result: Value) -> Self {
         Self {
             session_id: session_id.into(),
             id: id.into(),
-            result,
+            result: Some(result),
+            content: None,
+        }
+    }
+
+    /// A content result without a JSON result (§D17.1).
+    pub fn content_only(
+        session_id: impl Into<String>,
+        id: impl Into<String>,
+        content: Vec<ContentBlock>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            id: id.into(),
+            result: None,
+            content: Some(content),
+        }
+    }
+}
+
+setters!(ToolResult {
+    with_content => content: Option<Vec<ContentBlock>>,
+});
+
+/// `tool_result_part` (issue #17; ours, not part of appduct v2; §D17.2): one piece of a result
+/// body too large for one frame, sent only when the ack announced `result_parts_max_bytes`.
+/// The frame guard checks shapes; [`crate::parts::ResultAssembler`] checks the transfer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolResultPart {
+    pub session_id: String,
+    pub id: String,
+    /// Body bytes sent before this part.
+    pub offset: u64,
+    /// Body bytes in all (the same in every part of a call).
+    pub total: u64,
+    /// 64 lowercase hex digits of the SHA-256 of the whole body.
+    pub sha256: String,
+    /// Standard padded base64 of this part's bytes (checked by the assembler).
+    pub data: String,
+}
+
+impl ToolResultPart {
+    pub fn new(
+        session_id: impl Into<String>,
+        id: impl Into<String>,
+        offset: u64,
+        total: u64,
+        sha256: impl Into<String>,
+        data: impl Into<String>,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            id: id.into(),
+            offset,
+            total,
+            sha256: sha256.into(),
+            data: data.into(),
         }
     }
 }
@@ -483,6 +548,8 @@ pub enum AppFrame {
     EventRegistrySnapshot(EventRegistrySnapshot),
     EventRegistryDelta(EventRegistryDelta),
     ToolResult(ToolResult),
+    /// Issue #17 (ours, §D17.2).
+    ToolResultPart(ToolResultPart),
     ToolError(ToolError),
     ToolCallProgress(ToolCallProgress),
     Event(EventFrame),
@@ -499,6 +566,12 @@ pub struct SessionAck {
     pub grace_s: u64,
     /// Written as `"event_registry": true` when set, omitted otherwise (it is never `false`).
     pub event_registry: bool,
+    /// Issue #17 (§D17): `"result_content": true` when set (the daemon accepts `content` in
+    /// `tool_result`), omitted otherwise.
+    pub result_content: bool,
+    /// Issue #17 (§D17): the largest body the daemon accepts in `tool_result_part` frames;
+    /// `None` (absent) means no parts.
+    pub result_parts_max_bytes: Option<u64>,
 }
 
 impl SessionAck {
@@ -517,12 +590,16 @@ impl SessionAck {
             keepalive_interval_s,
             grace_s,
             event_registry: false,
+            result_content: false,
+            result_parts_max_bytes: None,
         }
     }
 }
 
 setters!(SessionAck {
     with_event_registry => event_registry: bool,
+    with_result_content => result_content: bool,
+    with_result_parts_max_bytes => result_parts_max_bytes: Option<u64>,
 });
 
 impl fmt::Debug for SessionAck {
@@ -534,6 +611,8 @@ impl fmt::Debug for SessionAck {
             .field("keepalive_interval_s", &self.keepalive_interval_s)
             .field("grace_s", &self.grace_s)
             .field("event_registry", &self.event_registry)
+            .field("result_content", &self.result_content)
+            .field("result_parts_max_bytes", &self.result_parts_max_bytes)
             .finish()
     }
 }
@@ -639,6 +718,7 @@ impl AppFrame {
             Self::EventRegistrySnapshot(_) => "event_registry_snapshot",
             Self::EventRegistryDelta(_) => "event_registry_delta",
             Self::ToolResult(_) => "tool_result",
+            Self::ToolResultPart(_) => "tool_result_part",
             Self::ToolError(_) => "tool_error",
             Self::ToolCallProgress(_) => "tool_call_progress",
             Self::Event(_) => "event",
@@ -655,6 +735,7 @@ impl AppFrame {
             Self::EventRegistrySnapshot(f) => &f.session_id,
             Self::EventRegistryDelta(f) => &f.session_id,
             Self::ToolResult(f) => &f.session_id,
+            Self::ToolResultPart(f) => &f.session_id,
             Self::ToolError(f) => &f.session_id,
             Self::ToolCallProgress(f) => &f.session_id,
             Self::Event(f) => &f.session_id,
@@ -725,7 +806,24 @@ impl AppFrame {
             },
             Self::ToolResult(f) => {
                 put(&mut m, "id", f.id.as_str());
-                put(&mut m, "result", f.result.clone());
+                put_opt(&mut m, "result", &f.result);
+                if let Some(content) = &f.content {
+                    put(
+                        &mut m,
+                        "content",
+                        content
+                            .iter()
+                            .map(ContentBlock::to_value)
+                            .collect::<Vec<_>>(),
+                    );
+                }
+            }
+            Self::ToolResultPart(f) => {
+                put(&mut m, "id", f.id.as_str());
+                put(&mut m, "offset", f.offset);
+                put(&mut m, "total", f.total);
+                put(&mut m, "sha256", f.sha256.as_str());
+                put(&mut m, "data", f.data.as_str());
             }
             Self::ToolError(f) => {
                 put(&mut m, "id", f.id.as_str());
@@ -786,6 +884,10 @@ impl DaemonFrame {
                 if f.event_registry {
                     put(&mut m, "event_registry", true);
                 }
+                if f.result_content {
+                    put(&mut m, "result_content", true);
+                }
+                put_opt(&mut m, "result_parts_max_bytes", &f.result_parts_max_bytes);
             }
             Self::ToolCall(f) => {
                 put(&mut m, "id", f.id.as_str());
@@ -835,6 +937,9 @@ pub enum Problem {
     Repeated,
     /// A value nests deeper than `max` levels of arrays and objects.
     TooDeep { max: usize },
+    /// A `tool_result`'s `content` broke a rule of §D17.1 (the call fails, the connection
+    /// stays: see [`Rejection::fault`]).
+    InvalidContent(ContentError),
     /// A descriptor (`tools[i]`, `tool`, `events[i]`, `event`) failed its checks (§D8).
     Descriptor(crate::descriptor::DescriptorError),
     /// The `type` is not accepted at this point of the connection. `found` is the peer's
@@ -878,6 +983,7 @@ impl fmt::Display for Problem {
             Self::TooDeep { max } => {
                 write!(f, "nests more than {max} levels of arrays and objects")
             }
+            Self::InvalidContent(e) => write!(f, "has block {} invalid ({})", e.index, e.problem),
             // The one descriptor error that would quote peer text (an unbounded key).
             Self::Descriptor(DescriptorError::UnknownAnnotation { .. }) => f.write_str(
                 "`annotations` may only hold readOnlyHint, destructiveHint and idempotentHint",
@@ -1235,10 +1341,71 @@ fn guard_event_delta(m: &Map<String, Value>) -> Guarded<AppFrame> {
 }
 
 fn guard_tool_result(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    let session_id = identifier(m, "session_id")?;
+    let id = identifier(m, "id")?;
+    // `result` may be absent only with `content` (§D17.1).
+    let result = match (m.get("result"), m.contains_key("content")) {
+        (Some(r), _) => Some(r.clone()),
+        (None, true) => None,
+        (None, false) => return Err(FieldError::field("result", Problem::Missing)),
+    };
+    let content = m
+        .get("content")
+        .map(|c| {
+            validate_content(c)
+                .map_err(|e| FieldError::field("content", Problem::InvalidContent(e)))
+        })
+        .transpose()?;
     Ok(AppFrame::ToolResult(ToolResult {
-        session_id: identifier(m, "session_id")?,
-        id: identifier(m, "id")?,
-        result: required(m, "result")?.clone(),
+        session_id,
+        id,
+        result,
+        content,
+    }))
+}
+
+/// `tool_result_part` (§D17.2): shapes only. `offset` and `total` integers (`total` ≥ 1),
+/// `sha256` 64 lowercase hex digits, `data` a string; the assembler checks the rest.
+fn guard_tool_result_part(m: &Map<String, Value>) -> Guarded<AppFrame> {
+    let session_id = identifier(m, "session_id")?;
+    let id = identifier(m, "id")?;
+    let offset = non_negative_integer(m, "offset")?;
+    let total = non_negative_integer(m, "total")?;
+    if total == 0 {
+        return Err(FieldError::field(
+            "total",
+            Problem::NotAllowed {
+                allowed: "an integer of at least 1",
+            },
+        ));
+    }
+    let sha256 = match required(m, "sha256")? {
+        Value::String(s)
+            if s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+        {
+            s.clone()
+        }
+        Value::String(_) => {
+            return Err(FieldError::field(
+                "sha256",
+                Problem::NotAllowed {
+                    allowed: "64 lowercase hex digits",
+                },
+            ));
+        }
+        other => return Err(wrong_type("sha256", "a string", other)),
+    };
+    let data = match required(m, "data")? {
+        Value::String(s) => s.clone(),
+        other => return Err(wrong_type("data", "a string", other)),
+    };
+    Ok(AppFrame::ToolResultPart(ToolResultPart {
+        session_id,
+        id,
+        offset,
+        total,
+        sha256,
+        data,
     }))
 }
 
@@ -1342,6 +1509,11 @@ pub struct Rejection {
     /// the connection, instead of sending [`Self::reason`] (project decision, issue #20: a caller
     /// whose 64-deep `args` a tool echoes one level deeper must not disconnect the app).
     pub failed_call: Option<String>,
+    /// Why [`Self::failed_call`] fails, for the `details` of its `tool_serialization_error`:
+    /// [`PartError::TooDeep`] or [`PartError::InvalidContent`] (issue #17: a `content` block
+    /// that breaks a rule of §D17.1 fails the call, not the connection). Set iff
+    /// `failed_call` is.
+    pub fault: Option<PartError>,
 }
 
 impl Rejection {
@@ -1353,6 +1525,7 @@ impl Rejection {
             detail: detail.into(),
             refusal: Box::new(FrameRefusal::message(Problem::Unspecified)),
             failed_call: None,
+            fault: None,
         }
     }
 
@@ -1363,12 +1536,14 @@ impl Rejection {
             detail: refusal.to_string(),
             refusal: Box::new(refusal),
             failed_call: None,
+            fault: None,
         }
     }
 
     /// This rejection, answering call `wire_id`: see [`Self::failed_call`].
-    fn failing_call(mut self, wire_id: String) -> Self {
+    fn failing_call(mut self, wire_id: String, fault: PartError) -> Self {
         self.failed_call = Some(wire_id);
+        self.fault = Some(fault);
         self
     }
 
@@ -1394,18 +1569,20 @@ enum AckedType {
     EventRegistrySnapshot,
     EventRegistryDelta,
     ToolResult,
+    ToolResultPart,
     ToolError,
     ToolCallProgress,
     Event,
 }
 
 impl AckedType {
-    const ALL: [Self; 8] = [
+    const ALL: [Self; 9] = [
         Self::ToolRegistrySnapshot,
         Self::ToolRegistryDelta,
         Self::EventRegistrySnapshot,
         Self::EventRegistryDelta,
         Self::ToolResult,
+        Self::ToolResultPart,
         Self::ToolError,
         Self::ToolCallProgress,
         Self::Event,
@@ -1418,6 +1595,7 @@ impl AckedType {
             Self::EventRegistrySnapshot => "event_registry_snapshot",
             Self::EventRegistryDelta => "event_registry_delta",
             Self::ToolResult => "tool_result",
+            Self::ToolResultPart => "tool_result_part",
             Self::ToolError => "tool_error",
             Self::ToolCallProgress => "tool_call_progress",
             Self::Event => "event",
@@ -1491,6 +1669,7 @@ impl Guard {
             Self::Acked(AckedType::EventRegistrySnapshot) => guard_event_snapshot(m),
             Self::Acked(AckedType::EventRegistryDelta) => guard_event_delta(m),
             Self::Acked(AckedType::ToolResult) => guard_tool_result(m),
+            Self::Acked(AckedType::ToolResultPart) => guard_tool_result_part(m),
             Self::Acked(AckedType::ToolError) => guard_tool_error(m),
             Self::Acked(AckedType::ToolCallProgress) => guard_progress(m),
             Self::Acked(AckedType::Event) => guard_event(m),
@@ -1565,7 +1744,7 @@ fn select_guard(
             let Some(kind) = ty.as_str().and_then(AckedType::from_wire) else {
                 return Err(Rejection::refused(
                     CloseReason::UnknownMessageType,
-                    ty.refusal("one of the eight app frames accepted after the ack"),
+                    ty.refusal("one of the nine app frames accepted after the ack"),
                 ));
             };
             // A non-string or missing `session_id` is left to the guard (step 6).
@@ -1598,7 +1777,7 @@ fn too_deep(field: Option<&str>) -> FrameRefusal {
 
 /// Deepest nesting of arrays and objects in a JSON text, counting brackets outside strings.
 /// Exact for valid JSON; for anything else the parse that follows decides.
-fn text_depth(text: &str) -> usize {
+pub(crate) fn text_depth(text: &str) -> usize {
     let (mut depth, mut deepest) = (0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
     for b in text.bytes() {
@@ -1749,7 +1928,7 @@ fn reject_too_deep(text: &str, phase: Phase<'_>) -> Rejection {
             // Too deep to parse, so the rest of the guard cannot run: an answer with a string
             // `session_id` (routing checked it) and a valid `id` fails its call.
             match (guard.is_call_answer(), head.session_id(), head.call_id()) {
-                (true, Some(_), Some(id)) => rejection.failing_call(id),
+                (true, Some(_), Some(id)) => rejection.failing_call(id, PartError::TooDeep),
                 _ => rejection,
             }
         }
@@ -1791,13 +1970,23 @@ pub fn decode_app_value(value: &Value, phase: Phase<'_>) -> Result<AppFrame, Rej
 fn decode_app_object(m: &Map<String, Value>, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
     let sent_session_id = m.get("session_id").and_then(Value::as_str);
     let guard = select_guard(TypeField::of(m.get("type")), sent_session_id, phase)?;
-    let guarded = guard.run(m).map_err(|e| guard.reject(e));
+    let guarded = guard.run(m).map_err(|e| match e.problem {
+        // Issue #17: a bad content block fails the call; the guard read a valid `id` first.
+        Problem::InvalidContent(fault) => {
+            let id = m.get("id").and_then(Value::as_str).unwrap_or_default();
+            let id = id.to_owned();
+            guard
+                .reject(e)
+                .failing_call(id, PartError::InvalidContent(fault))
+        }
+        _ => guard.reject(e),
+    });
     if let Some((key, _)) = m.iter().find(|(_, v)| json_depth(v) > MAX_JSON_DEPTH) {
         let rejection = guard.reject(too_deep(Some(&field_name(key))));
         return Err(match guarded {
             // Well-formed apart from its depth: the call fails, the connection stays.
             Ok(frame) => match frame.answered_call() {
-                Some(id) => rejection.failing_call(id.to_owned()),
+                Some(id) => rejection.failing_call(id.to_owned(), PartError::TooDeep),
                 None => rejection,
             },
             Err(_) => rejection,
@@ -1887,6 +2076,13 @@ fn guard_ack(m: &Map<String, Value>) -> Guarded<DaemonFrame> {
     let grace_s = non_negative_integer(m, "grace_s")?;
     // An older daemon omits the flag; only `true` enables event registry frames.
     let event_registry = m.get("event_registry") == Some(&Value::Bool(true));
+    // Issue #17: likewise; a parts cap that is not a positive integer reads as absent.
+    let result_content = m.get("result_content") == Some(&Value::Bool(true));
+    let result_parts_max_bytes = m
+        .get("result_parts_max_bytes")
+        .and_then(as_integer)
+        .filter(|&n| n > 0)
+        .map(i64::unsigned_abs);
     Ok(DaemonFrame::SessionAck(SessionAck {
         session_id,
         alias,
@@ -1894,6 +2090,8 @@ fn guard_ack(m: &Map<String, Value>) -> Guarded<DaemonFrame> {
         keepalive_interval_s,
         grace_s,
         event_registry,
+        result_content,
+        result_parts_max_bytes,
     }))
 }
 
@@ -2255,7 +2453,7 @@ mod tests {
         let AppFrame::ToolResult(result) = &frame else {
             panic!("{frame:?}");
         };
-        assert_eq!(json_depth(&result.result), MAX_JSON_DEPTH);
+        assert_eq!(json_depth(result.result.as_ref().unwrap()), MAX_JSON_DEPTH);
         // Brackets inside strings are not nesting.
         let text = format!("{{{RESULT_HEAD},\"result\":\"{}\"}}", "[{".repeat(1_000));
         assert!(decode_app_message(&text, ACKED).is_ok());
@@ -2558,15 +2756,93 @@ mod tests {
 
     #[test]
     fn tool_result_always_carries_the_result_key() {
-        let frame = AppFrame::ToolResult(ToolResult {
-            session_id: SID.into(),
-            id: "c".into(),
-            result: Value::Null,
-        });
+        let frame = AppFrame::ToolResult(ToolResult::new(SID, "c", Value::Null));
         assert_eq!(
             frame.encode(),
             r#"{"type":"tool_result","session_id":"Qm9vdHN0cmFwSWQx","id":"c","result":null}"#
         );
+    }
+
+    #[test]
+    fn content_results_decode_and_bad_blocks_fail_only_the_call() {
+        use crate::content::ContentProblem;
+        let png = "iVBORw0KGgo="; // the 8-byte PNG signature
+        let ok = json!({"type": "tool_result", "session_id": SID, "id": "c",
+            "content": [{"type": "image", "data": png, "mimeType": "image/png"}]});
+        let AppFrame::ToolResult(r) = acked(ok.clone()).unwrap() else {
+            panic!("not a tool_result");
+        };
+        assert_eq!(r.result, None);
+        assert_eq!(r.content.as_ref().unwrap()[0].type_name(), "image");
+        // Encoding gives the same object back (no `result` key).
+        assert_eq!(parsed(&AppFrame::ToolResult(r).encode()), ok);
+
+        let bad = json!({"type": "tool_result", "session_id": SID, "id": "c", "result": 1,
+            "content": [{"type": "image", "data": png, "mimeType": "image/jpeg"}]});
+        let r = acked(bad).unwrap_err();
+        assert_eq!(r.failed_call.as_deref(), Some("c"));
+        assert_eq!(
+            r.fault,
+            Some(PartError::InvalidContent(ContentError {
+                index: 0,
+                problem: ContentProblem::Signature
+            }))
+        );
+        // Without content, `result` stays required (v2).
+        let v2 = json!({"type": "tool_result", "session_id": SID, "id": "c"});
+        assert_eq!(reason(acked(v2)), CloseReason::InvalidMessage);
+    }
+
+    #[test]
+    fn result_parts_decode_and_malformed_parts_close() {
+        let sha = "ab".repeat(32);
+        let part = json!({"type": "tool_result_part", "session_id": SID, "id": "c",
+            "offset": 0, "total": 10, "sha256": sha, "data": "AAAA"});
+        let frame = acked(part.clone()).unwrap();
+        assert_eq!(
+            frame,
+            AppFrame::ToolResultPart(ToolResultPart::new(SID, "c", 0, 10, sha.clone(), "AAAA"))
+        );
+        assert_eq!(parsed(&frame.encode()), part);
+        let with = |k: &str, x: Value| {
+            let mut v = part.clone();
+            v[k] = x;
+            v
+        };
+        for bad in [
+            with("offset", json!(-1)),
+            with("total", json!(0)),
+            with("total", json!("10")),
+            with("sha256", json!("AB".repeat(32))),
+            with("sha256", json!("ab")),
+            with("data", json!(null)),
+            with("id", json!("")),
+        ] {
+            assert_eq!(reason(acked(bad)), CloseReason::InvalidMessage);
+        }
+        assert_eq!(
+            reason(acked(with("session_id", json!("other")))),
+            CloseReason::SessionMismatch
+        );
+    }
+
+    #[test]
+    fn ack_announces_content_and_parts_and_old_acks_read_as_absent() {
+        let ack = SessionAck::new(SID, "a", "tok", 15, 600)
+            .with_result_content(true)
+            .with_result_parts_max_bytes(16_777_216);
+        let text = DaemonFrame::SessionAck(ack.clone()).encode();
+        assert!(text.contains(r#""result_content":true,"result_parts_max_bytes":16777216"#));
+        assert_eq!(
+            decode_daemon_message(&text).unwrap(),
+            Some(DaemonFrame::SessionAck(ack))
+        );
+        let old = DaemonFrame::SessionAck(SessionAck::new(SID, "a", "tok", 15, 600)).encode();
+        let Some(DaemonFrame::SessionAck(old)) = decode_daemon_message(&old).unwrap() else {
+            panic!("not an ack");
+        };
+        assert!(!old.result_content);
+        assert_eq!(old.result_parts_max_bytes, None);
     }
 
     #[test]

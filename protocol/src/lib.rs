@@ -61,6 +61,7 @@ macro_rules! setters {
 pub mod bootstrap;
 pub mod canonical;
 pub mod close;
+pub mod content;
 pub mod control;
 pub mod descriptor;
 pub mod errors;
@@ -70,6 +71,7 @@ pub mod ids;
 pub mod jsonrpc;
 pub mod limits;
 pub mod link;
+pub mod parts;
 pub mod pin;
 #[cfg(feature = "schemas")]
 pub mod schema;

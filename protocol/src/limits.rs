@@ -96,9 +96,11 @@ pub const MAX_QUOTED_METHOD_LEN: usize = 64;
 /// Control plane: largest reply line the daemon writes, in bytes (project decision, issue #20).
 /// Replies that list app-controlled data page by bytes below it (`tools.list` ends its page
 /// early and returns `nextOffset`); any other reply that would pass it is answered
-/// `-32000 invalid_request` with `details: {reason: "too_large", limit}`. A quarter of
+/// `-32000 invalid_request` with `details: {reason: "too_large", limit}`. Well under
 /// [`CLIENT_MIN_LINE_BYTES`], so every conforming client reads every reply.
-pub const MAX_CONTROL_REPLY_BYTES: usize = 16 * 1_048_576;
+/// Issue #17 raised it from 16 MiB so a `tools.call` reply holding a maximal content result
+/// (a 16 MiB body re-encoded is at most about 22.4 MiB of JSON) fits (§D17.2, §C8.9).
+pub const MAX_CONTROL_REPLY_BYTES: usize = 24 * 1_048_576;
 /// Control plane: lines clients must accept (§C2).
 pub const CLIENT_MIN_LINE_BYTES: usize = 64 * 1_048_576;
 /// Control protocol spoken by this crate, and the oldest one the daemon serves (§C8.1).
@@ -123,3 +125,23 @@ pub const MAX_JSON_DEPTH: usize = 64;
 
 /// Largest integer every JSON implementation represents exactly (§D1).
 pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+/// Content results (issue #17, §D17.1): blocks one `content` array may hold.
+pub const MAX_CONTENT_BLOCKS: usize = 64;
+/// Content results: UTF-8 bytes of one text block's `text`.
+pub const MAX_CONTENT_TEXT_BYTES: usize = 1_048_576;
+/// Result parts (issue #17, §D17.2): decoded bytes of one `tool_result_part`'s `data`. Its
+/// base64 (174,764 characters) plus the other fields stays well under [`MAX_MESSAGE_BYTES`].
+pub const MAX_PART_DATA_BYTES: usize = 131_072;
+/// Result parts: default of `results.maxBytes` (§S2.2), the largest body one call may send in
+/// parts and the most one session may have buffered across its transfers.
+pub const DEFAULT_RESULT_MAX_BYTES: u64 = 16 * 1_048_576;
+/// Result parts: the range `results.maxBytes` accepts.
+pub const MIN_RESULT_MAX_BYTES: u64 = 262_144;
+pub const MAX_RESULT_MAX_BYTES: u64 = 16 * 1_048_576;
+/// Result parts: default of `results.maxBufferedBytes` (§S2.2), the most all sessions of one
+/// daemon may have buffered together.
+pub const DEFAULT_RESULT_MAX_BUFFERED_BYTES: u64 = 64 * 1_048_576;
+/// Result parts: the range `results.maxBufferedBytes` accepts (at least one maximal body).
+pub const MIN_RESULT_MAX_BUFFERED_BYTES: u64 = 262_144;
+pub const MAX_RESULT_MAX_BUFFERED_BYTES: u64 = 1_024 * 1_048_576;

@@ -664,6 +664,60 @@ fn delta(ty: &str, key: &str, descriptor: &str, description: &str) -> Value {
     f
 }
 
+/// A `content` array of `tool_result` (§D17.1), blocks by reference to `#/$defs/content_block`.
+fn content_array_schema() -> Value {
+    json!({
+        "description": "1..=64 content blocks, in order (§D17.1). A block that breaks a rule fails the call (`tool_serialization_error`, `details.reason: \"invalid_content\"`), not the connection.",
+        "type": "array",
+        "minItems": 1,
+        "maxItems": limits::MAX_CONTENT_BLOCKS,
+        "items": { "$ref": "#/$defs/content_block" }
+    })
+}
+
+/// One content block (§D17.1).
+pub fn content_block_schema() -> Value {
+    let mimes: Vec<&str> = crate::content::ImageMimeType::ALL
+        .iter()
+        .map(|m| m.as_str())
+        .collect();
+    json!({
+        "description": "A text, image or resource_link block, keys as MCP spells them.",
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "type": { "const": "text" },
+                    "text": { "description": "At most 1,048,576 bytes of UTF-8.", "type": "string" }
+                },
+                "required": ["type", "text"]
+            },
+            {
+                "type": "object",
+                "properties": {
+                    "type": { "const": "image" },
+                    "data": { "description": "Standard padded base64 of the image file; the decoded bytes start with the format's signature.", "type": "string", "minLength": 4 },
+                    "mimeType": { "type": "string", "enum": mimes },
+                    "width": { "description": "Accepted and ignored.", "type": "integer" },
+                    "height": { "description": "Accepted and ignored.", "type": "integer" }
+                },
+                "required": ["type", "data", "mimeType"]
+            },
+            {
+                "type": "object",
+                "properties": {
+                    "type": { "const": "resource_link" },
+                    "uri": described(utf16(1, limits::MAX_FREE_TEXT_LEN), "A URI with a scheme."),
+                    "name": utf16(1, limits::MAX_DEVICE_FIELD_LEN),
+                    "mimeType": utf16(0, limits::MAX_DEVICE_FIELD_LEN),
+                    "description": utf16(0, limits::MAX_FREE_TEXT_LEN)
+                },
+                "required": ["type", "uri", "name"]
+            }
+        ]
+    })
+}
+
 fn with_defs(mut v: Value, defs: Value) -> Value {
     if let Some(m) = v.as_object_mut() {
         m.insert("$defs".into(), defs);
@@ -684,6 +738,7 @@ pub const APP_FRAMES: &[&str] = &[
     "tool_call_progress",
     "event",
     "link_refused",
+    "tool_result_part",
 ];
 
 /// Every daemon → app frame type.
@@ -756,14 +811,39 @@ pub fn app_frame(ty: &str) -> Option<Value> {
             ),
             json!({ "event_descriptor": event_descriptor_schema() }),
         ),
-        "tool_result" => frame(
+        "tool_result" => {
+            let mut v = with_defs(
+                frame(
+                    ty,
+                    "A call succeeded (§D7.11). `content` is ours (§D17.1), sent only after an ack with `result_content: true`; `result` may then be absent.",
+                    json!({
+                        "id": described(identifier(), "The call's wire id."),
+                        "result": { "description": "Any JSON value, `null` included. Required unless `content` is present." },
+                        "content": content_array_schema()
+                    }),
+                    &["id"],
+                ),
+                json!({ "content_block": content_block_schema() }),
+            );
+            if let Some(m) = v.as_object_mut() {
+                m.insert(
+                    "anyOf".into(),
+                    json!([{ "required": ["result"] }, { "required": ["content"] }]),
+                );
+            }
+            v
+        }
+        "tool_result_part" => frame(
             ty,
-            "A call succeeded (§D7.11).",
+            "One piece of a result body too large for one frame (ours, §D17.2), sent only after an ack with `result_parts_max_bytes`.",
             json!({
                 "id": described(identifier(), "The call's wire id."),
-                "result": { "description": "Any JSON value, `null` included." }
+                "offset": described(integer(0), "Body bytes sent before this part (no gaps, overlaps or reordering)."),
+                "total": described(integer(1), "Body bytes in all, at most the ack's `result_parts_max_bytes`; the same in every part."),
+                "sha256": { "description": "Lowercase hex SHA-256 of the whole body; the same in every part.", "type": "string", "pattern": "^[0-9a-f]{64}$" },
+                "data": { "description": "Standard padded base64 of 1..=131,072 body bytes.", "type": "string", "minLength": 4, "maxLength": 174_764 }
             }),
-            &["id", "result"],
+            &["id", "offset", "total", "sha256", "data"],
         ),
         "tool_error" => frame(
             ty,
@@ -822,7 +902,9 @@ pub fn daemon_frame(ty: &str) -> Option<Value> {
                 "resume_token": described(identifier(), "A fresh 43-character base64url token; the previous one stops working."),
                 "keepalive_interval_s": described(integer(0), "Seconds between the daemon's pings (§D10)."),
                 "grace_s": described(integer(0), "Seconds a lost session stays resumable."),
-                "event_registry": { "description": "Sent as `true` by this daemon (never `false`); older daemons omit it.", "const": true }
+                "event_registry": { "description": "Sent as `true` by this daemon (never `false`); older daemons omit it.", "const": true },
+                "result_content": { "description": "Ours (§D17): sent as `true` by this daemon; `tool_result` may carry `content`. Absent: it may not.", "const": true },
+                "result_parts_max_bytes": described(json!({ "type": "integer", "minimum": limits::MIN_RESULT_MAX_BYTES, "maximum": limits::MAX_RESULT_MAX_BYTES }), "Ours (§D17): the largest body accepted in `tool_result_part` frames (config `results.maxBytes`). Absent: no parts.")
             }),
             &[
                 "status",

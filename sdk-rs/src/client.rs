@@ -42,7 +42,7 @@ use crate::transport::{DeviceSocket, DialError, DialOptions, dial};
 use crate::trust::{Trust, is_private_lan_address};
 use crate::types::{
     ClientEvent, ClientState, ConnectError, ErrorPhase, ErrorReport, EventError, RegistrationError,
-    SessionInfo, ToolError,
+    SessionInfo, ToolError, ToolOutput,
 };
 
 // -------------------------------------------------------------------------------------------------
@@ -68,6 +68,36 @@ where
 {
     fn call(&self, args: Value, ctx: CallContext) -> HandlerFuture {
         Box::pin(self(args, ctx))
+    }
+}
+
+/// The future a content tool handler returns (issue #17).
+pub type ContentHandlerFuture = Pin<Box<dyn Future<Output = Result<ToolOutput, ToolError>> + Send>>;
+
+/// A content tool's implementation: `async |args, ctx| -> Result<ToolOutput, ToolError>`
+/// ([`Client::register_content_tool`]; device.md §D17). The output-schema rule of
+/// [`ToolHandler`] applies to [`ToolOutput::result`].
+pub trait ContentToolHandler: Send + Sync + 'static {
+    fn call(&self, args: Value, ctx: CallContext) -> ContentHandlerFuture;
+}
+
+impl<F, Fut> ContentToolHandler for F
+where
+    F: Fn(Value, CallContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<ToolOutput, ToolError>> + Send + 'static,
+{
+    fn call(&self, args: Value, ctx: CallContext) -> ContentHandlerFuture {
+        Box::pin(self(args, ctx))
+    }
+}
+
+/// A JSON tool's handler, held like a content tool's.
+struct JsonHandler<H>(H);
+
+impl<H: ToolHandler> ContentToolHandler for JsonHandler<H> {
+    fn call(&self, args: Value, ctx: CallContext) -> ContentHandlerFuture {
+        let fut = self.0.call(args, ctx);
+        Box::pin(async move { fut.await.map(ToolOutput::json) })
     }
 }
 
@@ -337,7 +367,7 @@ enum ConnCmd {
 struct Host {
     core: Core,
     conns: HashMap<ConnId, mpsc::UnboundedSender<ConnCmd>>,
-    handlers: HashMap<RegistrationId, Arc<dyn ToolHandler>>,
+    handlers: HashMap<RegistrationId, Arc<dyn ContentToolHandler>>,
     /// Tokens of running handlers, by wire id.
     calls: HashMap<String, CancellationToken>,
     waiters: HashMap<ConnectId, oneshot::Sender<Result<SessionInfo, ConnectError>>>,
@@ -458,7 +488,7 @@ impl Host {
     fn start_call(&mut self, shared: &Arc<Shared>, start: CallStart) {
         let Some(handler) = self.handlers.get(&start.registration).cloned() else {
             // Cannot happen: a registration's handler is stored with it. Answer anyway.
-            self.core.call_finished(
+            self.core.call_finished::<ToolOutput>(
                 &start.id,
                 Err(ToolError::execution(format!(
                     "Tool \"{}\" has no handler.",
@@ -1136,6 +1166,17 @@ impl Client {
         handler: impl ToolHandler,
     ) -> Result<ToolRegistration, RegistrationError> {
         let tool = validate_tool_descriptor(descriptor)?;
+        self.register_validated(tool, Arc::new(JsonHandler(handler)))
+    }
+
+    /// [`Client::register_tool`] for a handler that returns content blocks (text, images,
+    /// resource links) and optionally a JSON result (issue #17, device.md §D17).
+    pub fn register_content_tool(
+        &self,
+        descriptor: &Value,
+        handler: impl ContentToolHandler,
+    ) -> Result<ToolRegistration, RegistrationError> {
+        let tool = validate_tool_descriptor(descriptor)?;
         self.register_validated(tool, Arc::new(handler))
     }
 
@@ -1146,13 +1187,13 @@ impl Client {
         handler: impl ToolHandler,
     ) -> Result<ToolRegistration, RegistrationError> {
         let tool = validate_tool_descriptor(&descriptor.to_value())?;
-        self.register_validated(tool, Arc::new(handler))
+        self.register_validated(tool, Arc::new(JsonHandler(handler)))
     }
 
     fn register_validated(
         &self,
         tool: ToolDescriptor,
-        handler: Arc<dyn ToolHandler>,
+        handler: Arc<dyn ContentToolHandler>,
     ) -> Result<ToolRegistration, RegistrationError> {
         let name = tool.name.clone();
         let id = self.shared.with_host(|host, _| {

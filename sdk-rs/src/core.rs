@@ -27,6 +27,7 @@ use appduct_protocol::frames::{
 use appduct_protocol::limits::{
     BACKOFF_BASE_MS, BACKOFF_CAP_MS, MAX_DEVICE_FIELD_LEN, MAX_FREE_TEXT_LEN, MAX_MESSAGE_BYTES,
 };
+use appduct_protocol::parts::{encode_body, split_body};
 use appduct_protocol::pin::SpkiPin;
 use appduct_protocol::text::{truncate_utf16, utf16_len_within};
 use serde_json::{Map, Number, Value, json};
@@ -34,7 +35,7 @@ use serde_json::{Map, Number, Value, json};
 use crate::registry::{RegistrationId, Registry};
 use crate::types::{
     ClientState, ConnectError, ErrorPhase, ErrorReport, EventError, RegistrationError,
-    SessionEvent, SessionInfo, ToolError, abort_reasons, reasons,
+    SessionEvent, SessionInfo, ToolError, ToolOutput, abort_reasons, reasons,
 };
 
 /// Identifies one connection attempt of a core.
@@ -217,6 +218,9 @@ struct Held {
     grace_ms: u64,
     keepalive_ms: u64,
     event_registry: bool,
+    /// Issue #17 (§D17): the latest ack's `result_content` and `result_parts_max_bytes`.
+    result_content: bool,
+    result_parts_max_bytes: Option<u64>,
     endpoint: Endpoint,
     tries: Attempts,
     /// When the transport was first lost since the last ack (grace runs from here).
@@ -761,6 +765,8 @@ impl Core {
                     grace_ms: ack.grace_s.saturating_mul(1000),
                     keepalive_ms,
                     event_registry: ack.event_registry,
+                    result_content: ack.result_content,
+                    result_parts_max_bytes: ack.result_parts_max_bytes,
                     endpoint: claim.target.endpoint,
                     tries,
                     lost_at: None,
@@ -781,6 +787,8 @@ impl Core {
                 held.grace_ms = ack.grace_s.saturating_mul(1000);
                 held.keepalive_ms = keepalive_ms;
                 held.event_registry = ack.event_registry;
+                held.result_content = ack.result_content;
+                held.result_parts_max_bytes = ack.result_parts_max_bytes;
                 held.tries = tries;
                 held.lost_at = None;
                 held.keepalive = keepalive;
@@ -1183,16 +1191,73 @@ impl Core {
 
     /// A handler finished. Sends its reply if the call is still in flight (not timed out,
     /// cancelled or cut off by a socket loss); otherwise nothing is sent (§D13.5).
-    pub fn call_finished(&mut self, id: &str, outcome: Result<Value, ToolError>) {
+    ///
+    /// A [`ToolOutput`] with content (issue #17, §D17) is sent as `tool_result` with `content`
+    /// when the latest ack announced `result_content`; when that frame would pass 262,144
+    /// bytes, as `tool_result_part` frames if the ack announced parts and the body fits their
+    /// cap (§D17.2). Without `result_content` the content is dropped with a warning.
+    pub fn call_finished<T: Into<ToolOutput>>(&mut self, id: &str, outcome: Result<T, ToolError>) {
         let Some(call) = self.calls.remove(id) else {
             return;
         };
         self.deadlines.remove(&(call.deadline, call.seq));
-        let Some(session_id) = self.active().map(|h| h.session_id.clone()) else {
+        let Some((session_id, result_content, parts_max)) = self.active().map(|h| {
+            (
+                h.session_id.clone(),
+                h.result_content,
+                h.result_parts_max_bytes,
+            )
+        }) else {
             return;
         };
+        let outcome = outcome.map(Into::into);
+        let mut dropped_content = false;
         let frame = match outcome {
-            Ok(value) if !call.has_output_schema && !value.is_null() => {
+            Ok(ToolOutput { result, content }) => {
+                let content = if content.is_empty() {
+                    None
+                } else if result_content {
+                    Some(content)
+                } else {
+                    dropped_content = true;
+                    None
+                };
+                match (result, content) {
+                    (Some(value), _) if !call.has_output_schema && !value.is_null() => Err(value),
+                    (result, Some(content)) => {
+                        let mut frame =
+                            ToolResult::content_only(session_id.clone(), id.to_owned(), content);
+                        frame.result = result;
+                        Ok(AppFrame::ToolResult(frame))
+                    }
+                    (result, None) => Ok(AppFrame::ToolResult(ToolResult::new(
+                        session_id.clone(),
+                        id.to_owned(),
+                        result.unwrap_or(Value::Null),
+                    ))),
+                }
+            }
+            Err(e) => Ok(tool_error_frame(
+                &session_id,
+                id,
+                error_body(e.error_type, &e.message, e.details),
+            )),
+        };
+        if dropped_content {
+            self.push(Output::Error(ErrorReport {
+                phase: ErrorPhase::Tool,
+                code: None,
+                message: format!(
+                    "Tool \"{}\" returned content, but the daemon does not accept content \
+                     results; only its JSON result was sent.",
+                    call.name
+                ),
+                tool_name: Some(call.name.clone()),
+                call_id: Some(id.to_owned()),
+            }));
+        }
+        let frame = match frame {
+            Err(_) => {
                 let message = format!(
                     "Tool \"{}\" returned a value but declares no output schema.",
                     call.name
@@ -1203,16 +1268,28 @@ impl Core {
                     error_body(ToolErrorType::ToolOutputValidationError, &message, None),
                 )
             }
-            Ok(result) => {
-                AppFrame::ToolResult(ToolResult::new(session_id.clone(), id.to_owned(), result))
-            }
-            Err(e) => tool_error_frame(
-                &session_id,
-                id,
-                error_body(e.error_type, &e.message, e.details),
-            ),
+            Ok(frame) => frame,
         };
-        if let Err(too_large) = self.send_active(&frame) {
+        let sent = match (&frame, self.send_active(&frame)) {
+            // §D17.2: too large for one frame, but the daemon takes parts.
+            (AppFrame::ToolResult(r), Err(too_large)) => match parts_max {
+                Some(max) => {
+                    let body = encode_body(r.result.as_ref(), r.content.as_deref());
+                    if body.len() as u64 <= max {
+                        for part in split_body(&session_id, id, body.as_bytes()) {
+                            // Parts are at most 131,072 bytes of data: they always fit.
+                            let _ = self.send_active(&AppFrame::ToolResultPart(part));
+                        }
+                        Ok(())
+                    } else {
+                        Err(too_large)
+                    }
+                }
+                None => Err(too_large),
+            },
+            (_, sent) => sent,
+        };
+        if let Err(too_large) = sent {
             let message = format!(
                 "Tool \"{}\" returned {} bytes; the frame limit is {MAX_MESSAGE_BYTES}.",
                 call.name, too_large.bytes
@@ -1393,7 +1470,9 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::{ContentBlock, ImageMimeType};
     use appduct_protocol::descriptor::validate_tool_descriptor;
+    use appduct_protocol::parts::ResultAssembler;
     use std::net::Ipv4Addr;
 
     const T0: u64 = 1_700_000_000_000;
@@ -1591,7 +1670,7 @@ mod tests {
         c.call_finished("a", Ok(Value::Null));
         c.call_finished("b", Ok(json!(1)));
         c.call_finished("c", Ok(json!({"ok": true})));
-        c.call_finished("d", Err(ToolError::execution("x".repeat(5000))));
+        c.call_finished::<Value>("d", Err(ToolError::execution("x".repeat(5000))));
         c.call_finished("d", Ok(json!(1)));
         let frames = sent(&drain(&mut c));
         assert_eq!(frames.len(), 4, "a second answer sends nothing");
@@ -1630,6 +1709,116 @@ mod tests {
         assert_eq!(error["details"]["limitBytes"], 262_144);
         assert!(out.iter().any(|o| matches!(o, Output::Error(_))));
         assert_eq!(c.state(), &ClientState::Active, "the connection stays open");
+    }
+
+    /// A core acked with the issue #17 fields (`parts`: `result_parts_max_bytes`), with tool
+    /// `pic` (an output schema) called as `c1`.
+    fn content_core(result_content: bool, parts: Option<u64>) -> Core {
+        let mut c = core(0.5);
+        c.connect_bootstrap(Bootstrap {
+            session_id: "s1".into(),
+            token: "tok".into(),
+            expires_at: T0 / 1000 + 300,
+            endpoint: endpoint(),
+        });
+        let conn = opened(&drain(&mut c)).unwrap();
+        c.on_open(conn);
+        let mut ack: Value = serde_json::from_str(&ack("r1", false)).unwrap();
+        if result_content {
+            ack["result_content"] = json!(true);
+        }
+        if let Some(max) = parts {
+            ack["result_parts_max_bytes"] = json!(max);
+        }
+        c.on_text(T0, conn, &ack.to_string());
+        let d = json!({"name": "pic", "description": "d", "output_schema": {"type": "object"}});
+        c.register_tool(validate_tool_descriptor(&d).unwrap())
+            .unwrap();
+        let frame = json!({"type": "tool_call", "session_id": "s1", "id": "c1",
+                           "name": "pic", "args": {}});
+        c.on_text(T0, 1, &frame.to_string());
+        drain(&mut c);
+        c
+    }
+
+    const PNG: &[u8] = &[0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, 1, 2, 3];
+
+    #[test]
+    fn content_goes_out_when_the_ack_announced_it() {
+        let mut c = content_core(true, Some(16_777_216));
+        let image = ContentBlock::image(PNG, ImageMimeType::Png);
+        c.call_finished("c1", Ok(ToolOutput::content(vec![image.clone()])));
+        let frames = sent(&drain(&mut c));
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0]["type"], "tool_result");
+        assert!(frames[0].get("result").is_none(), "{}", frames[0]);
+        assert_eq!(frames[0]["content"], json!([image.to_value()]));
+    }
+
+    #[test]
+    fn content_is_dropped_with_a_warning_for_a_daemon_without_it() {
+        let mut c = content_core(false, None);
+        let out = ToolOutput::content(vec![ContentBlock::text("hi")]).with_result(json!({"n": 1}));
+        c.call_finished("c1", Ok(out));
+        let out = drain(&mut c);
+        let frames = sent(&out);
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0]["result"], json!({"n": 1}));
+        assert!(frames[0].get("content").is_none(), "{}", frames[0]);
+        assert!(out.iter().any(|o| matches!(o, Output::Error(_))));
+    }
+
+    #[test]
+    fn a_result_past_the_frame_limit_goes_in_parts_when_announced() {
+        let mut c = content_core(true, Some(16_777_216));
+        let big = json!({"blob": "x".repeat(600_000)});
+        let image = ContentBlock::image(PNG, ImageMimeType::Png);
+        c.call_finished(
+            "c1",
+            Ok(ToolOutput::content(vec![image.clone()]).with_result(big.clone())),
+        );
+        let frames = sent(&drain(&mut c));
+        assert!(frames.len() > 4);
+        let mut body = Vec::new();
+        let mut asm = None;
+        for (i, f) in frames.iter().enumerate() {
+            assert_eq!(f["type"], "tool_result_part");
+            assert!(
+                f.to_string().len() < MAX_MESSAGE_BYTES,
+                "part {i} fits a frame"
+            );
+            let data = f["data"].as_str().unwrap();
+            let frame = appduct_protocol::frames::decode_app_message(
+                &f.to_string(),
+                appduct_protocol::frames::Phase::Acked { session_id: "s1" },
+            )
+            .unwrap();
+            let AppFrame::ToolResultPart(part) = frame else {
+                panic!("not a part");
+            };
+            assert_eq!(part.data, data);
+            if i == 0 {
+                asm = Some(ResultAssembler::start(&part, 16_777_216).unwrap());
+            }
+            let done = asm.as_mut().unwrap().push(&part).unwrap();
+            assert_eq!(done, i == frames.len() - 1);
+            body.push(part);
+        }
+        assert_eq!(body.len(), frames.len());
+        let parsed = asm.unwrap().finish().unwrap();
+        assert_eq!(parsed.result, Some(big));
+        assert_eq!(parsed.content, Some(vec![image]));
+    }
+
+    #[test]
+    fn a_result_past_the_frame_limit_without_parts_or_over_their_cap_fails_locally() {
+        for parts in [None, Some(262_144)] {
+            let mut c = content_core(true, parts);
+            c.call_finished("c1", Ok(json!({"blob": "x".repeat(300_000)})));
+            let frames = sent(&drain(&mut c));
+            assert_eq!(frames.len(), 1);
+            assert_eq!(frames[0]["error"]["type"], "tool_serialization_error");
+        }
     }
 
     #[test]

@@ -47,12 +47,14 @@ pub use appduct_protocol::frames::ToolErrorType;
 pub use appduct_protocol::pin::SpkiPin;
 pub use cancel::CancellationToken;
 pub use client::{
-    BuildError, CallContext, Client, ClientBuilder, ConnectOptions, EventRegistration,
-    HandlerFuture, PendingConnect, ToolHandler, ToolRegistration,
+    BuildError, CallContext, Client, ClientBuilder, ConnectOptions, ContentHandlerFuture,
+    ContentToolHandler, EventRegistration, HandlerFuture, PendingConnect, ToolHandler,
+    ToolRegistration,
 };
 pub use clock::{Clock, TokioClock};
 pub use trust::{Trust, is_private_lan_address};
 pub use types::{
     ClientEvent, ClientState, ConnectError, ErrorPhase, ErrorReport, EventError, RegistrationError,
-    SessionEvent, SessionInfo, ToolError,
+    SessionEvent, SessionInfo, ToolError, ToolOutput,
 };
+pub use types::{ContentBlock, ImageMimeType};

@@ -5,6 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 use appduct_protocol::bootstrap::DecodeError;
+pub use appduct_protocol::content::{ContentBlock, ImageMimeType};
 use appduct_protocol::descriptor::DescriptorError;
 use appduct_protocol::frames::{FrameTooLarge, ToolErrorType};
 use serde_json::Value;
@@ -170,6 +171,50 @@ impl ToolError {
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
         self
+    }
+}
+
+/// What a content tool's handler returns (issue #17, device.md §D17): content blocks
+/// (text, images, resource links) and optionally a JSON result. Sent as a `tool_result` with
+/// `content` when the daemon's ack announced `result_content`, in `tool_result_part` frames
+/// when that frame would pass 262,144 bytes and the ack announced parts. Against a daemon
+/// without the extension the content is dropped (with a warning) and the JSON result (or
+/// `null`) is sent as in v2.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolOutput {
+    /// `None`: no JSON result (allowed only with content; sent as `null` otherwise).
+    pub result: Option<Value>,
+    pub content: Vec<ContentBlock>,
+}
+
+impl ToolOutput {
+    /// Content blocks without a JSON result.
+    pub fn content(blocks: Vec<ContentBlock>) -> Self {
+        Self {
+            result: None,
+            content: blocks,
+        }
+    }
+
+    /// A JSON result only, as a v2 handler returns it.
+    pub fn json(result: Value) -> Self {
+        Self {
+            result: Some(result),
+            content: Vec::new(),
+        }
+    }
+
+    /// This output, with a JSON result as well.
+    #[must_use]
+    pub fn with_result(mut self, result: Value) -> Self {
+        self.result = Some(result);
+        self
+    }
+}
+
+impl From<Value> for ToolOutput {
+    fn from(result: Value) -> Self {
+        Self::json(result)
     }
 }
 

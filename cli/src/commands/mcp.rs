@@ -22,6 +22,11 @@ pub struct McpArgs {
     /// Deep-link scheme for links the bridge creates
     #[arg(long, value_name = "SCHEME")]
     pub scheme: Option<String>,
+    /// Largest image (decoded bytes) passed to the client; a bigger one becomes a text block
+    #[arg(long, value_name = "BYTES", env = "APPDUCT_MCP_MAX_IMAGE_BYTES",
+          default_value_t = appduct_mcp::content::DEFAULT_MAX_IMAGE_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_image_bytes: u64,
     #[command(subcommand)]
     pub setup: Option<McpSetup>,
 }
@@ -41,14 +46,17 @@ pub const SETUP_WORDS: [&str; 2] = ["install", "uninstall"];
 
 pub fn validate(a: McpArgs) -> Result<Command, CliError> {
     match a.setup {
-        None => Ok(Command::Mcp { scheme: a.scheme }),
+        None => Ok(Command::Mcp {
+            scheme: a.scheme,
+            max_image_bytes: a.max_image_bytes,
+        }),
         Some(McpSetup::Install(s)) => mcp_setup::validate(SetupAction::Install, s),
         Some(McpSetup::Uninstall(s)) => mcp_setup::validate(SetupAction::Uninstall, s),
     }
 }
 
 /// `appduct mcp`: the bridge on stdio, on its own current-thread runtime.
-pub fn run(g: &Globals, scheme: Option<&String>) -> u8 {
+pub fn run(g: &Globals, scheme: Option<&String>, max_image_bytes: u64) -> u8 {
     let dir = match g.state_dir() {
         Ok(dir) => dir,
         // stdout stays JSON-RPC only and --json has no effect: stderr (§L12).
@@ -66,6 +74,7 @@ pub fn run(g: &Globals, scheme: Option<&String>) -> u8 {
     let bridge = BridgeOptions {
         scheme: scheme.cloned(),
         state_dir: Some(dir.path().to_path_buf()),
+        max_image_bytes,
         ..BridgeOptions::default()
     }
     .with_test_env(|name| std::env::var(name).ok());

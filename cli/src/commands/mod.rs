@@ -177,6 +177,8 @@ pub enum Command {
     /// server still starts (§L12).
     Mcp {
         scheme: Option<String>,
+        /// `--max-image-bytes` / `APPDUCT_MCP_MAX_IMAGE_BYTES` (§M8.5).
+        max_image_bytes: u64,
     },
     /// `mcp install` / `mcp uninstall` (§L20): edits an agent client's configuration file.
     McpSetup(mcp_setup::SetupRequest),
@@ -335,8 +337,16 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
 /// builds its own); `tools call`, `events tail` and `playground` handle SIGINT and SIGTERM
 /// themselves; every other command ends with exit 130 and no envelope when interrupted (§L4).
 pub fn run_daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
-    if let Command::Mcp { scheme } = &inv.command {
-        return Ok(Reply::Done(mcp::run(&inv.globals, scheme.as_ref())));
+    if let Command::Mcp {
+        scheme,
+        max_image_bytes,
+    } = &inv.command
+    {
+        return Ok(Reply::Done(mcp::run(
+            &inv.globals,
+            scheme.as_ref(),
+            *max_image_bytes,
+        )));
     }
     let mut builder = if matches!(inv.command, Command::DaemonRun) {
         tokio::runtime::Builder::new_current_thread()

@@ -20,7 +20,10 @@ use appduct_protocol::control::{
     ToolsCallParams, ToolsCancel, ToolsCancelParams, ToolsListParams, Transport,
 };
 use appduct_protocol::pin::SpkiPin;
-use appduct_sdk::{CallContext, Client, ClientState, RegistrationError, ToolError, Trust};
+use appduct_sdk::{
+    CallContext, Client, ClientState, ContentBlock, ImageMimeType, RegistrationError, ToolError,
+    ToolOutput, Trust,
+};
 use clap::Args;
 use serde_json::{Map, Value, json};
 use time::OffsetDateTime;
@@ -28,7 +31,8 @@ use tokio::io::AsyncBufReadExt as _;
 
 use super::Command;
 use super::sessions::sessions_ls;
-use super::tools::call::{new_call_id, tools_call};
+use super::tools::call::{new_call_id, tools_call, tools_call_showing};
+use super::tools::content::Pictures;
 use super::tools::describe::tools_describe;
 use super::tools::ls::{ToolsLs, tools_ls};
 use super::tools::{describe_session, list_all, tool_not_found};
@@ -50,6 +54,8 @@ pub fn validate(a: PlaygroundArgs) -> Command {
     Command::Playground { tour: a.tour }
 }
 
+/// The picture tool (issue #17): the counter's recent values as a PNG bar chart.
+pub const CHART_TOOL: &str = "counter_chart";
 /// The playground's event (§T14.2).
 pub const PING_EVENT: &str = "playground_ping";
 /// Steps of `slow_task` (§T14.1): 500 ms, then a progress report, three times.
@@ -68,7 +74,8 @@ fn count_schema() -> Value {
            "required": ["count"], "additionalProperties": false})
 }
 
-/// The five tool descriptors of §T14.1, in registration order, byte for byte.
+/// The tool descriptors of §T14.1, in registration order, byte for byte: the five of the
+/// contract, then `counter_chart`.
 pub fn tool_descriptors() -> Vec<Value> {
     vec![
         json!({
@@ -111,6 +118,13 @@ pub fn tool_descriptors() -> Vec<Value> {
             "annotations": {"readOnlyHint": true},
             "input_schema": empty_object_schema(),
         }),
+        json!({
+            "name": CHART_TOOL,
+            "description": "Draws the call counter's recent values as a PNG bar chart. Read-only.",
+            "group": "counter",
+            "annotations": {"readOnlyHint": true},
+            "input_schema": empty_object_schema(),
+        }),
     ]
 }
 
@@ -139,19 +153,45 @@ fn number_arg(args: &Value, key: &str) -> Result<f64, ToolError> {
         .ok_or_else(|| ToolError::input_validation(format!("\"{key}\" must be a number")))
 }
 
-/// The shared call counter: only a completed `sum` or `slow_task` raises it.
+/// The shared call counter: only a completed `sum` or `slow_task` raises it. It keeps its
+/// last [`CHART_MAX_BARS`](appduct_client::picture::CHART_MAX_BARS) values, one per change,
+/// for `counter_chart`.
 #[derive(Debug, Clone, Default)]
-pub struct Counter(Arc<AtomicU64>);
+pub struct Counter(Arc<CounterState>);
+
+#[derive(Debug, Default)]
+struct CounterState {
+    value: AtomicU64,
+    history: std::sync::Mutex<std::collections::VecDeque<u64>>,
+}
 
 impl Counter {
     pub fn get(&self) -> u64 {
-        self.0.load(Ordering::SeqCst)
+        self.0.value.load(Ordering::SeqCst)
     }
     fn bump(&self) {
-        self.0.fetch_add(1, Ordering::SeqCst);
+        let now = self.0.value.fetch_add(1, Ordering::SeqCst) + 1;
+        self.record(now);
     }
     fn reset(&self) {
-        self.0.store(0, Ordering::SeqCst);
+        self.0.value.store(0, Ordering::SeqCst);
+        self.record(0);
+    }
+    fn record(&self, value: u64) {
+        let mut history = self.0.history.lock().unwrap_or_else(|p| p.into_inner());
+        if history.len() == appduct_client::picture::CHART_MAX_BARS {
+            history.pop_front();
+        }
+        history.push_back(value);
+    }
+    /// The values after each change, oldest first (at most 16).
+    pub fn history(&self) -> Vec<u64> {
+        let history = self.0.history.lock().unwrap_or_else(|p| p.into_inner());
+        history.iter().copied().collect()
+    }
+    /// `counter_chart`'s PNG: one bar per recorded value.
+    pub fn chart_png(&self) -> Result<Vec<u8>, appduct_client::picture::EncodeError> {
+        appduct_client::picture::bar_chart(&self.history())
     }
 }
 
@@ -196,6 +236,18 @@ pub fn register_playground(client: &Client, counter: &Counter) -> Result<(), Reg
     })?;
     client.register_tool(&d[4], |_args: Value, _ctx: CallContext| async {
         Err(ToolError::execution(THROWING_MESSAGE).with_details(json!({"name": "Error"})))
+    })?;
+    // The picture tool (§T14.1, §D17): one image block, no JSON result.
+    let c = counter.clone();
+    client.register_content_tool(&d[5], move |_args: Value, _ctx: CallContext| {
+        let png = c.chart_png();
+        async move {
+            let png = png.map_err(|e| ToolError::execution(e.to_string()))?;
+            Ok(ToolOutput::content(vec![ContentBlock::image(
+                &png,
+                ImageMimeType::Png,
+            )]))
+        }
     })?;
     client.declare_event(&ping_descriptor())?;
     Ok(())
@@ -588,6 +640,29 @@ async fn run_tour(
         notes,
     });
 
+    // A picture (§L7.3.1): the counter chart saved with --out-dir, in a fresh directory under
+    // the temporary directory, kept for the user to open.
+    let out_dir = std::env::temp_dir().join(format!("appduct-tour-{}", std::process::id()));
+    let r = client
+        .call_tool(call_params(&sid, CHART_TOOL, json!({}), new_call_id()?))
+        .await;
+    let pictures = Pictures {
+        out_dir: Some(out_dir.clone()),
+        inline: None,
+    };
+    let outcome = r
+        .map_err(|e| connect::tool_call_error(&e, dir))
+        .and_then(|r| tools_call_showing(CHART_TOOL, &r, &pictures));
+    steps.push(Step {
+        command: format!(
+            "appduct tools call {} {CHART_TOOL} --out-dir {}",
+            session.alias,
+            out_dir.display()
+        ),
+        outcome,
+        notes: Vec::new(),
+    });
+
     let r = client
         .call_tool(call_params(
             &sid,
@@ -631,7 +706,7 @@ async fn run_tour(
         notes,
     });
 
-    let expected: [u8; 7] = [0, 0, 0, 0, 0, 72, 72];
+    let expected: [u8; 8] = [0, 0, 0, 0, 0, 0, 72, 72];
     let codes: Vec<u8> = steps.iter().map(Step::exit_code).collect();
     let ok = codes == expected;
     if out.flags.json {
@@ -677,6 +752,24 @@ mod tests {
     use appduct_protocol::descriptor::validate_tool_descriptor;
 
     #[test]
+    fn the_chart_draws_one_bar_per_change_of_the_counter() {
+        let c = Counter::default();
+        assert!(c.history().is_empty());
+        c.bump();
+        c.bump();
+        c.reset();
+        c.bump();
+        assert_eq!(c.history(), [1, 2, 0, 1]);
+        for _ in 0..20 {
+            c.bump();
+        }
+        assert_eq!(c.history().len(), 16);
+        assert_eq!(c.history().last(), Some(&21));
+        let png = c.chart_png().unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    }
+
+    #[test]
     fn descriptors_are_the_contract_byte_for_byte() {
         let d = tool_descriptors();
         let names: Vec<&str> = d.iter().map(|t| t["name"].as_str().unwrap()).collect();
@@ -687,7 +780,8 @@ mod tests {
                 "call_count",
                 "reset_counter",
                 "slow_task",
-                "throwing_tool"
+                "throwing_tool",
+                "counter_chart"
             ]
         );
         assert_eq!(

@@ -492,9 +492,18 @@ fn local_commands() {
     assert_eq!(
         command(&["mcp", "--scheme", "http"]),
         Command::Mcp {
-            scheme: Some("http".into())
+            scheme: Some("http".into()),
+            max_image_bytes: appduct_mcp::content::DEFAULT_MAX_IMAGE_BYTES,
         }
     );
+    assert_eq!(
+        command(&["mcp", "--max-image-bytes", "1000"]),
+        Command::Mcp {
+            scheme: None,
+            max_image_bytes: 1000,
+        }
+    );
+    usage(&["mcp", "--max-image-bytes", "0"]);
 }
 
 #[test]

@@ -39,6 +39,7 @@ fn record(ago_ms: u64, session: &str, alias: &str, tool: &str, s: Settlement) ->
         caller: Caller::Cli,
         consent: None,
         operator: None,
+        content_summary: None,
     }
 }
 

@@ -32,12 +32,13 @@ fn the_playground_serves_the_contract_to_a_second_client() {
             "call_count",
             "reset_counter",
             "slow_task",
-            "throwing_tool"
+            "throwing_tool",
+            "counter_chart"
         ])
     );
     let sessions = sb.ok(&["sessions", "ls"]);
     assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
-    assert_eq!(sessions[0]["toolCount"], 5);
+    assert_eq!(sessions[0]["toolCount"], 6);
     assert_eq!(sessions[0]["alias"], data["alias"]);
 
     // A ping line on stdin posts playground_ping.
@@ -100,7 +101,7 @@ fn listing_describing_and_snapshotting_the_playground() {
     let sb = sandbox();
     let pg = Playground::start(&sb);
     let listed = sb.ok(&["tools", "ls"]);
-    assert_eq!(listed["total"], 5);
+    assert_eq!(listed["total"], 6);
     assert_eq!(listed["hasMore"], false);
     assert!(
         listed.get("limit").is_none(),
@@ -128,14 +129,14 @@ fn listing_describing_and_snapshotting_the_playground() {
             .as_array()
             .unwrap()
             .len(),
-        5
+        6
     );
 
     let file = sb.cwd().join("tools.snapshot.json");
     let written = sb.ok(&["tools", "snapshot", "--write", "tools.snapshot.json"]);
     assert_eq!(
         written,
-        json!({"path": "tools.snapshot.json", "tools": 5, "events": 1, "changed": true})
+        json!({"path": "tools.snapshot.json", "tools": 6, "events": 1, "changed": true})
     );
     let checked = sb.ok(&["tools", "snapshot", "--check", "tools.snapshot.json"]);
     assert_eq!(checked["matches"], true);
@@ -161,7 +162,7 @@ fn listing_describing_and_snapshotting_the_playground() {
             .contains("--group counter")
     );
     let groups = sb.ok(&["tools", "ls", "--groups"]);
-    assert_eq!(groups["total"], 5);
+    assert_eq!(groups["total"], 6);
 
     // Text flags are sent verbatim: `--filter 07` is the string "07" (the daemon echoes it).
     let filtered = sb.ok(&["tools", "ls", "--filter", "07"]);
@@ -521,6 +522,57 @@ fn the_tour_runs_every_step_and_exits_zero() {
         .iter()
         .map(|s| s["exitCode"].as_u64().unwrap())
         .collect();
-    assert_eq!(codes, [0, 0, 0, 0, 0, 72, 72]);
+    assert_eq!(codes, [0, 0, 0, 0, 0, 0, 72, 72]);
+    // The picture step saved the counter chart (§L16): a PNG file that decodes.
+    let chart = &data["steps"][5];
+    assert!(
+        chart["command"]
+            .as_str()
+            .unwrap()
+            .contains("tools call playground counter_chart --out-dir "),
+        "{chart}"
+    );
+    let path = chart["data"]["content"][0]["path"].as_str().unwrap();
+    let (width, height) = png_size(&std::fs::read(path).unwrap());
+    assert_eq!((width, height), (320, 160));
+    assert!(out.contains("[0] image/png, "), "{out}");
     assert_eq!(sb.ok(&["sessions", "ls"]), json!([]));
+}
+
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    (info.width, info.height)
+}
+
+#[test]
+fn counter_chart_with_out_dir_writes_a_png_of_the_counter_that_decodes() {
+    let sb = sandbox();
+    let pg = Playground::start(&sb);
+    sb.ok(&["tools", "call", "sum", "--input", r#"{"a": 1, "b": 2}"#]);
+    let dir = sb.cwd().join("shots");
+    let dir_arg = dir.display().to_string();
+    let data = sb.ok(&["tools", "call", "counter_chart", "--out-dir", &dir_arg]);
+    assert!(data.get("result").is_none(), "{data}");
+    let block = &data["content"][0];
+    assert_eq!(block["type"], "image");
+    assert_eq!(block["mimeType"], "image/png");
+    let path = std::path::PathBuf::from(block["path"].as_str().unwrap());
+    assert_eq!(path.parent(), Some(dir.as_path()));
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(block["bytes"], bytes.len());
+    assert_eq!(png_size(&bytes), (320, 160));
+
+    // Human output without --out-dir names the image and says how to save it.
+    let (code, human, err) = sb.output(&["tools", "call", &pg.alias(), "counter_chart"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        human.starts_with(&format!("Result (counter_chart on {}, ", pg.alias())),
+        "{human}"
+    );
+    assert!(human.contains("Content\n  [0] image/png, "), "{human}");
+    assert!(human.contains(" — use --out-dir DIR to save\n"), "{human}");
 }

@@ -2,6 +2,7 @@
 //! deadline, claim or resume, then the acked stage with keepalive, frame handling and every way
 //! the socket can end. Session state changes go through [`Inner`], under the engine lock.
 
+use appduct_protocol::parts::PartError;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
@@ -335,6 +336,7 @@ impl Connection {
                         Err(Rejection {
                             failed_call: Some(wire_id),
                             detail,
+                            fault,
                             ..
                         }) => {
                             if bound_failures_logged < MAX_BOUND_FAILURES_LOGGED {
@@ -351,7 +353,9 @@ impl Connection {
                                     );
                                 }
                             }
-                            self.inner.fail_call(self.id, session_id, wire_id, detail);
+                            let fault = fault.unwrap_or(PartError::TooDeep);
+                            self.inner
+                                .fail_call(self.id, session_id, wire_id, detail, fault);
                             continue;
                         }
                         Ok(frame) => {

@@ -20,6 +20,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use appduct_protocol::parts::PartError;
+
 use super::registry::{Registry, RegistryFull};
 use super::{
     CallFrame, CallRouter, CallsEnded, ConnCtl, EngineOptions, Inner, Session, Socket, State, alias,
@@ -36,7 +38,10 @@ fn ack_text(session_id: &str, alias: &str, token: &ResumeToken, options: &Engine
             u64::from(options.keepalive_interval_s),
             u64::from(options.grace_s),
         )
-        .with_event_registry(true),
+        .with_event_registry(true)
+        // Issue #17 (§D17): content results and result parts, on every ack.
+        .with_result_content(true)
+        .with_result_parts_max_bytes(options.result_max_bytes),
     )
     .encode()
 }
@@ -346,6 +351,7 @@ impl Inner {
                 self.events_changed(session_id, session);
             }
             AppFrame::ToolResult(f) => self.call_frame(session_id, CallFrame::Result(f)),
+            AppFrame::ToolResultPart(f) => self.call_frame(session_id, CallFrame::Part(f)),
             AppFrame::ToolError(f) => self.call_frame(session_id, CallFrame::Error(f)),
             AppFrame::ToolCallProgress(f) => self.call_frame(session_id, CallFrame::Progress(f)),
             AppFrame::Event(event) => {
@@ -368,7 +374,14 @@ impl Inner {
 
     /// An answer from connection `conn` for call `wire_id` that broke a per-value bound: that
     /// call fails, the connection stays. Dropped like any frame once `conn` lost the session.
-    pub(super) fn fail_call(&self, conn: u64, session_id: &str, wire_id: String, detail: String) {
+    pub(super) fn fail_call(
+        &self,
+        conn: u64,
+        session_id: &str,
+        wire_id: String,
+        detail: String,
+        fault: PartError,
+    ) {
         // Held while routing, as `apply` does, so the call cannot race a transition.
         let st = self.state();
         if st
@@ -381,6 +394,7 @@ impl Inner {
                 CallFrame::Invalid {
                     id: wire_id,
                     detail,
+                    fault,
                 },
             );
         }

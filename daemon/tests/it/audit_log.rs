@@ -52,6 +52,7 @@ fn record(ts: u64, call_id: &str, settlement: Settlement) -> AuditRecord {
         caller: Caller::Cli,
         consent: None,
         operator: None,
+        content_summary: None,
     }
 }
 

@@ -229,7 +229,7 @@ async fn list_and_call_round_trip_returns_result_and_call_id() {
     };
     let (result, ()) = tokio::join!(settled(pending), driver);
     let result = result.unwrap();
-    assert_eq!(result.result, json!({"echoed": "hi"}));
+    assert_eq!(result.result, Some(json!({"echoed": "hi"})));
     assert!(result.call_id.starts_with("call_"), "{}", result.call_id);
     assert_eq!(result.session_id, s.session_id);
     assert_eq!(result.alias, s.alias);
@@ -260,7 +260,7 @@ async fn three_concurrent_calls_answered_out_of_order() {
         let result = handle.await.unwrap().unwrap();
         assert_eq!(
             result.result,
-            json!({"tag": tag}),
+            Some(json!({"tag": tag})),
             "each caller gets its own result"
         );
         ids.push(result.call_id);
@@ -323,7 +323,7 @@ async fn cancelling_one_of_two_concurrent_same_tool_calls_cancels_only_that_one(
     );
     keep.answer.send(Ok(json!({"kept": true}))).unwrap();
     let result = first.await.unwrap().unwrap();
-    assert_eq!(result.result, json!({"kept": true}));
+    assert_eq!(result.result, Some(json!({"kept": true})));
     assert_eq!(result.call_id, "keep-1");
     assert!(!keep.ctx.is_cancelled());
     s.daemon.shutdown().await;
@@ -477,7 +477,7 @@ async fn suspend_mid_call_fails_it_and_resume_with_snapshot_serves_the_next_call
         inv.answer.send(Ok(json!({"resumed": true}))).unwrap();
     };
     let (result, ()) = tokio::join!(settled(pending), driver);
-    assert_eq!(result.unwrap().result, json!({"resumed": true}));
+    assert_eq!(result.unwrap().result, Some(json!({"resumed": true})));
     s.daemon.shutdown().await;
 }
 
@@ -560,7 +560,7 @@ async fn policy_deny_prompt_allow_and_per_tool_override() {
             inv.answer.send(Ok(json!({"ran": name}))).unwrap();
         };
         let (result, ()) = tokio::join!(settled(pending), driver);
-        assert_eq!(result.unwrap().result, json!({"ran": name}));
+        assert_eq!(result.unwrap().result, Some(json!({"ran": name})));
     }
     s.gate.assert_idle();
     s.daemon.shutdown().await;

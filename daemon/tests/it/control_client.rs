@@ -119,7 +119,7 @@ async fn daemon_errors_map_to_their_type_and_carry_the_call_id() {
 
     let ok = client.call_tool(tool("fine", Some("c2"))).await.unwrap();
     assert_eq!(ok.call_id, "c2");
-    assert_eq!(ok.result, json!({"name": "fine"}));
+    assert_eq!(ok.result, Some(json!({"name": "fine"})));
 }
 
 #[tokio::test]
@@ -235,7 +235,10 @@ async fn progress_is_routed_to_its_own_call_and_ends_with_the_response() {
     assert_eq!(rb.result().await.unwrap().call_id, "b");
     assert_eq!(pb.next().await, None, "the stream ends with the response");
     ga.send(true).unwrap();
-    assert_eq!(ra.result().await.unwrap().result, json!({"name": "first"}));
+    assert_eq!(
+        ra.result().await.unwrap().result,
+        Some(json!({"name": "first"}))
+    );
     assert_eq!(pa.next().await, None);
 }
 

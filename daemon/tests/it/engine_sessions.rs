@@ -56,7 +56,8 @@ async fn t2_valid_claim_acks_and_emits_session_claimed() {
     assert_eq!(
         ack,
         json!({"type": "session_ack", "session_id": link.session_id, "status": "ok", "alias": "pixel-8",
-               "resume_token": resume_token, "keepalive_interval_s": 15, "grace_s": 600, "event_registry": true})
+               "resume_token": resume_token, "keepalive_interval_s": 15, "grace_s": 600, "event_registry": true,
+               "result_content": true, "result_parts_max_bytes": 16_777_216})
     );
     h.event_of(EventKind::LinkCreated).await;
     let claimed = h.next_event().await;

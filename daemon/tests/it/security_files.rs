@@ -43,6 +43,7 @@ fn record(call_id: &str) -> AuditRecord {
         caller: Caller::Cli,
         consent: None,
         operator: None,
+        content_summary: None,
     }
 }
 

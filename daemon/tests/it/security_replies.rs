@@ -131,7 +131,7 @@ async fn an_answer_nested_past_the_cap_fails_its_call_and_keeps_the_app_connecte
         .await
         .expect("the call never settled")
         .unwrap();
-    assert_eq!(ok.result, json!({"echo": {"x": 1}}));
+    assert_eq!(ok.result, Some(json!({"echo": {"x": 1}})));
     assert_eq!(s.app.state(), ClientState::Active);
     s.daemon.shutdown().await;
 }

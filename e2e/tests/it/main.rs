@@ -15,6 +15,7 @@ mod mcp_consent;
 mod mcp_official;
 mod mcp_rmcp;
 mod npm_package;
+mod pictures;
 mod ready_waits;
 mod refusal_reports;
 mod reply_bounds;

@@ -97,7 +97,7 @@ fn list_describe_call_progress_and_errors_against_a_playground() {
     let structured = &listed["structuredContent"];
     assert_eq!(structured["session"], "playground");
     assert_eq!(structured["sessionId"], session_id);
-    assert_eq!(structured["total"], 5);
+    assert_eq!(structured["total"], 6);
     assert_eq!(structured["hasMore"], false);
     let names: Vec<&str> = structured["tools"]
         .as_array()
@@ -107,6 +107,7 @@ fn list_describe_call_progress_and_errors_against_a_playground() {
         names,
         [
             "call_count",
+            "counter_chart",
             "reset_counter",
             "slow_task",
             "sum",

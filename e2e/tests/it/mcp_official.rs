@@ -53,7 +53,7 @@ fn the_official_typescript_client_drives_the_bridge() {
         ])
     );
     assert_eq!(report["listed"]["session"], "playground");
-    assert_eq!(report["listed"]["total"], 5);
+    assert_eq!(report["listed"]["total"], 6);
     assert_eq!(report["described"]["isError"], false);
     assert_eq!(report["slow"]["structured"], json!({"done": true}));
     let progress: Vec<&Value> = report["slow"]["progress"]
@@ -74,6 +74,42 @@ fn the_official_typescript_client_drives_the_bridge() {
     );
     assert_eq!(report["sum"]["structured"], json!({"total": 7}));
     assert_eq!(report["sum"]["call"]["alias"], "playground");
+
+    // The playground's counter_chart through daemon and bridge: one valid PNG image block
+    // (§M5.1) that decodes to the chart's size; with a 100-byte limit, the documented note.
+    let chart = &report["chart"];
+    assert_eq!(chart["isError"], false, "{chart}");
+    assert_eq!(chart["hasStructured"], false, "content only: {chart}");
+    assert_eq!(
+        chart["content"].as_array().map(Vec::len),
+        Some(1),
+        "{chart}"
+    );
+    let block = &chart["content"][0];
+    assert_eq!(block["type"], "image");
+    assert_eq!(block["mimeType"], "image/png");
+    let png = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        block["data"].as_str().unwrap_or_default(),
+    )
+    .or_fail();
+    let mut reader = png::Decoder::new(std::io::Cursor::new(png))
+        .read_info()
+        .or_fail();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap_or_default()];
+    let frame = reader.next_frame(&mut pixels).or_fail();
+    // appduct_client::picture::{CHART_WIDTH, CHART_HEIGHT}
+    assert_eq!((frame.width, frame.height), (320, 160));
+    let note = &report["chartTooLarge"];
+    assert_eq!(note["isError"], false, "{note}");
+    assert_eq!(note["content"][0]["type"], "text", "{note}");
+    let text = note["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("Image 0 (image/png, ")
+            && text.contains("image limit of 100 B (100 bytes)")
+            && text.contains("APPDUCT_MCP_MAX_IMAGE_BYTES"),
+        "{text}"
+    );
 
     for (case, error_type) in [
         ("thrown", "tool_execution_error"),

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use super::builtin::{Call, Definition, Entry, Hints, Reply, selector_prop, tool_name_prop};
 use crate::app_tools::{deadline_ms, lookup};
 use crate::context::{BridgeContext, ConsentChannel, cancelled_failure, is_2026, unless_cancelled};
-use crate::error::{ToolFailure, success};
+use crate::error::ToolFailure;
 use crate::progress::{Progress, until};
 use crate::tool_cache::{Cached, ToolCache};
 
@@ -145,6 +145,8 @@ struct Planned<'a> {
     timeout_ms: Option<u64>,
     /// The caller's raw `selector`.
     selector: Option<&'a str>,
+    /// `--max-image-bytes` of the bridge.
+    max_image_bytes: u64,
 }
 
 /// Handles a cancel step by step: a sent call is cancelled (§M12).
@@ -166,6 +168,7 @@ async fn run(
         args: args.args.unwrap_or_default(),
         timeout_ms: args.timeout_ms,
         selector: args.selector.as_deref(),
+        max_image_bytes: bridge.options.max_image_bytes,
     };
     if is_2026(context) && request.request_state.is_some() {
         mrtr_retry(bridge, context, request, &planned).await
@@ -609,7 +612,7 @@ async fn call(
         match outcome {
             CallOutcome::Done(Ok(r)) => {
                 let meta = call_meta(&r.call_id, session, Some(r.duration_ms));
-                return Ok(success(r.result, Some(meta)).into());
+                return Ok(mapped(&r, meta, planned.max_image_bytes).into());
             }
             CallOutcome::Done(Err(e)) if !retried && is_call_id_in_use(&e) => {
                 retried = true;
@@ -643,6 +646,23 @@ async fn call(
             }
         }
     }
+}
+
+/// The MCP result of a settled call: the JSON result and the app's content blocks (§M8.5).
+fn mapped(r: &ToolsCallResult, meta: Value, max_image_bytes: u64) -> rmcp::model::CallToolResult {
+    let content: Vec<Value> = r
+        .content
+        .iter()
+        .flatten()
+        .map(|b| serde_json::to_value(b).unwrap_or(Value::Null))
+        .collect();
+    crate::content::call_result(
+        &r.call_id,
+        r.result.as_ref(),
+        &content,
+        meta,
+        max_image_bytes,
+    )
 }
 
 enum CallOutcome {

@@ -9,11 +9,14 @@ use appduct_client::client::ControlClient;
 use appduct_client::delivery::{self, ANDROID_SERIAL_ENV, DeliveryError, DeviceTarget, ErrorClass};
 use appduct_client::link_flow::{DeviceChoice, DeviceOpen, LinkFlow, LinkFlowError};
 use appduct_client::project::{self as shared, AppKind, ProjectError, ResolveEnv};
-use appduct_client::qr;
+use appduct_client::{picture, qr};
 use appduct_protocol::control::{LinkCreateParams, LinkCreateResult, Transport};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::link::is_http_url;
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use rmcp::RoleServer;
+use rmcp::model::{CallToolResponse, ContentBlock};
 use rmcp::service::RequestContext;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -123,8 +126,30 @@ struct Output {
 fn handler(call: Call<'_>) -> Reply<'_> {
     Box::pin(async move {
         let args: Args = call.args.parse()?;
-        output(&run(call.bridge, call.context, &args).await?)
+        let out = run(call.bridge, call.context, &args).await?;
+        let mut reply = output(&out)?;
+        if let Some(png) = qr_image(&out)
+            && let CallToolResponse::Complete(result) = &mut reply
+        {
+            result.content.push(png);
+        }
+        Ok(reply)
     })
+}
+
+/// The pairing QR as an `image/png` block after the JSON text (§M8.1): the same deep link as
+/// the `qr` text, drawn as an image so a model can show it without garbling block art. `None`
+/// for results without a QR code.
+fn qr_image(out: &Output) -> Option<ContentBlock> {
+    out.qr.as_ref()?;
+    let code = qr::encode(out.deep_link.as_deref()?).ok()?;
+    match picture::qr_png(&code) {
+        Ok(png) => Some(ContentBlock::image(STANDARD.encode(png), "image/png")),
+        Err(e) => {
+            tracing::warn!("no QR image: {e}");
+            None
+        }
+    }
 }
 
 fn invalid(param: &str, message: impl Into<String>) -> ToolFailure {

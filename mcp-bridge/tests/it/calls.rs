@@ -205,6 +205,80 @@ async fn call_maps_results_and_sends_explicit_deadlines() {
     assert_eq!(fake.requests("tools.call").len(), before);
 }
 
+/// The fake's `tools.call` answer with content blocks (§D17.1) and no JSON result.
+fn content_reply(call_id: Option<String>) -> Reply {
+    let png = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        b"\x89PNG\r\n\x1a\n0123456789",
+    );
+    Reply::Ok(json!({"content": [
+        {"type": "image", "data": png, "mimeType": "image/png"},
+        {"type": "text", "text": "the cart"},
+        {"type": "resource_link", "uri": "https://shop.test/cart", "name": "cart"},
+    ], "callId": call_id, "sessionId": ID, "alias": ALIAS, "durationMs": 7}))
+}
+
+#[tokio::test]
+async fn content_results_map_to_mcp_blocks_and_big_images_to_a_note() {
+    let png = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        b"\x89PNG\r\n\x1a\n0123456789",
+    );
+    for (limit, first) in [
+        (
+            18,
+            json!({"type": "image", "data": png, "mimeType": "image/png"}),
+        ),
+        (17, Value::Null),
+    ] {
+        let fake = FakeDaemon::new(&[
+            "sessions.describe",
+            "tools.list",
+            "tools.call",
+            "events.subscribe",
+        ]);
+        fake.add_session(
+            session(ID, ALIAS),
+            vec![tool(
+                json!({"name": "shot", "description": ""}),
+                PolicyDecision::Allow,
+            )],
+        );
+        fake.on_call(Arc::new(|_conn, _id, p| {
+            Box::pin(async move { content_reply(p.call_id) })
+        }));
+        let options = appduct_mcp::BridgeOptions {
+            max_image_bytes: limit,
+            ..test_options()
+        };
+        let h = start_with(fake.clone(), v2025(), options, test_env()).await;
+        let r = h.call(catalog::CALL_TOOL, json!({"name": "shot"})).await;
+        assert_eq!(r.is_error, None);
+        assert!(r.structured_content.is_none(), "no JSON result");
+        let v = serde_json::to_value(&r).unwrap();
+        let content = v["content"].as_array().unwrap();
+        assert_eq!(content.len(), 3, "{v}");
+        if first.is_null() {
+            // 18 decoded bytes over a limit of 17: a text note, and the call succeeds.
+            assert_eq!(content[0]["type"], "text");
+            let text = content[0]["text"].as_str().unwrap();
+            assert!(
+                text.starts_with("Image 0 (image/png, 18 B = 18 bytes) was left out"),
+                "{text}"
+            );
+            assert!(text.contains("limit of 17 B (17 bytes)"), "{text}");
+        } else {
+            assert_eq!(content[0], first);
+        }
+        assert_eq!(content[1], json!({"type": "text", "text": "the cart"}));
+        assert_eq!(
+            content[2],
+            json!({"type": "resource_link", "uri": "https://shop.test/cart", "name": "cart"})
+        );
+        assert_eq!(v["_meta"]["appduct/call"]["durationMs"], 7);
+    }
+}
+
 #[tokio::test]
 async fn daemon_errors_pass_through_with_the_call_handle() {
     let fake = FakeDaemon::new(&[

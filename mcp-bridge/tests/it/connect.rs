@@ -493,19 +493,27 @@ async fn an_explicit_qr_target_returns_the_shared_terminal_qr_of_the_deep_link()
     let fake = FakeDaemon::new(&["link.create"]);
     let runner = Runner::new();
     let h = harness(fake.clone(), runner.clone(), test_env()).await;
-    let r = structured(
-        &h.call(
+    let result = h
+        .call(
             catalog::CONNECT,
             json!({"target": "none", "cwd": cwd(&dir)}),
         )
-        .await,
-    );
+        .await;
+    let r = structured(&result);
     let deep = r["deepLink"].as_str().unwrap();
     assert_eq!(r["delivered"], false);
     assert_eq!(
         r["qr"],
         appduct_client::qr::terminal_qr(deep).unwrap().as_str()
     );
+    // The same code as an image/png block after the JSON text.
+    assert_eq!(result.content.len(), 2);
+    let image = result.content[1].as_image().expect("an image block");
+    assert_eq!(image.mime_type, "image/png");
+    let code = appduct_client::qr::encode(deep).unwrap();
+    let png =
+        base64::Engine::decode(&base64::engine::general_purpose::STANDARD, &image.data).unwrap();
+    assert_eq!(png, appduct_client::picture::qr_png(&code).unwrap());
     assert!(r["instructions"].as_str().unwrap().contains("qr"));
     assert!(r.get("note").is_none());
     assert!(runner.argv().is_empty(), "target none detects nothing");

@@ -818,12 +818,12 @@ fn tools_call_result_example() {
         r#"{"result":{"total":3},"callId":"mcp_Q2n7VbX0sLk4Tz9Rw1pHcA","sessionId":"q3VfZ0xkR2ptTnB4",
  "alias":"pixel-8","durationMs":41}"#,
     );
-    assert_eq!(r.result, json!({"total": 3}));
+    assert_eq!(r.result, Some(json!({"total": 3})));
     // A null result is still sent.
     let n: ToolsCallResult = round_trip(
         r#"{"result":null,"callId":"a","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","durationMs":0}"#,
     );
-    assert_eq!(n.result, Value::Null);
+    assert_eq!(n.result, Some(Value::Null));
 }
 
 #[test]

@@ -14,6 +14,7 @@ use appduct_protocol::errors::ErrorType;
 use clap::Args;
 use serde_json::{Map, Value, json};
 
+use super::content::{Pictures, detect_inline, show};
 use crate::commands::args::{SelectorValueArgs, opt, positive_int, selector_and_value};
 use crate::connect::{self, Contact};
 use crate::error::CliError;
@@ -39,6 +40,12 @@ pub struct ToolsCallArgs {
     /// Never show the progress display
     #[arg(long)]
     pub no_progress: bool,
+    /// Write each image of the result to DIR/<callId>-<index>.<png|jpg|webp> and print the paths
+    #[arg(long, value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+    /// Show images inline (kitty or iTerm2 only; refused elsewhere)
+    #[arg(long)]
+    pub inline: bool,
 }
 
 /// `tools call` (§L7.3). `callId` and `progress` are decided when the call is made.
@@ -50,6 +57,10 @@ pub struct ToolsCall {
     pub args: Map<String, Value>,
     pub timeout_ms: Option<u64>,
     pub no_progress: bool,
+    /// `--out-dir` (§L7.3.1).
+    pub out_dir: Option<PathBuf>,
+    /// `--inline` (§L7.3.1).
+    pub inline: bool,
 }
 
 pub fn validate(a: ToolsCallArgs) -> Result<ToolsCall, CliError> {
@@ -66,6 +77,8 @@ pub fn validate(a: ToolsCallArgs) -> Result<ToolsCall, CliError> {
         args,
         timeout_ms,
         no_progress: a.no_progress,
+        out_dir: a.out_dir,
+        inline: a.inline,
     })
 }
 
@@ -164,6 +177,7 @@ async fn next_progress(stream: &mut Option<ProgressStream>) -> Option<CallProgre
 
 /// `tools call`: the call with its progress display and interrupt handling (§L7.3).
 pub async fn run(globals: &Globals, out: &Output, c: &ToolsCall) -> Result<Success, CliError> {
+    let pictures = pictures(out, c)?;
     let mut signals = Interrupts::new(false)
         .map_err(|e| CliError::internal(format!("cannot install signal handlers: {e}")))?;
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
@@ -240,10 +254,60 @@ pub async fn run(globals: &Globals, out: &Output, c: &ToolsCall) -> Result<Succe
     drop(stream);
     drop(client);
     match outcome {
-        Ok(Ok(r)) => Ok(tools_call(&c.name, &r)),
+        Ok(Ok(r)) => tools_call_showing(&c.name, &r, &pictures),
         Ok(Err(e)) => Err(connect::tool_call_error(&e, &dir)),
         Err(e) => Err(e),
     }
+}
+
+/// `--out-dir` and `--inline` (§L7.3.1), checked before the daemon is contacted: `--inline`
+/// needs kitty or iTerm2 and human output.
+fn pictures(out: &Output, c: &ToolsCall) -> Result<Pictures, CliError> {
+    let inline = if c.inline {
+        if out.flags.json {
+            return Err(CliError::usage("--inline cannot be combined with --json"));
+        }
+        Some(detect_inline(&|k| std::env::var(k).ok())?)
+    } else {
+        None
+    };
+    Ok(Pictures {
+        out_dir: c.out_dir.clone(),
+        inline,
+    })
+}
+
+/// The content blocks of a result, as JSON values (§D17.1).
+fn content_of(r: &ToolsCallResult) -> Option<Vec<Value>> {
+    let blocks = r.content.as_ref().filter(|c| !c.is_empty())?;
+    Some(blocks.iter().map(render::to_value).collect())
+}
+
+/// `tools call` with content (§L7.3.1): without content exactly [`tools_call`]; with content
+/// `data` is `{result?, content}` (each image's `data` replaced by `path` and `bytes` when
+/// saved) and the human output lists the blocks after the result.
+pub fn tools_call_showing(
+    name: &str,
+    r: &ToolsCallResult,
+    pictures: &Pictures,
+) -> Result<Success, CliError> {
+    let Some(content) = content_of(r) else {
+        return Ok(tools_call(name, r));
+    };
+    let shown = show(&r.call_id, &content, pictures)?;
+    let mut success = tools_call(name, r);
+    let mut data = Map::new();
+    if r.result.is_some() {
+        data.insert("result".into(), success.data.take());
+    } else {
+        // "Result (…)" heading only: no JSON result to show.
+        success.human = success.human.lines().next().unwrap_or("").to_owned() + "\n";
+    }
+    data.insert("content".into(), Value::Array(shown.blocks));
+    success.data = Value::Object(data);
+    success.human.push_str("Content\n");
+    success.human.push_str(&render::indent(&shown.human, 2));
+    Ok(success)
 }
 
 /// `tools call` (§L7.3): `data` is the tool's result verbatim; `meta.call` describes the call.
@@ -253,8 +317,9 @@ pub fn tools_call(name: &str, r: &ToolsCallResult) -> Success {
         render::clean_line(&r.alias),
         r.duration_ms
     );
-    human.push_str(&render::indent(&pretty_json(&r.result), 2));
-    let mut success = Success::new(r.result.clone(), human);
+    let result = r.result.clone().unwrap_or(Value::Null);
+    human.push_str(&render::indent(&pretty_json(&result), 2));
+    let mut success = Success::new(result, human);
     success.meta.insert(
         "call".into(),
         json!({"callId": r.call_id, "sessionId": r.session_id, "alias": r.alias, "durationMs": r.duration_ms}),

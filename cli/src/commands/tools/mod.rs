@@ -2,6 +2,7 @@
 //! lookups and the signature and describe block every verb shares live here.
 
 pub mod call;
+pub mod content;
 pub mod describe;
 pub mod ls;
 pub mod snapshot;
@@ -183,6 +184,8 @@ mod tests {
             args: Map::new(),
             timeout_ms: Some(2000),
             no_progress: false,
+            out_dir: None,
+            inline: false,
         };
         let p = call_params(&c, "cli-00", true);
         let v = serde_json::to_value(&p).unwrap();

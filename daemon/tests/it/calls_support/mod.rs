@@ -127,6 +127,8 @@ pub struct Device {
     pub session_id: String,
     pub alias: String,
     pub resume_token: String,
+    /// The `session_ack` the daemon sent.
+    pub ack: Value,
 }
 
 async fn next_event(app: &mut MemoryApp) -> AppEvent {
@@ -278,6 +280,7 @@ async fn ack(mut app: MemoryApp, session_id: &str) -> Device {
         session_id: session_id.to_owned(),
         alias: ack["alias"].as_str().unwrap().to_owned(),
         resume_token: ack["resume_token"].as_str().unwrap().to_owned(),
+        ack,
     }
 }
 

@@ -1,10 +1,12 @@
 // Calls in flight on the app side (§T5.2, §T5.3): the app-side deadline, cancellation,
 // progress, and the one reply each call may send, on the connection it arrived on.
 
+import { MAX_CONTENT_BLOCKS } from "./content.js";
+import { splitBody } from "./parts.js";
 import { encodeFrame } from "./frame.js";
 import { cutMessage, invokeTool, type ToolFailure, type ToolOutcome } from "./invoke.js";
 import type { ToolEntry } from "./registry.js";
-import { isJsonObject, isStringWithin, MAX_FRAME_BYTES, MAX_IDENTIFIER_LENGTH } from "./text.js";
+import { isJsonObject, isStringWithin, MAX_FRAME_BYTES, MAX_IDENTIFIER_LENGTH, utf8ByteLength } from "./text.js";
 import type { Clock, ToolContext } from "./types.js";
 
 /** What the call table needs from the session core; `C` is the core's connection. */
@@ -17,6 +19,16 @@ export interface CallHost<C> {
   /** Sends already encoded and measured text. */
   write(conn: C, text: string): boolean;
   log(level: "warn" | "error", ...args: unknown[]): void;
+  /** What the latest `session_ack` of `conn` announced (§D17.1). */
+  features(conn: C): ResultFeatures;
+}
+
+/** The result extensions a `session_ack` announced; absent fields mean plain v2. */
+export interface ResultFeatures {
+  /** `result_content: true`: `tool_result` may carry `content`. */
+  resultContent: boolean;
+  /** `result_parts_max_bytes`: bodies up to this size may go as `tool_result_part` frames. */
+  partsMaxBytes: number | null;
 }
 
 export interface InFlightCall<C> {
@@ -111,28 +123,61 @@ export class CallTable<C> {
       type: "tool_serialization_error",
       message: `Tool "${call.name}" returned a value that is not JSON-serializable.`,
     };
-    let resultText: string | undefined;
-    try {
-      resultText = JSON.stringify(outcome.result);
-    } catch {
-      resultText = undefined;
+    const features = this.host.features(call.conn);
+    const body: Record<string, unknown> = {};
+    let content = outcome.content;
+    if (content && !features.resultContent) {
+      // A daemon without the extension (§D7.2): plain v2, the blocks are dropped.
+      this.host.log("warn", `appduct: the daemon does not accept content results; the ${content.length} content block(s) of "${call.name}" were dropped.`);
+      content = undefined;
     }
-    if (resultText === undefined) {
+    if (content && content.length > MAX_CONTENT_BLOCKS) {
+      this.sendToolError(call.conn, call.sessionId, call.id, {
+        type: "tool_serialization_error",
+        message: `Tool "${call.name}" returned ${content.length} content blocks; at most ${MAX_CONTENT_BLOCKS} are allowed.`,
+        details: { reason: "invalid_content", index: MAX_CONTENT_BLOCKS, problem: "too_many" },
+      });
+      return;
+    }
+    if (outcome.result !== undefined || !content) body.result = outcome.result === undefined ? null : outcome.result;
+    if (content) body.content = content;
+    let bodyText: string | undefined;
+    try {
+      // A result JSON cannot encode (a function, `undefined` inside the form) is refused, not
+      // dropped by the object around it.
+      bodyText = "result" in body && JSON.stringify(body.result) === undefined ? undefined : JSON.stringify(body);
+    } catch {
+      bodyText = undefined;
+    }
+    if (bodyText === undefined) {
       this.sendToolError(call.conn, call.sessionId, call.id, notSerializable);
       return;
     }
-    const encoded = encodeFrame({ type: "tool_result", session_id: call.sessionId, id: call.id, result: outcome.result });
+    const encoded = encodeFrame({ type: "tool_result", session_id: call.sessionId, id: call.id, ...body });
     if (encoded.ok) {
       this.host.write(call.conn, encoded.text);
-    } else if (encoded.reason === "too_large") {
-      this.sendToolError(call.conn, call.sessionId, call.id, {
-        type: "tool_serialization_error",
-        message: `Tool "${call.name}" returned ${encoded.bytes} bytes; the frame limit is ${MAX_FRAME_BYTES}.`,
-        details: { bytes: encoded.bytes, limitBytes: MAX_FRAME_BYTES },
-      });
-    } else {
-      this.sendToolError(call.conn, call.sessionId, call.id, notSerializable);
+      return;
     }
+    if (encoded.reason !== "too_large") {
+      this.sendToolError(call.conn, call.sessionId, call.id, notSerializable);
+      return;
+    }
+    // Too big for one frame: parts when the daemon announced them and the body fits.
+    const bodyBytes = utf8ByteLength(bodyText);
+    const max = features.partsMaxBytes;
+    if (max !== null && bodyBytes <= max) {
+      for (const part of splitBody(bodyText)) {
+        if (!this.host.isLive(call.conn)) return;
+        if (!this.host.sendFrame(call.conn, { type: "tool_result_part", session_id: call.sessionId, id: call.id, ...part })) return;
+      }
+      return;
+    }
+    const [bytes, limit, what] = max === null ? [encoded.bytes, MAX_FRAME_BYTES, "frame"] : [bodyBytes, max, "result"];
+    this.sendToolError(call.conn, call.sessionId, call.id, {
+      type: "tool_serialization_error",
+      message: `Tool "${call.name}" returned ${bytes} bytes; the ${what} limit is ${limit}.`,
+      details: { bytes, limitBytes: limit },
+    });
   }
 
   /** Sends a `tool_error`; details that cannot be sent are dropped rather than the error. */

@@ -97,6 +97,10 @@ interface Connection {
   /** Snapshots went out on this connection: later registry changes are deltas. */
   snapshotSent: boolean;
   eventRegistry: boolean;
+  /** `result_content` of the latest ack (§D17.1). */
+  resultContent: boolean;
+  /** `result_parts_max_bytes` of the latest ack, or `null`. */
+  resultPartsMaxBytes: number | null;
 }
 
 interface PendingConnect {
@@ -198,6 +202,7 @@ class Client implements AppductClient {
       sendFrame: (conn, frame) => this.sendFrame(conn, frame),
       write: (conn, text) => this.write(conn, text),
       log: (level, ...args) => this.safeLog(level, ...args),
+      features: (conn) => ({ resultContent: conn.resultContent, partsMaxBytes: conn.resultPartsMaxBytes }),
     });
     this.allowedTransports = options.allowedTransports ?? ["native", "web"];
     this.unsupportedLinkHint = options.unsupportedLinkHint ? ` ${options.unsupportedLinkHint}` : "";
@@ -776,7 +781,7 @@ class Client implements AppductClient {
       this.onAttemptFailed(mode);
       return;
     }
-    const conn: Connection = { socket, mode, phase: "opening", snapshotSent: false, eventRegistry: false };
+    const conn: Connection = { socket, mode, phase: "opening", snapshotSent: false, eventRegistry: false, resultContent: false, resultPartsMaxBytes: null };
     this.conn = conn;
     socket.onopen = () => {
       if (this.conn !== conn || conn.phase !== "opening") return;
@@ -899,6 +904,8 @@ class Client implements AppductClient {
 
     conn.phase = "established";
     conn.eventRegistry = frame.event_registry === true;
+    conn.resultContent = frame.result_content === true;
+    conn.resultPartsMaxBytes = isWireInteger(frame.result_parts_max_bytes) && frame.result_parts_max_bytes >= 1 ? frame.result_parts_max_bytes : null;
     this.attempt = 0;
     this.clearTimers();
     this.session = {

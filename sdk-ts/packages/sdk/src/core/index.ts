@@ -24,6 +24,7 @@ export {
 } from "./descriptors.js";
 export { isTerminalCloseCode } from "./close.js";
 export { encodeFrame, fitsFrameLimit, type EncodedFrame } from "./frame.js";
+export { image, text, resourceLink, toolContent } from "./content.js";
 export { MAX_FRAME_BYTES, utf8ByteLength, truncateUtf16 } from "./text.js";
 export { isPrivateLanAddress } from "./ip.js";
 export {

@@ -1,5 +1,6 @@
 // One tool invocation, from received args to the reply frame's content (§T5.2).
 
+import { type ContentBlock, isToolContent } from "./content.js";
 import { AppductToolError, type ToolErrorType } from "./errors.js";
 import type { ToolEntry } from "./registry.js";
 import type { Validation } from "./schema.js";
@@ -12,7 +13,11 @@ export interface ToolFailure {
   details?: unknown;
 }
 
-export type ToolOutcome = { ok: true; result: unknown } | { ok: false; error: ToolFailure };
+/**
+ * `result` is the JSON result (`undefined`: none, only with `content`); `content` the blocks of
+ * a content-form return (§D17.1).
+ */
+export type ToolOutcome = { ok: true; result: unknown; content?: ContentBlock[] } | { ok: false; error: ToolFailure };
 
 const fail = (type: ToolErrorType, message: string, details?: unknown): ToolOutcome => ({
   ok: false,
@@ -89,6 +94,16 @@ export async function invokeTool(tool: ToolEntry, args: Record<string, unknown>,
     return fail("tool_execution_error", message, { name: errorName });
   }
 
+  // The content form: the blocks go out as they are; its `result`, when given, is checked
+  // like any result.
+  let content: ContentBlock[] | undefined;
+  if (isToolContent(output)) {
+    content = output.content;
+    output = output.result;
+    if (output === undefined) return { ok: true, result: undefined, content };
+  }
+  const done = (result: unknown): ToolOutcome => (content ? { ok: true, result, content } : { ok: true, result });
+
   if (!tool.output) {
     if (output === undefined) {
       return { ok: true, result: null };
@@ -102,7 +117,7 @@ export async function invokeTool(tool: ToolEntry, args: Record<string, unknown>,
         issues: checked.issues,
       });
     }
-    return { ok: true, result: checked.value };
+    return done(checked.value);
   }
-  return { ok: true, result: output };
+  return done(output);
 }

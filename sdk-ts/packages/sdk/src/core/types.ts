@@ -1,5 +1,7 @@
 // Public types of the app-side API (§T2, §T3, §T5, §T7).
 
+import type { ToolContent } from "./content.js";
+export type { ContentBlock, TextBlock, ImageBlock, ImageMimeType, ResourceLinkBlock, ToolContent } from "./content.js";
 import type { ToolAnnotations, WireToolDescriptor } from "./descriptors.js";
 import type { ToolSchema } from "./standard-schema.js";
 
@@ -36,7 +38,8 @@ export interface ToolDefinition<I = unknown, O = unknown> {
   annotations?: ToolAnnotations;
   timeoutMs?: number;
   group?: string;
-  handler: (args: I, ctx: ToolContext) => O | Promise<O>;
+  /** Returns the JSON result, or content built with `image`/`text`/`resourceLink` (§T5.5). */
+  handler: (args: I, ctx: ToolContext) => O | ToolContent<O> | Promise<O | ToolContent<O>>;
 }
 
 export interface ToolGroup {

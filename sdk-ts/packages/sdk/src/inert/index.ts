@@ -28,6 +28,7 @@ setDefaultClient(inertClient, { entry: "@appduct/sdk/inert", weak: true });
 
 export { AppductToolError, AppductRegistrationError, AppductConnectError, AppductDisabledError } from "../core/errors.js";
 export { jsonSchema } from "../core/standard-schema.js";
+export { image, text, resourceLink, toolContent } from "../core/content.js";
 export type * from "../core/types.js";
 export type { WireToolDescriptor, ToolAnnotations } from "../core/descriptors.js";
 export type { StandardSchemaV1, ToolSchema, JsonSchemaObject, SchemaPair, TypedJsonSchema } from "../core/standard-schema.js";

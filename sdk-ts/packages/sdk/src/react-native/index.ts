@@ -39,6 +39,7 @@ export const { useAppductTool, useAppductState } = createAppductHooks(
 
 export { AppductToolError, AppductRegistrationError, AppductConnectError, AppductDisabledError } from "../core/errors.js";
 export { jsonSchema } from "../core/standard-schema.js";
+export { image, text, resourceLink, toolContent } from "../core/content.js";
 export type * from "../core/types.js";
 export type { WireToolDescriptor, ToolAnnotations } from "../core/descriptors.js";
 export type { StandardSchemaV1, ToolSchema, JsonSchemaObject, SchemaPair, TypedJsonSchema } from "../core/standard-schema.js";
