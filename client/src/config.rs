@@ -47,11 +47,11 @@ pub const KEYS: [&str; 16] = [
     "eventsLogMaxBytes",
     "policy",
     "consent",
+    "results",
     "advertisedIp",
     "scheme",
     "restartDaemonOnVersionMismatch",
     "webOrigins",
-    "results",
 ];
 
 /// A policy decision (§C11); the one wire enum lives in the protocol crate.
