@@ -12,9 +12,9 @@ use std::time::Instant;
 use appduct_sdk::{CallContext, Client, ContentBlock, ImageMimeType, SpkiPin, ToolOutput};
 use serde_json::{Value, json};
 
+use crate::Daemon;
 use crate::devices::{Connected, Ctl, wait_registries};
 use crate::load::BenchResult;
-use crate::Daemon;
 
 /// Decoded bytes of the image.
 pub const PAYLOAD: usize = 5 * 1_048_576;
@@ -57,7 +57,10 @@ pub async fn measure(runs: usize) -> BenchResult<Vec<Transfer>> {
     let pid = daemon.proc.pid();
     let mut ctl = Ctl::connect(&daemon.socket()).await?;
     let link = ctl.result("link.create", json!({})).await?;
-    let payload = link["deepLinkPayload"].as_str().unwrap_or_default().to_owned();
+    let payload = link["deepLinkPayload"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     let pin = SpkiPin::parse(link["pin"].as_str().unwrap_or_default())
         .map_err(|e| format!("pin: {e}"))?;
     let client = Client::builder()
@@ -99,7 +102,10 @@ pub async fn measure(runs: usize) -> BenchResult<Vec<Transfer>> {
         let millis = t0.elapsed().as_millis();
         let data = result["content"][0]["data"].as_str().unwrap_or_default();
         if data.len() != PAYLOAD.div_ceil(3) * 4 {
-            return Err(format!("the image arrived with {} base64 characters", data.len()));
+            return Err(format!(
+                "the image arrived with {} base64 characters",
+                data.len()
+            ));
         }
         let peak = status_kib(pid, "VmHWM:")? * 1024;
         let rss_after = status_kib(pid, "VmRSS:")? * 1024;
