@@ -47,12 +47,12 @@ pub const KEYS: [&str; 17] = [
     "eventsLogMaxBytes",
     "policy",
     "consent",
+    "results",
     "advertisedIp",
     "scheme",
     "restartDaemonOnVersionMismatch",
     "webOrigins",
     "http",
-    "results",
 ];
 
 /// A policy decision (§C11); the one wire enum lives in the protocol crate.

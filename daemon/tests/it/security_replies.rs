@@ -290,3 +290,55 @@ async fn a_reply_past_the_reply_cap_pages_or_answers_too_large() {
     assert!(one.has_more);
     s.daemon.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue #17: a 5 MiB content result crosses a real wss socket in parts (device.md §D17.2)
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_five_mib_result_from_an_sdk_app_crosses_in_parts_intact() {
+    use appduct_sdk::{ContentBlock, ImageMimeType, ToolOutput};
+    // A "screenshot": a PNG signature followed by 5 MiB of varied bytes.
+    let mut png = vec![0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A];
+    png.extend((0..5 * 1_048_576u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8));
+    let sent = png.clone();
+    let s = setup(move |app: &Client| {
+        // Debug builds take seconds to encode, check and parse 7 MiB of JSON: a long deadline.
+        let descriptor = json!({"name": "screenshot", "description": "Captures the screen.",
+                                "output_schema": {"type": "object"}, "timeout_ms": 120_000});
+        app.register_content_tool(&descriptor, move |_args: Value, _ctx: CallContext| {
+            let png = sent.clone();
+            async move {
+                Ok(ToolOutput::content(vec![
+                    ContentBlock::text("the screen"),
+                    ContentBlock::image(&png, ImageMimeType::Png),
+                ])
+                .with_result(json!({"width": 1, "height": 1})))
+            }
+        })
+        .unwrap();
+    })
+    .await;
+    let control: ControlClient = memory_client(&s.daemon);
+    let result = timeout(WAIT * 12, control.call_tool(call("screenshot", json!({}))))
+        .await
+        .expect("the call never settled")
+        .unwrap();
+    assert_eq!(result.result, Some(json!({"width": 1, "height": 1})));
+    let content = result.content.expect("content");
+    assert_eq!(content.len(), 2);
+    match &content[1] {
+        ContentBlock::Image { data, mime_type } => {
+            assert_eq!(*mime_type, ImageMimeType::Png);
+            use base64::Engine as _;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap();
+            assert!(bytes == png, "the image arrived altered");
+        }
+        other => panic!("not an image: {other:?}"),
+    }
+    assert_eq!(s.daemon.calls().buffered_result_bytes(), 0);
+    assert_eq!(s.app.state(), ClientState::Active);
+    s.daemon.shutdown().await;
+}

@@ -19,6 +19,7 @@ mod devices;
 mod echo;
 mod load;
 mod mcp;
+mod pictures;
 mod report;
 mod sealed;
 mod stats;
@@ -106,7 +107,7 @@ struct Options {
 }
 
 fn usage() -> String {
-    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed] [--out BENCHMARKS.md]   \
+    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|pictures] [--out BENCHMARKS.md]   \
      (APPDUCT_BIN names the appduct binary)"
         .to_owned()
 }
@@ -123,7 +124,7 @@ fn parse_args(args: &[String]) -> BenchResult<Options> {
             "--smoke" => options.counts = Counts::smoke(),
             "--out" => options.out = Some(PathBuf::from(it.next().ok_or_else(usage)?)),
             "--only" => match it.next().map(String::as_str) {
-                Some(part @ ("calls" | "sessions" | "mcp" | "sealed")) => {
+                Some(part @ ("calls" | "sessions" | "mcp" | "sealed" | "pictures")) => {
                     options.only = Some(part.to_owned())
                 }
                 _ => return Err(usage()),
@@ -273,6 +274,11 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
         let figures = sealed::measure(&counts).await?;
         eprintln!("appduct-bench: sealed {}", sealed::summary(&figures));
         report.sealed(&figures);
+    }
+    if only == Some("pictures") {
+        // Issue #17: a 5 MiB image in parts; figures to stderr (BENCHMARKS.md, "Pictures").
+        let runs = pictures::measure(if counts.smoke { 1 } else { 3 }).await?;
+        eprintln!("appduct-bench: pictures\n{}", pictures::summary(&runs));
     }
     if only.is_none() || only == Some("sessions") {
         let sessions = sessions(&counts, nofile).await?;
