@@ -39,7 +39,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::control_server::Connection;
+use crate::control_server::{Connection, ConnectionId};
 use crate::events::EventBus;
 
 /// Wrong codes an approval accepts; the last one denies it.
@@ -211,6 +211,8 @@ struct Code {
     until: Instant,
     /// The device the code was written to.
     terminal: String,
+    /// The connection that asked for it: only it may present the code (§C8.19).
+    conn: ConnectionId,
 }
 
 struct Pending {
@@ -582,6 +584,7 @@ impl Approvals {
             digits,
             until,
             terminal: terminal.clone(),
+            conn: conn.id(),
         });
         tracing::info!(%approval_id, %terminal, peer_pid = ?conn.peer_pid(), "approval code written to a terminal");
         Ok(ApprovalChallengeResult::new(
@@ -616,7 +619,7 @@ impl Approvals {
             ));
         }
         let terminal = if self.config.operator_requires_terminal {
-            Some(self.check_code(id, params.code.as_deref(), &by)?)
+            Some(self.check_code(conn.id(), id, params.code.as_deref(), &by)?)
         } else {
             None
         };
@@ -669,10 +672,13 @@ impl Approvals {
         ))
     }
 
-    /// The code check of `approvals.decide`: constant-time compare, wrong codes counted, the
-    /// last one denies the approval. `Ok` is the terminal the code was written to.
+    /// The code check of `approvals.decide`: only on the connection that asked for the code,
+    /// constant-time compare, wrong codes counted (a code presented on another connection
+    /// counts as one, without being compared), the last one denies the approval. `Ok` is the
+    /// terminal the code was written to.
     fn check_code(
         &self,
+        conn: ConnectionId,
         id: &str,
         code: Option<&str>,
         by: &Decider,
@@ -699,24 +705,39 @@ impl Approvals {
                 ),
             ));
         };
-        if typed.len() == expected.digits.len() && bool::from(typed.ct_eq(&expected.digits)) {
+        // A code is bound to the connection that asked for it (§C8.19): another connection
+        // presenting one spends an attempt and learns nothing about the code.
+        let same_connection = expected.conn == conn;
+        if same_connection
+            && typed.len() == expected.digits.len()
+            && bool::from(typed.ct_eq(&expected.digits))
+        {
             let terminal = expected.terminal.clone();
             pending.code = None;
             return Ok(terminal);
         }
         pending.wrong += 1;
         let left = MAX_CODE_ATTEMPTS.saturating_sub(pending.wrong);
-        tracing::warn!(approval_id = %id, attempts_left = left, "wrong approval code");
         if left > 0 {
-            return Err(refused(
-                id,
-                "wrong_code",
-                format!("Wrong code for {id}; {left} attempt(s) left"),
-            )
-            .with_details(
-                json!({"reason": "wrong_code", "approvalId": id, "attemptsLeft": left}),
-            ));
+            let (reason, message) = if same_connection {
+                tracing::warn!(approval_id = %id, attempts_left = left, "wrong approval code");
+                (
+                    "wrong_code",
+                    format!("Wrong code for {id}; {left} attempt(s) left"),
+                )
+            } else {
+                tracing::warn!(approval_id = %id, attempts_left = left, %conn, "approval code presented on a connection that did not ask for it");
+                (
+                    "other_connection",
+                    format!(
+                        "The code for {id} was not issued to this connection: approve on the connection that ran approvals.challenge; {left} attempt(s) left"
+                    ),
+                )
+            };
+            return Err(refused(id, reason, message)
+                .with_details(json!({"reason": reason, "approvalId": id, "attemptsLeft": left})));
         }
+        tracing::warn!(approval_id = %id, "last wrong approval code");
         drop(state);
         self.settle(
             id,

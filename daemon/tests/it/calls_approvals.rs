@@ -676,3 +676,46 @@ async fn an_approved_call_whose_tool_became_deny_while_parked_is_denied() {
     assert_eq!(audit_of(&lines, "ap-deny")["outcome"], "denied");
     f.stop().await;
 }
+
+#[tokio::test]
+async fn a_code_is_accepted_only_on_the_connection_that_asked_for_it() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let approval_id = park(&mut f, 2, "ap-bound").await;
+    let mut op = operator(&f).await;
+    op.request(2, "approvals.challenge", json!({"approvalId": approval_id}))
+        .await;
+    let code = terminal.code();
+    // Another connection with the right code: refused, not compared, one attempt spent.
+    let mut other = operator(&f).await;
+    let stolen = other
+        .request(
+            2,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve", "code": code}),
+        )
+        .await;
+    assert_eq!(
+        stolen["error"]["data"]["type"], "approval_refused",
+        "{stolen}"
+    );
+    let details = &stolen["error"]["data"]["details"];
+    assert_eq!(details["reason"], "other_connection", "{stolen}");
+    assert_eq!(details["attemptsLeft"], 2);
+    f.device.assert_no_frame();
+    let listed = op.request(3, "approvals.list", json!({})).await;
+    assert_eq!(listed["result"]["approvals"][0]["attemptsLeft"], 2);
+    // The connection that asked for it still approves with it.
+    let approved = op
+        .request(
+            4,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve", "code": code}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    let (wire_id, _) = f.device.tool_call().await;
+    f.device.result(&wire_id, json!(1)).await;
+    assert_eq!(f.wire.response(2).await["result"]["result"], 1);
+    f.stop().await;
+}
