@@ -641,6 +641,12 @@ impl Daemon {
             Arc::clone(&clock),
             Arc::clone(&late_env) as Arc<dyn LinkEnvironment>,
         );
+        let approvals = Arc::new(crate::approvals::Approvals::new(
+            bus.clone(),
+            Arc::clone(&clock),
+            config.consent,
+            Arc::clone(&opts.operator_terminal),
+        ));
         let calls = Calls::start(
             &CallsContext {
                 sessions: sessions.clone(),
@@ -650,12 +656,7 @@ impl Daemon {
                 state_dir: dir.clone(),
                 policy: policy.clone(),
                 audit: audit.clone(),
-                approvals: Arc::new(crate::approvals::Approvals::new(
-                    bus.clone(),
-                    Arc::clone(&clock),
-                    config.consent,
-                    Arc::clone(&opts.operator_terminal),
-                )),
+                approvals: Arc::clone(&approvals),
             },
             opts.pipeline_probe.clone(),
         );
@@ -718,7 +719,8 @@ impl Daemon {
                 (*config).clone(),
                 dir.path(),
                 bus.clone(),
-            ),
+            )
+            .with_operator_gate(approvals),
             policy,
             audit: audit.clone(),
             sessions: sessions.clone(),
@@ -952,7 +954,11 @@ impl DaemonHandle {
         &self,
     ) -> Result<appduct_protocol::control::ReloadResult, appduct_protocol::jsonrpc::ErrorObject>
     {
-        self.shared.handler.context().policy_control.reload()
+        self.shared
+            .handler
+            .context()
+            .policy_control
+            .reload(crate::policy_control::ReloadBy::Signal)
     }
 
     /// The bound wss address (the wildcard or dual-stack socket; its port is never 0).

@@ -71,6 +71,7 @@ pub mod jsonrpc;
 pub mod limits;
 pub mod link;
 pub mod pin;
+pub mod preview;
 #[cfg(feature = "schemas")]
 pub mod schema;
 pub mod sealed;

@@ -133,7 +133,7 @@ pub fn not_interactive(id: &str) -> CliError {
 
 pub async fn run(globals: &Globals, out: &Output, cmd: &Approvals) -> Result<Success, CliError> {
     if let Approvals::Approve { id, .. } = cmd
-        && !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal())
+        && !interactive()
     {
         return Err(not_interactive(id));
     }
@@ -174,37 +174,54 @@ pub async fn run(globals: &Globals, out: &Output, cmd: &Approvals) -> Result<Suc
             ))
         }
         Approvals::Approve { id, minutes } => {
-            let mut params = ApprovalsDecideParams::new(id.clone(), ApprovalDecision::Approve)
-                .with_grant(minutes.map(|m| GrantRequest::tool(Some(m))));
-            match client
-                .call::<ApprovalsChallenge>(ApprovalIdParams::new(id.clone()))
-                .await
-            {
-                Ok(challenge) => {
-                    let prompt = format!(
-                        "A one-time code for {id} was written to {}. Type it to approve (Enter alone gives up): ",
-                        challenge.terminal
-                    );
-                    let code = tokio::task::spawn_blocking(move || read_code(&prompt))
-                        .await
-                        .map_err(|e| CliError::internal(e.to_string()))??;
-                    params = params.with_code(Some(code));
-                }
-                // A daemon that needs no code (`consent.operatorRequiresTerminal: false`) still
-                // approves; any other daemon answers `code_required` and the terminal error
-                // below is the one worth showing.
-                Err(e) => {
-                    let first = fail(e);
-                    return match client.call::<ApprovalsDecide>(params).await {
-                        Ok(r) => Ok(decided(&r)),
-                        Err(_) => Err(first),
-                    };
-                }
-            }
-            let r = client.call::<ApprovalsDecide>(params).await.map_err(fail)?;
+            let r = approve_with_code(&client, &dir, id, *minutes).await?;
             Ok(decided(&r))
         }
     }
+}
+
+/// Whether a person can type a code here: stdin and stdout are terminals.
+pub fn interactive() -> bool {
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
+/// `approvals.challenge` then `approvals.decide` with the code the person types, on the one
+/// connection `client` (the daemon accepts a code only there, §C8.19).
+pub async fn approve_with_code(
+    client: &appduct_client::client::ControlClient,
+    dir: &appduct_client::state_dir::StateDir,
+    id: &str,
+    minutes: Option<u64>,
+) -> Result<ApprovalsDecideResult, CliError> {
+    let fail = |e: appduct_client::client::ClientError| connect::client_error(&e, dir);
+    let mut params = ApprovalsDecideParams::new(id.to_owned(), ApprovalDecision::Approve)
+        .with_grant(minutes.map(|m| GrantRequest::tool(Some(m))));
+    match client
+        .call::<ApprovalsChallenge>(ApprovalIdParams::new(id.to_owned()))
+        .await
+    {
+        Ok(challenge) => {
+            let prompt = format!(
+                "A one-time code for {id} was written to {}. Type it to approve (Enter alone gives up): ",
+                challenge.terminal
+            );
+            let code = tokio::task::spawn_blocking(move || read_code(&prompt))
+                .await
+                .map_err(|e| CliError::internal(e.to_string()))??;
+            params = params.with_code(Some(code));
+        }
+        // A daemon that needs no code (`consent.operatorRequiresTerminal: false`) still
+        // approves; any other daemon answers `code_required` and the terminal error
+        // below is the one worth showing.
+        Err(e) => {
+            let first = fail(e);
+            return client
+                .call::<ApprovalsDecide>(params)
+                .await
+                .map_err(|_| first);
+        }
+    }
+    client.call::<ApprovalsDecide>(params).await.map_err(fail)
 }
 
 /// Prompts on `/dev/tty` and reads one line from it; an empty line gives up.
@@ -286,6 +303,13 @@ pub fn approvals_ls(approvals: &[ApprovalSummary], grants: &[GrantSummary]) -> S
                 render::clean_line(&a.call_id),
                 until(a.expires_at)
             ));
+            // Escaped by the daemon already; again here, since the text comes off the socket.
+            if !a.args_preview.is_empty() {
+                human.push_str(&format!(
+                    "    arguments: {}\n",
+                    appduct_protocol::preview::escape_hidden(&a.args_preview)
+                ));
+            }
         }
         human.push_str("Approve in a terminal with appduct approvals approve <APPROVAL_ID>.\n");
     }
