@@ -326,6 +326,20 @@ impl PolicyControl {
     /// and refused (nothing applied, the reason logged) when asked by a signal (§C11.2).
     pub fn reload(&self, by: ReloadBy) -> Result<ReloadResult, ErrorObject> {
         let mut file_policy = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        // A deleted file would load as the built-in defaults (all `allow`): keep what runs.
+        if let Err(e) = std::fs::symlink_metadata(self.policy.config_path())
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            let mut details = Map::new();
+            details.insert("configPath".into(), Value::String(self.config_path()));
+            return Err(ErrorObject::invalid_params(
+                format!(
+                    "{} is missing; the running configuration stays in force",
+                    self.config_path()
+                ),
+                details,
+            ));
+        }
         let loaded = Config::load(&self.state_dir).map_err(|e| {
             let mut details = Map::new();
             details.insert("configPath".into(), Value::String(self.config_path()));

@@ -628,6 +628,8 @@ wire_enum! {
     ApprovalKind { Call = "call", Policy = "policy" }
 }
 
+// `wire_enum!` cannot mark a `#[default]` variant.
+#[allow(clippy::derivable_impls)]
 impl Default for ApprovalKind {
     fn default() -> Self {
         Self::Call

@@ -948,3 +948,35 @@ async fn a_loosening_reload_is_held_on_request_and_refused_on_sighup() {
     assert_eq!(slow_task_rule(&mut op, 7).await, "allow");
     f.stop().await;
 }
+
+#[tokio::test]
+async fn a_reload_with_config_json_deleted_keeps_the_running_policy() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let f = fixture(60_000, false, terminal).await;
+    let mut op = operator(&f).await;
+    let set = op
+        .request(
+            2,
+            "policy.set",
+            json!({"target": "*/echo", "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(set["result"]["changed"], true, "{set}");
+    std::fs::remove_file(f.daemon.state_dir().path().join("config.json")).unwrap();
+    let reply = op.request(3, "daemon.reload", json!({})).await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is missing; the running configuration stays in force"),
+        "{reply}"
+    );
+    assert_eq!(slow_task_rule(&mut op, 4).await, "prompt");
+    let listed = op.request(5, "policy.list", json!({})).await;
+    assert_eq!(
+        listed["result"]["policy"]["tools"]["*/echo"], "deny",
+        "{listed}"
+    );
+    f.stop().await;
+}
