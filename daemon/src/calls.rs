@@ -841,6 +841,7 @@ impl Inner {
     /// passes, or it is cancelled. The wait does not spend the call's deadline: `Some` is the
     /// whole deadline, which starts when the call is released to the app; `None` means the
     /// call was settled (or is being settled by someone else).
+    #[allow(clippy::too_many_arguments)]
     async fn operator_gate(
         &self,
         key: u64,

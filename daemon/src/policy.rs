@@ -431,11 +431,11 @@ mod tests {
     use super::*;
 
     fn policy(default: Decision, destructive: Decision, keys: &[(&str, Decision)]) -> Policy {
-        let mut p = Policy::default();
-        p.default = default;
-        p.destructive = destructive;
-        p.tools = tools(keys);
-        p
+        Policy {
+            default,
+            destructive,
+            tools: tools(keys),
+        }
     }
 
     #[test]

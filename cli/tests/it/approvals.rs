@@ -167,6 +167,7 @@ fn deny_works_without_a_terminal_and_the_caller_gets_policy_denied() {
 }
 
 /// Runs `appduct <args>` in its own session whose controlling terminal is `pty`.
+#[allow(clippy::unwrap_used)]
 fn spawn_in_terminal(sb: &Sandbox, pty: &mut Pty, args: &[&str]) -> std::process::Child {
     let slave = pty.take_slave_file();
     let inner = sb.command(args);
