@@ -292,6 +292,24 @@ struct Pending {
     tx: oneshot::Sender<Settled>,
     call_id: Option<String>,
     progress: Option<mpsc::UnboundedSender<CallProgress>>,
+    /// A `tools.call`: its deadline as the watchdog assumes it (§C10.3); a parking notice
+    /// extends the watchdog by it past the approval's expiry (§C11.1).
+    call_deadline: Option<Duration>,
+    /// The watchdog no longer fires before this (set by a parking notice).
+    hold_until: Option<tokio::time::Instant>,
+}
+
+/// How long after now a call parked until `expires_at` (unix seconds) may still answer: the
+/// rest of the approval wait (rounded up to the next second), then its whole `deadline`.
+pub fn parked_call_wait(expires_at: u64, now_unix_ms: u64, deadline: Duration) -> Duration {
+    let until_ms = expires_at.saturating_add(1).saturating_mul(1000);
+    Duration::from_millis(until_ms.saturating_sub(now_unix_ms)).saturating_add(deadline)
+}
+
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 struct EventSink {
@@ -411,6 +429,16 @@ impl Shared {
         if call_id.is_some() {
             p.call_id = call_id;
         }
+        // A call parked for an operator: its deadline starts when it is approved (§C11.1).
+        if let (CallProgress::Progress(progress), Some(deadline)) = (&item, p.call_deadline)
+            && progress.approval_id.is_some()
+            && let Some(expires_at) = progress.expires_at
+        {
+            let until = tokio::time::Instant::now()
+                + parked_call_wait(expires_at, now_unix_ms(), deadline)
+                + Duration::from_millis(WATCHDOG_SLACK_MS);
+            p.hold_until = Some(p.hold_until.map_or(until, |h| h.max(until)));
+        }
         if let Some(tx) = &p.progress
             && tx.send(item).is_err()
         {
@@ -496,6 +524,7 @@ impl Inner {
         params: Option<Value>,
         call_id: Option<String>,
         progress: Option<mpsc::UnboundedSender<CallProgress>>,
+        call_deadline: Option<Duration>,
     ) -> Result<(i64, oneshot::Receiver<Settled>), ClientError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let line = to_line(&Request::new(id, method, params))
@@ -512,6 +541,8 @@ impl Inner {
                     tx,
                     call_id,
                     progress,
+                    call_deadline,
+                    hold_until: None,
                 },
             );
         }
@@ -531,7 +562,27 @@ impl Inner {
         method: &'static str,
         after: Duration,
     ) -> (Result<Value, ClientError>, Option<String>) {
-        match tokio::time::timeout(after, rx).await {
+        let mut rx = rx;
+        let mut until = tokio::time::Instant::now() + after;
+        let waited = loop {
+            match tokio::time::timeout_at(until, &mut rx).await {
+                Err(elapsed) => {
+                    // A parking notice may have moved the watchdog (§C11.1).
+                    let hold = self
+                        .shared
+                        .lock()
+                        .pending
+                        .get(&id)
+                        .and_then(|p| p.hold_until);
+                    match hold {
+                        Some(h) if h > until => until = h,
+                        _ => break Err(elapsed),
+                    }
+                }
+                Ok(settled) => break Ok(settled),
+            }
+        };
+        match waited {
             Ok(Ok(s)) => (s.outcome.map_err(Failure::into_error), s.call_id),
             Ok(Err(_)) => (Err(ClientError::Closed), None),
             Err(_) => {
@@ -552,7 +603,7 @@ impl Inner {
         params: Option<Value>,
         after: Duration,
     ) -> Result<Value, ClientError> {
-        let (id, rx) = self.start(method, params, None, None)?;
+        let (id, rx) = self.start(method, params, None, None, None)?;
         self.finish(id, rx, method, after).await.0
     }
 }
@@ -808,11 +859,21 @@ impl ControlClient {
     ) -> PendingToolCall {
         let call_id = params.call_id.clone();
         let watchdog = tool_call_watchdog(params.timeout_ms.map(|t| t as f64));
+        let deadline = Duration::from_millis(
+            params
+                .timeout_ms
+                .map_or(WATCHDOG_DEFAULT_DEADLINE_MS, |t| clamp_timeout_ms(t as f64)),
+        );
         let started = serde_json::to_value(&params)
             .map_err(|e| ClientError::Protocol(format!("cannot encode tools.call: {e}")))
             .and_then(|p| {
-                self.inner
-                    .start(ToolsCall::NAME, Some(p), call_id.clone(), progress)
+                self.inner.start(
+                    ToolsCall::NAME,
+                    Some(p),
+                    call_id.clone(),
+                    progress,
+                    Some(deadline),
+                )
             });
         PendingToolCall {
             inner: self.inner.clone(),

@@ -25,12 +25,13 @@ use appduct_client::config::{ConsentConfig, ConsentFallback};
 use appduct_client::random::random_bytes;
 use appduct_client::timestamp::format_iso_ms;
 use appduct_protocol::control::{
-    ApprovalChallengeResult, ApprovalDecision, ApprovalPendingData, ApprovalSettledData,
-    ApprovalSummary, ApprovalVerdict, ApprovalsDecideParams, ApprovalsDecideResult, Caller,
-    Decider, EventData, GrantScope, GrantSummary,
+    ApprovalChallengeResult, ApprovalDecision, ApprovalKind, ApprovalPendingData,
+    ApprovalSettledData, ApprovalSummary, ApprovalVerdict, ApprovalsDecideParams,
+    ApprovalsDecideResult, Caller, Decider, EventData, GrantScope, GrantSummary,
 };
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::ErrorObject;
+use appduct_protocol::preview::escape_hidden;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::json;
@@ -39,7 +40,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::clock::Clock;
-use crate::control_server::Connection;
+use crate::control_server::{Connection, ConnectionId};
 use crate::events::EventBus;
 
 /// Wrong codes an approval accepts; the last one denies it.
@@ -211,10 +212,17 @@ struct Code {
     until: Instant,
     /// The device the code was written to.
     terminal: String,
+    /// The connection that asked for it: only it may present the code (§C8.19).
+    conn: ConnectionId,
 }
+
+/// What approving a policy change does (§C11.2): applies it, or says why it no longer can.
+pub type PolicyApply = Box<dyn FnOnce() -> Result<(), ErrorObject> + Send>;
 
 struct Pending {
     summary: ApprovalSummary,
+    /// For a policy change: applies it once approved.
+    apply: Option<PolicyApply>,
     expires: Instant,
     tx: Option<oneshot::Sender<Verdict>>,
     code: Option<Code>,
@@ -382,6 +390,7 @@ impl Approvals {
         caller: Caller,
         caller_pid: Option<u32>,
         args_sha256: &str,
+        args_preview: String,
         wait: Duration,
     ) -> Result<Parked, ErrorObject> {
         let approval_id = mint_id(APPROVAL_PREFIX)?;
@@ -404,10 +413,12 @@ impl Approvals {
             format_iso_ms(created_unix_ms),
             expires_at,
             MAX_CODE_ATTEMPTS,
-        );
+        )
+        .with_args_preview(args_preview);
         let mut state = self.lock();
         state.pending.push(Pending {
             summary,
+            apply: None,
             expires: Instant::now() + wait,
             tx: Some(tx),
             code: None,
@@ -434,6 +445,61 @@ impl Approvals {
             expires_at,
             verdict: rx,
         })
+    }
+
+    /// Holds a policy change that loosens policy until an operator approves it (§C11.2):
+    /// `method` is the control method, `change` the description the operator sees, `apply`
+    /// what approving does. The caller arranges the expiry ([`Approvals::settle`] with
+    /// [`Verdict::Expired`] after `wait`). Returns the approval id and its expiry (unix s).
+    pub fn park_policy(
+        &self,
+        method: &str,
+        change: &str,
+        caller: Caller,
+        apply: PolicyApply,
+        wait: Duration,
+    ) -> Result<(String, u64), ErrorObject> {
+        let approval_id = mint_id(APPROVAL_PREFIX)?;
+        let created_unix_ms = self.clock.now_unix_ms();
+        let expires_at = self.unix_s_after(wait);
+        let preview = escape_hidden(change);
+        let summary = ApprovalSummary::new(
+            approval_id.clone(),
+            String::new(),
+            String::new(),
+            String::new(),
+            method.to_owned(),
+            caller,
+            String::new(),
+            format_iso_ms(created_unix_ms),
+            expires_at,
+            MAX_CODE_ATTEMPTS,
+        )
+        .with_args_preview(preview)
+        .with_kind(ApprovalKind::Policy);
+        let mut state = self.lock();
+        state.pending.push(Pending {
+            summary,
+            apply: Some(apply),
+            expires: Instant::now() + wait,
+            tx: None,
+            code: None,
+            wrong: 0,
+            // The person who asked for the change approves it from the same terminal.
+            caller_terminal: None,
+            created_unix_ms,
+        });
+        self.bus.emit(
+            None,
+            None,
+            EventData::ApprovalPending(
+                ApprovalPendingData::new(approval_id.clone(), "", method, caller, "", expires_at)
+                    .with_kind(ApprovalKind::Policy),
+            ),
+        );
+        drop(state);
+        tracing::info!(%approval_id, %method, %change, "policy change held for an operator");
+        Ok((approval_id, expires_at))
     }
 
     /// Ends approval `approval_id` with `verdict` unless it already ended: emits
@@ -498,15 +564,17 @@ impl Approvals {
         conn: &Connection,
         approval_id: &str,
     ) -> Result<ApprovalChallengeResult, ErrorObject> {
-        let (tool, alias, caller_terminal, created_unix_ms) = {
+        let (kind, tool, alias, preview, caller_terminal, created_unix_ms) = {
             let state = self.lock();
             let at = state
                 .position(approval_id)
                 .ok_or_else(|| unknown_approval(approval_id))?;
             let p = &state.pending[at];
             (
+                p.summary.kind,
                 p.summary.tool.clone(),
                 p.summary.alias.clone(),
+                p.summary.args_preview.clone(),
                 p.caller_terminal,
                 p.created_unix_ms,
             )
@@ -561,13 +629,24 @@ impl Approvals {
             || "an unknown process".to_owned(),
             |p| format!("process {p}"),
         );
-        // `\r\n`: the terminal may be in raw mode. Only what the daemon itself minted or was
-        // told by the app's registry reaches the terminal; control characters are dropped.
-        let clean = |s: &str| -> String { s.chars().filter(|c| !c.is_control()).collect() };
+        // `\r\n`: the terminal may be in raw mode. What the daemon minted, the app's tool
+        // name, the alias and the argument preview reach the terminal, with every control,
+        // bidi or invisible character escaped (the preview is escaped already).
+        let what = match kind {
+            ApprovalKind::Policy => format!(
+                "\r\nappduct: {asker} asks to approve a policy change by {} ({approval_id}).\r\nappduct: change: {}\r\n",
+                escape_hidden(&tool),
+                escape_hidden(&preview),
+            ),
+            ApprovalKind::Call => format!(
+                "\r\nappduct: {asker} asks to approve the call of \"{}\" on {} ({approval_id}).\r\nappduct: arguments: {}\r\n",
+                escape_hidden(&tool),
+                escape_hidden(&alias),
+                escape_hidden(&preview),
+            ),
+        };
         let text = format!(
-            "\r\nappduct: {asker} asks to approve the call of \"{}\" on {} ({approval_id}).\r\nappduct: type this code only if you started that approval yourself: {shown}\r\n",
-            clean(&tool),
-            clean(&alias),
+            "{what}appduct: type this code only if you started that approval yourself: {shown}\r\n"
         );
         self.terminal.write(&device, &text).map_err(no_terminal)?;
         let terminal = device.path;
@@ -582,6 +661,7 @@ impl Approvals {
             digits,
             until,
             terminal: terminal.clone(),
+            conn: conn.id(),
         });
         tracing::info!(%approval_id, %terminal, peer_pid = ?conn.peer_pid(), "approval code written to a terminal");
         Ok(ApprovalChallengeResult::new(
@@ -616,10 +696,27 @@ impl Approvals {
             ));
         }
         let terminal = if self.config.operator_requires_terminal {
-            Some(self.check_code(id, params.code.as_deref(), &by)?)
+            Some(self.check_code(conn.id(), id, params.code.as_deref(), &by)?)
         } else {
             None
         };
+        // A policy change: applied here, after it was settled as approved; a grant is ignored.
+        let apply = {
+            let mut state = self.lock();
+            let at = state.position(id).ok_or_else(|| unknown_approval(id))?;
+            state.pending[at].apply.take()
+        };
+        if let Some(apply) = apply {
+            if !self.settle(id, Verdict::Approved { by, terminal }) {
+                return Err(unknown_approval(id));
+            }
+            apply()?;
+            return Ok(ApprovalsDecideResult::new(
+                id,
+                ApprovalVerdict::Approved,
+                None,
+            ));
+        }
         // Approve, with a grant for `scope: "tool"`. The grant is recorded before the call is
         // woken, so a call the caller sends right after this result finds it.
         let grant = match params.grant {
@@ -669,10 +766,13 @@ impl Approvals {
         ))
     }
 
-    /// The code check of `approvals.decide`: constant-time compare, wrong codes counted, the
-    /// last one denies the approval. `Ok` is the terminal the code was written to.
+    /// The code check of `approvals.decide`: only on the connection that asked for the code,
+    /// constant-time compare, wrong codes counted (a code presented on another connection
+    /// counts as one, without being compared), the last one denies the approval. `Ok` is the
+    /// terminal the code was written to.
     fn check_code(
         &self,
+        conn: ConnectionId,
         id: &str,
         code: Option<&str>,
         by: &Decider,
@@ -699,24 +799,39 @@ impl Approvals {
                 ),
             ));
         };
-        if typed.len() == expected.digits.len() && bool::from(typed.ct_eq(&expected.digits)) {
+        // A code is bound to the connection that asked for it (§C8.19): another connection
+        // presenting one spends an attempt and learns nothing about the code.
+        let same_connection = expected.conn == conn;
+        if same_connection
+            && typed.len() == expected.digits.len()
+            && bool::from(typed.ct_eq(&expected.digits))
+        {
             let terminal = expected.terminal.clone();
             pending.code = None;
             return Ok(terminal);
         }
         pending.wrong += 1;
         let left = MAX_CODE_ATTEMPTS.saturating_sub(pending.wrong);
-        tracing::warn!(approval_id = %id, attempts_left = left, "wrong approval code");
         if left > 0 {
-            return Err(refused(
-                id,
-                "wrong_code",
-                format!("Wrong code for {id}; {left} attempt(s) left"),
-            )
-            .with_details(
-                json!({"reason": "wrong_code", "approvalId": id, "attemptsLeft": left}),
-            ));
+            let (reason, message) = if same_connection {
+                tracing::warn!(approval_id = %id, attempts_left = left, "wrong approval code");
+                (
+                    "wrong_code",
+                    format!("Wrong code for {id}; {left} attempt(s) left"),
+                )
+            } else {
+                tracing::warn!(approval_id = %id, attempts_left = left, %conn, "approval code presented on a connection that did not ask for it");
+                (
+                    "other_connection",
+                    format!(
+                        "The code for {id} was not issued to this connection: approve on the connection that ran approvals.challenge; {left} attempt(s) left"
+                    ),
+                )
+            };
+            return Err(refused(id, reason, message)
+                .with_details(json!({"reason": reason, "approvalId": id, "attemptsLeft": left})));
         }
+        tracing::warn!(approval_id = %id, "last wrong approval code");
         drop(state);
         self.settle(
             id,

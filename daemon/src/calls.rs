@@ -50,7 +50,8 @@ use appduct_protocol::ids::CallId;
 use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
 use appduct_protocol::limits;
 use appduct_protocol::parts::{PartError, ResultAssembler, ResultBody};
-use serde_json::{Value, json};
+use appduct_protocol::preview::args_preview;
+use serde_json::{Map, Value, json};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
@@ -76,6 +77,15 @@ pub use list::{
 pub const CANCEL_GRACE: Duration = Duration::from_millis(limits::CANCEL_GRACE_MS);
 /// `tool_cancel.reason` when the issuing control connection closes (§C10.6).
 pub const CONNECTION_CLOSED: &str = "connection_closed";
+/// A wait for a message: whole seconds, or milliseconds below 1 s.
+fn wait_text(wait: Duration) -> String {
+    if wait.subsec_millis() == 0 || wait.as_secs() >= 10 {
+        format!("{} s", wait.as_secs())
+    } else {
+        format!("{} ms", wait.as_millis())
+    }
+}
+
 /// `tool_cancel.reason` when the daemon's deadline fires (§C10.3).
 pub const TIMEOUT_REASON: &str = "timeout";
 /// `tool_cancel.reason` when a result sent in parts passes a memory bound (§D17.3).
@@ -781,7 +791,15 @@ impl Inner {
                     alias: alias.clone(),
                 };
                 match self
-                    .operator_gate(key, &call_id, &target, &name, &denial, full_deadline_ms)
+                    .operator_gate(
+                        key,
+                        &call_id,
+                        &target,
+                        &name,
+                        &args,
+                        &denial,
+                        full_deadline_ms,
+                    )
                     .await
                 {
                     // Policy may have changed to `deny` while the call was parked: the
@@ -921,15 +939,18 @@ impl Inner {
     }
 
     /// Step 6 under `consent.fallback: "operator"` (§C11.1): a grant lets the call through at
-    /// once; otherwise it is parked until an operator decides, the approval or the call's
-    /// deadline passes, or it is cancelled. `Some` is what is left of the call's deadline once
-    /// approved; `None` means the call was settled (or is being settled by someone else).
+    /// once; otherwise it is parked until an operator decides, `consent.approvalTimeoutMs`
+    /// passes, or it is cancelled. The wait does not spend the call's deadline: `Some` is the
+    /// whole deadline, which starts when the call is released to the app; `None` means the
+    /// call was settled (or is being settled by someone else).
+    #[allow(clippy::too_many_arguments)]
     async fn operator_gate(
         &self,
         key: u64,
         call_id: &str,
         target: &Target,
         name: &str,
+        args: &Map<String, Value>,
         denial: &PolicyDenial,
         deadline_ms: u64,
     ) -> Option<u64> {
@@ -946,15 +967,13 @@ impl Inner {
             });
             return Some(deadline_ms);
         }
-        let approval_wait = self.approvals.approval_timeout();
-        let deadline = Duration::from_millis(deadline_ms);
-        let wait = approval_wait.min(deadline);
+        // The operator gets the whole approval timeout whatever the tool's deadline (§C11.1).
+        let wait = self.approvals.approval_timeout();
         let (caller, caller_pid, sha) = {
             let table = self.table();
             let call = table.calls.get(&key)?;
             (call.caller, call.conn.peer_pid(), call.args_sha256.clone())
         };
-        let parked_at = Instant::now();
         let Parked {
             approval_id,
             expires_at,
@@ -967,6 +986,7 @@ impl Inner {
             caller,
             caller_pid,
             &sha,
+            args_preview(args),
             wait,
         ) {
             Ok(parked) => parked,
@@ -992,8 +1012,8 @@ impl Inner {
                     });
                     if call.progress {
                         let message = format!(
-                            "Waiting for an operator: run `appduct approvals approve {approval_id}` in a terminal (expires in {} s)",
-                            wait.as_secs()
+                            "Waiting for an operator: run `appduct approvals approve {approval_id}` in a terminal (expires in {})",
+                            wait_text(wait)
                         );
                         call.conn.notify::<ToolCallProgressNotify>(
                             &ToolCallProgressParams::new(
@@ -1003,7 +1023,8 @@ impl Inner {
                                 self.clock.now_unix_ms(),
                             )
                             .with_message(Some(message))
-                            .with_approval_id(Some(approval_id.clone())),
+                            .with_approval_id(Some(approval_id.clone()))
+                            .with_expires_at(Some(expires_at)),
                         );
                     }
                     true
@@ -1057,8 +1078,7 @@ impl Inner {
                     terminal,
                     ..record("approved", Some(by), None)
                 });
-                let waited = millis(parked_at.elapsed());
-                Some(deadline_ms.saturating_sub(waited).max(1))
+                Some(deadline_ms)
             }
             Verdict::Denied { by, wrong_code } => {
                 let outcome = operator_denial(
@@ -1080,18 +1100,14 @@ impl Inner {
                 None
             }
             Verdict::Expired => {
-                let outcome = if deadline <= approval_wait {
-                    Outcome::error(errors::tool_timeout(name, &target.alias, deadline_ms))
-                } else {
-                    operator_denial(
-                        DeniedReason::ApprovalExpired,
-                        format!(
-                            "No operator approved {quoted} on {} within {} s ({approval_id})",
-                            target.alias,
-                            approval_wait.as_secs()
-                        ),
-                    )
-                };
+                let outcome = operator_denial(
+                    DeniedReason::ApprovalExpired,
+                    format!(
+                        "No operator approved {quoted} on {} within {} ({approval_id})",
+                        target.alias,
+                        wait_text(wait)
+                    ),
+                );
                 self.settle(key, |call| {
                     call.parked = None;
                     call.operator = Some(record("expired", None, None));

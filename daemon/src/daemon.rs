@@ -653,6 +653,12 @@ impl Daemon {
             Arc::clone(&clock),
             Arc::clone(&late_env) as Arc<dyn LinkEnvironment>,
         );
+        let approvals = Arc::new(crate::approvals::Approvals::new(
+            bus.clone(),
+            Arc::clone(&clock),
+            config.consent,
+            Arc::clone(&opts.operator_terminal),
+        ));
         let calls = Calls::start(
             &CallsContext {
                 sessions: sessions.clone(),
@@ -662,12 +668,7 @@ impl Daemon {
                 state_dir: dir.clone(),
                 policy: policy.clone(),
                 audit: audit.clone(),
-                approvals: Arc::new(crate::approvals::Approvals::new(
-                    bus.clone(),
-                    Arc::clone(&clock),
-                    config.consent,
-                    Arc::clone(&opts.operator_terminal),
-                )),
+                approvals: Arc::clone(&approvals),
             },
             opts.pipeline_probe.clone(),
         );
@@ -745,7 +746,8 @@ impl Daemon {
                 dir.path(),
                 bus.clone(),
             )
-            .with_http(http.clone()),
+            .with_http(http.clone())
+            .with_operator_gate(approvals),
             http: http.clone(),
             policy,
             audit: audit.clone(),
@@ -1018,7 +1020,11 @@ impl DaemonHandle {
         &self,
     ) -> Result<appduct_protocol::control::ReloadResult, appduct_protocol::jsonrpc::ErrorObject>
     {
-        self.shared.handler.context().policy_control.reload()
+        self.shared
+            .handler
+            .context()
+            .policy_control
+            .reload(crate::policy_control::ReloadBy::Signal)
     }
 
     /// The bound wss address (the wildcard or dual-stack socket; its port is never 0).

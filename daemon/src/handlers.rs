@@ -340,7 +340,10 @@ impl DaemonHandler {
             }
             ControlRequest::PolicySet(p) => Reply::from_result(ctx.policy_control.set(&p)),
             ControlRequest::PolicyReset(p) => Reply::from_result(ctx.policy_control.reset(&p)),
-            ControlRequest::DaemonReload(_) => Reply::from_result(ctx.policy_control.reload()),
+            ControlRequest::DaemonReload(_) => Reply::from_result(
+                ctx.policy_control
+                    .reload(crate::policy_control::ReloadBy::Request),
+            ),
             calls @ (ControlRequest::ToolsList(_)
             | ControlRequest::ToolsCall(_)
             | ControlRequest::ToolsCancel(_)

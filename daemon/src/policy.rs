@@ -343,9 +343,185 @@ pub fn evaluate_policy(
     }
 }
 
+/// How permissive a decision is: `deny` < `prompt` < `allow`.
+fn permissiveness(d: Decision) -> u8 {
+    match d {
+        Decision::Deny => 0,
+        Decision::Prompt => 1,
+        Decision::Allow => 2,
+    }
+}
+
+fn decision_name(d: Decision) -> &'static str {
+    match d {
+        Decision::Deny => "deny",
+        Decision::Prompt => "prompt",
+        Decision::Allow => "allow",
+    }
+}
+
+/// Why replacing `before` with `after` may let some call through more easily than before
+/// (SECURITY.md §4.12), or `None` when it cannot: no alias, tool and destructive flag gets a
+/// more permissive decision under `after`. Sound and conservative: a rule set whose keys
+/// changed is judged without knowing which tools exist, so
+/// - a changed `default`/`destructive`, or a key kept with a new decision, loosens when the new
+///   decision is more permissive;
+/// - an added key loosens unless its decision is no more permissive than every decision
+///   `before` could give (its glob may catch any tool);
+/// - a removed key loosens unless every decision `after` could give is no more permissive than
+///   it (the tools it caught fall to other rules).
+///
+/// Otherwise every call keeps its rule (same keys), or moves to an added key, or leaves a
+/// removed one, and each of those was checked.
+pub fn loosening(before: &Policy, after: &Policy) -> Option<String> {
+    let looser = |new: Decision, old: Decision| permissiveness(new) > permissiveness(old);
+    if looser(after.default, before.default) {
+        return Some(format!(
+            "default {} -> {}",
+            decision_name(before.default),
+            decision_name(after.default)
+        ));
+    }
+    if looser(after.destructive, before.destructive) {
+        return Some(format!(
+            "destructive {} -> {}",
+            decision_name(before.destructive),
+            decision_name(after.destructive)
+        ));
+    }
+    let all = |p: &Policy| -> Vec<Decision> {
+        let mut v = vec![p.default, p.destructive];
+        v.extend(p.tools.values().copied());
+        v
+    };
+    let strictest_before = all(before)
+        .into_iter()
+        .min_by_key(|d| permissiveness(*d))
+        .unwrap_or(Decision::Deny);
+    let loosest_after = all(after)
+        .into_iter()
+        .max_by_key(|d| permissiveness(*d))
+        .unwrap_or(Decision::Allow);
+    for (key, new) in &after.tools {
+        match before.tools.get(key) {
+            Some(old) if looser(*new, *old) => {
+                return Some(format!(
+                    "{key} {} -> {}",
+                    decision_name(*old),
+                    decision_name(*new)
+                ));
+            }
+            Some(_) => {}
+            None if looser(*new, strictest_before) => {
+                return Some(format!("new rule {key} {}", decision_name(*new)));
+            }
+            None => {}
+        }
+    }
+    for (key, old) in &before.tools {
+        if !after.tools.contains_key(key) && looser(loosest_after, *old) {
+            return Some(format!("rule {key} {} removed", decision_name(*old)));
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn policy(default: Decision, destructive: Decision, keys: &[(&str, Decision)]) -> Policy {
+        Policy {
+            default,
+            destructive,
+            tools: tools(keys),
+        }
+    }
+
+    #[test]
+    fn loosening_is_found_and_tightening_passes() {
+        use Decision::{Allow, Deny, Prompt};
+        let base = policy(Prompt, Deny, &[("pixel-8/reset", Deny), ("*/sum", Prompt)]);
+        let loose = |p: Policy| loosening(&base, &p);
+        // Unchanged, and every kind of tightening.
+        assert_eq!(loose(base.clone()), None);
+        assert_eq!(
+            loose(policy(
+                Deny,
+                Deny,
+                &[("pixel-8/reset", Deny), ("*/sum", Prompt)]
+            )),
+            None
+        );
+        assert_eq!(
+            loose(policy(
+                Prompt,
+                Deny,
+                &[("pixel-8/reset", Deny), ("*/sum", Deny)]
+            )),
+            None
+        );
+        assert_eq!(
+            loose(policy(
+                Prompt,
+                Deny,
+                &[("pixel-8/reset", Deny), ("*/sum", Prompt), ("*/wipe", Deny)]
+            )),
+            None,
+            "an added deny"
+        );
+        // Loosening.
+        assert_eq!(
+            loose(policy(
+                Allow,
+                Deny,
+                &[("pixel-8/reset", Deny), ("*/sum", Prompt)]
+            ))
+            .as_deref(),
+            Some("default prompt -> allow")
+        );
+        assert_eq!(
+            loose(policy(
+                Prompt,
+                Prompt,
+                &[("pixel-8/reset", Deny), ("*/sum", Prompt)]
+            ))
+            .as_deref(),
+            Some("destructive deny -> prompt")
+        );
+        assert_eq!(
+            loose(policy(
+                Prompt,
+                Deny,
+                &[("pixel-8/reset", Prompt), ("*/sum", Prompt)]
+            ))
+            .as_deref(),
+            Some("pixel-8/reset deny -> prompt")
+        );
+        assert_eq!(
+            loose(policy(Prompt, Deny, &[("*/sum", Prompt)])).as_deref(),
+            Some("rule pixel-8/reset deny removed")
+        );
+        // A narrow prompt under a broad deny loosens what the deny caught.
+        assert_eq!(
+            loose(policy(
+                Prompt,
+                Deny,
+                &[
+                    ("pixel-8/reset", Deny),
+                    ("*/sum", Prompt),
+                    ("pixel-8/*", Prompt)
+                ]
+            ))
+            .as_deref(),
+            Some("new rule pixel-8/* prompt")
+        );
+        // Removing an allow rule never loosens.
+        let with_allow = policy(Prompt, Deny, &[("*/sum", Allow)]);
+        assert_eq!(loosening(&with_allow, &policy(Prompt, Deny, &[])), None);
+        // The built-in defaults (all allow) loosen any stricter policy.
+        assert!(loosening(&base, &Policy::default()).is_some());
+    }
 
     fn tools(keys: &[(&str, Decision)]) -> BTreeMap<String, Decision> {
         keys.iter().map(|(k, d)| ((*k).to_owned(), *d)).collect()

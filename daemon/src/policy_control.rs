@@ -13,15 +13,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use appduct_client::config::{Config, Policy, is_valid_tool_key, write_policy};
 use appduct_protocol::control::{
-    EventData, PolicyChangeCause, PolicyChangeResult, PolicyChangedData, PolicyDecision,
+    Caller, EventData, PolicyChangeCause, PolicyChangeResult, PolicyChangedData, PolicyDecision,
     PolicyEffective, PolicyListResult, PolicyResetParams, PolicySetParams, ReloadResult,
 };
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::ErrorObject;
 use serde_json::{Map, Value, json};
 
+use crate::approvals::{Approvals, Verdict};
 use crate::events::EventBus;
-use crate::policy::PolicyEngine;
+use crate::policy::{PolicyEngine, loosening};
 use crate::sessions::SessionManager;
 
 /// The `config.json` keys `daemon.reload` applies without a restart.
@@ -41,6 +42,35 @@ pub struct PolicyControl {
     bus: EventBus,
     /// Started, stopped or moved by a reload that changes `http` (§H1).
     http: Option<crate::http_api::HttpApi>,
+    /// With `consent.fallback: "operator"`: a change that loosens policy waits here for an
+    /// operator (§C11.2).
+    gate: Option<Arc<Approvals>>,
+}
+
+/// Who asked for a reload: a control request can be held for an operator, a signal cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadBy {
+    Request,
+    Signal,
+    /// An operator approved this reload (§C11.2): not held again.
+    Approved,
+}
+
+/// `approval_refused` for a change that loosens policy while operator approvals are on.
+fn held(method: &str, change: &str, approval_id: &str, expires_at: u64) -> ErrorObject {
+    ErrorObject::application(
+        ErrorType::ApprovalRefused,
+        format!(
+            "{method} would loosen policy ({change}): an operator must approve it ({approval_id}); nothing changed yet"
+        ),
+    )
+    .with_details(json!({
+        "reason": "operator_approval_required",
+        "approvalId": approval_id,
+        "change": change,
+        "expiresAt": expires_at,
+        "hint": format!("A person runs appduct approvals approve {approval_id} in their own terminal (appduct policy set/reset and appduct daemon reload do it for you when run in one)."),
+    }))
 }
 
 impl PolicyControl {
@@ -59,6 +89,62 @@ impl PolicyControl {
             write: Arc::new(Mutex::new(file_policy)),
             bus,
             http: None,
+            gate: None,
+        }
+    }
+
+    /// Holds loosening changes for an operator when `approvals` has the operator fallback
+    /// (§C11.2).
+    pub fn with_operator_gate(mut self, approvals: Arc<Approvals>) -> Self {
+        if approvals.operator_fallback() {
+            self.gate = Some(approvals);
+        }
+        self
+    }
+
+    /// Holds `after` (replacing `before`) for an operator: approving applies it if the policy
+    /// in force and in `config.json` is still `before`; it expires after
+    /// `consent.approvalTimeoutMs`.
+    fn hold(
+        &self,
+        gate: &Arc<Approvals>,
+        method: &str,
+        change: &str,
+        before: Policy,
+        after: Policy,
+        announce: (PolicyChangeCause, Option<String>, Option<PolicyDecision>),
+    ) -> ErrorObject {
+        let this = self.clone();
+        let apply: crate::approvals::PolicyApply = Box::new(move || {
+            let mut file_policy = this.write.lock().unwrap_or_else(PoisonError::into_inner);
+            if this.policy.policy() != before {
+                return Err(ErrorObject::application(
+                    ErrorType::InvalidRequest,
+                    "The policy changed after this change was asked for; nothing was applied",
+                )
+                .with_details(json!({"reason": "policy_changed"})));
+            }
+            this.commit(
+                &mut file_policy,
+                after,
+                announce.0,
+                announce.1.as_deref(),
+                announce.2,
+            )
+            .map(|_| ())
+        });
+        let wait = gate.approval_timeout();
+        match gate.park_policy(method, change, Caller::Cli, apply, wait) {
+            Ok((approval_id, expires_at)) => {
+                let expire = Arc::clone(gate);
+                let id = approval_id.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    expire.settle(&id, Verdict::Expired);
+                });
+                held(method, change, &approval_id, expires_at)
+            }
+            Err(e) => e,
         }
     }
 
@@ -163,8 +249,39 @@ impl PolicyControl {
         let before = self.policy.policy();
         let mut after = before.clone();
         edit(&mut after);
-        let changed = after != before;
+        if after != before
+            && let Some(gate) = &self.gate
+            && let Some(change) = loosening(&before, &after)
+        {
+            drop(file_policy);
+            let method = match cause {
+                PolicyChangeCause::Reset => "policy.reset",
+                _ => "policy.set",
+            };
+            return Err(self.hold(
+                gate,
+                method,
+                &change,
+                before,
+                after,
+                (cause, target.map(str::to_owned), decision),
+            ));
+        }
+        self.commit(&mut file_policy, after, cause, target, decision)
+    }
+
+    /// Writes `after` to `config.json` and puts it in force, unless it is the policy in force.
+    fn commit(
+        &self,
+        file_policy: &mut Option<Policy>,
+        after: Policy,
+        cause: PolicyChangeCause,
+        target: Option<&str>,
+        decision: Option<PolicyDecision>,
+    ) -> Result<PolicyChangeResult, ErrorObject> {
+        let changed = after != self.policy.policy();
         if changed {
+            self.file_unchanged(file_policy.as_ref())?;
             write_policy(&self.state_dir, &after).map_err(|e| {
                 ErrorObject::internal(format!(
                     "cannot write {}: {e}; the policy was not changed",
@@ -213,9 +330,25 @@ impl PolicyControl {
     }
 
     /// `daemon.reload` (and SIGHUP): re-reads `config.json`; a file that does not load leaves
-    /// everything in force and fails with the loader's message.
-    pub fn reload(&self) -> Result<ReloadResult, ErrorObject> {
+    /// everything in force and fails with the loader's message. With the operator gate, a file
+    /// whose policy loosens the one in force is held for an operator when asked by request,
+    /// and refused (nothing applied, the reason logged) when asked by a signal (§C11.2).
+    pub fn reload(&self, by: ReloadBy) -> Result<ReloadResult, ErrorObject> {
         let mut file_policy = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        // A deleted file would load as the built-in defaults (all `allow`): keep what runs.
+        if let Err(e) = std::fs::symlink_metadata(self.policy.config_path())
+            && e.kind() == std::io::ErrorKind::NotFound
+        {
+            let mut details = Map::new();
+            details.insert("configPath".into(), Value::String(self.config_path()));
+            return Err(ErrorObject::invalid_params(
+                format!(
+                    "{} is missing; the running configuration stays in force",
+                    self.config_path()
+                ),
+                details,
+            ));
+        }
         let loaded = Config::load(&self.state_dir).map_err(|e| {
             let mut details = Map::new();
             details.insert("configPath".into(), Value::String(self.config_path()));
@@ -228,6 +361,51 @@ impl PolicyControl {
             tracing::warn!("{warning}");
         }
         let new = loaded.config;
+        let before = self.policy.policy();
+        if by != ReloadBy::Approved
+            && let Some(gate) = &self.gate
+            && let Some(change) = loosening(&before, &new.policy)
+        {
+            if by == ReloadBy::Signal {
+                tracing::warn!(%change, "SIGHUP: config.json loosens policy ({change}); not applied: run appduct daemon reload in a terminal, where an operator approves it");
+                return Err(ErrorObject::application(
+                    ErrorType::ApprovalRefused,
+                    format!("config.json loosens policy ({change}); a signal cannot be approved, so nothing was applied: run appduct daemon reload in a terminal"),
+                )
+                .with_details(json!({"reason": "operator_approval_required", "change": change})));
+            }
+            drop(file_policy);
+            let this = self.clone();
+            let loaded_policy = new.policy;
+            let apply_reload: crate::approvals::PolicyApply = Box::new(move || {
+                // Applies the file only if it still holds what the operator approved.
+                match Config::load(&this.state_dir) {
+                    Ok(l) if l.config.policy == loaded_policy => {
+                        this.reload(ReloadBy::Approved).map(|_| ())
+                    }
+                    _ => Err(ErrorObject::application(
+                        ErrorType::InvalidRequest,
+                        "config.json changed after this reload was asked for; nothing was applied",
+                    )
+                    .with_details(json!({"reason": "config_changed"}))),
+                }
+            });
+            let wait = gate.approval_timeout();
+            return Err(
+                match gate.park_policy("daemon.reload", &change, Caller::Cli, apply_reload, wait) {
+                    Ok((approval_id, expires_at)) => {
+                        let expire = Arc::clone(gate);
+                        let id = approval_id.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(wait).await;
+                            expire.settle(&id, Verdict::Expired);
+                        });
+                        held("daemon.reload", &change, &approval_id, expires_at)
+                    }
+                    Err(e) => e,
+                },
+            );
+        }
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let mut applied = Vec::new();
         // First, as it can fail: a port that cannot be bound changes nothing (§H1).

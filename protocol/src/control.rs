@@ -624,6 +624,26 @@ wire_enum! {
     /// `approvals.decide` `grant.scope` (§C8.19).
     GrantScope { Call = "call", Tool = "tool" }
 }
+wire_enum! {
+    /// What a pending approval would let through (§C8.17): a parked tool call, or a policy
+    /// change that loosens policy (§C11.2).
+    ApprovalKind { Call = "call", Policy = "policy" }
+}
+
+// `wire_enum!` cannot mark a `#[default]` variant.
+#[allow(clippy::derivable_impls)]
+impl Default for ApprovalKind {
+    fn default() -> Self {
+        Self::Call
+    }
+}
+
+impl ApprovalKind {
+    /// For `skip_serializing_if`: `call` is left out, as before the field existed.
+    pub fn is_call(&self) -> bool {
+        *self == Self::Call
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Params
@@ -2989,6 +3009,11 @@ pub struct ToolCallProgressParams {
     /// Set only on the notification of a call parked for an operator (§C8.17).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<String>,
+    /// With `approvalId`: when the approval expires, unix seconds. The call's deadline starts
+    /// only once it is approved, so a caller's watchdog should wait until then plus the
+    /// deadline (§C10.3, §C11.1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
     pub ts: u64,
 }
 
@@ -3006,6 +3031,7 @@ impl ToolCallProgressParams {
             progress: None,
             message: None,
             approval_id: None,
+            expires_at: None,
             ts,
         }
     }
@@ -3015,6 +3041,7 @@ setters!(ToolCallProgressParams {
     with_progress => progress: Option<Number>,
     with_message => message: Option<String>,
     with_approval_id => approval_id: Option<String>,
+    with_expires_at => expires_at: Option<u64>,
 });
 
 /// A notification as a client sees it. Unknown methods and event kinds are kept as
@@ -3435,12 +3462,22 @@ impl Decider {
 #[non_exhaustive]
 pub struct ApprovalSummary {
     pub approval_id: String,
+    /// `policy` for a policy change waiting for an operator (§C11.2): then `callId`,
+    /// `sessionId` and `alias` are empty, `tool` is the method (`policy.set`, `policy.reset`
+    /// or `daemon.reload`) and `argsPreview` describes the change. Absent for a call.
+    #[serde(default, skip_serializing_if = "ApprovalKind::is_call")]
+    pub kind: ApprovalKind,
     pub call_id: String,
     pub session_id: String,
     pub alias: String,
     pub tool: String,
     pub caller: Caller,
     pub args_sha256: String,
+    /// The arguments as the operator sees them: at most 200 characters, long strings and
+    /// containers cut, hidden characters escaped (`crate::preview`). Absent from daemons
+    /// before it was added.
+    #[serde(default)]
+    pub args_preview: String,
     /// ISO 8601 UTC with milliseconds.
     pub created_at: String,
     /// Unix seconds.
@@ -3465,16 +3502,30 @@ impl ApprovalSummary {
     ) -> Self {
         Self {
             approval_id,
+            kind: ApprovalKind::Call,
             call_id,
             session_id,
             alias,
             tool,
             caller,
             args_sha256,
+            args_preview: String::new(),
             created_at,
             expires_at,
             attempts_left,
         }
+    }
+
+    /// Sets `argsPreview`.
+    pub fn with_args_preview(mut self, preview: impl Into<String>) -> Self {
+        self.args_preview = preview.into();
+        self
+    }
+
+    /// Sets `kind`.
+    pub fn with_kind(mut self, kind: ApprovalKind) -> Self {
+        self.kind = kind;
+        self
     }
 }
 
@@ -3626,6 +3677,9 @@ impl GrantsRevokeResult {
 #[non_exhaustive]
 pub struct ApprovalPendingData {
     pub approval_id: String,
+    /// As in `approvals.list` (§C8.17): `policy` for a policy change; absent for a call.
+    #[serde(default, skip_serializing_if = "ApprovalKind::is_call")]
+    pub kind: ApprovalKind,
     pub call_id: String,
     pub tool: String,
     pub caller: Caller,
@@ -3645,12 +3699,19 @@ impl ApprovalPendingData {
     ) -> Self {
         Self {
             approval_id: approval_id.into(),
+            kind: ApprovalKind::Call,
             call_id: call_id.into(),
             tool: tool.into(),
             caller,
             args_sha256: args_sha256.into(),
             expires_at,
         }
+    }
+
+    /// Sets `kind`.
+    pub fn with_kind(mut self, kind: ApprovalKind) -> Self {
+        self.kind = kind;
+        self
     }
 }
 

@@ -73,6 +73,7 @@ pub mod limits;
 pub mod link;
 pub mod parts;
 pub mod pin;
+pub mod preview;
 #[cfg(feature = "schemas")]
 pub mod schema;
 pub mod sealed;

@@ -134,7 +134,7 @@ pub fn not_interactive(id: &str) -> CliError {
 
 pub async fn run(globals: &Globals, out: &Output, cmd: &Approvals) -> Result<Success, CliError> {
     if let Approvals::Approve { id, .. } = cmd
-        && !(std::io::stdin().is_terminal() && std::io::stdout().is_terminal())
+        && !interactive()
     {
         return Err(not_interactive(id));
     }
@@ -180,9 +180,16 @@ pub async fn run(globals: &Globals, out: &Output, cmd: &Approvals) -> Result<Suc
     }
 }
 
-/// The approving half of `approvals approve`, also run by `appduct watch` (§L23): asks the
-/// daemon to write a one-time code to this process's controlling terminal, reads the code
-/// from `/dev/tty` and sends it with the decision. `fail` maps client failures.
+/// Whether a person can type a code here: stdin and stdout are terminals.
+pub fn interactive() -> bool {
+    std::io::stdin().is_terminal() && std::io::stdout().is_terminal()
+}
+
+/// The approving half of `approvals approve`, also run by `appduct watch` (§L23) and by policy
+/// changes held for an operator: `approvals.challenge` asks the daemon to write a one-time code
+/// to this process's controlling terminal, the code is read from `/dev/tty` and sent with the
+/// decision on the same connection `client` (the daemon accepts a code only there, §C8.19).
+/// `fail` maps client failures.
 pub async fn approve_interactively(
     client: &ControlClient,
     id: &str,
@@ -217,6 +224,16 @@ pub async fn approve_interactively(
         }
     }
     client.call::<ApprovalsDecide>(params).await.map_err(fail)
+}
+
+/// [`approve_interactively`] with the CLI's usual reading of client failures.
+pub async fn approve_with_code(
+    client: &ControlClient,
+    dir: &appduct_client::state_dir::StateDir,
+    id: &str,
+    minutes: Option<u64>,
+) -> Result<ApprovalsDecideResult, CliError> {
+    approve_interactively(client, id, minutes, |e| connect::client_error(&e, dir)).await
 }
 
 /// Prompts on `/dev/tty` and reads one line from it; an empty line gives up.
@@ -298,6 +315,13 @@ pub fn approvals_ls(approvals: &[ApprovalSummary], grants: &[GrantSummary]) -> S
                 render::clean_line(&a.call_id),
                 until(a.expires_at)
             ));
+            // Escaped by the daemon already; again here, since the text comes off the socket.
+            if !a.args_preview.is_empty() {
+                human.push_str(&format!(
+                    "    arguments: {}\n",
+                    appduct_protocol::preview::escape_hidden(&a.args_preview)
+                ));
+            }
         }
         human.push_str("Approve in a terminal with appduct approvals approve <APPROVAL_ID>.\n");
     }

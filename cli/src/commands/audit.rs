@@ -457,13 +457,16 @@ pub fn cells(r: &Record) -> Vec<String> {
         .get("durationMs")
         .and_then(Value::as_u64)
         .map_or_else(|| "-".to_owned(), |d| format!("{d} ms"));
+    // Controls dropped, then bidi and invisible characters shown as `\uXXXX` (a `\u202e`
+    // in a tool name must not reorder the line).
+    let clean = |s: &str| appduct_protocol::preview::escape_hidden(&render::clean_line(s));
     vec![
         time,
-        render::clean_line(r.str("alias")),
-        render::clean_line(r.str("tool")),
-        render::clean_line(&outcome),
+        clean(r.str("alias")),
+        clean(r.str("tool")),
+        clean(&outcome),
         duration,
-        render::clean_line(r.raw.get("caller").and_then(Value::as_str).unwrap_or("-")),
+        clean(r.raw.get("caller").and_then(Value::as_str).unwrap_or("-")),
     ]
 }
 
@@ -559,6 +562,15 @@ mod tests {
         for bad in ["", "h", "1", "1w", "-1h", "1.5h", "yesterday", "１h"] {
             assert!(parse_since(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn human_cells_escape_bidi_and_drop_controls() {
+        let line = r#"{"ts":"2026-12-01T10:00:00.000Z","sessionId":"s","alias":"pix\u202eel","tool":"ev\u001b[2Jil\u200b","outcome":"ok","caller":"cli"}"#;
+        let record = Record::parse(line).unwrap();
+        let c = cells(&record);
+        assert_eq!(c[1], "pix\\u202eel");
+        assert_eq!(c[2], "ev[2Jil\\u200b");
     }
 
     #[test]

@@ -11,12 +11,16 @@ use appduct_protocol::control::{
 use clap::{Args, Subcommand};
 
 use super::Command;
+use super::approvals;
 use super::parse::{missing_verb, unknown_verb};
 use crate::connect::{self, Contact};
 use crate::error::CliError;
 use crate::globals::Globals;
 use crate::output::{Output, Success};
 use crate::render::{self, to_value};
+use appduct_client::client::{ClientError, ControlClient};
+use appduct_client::state_dir::StateDir;
+use appduct_protocol::errors::ErrorType;
 
 #[derive(Debug, Args)]
 pub struct PolicyNoun {
@@ -73,16 +77,61 @@ pub async fn ls(globals: &Globals, out: &Output) -> Result<Success, CliError> {
     Ok(policy_ls(&r))
 }
 
+/// The approval id of a change the daemon holds for an operator because it loosens policy
+/// (`approval_refused`, `details.reason: "operator_approval_required"`, §C11.2).
+fn held_approval(e: &ClientError) -> Option<String> {
+    match e {
+        ClientError::Rpc {
+            error_type: ErrorType::ApprovalRefused,
+            details: Some(d),
+            ..
+        } if d.get("reason").and_then(|r| r.as_str()) == Some("operator_approval_required") => d
+            .get("approvalId")
+            .and_then(|i| i.as_str())
+            .map(str::to_owned),
+        _ => None,
+    }
+}
+
+/// Runs `call`; a change held for an operator is approved here when a person is at this
+/// terminal (the one-time code of §C8.18, on this connection), then `call` runs again (now a
+/// no-op: the approval applied it). `Ok((result, approved))`.
+async fn with_operator<T, F, Fut>(
+    client: &ControlClient,
+    dir: &StateDir,
+    out: &Output,
+    call: F,
+) -> Result<(T, bool), CliError>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, ClientError>>,
+{
+    let fail = |e: ClientError| connect::client_error(&e, dir);
+    match call().await {
+        Ok(r) => Ok((r, false)),
+        Err(e) => match held_approval(&e) {
+            Some(id) if approvals::interactive() => {
+                out.notice(&format!(
+                    "This change loosens policy, so it needs an operator's approval ({}).",
+                    render::clean_line(&id)
+                ));
+                approvals::approve_with_code(client, dir, &id, None).await?;
+                Ok((call().await.map_err(fail)?, true))
+            }
+            _ => Err(fail(e)),
+        },
+    }
+}
+
 pub async fn set(
     globals: &Globals,
     out: &Output,
     p: &PolicySetParams,
 ) -> Result<Success, CliError> {
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
-    let r = client
-        .call::<PolicySet>(p.clone())
-        .await
-        .map_err(|e| connect::client_error(&e, &dir))?;
+    let (mut r, approved) =
+        with_operator(&client, &dir, out, || client.call::<PolicySet>(p.clone())).await?;
+    r.changed |= approved;
     Ok(policy_changed(&r))
 }
 
@@ -92,20 +141,22 @@ pub async fn reset(
     p: &PolicyResetParams,
 ) -> Result<Success, CliError> {
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
-    let r = client
-        .call::<PolicyReset>(p.clone())
-        .await
-        .map_err(|e| connect::client_error(&e, &dir))?;
+    let (mut r, approved) =
+        with_operator(&client, &dir, out, || client.call::<PolicyReset>(p.clone())).await?;
+    r.changed |= approved;
     Ok(policy_changed(&r))
 }
 
 /// `daemon reload`: only a running daemon (a fresh one has nothing to reload).
 pub async fn reload(globals: &Globals, out: &Output) -> Result<Success, CliError> {
     let (dir, client) = connect::connect(globals, out, Contact::Existing, true).await?;
-    let r = client
-        .call::<DaemonReload>(NoParams {})
-        .await
-        .map_err(|e| connect::client_error(&e, &dir))?;
+    let (mut r, approved) = with_operator(&client, &dir, out, || {
+        client.call::<DaemonReload>(NoParams {})
+    })
+    .await?;
+    if approved && !r.applied.iter().any(|k| k == "policy") {
+        r.applied.insert(0, "policy".to_owned());
+    }
     Ok(reloaded(&r))
 }
 

@@ -165,3 +165,87 @@ fn deny_works_without_a_terminal_and_the_caller_gets_policy_denied() {
     assert_eq!(doc["error"]["details"]["reason"], "operator_denied");
     assert_eq!(pg.stop(), 0);
 }
+
+/// Runs `appduct <args>` in its own session whose controlling terminal is `pty`.
+#[allow(clippy::unwrap_used)]
+fn spawn_in_terminal(sb: &Sandbox, pty: &mut Pty, args: &[&str]) -> std::process::Child {
+    let slave = pty.take_slave_file();
+    let inner = sb.command(args);
+    let mut cmd = Command::new("setsid");
+    cmd.arg("-w")
+        .arg("-c")
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (key, value) in inner.get_envs() {
+        match value {
+            Some(v) => cmd.env(key, v),
+            None => cmd.env_remove(key),
+        };
+    }
+    if let Some(dir) = inner.get_current_dir() {
+        cmd.current_dir(dir);
+    }
+    cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
+    cmd.spawn().unwrap()
+}
+
+#[test]
+fn a_loosening_policy_set_needs_the_code_typed_in_a_terminal() {
+    let sb = sandbox_with_config(CONFIG);
+    // The person's terminal exists before the change is asked for.
+    let mut pty = Pty::open();
+
+    // As an agent would run it: held, exit 77, nothing changed.
+    let (code, doc) = sb.json(&["policy", "set", "playground/call_count", "allow"]);
+    assert_eq!(code, 77, "{doc}");
+    assert_eq!(doc["error"]["type"], "approval_refused");
+    assert_eq!(
+        doc["error"]["details"]["reason"],
+        "operator_approval_required"
+    );
+    assert_eq!(
+        doc["error"]["details"]["change"],
+        "playground/call_count prompt -> allow"
+    );
+    let (_, listed) = sb.json(&["policy", "ls"]);
+    assert_eq!(
+        listed["data"]["policy"]["tools"]["playground/call_count"], "prompt",
+        "{listed}"
+    );
+    // Tightening needs nothing.
+    let (code, doc) = sb.json(&["policy", "set", "*/sum", "deny"]);
+    assert_eq!(code, 0, "{doc}");
+
+    // A person at the terminal: the code is written there and typed back.
+    let mut setter = spawn_in_terminal(
+        &sb,
+        &mut pty,
+        &["policy", "set", "playground/call_count", "allow"],
+    );
+    pty.wait_for(MARKER);
+    assert!(
+        pty.text
+            .contains("change: playground/call_count prompt -> allow"),
+        "{:?}",
+        pty.text
+    );
+    let at = pty.text.find(MARKER).unwrap() + MARKER.len();
+    let shown: String = pty.text[at..].chars().take(7).collect();
+    pty.wait_for("Type it to approve");
+    pty.type_text(&format!("{shown}\n"));
+    assert_eq!(
+        wait_child(&mut setter, Duration::from_secs(15)),
+        0,
+        "{:?}",
+        pty.text
+    );
+    let text = pty.read_to_end().to_owned();
+    assert!(text.contains("Policy updated"), "{text:?}");
+    let (_, listed) = sb.json(&["policy", "ls"]);
+    assert_eq!(
+        listed["data"]["policy"]["tools"]["playground/call_count"], "allow",
+        "{listed}"
+    );
+}

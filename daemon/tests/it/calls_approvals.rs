@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use appduct_client::config::{ConsentFallback, Decision};
 use appduct_daemon::approvals::{OperatorTerminal, TerminalDevice, TerminalOf};
 use appduct_protocol::control::EventKind;
+use appduct_protocol::errors::ErrorType;
 use calls_support::*;
 use serde_json::{Value, json};
 
@@ -167,6 +168,7 @@ async fn a_parked_call_runs_only_after_approval_with_the_code() {
     assert_eq!(entry["approvalId"], approval_id.as_str());
     assert_eq!(entry["tool"], "slow_task");
     assert_eq!(entry["attemptsLeft"], 3);
+    assert_eq!(entry["argsPreview"], r#"{"n": 1}"#);
 
     // Approving without a code is refused and changes nothing.
     let refused = op
@@ -506,48 +508,94 @@ async fn the_default_fallback_still_denies_without_parking() {
 }
 
 #[tokio::test]
-async fn the_deadline_and_a_revoke_end_a_parked_call() {
+async fn the_approval_wait_spends_no_deadline_and_a_revoke_ends_a_parked_call() {
     let terminal = Arc::new(CapturedTerminal::default());
-    let mut f = fixture(60_000, true, terminal).await;
-    // The call's own deadline (1 s) is shorter than the approval's: it ends as a timeout.
+    let mut f = fixture(60_000, false, terminal).await;
+    // A 1 s deadline, parked: the operator still has the whole 60 s.
     f.wire
         .send(
             2,
             "tools.call",
-            json!({"name": "slow_task", "callId": "ap-t", "timeoutMs": 1000}),
+            json!({"name": "slow_task", "callId": "ap-t", "timeoutMs": 1000, "progress": true}),
         )
         .await;
+    let note = f
+        .wire
+        .notification("tool_call_progress", |p| p["callId"] == "ap-t")
+        .await;
+    let approval_id = note["params"]["approvalId"].as_str().unwrap().to_owned();
     let pending = next_of(&mut f.events, EventKind::ApprovalPending).await;
     let expires = data(&pending)["expiresAt"].as_u64().unwrap();
+    assert_eq!(note["params"]["expiresAt"], expires, "{note}");
     let now_s = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs();
     assert!(
-        expires <= now_s + 2,
-        "the wait is bounded by the deadline: {expires} vs {now_s}"
+        expires >= now_s + 55,
+        "the wait is approvalTimeoutMs, not the deadline: {expires} vs {now_s}"
     );
-    let reply = f.wire.response(2).await;
-    assert_eq!(reply["error"]["data"]["type"], "tool_timeout", "{reply}");
+    // A clock: an unanswered `echo` with the same 1 s deadline, sent after the call parked,
+    // times out; the parked call is still waiting then.
+    f.wire
+        .send(
+            3,
+            "tools.call",
+            json!({"name": "echo", "callId": "clock", "timeoutMs": 1000}),
+        )
+        .await;
+    let (_, frame) = f.device.tool_call().await;
+    assert_eq!(frame["name"], "echo");
+    let timed_out = f.wire.response(3).await;
+    assert_eq!(
+        timed_out["error"]["data"]["type"], "tool_timeout",
+        "{timed_out}"
+    );
+    f.device.tool_cancel().await;
+    let mut op = operator(&f).await;
+    let listed = op.request(2, "approvals.list", json!({})).await;
+    assert_eq!(
+        listed["result"]["approvals"][0]["callId"], "ap-t",
+        "{listed}"
+    );
+    let approved = op
+        .request(
+            3,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve"}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
     let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
-    assert_eq!(data(&settled)["decision"], "expired");
+    assert_eq!(data(&settled)["callId"], "ap-t");
+    // Released with its whole deadline.
+    let (wire_id, frame) = f.device.tool_call().await;
+    assert_eq!(frame["name"], "slow_task");
+    let started = f
+        .wire
+        .notification("tool_call_started", |p| p["callId"] == "ap-t")
+        .await;
+    assert_eq!(started["params"]["deadlineMs"], 1000, "{started}");
+    f.device.result(&wire_id, json!("late but fine")).await;
+    let reply = f.wire.response(2).await;
+    assert_eq!(reply["result"]["result"], "late but fine", "{reply}");
 
     // Revoking the session while a call is parked ends both.
-    park(&mut f, 3, "ap-r").await;
-    let revoked = f.wire.request(4, "sessions.revoke", json!({})).await;
+    park(&mut f, 4, "ap-r").await;
+    let revoked = f.wire.request(5, "sessions.revoke", json!({})).await;
     assert_eq!(revoked["result"]["revoked"], "session", "{revoked}");
-    let reply = f.wire.response(3).await;
+    let reply = f.wire.response(4).await;
     assert_eq!(reply["error"]["data"]["type"], "unknown_session", "{reply}");
     let settled = next_of(&mut f.events, EventKind::ApprovalSettled).await;
     assert_eq!(data(&settled)["callId"], "ap-r");
     assert_eq!(data(&settled)["decision"], "cancelled");
-    let listed = f.wire.request(5, "approvals.list", json!({})).await;
+    let listed = f.wire.request(6, "approvals.list", json!({})).await;
     assert_eq!(listed["result"]["approvals"], json!([]));
 
     let lines = audit_lines(&f.daemon).await;
     let r = audit_of(&lines, "ap-t");
-    assert_eq!(r["errorType"], "tool_timeout");
-    assert_eq!(r["operator"]["decision"], "expired");
+    assert_eq!(r["outcome"], "ok");
+    assert_eq!(r["operator"]["decision"], "approved");
     let r = audit_of(&lines, "ap-r");
     assert_eq!(r["errorType"], "unknown_session");
     assert_eq!(r["operator"]["decision"], "cancelled");
@@ -674,5 +722,261 @@ async fn an_approved_call_whose_tool_became_deny_while_parked_is_denied() {
     f.device.assert_no_frame();
     let lines = audit_lines(&f.daemon).await;
     assert_eq!(audit_of(&lines, "ap-deny")["outcome"], "denied");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_code_is_accepted_only_on_the_connection_that_asked_for_it() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let approval_id = park(&mut f, 2, "ap-bound").await;
+    let mut op = operator(&f).await;
+    op.request(2, "approvals.challenge", json!({"approvalId": approval_id}))
+        .await;
+    let code = terminal.code();
+    // Another connection with the right code: refused, not compared, one attempt spent.
+    let mut other = operator(&f).await;
+    let stolen = other
+        .request(
+            2,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve", "code": code}),
+        )
+        .await;
+    assert_eq!(
+        stolen["error"]["data"]["type"], "approval_refused",
+        "{stolen}"
+    );
+    let details = &stolen["error"]["data"]["details"];
+    assert_eq!(details["reason"], "other_connection", "{stolen}");
+    assert_eq!(details["attemptsLeft"], 2);
+    f.device.assert_no_frame();
+    let listed = op.request(3, "approvals.list", json!({})).await;
+    assert_eq!(listed["result"]["approvals"][0]["attemptsLeft"], 2);
+    // The connection that asked for it still approves with it.
+    let approved = op
+        .request(
+            4,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve", "code": code}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    let (wire_id, _) = f.device.tool_call().await;
+    f.device.result(&wire_id, json!(1)).await;
+    assert_eq!(f.wire.response(2).await["result"]["result"], 1);
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn the_operator_sees_an_escaped_cut_preview_of_the_arguments() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let hostile = format!("\u{1b}[2J\u{202e}gpj.exe\u{7}{}", "z".repeat(300));
+    f.wire
+        .send(
+            2,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "ap-pre", "progress": true,
+                   "args": {"path": hostile, "force": true, "list": [1, 2, 3, 4]}}),
+        )
+        .await;
+    let pending = next_of(&mut f.events, EventKind::ApprovalPending).await;
+    let approval_id = data(&pending)["approvalId"].as_str().unwrap().to_owned();
+    // The event (retained in events.log) carries no arguments.
+    assert!(data(&pending).get("argsPreview").is_none(), "{pending:?}");
+    let mut op = operator(&f).await;
+    let listed = op.request(2, "approvals.list", json!({})).await;
+    let preview = listed["result"]["approvals"][0]["argsPreview"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let expected = format!(
+        r#"{{"path": "\u001b[2J\u202egpj.exe\u0007{}…", "force": true, "list": [1, 2, 3, …+1]}}"#,
+        "z".repeat(40 - 13)
+    );
+    assert_eq!(preview, expected);
+    assert!(preview.chars().count() <= 200);
+    op.request(3, "approvals.challenge", json!({"approvalId": approval_id}))
+        .await;
+    let written = terminal.written.lock().unwrap().last().unwrap().clone();
+    assert!(
+        written.contains(&format!("appduct: arguments: {expected}\r\n")),
+        "{written:?}"
+    );
+    assert!(
+        !written
+            .chars()
+            .any(|c| (c.is_control() && c != '\r' && c != '\n') || c == '\u{202e}'),
+        "{written:?}"
+    );
+    f.stop().await;
+}
+
+/// `policy.tools["pixel-8/slow_task"]` as `policy.list` reports it.
+async fn slow_task_rule(op: &mut Wire, id: i64) -> Value {
+    let listed = op.request(id, "policy.list", json!({})).await;
+    listed["result"]["policy"]["tools"]["pixel-8/slow_task"].clone()
+}
+
+#[tokio::test]
+async fn a_loosening_policy_change_waits_for_an_operator_and_tightening_does_not() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let mut op = operator(&f).await;
+    // Tightening applies at once.
+    let tightened = op
+        .request(
+            2,
+            "policy.set",
+            json!({"target": "*/echo", "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(tightened["result"]["changed"], true, "{tightened}");
+    // Loosening (prompt -> allow) is held: nothing changes until approved.
+    let held = op
+        .request(
+            3,
+            "policy.set",
+            json!({"target": "pixel-8/slow_task", "decision": "allow"}),
+        )
+        .await;
+    assert_eq!(held["error"]["data"]["type"], "approval_refused", "{held}");
+    let details = &held["error"]["data"]["details"];
+    assert_eq!(details["reason"], "operator_approval_required", "{held}");
+    assert_eq!(details["change"], "pixel-8/slow_task prompt -> allow");
+    let approval_id = details["approvalId"].as_str().unwrap().to_owned();
+    assert_eq!(slow_task_rule(&mut op, 4).await, "prompt");
+    let listed = op.request(5, "approvals.list", json!({})).await;
+    let entry = &listed["result"]["approvals"][0];
+    assert_eq!(entry["kind"], "policy", "{listed}");
+    assert_eq!(entry["tool"], "policy.set");
+    assert_eq!(entry["argsPreview"], "pixel-8/slow_task prompt -> allow");
+    // Removing the deny rule also loosens.
+    let removed = op
+        .request(6, "policy.reset", json!({"target": "*/echo"}))
+        .await;
+    assert_eq!(
+        removed["error"]["data"]["details"]["change"], "rule */echo deny removed",
+        "{removed}"
+    );
+    // Approving needs the code, on this connection; then the change is in force.
+    let refused = op
+        .request(
+            7,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve"}),
+        )
+        .await;
+    assert_eq!(
+        refused["error"]["data"]["details"]["reason"], "code_required",
+        "{refused}"
+    );
+    op.request(8, "approvals.challenge", json!({"approvalId": approval_id}))
+        .await;
+    let written = terminal.written.lock().unwrap().last().unwrap().clone();
+    assert!(
+        written.contains("policy change by policy.set")
+            && written.contains("change: pixel-8/slow_task prompt -> allow"),
+        "{written:?}"
+    );
+    let code = terminal.code();
+    let approved = op
+        .request(
+            9,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve", "code": code}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    assert_eq!(slow_task_rule(&mut op, 10).await, "allow");
+    let file: Value = serde_json::from_str(
+        &std::fs::read_to_string(f.daemon.state_dir().path().join("config.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        file["policy"]["tools"]["pixel-8/slow_task"], "allow",
+        "{file}"
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_loosening_reload_is_held_on_request_and_refused_on_sighup() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let f = fixture(60_000, false, Arc::clone(&terminal)).await;
+    let mut op = operator(&f).await;
+    // A tightening set writes config.json with the policy in force; then a hand edit
+    // loosens pixel-8/slow_task.
+    let set = op
+        .request(
+            20,
+            "policy.set",
+            json!({"target": "*/echo", "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(set["result"]["changed"], true, "{set}");
+    let path = f.daemon.state_dir().path().join("config.json");
+    let mut file: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    file["policy"]["tools"]["pixel-8/slow_task"] = json!("allow");
+    std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+    // SIGHUP cannot be approved: nothing applies.
+    let signal = f.daemon.reload().unwrap_err();
+    assert_eq!(
+        signal.error_type(),
+        ErrorType::ApprovalRefused,
+        "{signal:?}"
+    );
+    assert_eq!(slow_task_rule(&mut op, 2).await, "prompt");
+    let listed = op.request(3, "approvals.list", json!({})).await;
+    assert_eq!(listed["result"]["approvals"], json!([]), "{listed}");
+    // `daemon.reload` by request is held; approving (no code: operatorRequiresTerminal off)
+    // applies the file.
+    let held = op.request(4, "daemon.reload", json!({})).await;
+    let details = &held["error"]["data"]["details"];
+    assert_eq!(details["reason"], "operator_approval_required", "{held}");
+    let approval_id = details["approvalId"].as_str().unwrap().to_owned();
+    assert_eq!(slow_task_rule(&mut op, 5).await, "prompt");
+    let approved = op
+        .request(
+            6,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve"}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    assert_eq!(slow_task_rule(&mut op, 7).await, "allow");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_reload_with_config_json_deleted_keeps_the_running_policy() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let f = fixture(60_000, false, terminal).await;
+    let mut op = operator(&f).await;
+    let set = op
+        .request(
+            2,
+            "policy.set",
+            json!({"target": "*/echo", "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(set["result"]["changed"], true, "{set}");
+    std::fs::remove_file(f.daemon.state_dir().path().join("config.json")).unwrap();
+    let reply = op.request(3, "daemon.reload", json!({})).await;
+    assert_eq!(reply["error"]["code"], -32602, "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is missing; the running configuration stays in force"),
+        "{reply}"
+    );
+    assert_eq!(slow_task_rule(&mut op, 4).await, "prompt");
+    let listed = op.request(5, "policy.list", json!({})).await;
+    assert_eq!(
+        listed["result"]["policy"]["tools"]["*/echo"], "deny",
+        "{listed}"
+    );
     f.stop().await;
 }

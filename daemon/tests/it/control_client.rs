@@ -384,3 +384,64 @@ fn classify_maps_every_variant() {
     assert!(unreachable.to_string().contains("/tmp/x/daemon.sock"));
     assert_eq!(ClientError::Closed.details(), None::<Value>);
 }
+
+/// A call parked for an operator (§C11.1): the parking notice moves the watchdog to the
+/// approval's expiry + the deadline + 5 s, so an answer after the first watchdog still counts;
+/// past the moved watchdog the call still times out.
+#[tokio::test(start_paused = true)]
+async fn a_parking_notice_extends_the_tool_call_watchdog() {
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for (answer_after_s, answered) in [(33, true), (45, false)] {
+        let (client_io, daemon_io) = tokio::io::duplex(64 * 1024);
+        let client = ControlClient::from_stream(client_io);
+        let mut daemon = Raw::new(daemon_io);
+        let mut params = tool("slow_task", Some("parked"));
+        params.timeout_ms = Some(1000);
+        let (mut progress, pending) = client.call_tool_with_progress(params);
+        assert_eq!(pending.watchdog(), Duration::from_millis(6000));
+        let call = tokio::spawn(pending.result());
+        let request = daemon.recv().await.unwrap();
+        // Parked for 30 s: the watchdog now ends ~30-31 s + 1 s deadline + 5 s slack from now.
+        daemon
+            .send_line(
+                &json!({"jsonrpc": "2.0", "method": "tool_call_progress", "params": {
+                "requestId": request["id"], "callId": "parked", "sessionId": "s",
+                "approvalId": "apr_x", "expiresAt": now_s + 30, "ts": 1}}),
+            )
+            .await;
+        match progress.next().await {
+            Some(CallProgress::Progress(p)) => assert_eq!(p.expires_at, Some(now_s + 30)),
+            other => panic!("{other:?}"),
+        }
+        let started = tokio::time::Instant::now();
+        tokio::time::sleep(Duration::from_secs(answer_after_s)).await;
+        daemon
+            .send_line(&json!({"jsonrpc": "2.0", "id": request["id"], "result": {
+                "callId": "parked", "sessionId": "s", "alias": "a", "result": 1, "durationMs": 1}}))
+            .await;
+        let outcome = call.await.unwrap();
+        if answered {
+            assert_eq!(outcome.unwrap().result, json!(1));
+        } else {
+            let err = outcome.unwrap_err();
+            assert!(
+                matches!(
+                    err.error,
+                    ClientError::Timeout {
+                        method: "tools.call",
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            assert!(
+                started.elapsed() >= Duration::from_secs(35),
+                "{:?}",
+                started.elapsed()
+            );
+        }
+    }
+}

@@ -604,7 +604,9 @@ async fn call(
             .with_caller(Some(Caller::Mcp))
             .with_consent(consent)
             .with_call_id(Some(call_id.clone()))
-            .with_progress(progress.is_some());
+            // Always: a call parked for an operator says so (and until when) only in a
+            // progress notification, which extends the client's watchdog (§C11.1, §M12).
+            .with_progress(true);
         let outcome = run_call(context, client, params, &call_id, progress.as_mut()).await;
         if let Some(p) = progress.as_mut() {
             p.flush().await;
@@ -677,32 +679,34 @@ async fn run_call(
     call_id: &str,
     progress: Option<&mut Progress>,
 ) -> CallOutcome {
-    let Some(progress) = progress else {
-        let pending = client.call_tool(params);
-        tokio::pin!(pending);
-        return tokio::select! {
-            r = &mut pending => CallOutcome::Done(r),
-            () = context.ct.cancelled() => CallOutcome::Cancelled,
-        };
-    };
+    let mut progress = progress;
     let (mut stream, pending) = client.call_tool_with_progress(params);
     let result = pending.result();
     tokio::pin!(result);
     let mut stream_open = true;
     loop {
+        let flush_at = progress.as_ref().and_then(|p| p.flush_at());
         tokio::select! {
             biased;
             () = context.ct.cancelled() => return CallOutcome::Cancelled,
             item = stream.next(), if stream_open => match item {
-                // Routed by request id in the client; checked again by our callId.
+                // Routed by request id in the client; checked again by our callId. Without a
+                // progress token nothing is forwarded (the client still reads a parking
+                // notice to extend its watchdog).
                 Some(CallProgress::Progress(p)) if p.call_id == call_id => {
-                    let value = p.progress.as_ref().and_then(serde_json::Number::as_f64);
-                    progress.report(value, p.message.clone()).await;
+                    if let Some(progress) = progress.as_deref_mut() {
+                        let value = p.progress.as_ref().and_then(serde_json::Number::as_f64);
+                        progress.report(value, p.message.clone()).await;
+                    }
                 }
                 Some(_) => {}
                 None => stream_open = false,
             },
-            () = until(progress.flush_at()) => progress.flush().await,
+            () = until(flush_at) => {
+                if let Some(progress) = progress.as_deref_mut() {
+                    progress.flush().await;
+                }
+            }
             r = &mut result => return CallOutcome::Done(r),
         }
     }

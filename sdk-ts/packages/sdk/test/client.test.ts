@@ -159,7 +159,7 @@ describe("call", () => {
     expect(await client.call("sum", { a: 1.5, b: 2 })).toEqual({ total: 3.5 });
     expect(await client.call("call_count")).toEqual({ total: 3.5 });
     const [first, second] = fake.requests.filter((r) => r.method === "tools.call");
-    expect(first?.params).toEqual({ selector: SUMMARY.sessionId, name: "sum", args: { a: 1.5, b: 2 }, caller: "client", callId: expect.stringMatching(/^client_[A-Za-z0-9_-]{22}$/) });
+    expect(first?.params).toEqual({ selector: SUMMARY.sessionId, name: "sum", args: { a: 1.5, b: 2 }, caller: "client", callId: expect.stringMatching(/^client_[A-Za-z0-9_-]{22}$/), progress: true });
     expect(second?.params).toMatchObject({ name: "call_count", args: {} });
     expect(second?.params?.callId).not.toBe(first?.params?.callId);
   });
@@ -169,7 +169,7 @@ describe("call", () => {
     fake.answer("tools.call", (r) => r.reply({ result: null, callId: "t-1", sessionId: SUMMARY.sessionId, alias: "pixel-8", durationMs: 1 }));
     const client = await connected(fake);
     expect(await client.call("noop", {}, { callId: "t-1", timeoutMs: 1500.7 })).toBeNull();
-    expect(fake.requests.at(-1)?.params).toEqual({ selector: SUMMARY.sessionId, name: "noop", args: {}, caller: "client", callId: "t-1", timeoutMs: 1500.7 });
+    expect(fake.requests.at(-1)?.params).toEqual({ selector: SUMMARY.sessionId, name: "noop", args: {}, caller: "client", callId: "t-1", timeoutMs: 1500.7, progress: true });
   });
 
   it("rejects with the daemon's tool error: type, message, details, code and callId", async () => {
@@ -295,6 +295,27 @@ describe("call", () => {
     expect(plainState.settled).toBe(false);
     await vi.advanceTimersByTimeAsync(1);
     expect(await rejection(plain)).toMatchObject({ type: "connection_error", details: { timeoutMs: 605_000 } });
+  });
+
+  it("a parking notice moves the watchdog to the approval's expiry + the deadline + 5 s", async () => {
+    const fake = await startFakeControl(cleanups);
+    const client = await connected(fake);
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    let progressed: () => void = () => undefined;
+    const seen = new Promise<void>((resolve) => (progressed = resolve));
+    const parked = client.call("slow_task", {}, { callId: "w-4", timeoutMs: 1000, onProgress: () => progressed() });
+    const state = track(parked);
+    const request = await fake.nextRequest("tools.call", (r) => r.params?.callId === "w-4");
+    expect(request.params?.progress).toBe(true);
+    // Parked until 30 s from now (Date is real; the approval expires on a whole second).
+    const expiresAt = Math.floor(Date.now() / 1000) + 30;
+    const earliest = expiresAt * 1000 - Date.now() + 1000 + 5000;
+    request.connection.send({ jsonrpc: "2.0", method: "tool_call_progress", params: { requestId: request.id, callId: "w-4", sessionId: SUMMARY.sessionId, approvalId: "apr_x", expiresAt, message: "Waiting for an operator" } });
+    await seen;
+    await vi.advanceTimersByTimeAsync(earliest - 1);
+    expect(state.settled).toBe(false);
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(await rejection(parked)).toMatchObject({ type: "connection_error", callId: "w-4" });
   });
 
   it("a connection lost mid-call is connection_error with details.callId", async () => {

@@ -55,6 +55,8 @@ function checkGlob(glob: unknown, param: string): void {
 interface CallRoute {
   onProgress?: (progress: CallProgress) => void;
   started(deadlineMs: unknown): void;
+  /** The call was parked for an operator until `expiresAt` (unix seconds, §C11.1). */
+  parked(expiresAt: number): void;
 }
 
 export class ControlAppClient implements AppClient {
@@ -102,8 +104,9 @@ export class ControlAppClient implements AppClient {
 
     const params: Record<string, unknown> = { selector: this.sessionId, name, args, caller: "client", callId };
     if (timeoutMs !== undefined) params.timeoutMs = timeoutMs;
-    // Progress notifications also tell when the callId is live, which a racing cancel needs.
-    if (onProgress !== undefined || signal !== undefined) params.progress = true;
+    // Progress notifications also tell when the callId is live, which a racing cancel needs,
+    // and whether the call was parked for an operator, which moves the watchdog (§C10.3).
+    params.progress = true;
 
     let settled = false;
     let started = false;
@@ -124,8 +127,15 @@ export class ControlAppClient implements AppClient {
     };
     const onAbort = (): void => sendCancel();
 
-    const watchdog = timeoutMs !== undefined ? clampDeadline(timeoutMs) + WATCHDOG_SLACK_MS : MAX_CALL_DEADLINE_MS + WATCHDOG_SLACK_MS;
+    const deadline = timeoutMs !== undefined ? clampDeadline(timeoutMs) : MAX_CALL_DEADLINE_MS;
+    const watchdog = deadline + WATCHDOG_SLACK_MS;
     const route: CallRoute = {
+      // The approval may take until expiresAt; the deadline starts only after it (§C11.1).
+      parked: (expiresAt) => {
+        if (started) return;
+        const wait = Math.max(0, (expiresAt + 1) * 1000 - Date.now()) + deadline + WATCHDOG_SLACK_MS;
+        pending.rearm(Math.min(wait, MAX_TIMER_MS));
+      },
       started: (deadlineMs) => {
         started = true;
         if (typeof deadlineMs === "number" && Number.isFinite(deadlineMs)) pending.rearm(Math.min(deadlineMs + WATCHDOG_SLACK_MS, MAX_TIMER_MS));
@@ -224,7 +234,11 @@ export class ControlAppClient implements AppClient {
     if (route === undefined) return;
     if (method === "tool_call_started") {
       route.started(params.deadlineMs);
-    } else if (method === "tool_call_progress" && route.onProgress !== undefined) {
+    } else if (method === "tool_call_progress") {
+      if (typeof params.approvalId === "string" && typeof params.expiresAt === "number" && Number.isFinite(params.expiresAt)) {
+        route.parked(params.expiresAt);
+      }
+      if (route.onProgress === undefined) return;
       const progress: CallProgress = {};
       if (typeof params.progress === "number") progress.progress = params.progress;
       if (typeof params.message === "string") progress.message = params.message;
