@@ -424,7 +424,7 @@ async fn a_parking_notice_extends_the_tool_call_watchdog() {
             .await;
         let outcome = call.await.unwrap();
         if answered {
-            assert_eq!(outcome.unwrap().result, json!(1));
+            assert_eq!(outcome.unwrap().result, Some(json!(1)));
         } else {
             let err = outcome.unwrap_err();
             assert!(
