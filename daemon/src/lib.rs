@@ -5,6 +5,8 @@
 //! Module map: `ARCHITECTURE.md` ("The daemon").
 
 pub mod address;
+#[cfg(feature = "count-allocs")]
+pub mod alloc_count;
 pub mod approvals;
 pub mod audit;
 pub mod calls;

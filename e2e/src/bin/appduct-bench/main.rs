@@ -10,11 +10,14 @@
 //!   connect-to-`session_ack` latency and daemon CPU per connect (`sealed.rs`).
 //! - `appduct_call_tool` through `appduct mcp` over the raw control call; the size of the
 //!   bridge's `tools/list`.
+//! - The daemon's allocations per call, from a counting build named by
+//!   `APPDUCT_COUNT_ALLOCS_BIN` (`allocs.rs`; skipped when unset, except with `--only allocs`).
 //!
-//! Usage: `appduct-bench [--smoke] [--only calls|sessions|mcp|sealed] [--out BENCHMARKS.md]`, with `APPDUCT_BIN` naming the
-//! release `appduct` (see `scripts/bench`). `--smoke` runs small counts in well under a minute
+//! Usage: `appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|allocs] [--out BENCHMARKS.md]`,
+//! with `APPDUCT_BIN` naming the release `appduct` (see `scripts/bench`). `--smoke` runs small counts in well under a minute
 //! and checks nothing but that every workload completes (CI).
 
+mod allocs;
 mod devices;
 mod echo;
 mod load;
@@ -100,14 +103,16 @@ impl Counts {
 struct Options {
     counts: Counts,
     out: Option<PathBuf>,
-    /// `--only calls`, `--only sessions`, `--only mcp` or `--only sealed`: one part of the run
+    /// `--only calls`, `--only sessions`, `--only mcp`, `--only sealed` or `--only allocs`: one
+    /// part of the run
     /// (profiling, iterating).
     only: Option<String>,
 }
 
 fn usage() -> String {
-    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed] [--out BENCHMARKS.md]   \
-     (APPDUCT_BIN names the appduct binary)"
+    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|allocs] \
+     [--out BENCHMARKS.md]   (APPDUCT_BIN names the appduct binary, APPDUCT_COUNT_ALLOCS_BIN \
+     its count-allocs build)"
         .to_owned()
 }
 
@@ -123,7 +128,7 @@ fn parse_args(args: &[String]) -> BenchResult<Options> {
             "--smoke" => options.counts = Counts::smoke(),
             "--out" => options.out = Some(PathBuf::from(it.next().ok_or_else(usage)?)),
             "--only" => match it.next().map(String::as_str) {
-                Some(part @ ("calls" | "sessions" | "mcp" | "sealed")) => {
+                Some(part @ ("calls" | "sessions" | "mcp" | "sealed" | "allocs")) => {
                     options.only = Some(part.to_owned())
                 }
                 _ => return Err(usage()),
@@ -268,6 +273,19 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
         mcp_only(&counts, &mut report).await?;
     } else if only.is_none() || only == Some("calls") {
         calls(&counts, &mut report).await?;
+    }
+    let count_bin = std::env::var_os(allocs::BIN_ENV).map(PathBuf::from);
+    if only == Some("allocs") || (only.is_none() || only == Some("calls")) && count_bin.is_some() {
+        let bin = count_bin.ok_or_else(|| format!("--only allocs needs {}", allocs::BIN_ENV))?;
+        let figures = allocs::measure(bin, &counts).await?;
+        eprintln!(
+            "appduct-bench: allocations per call: 8 in flight {:.1} ({:.1} realloc), single caller {:.1} ({:.1} realloc)",
+            figures.windowed.total(),
+            figures.windowed.reallocations,
+            figures.single.total(),
+            figures.single.reallocations
+        );
+        report.allocs(&figures);
     }
     if only.is_none() || only == Some("sealed") {
         let figures = sealed::measure(&counts).await?;

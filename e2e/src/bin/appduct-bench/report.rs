@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::load::BenchResult;
 use crate::stats::{Sample, us};
-use crate::{Floor, Sessions, sealed};
+use crate::{Floor, Sessions, allocs, sealed};
 
 pub const BEGIN: &str = "<!-- appduct-bench:begin -->";
 pub const END: &str = "<!-- appduct-bench:end -->";
@@ -20,6 +20,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 enum Target {
     Max(f64),
     Min(f64),
+    /// A count (not a ratio) of at most this much.
+    CountMax(f64),
     /// Reported, no target.
     Info,
 }
@@ -237,6 +239,28 @@ impl Report {
         );
     }
 
+    /// The daemon's allocations per call, from its counting build (issue #24). The count sits
+    /// in the ratio column against an absolute target: counts do not move with the load.
+    pub fn allocs(&mut self, f: &allocs::Figures) {
+        for (figure, per_call) in [
+            ("Daemon allocations per call, 8 in flight", f.windowed),
+            ("Daemon allocations per call, single caller", f.single),
+        ] {
+            self.row(
+                figure,
+                format!(
+                    "{:.1} ({:.1} alloc + {:.1} realloc)",
+                    per_call.total(),
+                    per_call.allocations,
+                    per_call.reallocations
+                ),
+                "—".to_owned(),
+                Some(per_call.total()),
+                Target::CountMax(20.0),
+            );
+        }
+    }
+
     /// The sealed transport against wss, one daemon (issue #23).
     pub fn sealed(&mut self, f: &sealed::Figures) {
         let (s, w) = (&f.sealed, &f.wss);
@@ -379,8 +403,13 @@ impl Report {
         );
         let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- |");
         for row in &self.rows {
-            let ratio = row.ratio.map_or("—".to_owned(), |r| format!("{r:.2}×"));
+            let ratio = match row.target {
+                Target::CountMax(_) => "—".to_owned(),
+                _ => row.ratio.map_or("—".to_owned(), |r| format!("{r:.2}×")),
+            };
             let (target, met) = match (row.target, row.ratio) {
+                (Target::CountMax(t), Some(r)) => (format!("≤ {t}"), yes_no(r <= t)),
+                (Target::CountMax(t), None) => (format!("≤ {t}"), "—"),
                 (Target::Max(t), Some(r)) => (format!("≤ {t}×"), yes_no(r <= t)),
                 (Target::Min(t), Some(r)) => (format!("≥ {t}×"), yes_no(r >= t)),
                 (Target::Max(t), None) => (format!("≤ {t}×"), "—"),
