@@ -23,6 +23,7 @@ pub mod policy;
 pub mod policy_control;
 pub mod preclaim;
 pub mod quiet_unix;
+pub mod rng;
 pub mod sessions;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -61,8 +61,8 @@ fn read_totals(file: &Path) -> Option<Totals> {
 /// Asks the daemon `pid` for fresh totals (SIGUSR2) and waits for the report after `last`.
 async fn totals(pid: u32, file: &Path, last: &mut u64) -> BenchResult<Totals> {
     use rustix::process::{Pid, Signal, kill_process};
-    let pid = Pid::from_raw(i32::try_from(pid).map_err(|e| e.to_string())?)
-        .ok_or("no daemon pid")?;
+    let pid =
+        Pid::from_raw(i32::try_from(pid).map_err(|e| e.to_string())?).ok_or("no daemon pid")?;
     kill_process(pid, Signal::USR2).map_err(|e| format!("SIGUSR2: {e}"))?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {

@@ -329,7 +329,7 @@ async fn calls(counts: &Counts, report: &mut Report) -> BenchResult<()> {
     let ready: Value = serde_json::from_str(&ready).map_err(|e| format!("{e}: {ready}"))?;
     let wss_port = ready["wss"].as_u64().ok_or("no wss port")? as u16;
     let echo_sock = echo::uds_path(scratch.path());
-    let floor = Floor::measure(&echo_sock, wss_port, counts, &args).await?;
+    let floor = Floor::measure(&echo_sock, wss_port, echo_proc.pid(), counts, &args).await?;
     drop(echo_proc);
     report.floor(&floor);
 
@@ -378,7 +378,7 @@ async fn calls(counts: &Counts, report: &mut Report) -> BenchResult<()> {
     let relay_cpu = per_call(cpu_time(relay.proc.pid())? - cpu_before, &relay_windowed);
     let relay_many = many_devices(&relay.socket, &relay_devices, counts, &args).await?;
     report.relay(&relay_single, &relay_windowed, &relay_many);
-    report.cpu_per_call(daemon_cpu, relay_cpu);
+    report.cpu_per_call(daemon_cpu, relay_cpu, floor.cpu_per_call());
     disconnect(relay_devices);
     drop(relay);
     Ok(())
@@ -432,6 +432,9 @@ fn disconnect(devices: Vec<Connected>) {
 pub struct Floor {
     pub uds_single: Sample,
     pub ws_single: Sample,
+    /// The echo process's CPU time per message at 8 in flight: UDS line, wss frame.
+    pub uds_cpu: Duration,
+    pub ws_cpu: Duration,
     pub uds_windowed: Sample,
     pub ws_windowed: Sample,
 }
@@ -440,6 +443,7 @@ impl Floor {
     async fn measure(
         socket: &Path,
         wss_port: u16,
+        echo_pid: u32,
         counts: &Counts,
         args: &str,
     ) -> BenchResult<Self> {
@@ -447,16 +451,30 @@ impl Floor {
         let frame = |id| call_frame(id, "s_floor", args);
         uds_load(socket, counts.warmup, WINDOW, line).await?;
         let uds_single = uds_load(socket, counts.single, 1, line).await?;
+        let cpu_before = cpu_time(echo_pid)?;
         let uds_windowed = uds_load(socket, counts.windowed, WINDOW, line).await?;
+        let uds_cpu = per_call(cpu_time(echo_pid)? - cpu_before, &uds_windowed);
         ws_load(wss(wss_port).await?, counts.warmup, WINDOW, frame).await?;
         let ws_single = ws_load(wss(wss_port).await?, counts.single, 1, frame).await?;
+        let cpu_before = cpu_time(echo_pid)?;
         let ws_windowed = ws_load(wss(wss_port).await?, counts.windowed, WINDOW, frame).await?;
+        let ws_cpu = per_call(cpu_time(echo_pid)? - cpu_before, &ws_windowed);
         Ok(Self {
             uds_single,
             ws_single,
+            uds_cpu,
+            ws_cpu,
             uds_windowed,
             ws_windowed,
         })
+    }
+}
+
+impl Floor {
+    /// The floor's own CPU time per call: the echo process's for one UDS line plus one wss
+    /// frame, the two hops the daemon relays (issue #24: the load-insensitive figure).
+    pub fn cpu_per_call(&self) -> Duration {
+        self.uds_cpu + self.ws_cpu
     }
 }
 

@@ -228,14 +228,22 @@ impl Report {
         );
     }
 
-    /// Process CPU time per call at 8 in flight: the daemon against the Node relay.
-    pub fn cpu_per_call(&mut self, daemon: Duration, relay: Duration) {
+    /// Process CPU time per call at 8 in flight: the daemon against the Node relay and against
+    /// the floor's echo process (one UDS line plus one wss frame per call).
+    pub fn cpu_per_call(&mut self, daemon: Duration, relay: Duration, floor: Duration) {
         self.row(
             "Daemon CPU time per call, 8 in flight",
             fmt_us_tenths(daemon),
             format!("relay {}", fmt_us_tenths(relay)),
             ratio(us(daemon), us(relay)),
-            Target::Info,
+            Target::Max(0.4),
+        );
+        self.row(
+            "Daemon CPU time per call / floor's, 8 in flight",
+            fmt_us_tenths(daemon),
+            format!("echo (UDS + wss) {}", fmt_us_tenths(floor)),
+            ratio(us(daemon), us(floor)),
+            Target::Max(2.5),
         );
     }
 
