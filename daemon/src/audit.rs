@@ -93,7 +93,7 @@ pub struct OperatorRecord {
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct AuditLine<'a> {
-    ts: String,
+    ts: &'a str,
     call_id: &'a str,
     session_id: &'a str,
     alias: &'a str,
@@ -115,30 +115,78 @@ struct AuditLine<'a> {
     content_summary: Option<&'a [appduct_protocol::content::ContentSummary]>,
 }
 
-impl AuditRecord {
+/// An audit record as borrowed fields: what the calls module hands the writer at settling, so
+/// no string of the call is copied; the line is built right away (one allocation).
+#[derive(Debug, Clone, Copy)]
+pub struct AuditEntry<'a> {
+    pub ts_unix_ms: u64,
+    pub call_id: &'a str,
+    pub session_id: &'a str,
+    pub alias: &'a str,
+    pub tool: &'a str,
+    pub args_sha256: &'a str,
+    pub settlement: Settlement,
+    pub duration_ms: u64,
+    pub caller: Caller,
+    pub consent: Option<Consent>,
+    pub operator: Option<&'a OperatorRecord>,
+    pub content_summary: Option<&'a [appduct_protocol::content::ContentSummary]>,
+}
+
+/// Bytes reserved for one line: a typical record fits without growing the buffer.
+const LINE_CAPACITY: usize = 320;
+
+impl AuditEntry<'_> {
     /// The compact JSON object followed by `\n`.
-    pub fn to_line(&self) -> String {
+    pub fn to_line(&self) -> Vec<u8> {
         let (outcome, error_type, denied_reason) = self.settlement.fields();
+        let ts = TsText::new(self.ts_unix_ms);
         let line = AuditLine {
-            ts: format_ts(self.ts_unix_ms),
-            call_id: &self.call_id,
-            session_id: &self.session_id,
-            alias: &self.alias,
-            tool: &self.tool,
-            args_sha256: &self.args_sha256,
+            ts: ts.as_str(),
+            call_id: self.call_id,
+            session_id: self.session_id,
+            alias: self.alias,
+            tool: self.tool,
+            args_sha256: self.args_sha256,
             outcome,
             error_type,
             denied_reason,
             duration_ms: self.duration_ms,
             caller: self.caller,
             consent: self.consent,
+            operator: self.operator,
+            content_summary: self.content_summary,
+        };
+        let mut bytes = Vec::with_capacity(LINE_CAPACITY);
+        // Strings, integers, unit enums and string maps only: serialising cannot fail.
+        let _ = serde_json::to_writer(&mut bytes, &line);
+        bytes.push(b'\n');
+        bytes
+    }
+}
+
+impl AuditRecord {
+    /// The record as borrowed fields.
+    pub fn entry(&self) -> AuditEntry<'_> {
+        AuditEntry {
+            ts_unix_ms: self.ts_unix_ms,
+            call_id: &self.call_id,
+            session_id: &self.session_id,
+            alias: &self.alias,
+            tool: &self.tool,
+            args_sha256: &self.args_sha256,
+            settlement: self.settlement,
+            duration_ms: self.duration_ms,
+            caller: self.caller,
+            consent: self.consent,
             operator: self.operator.as_ref(),
             content_summary: self.content_summary.as_deref(),
-        };
-        // Strings, integers, unit enums and string maps only: serialising cannot fail.
-        let mut text = serde_json::to_string(&line).unwrap_or_default();
-        text.push('\n');
-        text
+        }
+    }
+
+    /// The compact JSON object followed by `\n`.
+    pub fn to_line(&self) -> String {
+        String::from_utf8(self.entry().to_line()).unwrap_or_default()
     }
 
     /// `<YYYY-MM-DD>.jsonl` for the UTC date of `ts`.
@@ -159,6 +207,73 @@ fn to_utc(unix_ms: u64) -> OffsetDateTime {
 
 /// ISO 8601 UTC with milliseconds, `2026-11-30T09:14:22.518Z` (§C8).
 pub use appduct_client::timestamp::format_iso_ms as format_ts;
+
+/// Milliseconds in a UTC day (no leap seconds in unix time).
+const DAY_MS: u64 = 86_400_000;
+/// `10000-01-01T00:00:00Z`: from here on [`TsText`] leaves the text to [`format_ts`], which
+/// clamps (a broken clock).
+const YEAR_10000_MS: u64 = 253_402_300_800_000;
+
+/// Year, month (1–12) and day of the month of the `days`-th day after 1970-01-01 (the
+/// proleptic Gregorian calendar, in eras of 400 years).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+/// Writes `value` as `out.len()` decimal digits, zero-padded.
+fn put_digits(out: &mut [u8], mut value: u64) {
+    for b in out.iter_mut().rev() {
+        *b = b'0' + (value % 10) as u8;
+        value /= 10;
+    }
+}
+
+/// [`format_ts`] on the stack, without the `fmt` machinery or the calendar crate: the audit
+/// line's `ts` is written for every settled call (issue #24).
+struct TsText {
+    bytes: [u8; 24],
+    /// Past year 9999: [`format_ts`]'s clamped text instead.
+    slow: Option<String>,
+}
+
+impl TsText {
+    fn new(unix_ms: u64) -> Self {
+        let mut bytes = *b"0000-00-00T00:00:00.000Z";
+        if unix_ms >= YEAR_10000_MS {
+            return Self {
+                bytes,
+                slow: Some(format_ts(unix_ms)),
+            };
+        }
+        let (year, month, day) = civil_from_days(unix_ms / DAY_MS);
+        let in_day = unix_ms % DAY_MS;
+        put_digits(&mut bytes[0..4], year);
+        put_digits(&mut bytes[5..7], month);
+        put_digits(&mut bytes[8..10], day);
+        put_digits(&mut bytes[11..13], in_day / 3_600_000);
+        put_digits(&mut bytes[14..16], in_day / 60_000 % 60);
+        put_digits(&mut bytes[17..19], in_day / 1_000 % 60);
+        put_digits(&mut bytes[20..23], in_day % 1_000);
+        Self { bytes, slow: None }
+    }
+
+    fn as_str(&self) -> &str {
+        match &self.slow {
+            Some(text) => text,
+            // ASCII digits and separators only.
+            None => std::str::from_utf8(&self.bytes).unwrap_or_default(),
+        }
+    }
+}
 
 fn format_date(date: Date) -> String {
     format!(
@@ -220,7 +335,12 @@ pub enum FlushError {
 pub struct WriterClosed;
 
 enum Command {
-    Record(Box<AuditRecord>),
+    /// A formatted line and the UTC day (days since 1970-01-01) of its `ts`, which names its
+    /// file.
+    Line {
+        day: u64,
+        line: Vec<u8>,
+    },
     Prune {
         now_unix_ms: u64,
         done: oneshot::Sender<PruneReport>,
@@ -291,7 +411,17 @@ impl AuditWriter {
     /// Queues `record` for writing (step 3 of settling, §C10.1). Never blocks and never fails
     /// the call: a full or closed queue drops the record and counts a failed write.
     pub fn enqueue(&self, record: AuditRecord) {
-        match self.tx.try_send(Command::Record(Box::new(record))) {
+        self.enqueue_entry(&record.entry());
+    }
+
+    /// [`enqueue`](Self::enqueue) from borrowed fields: the line is formatted here, in one
+    /// allocation, and nothing else of the call is copied (issue #24).
+    pub fn enqueue_entry(&self, entry: &AuditEntry<'_>) {
+        let command = Command::Line {
+            day: entry.ts_unix_ms / DAY_MS,
+            line: entry.to_line(),
+        };
+        match self.tx.try_send(command) {
             Ok(()) => self.shared.overflowing.store(false, Ordering::Relaxed),
             Err(mpsc::error::TrySendError::Full(_)) => {
                 self.shared.failed_writes.fetch_add(1, Ordering::Relaxed);
@@ -416,14 +546,14 @@ async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
             },
         };
         match command {
-            Command::Record(first) => {
+            Command::Line { day, line } => {
                 // Let a burst of calls gather into one batch: one blocking-pool hop and one
                 // open of the day file per window instead of per call.
                 tokio::time::sleep(COALESCE).await;
-                let mut batch = vec![*first];
+                let mut batch = vec![(day, line)];
                 while batch.len() < MAX_BATCH {
                     match rx.try_recv() {
-                        Ok(Command::Record(record)) => batch.push(*record),
+                        Ok(Command::Line { day, line }) => batch.push((day, line)),
                         Ok(other) => {
                             held = Some(other);
                             break;
@@ -470,28 +600,29 @@ async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
     }
 }
 
-/// Appends each record to its day file; returns how many failed. Each day file gets its lines
+/// Appends each line to its day file; returns how many failed. Each day file gets its lines
 /// in one append and one mode check per batch (not per record); a failure counts every record
 /// of that file and logs one warning naming the path and the OS error.
-fn write_batch(dir: &Path, batch: &[AuditRecord]) -> u64 {
-    // Day files in first-seen order; a batch normally spans one day.
-    let mut days: Vec<(String, String, u64)> = Vec::new();
-    for record in batch {
-        let name = record.day_file_name();
-        let at = match days.iter().position(|(day, _, _)| *day == name) {
+fn write_batch(dir: &Path, batch: &[(u64, Vec<u8>)]) -> u64 {
+    // Day files in first-seen order; a batch normally spans one day, so its name is formatted
+    // once per batch.
+    let mut days: Vec<(u64, Vec<u8>, u64)> = Vec::new();
+    for (day, line) in batch {
+        let at = match days.iter().position(|(d, _, _)| d == day) {
             Some(at) => at,
             None => {
-                days.push((name, String::new(), 0));
+                let bytes: usize = batch.iter().map(|(_, l)| l.len()).sum();
+                days.push((*day, Vec::with_capacity(bytes), 0));
                 days.len() - 1
             }
         };
         let (_, lines, count) = &mut days[at];
-        lines.push_str(&record.to_line());
+        lines.extend_from_slice(line);
         *count += 1;
     }
     let mut failed = 0;
-    for (name, lines, count) in days {
-        let path = dir.join(&name);
+    for (day, lines, count) in days {
+        let path = dir.join(day_file_name(day.saturating_mul(DAY_MS)));
         let mut file = match open_day_file(&path) {
             Ok(file) => file,
             Err(e) => {
@@ -501,7 +632,7 @@ fn write_batch(dir: &Path, batch: &[AuditRecord]) -> u64 {
             }
         };
         // Whole lines in one append, so lines never interleave.
-        if let Err(e) = file.write_all(lines.as_bytes()) {
+        if let Err(e) = file.write_all(&lines) {
             tracing::warn!("cannot append to audit file {}: {e}", path.display());
             failed += count;
             continue;
@@ -613,6 +744,34 @@ mod tests {
         // 2026-11-30T09:14:22.518Z
         assert_eq!(format_ts(1_796_030_062_518), "2026-11-30T09:14:22.518Z");
         assert_eq!(format_ts(u64::MAX), "9999-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn the_stack_timestamp_matches_the_calendar_crate() {
+        let mut samples = vec![
+            0,
+            1,
+            999,
+            DAY_MS - 1,
+            DAY_MS,
+            951_782_400_000, // 2000-02-29
+            951_868_799_999,
+            1_796_030_062_518,
+            4_107_542_399_999, // 2100-02-28T23:59:59.999Z
+            4_107_542_400_000,
+            YEAR_10000_MS - 1,
+            YEAR_10000_MS,
+            u64::MAX,
+        ];
+        // Every day of 1970–2500 at a varying time of day.
+        let mut ms = 0u64;
+        while ms < 16_725_225_600_000 {
+            samples.push(ms);
+            ms += DAY_MS + 3_723_456;
+        }
+        for ms in samples {
+            assert_eq!(TsText::new(ms).as_str(), format_ts(ms), "{ms}");
+        }
     }
 
     #[test]

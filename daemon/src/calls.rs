@@ -46,7 +46,7 @@ use appduct_protocol::errors::ErrorType;
 use appduct_protocol::frames::{
     DaemonFrame, ToolCall, ToolCallProgress, ToolCancel, ToolResultPart,
 };
-use appduct_protocol::ids::CallId;
+use appduct_protocol::ids::CALL_ID_PREFIX;
 use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
 use appduct_protocol::limits;
 use appduct_protocol::parts::{PartError, ResultAssembler, ResultBody};
@@ -57,7 +57,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::approvals::{Approvals, Parked, Verdict};
-use crate::audit::{AuditRecord, AuditWriter, OperatorRecord};
+use crate::audit::{AuditEntry, AuditWriter, OperatorRecord};
 use crate::clock::Clock;
 use crate::consent::ConsentStore;
 use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply, respond_off_thread};
@@ -65,8 +65,8 @@ use crate::daemon::CallsContext;
 use crate::events::EventBus;
 use crate::handlers::CallsApi;
 use crate::policy::{Permit, PolicyDenial, PolicyEngine};
+use crate::rng::fast_random_bytes;
 use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
-use appduct_client::random::random_bytes;
 use appduct_client::timestamp::format_iso_ms;
 
 pub use list::{
@@ -333,11 +333,16 @@ fn lock(m: &Mutex<Table>) -> MutexGuard<'_, Table> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// A fresh wire id: `call_` + base64url of 16 CSPRNG bytes (§D9.5).
+/// A fresh wire id: `call_` + base64url of 16 CSPRNG bytes (§D9.5), the bytes from the
+/// thread's OS-seeded ChaCha20 generator ([`crate::rng`]), the text in one allocation.
 fn mint_wire_id() -> Result<String, ErrorObject> {
-    let bytes = random_bytes::<{ limits::CALL_WIRE_ID_BYTES }>()
+    use base64::Engine as _;
+    let bytes = fast_random_bytes::<{ limits::CALL_WIRE_ID_BYTES }>()
         .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
-    Ok(CallId::from_random_bytes(bytes).as_str().to_owned())
+    let mut id = String::with_capacity(CALL_ID_PREFIX.len() + limits::CALL_WIRE_ID_BYTES * 2);
+    id.push_str(CALL_ID_PREFIX);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(bytes, &mut id);
+    Ok(id)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1456,36 +1461,21 @@ impl Inner {
                     .with_content_summary(content_summary.clone()),
                 ),
             );
-            self.audit.enqueue(AuditRecord {
+            self.audit.enqueue_entry(&AuditEntry {
                 ts_unix_ms: self.clock.now_unix_ms(),
-                call_id: call.call_id.clone(),
-                session_id: target.session_id.clone(),
-                alias: target.alias.clone(),
-                tool: call.name.clone(),
-                args_sha256: call.args_sha256.clone(),
+                call_id: &call.call_id,
+                session_id: &target.session_id,
+                alias: &target.alias,
+                tool: &call.name,
+                args_sha256: &call.args_sha256,
                 settlement,
                 duration_ms,
                 caller: call.caller,
                 consent: call.consent,
-                operator: call.operator.take(),
-                content_summary,
+                operator: call.operator.as_ref(),
+                content_summary: content_summary.as_deref(),
             });
         }
-        let response = match (outcome, &call.target) {
-            (Outcome::Result { result, content }, Some(target)) => Ok(ToolsCallResult::new(
-                result,
-                call.call_id.clone(),
-                target.session_id.clone(),
-                target.alias.clone(),
-                duration_ms,
-            )
-            .with_content(content)),
-            (Outcome::Result { .. }, None) => Err(ErrorObject::internal(
-                "A call without a session produced a result",
-            )
-            .with_call_id(call.call_id.clone())),
-            (Outcome::Failed(error, _), _) => Err(error.with_call_id(call.call_id.clone())),
-        };
         tracing::debug!(
             call_id = %call.call_id,
             wire_id = %call.wire_id,
@@ -1494,6 +1484,23 @@ impl Inner {
             ?settlement,
             "call settled"
         );
+        // The call ends here: its strings move into the response (no copies, issue #24).
+        let call_id = std::mem::take(&mut call.call_id);
+        let response = match (outcome, call.target.take()) {
+            (Outcome::Result { result, content }, Some(target)) => Ok(ToolsCallResult::new(
+                result,
+                call_id,
+                target.session_id,
+                target.alias,
+                duration_ms,
+            )
+            .with_content(content)),
+            (Outcome::Result { .. }, None) => Err(ErrorObject::internal(
+                "A call without a session produced a result",
+            )
+            .with_call_id(call_id)),
+            (Outcome::Failed(error, _), _) => Err(error.with_call_id(call_id)),
+        };
         // A closed connection drops the response (§C10.1 step 4).
         call.conn.respond_with(&call.request_id, response.as_ref());
         if let Some(done) = call.done.take() {
@@ -1976,7 +1983,7 @@ mod tests {
         let a = mint_wire_id().unwrap_or_default();
         let b = mint_wire_id().unwrap_or_default();
         assert_ne!(a, b);
-        assert!(CallId::parse(&a).is_ok(), "{a}");
+        assert!(appduct_protocol::ids::CallId::parse(&a).is_ok(), "{a}");
         assert_eq!(a.len(), 27);
     }
 }

@@ -593,6 +593,8 @@ impl Daemon {
         // 1. State directory and configuration.
         let dir = StateDir::new(&opts.state_dir)?;
         dir.prepare()?;
+        #[cfg(feature = "count-allocs")]
+        crate::alloc_count::spawn_reporter(dir.path().to_owned());
         let socket_path = dir.checked_socket_path()?;
         let mut config = match &opts.config {
             ConfigSource::Load => Config::load(dir.path())?.config,

@@ -199,7 +199,8 @@ impl DeviceSender {
         self.try_enqueue(Outgoing::Ping(payload))
     }
 
-    /// Queues a pong. The adapter answers pings itself; this exists for completeness.
+    /// Queues a pong, for a transport that does not answer pings itself: the in-memory pair
+    /// carries it, the tungstenite adapter drops it (tungstenite has answered already).
     pub async fn pong(&self, payload: Vec<u8>) -> Result<(), SendError> {
         self.enqueue(Outgoing::Pong(payload)).await
     }
@@ -1184,6 +1185,12 @@ async fn feed<S>(sink: &mut WsWrite<S>, codec: &Codec, command: Outgoing) -> tun
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    // tungstenite answered the peer's ping itself when it read it (the reader then wakes this
+    // writer to flush that pong); the engine's own pong for the same ping would be a second
+    // one (issue #24). The in-memory pair, which answers nothing by itself, still carries it.
+    if matches!(command, Outgoing::Pong(_)) {
+        return Ok(());
+    }
     let messages = codec.outgoing(command).map_err(|e| {
         tungstenite::Error::Io(std::io::Error::other(format!("sealing failed: {e}")))
     })?;

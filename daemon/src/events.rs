@@ -574,7 +574,8 @@ fn dropped(buffer: &SessionBuffer, since: u64) -> u64 {
 // ---------------------------------------------------------------------------------------------
 
 enum LogCommand {
-    Write(Box<EventNotification>),
+    /// One notification, already a JSON line (no `\n`).
+    Write(Vec<u8>),
     Flush(std_mpsc::Sender<()>),
 }
 
@@ -617,17 +618,21 @@ impl EventsLog {
     }
 
     /// Queues one notification; a full queue or a stopped writer counts as a failed write.
+    /// The line is serialised here, into one buffer, rather than the notification copied for
+    /// the writer thread (issue #24: a copy is an allocation per string it holds).
     pub fn enqueue(&self, notification: &EventNotification) {
         if self.shared.queued.fetch_add(1, Ordering::AcqRel) >= EVENTS_LOG_QUEUE {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.fail("the write queue is full");
             return;
         }
-        if self
-            .tx
-            .send(LogCommand::Write(Box::new(notification.clone())))
-            .is_err()
-        {
+        let mut line = Vec::with_capacity(LOG_LINE_CAPACITY);
+        if let Err(e) = serde_json::to_writer(&mut line, notification) {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            self.fail(&e.to_string());
+            return;
+        }
+        if self.tx.send(LogCommand::Write(line)).is_err() {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.fail("the writer has stopped");
         }
@@ -687,6 +692,8 @@ struct LogWriter {
 /// Every call emits two notifications; waking this thread for each one costs a futex call and
 /// a context switch on the cores the call path runs on. While it sleeps, senders wake nobody.
 const COALESCE: Duration = Duration::from_millis(5);
+/// Bytes reserved for one notification's line: a call's events fit without growing it.
+const LOG_LINE_CAPACITY: usize = 384;
 /// Bytes of lines gathered before they are written even though more are queued.
 const LOG_BATCH_BYTES: usize = 256 * 1024;
 
@@ -728,14 +735,10 @@ impl LogWriter {
         }
     }
 
-    fn gather(&self, batch: &mut LogBatch, n: &EventNotification) {
-        match serde_json::to_writer(&mut batch.bytes, n) {
-            Ok(()) => {
-                batch.bytes.push(b'\n');
-                batch.lines += 1;
-            }
-            Err(e) => self.failed(1, &io::Error::other(e)),
-        }
+    fn gather(&self, batch: &mut LogBatch, line: &[u8]) {
+        batch.bytes.extend_from_slice(line);
+        batch.bytes.push(b'\n');
+        batch.lines += 1;
     }
 
     /// Appends the batch with one write call (whole lines only, so lines never tear), then

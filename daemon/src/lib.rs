@@ -5,6 +5,8 @@
 //! Module map: `ARCHITECTURE.md` ("The daemon").
 
 pub mod address;
+#[cfg(feature = "count-allocs")]
+pub mod alloc_count;
 pub mod approvals;
 pub mod audit;
 pub mod calls;
@@ -22,6 +24,7 @@ pub mod policy;
 pub mod policy_control;
 pub mod preclaim;
 pub mod quiet_unix;
+pub mod rng;
 pub mod sessions;
 #[cfg(feature = "testing")]
 pub mod testing;

@@ -190,3 +190,42 @@ async fn a_client_pinning_another_key_never_completes_the_handshake() {
     assert!(tls_connect(daemon.wss_addr().port(), other).await.is_err());
     daemon.shutdown().await;
 }
+
+/// The next ping or pong from the daemon (text frames skipped).
+async fn next_control<S: AsyncRead + AsyncWrite + Unpin>(ws: &mut WebSocketStream<S>) -> Message {
+    loop {
+        match timeout(WAIT, ws.next()).await.unwrap().unwrap().unwrap() {
+            Message::Text(_) => continue,
+            other => return other,
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_claimed_session_answers_each_ping_with_one_pong() {
+    let dir = state_dir();
+    let daemon = start(dir.path()).await;
+    let web = create_link(&daemon, Transport::Web).await;
+    let tcp = TcpStream::connect(daemon.web_addr()).await.unwrap();
+    let (mut page, _) = timeout(
+        WAIT,
+        tokio_tungstenite::client_async(format!("ws://{}/", daemon.web_addr()), tcp),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let ack = claim_over(&mut page, &web, "Pixel 8").await;
+    assert_eq!(ack["type"], "session_ack", "{ack}");
+    // Each ping waits for its pong: a second pong for the first ping (issue #24: the socket
+    // adapter and the session engine both answered) would arrive before the second one's.
+    for payload in [b"first".as_slice(), b"second", b"third"] {
+        page.send(Message::Ping(payload.to_vec().into()))
+            .await
+            .unwrap();
+        assert_eq!(
+            next_control(&mut page).await,
+            Message::Pong(payload.to_vec().into())
+        );
+    }
+    daemon.shutdown().await;
+}

@@ -10,11 +10,14 @@
 //!   connect-to-`session_ack` latency and daemon CPU per connect (`sealed.rs`).
 //! - `appduct_call_tool` through `appduct mcp` over the raw control call; the size of the
 //!   bridge's `tools/list`.
+//! - The daemon's allocations per call, from a counting build named by
+//!   `APPDUCT_COUNT_ALLOCS_BIN` (`allocs.rs`; skipped when unset, except with `--only allocs`).
 //!
-//! Usage: `appduct-bench [--smoke] [--only calls|sessions|mcp|sealed] [--out BENCHMARKS.md]`, with `APPDUCT_BIN` naming the
-//! release `appduct` (see `scripts/bench`). `--smoke` runs small counts in well under a minute
+//! Usage: `appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|allocs] [--out BENCHMARKS.md]`,
+//! with `APPDUCT_BIN` naming the release `appduct` (see `scripts/bench`). `--smoke` runs small counts in well under a minute
 //! and checks nothing but that every workload completes (CI).
 
+mod allocs;
 mod devices;
 mod echo;
 mod load;
@@ -101,14 +104,16 @@ impl Counts {
 struct Options {
     counts: Counts,
     out: Option<PathBuf>,
-    /// `--only calls`, `--only sessions`, `--only mcp` or `--only sealed`: one part of the run
+    /// `--only calls`, `--only sessions`, `--only mcp`, `--only sealed` or `--only allocs`: one
+    /// part of the run
     /// (profiling, iterating).
     only: Option<String>,
 }
 
 fn usage() -> String {
-    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|pictures] [--out BENCHMARKS.md]   \
-     (APPDUCT_BIN names the appduct binary)"
+    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|pictures|allocs] \
+     [--out BENCHMARKS.md]   (APPDUCT_BIN names the appduct binary, APPDUCT_COUNT_ALLOCS_BIN \
+     its count-allocs build)"
         .to_owned()
 }
 
@@ -124,7 +129,7 @@ fn parse_args(args: &[String]) -> BenchResult<Options> {
             "--smoke" => options.counts = Counts::smoke(),
             "--out" => options.out = Some(PathBuf::from(it.next().ok_or_else(usage)?)),
             "--only" => match it.next().map(String::as_str) {
-                Some(part @ ("calls" | "sessions" | "mcp" | "sealed" | "pictures")) => {
+                Some(part @ ("calls" | "sessions" | "mcp" | "sealed" | "pictures" | "allocs")) => {
                     options.only = Some(part.to_owned())
                 }
                 _ => return Err(usage()),
@@ -270,6 +275,19 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
     } else if only.is_none() || only == Some("calls") {
         calls(&counts, &mut report).await?;
     }
+    let count_bin = std::env::var_os(allocs::BIN_ENV).map(PathBuf::from);
+    if only == Some("allocs") || (only.is_none() || only == Some("calls")) && count_bin.is_some() {
+        let bin = count_bin.ok_or_else(|| format!("--only allocs needs {}", allocs::BIN_ENV))?;
+        let figures = allocs::measure(bin, &counts).await?;
+        eprintln!(
+            "appduct-bench: allocations per call: 8 in flight {:.1} ({:.1} realloc), single caller {:.1} ({:.1} realloc)",
+            figures.windowed.total(),
+            figures.windowed.reallocations,
+            figures.single.total(),
+            figures.single.reallocations
+        );
+        report.allocs(&figures);
+    }
     if only.is_none() || only == Some("sealed") {
         let figures = sealed::measure(&counts).await?;
         eprintln!("appduct-bench: sealed {}", sealed::summary(&figures));
@@ -317,7 +335,7 @@ async fn calls(counts: &Counts, report: &mut Report) -> BenchResult<()> {
     let ready: Value = serde_json::from_str(&ready).map_err(|e| format!("{e}: {ready}"))?;
     let wss_port = ready["wss"].as_u64().ok_or("no wss port")? as u16;
     let echo_sock = echo::uds_path(scratch.path());
-    let floor = Floor::measure(&echo_sock, wss_port, counts, &args).await?;
+    let floor = Floor::measure(&echo_sock, wss_port, echo_proc.pid(), counts, &args).await?;
     drop(echo_proc);
     report.floor(&floor);
 
@@ -366,7 +384,7 @@ async fn calls(counts: &Counts, report: &mut Report) -> BenchResult<()> {
     let relay_cpu = per_call(cpu_time(relay.proc.pid())? - cpu_before, &relay_windowed);
     let relay_many = many_devices(&relay.socket, &relay_devices, counts, &args).await?;
     report.relay(&relay_single, &relay_windowed, &relay_many);
-    report.cpu_per_call(daemon_cpu, relay_cpu);
+    report.cpu_per_call(daemon_cpu, relay_cpu, floor.cpu_per_call());
     disconnect(relay_devices);
     drop(relay);
     Ok(())
@@ -420,6 +438,9 @@ fn disconnect(devices: Vec<Connected>) {
 pub struct Floor {
     pub uds_single: Sample,
     pub ws_single: Sample,
+    /// The echo process's CPU time per message at 8 in flight: UDS line, wss frame.
+    pub uds_cpu: Duration,
+    pub ws_cpu: Duration,
     pub uds_windowed: Sample,
     pub ws_windowed: Sample,
 }
@@ -428,6 +449,7 @@ impl Floor {
     async fn measure(
         socket: &Path,
         wss_port: u16,
+        echo_pid: u32,
         counts: &Counts,
         args: &str,
     ) -> BenchResult<Self> {
@@ -435,16 +457,30 @@ impl Floor {
         let frame = |id| call_frame(id, "s_floor", args);
         uds_load(socket, counts.warmup, WINDOW, line).await?;
         let uds_single = uds_load(socket, counts.single, 1, line).await?;
+        let cpu_before = cpu_time(echo_pid)?;
         let uds_windowed = uds_load(socket, counts.windowed, WINDOW, line).await?;
+        let uds_cpu = per_call(cpu_time(echo_pid)? - cpu_before, &uds_windowed);
         ws_load(wss(wss_port).await?, counts.warmup, WINDOW, frame).await?;
         let ws_single = ws_load(wss(wss_port).await?, counts.single, 1, frame).await?;
+        let cpu_before = cpu_time(echo_pid)?;
         let ws_windowed = ws_load(wss(wss_port).await?, counts.windowed, WINDOW, frame).await?;
+        let ws_cpu = per_call(cpu_time(echo_pid)? - cpu_before, &ws_windowed);
         Ok(Self {
             uds_single,
             ws_single,
+            uds_cpu,
+            ws_cpu,
             uds_windowed,
             ws_windowed,
         })
+    }
+}
+
+impl Floor {
+    /// The floor's own CPU time per call: the echo process's for one UDS line plus one wss
+    /// frame, the two hops the daemon relays (issue #24: the load-insensitive figure).
+    pub fn cpu_per_call(&self) -> Duration {
+        self.uds_cpu + self.ws_cpu
     }
 }
 

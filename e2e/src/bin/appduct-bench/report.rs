@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::load::BenchResult;
 use crate::stats::{Sample, us};
-use crate::{Floor, Sessions, sealed};
+use crate::{Floor, Sessions, allocs, sealed};
 
 pub const BEGIN: &str = "<!-- appduct-bench:begin -->";
 pub const END: &str = "<!-- appduct-bench:end -->";
@@ -20,6 +20,8 @@ const MIB: f64 = 1024.0 * 1024.0;
 enum Target {
     Max(f64),
     Min(f64),
+    /// A count (not a ratio) of at most this much.
+    CountMax(f64),
     /// Reported, no target.
     Info,
 }
@@ -226,15 +228,45 @@ impl Report {
         );
     }
 
-    /// Process CPU time per call at 8 in flight: the daemon against the Node relay.
-    pub fn cpu_per_call(&mut self, daemon: Duration, relay: Duration) {
+    /// Process CPU time per call at 8 in flight: the daemon against the Node relay and against
+    /// the floor's echo process (one UDS line plus one wss frame per call).
+    pub fn cpu_per_call(&mut self, daemon: Duration, relay: Duration, floor: Duration) {
         self.row(
             "Daemon CPU time per call, 8 in flight",
             fmt_us_tenths(daemon),
             format!("relay {}", fmt_us_tenths(relay)),
             ratio(us(daemon), us(relay)),
-            Target::Info,
+            Target::Max(0.4),
         );
+        self.row(
+            "Daemon CPU time per call / floor's, 8 in flight",
+            fmt_us_tenths(daemon),
+            format!("echo (UDS + wss) {}", fmt_us_tenths(floor)),
+            ratio(us(daemon), us(floor)),
+            Target::Max(2.5),
+        );
+    }
+
+    /// The daemon's allocations per call, from its counting build (issue #24). The count sits
+    /// in the ratio column against an absolute target: counts do not move with the load.
+    pub fn allocs(&mut self, f: &allocs::Figures) {
+        for (figure, per_call) in [
+            ("Daemon allocations per call, 8 in flight", f.windowed),
+            ("Daemon allocations per call, single caller", f.single),
+        ] {
+            self.row(
+                figure,
+                format!(
+                    "{:.1} ({:.1} alloc + {:.1} realloc)",
+                    per_call.total(),
+                    per_call.allocations,
+                    per_call.reallocations
+                ),
+                "—".to_owned(),
+                Some(per_call.total()),
+                Target::CountMax(20.0),
+            );
+        }
     }
 
     /// The sealed transport against wss, one daemon (issue #23).
@@ -379,8 +411,13 @@ impl Report {
         );
         let _ = writeln!(out, "| --- | --- | --- | --- | --- | --- |");
         for row in &self.rows {
-            let ratio = row.ratio.map_or("—".to_owned(), |r| format!("{r:.2}×"));
+            let ratio = match row.target {
+                Target::CountMax(_) => "—".to_owned(),
+                _ => row.ratio.map_or("—".to_owned(), |r| format!("{r:.2}×")),
+            };
             let (target, met) = match (row.target, row.ratio) {
+                (Target::CountMax(t), Some(r)) => (format!("≤ {t}"), yes_no(r <= t)),
+                (Target::CountMax(t), None) => (format!("≤ {t}"), "—"),
                 (Target::Max(t), Some(r)) => (format!("≤ {t}×"), yes_no(r <= t)),
                 (Target::Min(t), Some(r)) => (format!("≥ {t}×"), yes_no(r >= t)),
                 (Target::Max(t), None) => (format!("≤ {t}×"), "—"),
