@@ -164,6 +164,7 @@ try {
   report.failure = String(error?.stack ?? error);
 } finally {
   await client.close().catch(() => {});
-  emit({ step: "report", report });
-  process.exit(0);
+  // Exit once the report is flushed: stdout is a pipe, where an immediate exit cuts a long
+  // line at 64 KiB.
+  process.stdout.write(`${JSON.stringify({ step: "report", report })}\n`, () => process.exit(0));
 }

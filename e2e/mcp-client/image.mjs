@@ -33,5 +33,6 @@ try {
 } catch (error) {
   report.failure = String(error?.stack ?? error);
 }
-process.stdout.write(`${JSON.stringify(report)}\n`);
-process.exit(0);
+// stdout is a pipe, where writes are asynchronous: exit only once the report is flushed
+// (an immediate exit cut it at 64 KiB).
+process.stdout.write(`${JSON.stringify(report)}\n`, () => process.exit(0));
