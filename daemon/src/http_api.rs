@@ -891,21 +891,42 @@ async fn call(
         };
     }
     let (mut progress, pending) = client.call_tool_with_progress(params);
+    let mut settle = Box::pin(pending.result());
+    // The status waits for the call's first `started` or `progress` notification (an approval
+    // wait sends `progress` first): a call that settles before either (unknown session,
+    // `tool_not_found`, `policy_denied`, …) is a plain error response with its status (§H4.2).
+    let first = tokio::select! {
+        biased;
+        item = progress.next() => match item {
+            Some(p) => Ok(p),
+            None => Err((&mut settle).await),
+        },
+        outcome = &mut settle => Err(outcome),
+    };
+    let first = match first {
+        Ok(p) => progress_frame(&p),
+        Err(Err(e)) => {
+            guard.armed = false;
+            return Err(HttpError::from_call(&e));
+        }
+        Err(Ok(result)) => {
+            guard.armed = false;
+            let (tx, rx) = mpsc::channel::<Bytes>(1);
+            let _ = tx.try_send(sse_frame("result", None, &result));
+            return Ok(sse_response(rx));
+        }
+    };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let _ = tx.try_send(first);
     tokio::spawn(async move {
         let mut guard = guard;
-        let settle = pending.result();
-        tokio::pin!(settle);
         let outcome = loop {
             tokio::select! {
                 () = tx.closed() => return,
                 item = progress.next() => match item {
                     // A client that does not read misses progress, never the result (§C15).
-                    Some(CallProgress::Started(p)) => {
-                        let _ = tx.try_send(sse_frame("started", None, &strip_request_id(&p)));
-                    }
-                    Some(CallProgress::Progress(p)) => {
-                        let _ = tx.try_send(sse_frame("progress", None, &strip_request_id(&p)));
+                    Some(p) => {
+                        let _ = tx.try_send(progress_frame(&p));
                     }
                     None => break (&mut settle).await,
                 },
@@ -924,6 +945,14 @@ async fn call(
         let _ = tx.send(frame).await;
     });
     Ok(sse_response(rx))
+}
+
+/// The SSE frame of one per-call notification (§H4.2).
+fn progress_frame(p: &CallProgress) -> Bytes {
+    match p {
+        CallProgress::Started(p) => sse_frame("started", None, &strip_request_id(p)),
+        CallProgress::Progress(p) => sse_frame("progress", None, &strip_request_id(p)),
+    }
 }
 
 fn strip_request_id<T: Serialize>(p: &T) -> Value {

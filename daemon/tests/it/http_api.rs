@@ -508,6 +508,28 @@ async fn an_unknown_session_tool_or_route_is_404_with_its_type() {
 }
 
 #[tokio::test]
+async fn an_sse_call_that_fails_before_it_starts_is_a_plain_error_with_its_status() {
+    let s = setup().await;
+    let sse = "Accept: text/event-stream\r\n";
+    let raw = s.post_bytes("/v1/sessions/no-such-app/tools/work/call", "{}", sse);
+    let reply = send(s.addr, raw.as_bytes()).await;
+    assert_eq!(reply.status, 404, "{reply:?}");
+    assert_eq!(reply.error_type(), "unknown_session");
+    assert!(!reply.body.contains("event: error"), "{reply:?}");
+    let raw = s.post_bytes(&s.call_path("nope"), "{}", sse);
+    let reply = send(s.addr, raw.as_bytes()).await;
+    assert_eq!(reply.status, 404, "{reply:?}");
+    assert_eq!(reply.error_type(), "tool_not_found");
+    assert!(
+        reply
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("application/json")),
+        "{reply:?}"
+    );
+    s.daemon.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_body_that_never_finishes_times_out() {
     let s = setup_with(
         HttpLimits {
