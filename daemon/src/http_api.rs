@@ -1010,16 +1010,6 @@ fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
 
 async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Body>, HttpError> {
     let mut params = Map::new();
-    if let Some(last) = req
-        .headers()
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-    {
-        let since: u64 = last.trim().parse().map_err(|_| {
-            HttpError::bad_request("Last-Event-ID must be a whole number", "bad_last_event_id")
-        })?;
-        params.insert("since".into(), json!(since));
-    }
     for (key, value) in query_pairs(req.uri().query())? {
         match key.as_str() {
             "session" => {
@@ -1053,6 +1043,22 @@ async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Bod
             }
         }
     }
+    // `seq` counts per session, so `since` needs a session filter (§C8.12): without `session`
+    // no `id:` is sent and a `Last-Event-ID` (which a reconnecting `EventSource` could only
+    // have from elsewhere) is ignored, so a reconnect never turns into a `400` (§H3.5).
+    let resumable = params.contains_key("sessionSelector");
+    if resumable
+        && !params.contains_key("since")
+        && let Some(last) = req
+            .headers()
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        let since: u64 = last.trim().parse().map_err(|_| {
+            HttpError::bad_request("Last-Event-ID must be a whole number", "bad_last_event_id")
+        })?;
+        params.insert("since".into(), json!(since));
+    }
     let params = SubscribeParams::validate(Some(&Value::Object(params))).map_err(|e| {
         let e: appduct_protocol::jsonrpc::ErrorObject = e.into();
         let mut err = HttpError::new(StatusCode::BAD_REQUEST, e.error_type(), e.message.clone());
@@ -1077,7 +1083,7 @@ async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Bod
                 next = stream.next() => match next {
                     // Bounded: a client 256 events behind is cut off (§C15).
                     Some(event) => {
-                        if let Err(e) = tx.try_send(event_frame(&event)) {
+                        if let Err(e) = tx.try_send(event_frame(&event, resumable)) {
                             if matches!(e, mpsc::error::TrySendError::Full(_)) {
                                 tracing::debug!("HTTP events client too slow; ending its stream");
                             }
@@ -1092,9 +1098,9 @@ async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Bod
     Ok(sse_response(rx))
 }
 
-/// One event: `event:` its kind, `data:` the notification, `id:` its `seq` for `app_event`
-/// (resumable with `Last-Event-ID` or `since`).
-fn event_frame(event: &EventNotification) -> Bytes {
+/// One event: `event:` its kind, `data:` the notification, and with `resumable` (a `session`
+/// filter) `id:` its `seq` for `app_event` (resumable with `Last-Event-ID` or `since`).
+fn event_frame(event: &EventNotification, resumable: bool) -> Bytes {
     let value = serde_json::to_value(event).unwrap_or(Value::Null);
     let kind = value
         .get("kind")
@@ -1102,7 +1108,7 @@ fn event_frame(event: &EventNotification) -> Bytes {
         .and_then(Value::as_str)
         .unwrap_or("event")
         .to_owned();
-    let id = (event.seq > 0).then_some(event.seq);
+    let id = (resumable && event.seq > 0).then_some(event.seq);
     sse_frame(&kind, id, &value)
 }
 
