@@ -1046,7 +1046,11 @@ async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Bod
     // `seq` counts per session, so `since` needs a session filter (§C8.12): without `session`
     // no `id:` is sent and a `Last-Event-ID` (which a reconnecting `EventSource` could only
     // have from elsewhere) is ignored, so a reconnect never turns into a `400` (§H3.5).
-    let resumable = params.contains_key("sessionSelector");
+    let resumable = params.contains_key("sessionSelector")
+        && params.get("kinds").is_none_or(|k| {
+            k.as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "app_event"))
+        });
     if resumable
         && !params.contains_key("since")
         && let Some(last) = req
