@@ -891,21 +891,42 @@ async fn call(
         };
     }
     let (mut progress, pending) = client.call_tool_with_progress(params);
+    let mut settle = Box::pin(pending.result());
+    // The status waits for the call's first `started` or `progress` notification (an approval
+    // wait sends `progress` first): a call that settles before either (unknown session,
+    // `tool_not_found`, `policy_denied`, …) is a plain error response with its status (§H4.2).
+    let first = tokio::select! {
+        biased;
+        item = progress.next() => match item {
+            Some(p) => Ok(p),
+            None => Err((&mut settle).await),
+        },
+        outcome = &mut settle => Err(outcome),
+    };
+    let first = match first {
+        Ok(p) => progress_frame(&p),
+        Err(Err(e)) => {
+            guard.armed = false;
+            return Err(HttpError::from_call(&e));
+        }
+        Err(Ok(result)) => {
+            guard.armed = false;
+            let (tx, rx) = mpsc::channel::<Bytes>(1);
+            let _ = tx.try_send(sse_frame("result", None, &result));
+            return Ok(sse_response(rx));
+        }
+    };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let _ = tx.try_send(first);
     tokio::spawn(async move {
         let mut guard = guard;
-        let settle = pending.result();
-        tokio::pin!(settle);
         let outcome = loop {
             tokio::select! {
                 () = tx.closed() => return,
                 item = progress.next() => match item {
                     // A client that does not read misses progress, never the result (§C15).
-                    Some(CallProgress::Started(p)) => {
-                        let _ = tx.try_send(sse_frame("started", None, &strip_request_id(&p)));
-                    }
-                    Some(CallProgress::Progress(p)) => {
-                        let _ = tx.try_send(sse_frame("progress", None, &strip_request_id(&p)));
+                    Some(p) => {
+                        let _ = tx.try_send(progress_frame(&p));
                     }
                     None => break (&mut settle).await,
                 },
@@ -924,6 +945,14 @@ async fn call(
         let _ = tx.send(frame).await;
     });
     Ok(sse_response(rx))
+}
+
+/// The SSE frame of one per-call notification (§H4.2).
+fn progress_frame(p: &CallProgress) -> Bytes {
+    match p {
+        CallProgress::Started(p) => sse_frame("started", None, &strip_request_id(p)),
+        CallProgress::Progress(p) => sse_frame("progress", None, &strip_request_id(p)),
+    }
 }
 
 fn strip_request_id<T: Serialize>(p: &T) -> Value {
@@ -981,16 +1010,6 @@ fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
 
 async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Body>, HttpError> {
     let mut params = Map::new();
-    if let Some(last) = req
-        .headers()
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-    {
-        let since: u64 = last.trim().parse().map_err(|_| {
-            HttpError::bad_request("Last-Event-ID must be a whole number", "bad_last_event_id")
-        })?;
-        params.insert("since".into(), json!(since));
-    }
     for (key, value) in query_pairs(req.uri().query())? {
         match key.as_str() {
             "session" => {
@@ -1024,6 +1043,26 @@ async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Bod
             }
         }
     }
+    // `seq` counts per session, so `since` needs a session filter (§C8.12): without `session`
+    // no `id:` is sent and a `Last-Event-ID` (which a reconnecting `EventSource` could only
+    // have from elsewhere) is ignored, so a reconnect never turns into a `400` (§H3.5).
+    let resumable = params.contains_key("sessionSelector")
+        && params.get("kinds").is_none_or(|k| {
+            k.as_array()
+                .is_some_and(|k| k.iter().any(|k| k == "app_event"))
+        });
+    if resumable
+        && !params.contains_key("since")
+        && let Some(last) = req
+            .headers()
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+    {
+        let since: u64 = last.trim().parse().map_err(|_| {
+            HttpError::bad_request("Last-Event-ID must be a whole number", "bad_last_event_id")
+        })?;
+        params.insert("since".into(), json!(since));
+    }
     let params = SubscribeParams::validate(Some(&Value::Object(params))).map_err(|e| {
         let e: appduct_protocol::jsonrpc::ErrorObject = e.into();
         let mut err = HttpError::new(StatusCode::BAD_REQUEST, e.error_type(), e.message.clone());
@@ -1048,7 +1087,7 @@ async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Bod
                 next = stream.next() => match next {
                     // Bounded: a client 256 events behind is cut off (§C15).
                     Some(event) => {
-                        if let Err(e) = tx.try_send(event_frame(&event)) {
+                        if let Err(e) = tx.try_send(event_frame(&event, resumable)) {
                             if matches!(e, mpsc::error::TrySendError::Full(_)) {
                                 tracing::debug!("HTTP events client too slow; ending its stream");
                             }
@@ -1063,9 +1102,9 @@ async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Bod
     Ok(sse_response(rx))
 }
 
-/// One event: `event:` its kind, `data:` the notification, `id:` its `seq` for `app_event`
-/// (resumable with `Last-Event-ID` or `since`).
-fn event_frame(event: &EventNotification) -> Bytes {
+/// One event: `event:` its kind, `data:` the notification, and with `resumable` (a `session`
+/// filter) `id:` its `seq` for `app_event` (resumable with `Last-Event-ID` or `since`).
+fn event_frame(event: &EventNotification, resumable: bool) -> Bytes {
     let value = serde_json::to_value(event).unwrap_or(Value::Null);
     let kind = value
         .get("kind")
@@ -1073,7 +1112,7 @@ fn event_frame(event: &EventNotification) -> Bytes {
         .and_then(Value::as_str)
         .unwrap_or("event")
         .to_owned();
-    let id = (event.seq > 0).then_some(event.seq);
+    let id = (resumable && event.seq > 0).then_some(event.seq);
     sse_frame(&kind, id, &value)
 }
 

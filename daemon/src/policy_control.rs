@@ -52,8 +52,6 @@ pub struct PolicyControl {
 pub enum ReloadBy {
     Request,
     Signal,
-    /// An operator approved this reload (§C11.2): not held again.
-    Approved,
 }
 
 /// `approval_refused` for a change that loosens policy while operator approvals are on.
@@ -335,6 +333,59 @@ impl PolicyControl {
     /// and refused (nothing applied, the reason logged) when asked by a signal (§C11.2).
     pub fn reload(&self, by: ReloadBy) -> Result<ReloadResult, ErrorObject> {
         let mut file_policy = self.write.lock().unwrap_or_else(PoisonError::into_inner);
+        let new = self.load_for_reload()?;
+        let before = self.policy.policy();
+        if let Some(gate) = &self.gate
+            && let Some(change) = loosening(&before, &new.policy)
+        {
+            if by == ReloadBy::Signal {
+                tracing::warn!(%change, "SIGHUP: config.json loosens policy ({change}); not applied: run appduct daemon reload in a terminal, where an operator approves it");
+                return Err(ErrorObject::application(
+                    ErrorType::ApprovalRefused,
+                    format!("config.json loosens policy ({change}); a signal cannot be approved, so nothing was applied: run appduct daemon reload in a terminal"),
+                )
+                .with_details(json!({"reason": "operator_approval_required", "change": change})));
+            }
+            drop(file_policy);
+            let this = self.clone();
+            let approved = new.policy;
+            let apply_reload: crate::approvals::PolicyApply = Box::new(move || {
+                // Under the write lock, loads the file once and applies exactly that load, only
+                // if its policy is the one the operator approved (§C11.2): a file swapped after
+                // the approval was asked for is refused, never applied unchecked.
+                let mut file_policy = this.write.lock().unwrap_or_else(PoisonError::into_inner);
+                let new = this.load_for_reload()?;
+                if new.policy != approved {
+                    return Err(ErrorObject::application(
+                        ErrorType::InvalidRequest,
+                        "config.json changed after this reload was asked for; nothing was applied",
+                    )
+                    .with_details(json!({"reason": "config_changed"})));
+                }
+                this.apply_config(&mut file_policy, new).map(|_| ())
+            });
+            let wait = gate.approval_timeout();
+            return Err(
+                match gate.park_policy("daemon.reload", &change, Caller::Cli, apply_reload, wait) {
+                    Ok((approval_id, expires_at)) => {
+                        let expire = Arc::clone(gate);
+                        let id = approval_id.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(wait).await;
+                            expire.settle(&id, Verdict::Expired);
+                        });
+                        held("daemon.reload", &change, &approval_id, expires_at)
+                    }
+                    Err(e) => e,
+                },
+            );
+        }
+        self.apply_config(&mut file_policy, new)
+    }
+
+    /// Loads `config.json` for a reload: a file that is missing or does not load is an error
+    /// that leaves everything in force.
+    fn load_for_reload(&self) -> Result<Config, ErrorObject> {
         // A deleted file would load as the built-in defaults (all `allow`): keep what runs.
         if let Err(e) = std::fs::symlink_metadata(self.policy.config_path())
             && e.kind() == std::io::ErrorKind::NotFound
@@ -360,52 +411,16 @@ impl PolicyControl {
         for warning in &loaded.warnings {
             tracing::warn!("{warning}");
         }
-        let new = loaded.config;
-        let before = self.policy.policy();
-        if by != ReloadBy::Approved
-            && let Some(gate) = &self.gate
-            && let Some(change) = loosening(&before, &new.policy)
-        {
-            if by == ReloadBy::Signal {
-                tracing::warn!(%change, "SIGHUP: config.json loosens policy ({change}); not applied: run appduct daemon reload in a terminal, where an operator approves it");
-                return Err(ErrorObject::application(
-                    ErrorType::ApprovalRefused,
-                    format!("config.json loosens policy ({change}); a signal cannot be approved, so nothing was applied: run appduct daemon reload in a terminal"),
-                )
-                .with_details(json!({"reason": "operator_approval_required", "change": change})));
-            }
-            drop(file_policy);
-            let this = self.clone();
-            let loaded_policy = new.policy;
-            let apply_reload: crate::approvals::PolicyApply = Box::new(move || {
-                // Applies the file only if it still holds what the operator approved.
-                match Config::load(&this.state_dir) {
-                    Ok(l) if l.config.policy == loaded_policy => {
-                        this.reload(ReloadBy::Approved).map(|_| ())
-                    }
-                    _ => Err(ErrorObject::application(
-                        ErrorType::InvalidRequest,
-                        "config.json changed after this reload was asked for; nothing was applied",
-                    )
-                    .with_details(json!({"reason": "config_changed"}))),
-                }
-            });
-            let wait = gate.approval_timeout();
-            return Err(
-                match gate.park_policy("daemon.reload", &change, Caller::Cli, apply_reload, wait) {
-                    Ok((approval_id, expires_at)) => {
-                        let expire = Arc::clone(gate);
-                        let id = approval_id.clone();
-                        tokio::spawn(async move {
-                            tokio::time::sleep(wait).await;
-                            expire.settle(&id, Verdict::Expired);
-                        });
-                        held("daemon.reload", &change, &approval_id, expires_at)
-                    }
-                    Err(e) => e,
-                },
-            );
-        }
+        Ok(loaded.config)
+    }
+
+    /// Puts `new` (a `config.json` already loaded and checked) in force; the caller holds the
+    /// `write` lock, so nothing else writes or applies the file meanwhile.
+    fn apply_config(
+        &self,
+        file_policy: &mut Option<Policy>,
+        new: Config,
+    ) -> Result<ReloadResult, ErrorObject> {
         let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let mut applied = Vec::new();
         // First, as it can fail: a port that cannot be bound changes nothing (§H1).

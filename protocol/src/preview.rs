@@ -2,8 +2,9 @@
 //! compact JSON-like text of at most [`PREVIEW_MAX_CHARS`] characters in which every key is
 //! kept while room lasts, long strings and deep or long containers are cut with `…`, and every
 //! character that could move the cursor, recolour, reorder or hide text (C0/C1 controls, ANSI
-//! escapes through their ESC, bidi overrides and isolates, zero-width and line/paragraph
-//! separators) is written as its `\uXXXX` escape.
+//! escapes through their ESC, bidi overrides and isolates, zero-width and other format
+//! characters, tags, variation selectors and other default-ignorable code points, line/paragraph
+//! separators) is written as its `\uXXXX` escape (a UTF-16 surrogate pair beyond U+FFFF).
 
 use serde_json::{Map, Value};
 
@@ -17,22 +18,43 @@ pub const PREVIEW_ARRAY_ITEMS: usize = 3;
 pub const PREVIEW_DEPTH: usize = 3;
 
 /// Whether `c` is written escaped in a preview: controls (C0, DEL, C1: this covers ESC, so
-/// no ANSI sequence survives), bidi marks, embeddings, overrides and isolates, zero-width and
-/// invisible formatting characters, line and paragraph separators, and the BOM.
+/// no ANSI sequence survives), every format character (general category Cf: bidi marks,
+/// embeddings, overrides and isolates, zero-width characters, tags, the BOM, …), every
+/// default-ignorable code point (variation selectors, the combining grapheme joiner, Hangul
+/// and Khmer fillers and vowels shown as nothing, …), and line and paragraph separators
+/// (Unicode 15).
 pub fn is_hidden_char(c: char) -> bool {
     c.is_control()
         || matches!(c,
             '\u{00AD}'
+            | '\u{034F}'
+            | '\u{0600}'..='\u{0605}'
             | '\u{061C}'
-            | '\u{180E}'
+            | '\u{06DD}'
+            | '\u{070F}'
+            | '\u{0890}'..='\u{0891}'
+            | '\u{08E2}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{180B}'..='\u{180F}'
             | '\u{200B}'..='\u{200F}'
             | '\u{2028}'..='\u{202E}'
             | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
             | '\u{FEFF}'
-            | '\u{FFF9}'..='\u{FFFB}')
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFFB}'
+            | '\u{110BD}'
+            | '\u{110CD}'
+            | '\u{13430}'..='\u{1343F}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}')
 }
 
-/// `s` for one line of text: [`is_hidden_char`] characters as `\uXXXX`, everything else as is.
+/// `s` for one line of text: [`is_hidden_char`] characters as `\uXXXX` (a surrogate pair
+/// beyond U+FFFF), everything else as is.
 pub fn escape_hidden(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
@@ -45,7 +67,14 @@ fn push_char(out: &mut String, c: char, quoted: bool) {
     match c {
         '"' if quoted => out.push_str("\\\""),
         '\\' if quoted => out.push_str("\\\\"),
-        c if is_hidden_char(c) => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+        // Beyond U+FFFF (tags, variation selectors supplement): the UTF-16 surrogate pair, as
+        // JSON writes it, so every escape is six characters.
+        c if is_hidden_char(c) => {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
         c => out.push(c),
     }
 }
@@ -156,6 +185,51 @@ mod tests {
             r#"{"k\u001b[2J": "ab\u202ecd\u0007\u009b31m\u2028\u200b\"\\"}"#
         );
         assert!(!p.chars().any(is_hidden_char), "{p:?}");
+    }
+
+    #[test]
+    fn tags_variation_selectors_fillers_and_other_invisibles_are_escaped() {
+        let hidden = [
+            '\u{E0041}',
+            '\u{E007F}',
+            '\u{E0001}',
+            '\u{FE0F}',
+            '\u{FE00}',
+            '\u{E0100}',
+            '\u{E01EF}',
+            '\u{034F}',
+            '\u{115F}',
+            '\u{1160}',
+            '\u{3164}',
+            '\u{FFA0}',
+            '\u{17B4}',
+            '\u{17B5}',
+            '\u{180B}',
+            '\u{0600}',
+            '\u{1D173}',
+            '\u{13430}',
+            '\u{1BCA0}',
+            '\u{FFF0}',
+        ];
+        for c in hidden {
+            assert!(is_hidden_char(c), "{:04x}", u32::from(c));
+            let shown = escape_hidden(&format!("a{c}b"));
+            assert!(!shown.chars().any(is_hidden_char), "{shown:?}");
+            assert!(
+                shown.starts_with("a\\u") && shown.ends_with('b'),
+                "{shown:?}"
+            );
+        }
+        // Beyond U+FFFF: the surrogate pair, so the quoted preview stays JSON with the same text.
+        assert_eq!(escape_hidden("x\u{E0041}"), "x\\udb40\\udc41");
+        let p = preview(json!({"k": "ok\u{E0069}\u{E0067}\u{FE0F}"}));
+        assert_eq!(p, r#"{"k": "ok\udb40\udc69\udb40\udc67\ufe0f"}"#);
+        let back: Value = serde_json::from_str(&p.replace("\"k\": ", "\"k\":")).unwrap();
+        assert_eq!(back["k"], "ok\u{E0069}\u{E0067}\u{FE0F}");
+        // Visible text stays as is: letters, emoji, combining marks, CJK, Hangul syllables.
+        for visible in ["é", "e\u{301}", "😀", "漢字", "한글", "\u{1F44D}\u{1F3FD}"] {
+            assert_eq!(escape_hidden(visible), visible);
+        }
     }
 
     #[test]

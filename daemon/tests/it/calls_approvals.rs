@@ -980,3 +980,73 @@ async fn a_reload_with_config_json_deleted_keeps_the_running_policy() {
     );
     f.stop().await;
 }
+
+#[tokio::test]
+async fn an_approved_reload_applies_only_the_approved_file() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let f = fixture(60_000, false, terminal).await;
+    let mut op = operator(&f).await;
+    let set = op
+        .request(
+            2,
+            "policy.set",
+            json!({"target": "*/echo", "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(set["result"]["changed"], true, "{set}");
+    let path = f.daemon.state_dir().path().join("config.json");
+    let original: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let mut asked = original.clone();
+    asked["policy"]["tools"]["pixel-8/slow_task"] = json!("allow");
+    std::fs::write(&path, serde_json::to_vec(&asked).unwrap()).unwrap();
+    let held = op.request(3, "daemon.reload", json!({})).await;
+    let details = &held["error"]["data"]["details"];
+    assert_eq!(details["reason"], "operator_approval_required", "{held}");
+    let approval_id = details["approvalId"].as_str().unwrap().to_owned();
+    // The file is swapped for a looser one before the operator approves.
+    let mut swapped = asked.clone();
+    swapped["policy"]["tools"]
+        .as_object_mut()
+        .unwrap()
+        .remove("*/echo");
+    std::fs::write(&path, serde_json::to_vec(&swapped).unwrap()).unwrap();
+    let approved = op
+        .request(
+            4,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve"}),
+        )
+        .await;
+    assert_eq!(
+        approved["error"]["data"]["details"]["reason"], "config_changed",
+        "{approved}"
+    );
+    assert_eq!(slow_task_rule(&mut op, 5).await, "prompt");
+    let listed = op.request(6, "policy.list", json!({})).await;
+    assert_eq!(
+        listed["result"]["policy"]["tools"]["*/echo"], "deny",
+        "{listed}"
+    );
+    // Asked again with the approved content back in place: exactly that applies.
+    std::fs::write(&path, serde_json::to_vec(&asked).unwrap()).unwrap();
+    let held = op.request(7, "daemon.reload", json!({})).await;
+    let approval_id = held["error"]["data"]["details"]["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let approved = op
+        .request(
+            8,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve"}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    assert_eq!(slow_task_rule(&mut op, 9).await, "allow");
+    let listed = op.request(10, "policy.list", json!({})).await;
+    assert_eq!(
+        listed["result"]["policy"]["tools"]["*/echo"], "deny",
+        "{listed}"
+    );
+    f.stop().await;
+}

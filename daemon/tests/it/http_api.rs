@@ -42,6 +42,7 @@ struct Setup {
     daemon: DaemonHandle,
     _app: Client,
     alias: String,
+    session_id: String,
     addr: SocketAddr,
     token: String,
     calls: mpsc::UnboundedReceiver<Invocation>,
@@ -164,6 +165,7 @@ async fn setup_with(limits: HttpLimits, cors: &[&str]) -> Setup {
         daemon,
         _app: app,
         alias,
+        session_id,
         addr,
         token,
         calls,
@@ -508,6 +510,28 @@ async fn an_unknown_session_tool_or_route_is_404_with_its_type() {
 }
 
 #[tokio::test]
+async fn an_sse_call_that_fails_before_it_starts_is_a_plain_error_with_its_status() {
+    let s = setup().await;
+    let sse = "Accept: text/event-stream\r\n";
+    let raw = s.post_bytes("/v1/sessions/no-such-app/tools/work/call", "{}", sse);
+    let reply = send(s.addr, raw.as_bytes()).await;
+    assert_eq!(reply.status, 404, "{reply:?}");
+    assert_eq!(reply.error_type(), "unknown_session");
+    assert!(!reply.body.contains("event: error"), "{reply:?}");
+    let raw = s.post_bytes(&s.call_path("nope"), "{}", sse);
+    let reply = send(s.addr, raw.as_bytes()).await;
+    assert_eq!(reply.status, 404, "{reply:?}");
+    assert_eq!(reply.error_type(), "tool_not_found");
+    assert!(
+        reply
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("application/json")),
+        "{reply:?}"
+    );
+    s.daemon.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_body_that_never_finishes_times_out() {
     let s = setup_with(
         HttpLimits {
@@ -672,5 +696,64 @@ async fn events_stream_over_sse() {
     let reply = s.get("/v1/events?kinds=nonsense").await;
     assert_eq!(reply.status, 400, "{reply:?}");
     assert_eq!(reply.error_type(), "invalid_request");
+    s.daemon.shutdown().await;
+}
+
+impl Setup {
+    /// Opens `GET path` as an event stream with `extra` headers; returns once `subscribed` came.
+    async fn open_events(&self, path: &str, extra: &str) -> (TcpStream, String) {
+        let mut stream = TcpStream::connect(self.addr).await.unwrap();
+        let head = format!(
+            "GET {path} HTTP/1.1\r\n{}{}{extra}Accept: text/event-stream\r\nConnection: close\r\n\r\n",
+            self.host(),
+            self.auth()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut seen = String::new();
+        read_until(&mut stream, &mut seen, "event: subscribed").await;
+        assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+        (stream, seen)
+    }
+
+    fn emit_app_event(&self, name: &str) -> u64 {
+        self.daemon
+            .events()
+            .emit_app_event(
+                &self.session_id,
+                Some(&self.alias),
+                name.to_owned(),
+                json!({}),
+                serde_json::Number::from(1),
+            )
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn event_ids_and_last_event_id_need_a_session_filter() {
+    let s = setup().await;
+    // Without `session`: no `id:` lines, and a `Last-Event-ID` (a reconnect) is ignored
+    // instead of refused.
+    let (mut all, mut seen_all) = s
+        .open_events("/v1/events?kinds=app_event", "Last-Event-ID: 7\r\n")
+        .await;
+    // With `session`: `id: <seq>`, and `Last-Event-ID` resumes after that seq.
+    let path = format!("/v1/events?kinds=app_event&session={}", s.alias);
+    let (mut one, mut seen_one) = s.open_events(&path, "").await;
+    let first = s.emit_app_event("first");
+    let second = s.emit_app_event("second");
+    read_until(&mut all, &mut seen_all, r#""name":"second""#).await;
+    assert!(!seen_all.contains("\nid: "), "{seen_all}");
+    read_until(&mut one, &mut seen_one, r#""name":"second""#).await;
+    assert!(seen_one.contains(&format!("\nid: {first}\n")), "{seen_one}");
+    assert!(
+        seen_one.contains(&format!("\nid: {second}\n")),
+        "{seen_one}"
+    );
+    let (mut resumed, mut seen) = s
+        .open_events(&path, &format!("Last-Event-ID: {first}\r\n"))
+        .await;
+    read_until(&mut resumed, &mut seen, r#""name":"second""#).await;
+    assert!(!seen.contains(r#""name":"first""#), "{seen}");
     s.daemon.shutdown().await;
 }
