@@ -1558,7 +1558,8 @@ impl Inner {
     /// One `tool_result_part` (§D17.2), under the engine lock like every call frame. Parts for
     /// no call in flight, or for a call being cancelled, are dropped. The part's bytes are
     /// reserved in both budgets before they are kept; the last part's body is checked and
-    /// parsed on the blocking pool, and the call settles from there.
+    /// parsed on the blocking pool, its parse reserved daemon-wide first (§D17.3), and the call
+    /// settles from there.
     fn on_part(&self, session_id: &str, part: ToolResultPart) {
         let mut table = self.table();
         let Some(key) = table.by_wire(session_id, &part.id) else {

@@ -6,7 +6,9 @@
 //! there). [`split_body`] cuts it into frames for SDKs; [`ResultAssembler`] takes them back in
 //! order, checks the SHA-256 and parses the body with the rules of `tool_result`. The daemon
 //! decides memory bounds: [`ResultAssembler::check`] says how many bytes a part would add before
-//! anything is kept, so the caller can reserve them first. I/O-free.
+//! anything is kept, so the caller can reserve them first, and
+//! [`ResultAssembler::parsed_estimate`] what parsing the complete body will take (§D17.3).
+//! I/O-free.
 
 use std::fmt;
 
