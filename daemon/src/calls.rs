@@ -243,6 +243,22 @@ impl Table {
         }
     }
 
+    /// Counts `bytes` of a parsed body in the daemon-wide counter only (§D17.3), unless that
+    /// would take it past `max_total`; `false` then, and nothing is counted.
+    fn reserve_parsed(&mut self, bytes: u64, max_total: u64) -> bool {
+        let total = self.buffered_total.load(Ordering::Relaxed);
+        if total.saturating_add(bytes) > max_total {
+            return false;
+        }
+        self.buffered_total.fetch_add(bytes, Ordering::Relaxed);
+        true
+    }
+
+    /// Gives back what [`Self::reserve_parsed`] counted.
+    fn release_parsed(&mut self, bytes: u64) {
+        self.buffered_total.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
     fn release(&mut self, session_id: &str, bytes: u64) {
         if bytes == 0 {
             return;
@@ -1542,7 +1558,8 @@ impl Inner {
     /// One `tool_result_part` (§D17.2), under the engine lock like every call frame. Parts for
     /// no call in flight, or for a call being cancelled, are dropped. The part's bytes are
     /// reserved in both budgets before they are kept; the last part's body is checked and
-    /// parsed on the blocking pool, and the call settles from there.
+    /// parsed on the blocking pool, its parse reserved daemon-wide first (§D17.3), and the call
+    /// settles from there.
     fn on_part(&self, session_id: &str, part: ToolResultPart) {
         let mut table = self.table();
         let Some(key) = table.by_wire(session_id, &part.id) else {
@@ -1579,17 +1596,36 @@ impl Inner {
                 let wire_id = part.id;
                 let held = transfer.received();
                 let finish = move || {
-                    let body = transfer.finish();
                     let Some(inner) = weak.upgrade() else {
                         return;
                     };
-                    // The buffer is gone (consumed by `finish`): give its bytes back.
-                    inner.table().release(&session_id, held);
-                    let outcome = match body {
-                        Ok(ResultBody { result, content }) => Outcome::Result { result, content },
-                        Err(fault) => answer_failed(&fault.to_string(), &fault),
+                    // §D17.3: the parsed tree is counted too, in the daemon-wide budget, before
+                    // it is built; a body whose tree does not fit fails `too_large` unparsed.
+                    let parsed = transfer.parsed_estimate();
+                    let max = inner.result_max_buffered_bytes;
+                    let reserved = inner.table().reserve_parsed(parsed, max);
+                    let outcome = if reserved {
+                        match transfer.finish() {
+                            Ok(ResultBody { result, content }) => {
+                                Outcome::Result { result, content }
+                            }
+                            Err(fault) => answer_failed(&fault.to_string(), &fault),
+                        }
+                    } else {
+                        drop(transfer);
+                        tracing::debug!(%session_id, %wire_id, parsed, "a result sent in parts would parse past the buffered-bytes bound");
+                        let fault = PartError::TooLarge { max_bytes: max };
+                        answer_failed(&fault.to_string(), &fault)
                     };
+                    // The reply is built from the outcome here (or, rarely, by the task still
+                    // writing the call's frame); only then are the body's and the tree's bytes
+                    // given back.
                     inner.settle_by_wire(&session_id, &wire_id, outcome);
+                    let mut table = inner.table();
+                    table.release(&session_id, held);
+                    if reserved {
+                        table.release_parsed(parsed);
+                    }
                 };
                 match tokio::runtime::Handle::try_current() {
                     Ok(runtime) => {

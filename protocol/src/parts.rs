@@ -6,7 +6,9 @@
 //! there). [`split_body`] cuts it into frames for SDKs; [`ResultAssembler`] takes them back in
 //! order, checks the SHA-256 and parses the body with the rules of `tool_result`. The daemon
 //! decides memory bounds: [`ResultAssembler::check`] says how many bytes a part would add before
-//! anything is kept, so the caller can reserve them first. I/O-free.
+//! anything is kept, so the caller can reserve them first, and
+//! [`ResultAssembler::parsed_estimate`] what parsing the complete body will take (§D17.3).
+//! I/O-free.
 
 use std::fmt;
 
@@ -140,6 +142,41 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     out
 }
 
+/// Bytes one parsed JSON value is counted as, beyond the body text that holds it (§D17.3):
+/// a `serde_json::Value` (72 bytes with the workspace's `preserve_order`) plus, for an object
+/// member, its key `String` (24) and its index-map bucket and index slot (16), rounded up.
+/// The heap bytes of strings and numbers are not counted again: they are never more than the
+/// body text they come from, which is counted as it is.
+pub const PARSED_BYTES_PER_VALUE: u64 = 128;
+
+/// An upper bound on the number of JSON values in `body` (§D17.3), by a scan of its text
+/// without parsing: one for the top value, plus one per `[`, `{` and `,` outside strings (a
+/// value is the first of its array or object, or follows a comma). Any text works; for text
+/// that is not JSON the number is only an estimate.
+pub fn count_values(body: &[u8]) -> u64 {
+    let mut values = 1u64;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &b in body {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' | b',' => values += 1,
+                _ => {}
+            }
+        }
+    }
+    values
+}
+
 /// Reassembles one call's body from its parts, in order (§D17.2). The buffer grows only as
 /// bytes arrive (never reserved from `total`), exactly by each part's length.
 pub struct ResultAssembler {
@@ -197,6 +234,13 @@ impl ResultAssembler {
     /// Body bytes received so far (what the buffer holds).
     pub fn received(&self) -> u64 {
         self.buf.len() as u64
+    }
+
+    /// Bytes the parsed body is counted as beyond its text (§D17.3): [`count_values`] of the
+    /// bytes received × [`PARSED_BYTES_PER_VALUE`]. Call it once the body is complete, before
+    /// [`Self::finish`], to reserve the parse first.
+    pub fn parsed_estimate(&self) -> u64 {
+        count_values(&self.buf).saturating_mul(PARSED_BYTES_PER_VALUE)
     }
 
     /// The declared `total`.
@@ -348,6 +392,27 @@ mod tests {
         let parsed = asm.finish().unwrap();
         assert_eq!(parsed.result, Some(big));
         assert_eq!(parsed.content, Some(content));
+    }
+
+    #[test]
+    fn values_are_counted_from_the_text_and_their_cost_covers_a_value_and_a_member() {
+        assert_eq!(count_values(b"0"), 1);
+        assert_eq!(count_values(br#"{"result":[0,0,0]}"#), 5);
+        assert_eq!(count_values(br#"{"result":[]}"#), 3);
+        // Structure inside strings (escaped quotes included) is text, not values.
+        assert_eq!(count_values(br#"{"result":"[,{\",[,"}"#), 2);
+        let tiny = format!(r#"{{"result":[{}0]}}"#, "0,".repeat(1000));
+        let body = tiny.as_bytes();
+        let n = count_values(body);
+        assert!((1001..=1003).contains(&n), "{n}");
+        let parts = split_body("S", "id", body);
+        let mut asm = ResultAssembler::start(&parts[0], 1 << 24).unwrap();
+        assert!(asm.push(&parts[0]).unwrap());
+        assert_eq!(asm.parsed_estimate(), n * PARSED_BYTES_PER_VALUE);
+        let member = std::mem::size_of::<Value>()
+            + std::mem::size_of::<String>()
+            + 2 * std::mem::size_of::<u64>();
+        assert!(member as u64 <= PARSED_BYTES_PER_VALUE, "{member}");
     }
 
     #[test]

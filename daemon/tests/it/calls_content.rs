@@ -452,3 +452,52 @@ async fn a_plain_answer_during_a_transfer_settles_the_call_and_frees_the_buffer(
     buffered_is_zero(&f).await;
     f.stop().await;
 }
+
+/// `{"result":[0,0,…]}` of about `len` bytes: two body bytes per JSON value.
+fn tiny_values_body(len: usize) -> String {
+    format!(r#"{{"result":[{}0]}}"#, "0,".repeat(len / 2))
+}
+
+/// §D17.3: the parsed tree of a body is counted in the daemon-wide budget before it is built
+/// (`count_values` × 128 bytes). A body of many tiny values whose tree fits arrives intact; one
+/// whose tree would not fails `too_large` unparsed, frees its bytes and keeps the app.
+#[tokio::test]
+async fn a_body_of_many_tiny_values_is_bounded_by_its_parsed_size() {
+    use appduct_protocol::parts::{PARSED_BYTES_PER_VALUE, count_values};
+    let max_buffered = 64 * 1024 * 1024;
+    let mut f = Fixture::with_config(
+        with_results(16 * 1024 * 1024, max_buffered),
+        standard_tools(),
+    )
+    .await;
+
+    // 256 KiB of `0,`: about 131,000 values, counted as about 16 MiB: fits.
+    let wire_id = start_call(&mut f, 1, json!({"name": "echo"})).await;
+    let body = tiny_values_body(262_144);
+    let parsed = count_values(body.as_bytes()) * PARSED_BYTES_PER_VALUE;
+    assert!(parsed + body.len() as u64 <= max_buffered);
+    for part in split_body(&f.device.session_id, &wire_id, body.as_bytes()) {
+        send_part(&f.device, &part).await;
+    }
+    let response = f.wire.response(1).await;
+    let result = response["result"]["result"].as_array().expect("an array");
+    assert_eq!(result.len(), 131_073);
+    assert!(result.iter().all(|v| v == &json!(0)));
+    buffered_is_zero(&f).await;
+
+    // 4 MiB of `0,`: about 2.1 million values, counted as about 256 MiB: past the bound.
+    let wire_id = start_call(&mut f, 2, json!({"name": "echo"})).await;
+    let body = tiny_values_body(4 * 1024 * 1024);
+    assert!(count_values(body.as_bytes()) * PARSED_BYTES_PER_VALUE > max_buffered);
+    for part in split_body(&f.device.session_id, &wire_id, body.as_bytes()) {
+        send_part(&f.device, &part).await;
+    }
+    let response = f.wire.response(2).await;
+    assert_eq!(
+        serialization_details(&response),
+        json!({"reason": "too_large", "maxBytes": max_buffered})
+    );
+    buffered_is_zero(&f).await;
+    still_works(&mut f, 3).await;
+    f.stop().await;
+}
