@@ -1521,6 +1521,11 @@ mod tests {
 
     /// A core with an acked claim on connection 1.
     fn active_core(event_registry: bool) -> Core {
+        acked_core(&ack("r1", event_registry))
+    }
+
+    /// A core whose claim on connection 1 was answered with `ack_text`.
+    fn acked_core(ack_text: &str) -> Core {
         let mut c = core(0.5);
         c.connect_bootstrap(Bootstrap {
             session_id: "s1".into(),
@@ -1530,7 +1535,7 @@ mod tests {
         });
         let conn = opened(&drain(&mut c)).unwrap();
         c.on_open(conn);
-        c.on_text(T0, conn, &ack("r1", event_registry));
+        c.on_text(T0, conn, ack_text);
         drain(&mut c);
         c
     }
@@ -1714,15 +1719,6 @@ mod tests {
     /// A core acked with the issue #17 fields (`parts`: `result_parts_max_bytes`), with tool
     /// `pic` (an output schema) called as `c1`.
     fn content_core(result_content: bool, parts: Option<u64>) -> Core {
-        let mut c = core(0.5);
-        c.connect_bootstrap(Bootstrap {
-            session_id: "s1".into(),
-            token: "tok".into(),
-            expires_at: T0 / 1000 + 300,
-            endpoint: endpoint(),
-        });
-        let conn = opened(&drain(&mut c)).unwrap();
-        c.on_open(conn);
         let mut ack: Value = serde_json::from_str(&ack("r1", false)).unwrap();
         if result_content {
             ack["result_content"] = json!(true);
@@ -1730,7 +1726,7 @@ mod tests {
         if let Some(max) = parts {
             ack["result_parts_max_bytes"] = json!(max);
         }
-        c.on_text(T0, conn, &ack.to_string());
+        let mut c = acked_core(&ack.to_string());
         let d = json!({"name": "pic", "description": "d", "output_schema": {"type": "object"}});
         c.register_tool(validate_tool_descriptor(&d).unwrap())
             .unwrap();
