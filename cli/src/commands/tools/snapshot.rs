@@ -4,7 +4,7 @@
 //! the one `appduct-sdk snapshot` writes from an app's declarations (§T17).
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
@@ -159,8 +159,14 @@ pub async fn run(
             Ok(Reply::Done(0))
         }
         SnapshotMode::Write(path) => write(path, &doc, &text).map(Reply::Success),
-        SnapshotMode::Check(path) => check(path, &doc, &format!("live ({})", session.alias), out.stderr_paint)
-            .map(Reply::Success),
+        SnapshotMode::Check(path) => check(
+            path,
+            &doc,
+            &format!("live ({})", session.alias),
+            None,
+            out.stderr_paint,
+        )
+        .map(Reply::Success),
     }
 }
 
@@ -186,7 +192,9 @@ pub fn run_from(from: &Path, mode: &SnapshotMode, paint: Paint) -> Result<Reply,
             Ok(Reply::Done(0))
         }
         SnapshotMode::Write(path) => write(path, &doc, &text).map(Reply::Success),
-        SnapshotMode::Check(path) => check(path, &doc, &shown, paint).map(Reply::Success),
+        SnapshotMode::Check(path) => {
+            check(path, &doc, &shown, Some(from), paint).map(Reply::Success)
+        }
     }
 }
 
@@ -350,8 +358,14 @@ fn parse_document(text: &str, shown: &str) -> Result<Value, CliError> {
 }
 
 /// `--check <file>`: `live` is the surface to check, `label` names it in the diff
-/// (`live (<alias>)`, or the `--from` file).
-pub fn check(path: &Path, live: &Value, label: &str, paint: Paint) -> Result<Success, CliError> {
+/// (`live (<alias>)`, or the `--from` file); `from` is the `--from` argument, for the hint.
+pub fn check(
+    path: &Path,
+    live: &Value,
+    label: &str,
+    from: Option<&Path>,
+    paint: Paint,
+) -> Result<Success, CliError> {
     let shown = path.display().to_string();
     let text = read_snapshot_file(path).map_err(|e| e.into_cli_error(&shown))?;
     let file = parse_document(&text, &shown)?;
@@ -427,8 +441,9 @@ pub fn check(path: &Path, live: &Value, label: &str, paint: Paint) -> Result<Suc
         tail.push_str(&styled);
         tail.push('\n');
     }
+    let from = from.map_or(String::new(), |f| format!("--from {} ", f.display()));
     tail.push_str(&format!(
-        "Review the change, then run \"appduct tools snapshot --write {shown}\".\n"
+        "Review the change, then run \"appduct tools snapshot {from}--write {shown}\".\n"
     ));
     err.hide_human_details = true;
     err.human_tail = Some(tail);
@@ -553,7 +568,7 @@ mod tests {
         let s = write(&path, &doc, &canonical_text(&doc)).unwrap();
         assert_eq!(s.data["changed"], false);
         assert!(s.human.ends_with("Unchanged.\n"));
-        let ok = check(&path, &doc, "live (pixel-8)", Paint::PLAIN).unwrap();
+        let ok = check(&path, &doc, "live (pixel-8)", None, Paint::PLAIN).unwrap();
         assert_eq!(ok.data["matches"], true);
     }
 
@@ -570,7 +585,7 @@ mod tests {
             &tools(json!([])),
             &events(json!([{"name": "e", "description": "D"}])),
         );
-        assert!(check(&path, &live, "a", Paint::PLAIN).is_ok());
+        assert!(check(&path, &live, "a", None, Paint::PLAIN).is_ok());
     }
 
     #[test]
@@ -588,7 +603,7 @@ mod tests {
                 json!([{"name": "playground_ping", "description": "Ping.", "payload_schema": {"type": "object"}}]),
             ),
         );
-        let e = check(&path, &live, "live (pixel-8)", Paint::PLAIN).unwrap_err();
+        let e = check(&path, &live, "live (pixel-8)", None, Paint::PLAIN).unwrap_err();
         assert_eq!(e.exit_code(), 3);
         assert!(
             e.message.contains("1 added, 1 removed, 1 changed"),
@@ -614,20 +629,20 @@ mod tests {
         let missing = tmp.path().join("missing.json");
         let live = playground_like();
         assert_eq!(
-            check(&missing, &live, "a", Paint::PLAIN)
+            check(&missing, &live, "a", None, Paint::PLAIN)
                 .unwrap_err()
                 .exit_code(),
             66
         );
         let v2 = tmp.path().join("v2.json");
         std::fs::write(&v2, r#"{"snapshotVersion": 2, "tools": [], "events": []}"#).unwrap();
-        let e = check(&v2, &live, "a", Paint::PLAIN).unwrap_err();
+        let e = check(&v2, &live, "a", None, Paint::PLAIN).unwrap_err();
         assert_eq!(e.exit_code(), 66);
         assert!(e.message.contains("v2.json"));
         let bad = tmp.path().join("bad.json");
         std::fs::write(&bad, "nope").unwrap();
         assert_eq!(
-            check(&bad, &live, "a", Paint::PLAIN)
+            check(&bad, &live, "a", None, Paint::PLAIN)
                 .unwrap_err()
                 .exit_code(),
             66
@@ -643,7 +658,7 @@ mod tests {
             .unwrap()
             .set_len(64 << 30)
             .unwrap();
-        let e = check(&path, &playground_like(), "a", Paint::PLAIN).unwrap_err();
+        let e = check(&path, &playground_like(), "a", None, Paint::PLAIN).unwrap_err();
         assert_eq!(e.exit_code(), 66);
         assert_eq!(e.error_type, "inspection_error");
         assert!(e.message.contains("huge.json"), "{}", e.message);
@@ -661,6 +676,7 @@ mod tests {
             Path::new("/dev/zero"),
             &playground_like(),
             "a",
+            None,
             Paint::PLAIN,
         )
         .unwrap_err();
@@ -671,7 +687,7 @@ mod tests {
         // At the cap exactly it is read (and judged on its content).
         let at_cap = tmp.path().join("at-cap.json");
         std::fs::write(&at_cap, vec![b' '; MAX_SNAPSHOT_FILE_BYTES as usize]).unwrap();
-        let e = check(&at_cap, &playground_like(), "a", Paint::PLAIN).unwrap_err();
+        let e = check(&at_cap, &playground_like(), "a", None, Paint::PLAIN).unwrap_err();
         assert!(e.details.clone().unwrap().get("maxBytes").is_none());
     }
 
@@ -786,7 +802,7 @@ mod tests {
             ),
             &events(json!([])),
         );
-        let e = check(&path, &live, "live (pixel-8)", Paint::PLAIN).unwrap_err();
+        let e = check(&path, &live, "live (pixel-8)", None, Paint::PLAIN).unwrap_err();
         let tail = e.human_tail.clone().unwrap();
         assert!(
             !tail.chars().any(|c| c.is_control() && c != '\n'),
