@@ -33,7 +33,14 @@ fn from_a_file_writes_and_checks_without_a_daemon() {
     ]));
     unsorted["note"] = json!("not part of the surface");
     std::fs::write(&from, unsorted.to_string()).unwrap();
-    let written = sb.ok(&["tools", "snapshot", "--from", "from.json", "--write", "s.json"]);
+    let written = sb.ok(&[
+        "tools",
+        "snapshot",
+        "--from",
+        "from.json",
+        "--write",
+        "s.json",
+    ]);
     assert_eq!(
         written,
         json!({"path": "s.json", "tools": 2, "events": 1, "changed": true})
@@ -49,7 +56,14 @@ fn from_a_file_writes_and_checks_without_a_daemon() {
     assert!(text.contains("\"timeout_ms\": 1000\n"), "{text}");
     assert!(!text.contains("note"), "{text}");
 
-    let checked = sb.ok(&["tools", "snapshot", "--from", "from.json", "--check", "s.json"]);
+    let checked = sb.ok(&[
+        "tools",
+        "snapshot",
+        "--from",
+        "from.json",
+        "--check",
+        "s.json",
+    ]);
     assert_eq!(
         checked,
         json!({"path": "s.json", "matches": true, "tools": 2, "events": 1})
@@ -58,11 +72,20 @@ fn from_a_file_writes_and_checks_without_a_daemon() {
     // Drift in the --from surface: exit 3, the diff headed by the --from file.
     std::fs::write(
         &from,
-        doc(json!([{"name": "alpha", "description": "Changed.", "group": "g", "riskLevel": "low"}]))
-            .to_string(),
+        doc(
+            json!([{"name": "alpha", "description": "Changed.", "group": "g", "riskLevel": "low"}]),
+        )
+        .to_string(),
     )
     .unwrap();
-    let (code, out) = sb.json(&["tools", "snapshot", "--from", "from.json", "--check", "s.json"]);
+    let (code, out) = sb.json(&[
+        "tools",
+        "snapshot",
+        "--from",
+        "from.json",
+        "--check",
+        "s.json",
+    ]);
     assert_eq!(code, 3, "{out}");
     let details = &out["error"]["details"];
     assert_eq!(details["removed"]["tools"], json!(["zeta"]));
@@ -92,10 +115,19 @@ fn from_a_file_writes_and_checks_without_a_daemon() {
     );
 
     // An unusable --from file: 66 naming it, like an unusable --check file.
-    for content in ["not json", r#"{"snapshotVersion": 2, "tools": [], "events": []}"#] {
+    for content in [
+        "not json",
+        r#"{"snapshotVersion": 2, "tools": [], "events": []}"#,
+    ] {
         std::fs::write(&from, content).unwrap();
-        let (code, out) =
-            sb.json(&["tools", "snapshot", "--from", "from.json", "--check", "s.json"]);
+        let (code, out) = sb.json(&[
+            "tools",
+            "snapshot",
+            "--from",
+            "from.json",
+            "--check",
+            "s.json",
+        ]);
         assert_eq!(code, 66, "{out}");
         assert_eq!(out["error"]["type"], "inspection_error");
         assert_eq!(out["error"]["details"]["path"], "from.json");
@@ -103,7 +135,9 @@ fn from_a_file_writes_and_checks_without_a_daemon() {
     let (code, out) = sb.json(&["tools", "snapshot", "--from", "nope.json", "--write", "-"]);
     assert_eq!(code, 66, "{out}");
     // A selector and --from together, or --from alone: usage errors.
-    let (code, _) = sb.json(&["tools", "snapshot", "pixel", "--from", "s.json", "--write", "-"]);
+    let (code, _) = sb.json(&[
+        "tools", "snapshot", "pixel", "--from", "s.json", "--write", "-",
+    ]);
     assert_eq!(code, 64);
     let (code, _) = sb.json(&["tools", "snapshot", "--from", "s.json"]);
     assert_eq!(code, 64);
