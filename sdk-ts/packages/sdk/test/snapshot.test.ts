@@ -177,6 +177,7 @@ describe("appduct-sdk snapshot: --out and --check", { timeout: 60_000 }, () => {
     const human = await snapshot("lists.mjs", "--check", file);
     expect(human.code).toBe(3);
     expect(human.stderr).toContain("+ tool reset\n- tool zz_gone\n~ tool sum\n+ event pinged\n");
+    expect(human.stderr).toContain(`For a diff: appduct-sdk snapshot lists.mjs | appduct tools snapshot --from - --check ${file}\n`);
     expect(human.stderr).toContain(`run "appduct-sdk snapshot lists.mjs --out ${file}"`);
 
     for (const [content, needle] of [

@@ -306,7 +306,7 @@ function compare(file: unknown, current: unknown): { added: string[]; removed: s
 }
 
 /** `--check <file>`: the same matching as `appduct tools snapshot --check` (§L7.4). */
-export function checkSnapshot(filePath: string, doc: Record<string, unknown>, rerun: string, path: string = filePath): SnapshotResult {
+export function checkSnapshot(filePath: string, doc: Record<string, unknown>, rerun: string, path: string = filePath, diffCommand?: string): SnapshotResult {
   const file = readSnapshotFile(filePath, path);
   const tools = compare(file.tools, doc.tools);
   const events = compare(file.events, doc.events);
@@ -325,6 +325,7 @@ export function checkSnapshot(filePath: string, doc: Record<string, unknown>, re
   for (const [mark, key] of [["+", "added"], ["-", "removed"], ["~", "changed"]] as const) {
     for (const name of events[key]) tail += `${mark} event ${cleanLine(name)}\n`;
   }
+  if (diffCommand !== undefined) tail += `For a diff: ${diffCommand}\n`;
   tail += `Review the change, then run "${rerun}".\n`;
   throw new SnapshotCliError(
     "assertion_error",
@@ -341,7 +342,6 @@ export function checkSnapshot(filePath: string, doc: Record<string, unknown>, re
 
 /** A name on one terminal line: control characters shown as `\uXXXX`. */
 function cleanLine(text: string): string {
-  // eslint-disable-next-line no-control-regex
   return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 
@@ -366,8 +366,8 @@ export async function runSnapshot(args: readonly string[], cwd: string = process
     const humanWarnings = json ? "" : warnings.map((w) => `${w}\n`).join("");
     const withWarnings = (data: Record<string, unknown>): Record<string, unknown> => (warnings.length > 0 ? { ...data, warnings } : data);
     if (opts.check !== undefined) {
-      const rerun = `appduct-sdk snapshot ${[opts.module, ...(opts.exportName ? ["--export", opts.exportName] : []), "--out", opts.check].join(" ")}`;
-      const result = checkSnapshot(resolve(cwd, opts.check), doc, rerun, opts.check);
+      const command = `appduct-sdk snapshot ${[opts.module, ...(opts.exportName ? ["--export", opts.exportName] : [])].join(" ")}`;
+      const result = checkSnapshot(resolve(cwd, opts.check), doc, `${command} --out ${opts.check}`, opts.check, `${command} | appduct tools snapshot --from - --check ${opts.check}`);
       return done(json, withWarnings(result.data), result.human, humanWarnings);
     }
     if (opts.out !== undefined) {
