@@ -65,7 +65,8 @@ Examples:
 const TOOLS_SNAPSHOT: &str = "\
 Examples:
   appduct tools snapshot --write appduct-tools.json
-  appduct tools snapshot --check appduct-tools.json    # in CI: exit 3 when the surface changed";
+  appduct tools snapshot --check appduct-tools.json    # in CI: exit 3 when the surface changed
+  npx appduct-sdk snapshot dist/tools.js | appduct tools snapshot --from - --check appduct-tools.json";
 
 const EVENTS: &str = "\
 Examples:

@@ -158,6 +158,8 @@ pub enum Command {
     ToolsSnapshot {
         selector: Option<String>,
         mode: tools::snapshot::SnapshotMode,
+        /// `--from <file>`: the surface from a snapshot file, no daemon (§L7.4.1).
+        from: Option<std::path::PathBuf>,
     },
     /// `events ls`: `events.list` params.
     EventsLs(EventsListParams),
@@ -388,8 +390,13 @@ async fn daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliErro
 
 async fn interruptible_command(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
     let g = &inv.globals;
-    if let Command::ToolsSnapshot { selector, mode } = &inv.command {
-        return tools::snapshot::run(g, out, selector.as_deref(), mode).await;
+    if let Command::ToolsSnapshot {
+        selector,
+        mode,
+        from,
+    } = &inv.command
+    {
+        return tools::snapshot::run(g, out, selector.as_deref(), mode, from.as_deref()).await;
     }
     let success = match &inv.command {
         Command::SessionsLs => sessions::ls(g, out).await,

@@ -330,18 +330,30 @@ fn snapshot_modes() {
         command(&["tools", "snapshot", "--write", "-"]),
         Command::ToolsSnapshot {
             selector: None,
-            mode: SnapshotMode::WriteStdout
+            mode: SnapshotMode::WriteStdout,
+            from: None,
         }
     );
     assert_eq!(
         command(&["tools", "snapshot", "p", "--check", "s.json"]),
         Command::ToolsSnapshot {
             selector: Some("p".into()),
-            mode: SnapshotMode::Check("s.json".into())
+            mode: SnapshotMode::Check("s.json".into()),
+            from: None,
+        }
+    );
+    assert_eq!(
+        command(&["tools", "snapshot", "--from", "-", "--check", "s.json"]),
+        Command::ToolsSnapshot {
+            selector: None,
+            mode: SnapshotMode::Check("s.json".into()),
+            from: Some("-".into()),
         }
     );
     usage(&["tools", "snapshot"]);
     usage(&["tools", "snapshot", "--write", "a", "--check", "b"]);
+    usage(&["tools", "snapshot", "--from", "a.json"]);
+    usage(&["tools", "snapshot", "p", "--from", "a.json", "--check", "b"]);
 }
 
 #[test]

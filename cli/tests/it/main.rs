@@ -17,5 +17,6 @@ mod mcp_install;
 mod playground;
 mod policy;
 mod security_delivery;
+mod snapshot_from;
 mod terminal;
 mod watch;

@@ -277,6 +277,28 @@ fn the_tools_snapshot_guard_fails_both_ways() {
     // The canonical document of the playground contract (§L7.4).
     insta::assert_snapshot!("playground_tools_snapshot", text);
     let written: Value = serde_json::from_str(&text).unwrap();
+    // The TypeScript playground's static snapshot (its declarations, §T17) is this live surface
+    // but `counter_chart`, which only this playground has (§T14.1): no other entry differs.
+    let ts_static = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sdk-ts/playground/tools.snapshot.json"
+    );
+    let (code, doc) = sb.json(&[
+        "tools",
+        "snapshot",
+        "--from",
+        ts_static,
+        "--check",
+        "tools.snapshot.json",
+    ]);
+    assert_eq!(code, 3, "{doc}");
+    let none = json!({"tools": [], "events": []});
+    assert_eq!(doc["error"]["details"]["added"], none);
+    assert_eq!(doc["error"]["details"]["changed"], none);
+    assert_eq!(
+        doc["error"]["details"]["removed"],
+        json!({"tools": ["counter_chart"], "events": []})
+    );
     let check = |doc: &Value| {
         std::fs::write(&file, serde_json::to_string_pretty(doc).unwrap()).unwrap();
         sb.json(&["tools", "snapshot", "--check", "tools.snapshot.json"])

@@ -1,8 +1,10 @@
 //! `appduct tools snapshot --write | --check` (§L7.4): a canonical, reviewable document of a
-//! session's tool and event surface, written atomically or compared with a unified diff.
+//! session's tool and event surface, written atomically or compared with a unified diff. With
+//! `--from` (§L7.4.1) the surface comes from a snapshot file instead of a live session, such as
+//! the one `appduct-sdk snapshot` writes from an app's declarations (§T17).
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
@@ -31,6 +33,9 @@ pub struct ToolsSnapshotArgs {
     /// Compare the live surface with FILE
     #[arg(long, value_name = "FILE")]
     pub check: Option<PathBuf>,
+    /// Take the surface from the snapshot FILE instead of a live session ("-" reads stdin)
+    #[arg(long, value_name = "FILE")]
+    pub from: Option<PathBuf>,
 }
 
 /// `tools snapshot --write` or `--check` (§L7.4).
@@ -44,6 +49,11 @@ pub enum SnapshotMode {
 
 pub fn validate(a: ToolsSnapshotArgs) -> Result<Command, CliError> {
     let selector = optional_selector("tools snapshot", a.selector.positionals)?;
+    if a.from.is_some() && selector.is_some() {
+        return Err(CliError::usage(
+            "tools snapshot takes a session selector or --from <file>, not both",
+        ));
+    }
     let mode = match (a.write, a.check) {
         (Some(w), None) if w.as_os_str() == "-" => SnapshotMode::WriteStdout,
         (Some(w), None) => SnapshotMode::Write(w),
@@ -54,7 +64,11 @@ pub fn validate(a: ToolsSnapshotArgs) -> Result<Command, CliError> {
             ));
         }
     };
-    Ok(Command::ToolsSnapshot { selector, mode })
+    Ok(Command::ToolsSnapshot {
+        selector,
+        mode,
+        from: a.from,
+    })
 }
 
 /// `snapshotVersion` of the document.
@@ -64,24 +78,18 @@ pub const SNAPSHOT_VERSION: u64 = 1;
 pub const MAX_SNAPSHOT_FILE_BYTES: u64 = 16 << 20;
 /// Lines of context in the diff.
 pub const DIFF_CONTEXT: usize = 3;
-/// Descriptor fields a snapshot keeps besides `name`, `description` and `group`.
-const TOOL_FIELDS: [&str; 4] = ["input_schema", "output_schema", "annotations", "timeout_ms"];
-
-/// The snapshot document of a tool and event listing.
+/// The snapshot document of a tool and event listing: per tool every descriptor field the
+/// listing reports (§C9.2) plus `group`, so a descriptor field the listing gains is part of
+/// the surface without a change here (and `appduct-sdk snapshot` keeps every wire field, §T17).
 pub fn document(tools: &ToolsListResult, events: &EventsListResult) -> Value {
     let mut tool_entries: Vec<Value> = tools
         .tools
         .iter()
         .map(|t| {
-            let mut m = Map::new();
+            let mut m: Map<String, Value> = t.descriptor.clone();
             m.insert("name".into(), json!(t.name()));
             m.insert("description".into(), json!(t.description()));
             m.insert("group".into(), json!(t.group));
-            for key in TOOL_FIELDS {
-                if let Some(v) = t.descriptor.get(key) {
-                    m.insert(key.into(), v.clone());
-                }
-            }
             Value::Object(m)
         })
         .collect();
@@ -123,13 +131,17 @@ fn counts(doc: &Value) -> (usize, usize) {
     (len("tools"), len("events"))
 }
 
-/// `tools snapshot`.
+/// `tools snapshot`: from a live session, or from a file without the daemon (`--from`).
 pub async fn run(
     globals: &Globals,
     out: &Output,
     selector: Option<&str>,
     mode: &SnapshotMode,
+    from: Option<&Path>,
 ) -> Result<Reply, CliError> {
+    if let Some(from) = from {
+        return run_from(from, mode, out.stderr_paint);
+    }
     let (dir, client) = connect::connect(globals, out, Contact::Full, true).await?;
     let session = describe_session(&client, &dir, selector).await?;
     let tools = list_all(&client, &dir, &session.session_id).await?;
@@ -147,10 +159,58 @@ pub async fn run(
             Ok(Reply::Done(0))
         }
         SnapshotMode::Write(path) => write(path, &doc, &text).map(Reply::Success),
+        SnapshotMode::Check(path) => check(
+            path,
+            &doc,
+            &format!("live ({})", session.alias),
+            None,
+            out.stderr_paint,
+        )
+        .map(Reply::Success),
+    }
+}
+
+/// `--from <file>` (§L7.4.1): the surface of a snapshot file, normalised, written or checked
+/// like a live one. No daemon is contacted.
+pub fn run_from(from: &Path, mode: &SnapshotMode, paint: Paint) -> Result<Reply, CliError> {
+    let shown = if from.as_os_str() == "-" {
+        "stdin".to_owned()
+    } else {
+        from.display().to_string()
+    };
+    let text = if from.as_os_str() == "-" {
+        read_capped(std::io::stdin().lock(), None)
+    } else {
+        read_snapshot_file(from)
+    }
+    .map_err(|e| e.into_cli_error(&shown))?;
+    let doc = normalise(&parse_document(&text, &shown)?);
+    let text = canonical_text(&doc);
+    match mode {
+        SnapshotMode::WriteStdout => {
+            output::write_stdout(&text);
+            Ok(Reply::Done(0))
+        }
+        SnapshotMode::Write(path) => write(path, &doc, &text).map(Reply::Success),
         SnapshotMode::Check(path) => {
-            check(path, &doc, &session.alias, out.stderr_paint).map(Reply::Success)
+            check(path, &doc, &shown, Some(from), paint).map(Reply::Success)
         }
     }
+}
+
+/// A document with only the three keys of §L7.4 and both lists sorted by name, so a file
+/// written by another tool compares and diffs like a live surface.
+fn normalise(doc: &Value) -> Value {
+    let sorted = |key: &str| {
+        let mut list = doc
+            .get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        list.sort_by(|a, b| name_of(a).cmp(name_of(b)));
+        list
+    };
+    json!({"snapshotVersion": SNAPSHOT_VERSION, "tools": sorted("tools"), "events": sorted("events")})
 }
 
 /// `--write <file>`: atomic (temporary file in the same directory, then rename), mode 0644.
@@ -257,14 +317,21 @@ impl SnapshotReadError {
 /// one byte over it and refused too.
 pub fn read_snapshot_file(path: &Path) -> Result<String, SnapshotReadError> {
     let file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    read_capped(file, Some(len))
+}
+
+/// At most [`MAX_SNAPSHOT_FILE_BYTES`] of `reader` as text; `len`, when known, refuses a larger
+/// input before reading it.
+fn read_capped(reader: impl std::io::Read, len: Option<u64>) -> Result<String, SnapshotReadError> {
     let too_large = SnapshotReadError::TooLarge {
         max_bytes: MAX_SNAPSHOT_FILE_BYTES,
     };
-    if file.metadata()?.len() > MAX_SNAPSHOT_FILE_BYTES {
+    if len.is_some_and(|len| len > MAX_SNAPSHOT_FILE_BYTES) {
         return Err(too_large);
     }
     // The same text and UTF-8 error as `fs::read_to_string`.
-    let text = std::io::read_to_string(file.take(MAX_SNAPSHOT_FILE_BYTES + 1))?;
+    let text = std::io::read_to_string(reader.take(MAX_SNAPSHOT_FILE_BYTES + 1))?;
     if text.len() as u64 > MAX_SNAPSHOT_FILE_BYTES {
         return Err(too_large);
     }
@@ -275,19 +342,33 @@ fn inspection(path: &str, why: impl std::fmt::Display) -> CliError {
     CliError::inspection(format!("cannot use the snapshot {path}: {why}")).with_detail("path", path)
 }
 
-/// `--check <file>`.
-pub fn check(path: &Path, live: &Value, alias: &str, paint: Paint) -> Result<Success, CliError> {
+/// A snapshot file's document: JSON, `snapshotVersion` 1, `tools` and `events` lists;
+/// anything else is an `inspection_error` naming the file.
+fn parse_document(text: &str, shown: &str) -> Result<Value, CliError> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| inspection(shown, e))?;
+    if doc.get("snapshotVersion").and_then(Value::as_u64) != Some(SNAPSHOT_VERSION) {
+        return Err(inspection(shown, "snapshotVersion is not 1"));
+    }
+    if !doc.get("tools").is_some_and(Value::is_array)
+        || !doc.get("events").is_some_and(Value::is_array)
+    {
+        return Err(inspection(shown, "it has no tools or events list"));
+    }
+    Ok(doc)
+}
+
+/// `--check <file>`: `live` is the surface to check, `label` names it in the diff
+/// (`live (<alias>)`, or the `--from` file); `from` is the `--from` argument, for the hint.
+pub fn check(
+    path: &Path,
+    live: &Value,
+    label: &str,
+    from: Option<&Path>,
+    paint: Paint,
+) -> Result<Success, CliError> {
     let shown = path.display().to_string();
     let text = read_snapshot_file(path).map_err(|e| e.into_cli_error(&shown))?;
-    let file: Value = serde_json::from_str(&text).map_err(|e| inspection(&shown, e))?;
-    if file.get("snapshotVersion").and_then(Value::as_u64) != Some(SNAPSHOT_VERSION) {
-        return Err(inspection(&shown, "snapshotVersion is not 1"));
-    }
-    if !file.get("tools").is_some_and(Value::is_array)
-        || !file.get("events").is_some_and(Value::is_array)
-    {
-        return Err(inspection(&shown, "it has no tools or events list"));
-    }
+    let file = parse_document(&text, &shown)?;
     let [tools_added, tools_removed, tools_changed] = compare(&file, live, "tools");
     let [events_added, events_removed, events_changed] = compare(&file, live, "events");
     let (tools, events) = counts(live);
@@ -309,7 +390,7 @@ pub fn check(path: &Path, live: &Value, alias: &str, paint: Paint) -> Result<Suc
     }
     let file_text = canonical_text(&file);
     let live_text = canonical_text(live);
-    let diff = unified_diff(&file_text, &live_text, &shown, &format!("live ({alias})"));
+    let diff = unified_diff(&file_text, &live_text, &shown, label);
     let mut err = CliError::new(
         ErrorType::AssertionError,
         format!(
@@ -360,8 +441,9 @@ pub fn check(path: &Path, live: &Value, alias: &str, paint: Paint) -> Result<Suc
         tail.push_str(&styled);
         tail.push('\n');
     }
+    let from = from.map_or(String::new(), |f| format!("--from {} ", f.display()));
     tail.push_str(&format!(
-        "Review the change, then run \"appduct tools snapshot --write {shown}\".\n"
+        "Review the change, then run \"appduct tools snapshot {from}--write {shown}\".\n"
     ));
     err.hide_human_details = true;
     err.human_tail = Some(tail);
@@ -486,7 +568,7 @@ mod tests {
         let s = write(&path, &doc, &canonical_text(&doc)).unwrap();
         assert_eq!(s.data["changed"], false);
         assert!(s.human.ends_with("Unchanged.\n"));
-        let ok = check(&path, &doc, "pixel-8", Paint::PLAIN).unwrap();
+        let ok = check(&path, &doc, "live (pixel-8)", None, Paint::PLAIN).unwrap();
         assert_eq!(ok.data["matches"], true);
     }
 
@@ -503,7 +585,7 @@ mod tests {
             &tools(json!([])),
             &events(json!([{"name": "e", "description": "D"}])),
         );
-        assert!(check(&path, &live, "a", Paint::PLAIN).is_ok());
+        assert!(check(&path, &live, "a", None, Paint::PLAIN).is_ok());
     }
 
     #[test]
@@ -521,7 +603,7 @@ mod tests {
                 json!([{"name": "playground_ping", "description": "Ping.", "payload_schema": {"type": "object"}}]),
             ),
         );
-        let e = check(&path, &live, "pixel-8", Paint::PLAIN).unwrap_err();
+        let e = check(&path, &live, "live (pixel-8)", None, Paint::PLAIN).unwrap_err();
         assert_eq!(e.exit_code(), 3);
         assert!(
             e.message.contains("1 added, 1 removed, 1 changed"),
@@ -547,20 +629,20 @@ mod tests {
         let missing = tmp.path().join("missing.json");
         let live = playground_like();
         assert_eq!(
-            check(&missing, &live, "a", Paint::PLAIN)
+            check(&missing, &live, "a", None, Paint::PLAIN)
                 .unwrap_err()
                 .exit_code(),
             66
         );
         let v2 = tmp.path().join("v2.json");
         std::fs::write(&v2, r#"{"snapshotVersion": 2, "tools": [], "events": []}"#).unwrap();
-        let e = check(&v2, &live, "a", Paint::PLAIN).unwrap_err();
+        let e = check(&v2, &live, "a", None, Paint::PLAIN).unwrap_err();
         assert_eq!(e.exit_code(), 66);
         assert!(e.message.contains("v2.json"));
         let bad = tmp.path().join("bad.json");
         std::fs::write(&bad, "nope").unwrap();
         assert_eq!(
-            check(&bad, &live, "a", Paint::PLAIN)
+            check(&bad, &live, "a", None, Paint::PLAIN)
                 .unwrap_err()
                 .exit_code(),
             66
@@ -576,7 +658,7 @@ mod tests {
             .unwrap()
             .set_len(64 << 30)
             .unwrap();
-        let e = check(&path, &playground_like(), "a", Paint::PLAIN).unwrap_err();
+        let e = check(&path, &playground_like(), "a", None, Paint::PLAIN).unwrap_err();
         assert_eq!(e.exit_code(), 66);
         assert_eq!(e.error_type, "inspection_error");
         assert!(e.message.contains("huge.json"), "{}", e.message);
@@ -594,6 +676,7 @@ mod tests {
             Path::new("/dev/zero"),
             &playground_like(),
             "a",
+            None,
             Paint::PLAIN,
         )
         .unwrap_err();
@@ -604,7 +687,7 @@ mod tests {
         // At the cap exactly it is read (and judged on its content).
         let at_cap = tmp.path().join("at-cap.json");
         std::fs::write(&at_cap, vec![b' '; MAX_SNAPSHOT_FILE_BYTES as usize]).unwrap();
-        let e = check(&at_cap, &playground_like(), "a", Paint::PLAIN).unwrap_err();
+        let e = check(&at_cap, &playground_like(), "a", None, Paint::PLAIN).unwrap_err();
         assert!(e.details.clone().unwrap().get("maxBytes").is_none());
     }
 
@@ -719,7 +802,7 @@ mod tests {
             ),
             &events(json!([])),
         );
-        let e = check(&path, &live, "pixel-8", Paint::PLAIN).unwrap_err();
+        let e = check(&path, &live, "live (pixel-8)", None, Paint::PLAIN).unwrap_err();
         let tail = e.human_tail.clone().unwrap();
         assert!(
             !tail.chars().any(|c| c.is_control() && c != '\n'),

@@ -3,6 +3,7 @@
 // to it in Jest, README "Jest") and `require("@appduct/sdk/client")` loads
 // `dist/client/index.cjs`. Each is one bundled file; Node built-ins stay external.
 
+import { chmodSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -24,3 +25,6 @@ await build({
   platform: "node",
   packages: "external",
 });
+
+// The `appduct-sdk` bin (§T17) runs as a script: tsc writes it without the executable bit.
+chmodSync(path.join(PACKAGE_DIR, "dist", "cli", "main.js"), 0o755);

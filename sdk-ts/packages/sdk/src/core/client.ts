@@ -40,6 +40,7 @@ import type {
   LeaseStore,
   Logger,
   Registration,
+  RegistrySnapshot,
   ResumeLease,
   SessionChangeEvent,
   ToolDefinition,
@@ -259,7 +260,19 @@ class Client implements AppductClient {
   }
 
   getRegisteredTools(): WireToolDescriptor[] {
-    return Array.from(this.tools.values(), (entry) => cloneJson(entry.wire));
+    return this.registrySnapshot().tools;
+  }
+
+  registrySnapshot(): RegistrySnapshot {
+    return cloneJson(this.registryFrames());
+  }
+
+  /** The descriptors the registry snapshot frames carry (§D7.7), shared with `registrySnapshot`. */
+  private registryFrames(): RegistrySnapshot {
+    return {
+      tools: Array.from(this.tools.values(), (entry) => entry.wire),
+      events: Array.from(this.events.values(), (entry) => entry.wire),
+    };
   }
 
   /** Deltas go out only on an acked socket whose snapshots were sent (§D13.3). */
@@ -932,16 +945,17 @@ class Client implements AppductClient {
     this.pendingConnect = null;
     pending?.resolve();
     // Synchronously, before onmessage returns: anything registered from here on is a delta.
+    const registry = this.registryFrames();
     this.sendFrame(conn, {
       type: "tool_registry_snapshot",
       session_id: sessionId,
-      tools: Array.from(this.tools.values(), (entry) => entry.wire),
+      tools: registry.tools,
     });
     if (conn.eventRegistry) {
       this.sendFrame(conn, {
         type: "event_registry_snapshot",
         session_id: sessionId,
-        events: Array.from(this.events.values(), (entry) => entry.wire),
+        events: registry.events,
       });
     }
     conn.snapshotSent = true;

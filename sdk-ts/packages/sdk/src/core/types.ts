@@ -2,7 +2,7 @@
 
 import type { ToolContent } from "./content.js";
 export type { ContentBlock, TextBlock, ImageBlock, ImageMimeType, ResourceLinkBlock, ToolContent } from "./content.js";
-import type { ToolAnnotations, WireToolDescriptor } from "./descriptors.js";
+import type { ToolAnnotations, WireEventDescriptor, WireToolDescriptor } from "./descriptors.js";
 import type { ToolSchema } from "./standard-schema.js";
 
 export type ClientState = "idle" | "connecting" | "active" | "reconnecting" | "closed";
@@ -272,4 +272,15 @@ export interface AppductClient {
   connectBootstrap(target: BootstrapTarget): Promise<void>;
   /** Applies §D13.4 (background and foreground). */
   setForeground(foreground: boolean): void;
+  /**
+   * Copies of the wire descriptors the next claim's registry snapshots carry, in registration
+   * order: the one source of both the claim frames and `appduct-sdk snapshot` (§T17).
+   */
+  registrySnapshot(): RegistrySnapshot;
+}
+
+/** The tool and event descriptors of a claim's registry snapshots (§D7.7, §T17). */
+export interface RegistrySnapshot {
+  tools: WireToolDescriptor[];
+  events: WireEventDescriptor[];
 }

@@ -30,4 +30,5 @@ export const inertClient: AppductClient = {
   configureAppduct: () => undefined,
   connectBootstrap: () => Promise.reject(new AppductDisabledError()),
   setForeground: () => undefined,
+  registrySnapshot: () => ({ tools: [], events: [] }),
 };
