@@ -47,6 +47,13 @@ use crate::events::EventBus;
 pub const MAX_CODE_ATTEMPTS: u32 = 3;
 /// How long a challenged code is accepted (bounded by the approval's own expiry).
 pub const CODE_TTL: Duration = Duration::from_secs(120);
+/// How long before its approval's stamp a terminal must have been opened to be an operator's
+/// (SECURITY.md §4.18). A devpts node's ctime comes from the kernel's coarse clock, which lags
+/// the wall clock by up to one tick (4 ms at 250 Hz, 10 ms at 100 Hz), and the stamp is the end
+/// of the socket read that carried the request, a little after the client sent it. 50 ms
+/// covers both several times over on a loaded host, and no person opens a terminal and
+/// approves from it within 50 ms of asking.
+pub const NEW_TERMINAL_MARGIN: Duration = Duration::from_millis(50);
 /// Prefix of approval ids.
 pub const APPROVAL_PREFIX: &str = "apr_";
 /// Prefix of grant ids.
@@ -229,7 +236,8 @@ struct Pending {
     wrong: u32,
     /// The device number of the parked caller's controlling terminal, if it has one.
     caller_terminal: Option<u64>,
-    /// When the call parked, Unix ms.
+    /// When the daemon read the request that created it (`tools.call`, `policy.*`,
+    /// `daemon.reload`), Unix ms.
     created_unix_ms: u64,
 }
 
@@ -363,6 +371,17 @@ impl Approvals {
         Duration::from_millis(self.config.approval_timeout_ms)
     }
 
+    /// When the request that creates an approval was read (Unix ms): the wall clock now, less
+    /// the time since the daemon read the request line ([`crate::control_server::request_read_at`]);
+    /// now when there is no such line.
+    fn request_stamp_unix_ms(&self) -> u64 {
+        let now = self.clock.now_unix_ms();
+        let since = crate::control_server::request_read_at().map_or(0, |at| {
+            u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX)
+        });
+        now.saturating_sub(since)
+    }
+
     fn unix_s_after(&self, wait: Duration) -> u64 {
         let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         self.clock.now_unix_ms().saturating_add(ms) / 1000
@@ -394,7 +413,7 @@ impl Approvals {
         wait: Duration,
     ) -> Result<Parked, ErrorObject> {
         let approval_id = mint_id(APPROVAL_PREFIX)?;
-        let created_unix_ms = self.clock.now_unix_ms();
+        let created_unix_ms = self.request_stamp_unix_ms();
         let caller_terminal = self
             .terminal
             .locate(caller_pid, TerminalOf::Caller)
@@ -460,7 +479,7 @@ impl Approvals {
         wait: Duration,
     ) -> Result<(String, u64), ErrorObject> {
         let approval_id = mint_id(APPROVAL_PREFIX)?;
-        let created_unix_ms = self.clock.now_unix_ms();
+        let created_unix_ms = self.request_stamp_unix_ms();
         let expires_at = self.unix_s_after(wait);
         let preview = escape_hidden(change);
         let summary = ApprovalSummary::new(
@@ -608,13 +627,18 @@ impl Approvals {
                 ),
             ));
         }
-        if device.created_unix_ms.is_some_and(|t| t >= created_unix_ms) {
-            tracing::warn!(%approval_id, terminal = %device.path, "challenge from a terminal opened after the call parked refused");
+        // Opened after the request was read, or within the margin before it (coarse ctimes).
+        let margin = u64::try_from(NEW_TERMINAL_MARGIN.as_millis()).unwrap_or(u64::MAX);
+        if device
+            .created_unix_ms
+            .is_some_and(|t| t.saturating_add(margin) > created_unix_ms)
+        {
+            tracing::warn!(%approval_id, terminal = %device.path, "challenge from a terminal opened after (or just before) the request refused");
             return Err(refused(
                 approval_id,
                 "new_terminal",
                 format!(
-                    "{} was opened after {approval_id} was created: approve it from a terminal that was already open",
+                    "{} was opened after (or less than {margin} ms before) the request of {approval_id}: approve it from a terminal that was already open",
                     device.path
                 ),
             ));

@@ -691,6 +691,69 @@ async fn a_terminal_opened_after_the_call_parked_gets_no_code() {
     f.stop().await;
 }
 
+/// Approvals on, the daemon's wall clock fixed at `now_ms`, and the approver's terminal opened
+/// at `opened_ms` (its devpts ctime).
+async fn fixture_at(
+    now_ms: u64,
+    opened_ms: u64,
+    terminal_out: &mut Option<Arc<CapturedTerminal>>,
+) -> Fixture {
+    let terminal = Arc::new(CapturedTerminal {
+        approver: Some(pts(11, opened_ms)),
+        ..CapturedTerminal::default()
+    });
+    *terminal_out = Some(Arc::clone(&terminal));
+    Fixture::with(
+        move |options, dir| {
+            let mut config = appduct_client::config::Config::defaults(dir);
+            config
+                .policy
+                .tools
+                .insert("pixel-8/slow_task".into(), Decision::Prompt);
+            config.consent.fallback = ConsentFallback::Operator;
+            config.consent.approval_timeout_ms = 60_000;
+            options
+                .config(config)
+                .clock(appduct_daemon::clock::ManualClock::new(now_ms))
+                .operator_terminal(terminal)
+        },
+        standard_tools(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_terminal_opened_just_before_the_request_gets_no_code() {
+    // The hostile-peer attack: send the request, open a pty at once. Its coarse devpts ctime can
+    // read a few ms before the daemon's stamp, so terminals opened within the margin are new.
+    const NOW: u64 = 1_800_000_000_000;
+    let mut terminal = None;
+    let mut f = fixture_at(NOW, NOW - 30, &mut terminal).await;
+    let terminal = terminal.unwrap();
+    let approval_id = park(&mut f, 2, "ap-margin").await;
+    let mut op = operator(&f).await;
+    challenge_refused(&mut op, &terminal, &approval_id, "new_terminal").await;
+    f.device.assert_no_frame();
+    f.stop().await;
+
+    // A terminal opened well before the request (past the margin) is an operator's.
+    let margin = u64::try_from(appduct_daemon::approvals::NEW_TERMINAL_MARGIN.as_millis()).unwrap();
+    let mut terminal = None;
+    let mut f = fixture_at(NOW, NOW - margin - 100, &mut terminal).await;
+    let terminal = terminal.unwrap();
+    let approval_id = park(&mut f, 2, "ap-old").await;
+    let mut op = operator(&f).await;
+    let challenged = op
+        .request(4, "approvals.challenge", json!({"approvalId": approval_id}))
+        .await;
+    assert_eq!(
+        challenged["result"]["terminal"], "/dev/pts/11",
+        "{challenged}"
+    );
+    assert_eq!(terminal.code().len(), 7);
+    f.stop().await;
+}
+
 #[tokio::test]
 async fn an_approved_call_whose_tool_became_deny_while_parked_is_denied() {
     let terminal = Arc::new(CapturedTerminal::default());
