@@ -54,6 +54,14 @@ pub const CODE_TTL: Duration = Duration::from_secs(120);
 /// covers both several times over on a loaded host, and no person opens a terminal and
 /// approves from it within 50 ms of asking.
 pub const NEW_TERMINAL_MARGIN: Duration = Duration::from_millis(50);
+/// Pending approvals (parked calls and held policy changes) the daemon keeps at once; one more
+/// is refused `approval_refused` `too_many_approvals` (SECURITY.md §4.18). It also bounds
+/// `approvals.list` (each entry is at most about 1 KiB).
+pub const MAX_PENDING_APPROVALS: usize = 256;
+/// Parked calls of one control connection at once.
+pub const MAX_PENDING_PER_CONNECTION: usize = 32;
+/// Held policy changes (`kind: "policy"`, §C11.2) daemon-wide at once.
+pub const MAX_HELD_POLICY_CHANGES: usize = 8;
 /// Prefix of approval ids.
 pub const APPROVAL_PREFIX: &str = "apr_";
 /// Prefix of grant ids.
@@ -236,6 +244,8 @@ struct Pending {
     wrong: u32,
     /// The device number of the parked caller's controlling terminal, if it has one.
     caller_terminal: Option<u64>,
+    /// The connection that asked (for a parked call: the caller's), when known.
+    asker: Option<ConnectionId>,
     /// When the daemon read the request that created it (`tools.call`, `policy.*`,
     /// `daemon.reload`), Unix ms.
     created_unix_ms: u64,
@@ -257,6 +267,62 @@ struct State {
 impl State {
     fn prune_grants(&mut self, now: Instant) {
         self.grants.retain(|g| g.expires > now);
+    }
+
+    /// Refuses one more approval of `kind` asked for on `asker` when a cap is reached.
+    fn room_for(&self, kind: ApprovalKind, asker: Option<ConnectionId>) -> Result<(), ErrorObject> {
+        let full = |scope: &str, limit: usize, what: String| {
+            tracing::warn!(scope, limit, "approval refused: {what}");
+            Err(ErrorObject::application(
+                ErrorType::ApprovalRefused,
+                format!("{what}; decide or cancel some first (appduct approvals ls)"),
+            )
+            .with_details(json!({"reason": "too_many_approvals", "scope": scope, "limit": limit})))
+        };
+        if self.pending.len() >= MAX_PENDING_APPROVALS {
+            return full(
+                "daemon",
+                MAX_PENDING_APPROVALS,
+                format!("{MAX_PENDING_APPROVALS} approvals are already pending"),
+            );
+        }
+        match kind {
+            ApprovalKind::Policy => {
+                let held = self
+                    .pending
+                    .iter()
+                    .filter(|p| p.summary.kind == ApprovalKind::Policy)
+                    .count();
+                if held >= MAX_HELD_POLICY_CHANGES {
+                    return full(
+                        "policy",
+                        MAX_HELD_POLICY_CHANGES,
+                        format!(
+                            "{MAX_HELD_POLICY_CHANGES} policy changes already wait for an operator"
+                        ),
+                    );
+                }
+            }
+            ApprovalKind::Call => {
+                if let Some(asker) = asker {
+                    let mine = self
+                        .pending
+                        .iter()
+                        .filter(|p| p.asker == Some(asker))
+                        .count();
+                    if mine >= MAX_PENDING_PER_CONNECTION {
+                        return full(
+                            "connection",
+                            MAX_PENDING_PER_CONNECTION,
+                            format!(
+                                "{MAX_PENDING_PER_CONNECTION} calls of this connection already wait for an operator"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     fn position(&self, approval_id: &str) -> Option<usize> {
@@ -408,6 +474,7 @@ impl Approvals {
         tool: &str,
         caller: Caller,
         caller_pid: Option<u32>,
+        asker: Option<ConnectionId>,
         args_sha256: &str,
         args_preview: String,
         wait: Duration,
@@ -435,6 +502,7 @@ impl Approvals {
         )
         .with_args_preview(args_preview);
         let mut state = self.lock();
+        state.room_for(ApprovalKind::Call, asker)?;
         state.pending.push(Pending {
             summary,
             apply: None,
@@ -443,6 +511,7 @@ impl Approvals {
             code: None,
             wrong: 0,
             caller_terminal,
+            asker,
             created_unix_ms,
         });
         self.bus.emit(
@@ -497,6 +566,7 @@ impl Approvals {
         .with_args_preview(preview)
         .with_kind(ApprovalKind::Policy);
         let mut state = self.lock();
+        state.room_for(ApprovalKind::Policy, None)?;
         state.pending.push(Pending {
             summary,
             apply: Some(apply),
@@ -506,6 +576,7 @@ impl Approvals {
             wrong: 0,
             // The person who asked for the change approves it from the same terminal.
             caller_terminal: None,
+            asker: None,
             created_unix_ms,
         });
         self.bus.emit(

@@ -990,10 +990,15 @@ impl Inner {
         }
         // The operator gets the whole approval timeout whatever the tool's deadline (§C11.1).
         let wait = self.approvals.approval_timeout();
-        let (caller, caller_pid, sha) = {
+        let (caller, caller_pid, asker, sha) = {
             let table = self.table();
             let call = table.calls.get(&key)?;
-            (call.caller, call.conn.peer_pid(), call.args_sha256.clone())
+            (
+                call.caller,
+                call.conn.peer_pid(),
+                call.conn.id(),
+                call.args_sha256.clone(),
+            )
         };
         let Parked {
             approval_id,
@@ -1006,6 +1011,7 @@ impl Inner {
             name,
             caller,
             caller_pid,
+            Some(asker),
             &sha,
             args_preview(args),
             wait,

@@ -1113,3 +1113,125 @@ async fn an_approved_reload_applies_only_the_approved_file() {
     );
     f.stop().await;
 }
+
+/// Sends `slow_task` calls `first..first + n` on `wire` and waits until each has parked.
+async fn park_many(wire: &mut Wire, tag: &str, first: i64, n: i64) {
+    for i in first..first + n {
+        wire.send(
+            i,
+            "tools.call",
+            json!({"name": "slow_task", "args": {"n": i}, "callId": format!("{tag}-{i}"), "progress": true}),
+        )
+        .await;
+    }
+    for i in first..first + n {
+        let call_id = format!("{tag}-{i}");
+        wire.notification("tool_call_progress", |p| {
+            p["callId"] == call_id.as_str() && p["approvalId"].is_string()
+        })
+        .await;
+    }
+}
+
+/// The `too_many_approvals` refusal of request `id` on `wire`, with its `scope`.
+async fn refused_as_full(wire: &mut Wire, id: i64, scope: &str, limit: usize) {
+    let reply = wire.response(id).await;
+    assert_eq!(
+        reply["error"]["data"]["type"], "approval_refused",
+        "{reply}"
+    );
+    let details = &reply["error"]["data"]["details"];
+    assert_eq!(details["reason"], "too_many_approvals", "{reply}");
+    assert_eq!(details["scope"], scope, "{reply}");
+    assert_eq!(details["limit"], limit, "{reply}");
+}
+
+#[tokio::test]
+async fn pending_approvals_are_capped_per_connection_and_daemon_wide() {
+    use appduct_daemon::approvals::{MAX_PENDING_APPROVALS, MAX_PENDING_PER_CONNECTION};
+    let per_conn = i64::try_from(MAX_PENDING_PER_CONNECTION).unwrap();
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    // One connection parks its quota; one more call of it is refused, typed, at once.
+    park_many(&mut f.wire, "a", 100, per_conn).await;
+    f.wire
+        .send(
+            99,
+            "tools.call",
+            json!({"name": "slow_task", "args": {}, "callId": "a-over"}),
+        )
+        .await;
+    refused_as_full(&mut f.wire, 99, "connection", MAX_PENDING_PER_CONNECTION).await;
+    // Other connections are not held back by it, until the daemon-wide cap.
+    let mut others = Vec::new();
+    for c in 1..MAX_PENDING_APPROVALS / MAX_PENDING_PER_CONNECTION {
+        let mut wire = Wire::new(&f.daemon);
+        park_many(&mut wire, &format!("c{c}"), 100, per_conn).await;
+        others.push(wire);
+    }
+    let mut late = Wire::new(&f.daemon);
+    late.send(
+        1,
+        "tools.call",
+        json!({"name": "slow_task", "args": {}, "callId": "late"}),
+    )
+    .await;
+    refused_as_full(&mut late, 1, "daemon", MAX_PENDING_APPROVALS).await;
+    // A loosening policy change is refused the same way (nothing changes).
+    let held = late
+        .request(
+            2,
+            "policy.set",
+            json!({"target": "pixel-8/slow_task", "decision": "allow"}),
+        )
+        .await;
+    assert_eq!(
+        held["error"]["data"]["details"]["reason"], "too_many_approvals",
+        "{held}"
+    );
+    let listed = late.request(3, "approvals.list", json!({})).await;
+    assert_eq!(
+        listed["result"]["approvals"].as_array().unwrap().len(),
+        MAX_PENDING_APPROVALS
+    );
+    // Room again once one is decided.
+    let first = listed["result"]["approvals"][0]["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let denied = late
+        .request(
+            4,
+            "approvals.decide",
+            json!({"approvalId": first, "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(denied["result"]["decision"], "denied", "{denied}");
+    park_many(&mut late, "late", 10, 1).await;
+    f.device.assert_no_frame();
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn held_policy_changes_are_capped() {
+    use appduct_daemon::approvals::MAX_HELD_POLICY_CHANGES;
+    let terminal = Arc::new(CapturedTerminal::default());
+    let f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let mut op = operator(&f).await;
+    let ask = |i: usize| json!({"target": format!("pixel-8/tool_{i}"), "decision": "allow"});
+    for i in 0..MAX_HELD_POLICY_CHANGES {
+        let held = op
+            .request(10 + i64::try_from(i).unwrap(), "policy.set", ask(i))
+            .await;
+        assert_eq!(
+            held["error"]["data"]["details"]["reason"], "operator_approval_required",
+            "{held}"
+        );
+    }
+    op.send(2, "policy.set", ask(MAX_HELD_POLICY_CHANGES)).await;
+    refused_as_full(&mut op, 2, "policy", MAX_HELD_POLICY_CHANGES).await;
+    // Parked calls still have room: the policy cap is its own.
+    let mut f = f;
+    park_many(&mut f.wire, "still-room", 3, 1).await;
+    f.stop().await;
+}
