@@ -62,6 +62,14 @@ pub const MAX_PENDING_APPROVALS: usize = 256;
 pub const MAX_PENDING_PER_CONNECTION: usize = 32;
 /// Held policy changes (`kind: "policy"`, §C11.2) daemon-wide at once.
 pub const MAX_HELD_POLICY_CHANGES: usize = 8;
+/// Refused approval attempts (a wrong code, or a code on another connection) one peer may make
+/// within [`PEER_ATTEMPT_WINDOW`]; past it, its approve attempts are refused
+/// `too_many_attempts` without being compared or spending any approval's attempts.
+pub const MAX_REFUSED_PER_PEER: usize = 10;
+/// The sliding window of [`MAX_REFUSED_PER_PEER`].
+pub const PEER_ATTEMPT_WINDOW: Duration = Duration::from_secs(600);
+/// Peers whose refused attempts are remembered at once (the oldest is forgotten past it).
+const MAX_PEERS_TRACKED: usize = 1024;
 /// Prefix of approval ids.
 pub const APPROVAL_PREFIX: &str = "apr_";
 /// Prefix of grant ids.
@@ -256,12 +264,27 @@ struct Grant {
     expires: Instant,
 }
 
+/// Who made an approve attempt: the peer process when the kernel named it, else the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Peer {
+    Pid(u32),
+    Conn(ConnectionId),
+}
+
+impl Peer {
+    fn of(conn: &Connection) -> Self {
+        conn.peer_pid().map_or(Peer::Conn(conn.id()), Peer::Pid)
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Oldest first.
     pending: Vec<Pending>,
     /// Oldest first.
     grants: Vec<Grant>,
+    /// Refused approve attempts per peer within [`PEER_ATTEMPT_WINDOW`], oldest first.
+    refused: std::collections::HashMap<Peer, std::collections::VecDeque<Instant>>,
 }
 
 impl State {
@@ -323,6 +346,46 @@ impl State {
             }
         }
         Ok(())
+    }
+
+    /// When `peer` has spent its budget of refused attempts: how long until one frees up.
+    fn over_budget(&mut self, peer: Peer, now: Instant) -> Option<Duration> {
+        let times = self.refused.get_mut(&peer)?;
+        while times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= PEER_ATTEMPT_WINDOW)
+        {
+            times.pop_front();
+        }
+        if times.is_empty() {
+            self.refused.remove(&peer);
+            return None;
+        }
+        (times.len() >= MAX_REFUSED_PER_PEER).then(|| {
+            times.front().map_or(Duration::ZERO, |t| {
+                PEER_ATTEMPT_WINDOW - now.duration_since(*t)
+            })
+        })
+    }
+
+    /// Counts one refused attempt of `peer`.
+    fn spend(&mut self, peer: Peer, now: Instant) {
+        if !self.refused.contains_key(&peer) && self.refused.len() >= MAX_PEERS_TRACKED {
+            // Forget the peer whose latest refusal is oldest.
+            if let Some(oldest) = self
+                .refused
+                .iter()
+                .min_by_key(|(_, t)| t.back().copied())
+                .map(|(p, _)| *p)
+            {
+                self.refused.remove(&oldest);
+            }
+        }
+        let times = self.refused.entry(peer).or_default();
+        times.push_back(now);
+        while times.len() > MAX_REFUSED_PER_PEER {
+            times.pop_front();
+        }
     }
 
     fn position(&self, approval_id: &str) -> Option<usize> {
@@ -791,7 +854,7 @@ impl Approvals {
             ));
         }
         let terminal = if self.config.operator_requires_terminal {
-            Some(self.check_code(conn.id(), id, params.code.as_deref(), &by)?)
+            Some(self.check_code(conn.id(), Peer::of(conn), id, params.code.as_deref(), &by)?)
         } else {
             None
         };
@@ -868,6 +931,7 @@ impl Approvals {
     fn check_code(
         &self,
         conn: ConnectionId,
+        peer: Peer,
         id: &str,
         code: Option<&str>,
         by: &Decider,
@@ -884,6 +948,20 @@ impl Approvals {
         let typed: Vec<u8> = code.bytes().filter(|b| *b != b'-' && *b != b' ').collect();
         let mut state = self.lock();
         let at = state.position(id).ok_or_else(|| unknown_approval(id))?;
+        let now = Instant::now();
+        if let Some(retry) = state.over_budget(peer, now) {
+            tracing::warn!(approval_id = %id, ?peer, "approve attempt refused: the peer spent its budget of refused attempts");
+            let retry_s = retry.as_secs().max(1);
+            return Err(refused(
+                id,
+                "too_many_attempts",
+                format!(
+                    "This process made {MAX_REFUSED_PER_PEER} refused approval attempts in the last {} minutes; try again in {retry_s} s",
+                    PEER_ATTEMPT_WINDOW.as_secs() / 60
+                ),
+            )
+            .with_details(json!({"reason": "too_many_attempts", "approvalId": id, "retryAfterS": retry_s})));
+        }
         let pending = &mut state.pending[at];
         let Some(expected) = pending.code.as_ref().filter(|c| c.until > Instant::now()) else {
             return Err(refused(
@@ -907,6 +985,7 @@ impl Approvals {
         }
         pending.wrong += 1;
         let left = MAX_CODE_ATTEMPTS.saturating_sub(pending.wrong);
+        state.spend(peer, now);
         if left > 0 {
             let (reason, message) = if same_connection {
                 tracing::warn!(approval_id = %id, attempts_left = left, "wrong approval code");

@@ -984,7 +984,7 @@ async fn a_loosening_reload_is_held_on_request_and_refused_on_sighup() {
     file["policy"]["tools"]["pixel-8/slow_task"] = json!("allow");
     std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
     // SIGHUP cannot be approved: nothing applies.
-    let signal = f.daemon.reload().unwrap_err();
+    let signal = f.daemon.reload().await.unwrap_err();
     assert_eq!(
         signal.error_type(),
         ErrorType::ApprovalRefused,
@@ -1233,5 +1233,158 @@ async fn held_policy_changes_are_capped() {
     // Parked calls still have room: the policy cap is its own.
     let mut f = f;
     park_many(&mut f.wire, "still-room", 3, 1).await;
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn policy_file_io_never_stalls_the_runtime() {
+    // A current-thread runtime: were `config.json` read on it, a stalled read would stall
+    // every connection. The probe holds the read of `policy.set` until released.
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (release_tx, release) = std::sync::mpsc::channel::<()>();
+    let release = Arc::new(Mutex::new(release));
+    // Set when the test released the read (not the probe's own timeout): on the runtime
+    // thread the test could not run to release it.
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let released_in_probe = Arc::clone(&released);
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let probe = appduct_daemon::policy_control::IoProbe(Arc::new(move || {
+        // Only the first read is held.
+        if !first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let _ = entered_tx.send(());
+        let by_test = release
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .is_ok();
+        released_in_probe.store(by_test, std::sync::atomic::Ordering::SeqCst);
+    }));
+    let f = Fixture::with(
+        move |options, dir| {
+            options
+                .config(appduct_client::config::Config::defaults(dir))
+                .config_io_probe(probe)
+        },
+        standard_tools(),
+    )
+    .await;
+    let mut setter = operator(&f).await;
+    setter
+        .send(
+            2,
+            "policy.set",
+            json!({"target": "*/echo", "decision": "deny"}),
+        )
+        .await;
+    entered.recv().await.unwrap();
+    // The read is held: another connection is still answered at once.
+    let mut other = Wire::new(&f.daemon);
+    let status = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        other.request(1, "daemon.status", json!({})),
+    )
+    .await
+    .expect("daemon.status was not answered while policy.set's file I/O was held");
+    assert!(status.get("result").is_some(), "{status}");
+    release_tx.send(()).unwrap();
+    let set = setter.response(2).await;
+    assert_eq!(set["result"]["changed"], true, "{set}");
+    assert!(
+        released.load(std::sync::atomic::Ordering::SeqCst),
+        "the held read blocked the runtime until its own timeout"
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_peer_that_keeps_guessing_is_cut_off_without_spending_more_attempts() {
+    use appduct_daemon::approvals::MAX_REFUSED_PER_PEER;
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    park_many(&mut f.wire, "g", 100, 5).await;
+    let mut op = operator(&f).await;
+    let listed = op.request(2, "approvals.list", json!({})).await;
+    let ids: Vec<String> = listed["result"]["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["approvalId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 5);
+    // The operator asked for a code for each; a grinder presents guesses on its own connection.
+    for (i, id) in ids.iter().enumerate() {
+        let c = op
+            .request(
+                10 + i64::try_from(i).unwrap(),
+                "approvals.challenge",
+                json!({"approvalId": id}),
+            )
+            .await;
+        assert!(c.get("result").is_some(), "{c}");
+    }
+    let mut grinder = Wire::new(&f.daemon);
+    let mut refused = 0;
+    let mut request = 100;
+    let mut guess = |id: &str| {
+        request += 1;
+        (
+            request,
+            json!({"approvalId": id, "decision": "approve", "code": "000-000"}),
+        )
+    };
+    'approvals: for id in &ids {
+        loop {
+            let (rid, params) = guess(id);
+            let reply = grinder.request(rid, "approvals.decide", params).await;
+            let reason = reply["error"]["data"]["details"]["reason"].clone();
+            assert_eq!(
+                reply["error"]["data"]["type"], "approval_refused",
+                "{reply}"
+            );
+            if reason == "too_many_attempts" {
+                assert_eq!(refused, MAX_REFUSED_PER_PEER, "{reply}");
+                assert!(
+                    reply["error"]["data"]["details"]["retryAfterS"]
+                        .as_u64()
+                        .unwrap()
+                        > 0,
+                    "{reply}"
+                );
+                break 'approvals;
+            }
+            refused += 1;
+            assert!(refused <= MAX_REFUSED_PER_PEER, "{reply}");
+            if reason == "too_many_wrong_codes" {
+                continue 'approvals;
+            }
+        }
+    }
+    assert_eq!(refused, MAX_REFUSED_PER_PEER);
+    // The cut-off attempt spent nothing: the approval it named keeps the 2 attempts left after
+    // the one wrong code, and the operator approves it with a code on their own connection.
+    let listed = op.request(3, "approvals.list", json!({})).await;
+    let last = &ids[3];
+    let entry = listed["result"]["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["approvalId"] == last.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(entry["attemptsLeft"], 2, "{listed}");
+    let c = op
+        .request(4, "approvals.challenge", json!({"approvalId": last}))
+        .await;
+    assert!(c.get("result").is_some(), "{c}");
+    let approved = op
+        .request(
+            5,
+            "approvals.decide",
+            json!({"approvalId": last, "decision": "approve", "code": terminal.code()}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
     f.stop().await;
 }
