@@ -134,20 +134,28 @@ pub fn table_within(rows: &[Vec<String>], max_width: Option<usize>) -> String {
     }
     let mut out = String::new();
     for row in rows {
-        let mut line = String::new();
-        for (i, cell) in row.iter().enumerate() {
-            if i > 0 {
-                line.push_str("  ");
-            }
-            let cell = cut_to_width(cell, widths[i]);
-            let pad = widths[i].saturating_sub(display_width(&cell));
-            line.push_str(&cell);
-            line.extend(std::iter::repeat_n(' ', pad));
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
+        out.push_str(&table_row(row, &widths));
     }
     out
+}
+
+/// One line of [`table`] with the given column widths (a table printed row by row, its widths
+/// measured beforehand).
+pub fn table_row(row: &[String], widths: &[usize]) -> String {
+    let mut line = String::new();
+    for (i, cell) in row.iter().enumerate() {
+        if i > 0 {
+            line.push_str("  ");
+        }
+        let width = widths.get(i).copied().unwrap_or(0);
+        let cell = cut_to_width(cell, width);
+        let pad = width.saturating_sub(display_width(&cell));
+        line.push_str(&cell);
+        line.extend(std::iter::repeat_n(' ', pad));
+    }
+    let mut line = line.trim_end().to_owned();
+    line.push('\n');
+    line
 }
 
 /// One row of a [`Section`].

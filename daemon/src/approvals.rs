@@ -47,6 +47,29 @@ use crate::events::EventBus;
 pub const MAX_CODE_ATTEMPTS: u32 = 3;
 /// How long a challenged code is accepted (bounded by the approval's own expiry).
 pub const CODE_TTL: Duration = Duration::from_secs(120);
+/// How long before its approval's stamp a terminal must have been opened to be an operator's
+/// (SECURITY.md §4.18). A devpts node's ctime comes from the kernel's coarse clock, which lags
+/// the wall clock by up to one tick (4 ms at 250 Hz, 10 ms at 100 Hz), and the stamp is the end
+/// of the socket read that carried the request, a little after the client sent it. 50 ms
+/// covers both several times over on a loaded host, and no person opens a terminal and
+/// approves from it within 50 ms of asking.
+pub const NEW_TERMINAL_MARGIN: Duration = Duration::from_millis(50);
+/// Pending approvals (parked calls and held policy changes) the daemon keeps at once; one more
+/// is refused `approval_refused` `too_many_approvals` (SECURITY.md §4.18). It also bounds
+/// `approvals.list` (each entry is at most about 1 KiB).
+pub const MAX_PENDING_APPROVALS: usize = 256;
+/// Parked calls of one control connection at once.
+pub const MAX_PENDING_PER_CONNECTION: usize = 32;
+/// Held policy changes (`kind: "policy"`, §C11.2) daemon-wide at once.
+pub const MAX_HELD_POLICY_CHANGES: usize = 8;
+/// Refused approval attempts (a wrong code, or a code on another connection) one peer may make
+/// within [`PEER_ATTEMPT_WINDOW`]; past it, its approve attempts are refused
+/// `too_many_attempts` without being compared or spending any approval's attempts.
+pub const MAX_REFUSED_PER_PEER: usize = 10;
+/// The sliding window of [`MAX_REFUSED_PER_PEER`].
+pub const PEER_ATTEMPT_WINDOW: Duration = Duration::from_secs(600);
+/// Peers whose refused attempts are remembered at once (the oldest is forgotten past it).
+const MAX_PEERS_TRACKED: usize = 1024;
 /// Prefix of approval ids.
 pub const APPROVAL_PREFIX: &str = "apr_";
 /// Prefix of grant ids.
@@ -229,7 +252,10 @@ struct Pending {
     wrong: u32,
     /// The device number of the parked caller's controlling terminal, if it has one.
     caller_terminal: Option<u64>,
-    /// When the call parked, Unix ms.
+    /// The connection that asked (for a parked call: the caller's), when known.
+    asker: Option<ConnectionId>,
+    /// When the daemon read the request that created it (`tools.call`, `policy.*`,
+    /// `daemon.reload`), Unix ms.
     created_unix_ms: u64,
 }
 
@@ -238,17 +264,128 @@ struct Grant {
     expires: Instant,
 }
 
+/// Who made an approve attempt: the peer process when the kernel named it, else the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Peer {
+    Pid(u32),
+    Conn(ConnectionId),
+}
+
+impl Peer {
+    fn of(conn: &Connection) -> Self {
+        conn.peer_pid().map_or(Peer::Conn(conn.id()), Peer::Pid)
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Oldest first.
     pending: Vec<Pending>,
     /// Oldest first.
     grants: Vec<Grant>,
+    /// Refused approve attempts per peer within [`PEER_ATTEMPT_WINDOW`], oldest first.
+    refused: std::collections::HashMap<Peer, std::collections::VecDeque<Instant>>,
 }
 
 impl State {
     fn prune_grants(&mut self, now: Instant) {
         self.grants.retain(|g| g.expires > now);
+    }
+
+    /// Refuses one more approval of `kind` asked for on `asker` when a cap is reached.
+    fn room_for(&self, kind: ApprovalKind, asker: Option<ConnectionId>) -> Result<(), ErrorObject> {
+        let full = |scope: &str, limit: usize, what: String| {
+            tracing::warn!(scope, limit, "approval refused: {what}");
+            Err(ErrorObject::application(
+                ErrorType::ApprovalRefused,
+                format!("{what}; decide or cancel some first (appduct approvals ls)"),
+            )
+            .with_details(json!({"reason": "too_many_approvals", "scope": scope, "limit": limit})))
+        };
+        if self.pending.len() >= MAX_PENDING_APPROVALS {
+            return full(
+                "daemon",
+                MAX_PENDING_APPROVALS,
+                format!("{MAX_PENDING_APPROVALS} approvals are already pending"),
+            );
+        }
+        match kind {
+            ApprovalKind::Policy => {
+                let held = self
+                    .pending
+                    .iter()
+                    .filter(|p| p.summary.kind == ApprovalKind::Policy)
+                    .count();
+                if held >= MAX_HELD_POLICY_CHANGES {
+                    return full(
+                        "policy",
+                        MAX_HELD_POLICY_CHANGES,
+                        format!(
+                            "{MAX_HELD_POLICY_CHANGES} policy changes already wait for an operator"
+                        ),
+                    );
+                }
+            }
+            ApprovalKind::Call => {
+                if let Some(asker) = asker {
+                    let mine = self
+                        .pending
+                        .iter()
+                        .filter(|p| p.asker == Some(asker))
+                        .count();
+                    if mine >= MAX_PENDING_PER_CONNECTION {
+                        return full(
+                            "connection",
+                            MAX_PENDING_PER_CONNECTION,
+                            format!(
+                                "{MAX_PENDING_PER_CONNECTION} calls of this connection already wait for an operator"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// When `peer` has spent its budget of refused attempts: how long until one frees up.
+    fn over_budget(&mut self, peer: Peer, now: Instant) -> Option<Duration> {
+        let times = self.refused.get_mut(&peer)?;
+        while times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= PEER_ATTEMPT_WINDOW)
+        {
+            times.pop_front();
+        }
+        if times.is_empty() {
+            self.refused.remove(&peer);
+            return None;
+        }
+        (times.len() >= MAX_REFUSED_PER_PEER).then(|| {
+            times.front().map_or(Duration::ZERO, |t| {
+                PEER_ATTEMPT_WINDOW - now.duration_since(*t)
+            })
+        })
+    }
+
+    /// Counts one refused attempt of `peer`.
+    fn spend(&mut self, peer: Peer, now: Instant) {
+        if !self.refused.contains_key(&peer) && self.refused.len() >= MAX_PEERS_TRACKED {
+            // Forget the peer whose latest refusal is oldest.
+            if let Some(oldest) = self
+                .refused
+                .iter()
+                .min_by_key(|(_, t)| t.back().copied())
+                .map(|(p, _)| *p)
+            {
+                self.refused.remove(&oldest);
+            }
+        }
+        let times = self.refused.entry(peer).or_default();
+        times.push_back(now);
+        while times.len() > MAX_REFUSED_PER_PEER {
+            times.pop_front();
+        }
     }
 
     fn position(&self, approval_id: &str) -> Option<usize> {
@@ -363,6 +500,17 @@ impl Approvals {
         Duration::from_millis(self.config.approval_timeout_ms)
     }
 
+    /// When the request that creates an approval was read (Unix ms): the wall clock now, less
+    /// the time since the daemon read the request line ([`crate::control_server::request_read_at`]);
+    /// now when there is no such line.
+    fn request_stamp_unix_ms(&self) -> u64 {
+        let now = self.clock.now_unix_ms();
+        let since = crate::control_server::request_read_at().map_or(0, |at| {
+            u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX)
+        });
+        now.saturating_sub(since)
+    }
+
     fn unix_s_after(&self, wait: Duration) -> u64 {
         let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
         self.clock.now_unix_ms().saturating_add(ms) / 1000
@@ -389,12 +537,13 @@ impl Approvals {
         tool: &str,
         caller: Caller,
         caller_pid: Option<u32>,
+        asker: Option<ConnectionId>,
         args_sha256: &str,
         args_preview: String,
         wait: Duration,
     ) -> Result<Parked, ErrorObject> {
         let approval_id = mint_id(APPROVAL_PREFIX)?;
-        let created_unix_ms = self.clock.now_unix_ms();
+        let created_unix_ms = self.request_stamp_unix_ms();
         let caller_terminal = self
             .terminal
             .locate(caller_pid, TerminalOf::Caller)
@@ -416,6 +565,7 @@ impl Approvals {
         )
         .with_args_preview(args_preview);
         let mut state = self.lock();
+        state.room_for(ApprovalKind::Call, asker)?;
         state.pending.push(Pending {
             summary,
             apply: None,
@@ -424,6 +574,7 @@ impl Approvals {
             code: None,
             wrong: 0,
             caller_terminal,
+            asker,
             created_unix_ms,
         });
         self.bus.emit(
@@ -460,7 +611,7 @@ impl Approvals {
         wait: Duration,
     ) -> Result<(String, u64), ErrorObject> {
         let approval_id = mint_id(APPROVAL_PREFIX)?;
-        let created_unix_ms = self.clock.now_unix_ms();
+        let created_unix_ms = self.request_stamp_unix_ms();
         let expires_at = self.unix_s_after(wait);
         let preview = escape_hidden(change);
         let summary = ApprovalSummary::new(
@@ -478,6 +629,7 @@ impl Approvals {
         .with_args_preview(preview)
         .with_kind(ApprovalKind::Policy);
         let mut state = self.lock();
+        state.room_for(ApprovalKind::Policy, None)?;
         state.pending.push(Pending {
             summary,
             apply: Some(apply),
@@ -487,6 +639,7 @@ impl Approvals {
             wrong: 0,
             // The person who asked for the change approves it from the same terminal.
             caller_terminal: None,
+            asker: None,
             created_unix_ms,
         });
         self.bus.emit(
@@ -608,13 +761,18 @@ impl Approvals {
                 ),
             ));
         }
-        if device.created_unix_ms.is_some_and(|t| t >= created_unix_ms) {
-            tracing::warn!(%approval_id, terminal = %device.path, "challenge from a terminal opened after the call parked refused");
+        // Opened after the request was read, or within the margin before it (coarse ctimes).
+        let margin = u64::try_from(NEW_TERMINAL_MARGIN.as_millis()).unwrap_or(u64::MAX);
+        if device
+            .created_unix_ms
+            .is_some_and(|t| t.saturating_add(margin) > created_unix_ms)
+        {
+            tracing::warn!(%approval_id, terminal = %device.path, "challenge from a terminal opened after (or just before) the request refused");
             return Err(refused(
                 approval_id,
                 "new_terminal",
                 format!(
-                    "{} was opened after {approval_id} was created: approve it from a terminal that was already open",
+                    "{} was opened after (or less than {margin} ms before) the request of {approval_id}: approve it from a terminal that was already open",
                     device.path
                 ),
             ));
@@ -696,7 +854,7 @@ impl Approvals {
             ));
         }
         let terminal = if self.config.operator_requires_terminal {
-            Some(self.check_code(conn.id(), id, params.code.as_deref(), &by)?)
+            Some(self.check_code(conn.id(), Peer::of(conn), id, params.code.as_deref(), &by)?)
         } else {
             None
         };
@@ -773,6 +931,7 @@ impl Approvals {
     fn check_code(
         &self,
         conn: ConnectionId,
+        peer: Peer,
         id: &str,
         code: Option<&str>,
         by: &Decider,
@@ -789,6 +948,20 @@ impl Approvals {
         let typed: Vec<u8> = code.bytes().filter(|b| *b != b'-' && *b != b' ').collect();
         let mut state = self.lock();
         let at = state.position(id).ok_or_else(|| unknown_approval(id))?;
+        let now = Instant::now();
+        if let Some(retry) = state.over_budget(peer, now) {
+            tracing::warn!(approval_id = %id, ?peer, "approve attempt refused: the peer spent its budget of refused attempts");
+            let retry_s = retry.as_secs().max(1);
+            return Err(refused(
+                id,
+                "too_many_attempts",
+                format!(
+                    "This process made {MAX_REFUSED_PER_PEER} refused approval attempts in the last {} minutes; try again in {retry_s} s",
+                    PEER_ATTEMPT_WINDOW.as_secs() / 60
+                ),
+            )
+            .with_details(json!({"reason": "too_many_attempts", "approvalId": id, "retryAfterS": retry_s})));
+        }
         let pending = &mut state.pending[at];
         let Some(expected) = pending.code.as_ref().filter(|c| c.until > Instant::now()) else {
             return Err(refused(
@@ -812,6 +985,7 @@ impl Approvals {
         }
         pending.wrong += 1;
         let left = MAX_CODE_ATTEMPTS.saturating_sub(pending.wrong);
+        state.spend(peer, now);
         if left > 0 {
             let (reason, message) = if same_connection {
                 tracing::warn!(approval_id = %id, attempts_left = left, "wrong approval code");

@@ -517,7 +517,13 @@ impl CallsApi for Calls {
                     Reply::from_result(answer)
                 }
                 ControlRequest::ApprovalsDecide(p) => {
-                    Reply::from_result(inner.approvals.decide(&conn, &p))
+                    // Approving a held policy change writes `config.json`: off the runtime
+                    // thread.
+                    let approvals = Arc::clone(&inner.approvals);
+                    let answer = tokio::task::spawn_blocking(move || approvals.decide(&conn, &p))
+                        .await
+                        .unwrap_or_else(|e| Err(ErrorObject::internal(e.to_string())));
+                    Reply::from_result(answer)
                 }
                 ControlRequest::CallsList(_) => {
                     Reply::from_result(Ok::<_, ErrorObject>(inner.calls_list()))
@@ -639,6 +645,9 @@ impl Inner {
         let table = self.table();
         let mut keys: Vec<u64> = table.calls.keys().copied().collect();
         keys.sort_unstable();
+        // Bounded (§C8.40): the oldest, and whether more exist.
+        let truncated = keys.len() > limits::MAX_CALLS_LISTED;
+        keys.truncate(limits::MAX_CALLS_LISTED);
         let calls = keys
             .iter()
             .filter_map(|k| table.calls.get(k))
@@ -667,7 +676,7 @@ impl Inner {
                 .with_approval_id(call.parked.clone())
             })
             .collect();
-        CallsListResult::new(calls)
+        CallsListResult::new(calls).with_truncated(truncated)
     }
 
     fn consent_create(
@@ -990,10 +999,15 @@ impl Inner {
         }
         // The operator gets the whole approval timeout whatever the tool's deadline (§C11.1).
         let wait = self.approvals.approval_timeout();
-        let (caller, caller_pid, sha) = {
+        let (caller, caller_pid, asker, sha) = {
             let table = self.table();
             let call = table.calls.get(&key)?;
-            (call.caller, call.conn.peer_pid(), call.args_sha256.clone())
+            (
+                call.caller,
+                call.conn.peer_pid(),
+                call.conn.id(),
+                call.args_sha256.clone(),
+            )
         };
         let Parked {
             approval_id,
@@ -1006,6 +1020,7 @@ impl Inner {
             name,
             caller,
             caller_pid,
+            Some(asker),
             &sha,
             args_preview(args),
             wait,

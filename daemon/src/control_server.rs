@@ -50,6 +50,29 @@ pub use appduct_client::BoxFuture;
 /// reason `connection_closed`, §C10.6).
 pub type CloseHook = Box<dyn FnOnce() + Send + 'static>;
 
+tokio::task_local! {
+    /// When the daemon read the request line the current task answers (SECURITY.md §4.18):
+    /// approvals are stamped with it, not with the moment a handler gets to them.
+    static REQUEST_READ_AT: std::time::Instant;
+}
+
+/// When the request line the current task is answering was read from its connection: the end
+/// of the socket read that completed it (`None` outside a control request, e.g. the HTTP API).
+/// A line taken from the framer after waiting for room keeps the time of that earlier read,
+/// which only makes the stamp earlier.
+pub fn request_read_at() -> Option<std::time::Instant> {
+    REQUEST_READ_AT.try_with(|at| *at).ok()
+}
+
+/// Runs `f` with [`request_read_at`] answering `at`: for work a request moves off its task
+/// (`spawn_blocking`).
+pub fn with_request_read_at<R>(at: Option<std::time::Instant>, f: impl FnOnce() -> R) -> R {
+    match at {
+        Some(at) => REQUEST_READ_AT.sync_scope(at, f),
+        None => f(),
+    }
+}
+
 /// A close hook registered with [`Connection::add_close_hook`], for
 /// [`Connection::remove_close_hook`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -760,6 +783,8 @@ async fn read_loop<S: AsyncRead>(
     let mut shutdown = shutdown;
     // Grows from nothing, and back down once no partial line is buffered (reader.rs).
     let mut framer = RequestReader::new(opts.line_cap);
+    // The end of the latest read: the stamp of the lines it completed (SECURITY.md §4.18).
+    let mut read_at = std::time::Instant::now();
     let drain = 'read: loop {
         // Lines are taken one at a time, each only while the connection has room: responses are
         // always queued (§C15), so a client that keeps sending requests but never reads is
@@ -773,7 +798,7 @@ async fn read_loop<S: AsyncRead>(
             }
             match framer.next_line() {
                 None => break,
-                Some(Ok(line)) => dispatch(conn, handler, &line),
+                Some(Ok(line)) => dispatch(conn, handler, &line, read_at),
                 Some(Err(Overflow { cap })) => {
                     tracing::warn!(conn = %conn.id(), peer_pid = ?conn.peer_pid(), "request line longer than {cap} bytes; closing");
                     conn.reply_now(&Response::error(None, ErrorObject::line_too_long(cap)));
@@ -789,7 +814,7 @@ async fn read_loop<S: AsyncRead>(
         };
         match n {
             Ok(0) => break false,
-            Ok(_) => {}
+            Ok(_) => read_at = std::time::Instant::now(),
             Err(e) => {
                 tracing::debug!(conn = %conn.id(), "control read failed: {e}");
                 break false;
@@ -863,7 +888,12 @@ async fn wait_shutdown(rx: &mut Option<watch::Receiver<bool>>) {
     }
 }
 
-fn dispatch(conn: &Connection, handler: &Arc<dyn ControlHandler>, line: &[u8]) {
+fn dispatch(
+    conn: &Connection,
+    handler: &Arc<dyn ControlHandler>,
+    line: &[u8],
+    read_at: std::time::Instant,
+) {
     let request = match parse_incoming(line) {
         Incoming::Empty => return,
         Incoming::Notification(n) => {
@@ -903,7 +933,7 @@ fn dispatch(conn: &Connection, handler: &Arc<dyn ControlHandler>, line: &[u8]) {
     }
     let conn = conn.clone();
     let handler = handler.clone();
-    tokio::spawn(async move {
+    tokio::spawn(REQUEST_READ_AT.scope(read_at, async move {
         let guard = RespondGuard {
             conn: conn.clone(),
             id: id.clone(),
@@ -919,7 +949,7 @@ fn dispatch(conn: &Connection, handler: &Arc<dyn ControlHandler>, line: &[u8]) {
             Reply::AlreadySent => {}
         }
         drop(guard);
-    });
+    }));
 }
 
 /// A reply longer than [`ServerOptions::max_reply_bytes`] (project decision, issue #20): the

@@ -131,6 +131,8 @@ pub struct DaemonOptions {
     pub pipeline_probe: Option<Arc<dyn PipelineProbe>>,
     /// Where `approvals.challenge` writes one-time codes; tests capture them.
     pub operator_terminal: Arc<dyn crate::approvals::OperatorTerminal>,
+    /// Tests only: runs before each read of `config.json` by `policy.*` and `daemon.reload`.
+    pub config_io_probe: Option<crate::policy_control::IoProbe>,
     /// Limits of the loopback HTTP API (§H2.5); tests lower them.
     pub http_limits: HttpLimits,
 }
@@ -175,6 +177,7 @@ impl DaemonOptions {
             pidfile: PidfileOptions::default(),
             pipeline_probe: None,
             operator_terminal: Arc::new(crate::approvals::ControllingTerminal),
+            config_io_probe: None,
             http_limits: HttpLimits::default(),
         }
     }
@@ -267,6 +270,13 @@ impl DaemonOptions {
         terminal: Arc<dyn crate::approvals::OperatorTerminal>,
     ) -> Self {
         self.operator_terminal = terminal;
+        self
+    }
+
+    /// Runs `probe` before each read of `config.json` by `policy.*` and `daemon.reload` (tests
+    /// that hold that file I/O).
+    pub fn config_io_probe(mut self, probe: crate::policy_control::IoProbe) -> Self {
+        self.config_io_probe = Some(probe);
         self
     }
 
@@ -749,7 +759,8 @@ impl Daemon {
                 bus.clone(),
             )
             .with_http(http.clone())
-            .with_operator_gate(approvals),
+            .with_operator_gate(approvals)
+            .with_io_probe(opts.config_io_probe.clone()),
             http: http.clone(),
             policy,
             audit: audit.clone(),
@@ -1018,7 +1029,8 @@ impl fmt::Debug for DaemonHandle {
 
 impl DaemonHandle {
     /// `daemon.reload` (§C8.33): what SIGHUP does to `daemon run` (§S3.6).
-    pub fn reload(
+    /// The file I/O runs on the blocking pool.
+    pub async fn reload(
         &self,
     ) -> Result<appduct_protocol::control::ReloadResult, appduct_protocol::jsonrpc::ErrorObject>
     {
@@ -1026,7 +1038,8 @@ impl DaemonHandle {
             .handler
             .context()
             .policy_control
-            .reload(crate::policy_control::ReloadBy::Signal)
+            .off_thread(|pc| pc.reload(crate::policy_control::ReloadBy::Signal))
+            .await
     }
 
     /// The bound wss address (the wildcard or dual-stack socket; its port is never 0).

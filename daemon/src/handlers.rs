@@ -338,11 +338,17 @@ impl DaemonHandler {
             ControlRequest::PolicyList(_) => {
                 Reply::from_result(Ok::<_, ErrorObject>(ctx.policy_control.list(&ctx.sessions)))
             }
-            ControlRequest::PolicySet(p) => Reply::from_result(ctx.policy_control.set(&p)),
-            ControlRequest::PolicyReset(p) => Reply::from_result(ctx.policy_control.reset(&p)),
+            // These read and write `config.json`: off the runtime threads.
+            ControlRequest::PolicySet(p) => {
+                Reply::from_result(ctx.policy_control.off_thread(move |pc| pc.set(&p)).await)
+            }
+            ControlRequest::PolicyReset(p) => {
+                Reply::from_result(ctx.policy_control.off_thread(move |pc| pc.reset(&p)).await)
+            }
             ControlRequest::DaemonReload(_) => Reply::from_result(
                 ctx.policy_control
-                    .reload(crate::policy_control::ReloadBy::Request),
+                    .off_thread(|pc| pc.reload(crate::policy_control::ReloadBy::Request))
+                    .await,
             ),
             calls @ (ControlRequest::ToolsList(_)
             | ControlRequest::ToolsCall(_)

@@ -45,6 +45,19 @@ pub struct PolicyControl {
     /// With `consent.fallback: "operator"`: a change that loosens policy waits here for an
     /// operator (§C11.2).
     gate: Option<Arc<Approvals>>,
+    /// Tests only: runs before each read of `config.json`.
+    io_probe: Option<IoProbe>,
+}
+
+/// A test hook [`PolicyControl`] runs before it reads `config.json` (tests that block the file
+/// I/O and check the daemon still answers).
+#[derive(Clone)]
+pub struct IoProbe(pub Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for IoProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IoProbe")
+    }
 }
 
 /// Who asked for a reload: a control request can be held for an operator, a signal cannot.
@@ -88,7 +101,37 @@ impl PolicyControl {
             bus,
             http: None,
             gate: None,
+            io_probe: None,
         }
+    }
+
+    /// Runs `probe` before each read of `config.json` (tests only).
+    pub fn with_io_probe(mut self, probe: Option<IoProbe>) -> Self {
+        self.io_probe = probe;
+        self
+    }
+
+    fn probe_io(&self) {
+        if let Some(probe) = &self.io_probe {
+            (probe.0)();
+        }
+    }
+
+    /// Runs `f` on the blocking pool: `policy.set`, `policy.reset` and `daemon.reload` read and
+    /// write `config.json`, which must not stall a runtime thread (a slow or hung filesystem
+    /// would stall every connection on it). The request's read stamp goes with it (a held
+    /// change is stamped when its line was read, SECURITY.md §4.18).
+    pub async fn off_thread<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&PolicyControl) -> Result<T, ErrorObject> + Send + 'static,
+    ) -> Result<T, ErrorObject> {
+        let this = self.clone();
+        let read_at = crate::control_server::request_read_at();
+        tokio::task::spawn_blocking(move || {
+            crate::control_server::with_request_read_at(read_at, || f(&this))
+        })
+        .await
+        .unwrap_or_else(|e| Err(ErrorObject::internal(e.to_string())))
     }
 
     /// Holds loosening changes for an operator when `approvals` has the operator fallback
@@ -317,6 +360,7 @@ impl PolicyControl {
                 "hint": "Run appduct daemon reload first (it applies the file), then try again.",
             }))
         };
+        self.probe_io();
         match Config::load(&self.state_dir) {
             Ok(loaded) if Some(&loaded.config.policy) == last => Ok(()),
             Ok(_) => Err(refuse(format!(
@@ -386,6 +430,7 @@ impl PolicyControl {
     /// Loads `config.json` for a reload: a file that is missing or does not load is an error
     /// that leaves everything in force.
     fn load_for_reload(&self) -> Result<Config, ErrorObject> {
+        self.probe_io();
         // A deleted file would load as the built-in defaults (all `allow`): keep what runs.
         if let Err(e) = std::fs::symlink_metadata(self.policy.config_path())
             && e.kind() == std::io::ErrorKind::NotFound

@@ -3858,16 +3858,28 @@ setters!(CallSummary {
     with_approval_id => approval_id: Option<String>,
 });
 
-/// `calls.list` result (§C8.40): every unsettled call daemon-wide, oldest first.
+/// `calls.list` result (§C8.40): the unsettled calls daemon-wide, oldest first, at most
+/// [`limits::MAX_CALLS_LISTED`](crate::limits::MAX_CALLS_LISTED).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schemas", derive(schemars::JsonSchema))]
 #[non_exhaustive]
 pub struct CallsListResult {
     pub calls: Vec<CallSummary>,
+    /// More calls were unsettled than listed (the newest were left out); absent when false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub truncated: bool,
 }
 
 impl CallsListResult {
     pub fn new(calls: Vec<CallSummary>) -> Self {
-        Self { calls }
+        Self {
+            calls,
+            truncated: false,
+        }
+    }
+
+    pub fn with_truncated(mut self, truncated: bool) -> Self {
+        self.truncated = truncated;
+        self
     }
 }

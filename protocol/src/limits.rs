@@ -145,3 +145,7 @@ pub const DEFAULT_RESULT_MAX_BUFFERED_BYTES: u64 = 64 * 1_048_576;
 /// Result parts: the range `results.maxBufferedBytes` accepts (at least one maximal body).
 pub const MIN_RESULT_MAX_BUFFERED_BYTES: u64 = 262_144;
 pub const MAX_RESULT_MAX_BUFFERED_BYTES: u64 = 1_024 * 1_048_576;
+
+/// Most calls one `calls.list` reply lists (§C8.40): the oldest; `truncated` says more exist.
+/// Each entry is well under 1 KiB, so the reply stays far below [`MAX_CONTROL_REPLY_BYTES`].
+pub const MAX_CALLS_LISTED: usize = 1000;

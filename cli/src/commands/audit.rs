@@ -18,7 +18,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{Read as _, Seek as _, SeekFrom};
+use std::io::{Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -37,6 +37,13 @@ use crate::signals::Interrupts;
 
 /// How often `--follow` looks at the day file for appended records.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
+/// The longest audit line read (a record is a few hundred bytes; the daemon writes none near
+/// this): a longer line is skipped and counted as malformed, and never held whole.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// Most bytes one `--follow` poll reads; the rest waits for the next poll.
+const FOLLOW_READ_BYTES: u64 = 4 << 20;
+/// Read size when scanning a day file.
+const READ_CHUNK: usize = 64 * 1024;
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
@@ -273,44 +280,176 @@ fn day_files(dir: &Path) -> Result<Vec<String>, CliError> {
     Ok(names)
 }
 
+/// Splits bytes into lines of at most [`MAX_LINE_BYTES`], holding at most one partial line: a
+/// longer line is dropped up to its newline and counted ([`LineScanner::overlong`]).
+#[derive(Debug, Default)]
+pub struct LineScanner {
+    line: Vec<u8>,
+    skipping: bool,
+    /// Lines skipped for being longer than [`MAX_LINE_BYTES`].
+    pub overlong: u64,
+}
+
+impl LineScanner {
+    /// Feeds `bytes`; `each` gets every complete line, without its `\n`.
+    pub fn feed(&mut self, mut bytes: &[u8], each: &mut dyn FnMut(&[u8])) {
+        while !bytes.is_empty() {
+            let (part, rest, ended) = match bytes.iter().position(|b| *b == b'\n') {
+                Some(i) => (&bytes[..i], &bytes[i + 1..], true),
+                None => (bytes, &[][..], false),
+            };
+            bytes = rest;
+            if !self.skipping {
+                if self.line.len() + part.len() > MAX_LINE_BYTES {
+                    self.overlong += 1;
+                    self.skipping = true;
+                    self.line = Vec::new();
+                } else {
+                    self.line.extend_from_slice(part);
+                }
+            }
+            if ended {
+                if !self.skipping {
+                    each(&self.line);
+                }
+                self.line.clear();
+                self.skipping = false;
+            }
+        }
+    }
+
+    /// At the end of a file: a last line without `\n` is a line too.
+    pub fn finish(&mut self, each: &mut dyn FnMut(&[u8])) {
+        if !self.skipping && !self.line.is_empty() {
+            each(&self.line);
+        }
+        self.clear();
+    }
+
+    /// Forgets a partial line (the file was replaced).
+    pub fn clear(&mut self) {
+        self.line = Vec::new();
+        self.skipping = false;
+    }
+
+    /// Bytes of a partial line held.
+    pub fn pending(&self) -> usize {
+        self.line.len()
+    }
+}
+
+/// Opens an audit day file to read it: never through a symbolic link (`O_NOFOLLOW`), without
+/// blocking on a FIFO (`O_NONBLOCK`), and only a regular file (SECURITY.md §4.12).
+pub fn open_day_file(path: &Path) -> std::io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
+        options.custom_flags(i32::try_from(flags.bits()).unwrap_or(0));
+    }
+    let file = options.open(path)?;
+    if !file.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok(file)
+}
+
+/// One pass over the day files of `dir` (those dated from the cutoff's day and named before
+/// `until`), oldest first, reading each up to the length it had when first scanned (`lens`
+/// keeps those lengths across passes): `each` gets every matching record as it is read, so
+/// memory stays one line whatever the files hold. Returns the malformed line count. A file
+/// that is not a regular file (a symlink, a FIFO) is skipped with a note on stderr.
+fn scan_records(
+    dir: &Path,
+    req: &AuditRequest,
+    cutoff: Option<u64>,
+    until: Option<&str>,
+    lens: &mut Vec<(String, u64)>,
+    each: &mut dyn FnMut(&Record),
+) -> Result<u64, CliError> {
+    use std::io::Read as _;
+    let first_pass = lens.is_empty();
+    if first_pass {
+        let first_day = cutoff.map(day_file_name);
+        for name in day_files(dir)? {
+            if first_day.as_ref().is_some_and(|first| name < *first)
+                || until.is_some_and(|until| name.as_str() >= until)
+            {
+                continue;
+            }
+            lens.push((name, u64::MAX));
+        }
+    }
+    let mut malformed = 0;
+    for (name, len) in lens.iter_mut() {
+        let path = dir.join(name.as_str());
+        let file = match open_day_file(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                if first_pass {
+                    output::write_stderr(&format!(
+                        "Skipped the audit file {}: {e}\n",
+                        path.display()
+                    ));
+                }
+                *len = 0;
+                continue;
+            }
+        };
+        if first_pass {
+            *len = file.metadata().map_or(0, |m| m.len());
+        }
+        let mut reader = file.take(*len);
+        let mut scanner = LineScanner::default();
+        let mut on_line = |line: &[u8]| {
+            let text = String::from_utf8_lossy(line);
+            if text.trim().is_empty() {
+                return;
+            }
+            match Record::parse(&text) {
+                Some(r) if req.matches(&r, cutoff) => each(&r),
+                Some(_) => {}
+                None => malformed += 1,
+            }
+        };
+        let mut buf = vec![0u8; READ_CHUNK];
+        loop {
+            let n = reader.read(&mut buf).map_err(|e| {
+                CliError::internal(format!(
+                    "cannot read the audit file {}: {e}",
+                    path.display()
+                ))
+            })?;
+            if n == 0 {
+                break;
+            }
+            scanner.feed(&buf[..n], &mut on_line);
+        }
+        scanner.finish(&mut on_line);
+        malformed += scanner.overlong;
+    }
+    Ok(malformed)
+}
+
 /// Every matching record in the day files of `dir` (files dated before the cutoff's day are
-/// not opened), oldest file first, in file order; and the malformed line count.
+/// not opened), oldest file first, in file order; and the malformed line count. Collects them:
+/// for bounded windows (`watch`); `appduct audit` streams ([`scan_records`]).
 pub fn read_records(
     dir: &Path,
     req: &AuditRequest,
     now_ms: u64,
 ) -> Result<(Vec<Record>, u64), CliError> {
-    read_records_before(dir, req, now_ms, None)
-}
-
-/// [`read_records`] over the day files named before `until` (all when `None`).
-fn read_records_before(
-    dir: &Path,
-    req: &AuditRequest,
-    now_ms: u64,
-    until: Option<&str>,
-) -> Result<(Vec<Record>, u64), CliError> {
     let cutoff = req.since.map(|s| s.cutoff_ms(now_ms));
-    let first_day = cutoff.map(day_file_name);
     let mut records = Vec::new();
-    let mut malformed = 0;
-    for name in day_files(dir)? {
-        if first_day.as_ref().is_some_and(|first| name < *first)
-            || until.is_some_and(|until| name.as_str() >= until)
-        {
-            continue;
-        }
-        let mut all = Vec::new();
-        let path = dir.join(&name);
-        let text = std::fs::read(&path).map_err(|e| {
-            CliError::internal(format!(
-                "cannot read the audit file {}: {e}",
-                path.display()
-            ))
-        })?;
-        parse_lines(&String::from_utf8_lossy(&text), &mut all, &mut malformed);
-        records.extend(all.into_iter().filter(|r| req.matches(r, cutoff)));
-    }
+    let malformed = scan_records(dir, req, cutoff, None, &mut Vec::new(), &mut |r| {
+        records.push(r.clone());
+    })?;
     Ok((records, malformed))
 }
 
@@ -319,13 +458,17 @@ fn read_records_before(
 
 /// Tails the day files of one directory: the day file of "now" (UTC), from an offset, moving
 /// to the next day's file when the date changes (after draining the old file). Only complete
-/// lines are consumed; a partial last line waits for its newline.
+/// lines are consumed; a partial last line waits for its newline. A line longer than
+/// [`MAX_LINE_BYTES`] is skipped ([`Follower::overlong`]), a day file that is not a regular
+/// file (a symlink, a FIFO) is not read ([`Follower::refused`]), and one poll reads at most 4 MiB.
 #[derive(Debug)]
 pub struct Follower {
     dir: PathBuf,
     day: String,
     offset: u64,
-    pending: Vec<u8>,
+    scanner: LineScanner,
+    /// Why the current day file is not read (reported once by the caller).
+    refused: Option<String>,
 }
 
 impl Follower {
@@ -335,14 +478,25 @@ impl Follower {
         let offset = if from_start {
             0
         } else {
-            std::fs::metadata(dir.join(&day)).map_or(0, |m| m.len())
+            std::fs::symlink_metadata(dir.join(&day)).map_or(0, |m| m.len())
         };
         Follower {
             dir: dir.to_owned(),
             day,
             offset,
-            pending: Vec::new(),
+            scanner: LineScanner::default(),
+            refused: None,
         }
+    }
+
+    /// Lines skipped so far for being longer than [`MAX_LINE_BYTES`].
+    pub fn overlong(&self) -> u64 {
+        self.scanner.overlong
+    }
+
+    /// Takes the reason the current day file was refused, once per refusal.
+    pub fn refused(&mut self) -> Option<String> {
+        self.refused.take()
     }
 
     /// The complete lines appended since the last poll; `now_ms` decides the day file.
@@ -353,40 +507,50 @@ impl Follower {
             // Rollover: the old file was read to its end above; the new one from its start.
             self.day = today;
             self.offset = 0;
-            self.pending.clear();
+            self.scanner.clear();
             text.push_str(&self.read_current());
         }
         text
     }
 
     fn read_current(&mut self) -> String {
+        use std::io::Read as _;
         let path = self.dir.join(&self.day);
-        let Ok(mut file) = File::open(&path) else {
-            return String::new();
+        let mut file = match open_day_file(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return String::new(),
+            Err(e) => {
+                let why = format!("Not reading the audit file {}: {e}", path.display());
+                if self.refused.is_none() {
+                    self.refused = Some(why);
+                }
+                return String::new();
+            }
         };
         let len = file.metadata().map_or(0, |m| m.len());
         if len < self.offset {
             // Replaced or truncated: start over.
             self.offset = 0;
-            self.pending.clear();
+            self.scanner.clear();
         }
         if len == self.offset || file.seek(SeekFrom::Start(self.offset)).is_err() {
             return String::new();
         }
-        let mut bytes = Vec::new();
-        if file.read_to_end(&mut bytes).is_err() {
-            return String::new();
+        let mut text = String::new();
+        let mut reader = file.take(FOLLOW_READ_BYTES.min(len - self.offset));
+        let mut buf = vec![0u8; READ_CHUNK];
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            self.offset += n as u64;
+            self.scanner.feed(&buf[..n], &mut |line| {
+                text.push_str(&String::from_utf8_lossy(line));
+                text.push('\n');
+            });
         }
-        self.offset += bytes.len() as u64;
-        self.pending.extend_from_slice(&bytes);
-        match self.pending.iter().rposition(|b| *b == b'\n') {
-            Some(end) => {
-                let rest = self.pending.split_off(end + 1);
-                let complete = std::mem::replace(&mut self.pending, rest);
-                String::from_utf8_lossy(&complete).into_owned()
-            }
-            None => String::new(),
-        }
+        text
     }
 }
 
@@ -411,12 +575,97 @@ fn report_malformed(malformed: u64) {
     }
 }
 
-/// `appduct audit` without `--follow`.
-pub fn run(globals: &Globals, req: &AuditRequest) -> Result<Success, CliError> {
+/// `appduct audit` without `--follow`: streams. A first pass over the day files counts the
+/// malformed lines and (human) measures the columns, a second prints each record as it reads
+/// it, up to the lengths the files had in the first pass; neither holds more than one line. The
+/// output is what [`audit_list`] would print for the same records.
+pub fn run(globals: &Globals, out: &Output, req: &AuditRequest) -> Result<Reply, CliError> {
     let dir = audit_dir(globals)?;
-    let (records, malformed) = read_records(&dir, req, now_ms())?;
+    let cutoff = req.since.map(|s| s.cutoff_ms(now_ms()));
+    let json = out.flags.json;
+    let mut lens = Vec::new();
+    let mut widths: Vec<usize> = HEADER.iter().map(|h| render::display_width(h)).collect();
+    let mut count = 0u64;
+    let malformed = scan_records(&dir, req, cutoff, None, &mut lens, &mut |r| {
+        count += 1;
+        if !json {
+            for (w, c) in widths.iter_mut().zip(cells(r)) {
+                *w = (*w).max(render::display_width(&c));
+            }
+        }
+    })?;
     report_malformed(malformed);
-    Ok(audit_list(&records, malformed))
+    if json {
+        let empty = Success::new(
+            json!({"records": [], "malformed": malformed}),
+            String::new(),
+        );
+        let doc = out.json_document(&out.success_envelope(&empty));
+        let (head, tail, indent) = split_at_records(&doc);
+        output::write_stdout(head);
+        let pretty = out.flags.pretty;
+        let mut first = true;
+        scan_records(&dir, req, cutoff, None, &mut lens, &mut |r| {
+            let value = Value::Object(r.raw.clone());
+            let mut item = String::new();
+            if !first {
+                item.push(',');
+            }
+            first = false;
+            if pretty {
+                let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+                for line in text.lines() {
+                    item.push('\n');
+                    item.push_str(&indent);
+                    item.push_str("  ");
+                    item.push_str(line);
+                }
+            } else {
+                item.push_str(&value.to_string());
+            }
+            output::write_stdout(&item);
+        })?;
+        if pretty && !first {
+            output::write_stdout(&format!("\n{indent}"));
+        }
+        output::write_stdout(&format!("{tail}\n"));
+    } else {
+        if count == 0 {
+            output::write_stdout(NO_RECORDS);
+        } else {
+            output::write_stdout(&render::table_row(&HEADER.map(str::to_owned), &widths));
+            scan_records(&dir, req, cutoff, None, &mut lens, &mut |r| {
+                output::write_stdout(&render::table_row(&cells(r), &widths));
+            })?;
+        }
+        if out.flags.verbose {
+            output::write_stdout(&out.meta_human());
+        }
+    }
+    Ok(Reply::Done(0))
+}
+
+const HEADER: [&str; 6] = ["TIME", "ALIAS", "TOOL", "OUTCOME", "DURATION", "CALLER"];
+const NO_RECORDS: &str = "No audit records match.\n";
+
+/// `doc` (an envelope whose `data.records` is `[]`) split inside that array: the text up to
+/// and including `[`, the text from `]` on, and the indentation of the `"records"` line.
+fn split_at_records(doc: &str) -> (&str, &str, String) {
+    let at = doc
+        .find("\"records\":[]")
+        .map(|i| i + "\"records\":[".len())
+        .or_else(|| {
+            doc.find("\"records\": []")
+                .map(|i| i + "\"records\": [".len())
+        })
+        .unwrap_or(doc.len());
+    let line_start = doc[..at].rfind('\n').map_or(0, |i| i + 1);
+    let indent: String = doc[line_start..]
+        .chars()
+        .take_while(|c| *c == ' ')
+        .collect();
+    let (head, tail) = doc.split_at(at);
+    (head, tail, indent)
 }
 
 /// The `audit` result: `data.records` are the stored objects; human, an aligned table.
@@ -426,13 +675,9 @@ pub fn audit_list(records: &[Record], malformed: u64) -> Success {
         "malformed": malformed,
     });
     let human = if records.is_empty() {
-        "No audit records match.\n".to_owned()
+        NO_RECORDS.to_owned()
     } else {
-        let mut rows = vec![
-            ["TIME", "ALIAS", "TOOL", "OUTCOME", "DURATION", "CALLER"]
-                .map(str::to_owned)
-                .to_vec(),
-        ];
+        let mut rows = vec![HEADER.map(str::to_owned).to_vec()];
         rows.extend(records.iter().map(cells));
         render::table(&rows)
     };
@@ -493,25 +738,30 @@ pub async fn run_follow(
     let mut malformed = 0;
     let mut follower = Follower::new(&dir, start, req.since.is_some());
     if req.since.is_some() {
-        // Past days from their files; today's file is the follower's first poll.
-        let (records, bad) = read_records_before(&dir, req, start, Some(&day_file_name(start)))?;
-        malformed += bad;
-        for r in &records {
+        // Past days from their files, streamed; today's file is the follower's first poll.
+        let today = day_file_name(start);
+        malformed += scan_records(&dir, req, cutoff, Some(&today), &mut Vec::new(), &mut |r| {
             emit(out, r);
-        }
+        })?;
     }
     out.notice("Following the audit log (Ctrl-C to stop)…");
     let mut interval = tokio::time::interval(FOLLOW_POLL);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     report_malformed(malformed);
     let mut reported = malformed;
+    let mut counted_overlong = 0;
     loop {
         tokio::select! {
             _ = signals.recv() => return Ok(Reply::Done(0)),
             _ = interval.tick() => {
                 let text = follower.poll(now_ms());
+                if let Some(why) = follower.refused() {
+                    output::write_stderr(&format!("{why}\n"));
+                }
                 let mut records = Vec::new();
                 parse_lines(&text, &mut records, &mut malformed);
+                malformed += follower.overlong() - counted_overlong;
+                counted_overlong = follower.overlong();
                 for r in records.iter().filter(|r| req.matches(r, cutoff)) {
                     emit(out, r);
                 }
@@ -619,6 +869,35 @@ mod tests {
         let second = line("2026-12-01T00:00:01Z", "newer");
         append(&dir.join("2026-12-01.jsonl"), &second);
         assert_eq!(f.poll(after_midnight), second);
+    }
+
+    #[test]
+    fn over_long_lines_are_dropped_and_counted_without_being_held() {
+        let mut scanner = LineScanner::default();
+        let mut lines = Vec::new();
+        let mut each = |l: &[u8]| lines.push(String::from_utf8_lossy(l).into_owned());
+        scanner.feed(b"one\ntw", &mut each);
+        let chunk = vec![b'x'; MAX_LINE_BYTES / 2];
+        for _ in 0..4 {
+            scanner.feed(&chunk, &mut each);
+            assert!(scanner.pending() <= MAX_LINE_BYTES);
+        }
+        scanner.feed(b"tail\nthree\nfour", &mut each);
+        scanner.finish(&mut each);
+        assert_eq!(lines, ["one", "three", "four"]);
+        assert_eq!(scanner.overlong, 1);
+    }
+
+    #[test]
+    fn day_files_open_only_when_regular_and_never_through_a_link() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("2026-12-01.jsonl");
+        std::fs::write(&real, "x\n").unwrap();
+        assert!(open_day_file(&real).is_ok());
+        let link = tmp.path().join("2026-12-02.jsonl");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(open_day_file(&link).is_err());
+        assert!(open_day_file(tmp.path()).is_err());
     }
 
     fn append(path: &Path, text: &str) {

@@ -319,7 +319,7 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
             let env = mcp_setup::SetupEnv::current()?;
             mcp_setup::run(req, &env).map(Reply::Success)
         }
-        Command::Audit(req) if !req.follow => audit::run(&inv.globals, req).map(Reply::Success),
+        Command::Audit(req) if !req.follow => audit::run(&inv.globals, out, req),
         Command::Audit(req) => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -16,12 +16,13 @@ const MARKER: &str = "type this code only if you started that approval yourself:
 
 #[test]
 fn a_parked_cli_call_completes_after_an_interactive_approval() {
+    // The operator's terminal exists before the daemon starts, as a person's does: the daemon
+    // refuses a code to a terminal opened after, or less than 50 ms before, the request
+    // (SECURITY.md §4.18).
+    let mut pty = Pty::open();
     let sb = sandbox_with_config(CONFIG);
     let pg = Playground::start(&sb);
     assert_eq!(pg.alias(), "playground");
-
-    // The operator's terminal exists before the call parks.
-    let mut pty = Pty::open();
 
     // The caller, without a terminal: it says on stderr where to approve, and waits.
     let mut call = sb.command(&["tools", "call", "call_count"]);
@@ -60,8 +61,7 @@ fn a_parked_cli_call_completes_after_an_interactive_approval() {
     assert_eq!(doc["error"]["details"]["reason"], "not_interactive");
 
     // A person: the approver runs in its own session whose controlling terminal is the pty,
-    // opened before the call parked (as a person's terminal is; the daemon refuses a code to a
-    // terminal opened after the call parked, SECURITY.md §4.18).
+    // opened before the daemon started (as a person's terminal is).
     let slave = pty.take_slave_file();
     let inner = sb.command(&["approvals", "approve", &approval_id]);
     let mut approve = Command::new("setsid");
@@ -193,9 +193,10 @@ fn spawn_in_terminal(sb: &Sandbox, pty: &mut Pty, args: &[&str]) -> std::process
 
 #[test]
 fn a_loosening_policy_set_needs_the_code_typed_in_a_terminal() {
-    let sb = sandbox_with_config(CONFIG);
-    // The person's terminal exists before the change is asked for.
+    // The person's terminal exists before the daemon starts (so before the change is asked
+    // for, by more than the 50 ms margin of SECURITY.md §4.18).
     let mut pty = Pty::open();
+    let sb = sandbox_with_config(CONFIG);
 
     // As an agent would run it: held, exit 77, nothing changed.
     let (code, doc) = sb.json(&["policy", "set", "playground/call_count", "allow"]);

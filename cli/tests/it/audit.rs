@@ -271,3 +271,102 @@ fn follow_prints_records_appended_after_it_started() {
     let ran = proc.finish(WAIT).unwrap();
     assert_eq!(ran.code, 0, "{}", ran.stderr);
 }
+
+#[test]
+fn an_over_long_line_is_skipped_and_counted_not_held() {
+    let sb = seeded();
+    let today = sb
+        .state_dir()
+        .join("audit")
+        .join(appduct_daemon::audit::day_file_name(now_ms()));
+    let mut text = std::fs::read_to_string(&today).unwrap();
+    let before = text.lines().count();
+    // A well-formed record, but longer than the 1 MiB line bound: skipped like a bad line.
+    let long = format!(
+        "{{\"ts\":\"2026-12-01T10:00:00.000Z\",\"sessionId\":\"S\",\"alias\":\"a\",\"tool\":\"{}\",\"outcome\":\"ok\"}}\n",
+        "x".repeat(2 << 20)
+    );
+    text.push_str(&long);
+    text.push_str(&std::fs::read_to_string(&today).unwrap());
+    std::fs::write(&today, text).unwrap();
+    let (code, stdout, stderr) = sb.output(&["--json", "audit"]);
+    assert_eq!(code, 0, "{stderr}");
+    let doc: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(doc["data"]["malformed"], 1, "{stderr}");
+    let records = doc["data"]["records"].as_array().unwrap();
+    assert!(records.len() >= 2 * before, "{}", records.len());
+    assert!(
+        records
+            .iter()
+            .all(|r| r["tool"].as_str().unwrap().len() < 100)
+    );
+    assert!(stderr.contains("Skipped 1 malformed line"), "{stderr}");
+}
+
+#[test]
+fn pretty_json_streams_the_same_document() {
+    let sb = seeded();
+    let (code, compact) = sb.json(&["audit"]);
+    assert_eq!(code, 0);
+    let (code, stdout, stderr) = sb.output(&["--json", "--pretty", "audit"]);
+    assert_eq!(code, 0, "{stderr}");
+    let pretty: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(pretty, compact);
+    assert_eq!(
+        stdout,
+        format!("{}\n", serde_json::to_string_pretty(&pretty).unwrap())
+    );
+}
+
+#[test]
+fn follow_refuses_a_day_file_that_is_a_fifo() {
+    let sb = sandbox();
+    let dir = sb.state_dir().join("audit");
+    std::fs::create_dir_all(&dir).unwrap();
+    let today = dir.join(appduct_daemon::audit::day_file_name(now_ms()));
+    let made = std::process::Command::new("mkfifo")
+        .arg("-m")
+        .arg("600")
+        .arg(&today)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Opening a FIFO for reading would block the follower until a writer came.
+    let proc = sb.spawn(&["audit", "--follow", "--since", "1h"]).unwrap();
+    assert!(
+        Sandbox::wait_until(WAIT, || proc.stderr().contains("is not a regular file")),
+        "{}",
+        proc.stderr()
+    );
+    assert!(proc.signal("INT"));
+    let ran = proc.finish(WAIT).unwrap();
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+}
+
+#[test]
+fn follow_never_reads_through_a_symlinked_day_file() {
+    let sb = sandbox();
+    let dir = sb.state_dir().join("audit");
+    std::fs::create_dir_all(&dir).unwrap();
+    let elsewhere = sb.root().join("elsewhere.jsonl");
+    std::fs::write(&elsewhere, "").unwrap();
+    let today = dir.join(appduct_daemon::audit::day_file_name(now_ms()));
+    std::os::unix::fs::symlink(&elsewhere, &today).unwrap();
+    let proc = sb
+        .spawn(&["--json", "audit", "--follow", "--since", "1h"])
+        .unwrap();
+    assert!(
+        Sandbox::wait_until(WAIT, || proc
+            .stderr()
+            .contains("Not reading the audit file")),
+        "{}",
+        proc.stderr()
+    );
+    // Records written through the link are never printed.
+    let line = "{\"ts\":\"2026-12-01T10:00:00.000Z\",\"sessionId\":\"S\",\"alias\":\"a\",\"tool\":\"planted\",\"outcome\":\"ok\"}\n";
+    std::fs::write(&elsewhere, line).unwrap();
+    assert!(proc.signal("INT"));
+    let ran = proc.finish(WAIT).unwrap();
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(!ran.stdout.contains("planted"), "{}", ran.stdout);
+}

@@ -26,9 +26,22 @@ impl Tmux {
     /// Starts a server with one 160×48 window running `script`, which runs `watch` and then
     /// prints its exit status and waits.
     fn start(sb: &Sandbox, args: &[&str]) -> Self {
+        Self::start_with(sb, args, false)
+    }
+
+    /// [`Tmux::start`], but the pane waits for Enter (`read`) before running `watch`: its
+    /// terminal exists from now on, whatever starts before `watch` does.
+    fn start_held(sb: &Sandbox, args: &[&str]) -> Self {
+        Self::start_with(sb, args, true)
+    }
+
+    fn start_with(sb: &Sandbox, args: &[&str], held: bool) -> Self {
         let name = format!("appduct-watch-{}-{}", std::process::id(), unique());
         let inner = sb.command(args);
         let mut script = String::from("#!/bin/sh\n");
+        if held {
+            script.push_str("echo WATCH-HELD\nread _\n");
+        }
         for (key, value) in inner.get_envs() {
             let key = key.to_string_lossy();
             match value {
@@ -141,11 +154,14 @@ fn a_parked_call_is_approved_with_a_key_press_in_the_live_view() {
         "tmux is needed for the live view's pty test"
     );
     let sb = sandbox_with_config(CONFIG);
+    // The operator's terminal (the pane) exists before the daemon starts, as a person's does:
+    // the daemon refuses a code to a terminal opened after, or less than 50 ms before, the
+    // request (SECURITY.md §4.18). `watch` runs in it once the playground is up.
+    let tmux = Tmux::start_held(&sb, &["watch"]);
+    tmux.wait_for("the held pane", |s| s.contains("WATCH-HELD"));
     let pg = Playground::start(&sb);
     assert_eq!(pg.alias(), "playground");
-
-    // The operator's terminal (the pane) exists before the call parks.
-    let tmux = Tmux::start(&sb, &["watch"]);
+    tmux.keys(&["Enter"]);
     tmux.wait_for("the session row", |s| {
         s.contains("Sessions") && s.contains("playground")
     });

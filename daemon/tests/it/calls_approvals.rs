@@ -691,6 +691,69 @@ async fn a_terminal_opened_after_the_call_parked_gets_no_code() {
     f.stop().await;
 }
 
+/// Approvals on, the daemon's wall clock fixed at `now_ms`, and the approver's terminal opened
+/// at `opened_ms` (its devpts ctime).
+async fn fixture_at(
+    now_ms: u64,
+    opened_ms: u64,
+    terminal_out: &mut Option<Arc<CapturedTerminal>>,
+) -> Fixture {
+    let terminal = Arc::new(CapturedTerminal {
+        approver: Some(pts(11, opened_ms)),
+        ..CapturedTerminal::default()
+    });
+    *terminal_out = Some(Arc::clone(&terminal));
+    Fixture::with(
+        move |options, dir| {
+            let mut config = appduct_client::config::Config::defaults(dir);
+            config
+                .policy
+                .tools
+                .insert("pixel-8/slow_task".into(), Decision::Prompt);
+            config.consent.fallback = ConsentFallback::Operator;
+            config.consent.approval_timeout_ms = 60_000;
+            options
+                .config(config)
+                .clock(appduct_daemon::clock::ManualClock::new(now_ms))
+                .operator_terminal(terminal)
+        },
+        standard_tools(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_terminal_opened_just_before_the_request_gets_no_code() {
+    // The hostile-peer attack: send the request, open a pty at once. Its coarse devpts ctime can
+    // read a few ms before the daemon's stamp, so terminals opened within the margin are new.
+    const NOW: u64 = 1_800_000_000_000;
+    let mut terminal = None;
+    let mut f = fixture_at(NOW, NOW - 30, &mut terminal).await;
+    let terminal = terminal.unwrap();
+    let approval_id = park(&mut f, 2, "ap-margin").await;
+    let mut op = operator(&f).await;
+    challenge_refused(&mut op, &terminal, &approval_id, "new_terminal").await;
+    f.device.assert_no_frame();
+    f.stop().await;
+
+    // A terminal opened well before the request (past the margin) is an operator's.
+    let margin = u64::try_from(appduct_daemon::approvals::NEW_TERMINAL_MARGIN.as_millis()).unwrap();
+    let mut terminal = None;
+    let mut f = fixture_at(NOW, NOW - margin - 100, &mut terminal).await;
+    let terminal = terminal.unwrap();
+    let approval_id = park(&mut f, 2, "ap-old").await;
+    let mut op = operator(&f).await;
+    let challenged = op
+        .request(4, "approvals.challenge", json!({"approvalId": approval_id}))
+        .await;
+    assert_eq!(
+        challenged["result"]["terminal"], "/dev/pts/11",
+        "{challenged}"
+    );
+    assert_eq!(terminal.code().len(), 7);
+    f.stop().await;
+}
+
 #[tokio::test]
 async fn an_approved_call_whose_tool_became_deny_while_parked_is_denied() {
     let terminal = Arc::new(CapturedTerminal::default());
@@ -921,7 +984,7 @@ async fn a_loosening_reload_is_held_on_request_and_refused_on_sighup() {
     file["policy"]["tools"]["pixel-8/slow_task"] = json!("allow");
     std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
     // SIGHUP cannot be approved: nothing applies.
-    let signal = f.daemon.reload().unwrap_err();
+    let signal = f.daemon.reload().await.unwrap_err();
     assert_eq!(
         signal.error_type(),
         ErrorType::ApprovalRefused,
@@ -1048,5 +1111,280 @@ async fn an_approved_reload_applies_only_the_approved_file() {
         listed["result"]["policy"]["tools"]["*/echo"], "deny",
         "{listed}"
     );
+    f.stop().await;
+}
+
+/// Sends `slow_task` calls `first..first + n` on `wire` and waits until each has parked.
+async fn park_many(wire: &mut Wire, tag: &str, first: i64, n: i64) {
+    for i in first..first + n {
+        wire.send(
+            i,
+            "tools.call",
+            json!({"name": "slow_task", "args": {"n": i}, "callId": format!("{tag}-{i}"), "progress": true}),
+        )
+        .await;
+    }
+    for i in first..first + n {
+        let call_id = format!("{tag}-{i}");
+        wire.notification("tool_call_progress", |p| {
+            p["callId"] == call_id.as_str() && p["approvalId"].is_string()
+        })
+        .await;
+    }
+}
+
+/// The `too_many_approvals` refusal of request `id` on `wire`, with its `scope`.
+async fn refused_as_full(wire: &mut Wire, id: i64, scope: &str, limit: usize) {
+    let reply = wire.response(id).await;
+    assert_eq!(
+        reply["error"]["data"]["type"], "approval_refused",
+        "{reply}"
+    );
+    let details = &reply["error"]["data"]["details"];
+    assert_eq!(details["reason"], "too_many_approvals", "{reply}");
+    assert_eq!(details["scope"], scope, "{reply}");
+    assert_eq!(details["limit"], limit, "{reply}");
+}
+
+#[tokio::test]
+async fn pending_approvals_are_capped_per_connection_and_daemon_wide() {
+    use appduct_daemon::approvals::{MAX_PENDING_APPROVALS, MAX_PENDING_PER_CONNECTION};
+    let per_conn = i64::try_from(MAX_PENDING_PER_CONNECTION).unwrap();
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    // One connection parks its quota; one more call of it is refused, typed, at once.
+    park_many(&mut f.wire, "a", 100, per_conn).await;
+    f.wire
+        .send(
+            99,
+            "tools.call",
+            json!({"name": "slow_task", "args": {}, "callId": "a-over"}),
+        )
+        .await;
+    refused_as_full(&mut f.wire, 99, "connection", MAX_PENDING_PER_CONNECTION).await;
+    // Other connections are not held back by it, until the daemon-wide cap.
+    let mut others = Vec::new();
+    for c in 1..MAX_PENDING_APPROVALS / MAX_PENDING_PER_CONNECTION {
+        let mut wire = Wire::new(&f.daemon);
+        park_many(&mut wire, &format!("c{c}"), 100, per_conn).await;
+        others.push(wire);
+    }
+    let mut late = Wire::new(&f.daemon);
+    late.send(
+        1,
+        "tools.call",
+        json!({"name": "slow_task", "args": {}, "callId": "late"}),
+    )
+    .await;
+    refused_as_full(&mut late, 1, "daemon", MAX_PENDING_APPROVALS).await;
+    // A loosening policy change is refused the same way (nothing changes).
+    let held = late
+        .request(
+            2,
+            "policy.set",
+            json!({"target": "pixel-8/slow_task", "decision": "allow"}),
+        )
+        .await;
+    assert_eq!(
+        held["error"]["data"]["details"]["reason"], "too_many_approvals",
+        "{held}"
+    );
+    let listed = late.request(3, "approvals.list", json!({})).await;
+    assert_eq!(
+        listed["result"]["approvals"].as_array().unwrap().len(),
+        MAX_PENDING_APPROVALS
+    );
+    // Room again once one is decided.
+    let first = listed["result"]["approvals"][0]["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let denied = late
+        .request(
+            4,
+            "approvals.decide",
+            json!({"approvalId": first, "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(denied["result"]["decision"], "denied", "{denied}");
+    park_many(&mut late, "late", 10, 1).await;
+    f.device.assert_no_frame();
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn held_policy_changes_are_capped() {
+    use appduct_daemon::approvals::MAX_HELD_POLICY_CHANGES;
+    let terminal = Arc::new(CapturedTerminal::default());
+    let f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    let mut op = operator(&f).await;
+    let ask = |i: usize| json!({"target": format!("pixel-8/tool_{i}"), "decision": "allow"});
+    for i in 0..MAX_HELD_POLICY_CHANGES {
+        let held = op
+            .request(10 + i64::try_from(i).unwrap(), "policy.set", ask(i))
+            .await;
+        assert_eq!(
+            held["error"]["data"]["details"]["reason"], "operator_approval_required",
+            "{held}"
+        );
+    }
+    op.send(2, "policy.set", ask(MAX_HELD_POLICY_CHANGES)).await;
+    refused_as_full(&mut op, 2, "policy", MAX_HELD_POLICY_CHANGES).await;
+    // Parked calls still have room: the policy cap is its own.
+    let mut f = f;
+    park_many(&mut f.wire, "still-room", 3, 1).await;
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn policy_file_io_never_stalls_the_runtime() {
+    // A current-thread runtime: were `config.json` read on it, a stalled read would stall
+    // every connection. The probe holds the read of `policy.set` until released.
+    let (entered_tx, mut entered) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (release_tx, release) = std::sync::mpsc::channel::<()>();
+    let release = Arc::new(Mutex::new(release));
+    // Set when the test released the read (not the probe's own timeout): on the runtime
+    // thread the test could not run to release it.
+    let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let released_in_probe = Arc::clone(&released);
+    let first = std::sync::atomic::AtomicBool::new(true);
+    let probe = appduct_daemon::policy_control::IoProbe(Arc::new(move || {
+        // Only the first read is held.
+        if !first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let _ = entered_tx.send(());
+        let by_test = release
+            .lock()
+            .unwrap()
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .is_ok();
+        released_in_probe.store(by_test, std::sync::atomic::Ordering::SeqCst);
+    }));
+    let f = Fixture::with(
+        move |options, dir| {
+            options
+                .config(appduct_client::config::Config::defaults(dir))
+                .config_io_probe(probe)
+        },
+        standard_tools(),
+    )
+    .await;
+    let mut setter = operator(&f).await;
+    setter
+        .send(
+            2,
+            "policy.set",
+            json!({"target": "*/echo", "decision": "deny"}),
+        )
+        .await;
+    entered.recv().await.unwrap();
+    // The read is held: another connection is still answered at once.
+    let mut other = Wire::new(&f.daemon);
+    let status = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        other.request(1, "daemon.status", json!({})),
+    )
+    .await
+    .expect("daemon.status was not answered while policy.set's file I/O was held");
+    assert!(status.get("result").is_some(), "{status}");
+    release_tx.send(()).unwrap();
+    let set = setter.response(2).await;
+    assert_eq!(set["result"]["changed"], true, "{set}");
+    assert!(
+        released.load(std::sync::atomic::Ordering::SeqCst),
+        "the held read blocked the runtime until its own timeout"
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_peer_that_keeps_guessing_is_cut_off_without_spending_more_attempts() {
+    use appduct_daemon::approvals::MAX_REFUSED_PER_PEER;
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, true, Arc::clone(&terminal)).await;
+    park_many(&mut f.wire, "g", 100, 5).await;
+    let mut op = operator(&f).await;
+    let listed = op.request(2, "approvals.list", json!({})).await;
+    let ids: Vec<String> = listed["result"]["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["approvalId"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 5);
+    // The operator asked for a code for each; a grinder presents guesses on its own connection.
+    for (i, id) in ids.iter().enumerate() {
+        let c = op
+            .request(
+                10 + i64::try_from(i).unwrap(),
+                "approvals.challenge",
+                json!({"approvalId": id}),
+            )
+            .await;
+        assert!(c.get("result").is_some(), "{c}");
+    }
+    let mut grinder = Wire::new(&f.daemon);
+    let mut refused = 0;
+    let mut request = 100;
+    let mut guess = |id: &str| {
+        request += 1;
+        (
+            request,
+            json!({"approvalId": id, "decision": "approve", "code": "000-000"}),
+        )
+    };
+    'approvals: for id in &ids {
+        loop {
+            let (rid, params) = guess(id);
+            let reply = grinder.request(rid, "approvals.decide", params).await;
+            let reason = reply["error"]["data"]["details"]["reason"].clone();
+            assert_eq!(
+                reply["error"]["data"]["type"], "approval_refused",
+                "{reply}"
+            );
+            if reason == "too_many_attempts" {
+                assert_eq!(refused, MAX_REFUSED_PER_PEER, "{reply}");
+                assert!(
+                    reply["error"]["data"]["details"]["retryAfterS"]
+                        .as_u64()
+                        .unwrap()
+                        > 0,
+                    "{reply}"
+                );
+                break 'approvals;
+            }
+            refused += 1;
+            assert!(refused <= MAX_REFUSED_PER_PEER, "{reply}");
+            if reason == "too_many_wrong_codes" {
+                continue 'approvals;
+            }
+        }
+    }
+    assert_eq!(refused, MAX_REFUSED_PER_PEER);
+    // The cut-off attempt spent nothing: the approval it named keeps the 2 attempts left after
+    // the one wrong code, and the operator approves it with a code on their own connection.
+    let listed = op.request(3, "approvals.list", json!({})).await;
+    let last = &ids[3];
+    let entry = listed["result"]["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["approvalId"] == last.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(entry["attemptsLeft"], 2, "{listed}");
+    let c = op
+        .request(4, "approvals.challenge", json!({"approvalId": last}))
+        .await;
+    assert!(c.get("result").is_some(), "{c}");
+    let approved = op
+        .request(
+            5,
+            "approvals.decide",
+            json!({"approvalId": last, "decision": "approve", "code": terminal.code()}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
     f.stop().await;
 }

@@ -154,3 +154,44 @@ async fn a_parked_call_is_listed_as_awaiting_approval_until_decided() {
     assert_eq!(listed["result"], json!({"calls": []}), "{listed}");
     f.stop().await;
 }
+
+#[tokio::test]
+async fn the_list_is_bounded_and_says_when_it_left_calls_out() {
+    use appduct_protocol::limits::MAX_CALLS_LISTED;
+    let mut f = Fixture::new().await;
+    let total = i64::try_from(MAX_CALLS_LISTED).unwrap() + 1;
+    for id in 1..=total {
+        f.wire
+            .send(
+                id,
+                "tools.call",
+                json!({"name": "slow_task", "callId": format!("b-{id}"), "timeoutMs": 60000}),
+            )
+            .await;
+    }
+    let mut viewer = Wire::new(&f.daemon);
+    // Every call is read and pending (the app reads none of them).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut asked = 100;
+    loop {
+        asked += 1;
+        let status = viewer.request(asked, "daemon.status", json!({})).await;
+        if status["result"]["pendingCalls"].as_i64() == Some(total) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{status}");
+        tokio::task::yield_now().await;
+    }
+    let listed = viewer.request(1, "calls.list", json!({})).await;
+    let calls = listed["result"]["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), MAX_CALLS_LISTED);
+    assert_eq!(listed["result"]["truncated"], true);
+    // The oldest are listed: the newest call is the one left out.
+    assert_eq!(calls[0]["callId"], "b-1");
+    assert!(
+        calls
+            .iter()
+            .all(|c| c["callId"] != format!("b-{total}").as_str())
+    );
+    f.stop().await;
+}

@@ -73,7 +73,7 @@ async fn host(state_dir: &Path, out: &Output) -> u8 {
             () = handle.wait() => return 0,
             signal = signals.recv() => {
                 if signal == Interrupt::Hup {
-                    match handle.reload() {
+                    match handle.reload().await {
                         Ok(r) => tracing::info!(
                             applied = ?r.applied,
                             restart_required = ?r.restart_required,
