@@ -741,12 +741,7 @@ impl Daemon {
                 },
             )
         };
-        let http = HttpApi::new(
-            dir.path(),
-            streams,
-            opts.http_limits,
-            opts.mcp_http.clone(),
-        );
+        let http = HttpApi::new(dir.path(), streams, opts.http_limits, opts.mcp_http.clone());
         let shutdown = ShutdownSwitch::new();
         let handler = DaemonHandler::new(HandlerContext {
             identity: DaemonIdentity {
