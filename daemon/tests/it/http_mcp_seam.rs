@@ -17,8 +17,7 @@ use appduct_client::config::{Config, HttpConfig};
 use appduct_client::http_token;
 use appduct_daemon::daemon::{Daemon, DaemonHandle, DaemonOptions};
 use appduct_daemon::http_api::{
-    BoxFuture, ControlStreams, HttpLimits, McpEndpoint, McpEndpointFactory, McpRequest,
-    McpResponse,
+    BoxFuture, ControlStreams, HttpLimits, McpEndpoint, McpEndpointFactory, McpRequest, McpResponse,
 };
 use appduct_protocol::control::SessionsList;
 use daemon_support::{WAIT, state_dir};
@@ -146,7 +145,9 @@ async fn mcp_requests_pass_the_http_checks_first_and_arrive_read() {
     let host = s.host();
     let token = s.token.clone();
 
-    let ok = s.send("POST", &host, Some(&token), r#"{"jsonrpc":"2.0"}"#).await;
+    let ok = s
+        .send("POST", &host, Some(&token), r#"{"jsonrpc":"2.0"}"#)
+        .await;
     assert_eq!(status(&ok), "200", "{ok}");
     assert!(ok.ends_with("stub POST 17 true"), "{ok}");
 
@@ -167,7 +168,11 @@ async fn mcp_requests_pass_the_http_checks_first_and_arrive_read() {
         assert_eq!(status(response), *want, "{response}");
         assert!(response.contains("\"error\""), "{response}");
     }
-    assert!(refused[4].0.contains("GET, POST, DELETE"), "{}", refused[4].0);
+    assert!(
+        refused[4].0.contains("GET, POST, DELETE"),
+        "{}",
+        refused[4].0
+    );
     let delete = s.send("DELETE", &host, Some(&token), "").await;
     assert!(delete.ends_with("stub DELETE 0 true"), "{delete}");
     assert_eq!(

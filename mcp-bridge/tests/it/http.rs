@@ -3,6 +3,7 @@
 //! their cap, DELETE, a built-in reaching the daemon through the in-process connector, and
 //! `daemon.hello` naming the HTTP client. The HTTP checks in front of it (token, Host) are the
 //! daemon's and are tested through the built binary in `e2e/tests/it/mcp_http.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
