@@ -40,7 +40,7 @@ use crate::events::{EventBus, EventsLog};
 use crate::handlers::{
     CallsApi as _, DaemonHandler, DaemonIdentity, HandlerContext, ShutdownSwitch,
 };
-use crate::http_api::{ControlStreams, HttpApi, HttpLimits};
+use crate::http_api::{ControlStreams, HttpApi, HttpLimits, McpEndpointFactory};
 use crate::links::{DaemonLinkEnv, LinkEnvironment, LinkError};
 use crate::listener::{self, AcceptContext, AcceptedDevice, RunningListener};
 use crate::policy::PolicyEngine;
@@ -135,6 +135,8 @@ pub struct DaemonOptions {
     pub config_io_probe: Option<crate::policy_control::IoProbe>,
     /// Limits of the loopback HTTP API (§H2.5); tests lower them.
     pub http_limits: HttpLimits,
+    /// The `/mcp` endpoint of the HTTP API (§H7), injected by the binary; `None`: no `/mcp`.
+    pub mcp_http: Option<McpEndpointFactory>,
 }
 
 impl DaemonOptions {
@@ -179,7 +181,14 @@ impl DaemonOptions {
             operator_terminal: Arc::new(crate::approvals::ControllingTerminal),
             config_io_probe: None,
             http_limits: HttpLimits::default(),
+            mcp_http: None,
         }
+    }
+
+    /// The `/mcp` endpoint of the HTTP API (§H7).
+    pub fn mcp_http(mut self, factory: McpEndpointFactory) -> Self {
+        self.mcp_http = Some(factory);
+        self
     }
 
     /// Limits of the loopback HTTP API (§H2.5).
@@ -742,7 +751,7 @@ impl Daemon {
                 },
             )
         };
-        let http = HttpApi::new(dir.path(), streams, opts.http_limits);
+        let http = HttpApi::new(dir.path(), streams, opts.http_limits, opts.mcp_http.clone());
         let shutdown = ShutdownSwitch::new();
         let handler = DaemonHandler::new(HandlerContext {
             identity: DaemonIdentity {

@@ -11,8 +11,10 @@
 //! equals `<state>/http.token` (constant-time compare, file read per request so a rotation
 //! applies at once). Bodies are capped and must arrive within the body timeout.
 //!
-//! Routing is a plain match on path segments under `/v1/`, so another prefix (MCP over
-//! Streamable HTTP at `/mcp`, issue #18 item 2) can be added to [`route`] behind the same checks.
+//! Routing is a plain match on path segments under `/v1/`, plus `/mcp` (MCP over Streamable
+//! HTTP, §H7) behind the same checks: the daemon does not implement MCP itself; the binary
+//! injects an [`McpEndpoint`] (the `appduct mcp` bridge over rmcp's streamable-HTTP transport)
+//! through [`McpEndpointFactory`], so this crate never depends on the bridge.
 
 use std::convert::Infallible;
 use std::fmt;
@@ -49,6 +51,47 @@ use tokio::task::JoinSet;
 /// Opens a new in-process control connection served by the daemon's control handler.
 pub type ControlStreams = Arc<dyn Fn() -> DuplexStream + Send + Sync>;
 
+/// The handler of `/mcp` (§H7), one per running server. The daemon has already run every
+/// check of §H2 and read the request body under its cap and timeout (§H2.5) when it calls
+/// [`McpEndpoint::handle`].
+pub trait McpEndpoint: Send + Sync + 'static {
+    /// Answers one request to `/mcp`.
+    fn handle(&self, request: Request<Bytes>) -> BoxFuture<Response<Body>>;
+    /// Ends every MCP session: the server stops (daemon stop, `http` removed, new port).
+    fn shutdown(&self);
+}
+
+/// A request to `/mcp` as [`McpEndpoint::handle`] receives it: body read in full.
+pub type McpRequest = Request<Bytes>;
+/// The answer of [`McpEndpoint::handle`].
+pub type McpResponse = Response<Body>;
+
+/// A boxed future of [`McpEndpoint::handle`].
+pub type BoxFuture<T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send>>;
+
+/// Builds the `/mcp` endpoint of a server that starts, from the daemon's in-process control
+/// connections (each MCP session runs its own control client over them, §H7.3).
+#[derive(Clone)]
+pub struct McpEndpointFactory(Arc<dyn Fn(ControlStreams) -> Arc<dyn McpEndpoint> + Send + Sync>);
+
+impl McpEndpointFactory {
+    pub fn new(
+        build: impl Fn(ControlStreams) -> Arc<dyn McpEndpoint> + Send + Sync + 'static,
+    ) -> Self {
+        Self(Arc::new(build))
+    }
+
+    fn build(&self, streams: ControlStreams) -> Arc<dyn McpEndpoint> {
+        (self.0)(streams)
+    }
+}
+
+impl fmt::Debug for McpEndpointFactory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("McpEndpointFactory")
+    }
+}
+
 /// `tools.cancel` reason when the HTTP client of a call goes away (§H4.3).
 pub const DISCONNECT_REASON: &str = "http_client_disconnected";
 
@@ -76,7 +119,8 @@ impl Default for HttpLimits {
     }
 }
 
-type Body = BoxBody<Bytes, Infallible>;
+/// Response bodies of the HTTP API (and of an [`McpEndpoint`]).
+pub type Body = BoxBody<Bytes, Infallible>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -92,12 +136,23 @@ struct Running {
     addr: SocketAddr,
     stop: watch::Sender<bool>,
     cors: Arc<Mutex<Vec<String>>>,
+    mcp: Option<Arc<dyn McpEndpoint>>,
+}
+
+impl Running {
+    fn stop(self) {
+        self.stop.send_replace(true);
+        if let Some(mcp) = &self.mcp {
+            mcp.shutdown();
+        }
+    }
 }
 
 struct ApiInner {
     state_dir: PathBuf,
     streams: ControlStreams,
     limits: HttpLimits,
+    mcp: Option<McpEndpointFactory>,
     running: Mutex<Option<Running>>,
 }
 
@@ -117,12 +172,19 @@ impl fmt::Debug for HttpApi {
 }
 
 impl HttpApi {
-    pub fn new(state_dir: impl Into<PathBuf>, streams: ControlStreams, limits: HttpLimits) -> Self {
+    /// `mcp`: the `/mcp` endpoint's factory (§H7); `None` answers `/mcp` like an unknown route.
+    pub fn new(
+        state_dir: impl Into<PathBuf>,
+        streams: ControlStreams,
+        limits: HttpLimits,
+        mcp: Option<McpEndpointFactory>,
+    ) -> Self {
         Self {
             inner: Arc::new(ApiInner {
                 state_dir: state_dir.into(),
                 streams,
                 limits,
+                mcp,
                 running: Mutex::new(None),
             }),
         }
@@ -141,8 +203,9 @@ impl HttpApi {
         let mut running = lock(&self.inner.running);
         let Some(config) = config else {
             if let Some(old) = running.take() {
-                old.stop.send_replace(true);
-                tracing::info!(addr = %old.addr, "HTTP API stopped");
+                let addr = old.addr;
+                old.stop();
+                tracing::info!(%addr, "HTTP API stopped");
             }
             return Ok(());
         };
@@ -160,12 +223,19 @@ impl HttpApi {
         let addr = listener.local_addr()?;
         let (stop, stop_rx) = watch::channel(false);
         let cors = Arc::new(Mutex::new(config.cors_origins.clone()));
+        // A fresh endpoint per server: MCP sessions end with the server that held them.
+        let mcp = self
+            .inner
+            .mcp
+            .as_ref()
+            .map(|factory| factory.build(Arc::clone(&self.inner.streams)));
         let server = Arc::new(Server {
             state_dir: self.inner.state_dir.clone(),
             streams: Arc::clone(&self.inner.streams),
             limits: self.inner.limits,
             port: addr.port(),
             cors: Arc::clone(&cors),
+            mcp: mcp.clone(),
         });
         tokio::spawn(accept_loop(listener, server, stop_rx));
         if let Some(old) = running.replace(Running {
@@ -173,8 +243,9 @@ impl HttpApi {
             addr,
             stop,
             cors,
+            mcp,
         }) {
-            old.stop.send_replace(true);
+            old.stop();
         }
         tracing::info!(%addr, "HTTP API listening");
         Ok(())
@@ -197,6 +268,7 @@ struct Server {
     /// The bound port, which `Host` must name.
     port: u16,
     cors: Arc<Mutex<Vec<String>>>,
+    mcp: Option<Arc<dyn McpEndpoint>>,
 }
 
 async fn accept_loop(listener: TcpListener, server: Arc<Server>, mut stop: watch::Receiver<bool>) {
@@ -509,14 +581,21 @@ async fn handle(req: Request<Incoming>, server: Arc<Server>) -> Response<Body> {
 
 fn allow_origin(response: &mut Response<Body>, origin: Option<&str>) {
     if let Some(value) = origin.and_then(|o| HeaderValue::from_str(o).ok()) {
-        response
-            .headers_mut()
-            .insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
-        response
-            .headers_mut()
-            .insert(header::VARY, HeaderValue::from_static("Origin"));
+        let headers = response.headers_mut();
+        headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, value);
+        headers.insert(header::VARY, HeaderValue::from_static("Origin"));
+        // A browser MCP client must read the session id it is given (§H7.2).
+        if headers.contains_key(MCP_SESSION_ID) {
+            headers.insert(
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static(MCP_SESSION_ID),
+            );
+        }
     }
 }
+
+/// The session header of MCP over Streamable HTTP (§H7.2).
+const MCP_SESSION_ID: &str = "mcp-session-id";
 
 fn preflight(origin: &str) -> Response<Body> {
     let mut response = Response::new(empty());
@@ -524,11 +603,13 @@ fn preflight(origin: &str) -> Response<Body> {
     let headers = response.headers_mut();
     headers.insert(
         header::ACCESS_CONTROL_ALLOW_METHODS,
-        HeaderValue::from_static("GET, POST"),
+        HeaderValue::from_static("GET, POST, DELETE"),
     );
     headers.insert(
         header::ACCESS_CONTROL_ALLOW_HEADERS,
-        HeaderValue::from_static("authorization, content-type, accept, last-event-id"),
+        HeaderValue::from_static(
+            "authorization, content-type, accept, last-event-id, mcp-session-id, mcp-protocol-version",
+        ),
     );
     headers.insert(
         header::ACCESS_CONTROL_MAX_AGE,
@@ -678,6 +759,7 @@ async fn route(req: Request<Incoming>, server: &Server) -> Result<Response<Body>
             let doc = openapi(&server.client(), server.port).await?;
             json_response(StatusCode::OK, &doc)
         }
+        ["mcp"] if server.mcp.is_some() => mcp(req, server).await,
         _ => Err(HttpError::new(
             StatusCode::NOT_FOUND,
             ErrorType::InvalidRequest,
@@ -685,6 +767,25 @@ async fn route(req: Request<Incoming>, server: &Server) -> Result<Response<Body>
         )
         .reason("unknown_route")),
     }
+}
+
+/// `/mcp` (§H7): the body read under the caps of §H2.5, then the injected endpoint. Methods
+/// other than GET, POST and DELETE are refused here, in the §H5 shape.
+async fn mcp(req: Request<Incoming>, server: &Server) -> Result<Response<Body>, HttpError> {
+    let Some(endpoint) = server.mcp.as_ref().map(Arc::clone) else {
+        return Err(HttpError::new(
+            StatusCode::NOT_FOUND,
+            ErrorType::InvalidRequest,
+            "No route /mcp",
+        )
+        .reason("unknown_route"));
+    };
+    if !matches!(*req.method(), Method::GET | Method::POST | Method::DELETE) {
+        return Err(method_not_allowed("GET, POST, DELETE"));
+    }
+    let (parts, body) = req.into_parts();
+    let body = read_body(&parts.headers, body, &server.limits).await?;
+    Ok(endpoint.handle(Request::from_parts(parts, body)).await)
 }
 
 impl Server {
@@ -728,7 +829,11 @@ async fn find_tool(
 // -- POST …/call (§H4) ---------------------------------------------------------------------------
 
 /// Reads the body under the cap and the body timeout.
-async fn read_body(req: Request<Incoming>, limits: &HttpLimits) -> Result<Bytes, HttpError> {
+async fn read_body(
+    headers: &HeaderMap,
+    body: Incoming,
+    limits: &HttpLimits,
+) -> Result<Bytes, HttpError> {
     let too_large = || {
         let mut e = HttpError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -741,15 +846,14 @@ async fn read_body(req: Request<Incoming>, limits: &HttpLimits) -> Result<Bytes,
         e.details = Some(json!({ "reason": "body_too_large", "limit": limits.max_body_bytes }));
         e
     };
-    let declared = req
-        .headers()
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limits.max_body_bytes as u64) {
         return Err(too_large());
     }
-    let body = Limited::new(req.into_body(), limits.max_body_bytes);
+    let body = Limited::new(body, limits.max_body_bytes);
     match tokio::time::timeout(limits.body_timeout, body.collect()).await {
         Err(_) => Err(HttpError::new(
             StatusCode::REQUEST_TIMEOUT,
@@ -867,7 +971,8 @@ async fn call(
         }
     }
     let sse = wants_sse(req.headers());
-    let body = read_body(req, &server.limits).await?;
+    let (parts, body) = req.into_parts();
+    let body = read_body(&parts.headers, body, &server.limits).await?;
     let args = parse_args(&body)?;
     let call_id = new_call_id()?;
     let params = ToolsCallParams::new(name)

@@ -546,6 +546,7 @@ fn to_json(value: &impl serde::Serialize) -> Value {
 /// The request's params as JSON (`null` for methods whose params the log does not keep).
 fn params_of(request: &ControlRequest) -> Value {
     match request {
+        ControlRequest::DaemonHello(p) => to_json(p),
         ControlRequest::ToolsCall(p) => to_json(p),
         ControlRequest::ToolsCancel(p) => to_json(p),
         ControlRequest::ToolsList(p) => to_json(p),

@@ -116,6 +116,21 @@ impl NodeProc {
         })
     }
 
+    /// Starts the official MCP client connected by URL to `/mcp` (docs/http.md §H7) with
+    /// `token` as its bearer token (`e2e/mcp-client/http-client.mjs`).
+    pub fn official_mcp_http_client(
+        sb: &Sandbox,
+        url: &str,
+        token: &str,
+    ) -> Result<Self, HarnessError> {
+        let script = official_mcp_client()?.with_file_name("http-client.mjs");
+        let mut cmd = node_command(sb);
+        cmd.arg(script).arg(url).arg(token);
+        Ok(Self {
+            proc: Proc::spawn(cmd)?,
+        })
+    }
+
     /// Reads stdout lines until one satisfies `check` (at most `limit`); returns it.
     pub fn wait_line(
         &self,

@@ -17,6 +17,7 @@ mod context;
 pub mod deferred_log;
 pub mod error;
 pub mod framing;
+pub mod http;
 mod identity;
 pub mod options;
 pub mod progress;

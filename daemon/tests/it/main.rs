@@ -36,6 +36,7 @@ mod engine_refusal_reports;
 mod engine_refusals;
 mod engine_sessions;
 mod http_api;
+mod http_mcp_seam;
 mod listener_web;
 mod listener_wss;
 mod policy_eval;

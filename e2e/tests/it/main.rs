@@ -12,6 +12,7 @@ mod journeys;
 mod lifecycle;
 mod mcp;
 mod mcp_consent;
+mod mcp_http;
 mod mcp_official;
 mod mcp_rmcp;
 mod npm_package;

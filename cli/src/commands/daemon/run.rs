@@ -9,7 +9,14 @@
 use std::io::IsTerminal as _;
 use std::path::Path;
 
+use std::sync::Arc;
+
 use appduct_daemon::daemon::{Daemon, DaemonOptions, StartError};
+use appduct_daemon::http_api::{
+    BoxFuture, McpEndpoint, McpEndpointFactory, McpRequest, McpResponse,
+};
+use appduct_mcp::BridgeOptions;
+use appduct_mcp::http::{HttpEndpoint, HttpOptions};
 
 use serde_json::json;
 
@@ -17,9 +24,40 @@ use crate::error::CliError;
 use crate::output::{Output, Success};
 use crate::signals::{INTERRUPTED, Interrupt, Interrupts};
 
-/// The options `daemon run` starts the daemon with.
+/// The options `daemon run` starts the daemon with: `/mcp` of the HTTP API is the MCP bridge
+/// (docs/http.md §H7).
 pub fn daemon_options(state_dir: &Path) -> DaemonOptions {
-    DaemonOptions::new(state_dir)
+    let bridge = BridgeOptions {
+        state_dir: Some(state_dir.to_owned()),
+        ..BridgeOptions::default()
+    }
+    .with_test_env(|name| std::env::var(name).ok());
+    DaemonOptions::new(state_dir).mcp_http(mcp_endpoint_factory(HttpOptions {
+        bridge,
+        ..HttpOptions::default()
+    }))
+}
+
+/// The bridge's streamable-HTTP endpoint as the daemon's `/mcp` handler.
+pub fn mcp_endpoint_factory(options: HttpOptions) -> McpEndpointFactory {
+    McpEndpointFactory::new(move |streams| {
+        let endpoint = HttpEndpoint::new(streams, options.clone());
+        Arc::new(McpOverHttp(Arc::new(endpoint)))
+    })
+}
+
+#[derive(Debug)]
+struct McpOverHttp(Arc<HttpEndpoint>);
+
+impl McpEndpoint for McpOverHttp {
+    fn handle(&self, request: McpRequest) -> BoxFuture<McpResponse> {
+        let endpoint = Arc::clone(&self.0);
+        Box::pin(async move { endpoint.handle(request).await })
+    }
+
+    fn shutdown(&self) {
+        self.0.shutdown();
+    }
 }
 
 /// A start failure as `daemon run` reports it: the daemon's classification (already running
