@@ -33,6 +33,9 @@ pub const MAX_ISSUE_MESSAGE_CHARS: usize = 256;
 pub const MAX_PATH_KEY_CHARS: usize = 128;
 /// Issues stop being added once their JSON passes this many bytes.
 pub const MAX_ISSUES_BYTES: usize = 16 * 1024;
+/// Steps one `pattern` match may take on the backtracking engine before it gives up (and the
+/// argument is refused).
+pub const PATTERN_BACKTRACK_LIMIT: usize = 1_000_000;
 
 /// `validation.arguments` as in force (start, then each `daemon.reload`); clones share it.
 #[derive(Debug, Clone)]
@@ -121,6 +124,9 @@ fn compile(schema_text: &str) -> Compiled {
     match jsonschema::options()
         .with_retriever(NoRetrieval)
         .should_validate_formats(false)
+        .with_pattern_options(
+            jsonschema::PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT),
+        )
         .build(&schema)
     {
         Ok(validator) => Compiled::Usable(Box::new(validator)),

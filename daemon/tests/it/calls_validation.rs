@@ -167,7 +167,22 @@ async fn daemon_reload_switches_validation_for_the_next_calls() {
 
 #[tokio::test]
 async fn a_schema_with_a_remote_ref_fails_closed_without_fetching() {
-    let mut f = Fixture::with(|o, _| o, tools()).await;
+    // A local file the schema refers to: read, it would make `{"x": "s"}` pass.
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("x.json");
+    std::fs::write(&local, r#"{"type": "string"}"#).unwrap();
+    let mut with_file = tools();
+    with_file.as_array_mut().unwrap().push(json!(
+        {"name": "local", "description": "Refers to a local file.",
+         "input_schema": {"type": "object",
+            "properties": {"x": {"$ref": format!("file://{}", local.display())}}}}
+    ));
+    let mut f = Fixture::with(|o, _| o, with_file).await;
+    let response = call(&mut f, 10, "local", json!({"x": "s"})).await;
+    let details = &refused(&response)["details"];
+    assert_eq!(details["reason"], "schema_unusable", "{response}");
+    let issue = details["issues"][0]["message"].as_str().unwrap();
+    assert!(issue.contains("does not fetch"), "{issue}");
     let response = call(&mut f, 1, "remote", json!({"x": 1})).await;
     let data = refused(&response);
     let details = &data["details"];
