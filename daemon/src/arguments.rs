@@ -43,7 +43,9 @@ pub struct ArgumentsSwitch(Arc<AtomicBool>);
 
 impl ArgumentsSwitch {
     pub fn new(mode: ArgumentValidation) -> Self {
-        Self(Arc::new(AtomicBool::new(mode == ArgumentValidation::Enforce)))
+        Self(Arc::new(AtomicBool::new(
+            mode == ArgumentValidation::Enforce,
+        )))
     }
 
     /// Puts `mode` in force for calls that have not passed the validation step yet.

@@ -51,8 +51,8 @@ use crate::device_socket::{DeviceSender, DeviceSocket};
 use crate::events::EventBus;
 use crate::links::{self, LinkEnvironment, LinkTable};
 use appduct_client::config::Config;
-use registry::{Registry, SharedTools};
 pub use registry::SharedTool;
+use registry::{Registry, SharedTools};
 
 // ---------------------------------------------------------------------------------------------
 // Public types

@@ -64,7 +64,11 @@ async fn passes(f: &mut Fixture, id: i64, name: &str, args: Value) {
     assert_eq!(frame["args"], args);
     f.device.result(&wire_id, json!({"ok": true})).await;
     let response = f.wire.response(id).await;
-    assert_eq!(response["result"]["result"], json!({"ok": true}), "{response}");
+    assert_eq!(
+        response["result"]["result"],
+        json!({"ok": true}),
+        "{response}"
+    );
 }
 
 #[tokio::test]
@@ -95,7 +99,12 @@ async fn wrong_arguments_are_refused_with_sdk_shaped_issues_and_never_reach_the_
     assert_eq!(find("type")["path"], json!(["a"]));
     assert_eq!(find("maxLength")["path"], json!(["tags", 1]));
     assert!(find("required").get("path").is_none());
-    assert!(find("required")["message"].as_str().unwrap().contains("\"b\""));
+    assert!(
+        find("required")["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"b\"")
+    );
     assert!(find("additionalProperties").get("path").is_none());
     for issue in issues {
         assert!(issue["message"].is_string(), "{issue}");
@@ -156,11 +165,19 @@ async fn daemon_reload_switches_validation_for_the_next_calls() {
     let path = f.daemon.state_dir().path().join("config.json");
     std::fs::write(&path, r#"{"validation": {"arguments": "off"}}"#).unwrap();
     let reload = f.wire.request(2, "daemon.reload", json!({})).await;
-    assert_eq!(reload["result"]["applied"], json!(["validation"]), "{reload}");
+    assert_eq!(
+        reload["result"]["applied"],
+        json!(["validation"]),
+        "{reload}"
+    );
     passes(&mut f, 3, "sum", json!({"a": "one"})).await;
     std::fs::write(&path, r#"{"validation": {"arguments": "enforce"}}"#).unwrap();
     let reload = f.wire.request(4, "daemon.reload", json!({})).await;
-    assert_eq!(reload["result"]["applied"], json!(["validation"]), "{reload}");
+    assert_eq!(
+        reload["result"]["applied"],
+        json!(["validation"]),
+        "{reload}"
+    );
     refused(&call(&mut f, 5, "sum", json!({"a": "one"})).await);
     f.stop().await;
 }
@@ -189,7 +206,12 @@ async fn a_schema_with_a_remote_ref_fails_closed_without_fetching() {
     assert_eq!(details["reason"], "schema_unusable", "{response}");
     let issue = details["issues"][0]["message"].as_str().unwrap();
     assert!(issue.contains("schemas.invalid"), "{issue}");
-    assert!(details["hint"].as_str().unwrap().contains("validation.arguments"));
+    assert!(
+        details["hint"]
+            .as_str()
+            .unwrap()
+            .contains("validation.arguments")
+    );
     // Every call of the tool fails the same way, and other tools are not affected.
     let again = call(&mut f, 2, "remote", json!({})).await;
     assert_eq!(refused(&again)["details"]["reason"], "schema_unusable");
@@ -242,7 +264,10 @@ async fn huge_values_are_reported_within_the_bounds() {
             "{message}"
         );
     }
-    assert!(response.to_string().len() < 32 * 1024, "the refusal is small");
+    assert!(
+        response.to_string().len() < 32 * 1024,
+        "the refusal is small"
+    );
     f.stop().await;
 }
 
@@ -255,7 +280,10 @@ async fn a_schema_is_compiled_once_per_shared_descriptor() {
     let one = sessions.tool_of(&f.device.session_id, "sum").unwrap();
     let two = sessions.tool_of(&second.session_id, "sum").unwrap();
     assert!(Arc::ptr_eq(&one, &two), "equal descriptors are shared");
-    assert!(!one.input_check().is_compiled(), "nothing compiles at claim");
+    assert!(
+        !one.input_check().is_compiled(),
+        "nothing compiles at claim"
+    );
     f.wire
         .send(
             1,
@@ -266,7 +294,10 @@ async fn a_schema_is_compiled_once_per_shared_descriptor() {
     let (wire_id, _) = f.device.tool_call().await;
     f.device.result(&wire_id, json!(3)).await;
     assert_eq!(f.wire.response(1).await["result"]["result"], 3);
-    assert!(two.input_check().is_compiled(), "compiled by the first call");
+    assert!(
+        two.input_check().is_compiled(),
+        "compiled by the first call"
+    );
     // A call on the other session finds it compiled (refused by its own arguments).
     f.wire
         .send(

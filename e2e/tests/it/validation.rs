@@ -70,7 +70,14 @@ async fn tools_call_with_wrong_arguments_exits_72_and_the_handler_never_runs() {
 
     let ran = run(
         &sb,
-        &["--json", "tools", "call", "sum", "--input", r#"{"a": 1, "b": 2}"#],
+        &[
+            "--json",
+            "tools",
+            "call",
+            "sum",
+            "--input",
+            r#"{"a": 1, "b": 2}"#,
+        ],
     );
     assert_eq!(ran.code, 0, "{ran:?}");
     assert_eq!(ran.json().or_fail()["data"], json!({"total": 3.0}));

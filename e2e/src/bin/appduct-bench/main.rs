@@ -136,9 +136,7 @@ fn parse_args(args: &[String]) -> BenchResult<Options> {
                 Some(
                     part @ ("calls" | "sessions" | "mcp" | "sealed" | "pictures" | "allocs"
                     | "validation"),
-                ) => {
-                    options.only = Some(part.to_owned())
-                }
+                ) => options.only = Some(part.to_owned()),
                 _ => return Err(usage()),
             },
             _ => return Err(usage()),
