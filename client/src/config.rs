@@ -35,7 +35,7 @@ pub const DEFAULT_LOG_MAX_BYTES: u64 = 10_485_760;
 /// Every top-level key the loader accepts, in the order of docs/state.md §S2.2. A key outside
 /// this list is an unknown-key warning even if [`Config::from_value`] had a branch for it, so a
 /// new key must be added here (and to §S2.2, which `client/tests/it/config_doc.rs` checks).
-pub const KEYS: [&str; 17] = [
+pub const KEYS: [&str; 18] = [
     "wssPort",
     "keyPath",
     "graceSeconds",
@@ -53,6 +53,7 @@ pub const KEYS: [&str; 17] = [
     "restartDaemonOnVersionMismatch",
     "webOrigins",
     "http",
+    "validation",
 ];
 
 /// A policy decision (§C11); the one wire enum lives in the protocol crate.
@@ -136,6 +137,24 @@ impl Default for ResultsConfig {
     }
 }
 
+/// `validation.arguments` (§C10.8): whether the daemon checks `tools.call` arguments against
+/// the tool's input schema before the call leaves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArgumentValidation {
+    /// Arguments reach the app unchecked; only the app validates.
+    Off,
+    /// Arguments that do not match the tool's input schema are refused with
+    /// `tool_input_validation_error` and never reach the app: the default.
+    #[default]
+    Enforce,
+}
+
+/// The `validation` key (§S2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ValidationConfig {
+    pub arguments: ArgumentValidation,
+}
+
 /// The validated daemon configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -166,6 +185,8 @@ pub struct Config {
     /// The loopback HTTP API (docs/http.md §H1); `None` (no `http` key, or no `http.port`):
     /// off.
     pub http: Option<HttpConfig>,
+    /// Argument validation of `tools.call` (§C10.8); applied by `daemon.reload`.
+    pub validation: ValidationConfig,
 }
 
 /// The `http` key (§S2.2, §H1).
@@ -296,6 +317,7 @@ impl Config {
             restart_daemon_on_version_mismatch: false,
             web_origins: Vec::new(),
             http: None,
+            validation: ValidationConfig::default(),
         }
     }
 
@@ -386,6 +408,7 @@ impl Config {
                 }
                 "webOrigins" => config.web_origins = v.web_origins(key, value)?,
                 "http" => config.http = v.http(value)?,
+                "validation" => config.validation = v.validation(value)?,
                 _ => v.unknown(key.clone()),
             }
         }
@@ -610,6 +633,36 @@ impl Validator {
             }
         }
         Ok(results)
+    }
+
+    fn validation(&mut self, value: &Value) -> Result<ValidationConfig, ConfigError> {
+        let Value::Object(map) = value else {
+            return Err(self.invalid(
+                "validation",
+                "must be an object with the optional key \"arguments\"",
+                value,
+            ));
+        };
+        let mut validation = ValidationConfig::default();
+        for (key, value) in map {
+            match key.as_str() {
+                "arguments" => {
+                    validation.arguments = match value.as_str() {
+                        Some("off") => ArgumentValidation::Off,
+                        Some("enforce") => ArgumentValidation::Enforce,
+                        _ => {
+                            return Err(self.invalid(
+                                "validation.arguments",
+                                "must be \"off\" or \"enforce\"",
+                                value,
+                            ));
+                        }
+                    }
+                }
+                _ => self.unknown(format!("validation.{key}")),
+            }
+        }
+        Ok(validation)
     }
 
     fn consent(&mut self, value: &Value) -> Result<ConsentConfig, ConfigError> {
@@ -1043,6 +1096,32 @@ mod tests {
             "results.maxBufferedBytes",
         );
         bad(json!({"results": 5}), "results");
+    }
+
+    #[test]
+    fn validation_section() {
+        assert_eq!(
+            ok(json!({})).validation.arguments,
+            ArgumentValidation::Enforce
+        );
+        assert_eq!(
+            ok(json!({"validation": {"arguments": "off"}}))
+                .validation
+                .arguments,
+            ArgumentValidation::Off
+        );
+        assert_eq!(
+            ok(json!({"validation": {"arguments": "enforce"}}))
+                .validation
+                .arguments,
+            ArgumentValidation::Enforce
+        );
+        let msg = bad(
+            json!({"validation": {"arguments": "warn"}}),
+            "validation.arguments",
+        );
+        assert!(msg.contains("\"off\" or \"enforce\""), "{msg}");
+        bad(json!({"validation": "off"}), "validation");
     }
 
     #[test]

@@ -51,12 +51,13 @@ use appduct_protocol::jsonrpc::{ErrorObject, RequestId};
 use appduct_protocol::limits;
 use appduct_protocol::parts::{PartError, ResultAssembler, ResultBody};
 use appduct_protocol::preview::args_preview;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::approvals::{Approvals, Parked, Verdict};
+use crate::arguments::{ArgumentsSwitch, check_arguments};
 use crate::audit::{AuditEntry, AuditWriter, OperatorRecord};
 use crate::clock::Clock;
 use crate::consent::ConsentStore;
@@ -406,6 +407,8 @@ struct Inner {
     /// `results.maxBytes` and `results.maxBufferedBytes` (§D17.3).
     result_max_bytes: u64,
     result_max_buffered_bytes: u64,
+    /// `validation.arguments` in force (§C10.8).
+    arguments: ArgumentsSwitch,
     this: Weak<Inner>,
 }
 
@@ -461,6 +464,7 @@ impl Calls {
             probe,
             result_max_bytes: ctx.config.results.max_bytes,
             result_max_buffered_bytes: ctx.config.results.max_buffered_bytes,
+            arguments: ctx.arguments.clone(),
             this: this.clone(),
         });
         ctx.sessions
@@ -712,11 +716,6 @@ impl Inner {
         } = params;
         let args = Value::Object(args);
         let sha = args_sha256(&args);
-        let Value::Object(args) = args else {
-            return Reply::Err(ErrorObject::internal(
-                "The arguments stopped being an object",
-            ));
-        };
 
         // 2. The callId.
         let reserved = match self.reserve(
@@ -806,6 +805,15 @@ impl Inner {
             });
             return finished.await;
         };
+
+        // 5a. The arguments against the tool's input schema, with `validation.arguments:
+        //     "enforce"` (§C10.8); a refusal never reaches the app or an operator.
+        if self.arguments.enforcing()
+            && let Err(e) = check_arguments(&tool, tool.input_check(), &args)
+        {
+            self.settle(key, |_| Some(Outcome::error(e)));
+            return finished.await;
+        }
 
         // 6. Policy; with `consent.fallback: "operator"` an unconsented `prompt` waits here for
         //    an operator or passes under a grant (§C11.1).
@@ -910,6 +918,14 @@ impl Inner {
                 return finished.await;
             }
         };
+        let Value::Object(args) = args else {
+            self.settle(key, |_| {
+                Some(Outcome::error(ErrorObject::internal(
+                    "The arguments stopped being an object",
+                )))
+            });
+            return finished.await;
+        };
         let frame = DaemonFrame::ToolCall(ToolCall::new(session_id.clone(), wire_id, name, args));
         // A full device queue makes the write wait; a cancel, the issuing connection closing
         // or the call settling meanwhile stops it. `mpsc` sends are cancel-safe: a write
@@ -980,7 +996,7 @@ impl Inner {
         call_id: &str,
         target: &Target,
         name: &str,
-        args: &Map<String, Value>,
+        args: &Value,
         denial: &PolicyDenial,
         deadline_ms: u64,
     ) -> Option<u64> {
@@ -1022,7 +1038,7 @@ impl Inner {
             caller_pid,
             Some(asker),
             &sha,
-            args_preview(args),
+            args.as_object().map(args_preview).unwrap_or_default(),
             wait,
         ) {
             Ok(parked) => parked,

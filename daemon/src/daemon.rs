@@ -102,6 +102,8 @@ pub struct CallsContext {
     pub audit: AuditWriter,
     /// Pending operator approvals and grants (§C11.1).
     pub approvals: Arc<crate::approvals::Approvals>,
+    /// `validation.arguments` in force (§C10.8); `daemon.reload` changes it.
+    pub arguments: crate::arguments::ArgumentsSwitch,
 }
 
 /// Everything [`Daemon::start`] needs. The limits not in `config.json` default to the constants
@@ -680,6 +682,7 @@ impl Daemon {
             config.consent,
             Arc::clone(&opts.operator_terminal),
         ));
+        let arguments = crate::arguments::ArgumentsSwitch::new(config.validation.arguments);
         let calls = Calls::start(
             &CallsContext {
                 sessions: sessions.clone(),
@@ -690,6 +693,7 @@ impl Daemon {
                 policy: policy.clone(),
                 audit: audit.clone(),
                 approvals: Arc::clone(&approvals),
+                arguments: arguments.clone(),
             },
             opts.pipeline_probe.clone(),
         );
@@ -768,6 +772,7 @@ impl Daemon {
                 bus.clone(),
             )
             .with_http(http.clone())
+            .with_arguments(arguments)
             .with_operator_gate(approvals)
             .with_io_probe(opts.config_io_probe.clone()),
             http: http.clone(),

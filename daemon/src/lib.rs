@@ -8,6 +8,7 @@ pub mod address;
 #[cfg(feature = "count-allocs")]
 pub mod alloc_count;
 pub mod approvals;
+pub mod arguments;
 pub mod audit;
 pub mod calls;
 pub mod clock;

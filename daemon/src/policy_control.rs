@@ -26,7 +26,7 @@ use crate::policy::{PolicyEngine, loosening};
 use crate::sessions::SessionManager;
 
 /// The `config.json` keys `daemon.reload` applies without a restart.
-pub const RELOADABLE_KEYS: &[&str] = &["policy", "http"];
+pub const RELOADABLE_KEYS: &[&str] = &["policy", "http", "validation"];
 
 /// Runtime policy and reload; clones share everything.
 #[derive(Debug, Clone)]
@@ -42,6 +42,8 @@ pub struct PolicyControl {
     bus: EventBus,
     /// Started, stopped or moved by a reload that changes `http` (§H1).
     http: Option<crate::http_api::HttpApi>,
+    /// `validation.arguments` as the calls module reads it (§C10.8).
+    arguments: Option<crate::arguments::ArgumentsSwitch>,
     /// With `consent.fallback: "operator"`: a change that loosens policy waits here for an
     /// operator (§C11.2).
     gate: Option<Arc<Approvals>>,
@@ -100,6 +102,7 @@ impl PolicyControl {
             write: Arc::new(Mutex::new(file_policy)),
             bus,
             http: None,
+            arguments: None,
             gate: None,
             io_probe: None,
         }
@@ -132,6 +135,12 @@ impl PolicyControl {
         })
         .await
         .unwrap_or_else(|e| Err(ErrorObject::internal(e.to_string())))
+    }
+
+    /// A reload that changes `validation` switches argument validation for the next calls.
+    pub fn with_arguments(mut self, arguments: crate::arguments::ArgumentsSwitch) -> Self {
+        self.arguments = Some(arguments);
+        self
     }
 
     /// Holds loosening changes for an operator when `approvals` has the operator fallback
@@ -480,6 +489,13 @@ impl PolicyControl {
             })?;
             running.http = new.http.clone();
             applied.push("http".to_owned());
+        }
+        if new.validation != running.validation {
+            if let Some(arguments) = &self.arguments {
+                arguments.set(new.validation.arguments);
+            }
+            running.validation = new.validation;
+            applied.push("validation".to_owned());
         }
         *file_policy = Some(new.policy.clone());
         if new.policy != running.policy {

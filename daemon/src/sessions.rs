@@ -51,6 +51,7 @@ use crate::device_socket::{DeviceSender, DeviceSocket};
 use crate::events::EventBus;
 use crate::links::{self, LinkEnvironment, LinkTable};
 use appduct_client::config::Config;
+pub use registry::SharedTool;
 use registry::{Registry, SharedTools};
 
 // ---------------------------------------------------------------------------------------------
@@ -207,7 +208,7 @@ struct Session {
     socket: Socket,
     /// By name, so listings come out in code-point order.
     /// Shared so a call's lookup ([`SessionManager::tool_of`]) copies nothing.
-    tools: Registry<Arc<ToolDescriptor>>,
+    tools: Registry<Arc<SharedTool>>,
     events: Registry<EventDescriptor>,
     /// `pending` from the claim until the first `tool_registry_snapshot` (issue #23).
     registry: RegistryState,
@@ -690,11 +691,11 @@ impl SessionManager {
         let st = self.inner.state();
         st.sessions
             .get(session_id)
-            .map(|s| s.tools.iter().map(|t| ToolDescriptor::clone(t)).collect())
+            .map(|s| s.tools.iter().map(|t| t.descriptor().clone()).collect())
     }
 
     /// One registered tool of a live session (shared, not copied: this runs on every call).
-    pub fn tool_of(&self, session_id: &str, name: &str) -> Option<Arc<ToolDescriptor>> {
+    pub fn tool_of(&self, session_id: &str, name: &str) -> Option<Arc<SharedTool>> {
         let st = self.inner.state();
         st.sessions.get(session_id)?.tools.get(name).cloned()
     }

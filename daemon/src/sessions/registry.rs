@@ -3,11 +3,16 @@
 //! A daemon holds thousands of registries, mostly idle: a sorted vector stores each name once
 //! (inside its entry) and no tree nodes, and a lookup is a binary search.
 
+use std::borrow::Borrow;
 use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::ops::Deref;
 use std::sync::Arc;
 
 use appduct_protocol::descriptor::{EventDescriptor, ToolDescriptor};
 use appduct_protocol::limits::MAX_REGISTRY_ENTRIES;
+
+use crate::arguments::InputCheck;
 
 /// An entry a registry orders and finds by name.
 pub(super) trait Named {
@@ -16,12 +21,69 @@ pub(super) trait Named {
     fn held_bytes(&self) -> usize;
 }
 
-impl Named for Arc<ToolDescriptor> {
+impl Named for Arc<SharedTool> {
     fn name(&self) -> &str {
-        &self.name
+        &self.descriptor.name
     }
     fn held_bytes(&self) -> usize {
-        ToolDescriptor::held_bytes(self)
+        self.descriptor.held_bytes()
+    }
+}
+
+/// A tool descriptor as registries hold it: one copy for every session that registered an equal
+/// descriptor ([`SharedTools`]), with what the daemon derives from it once for all of them (the
+/// compiled input schema of §C10.8). Reads as the descriptor.
+#[derive(Debug)]
+pub struct SharedTool {
+    descriptor: ToolDescriptor,
+    input: InputCheck,
+}
+
+impl SharedTool {
+    pub fn new(descriptor: ToolDescriptor) -> Self {
+        Self {
+            descriptor,
+            input: InputCheck::default(),
+        }
+    }
+
+    pub fn descriptor(&self) -> &ToolDescriptor {
+        &self.descriptor
+    }
+
+    /// The input schema's compiled form, shared by every session holding this descriptor.
+    pub fn input_check(&self) -> &InputCheck {
+        &self.input
+    }
+}
+
+impl Deref for SharedTool {
+    type Target = ToolDescriptor;
+    fn deref(&self) -> &ToolDescriptor {
+        &self.descriptor
+    }
+}
+
+/// A [`SharedTools`] entry, found by the descriptor it holds.
+struct Interned(Arc<SharedTool>);
+
+impl PartialEq for Interned {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.descriptor == other.0.descriptor
+    }
+}
+
+impl Eq for Interned {}
+
+impl Hash for Interned {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.descriptor.hash(state);
+    }
+}
+
+impl Borrow<ToolDescriptor> for Interned {
+    fn borrow(&self) -> &ToolDescriptor {
+        &self.0.descriptor
     }
 }
 
@@ -123,10 +185,11 @@ impl<T: Named> Registry<T> {
 const MIN_SWEEP: usize = 1024;
 
 /// Tool descriptors shared by every session that registered an equal one: the devices of one
-/// app register the same tools, and a fleet of them then holds each descriptor once.
+/// app register the same tools, and a fleet of them then holds each descriptor once (and
+/// compiles its input schema once, §C10.8).
 #[derive(Default)]
 pub(super) struct SharedTools {
-    tools: HashSet<Arc<ToolDescriptor>>,
+    tools: HashSet<Interned>,
     /// Size at which descriptors no registry holds any more are dropped: twice the size after
     /// the last sweep, so sweeping costs O(1) per registration over time.
     sweep_at: usize,
@@ -134,16 +197,16 @@ pub(super) struct SharedTools {
 
 impl SharedTools {
     /// The shared copy of `tool`.
-    pub(super) fn share(&mut self, tool: ToolDescriptor) -> Arc<ToolDescriptor> {
+    pub(super) fn share(&mut self, tool: ToolDescriptor) -> Arc<SharedTool> {
         if let Some(shared) = self.tools.get(&tool) {
-            return Arc::clone(shared);
+            return Arc::clone(&shared.0);
         }
         if self.tools.len() >= self.sweep_at {
-            self.tools.retain(|t| Arc::strong_count(t) > 1);
+            self.tools.retain(|t| Arc::strong_count(&t.0) > 1);
             self.sweep_at = (self.tools.len() * 2).max(MIN_SWEEP);
         }
-        let tool = Arc::new(tool);
-        self.tools.insert(Arc::clone(&tool));
+        let tool = Arc::new(SharedTool::new(tool));
+        self.tools.insert(Interned(Arc::clone(&tool)));
         tool
     }
 

@@ -18,6 +18,7 @@ mod calls_policy;
 mod calls_races;
 mod calls_sdk;
 mod calls_transitions;
+mod calls_validation;
 mod consent_records;
 mod control_client;
 mod control_idle;

@@ -25,3 +25,4 @@ mod sealed_device;
 mod security;
 mod soak;
 mod ts_sdk;
+mod validation;

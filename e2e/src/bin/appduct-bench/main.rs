@@ -13,7 +13,10 @@
 //! - The daemon's allocations per call, from a counting build named by
 //!   `APPDUCT_COUNT_ALLOCS_BIN` (`allocs.rs`; skipped when unset, except with `--only allocs`).
 //!
-//! Usage: `appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|allocs] [--out BENCHMARKS.md]`,
+//! - `--only validation`: the daemon's argument validation (§C10.8) on and off, alternating on
+//!   one daemon (`validation.rs`; stderr only, quoted in BENCHMARKS.md).
+//!
+//! Usage: `appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|allocs|validation] [--out BENCHMARKS.md]`,
 //! with `APPDUCT_BIN` naming the release `appduct` (see `scripts/bench`). `--smoke` runs small counts in well under a minute
 //! and checks nothing but that every workload completes (CI).
 
@@ -26,6 +29,7 @@ mod pictures;
 mod report;
 mod sealed;
 mod stats;
+mod validation;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -111,7 +115,7 @@ struct Options {
 }
 
 fn usage() -> String {
-    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|pictures|allocs] \
+    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|pictures|allocs|validation] \
      [--out BENCHMARKS.md]   (APPDUCT_BIN names the appduct binary, APPDUCT_COUNT_ALLOCS_BIN \
      its count-allocs build)"
         .to_owned()
@@ -129,9 +133,10 @@ fn parse_args(args: &[String]) -> BenchResult<Options> {
             "--smoke" => options.counts = Counts::smoke(),
             "--out" => options.out = Some(PathBuf::from(it.next().ok_or_else(usage)?)),
             "--only" => match it.next().map(String::as_str) {
-                Some(part @ ("calls" | "sessions" | "mcp" | "sealed" | "pictures" | "allocs")) => {
-                    options.only = Some(part.to_owned())
-                }
+                Some(
+                    part @ ("calls" | "sessions" | "mcp" | "sealed" | "pictures" | "allocs"
+                    | "validation"),
+                ) => options.only = Some(part.to_owned()),
                 _ => return Err(usage()),
             },
             _ => return Err(usage()),
@@ -292,6 +297,10 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
         let figures = sealed::measure(&counts).await?;
         eprintln!("appduct-bench: sealed {}", sealed::summary(&figures));
         report.sealed(&figures);
+    }
+    if only == Some("validation") {
+        let phases = validation::measure(&counts).await?;
+        eprintln!("appduct-bench: validation {}", validation::summary(&phases));
     }
     if only == Some("pictures") {
         // Issue #17: a 5 MiB image in parts; figures to stderr (BENCHMARKS.md, "Pictures").

@@ -1,0 +1,288 @@
+//! Argument validation of `tools.call` (§C10.8): the daemon checks a call's arguments against the
+//! tool's declared input schema before the call leaves it, whatever SDK the app was built with.
+//!
+//! - Each shared descriptor ([`crate::sessions::SharedTool`]) holds one [`InputCheck`]: its input
+//!   schema compiled at the first checked call of any session that registered it, then kept for
+//!   as long as a registry holds the descriptor. Calls never compile.
+//! - Remote `$ref`s are never fetched: the retriever refuses every URI, so a schema that needs
+//!   one does not compile. A schema that does not compile, for that or any other reason, makes
+//!   every call of the tool fail closed (`details.reason: "schema_unusable"`) while checking is
+//!   on; the daemon logs a warning once per descriptor.
+//! - The report is bounded: at most [`MAX_ISSUES`] issues, each message cut to
+//!   [`MAX_ISSUE_MESSAGE_CHARS`] characters, each path key to [`MAX_PATH_KEY_CHARS`], and the
+//!   issues together to about [`MAX_ISSUES_BYTES`] of JSON.
+//!
+//! [`check_arguments`] is the whole step: it takes the arguments as the pipeline holds them and
+//! is called only when `validation.arguments` is `"enforce"` ([`ArgumentsSwitch`]).
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use appduct_client::config::ArgumentValidation;
+use appduct_protocol::descriptor::ToolDescriptor;
+use appduct_protocol::errors::ErrorType;
+use appduct_protocol::jsonrpc::ErrorObject;
+use serde_json::{Map, Value, json};
+
+/// Most issues one refusal reports (`details.truncated: true` when there were more).
+pub const MAX_ISSUES: usize = 20;
+/// Longest issue message, in characters; a longer one is cut and ends in `…`.
+pub const MAX_ISSUE_MESSAGE_CHARS: usize = 256;
+/// Longest object key in an issue's `path`, in characters; a longer one is cut and ends in `…`.
+pub const MAX_PATH_KEY_CHARS: usize = 128;
+/// Issues stop being added once their JSON passes this many bytes.
+pub const MAX_ISSUES_BYTES: usize = 16 * 1024;
+/// Steps one `pattern` match may take on the backtracking engine before it gives up (and the
+/// argument is refused).
+pub const PATTERN_BACKTRACK_LIMIT: usize = 1_000_000;
+
+/// `validation.arguments` as in force (start, then each `daemon.reload`); clones share it.
+#[derive(Debug, Clone)]
+pub struct ArgumentsSwitch(Arc<AtomicBool>);
+
+impl ArgumentsSwitch {
+    pub fn new(mode: ArgumentValidation) -> Self {
+        Self(Arc::new(AtomicBool::new(
+            mode == ArgumentValidation::Enforce,
+        )))
+    }
+
+    /// Puts `mode` in force for calls that have not passed the validation step yet.
+    pub fn set(&self, mode: ArgumentValidation) {
+        self.0
+            .store(mode == ArgumentValidation::Enforce, Ordering::Relaxed);
+    }
+
+    /// Whether calls are checked (`"enforce"`).
+    pub fn enforcing(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The compiled input schema of one shared descriptor: compiled once, at the first checked call.
+#[derive(Default)]
+pub struct InputCheck {
+    compiled: OnceLock<Compiled>,
+}
+
+impl fmt::Debug for InputCheck {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.compiled.get() {
+            None => "not compiled",
+            Some(Compiled::Usable(_)) => "compiled",
+            Some(Compiled::Unusable(_)) => "unusable",
+        };
+        f.debug_struct("InputCheck").field("state", &state).finish()
+    }
+}
+
+enum Compiled {
+    Usable(Box<jsonschema::Validator>),
+    /// Why the schema cannot be used (compile error, a remote `$ref`).
+    Unusable(String),
+}
+
+impl InputCheck {
+    /// Whether the schema was compiled already (tests: compiled once, never per call).
+    pub fn is_compiled(&self) -> bool {
+        self.compiled.get().is_some()
+    }
+
+    fn get(&self, tool: &ToolDescriptor, schema_text: &str) -> &Compiled {
+        self.compiled.get_or_init(|| {
+            let compiled = compile(schema_text);
+            if let Compiled::Unusable(why) = &compiled {
+                tracing::warn!(
+                    tool = %tool.name,
+                    "the input schema of tool {:?} cannot be used to check arguments ({why}); its calls are refused while validation.arguments is \"enforce\"",
+                    tool.name
+                );
+            }
+            compiled
+        })
+    }
+}
+
+/// Refuses every external resource: the daemon never reads the network or files for a schema.
+struct NoRetrieval;
+
+impl jsonschema::Retrieve for NoRetrieval {
+    fn retrieve(
+        &self,
+        uri: &jsonschema::Uri<String>,
+    ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        Err(format!("the daemon does not fetch referenced schemas ({uri})").into())
+    }
+}
+
+fn compile(schema_text: &str) -> Compiled {
+    let schema: Value = match serde_json::from_str(schema_text) {
+        Ok(schema) => schema,
+        Err(e) => return Compiled::Unusable(format!("not JSON: {e}")),
+    };
+    // Drafts by `$schema` (2020-12 without one); `format` is an annotation only, as for the
+    // SDKs' own validators; patterns on the backtracking engine with its step limit.
+    match jsonschema::options()
+        .with_retriever(NoRetrieval)
+        .should_validate_formats(false)
+        .with_pattern_options(
+            jsonschema::PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT),
+        )
+        .build(&schema)
+    {
+        Ok(validator) => Compiled::Usable(Box::new(validator)),
+        Err(e) => Compiled::Unusable(cut(&e.to_string(), MAX_ISSUE_MESSAGE_CHARS)),
+    }
+}
+
+/// Step 5a of §C10.1: `args` (the call's arguments object) against `tool`'s input schema. A tool
+/// without one accepts any arguments (the app decides). The error is the call's
+/// `tool_input_validation_error` (§C10.8).
+pub fn check_arguments(
+    tool: &ToolDescriptor,
+    check: &InputCheck,
+    args: &Value,
+) -> Result<(), ErrorObject> {
+    let Some(schema) = &tool.input_schema else {
+        return Ok(());
+    };
+    let validator = match check.get(tool, schema.as_str()) {
+        Compiled::Usable(validator) => validator,
+        Compiled::Unusable(why) => return Err(unusable(tool, why)),
+    };
+    let mut errors = validator.iter_errors(args);
+    let Some(first) = errors.next() else {
+        return Ok(());
+    };
+    let mut issues = Vec::new();
+    let mut bytes = 0;
+    let mut truncated = false;
+    for error in std::iter::once(first).chain(errors) {
+        if issues.len() == MAX_ISSUES || bytes > MAX_ISSUES_BYTES {
+            truncated = true;
+            break;
+        }
+        let issue = issue(&error, args);
+        bytes += issue.to_string().len();
+        issues.push(issue);
+    }
+    let first_message = issues
+        .first()
+        .and_then(|i| i["message"].as_str())
+        .unwrap_or("invalid arguments")
+        .to_owned();
+    let mut details = Map::new();
+    details.insert("issues".into(), Value::Array(issues));
+    if truncated {
+        details.insert("truncated".into(), Value::Bool(true));
+    }
+    details.insert("checkedBy".into(), json!("daemon"));
+    Err(ErrorObject::application(
+        ErrorType::ToolInputValidationError,
+        format!(
+            "Invalid arguments for tool {:?}: {first_message}",
+            tool.name
+        ),
+    )
+    .with_details(Value::Object(details)))
+}
+
+fn unusable(tool: &ToolDescriptor, why: &str) -> ErrorObject {
+    ErrorObject::application(
+        ErrorType::ToolInputValidationError,
+        format!(
+            "The daemon cannot check arguments against the input schema of tool {:?}: {why}",
+            tool.name
+        ),
+    )
+    .with_details(json!({
+        "reason": "schema_unusable",
+        "issues": [{"message": cut(why, MAX_ISSUE_MESSAGE_CHARS), "keyword": "$schema"}],
+        "checkedBy": "daemon",
+        "hint": "The app's input schema must compile without fetching anything (no remote $ref). Fix the schema, or ask the person who runs the daemon to set validation.arguments to \"off\".",
+    }))
+}
+
+/// One issue as the SDKs report them (`{message, path?}`, path omitted at the root), plus the
+/// JSON Schema `keyword` that failed.
+fn issue(error: &jsonschema::ValidationError<'_>, args: &Value) -> Value {
+    let mut issue = Map::new();
+    issue.insert(
+        "message".into(),
+        Value::String(cut(&error.to_string(), MAX_ISSUE_MESSAGE_CHARS)),
+    );
+    let path = path_segments(error.instance_path().as_str(), args);
+    if !path.is_empty() {
+        issue.insert("path".into(), Value::Array(path));
+    }
+    issue.insert(
+        "keyword".into(),
+        Value::String(cut(error.kind().keyword(), MAX_PATH_KEY_CHARS)),
+    );
+    Value::Object(issue)
+}
+
+/// The segments of JSON pointer `pointer` into `args`: an index into an array as a number, a key
+/// of an object as a string (so a key `"0"` stays a string).
+fn path_segments(pointer: &str, args: &Value) -> Vec<Value> {
+    let mut at = Some(args);
+    let mut segments = Vec::new();
+    for raw in pointer.split('/').skip(1) {
+        let key = raw.replace("~1", "/").replace("~0", "~");
+        match at {
+            Some(Value::Array(items)) if let Ok(index) = key.parse::<usize>() => {
+                at = items.get(index);
+                segments.push(json!(index));
+            }
+            Some(Value::Object(map)) => {
+                at = map.get(&key);
+                segments.push(Value::String(cut(&key, MAX_PATH_KEY_CHARS)));
+            }
+            _ => {
+                at = None;
+                segments.push(Value::String(cut(&key, MAX_PATH_KEY_CHARS)));
+            }
+        }
+    }
+    segments
+}
+
+/// `text` cut to `max` characters, ending in `…` when cut.
+fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        // Longer than `max`: keep `max - 1` characters and the ellipsis.
+        Some(_) => {
+            let end = text
+                .char_indices()
+                .nth(max.saturating_sub(1))
+                .map_or(text.len(), |(i, _)| i);
+            format!("{}…", &text[..end])
+        }
+        None => text.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cut_keeps_short_text_and_marks_long_text() {
+        assert_eq!(cut("abc", 3), "abc");
+        assert_eq!(cut("abcd", 3), "ab…");
+        assert_eq!(cut("éééé", 3), "éé…");
+        assert_eq!(cut("", 3), "");
+        assert_eq!(cut("ab", 3), "ab");
+    }
+
+    #[test]
+    fn paths_follow_the_value_shape() {
+        let args = json!({"items": [{"0": {"a/b": 1}}]});
+        assert_eq!(
+            path_segments("/items/0/0/a~1b", &args),
+            vec![json!("items"), json!(0), json!("0"), json!("a/b")]
+        );
+        assert!(path_segments("", &args).is_empty());
+    }
+}
