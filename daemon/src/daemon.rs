@@ -655,6 +655,7 @@ impl Daemon {
             Arc::clone(&clock),
             Arc::clone(&late_env) as Arc<dyn LinkEnvironment>,
         );
+        sessions.set_registry_require(config.registry_require.clone());
         let approvals = Arc::new(crate::approvals::Approvals::new(
             bus.clone(),
             Arc::clone(&clock),
@@ -749,6 +750,7 @@ impl Daemon {
                 bus.clone(),
             )
             .with_http(http.clone())
+            .with_sessions(sessions.clone())
             .with_operator_gate(approvals),
             http: http.clone(),
             policy,

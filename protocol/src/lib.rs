@@ -62,6 +62,7 @@ pub mod bootstrap;
 pub mod canonical;
 pub mod close;
 pub mod content;
+pub mod declarations;
 pub mod control;
 pub mod descriptor;
 pub mod errors;

@@ -67,6 +67,12 @@ Examples:
   appduct tools snapshot --write appduct-tools.json
   appduct tools snapshot --check appduct-tools.json    # in CI: exit 3 when the surface changed";
 
+const TOOLS_TEST: &str = "\
+Examples:
+  appduct tools test
+  appduct tools test playground --tool sum
+  appduct tools test --allow-destructive --json    # in CI: exit 3 when a case fails";
+
 const EVENTS: &str = "\
 Examples:
   appduct events ls
@@ -159,6 +165,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("tools describe", TOOLS_DESCRIBE),
     ("tools call", TOOLS_CALL),
     ("tools snapshot", TOOLS_SNAPSHOT),
+    ("tools test", TOOLS_TEST),
     ("events", EVENTS),
     ("daemon", DAEMON),
     ("approvals", APPROVALS),
@@ -259,6 +266,7 @@ mod tests {
                 ["tools", "describe"],
                 ["tools", "call"],
                 ["tools", "snapshot"],
+                ["tools", "test"],
                 ["mcp", "install"],
                 ["mcp", "uninstall"],
             ]

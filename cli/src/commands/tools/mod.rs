@@ -1,4 +1,4 @@
-//! `appduct tools ls | describe | call | snapshot` (§L7), one module per verb; the session
+//! `appduct tools ls | describe | call | snapshot | test` (§L7), one module per verb; the session
 //! lookups and the signature and describe block every verb shares live here.
 
 pub mod call;
@@ -6,6 +6,7 @@ pub mod content;
 pub mod describe;
 pub mod ls;
 pub mod snapshot;
+pub mod test;
 
 use std::ffi::OsString;
 
@@ -45,6 +46,8 @@ pub enum ToolsVerb {
     Call(call::ToolsCallArgs),
     /// Write or check a reviewable snapshot of the app's tool surface
     Snapshot(snapshot::ToolsSnapshotArgs),
+    /// Run the tools' declared test cases and report pass or fail per case
+    Test(test::ToolsTestArgs),
     #[command(external_subcommand)]
     Unknown(Vec<OsString>),
 }
@@ -60,6 +63,7 @@ pub fn validate(noun: ToolsNoun) -> Result<Command, CliError> {
         }
         Some(ToolsVerb::Call(a)) => Ok(Command::ToolsCall(call::validate(a)?)),
         Some(ToolsVerb::Snapshot(a)) => snapshot::validate(a),
+        Some(ToolsVerb::Test(a)) => test::validate(a),
     }
 }
 
