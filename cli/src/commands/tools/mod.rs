@@ -148,6 +148,25 @@ fn describe_block(entry: &ToolsListEntry) -> String {
     if let Some(timeout) = entry.descriptor.get("timeout_ms") {
         rows.push(Row::field("Timeout (ms)", timeout.to_string()));
     }
+    // Registry declarations (§D18), when the app declared them.
+    if let Some(Value::String(risk)) = entry.descriptor.get("riskLevel") {
+        rows.push(Row::field("Risk", render::clean_line(risk)));
+    }
+    if let Some(Value::Array(perms)) = entry.descriptor.get("requiredPermissions") {
+        let perms: Vec<&str> = perms.iter().filter_map(Value::as_str).collect();
+        let shown = if perms.is_empty() {
+            "(none)".to_owned()
+        } else {
+            perms.join(", ")
+        };
+        rows.push(Row::field("Permissions", render::clean_line(&shown)));
+    }
+    if let Some(Value::Array(cases)) = entry.descriptor.get("testCases") {
+        rows.push(Row::field(
+            "Test cases",
+            format!("{} (appduct tools test)", cases.len()),
+        ));
+    }
     for (label, key) in [
         ("Input schema", "input_schema"),
         ("Output schema", "output_schema"),
