@@ -332,7 +332,7 @@ impl fmt::Display for ShapeMismatch {
         let path = if self.path.is_empty() {
             "/"
         } else {
-            &self.path
+            self.path.as_str()
         };
         write!(f, "at {path}: {}", self.reason)
     }
