@@ -15,10 +15,10 @@ use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use appduct_protocol::declarations::DECLARATION_FIELDS;
 use appduct_protocol::limits::{
     self, DEFAULT_GRACE_S, DEFAULT_KEEPALIVE_INTERVAL_S, DEFAULT_LINK_TTL_S, MAX_LINK_TTL_S,
 };
-use appduct_protocol::declarations::DECLARATION_FIELDS;
 use appduct_protocol::link::validate_scheme;
 use appduct_protocol::text::as_integer;
 use serde::{Deserialize, Serialize};
@@ -1074,8 +1074,14 @@ mod tests {
         let c = ok(json!({"registry": {"require": ["testCases", "riskLevel", "testCases"]}}));
         assert_eq!(c.registry_require, ["testCases", "riskLevel"]);
         assert!(ok(json!({"registry": {}})).registry_require.is_empty());
-        bad(json!({"registry": {"require": ["risk"]}}), "registry.require");
-        bad(json!({"registry": {"require": "riskLevel"}}), "registry.require");
+        bad(
+            json!({"registry": {"require": ["risk"]}}),
+            "registry.require",
+        );
+        bad(
+            json!({"registry": {"require": "riskLevel"}}),
+            "registry.require",
+        );
         bad(json!({"registry": []}), "registry");
     }
 

@@ -188,7 +188,9 @@ impl TestCases {
         }
         let mut out = Vec::with_capacity(items.len());
         for (index, item) in items.iter().enumerate() {
-            out.push(test_case(item).map_err(|problem| DescriptorError::TestCase { index, problem })?);
+            out.push(
+                test_case(item).map_err(|problem| DescriptorError::TestCase { index, problem })?,
+            );
         }
         let text = Value::Array(out).to_string();
         if text.len() > MAX_TEST_CASES_BYTES {
@@ -241,7 +243,8 @@ fn test_case(v: &Value) -> Result<Value, &'static str> {
 }
 
 fn is_error_type(s: &str) -> bool {
-    (1..=MAX_ERROR_TYPE_LEN).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
+    (1..=MAX_ERROR_TYPE_LEN).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b == b'_')
 }
 
 /// The JSON Schema keywords a result shape may use (§D18.4). Anything else would be silently
@@ -383,7 +386,11 @@ fn check_at(shape: &Value, value: &Value, path: &mut String) -> Result<(), Shape
         if !types.iter().any(|t| type_matches(t, value)) {
             return mismatch(
                 path,
-                format!("expected {}, found {}", types.join(" or "), json_kind(value)),
+                format!(
+                    "expected {}, found {}",
+                    types.join(" or "),
+                    json_kind(value)
+                ),
             );
         }
     }
@@ -413,9 +420,10 @@ fn check_at(shape: &Value, value: &Value, path: &mut String) -> Result<(), Shape
             let at = push_token(path, key);
             let out = match props.and_then(|p| p.get(key)) {
                 Some(sub_shape) => check_at(sub_shape, sub, path),
-                None if m.get("additionalProperties") == Some(&Value::Bool(false)) => {
-                    mismatch(path, "is not allowed (`additionalProperties: false`)".into())
-                }
+                None if m.get("additionalProperties") == Some(&Value::Bool(false)) => mismatch(
+                    path,
+                    "is not allowed (`additionalProperties: false`)".into(),
+                ),
                 None => Ok(()),
             };
             path.truncate(at);
@@ -426,12 +434,18 @@ fn check_at(shape: &Value, value: &Value, path: &mut String) -> Result<(), Shape
         if let Some(min) = m.get("minItems").and_then(Value::as_u64)
             && (items.len() as u64) < min
         {
-            return mismatch(path, format!("holds {} items, fewer than {min}", items.len()));
+            return mismatch(
+                path,
+                format!("holds {} items, fewer than {min}", items.len()),
+            );
         }
         if let Some(max) = m.get("maxItems").and_then(Value::as_u64)
             && (items.len() as u64) > max
         {
-            return mismatch(path, format!("holds {} items, more than {max}", items.len()));
+            return mismatch(
+                path,
+                format!("holds {} items, more than {max}", items.len()),
+            );
         }
         if let Some(item_shape) = m.get("items") {
             for (i, item) in items.iter().enumerate() {
@@ -462,7 +476,10 @@ mod tests {
         let cases = tc.cases();
         assert_eq!(cases.len(), 3);
         assert_eq!(cases[0].name.as_deref(), Some("adds"));
-        assert_eq!(cases[0].expect, Expect::Success(Some(json!({"type": "object"}))));
+        assert_eq!(
+            cases[0].expect,
+            Expect::Success(Some(json!({"type": "object"})))
+        );
         assert_eq!(
             cases[1].expect,
             Expect::Error("tool_input_validation_error".into())
@@ -484,13 +501,31 @@ mod tests {
         );
         for (case, index) in [
             (json!([{"expect": {}}]), 0),
-            (json!([{"arguments": {}, "expect": {}}, {"arguments": [], "expect": {}}]), 1),
+            (
+                json!([{"arguments": {}, "expect": {}}, {"arguments": [], "expect": {}}]),
+                1,
+            ),
             (json!([{"arguments": {}}]), 0),
-            (json!([{"arguments": {}, "expect": {"error": "x", "schema": {}}}]), 0),
-            (json!([{"arguments": {}, "expect": {"error": "Not A Type"}}]), 0),
-            (json!([{"arguments": {}, "expect": {"schema": {"pattern": "a"}}}]), 0),
-            (json!([{"arguments": {}, "expect": {"schema": {"type": "strin"}}}]), 0),
-            (json!([{"arguments": {}, "expect": {"schema": {"properties": {"a": 1}}}}]), 0),
+            (
+                json!([{"arguments": {}, "expect": {"error": "x", "schema": {}}}]),
+                0,
+            ),
+            (
+                json!([{"arguments": {}, "expect": {"error": "Not A Type"}}]),
+                0,
+            ),
+            (
+                json!([{"arguments": {}, "expect": {"schema": {"pattern": "a"}}}]),
+                0,
+            ),
+            (
+                json!([{"arguments": {}, "expect": {"schema": {"type": "strin"}}}]),
+                0,
+            ),
+            (
+                json!([{"arguments": {}, "expect": {"schema": {"properties": {"a": 1}}}}]),
+                0,
+            ),
             (json!([{"name": "", "arguments": {}, "expect": {}}]), 0),
         ] {
             assert!(
@@ -509,7 +544,10 @@ mod tests {
             required_permissions(&json!(["camera", "net", "camera"])).unwrap(),
             ["camera", "net"]
         );
-        assert_eq!(required_permissions(&json!([])).unwrap(), Vec::<String>::new());
+        assert_eq!(
+            required_permissions(&json!([])).unwrap(),
+            Vec::<String>::new()
+        );
         assert_eq!(
             required_permissions(&json!([""])),
             Err(DescriptorError::Permissions)
@@ -538,10 +576,19 @@ mod tests {
         assert_eq!(err(json!([])).path, "");
         assert_eq!(err(json!({"items": [{"sku": "A"}]})).path, "/cents");
         let e = err(json!({"items": [{"sku": "A"}], "cents": 1.5}));
-        assert_eq!((e.path.as_str(), e.reason.as_str()), ("/cents", "expected integer, found a number"));
-        assert_eq!(err(json!({"items": [{"sku": "A"}, {"sku": "C"}], "cents": 1})).path, "/items/1/sku");
+        assert_eq!(
+            (e.path.as_str(), e.reason.as_str()),
+            ("/cents", "expected integer, found a number")
+        );
+        assert_eq!(
+            err(json!({"items": [{"sku": "A"}, {"sku": "C"}], "cents": 1})).path,
+            "/items/1/sku"
+        );
         assert_eq!(err(json!({"items": [], "cents": 1})).path, "/items");
-        assert_eq!(err(json!({"items": [{}], "cents": 1, "a/b": 0})).path, "/a~1b");
+        assert_eq!(
+            err(json!({"items": [{}], "cents": 1, "a/b": 0})).path,
+            "/a~1b"
+        );
         assert_eq!(
             err(json!({"items": [{}], "cents": 1, "a/b": 0})).to_string(),
             "at /a~1b: is not allowed (`additionalProperties: false`)"

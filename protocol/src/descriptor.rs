@@ -863,9 +863,11 @@ mod tests {
     #[test]
     fn registry_declarations_are_kept_checked_and_derived() {
         use crate::declarations::RiskLevel;
-        let d = tool(json!({"name": "t", "description": "x", "riskLevel": "medium",
+        let d = tool(
+            json!({"name": "t", "description": "x", "riskLevel": "medium",
             "requiredPermissions": ["camera"],
-            "testCases": [{"arguments": {"a": 1}, "expect": {}}]}))
+            "testCases": [{"arguments": {"a": 1}, "expect": {}}]}),
+        )
         .unwrap();
         assert_eq!(d.effective_risk_level(), Some(RiskLevel::Medium));
         let out = d.to_value();

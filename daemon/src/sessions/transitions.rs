@@ -327,7 +327,10 @@ impl Inner {
             tracing::warn!(%session_id, %tool, field, "refusing a registry frame: registry.require");
             return Err((
                 CloseReason::InvalidRegistry,
-                Some(FrameRefusal::field(path, Problem::Undeclared { tool, field })),
+                Some(FrameRefusal::field(
+                    path,
+                    Problem::Undeclared { tool, field },
+                )),
             ));
         }
         self.apply_checked(conn, session_id, frame)

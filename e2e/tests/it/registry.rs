@@ -61,15 +61,16 @@ async fn registry_guards_refuse_an_undeclared_tool_and_accept_it_once_off() {
             })
         })
     });
-    assert!(log_names_it, "daemon.log never named the tool and the field");
+    assert!(
+        log_names_it,
+        "daemon.log never named the tool and the field"
+    );
     assert_eq!(blocking(|| tool_count(&sb, "refused")), Some(0));
 
     // Guards on: a tool with a derived risk (readOnlyHint) and test cases is accepted.
     let link = blocking(|| mint(&sb, &[])).or_fail();
     let _ok = register(&link, "Accepted", json!([declared])).await;
-    let listed = blocking(|| {
-        Sandbox::wait_until(WAIT, || tool_count(&sb, "accepted") == Some(1))
-    });
+    let listed = blocking(|| Sandbox::wait_until(WAIT, || tool_count(&sb, "accepted") == Some(1)));
     assert!(listed, "the declared tool was not registered");
 
     // Guards off after a reload: the same undeclared tool is accepted.
@@ -149,9 +150,8 @@ async fn tools_test_passes_fails_and_skips_declared_cases() {
     let wipes = Arc::new(AtomicUsize::new(0));
     let device = test_device(&link, Arc::clone(&wipes));
     let session = device.connect(&link.deep_link).await.or_fail();
-    let listed = blocking(|| {
-        Sandbox::wait_until(WAIT, || tool_count(&sb, &session.alias) == Some(4))
-    });
+    let listed =
+        blocking(|| Sandbox::wait_until(WAIT, || tool_count(&sb, &session.alias) == Some(4)));
     assert!(listed, "the device's tools were not registered");
 
     // The SDK's declarations reach tools.describe as sent.
@@ -183,7 +183,10 @@ async fn tools_test_passes_fails_and_skips_declared_cases() {
 
     // One passing tool: exit 0.
     let passed = blocking(|| sb.data(&["tools", "test", "--tool", "add"])).or_fail();
-    assert_eq!((&passed["passed"], &passed["failed"]), (&json!(2), &json!(0)));
+    assert_eq!(
+        (&passed["passed"], &passed["failed"]),
+        (&json!(2), &json!(0))
+    );
 
     // --allow-destructive runs the destructive tool's case.
     let wiped =

@@ -77,15 +77,25 @@ pub fn judge(expect: &Expect, answer: &Answer) -> Outcome {
         (Expect::Error(want), Answer::Error { error_type, .. }) if want == error_type => {
             Outcome::Pass
         }
-        (Expect::Error(want), Answer::Error { error_type, message }) => fail(format!(
+        (
+            Expect::Error(want),
+            Answer::Error {
+                error_type,
+                message,
+            },
+        ) => fail(format!(
             "expected error {want}, got {error_type}: {message}"
         )),
         (Expect::Error(want), Answer::Result(_)) => {
             fail(format!("expected error {want}, but the call succeeded"))
         }
-        (Expect::Success(_), Answer::Error { error_type, message }) => {
-            fail(format!("expected success, got {error_type}: {message}"))
-        }
+        (
+            Expect::Success(_),
+            Answer::Error {
+                error_type,
+                message,
+            },
+        ) => fail(format!("expected success, got {error_type}: {message}")),
         (Expect::Success(None), Answer::Result(_)) => Outcome::Pass,
         (Expect::Success(Some(_)), Answer::Result(None)) => {
             fail("expected a JSON result matching the shape, got content only".into())
@@ -153,9 +163,9 @@ impl Row {
                 paint.red("FAIL"),
                 render::clean_line(reason)
             ),
-            Outcome::Skipped => format!(
-                "SKIP {label} (destructive; --allow-destructive runs it)\n"
-            ),
+            Outcome::Skipped => {
+                format!("SKIP {label} (destructive; --allow-destructive runs it)\n")
+            }
         }
     }
 }
@@ -236,7 +246,13 @@ pub async fn run(globals: &Globals, out: &Output, t: &ToolsTest) -> Result<Succe
             });
         }
     }
-    report(&session.alias, &session.session_id, &rows, &untested, out.stdout_paint)
+    report(
+        &session.alias,
+        &session.session_id,
+        &rows,
+        &untested,
+        out.stdout_paint,
+    )
 }
 
 fn report(
@@ -276,7 +292,10 @@ fn report(
         human.push_str(".\n");
         return Ok(Success::new(data, human));
     }
-    let mut err = CliError::new(ErrorType::AssertionError, format!("Tool tests failed: {summary}"));
+    let mut err = CliError::new(
+        ErrorType::AssertionError,
+        format!("Tool tests failed: {summary}"),
+    );
     err.details = Some(data);
     err.hide_human_details = true;
     err.human_tail = Some(human);
@@ -297,13 +316,26 @@ mod tests {
 
     #[test]
     fn judge_compares_errors_results_and_shapes() {
-        let shape = json!({"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}});
+        let shape =
+            json!({"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}});
         let ok = |e: &Expect, a: &Answer| judge(e, a) == Outcome::Pass;
-        assert!(ok(&Expect::Success(None), &Answer::Result(Some(Value::Null))));
-        assert!(ok(&Expect::Success(Some(shape.clone())), &Answer::Result(Some(json!({"n": 2})))));
-        assert!(ok(&Expect::Error("tool_execution_error".into()), &err("tool_execution_error")));
+        assert!(ok(
+            &Expect::Success(None),
+            &Answer::Result(Some(Value::Null))
+        ));
+        assert!(ok(
+            &Expect::Success(Some(shape.clone())),
+            &Answer::Result(Some(json!({"n": 2})))
+        ));
+        assert!(ok(
+            &Expect::Error("tool_execution_error".into()),
+            &err("tool_execution_error")
+        ));
         assert_eq!(
-            judge(&Expect::Success(Some(shape.clone())), &Answer::Result(Some(json!({"n": "2"})))),
+            judge(
+                &Expect::Success(Some(shape.clone())),
+                &Answer::Result(Some(json!({"n": "2"})))
+            ),
             Outcome::Fail {
                 reason: "result does not match the shape at /n: expected integer, found a string"
                     .into(),
@@ -312,32 +344,65 @@ mod tests {
         );
         assert!(!ok(&Expect::Success(Some(shape)), &Answer::Result(None)));
         assert!(!ok(&Expect::Success(None), &err("tool_execution_error")));
-        assert!(!ok(&Expect::Error("tool_execution_error".into()), &err("tool_timeout")));
-        assert!(!ok(&Expect::Error("tool_execution_error".into()), &Answer::Result(None)));
+        assert!(!ok(
+            &Expect::Error("tool_execution_error".into()),
+            &err("tool_timeout")
+        ));
+        assert!(!ok(
+            &Expect::Error("tool_execution_error".into()),
+            &Answer::Result(None)
+        ));
     }
 
     #[test]
     fn a_failure_is_an_assertion_error_carrying_the_report() {
         let rows = vec![
-            Row { tool: "a".into(), index: 0, name: Some("works".into()), outcome: Outcome::Pass },
+            Row {
+                tool: "a".into(),
+                index: 0,
+                name: Some("works".into()),
+                outcome: Outcome::Pass,
+            },
             Row {
                 tool: "b".into(),
                 index: 1,
                 name: None,
-                outcome: Outcome::Fail { reason: "r".into(), path: Some("/x".into()) },
+                outcome: Outcome::Fail {
+                    reason: "r".into(),
+                    path: Some("/x".into()),
+                },
             },
-            Row { tool: "c".into(), index: 0, name: None, outcome: Outcome::Skipped },
+            Row {
+                tool: "c".into(),
+                index: 0,
+                name: None,
+                outcome: Outcome::Skipped,
+            },
         ];
         let e = report("pixel-8", "S", &rows, &["d".into()], Paint::PLAIN).unwrap_err();
         assert_eq!(e.exit_code(), 3);
         let d = e.details.clone().unwrap();
-        assert_eq!((&d["passed"], &d["failed"], &d["skipped"]), (&json!(1), &json!(1), &json!(1)));
-        assert_eq!(d["cases"][1], json!({"tool": "b", "case": 1, "status": "fail", "reason": "r", "path": "/x"}));
+        assert_eq!(
+            (&d["passed"], &d["failed"], &d["skipped"]),
+            (&json!(1), &json!(1), &json!(1))
+        );
+        assert_eq!(
+            d["cases"][1],
+            json!({"tool": "b", "case": 1, "status": "fail", "reason": "r", "path": "/x"})
+        );
         assert_eq!(d["untested"], json!(["d"]));
         let tail = e.human_tail.clone().unwrap();
-        assert!(tail.contains("PASS a › works") && tail.contains("FAIL b #1: r") && tail.contains("SKIP c #0"), "{tail}");
+        assert!(
+            tail.contains("PASS a › works")
+                && tail.contains("FAIL b #1: r")
+                && tail.contains("SKIP c #0"),
+            "{tail}"
+        );
         let ok = report("pixel-8", "S", &rows[..1], &[], Paint::PLAIN).unwrap();
         assert_eq!(ok.data["passed"], 1);
-        assert!(ok.human.ends_with("1 passed, 0 failed, 0 skipped on pixel-8.\n"));
+        assert!(
+            ok.human
+                .ends_with("1 passed, 0 failed, 0 skipped on pixel-8.\n")
+        );
     }
 }
