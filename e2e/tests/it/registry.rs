@@ -101,6 +101,7 @@ fn test_device(link: &Link, wipes: Arc<AtomicUsize>) -> Client {
     client
         .register_tool(
             &json!({"name": "add", "description": "Adds a and b.", "riskLevel": "low",
+                    "input_schema": {"type": "object"}, "output_schema": {"type": "object"},
                     "requiredPermissions": ["math"],
                     "testCases": [{"name": "one plus two", "arguments": {"a": 1, "b": 2},
                                    "expect": {"schema": total_shape}},
@@ -117,6 +118,7 @@ fn test_device(link: &Link, wipes: Arc<AtomicUsize>) -> Client {
     client
         .register_tool(
             &json!({"name": "broken", "description": "Answers a string total.",
+                    "output_schema": {"type": "object"},
                     "testCases": [{"arguments": {}, "expect": {"schema": total_shape}}]}),
             |_args: Value, _ctx: CallContext| async move {
                 Ok::<_, ToolError>(json!({"total": "3"}))
@@ -126,6 +128,7 @@ fn test_device(link: &Link, wipes: Arc<AtomicUsize>) -> Client {
     client
         .register_tool(
             &json!({"name": "wipe", "description": "Wipes everything.",
+                    "output_schema": {"type": "object"},
                     "annotations": {"destructiveHint": true},
                     "testCases": [{"arguments": {}, "expect": {}}]}),
             move |_args: Value, _ctx: CallContext| {
