@@ -15,6 +15,7 @@ use std::net::IpAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use appduct_protocol::declarations::DECLARATION_FIELDS;
 use appduct_protocol::limits::{
     self, DEFAULT_GRACE_S, DEFAULT_KEEPALIVE_INTERVAL_S, DEFAULT_LINK_TTL_S, MAX_LINK_TTL_S,
 };
@@ -35,7 +36,7 @@ pub const DEFAULT_LOG_MAX_BYTES: u64 = 10_485_760;
 /// Every top-level key the loader accepts, in the order of docs/state.md §S2.2. A key outside
 /// this list is an unknown-key warning even if [`Config::from_value`] had a branch for it, so a
 /// new key must be added here (and to §S2.2, which `client/tests/it/config_doc.rs` checks).
-pub const KEYS: [&str; 18] = [
+pub const KEYS: [&str; 19] = [
     "wssPort",
     "keyPath",
     "graceSeconds",
@@ -54,6 +55,7 @@ pub const KEYS: [&str; 18] = [
     "webOrigins",
     "http",
     "validation",
+    "registry",
 ];
 
 /// A policy decision (§C11); the one wire enum lives in the protocol crate.
@@ -187,6 +189,9 @@ pub struct Config {
     pub http: Option<HttpConfig>,
     /// Argument validation of `tools.call` (§C10.8); applied by `daemon.reload`.
     pub validation: ValidationConfig,
+    /// `registry.require` (device.md §D18.5): the declaration fields, by wire name, each tool
+    /// must carry; empty (the default): none.
+    pub registry_require: Vec<&'static str>,
 }
 
 /// The `http` key (§S2.2, §H1).
@@ -318,6 +323,7 @@ impl Config {
             web_origins: Vec::new(),
             http: None,
             validation: ValidationConfig::default(),
+            registry_require: Vec::new(),
         }
     }
 
@@ -409,6 +415,7 @@ impl Config {
                 "webOrigins" => config.web_origins = v.web_origins(key, value)?,
                 "http" => config.http = v.http(value)?,
                 "validation" => config.validation = v.validation(value)?,
+                "registry" => config.registry_require = v.registry(value)?,
                 _ => v.unknown(key.clone()),
             }
         }
@@ -598,6 +605,42 @@ impl Validator {
             }
         }
         Ok(policy)
+    }
+
+    /// The `registry` key (§S2.2): `{"require": [...]}`, each entry a field of
+    /// [`DECLARATION_FIELDS`]; repeats are kept once.
+    fn registry(&mut self, value: &Value) -> Result<Vec<&'static str>, ConfigError> {
+        let Value::Object(map) = value else {
+            return Err(self.invalid(
+                "registry",
+                "must be an object with the optional key \"require\"",
+                value,
+            ));
+        };
+        let mut require = Vec::new();
+        for (key, value) in map {
+            match key.as_str() {
+                "require" => {
+                    const MUST: &str = "must be an array of \"riskLevel\", \"requiredPermissions\" and \"testCases\"";
+                    let Value::Array(items) = value else {
+                        return Err(self.invalid("registry.require", MUST, value));
+                    };
+                    for item in items {
+                        let Some(field) = item
+                            .as_str()
+                            .and_then(|s| DECLARATION_FIELDS.iter().find(|f| **f == s))
+                        else {
+                            return Err(self.invalid("registry.require", MUST, item));
+                        };
+                        if !require.contains(field) {
+                            require.push(*field);
+                        }
+                    }
+                }
+                _ => self.unknown(format!("registry.{key}")),
+            }
+        }
+        Ok(require)
     }
 
     fn results(&mut self, value: &Value) -> Result<ResultsConfig, ConfigError> {
@@ -1076,6 +1119,23 @@ mod tests {
                 assert!(msg.contains("positive integer"), "{msg}");
             }
         }
+    }
+
+    #[test]
+    fn registry_section() {
+        assert!(ok(json!({})).registry_require.is_empty());
+        let c = ok(json!({"registry": {"require": ["testCases", "riskLevel", "testCases"]}}));
+        assert_eq!(c.registry_require, ["testCases", "riskLevel"]);
+        assert!(ok(json!({"registry": {}})).registry_require.is_empty());
+        bad(
+            json!({"registry": {"require": ["risk"]}}),
+            "registry.require",
+        );
+        bad(
+            json!({"registry": {"require": "riskLevel"}}),
+            "registry.require",
+        );
+        bad(json!({"registry": []}), "registry");
     }
 
     #[test]

@@ -676,6 +676,7 @@ impl Daemon {
             Arc::clone(&clock),
             Arc::clone(&late_env) as Arc<dyn LinkEnvironment>,
         );
+        sessions.set_registry_require(config.registry_require.clone());
         let approvals = Arc::new(crate::approvals::Approvals::new(
             bus.clone(),
             Arc::clone(&clock),
@@ -773,6 +774,7 @@ impl Daemon {
             )
             .with_http(http.clone())
             .with_arguments(arguments)
+            .with_sessions(sessions.clone())
             .with_operator_gate(approvals)
             .with_io_probe(opts.config_io_probe.clone()),
             http: http.clone(),

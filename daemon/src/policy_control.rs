@@ -26,7 +26,7 @@ use crate::policy::{PolicyEngine, loosening};
 use crate::sessions::SessionManager;
 
 /// The `config.json` keys `daemon.reload` applies without a restart.
-pub const RELOADABLE_KEYS: &[&str] = &["policy", "http", "validation"];
+pub const RELOADABLE_KEYS: &[&str] = &["policy", "http", "validation", "registry"];
 
 /// Runtime policy and reload; clones share everything.
 #[derive(Debug, Clone)]
@@ -44,6 +44,8 @@ pub struct PolicyControl {
     http: Option<crate::http_api::HttpApi>,
     /// `validation.arguments` as the calls module reads it (§C10.8).
     arguments: Option<crate::arguments::ArgumentsSwitch>,
+    /// Where a reload that changes `registry` applies it (§D18.5).
+    sessions: Option<SessionManager>,
     /// With `consent.fallback: "operator"`: a change that loosens policy waits here for an
     /// operator (§C11.2).
     gate: Option<Arc<Approvals>>,
@@ -103,6 +105,7 @@ impl PolicyControl {
             bus,
             http: None,
             arguments: None,
+            sessions: None,
             gate: None,
             io_probe: None,
         }
@@ -196,6 +199,12 @@ impl PolicyControl {
             }
             Err(e) => e,
         }
+    }
+
+    /// Lets `daemon.reload` apply the `registry` key to this engine (§D18.5).
+    pub fn with_sessions(mut self, sessions: SessionManager) -> Self {
+        self.sessions = Some(sessions);
+        self
     }
 
     /// Lets `daemon.reload` apply the `http` key to this HTTP API (§H1).
@@ -496,6 +505,15 @@ impl PolicyControl {
             }
             running.validation = new.validation;
             applied.push("validation".to_owned());
+        }
+        // §D18.5: later registry frames are checked against the new list; tools already
+        // registered stay.
+        if let Some(sessions) = &self.sessions
+            && new.registry_require != running.registry_require
+        {
+            sessions.set_registry_require(new.registry_require.clone());
+            running.registry_require = new.registry_require.clone();
+            applied.push("registry".to_owned());
         }
         *file_policy = Some(new.policy.clone());
         if new.policy != running.policy {

@@ -390,6 +390,8 @@ struct Inner {
     conn_ended: Notify,
     /// The rate limit of refusal reports (log and `device_refused`).
     refusals: Mutex<refusals::RefusalLimiter>,
+    /// `registry.require` (§D18.5): set at start and by `daemon reload`; checked per frame.
+    registry_require: RwLock<Vec<&'static str>>,
     this: Weak<Inner>,
 }
 
@@ -444,6 +446,7 @@ impl SessionManager {
             state: Mutex::new(State::default()),
             conn_ended: Notify::new(),
             refusals: Mutex::default(),
+            registry_require: RwLock::new(Vec::new()),
             this: this.clone(),
         });
         Self { inner }
@@ -455,6 +458,16 @@ impl SessionManager {
 
     pub fn bus(&self) -> &EventBus {
         &self.inner.bus
+    }
+
+    /// Sets `registry.require` (§D18.5): the declaration fields (wire names) every tool of a
+    /// later registry frame must carry. Tools already registered are not checked again.
+    pub fn set_registry_require(&self, fields: Vec<&'static str>) {
+        *self
+            .inner
+            .registry_require
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = fields;
     }
 
     /// Installs (or replaces) the calls module's hooks.

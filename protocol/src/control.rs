@@ -1435,6 +1435,10 @@ impl ToolsListEntry {
         "output_schema",
         "annotations",
         "timeout_ms",
+        // §D18 (an extension): registry declarations.
+        "riskLevel",
+        "requiredPermissions",
+        "testCases",
     ];
 
     /// Builds an entry from a registered descriptor object: `group` is moved out of it,

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use crate::declarations::{RiskLevel, TestCases, required_permissions, risk_level};
 use crate::limits::{
     DEFAULT_CALL_TIMEOUT_MS, MAX_CALL_TIMEOUT_MS, MAX_FREE_TEXT_LEN, MAX_TOOL_NAME_LEN,
     MIN_CALL_TIMEOUT_MS,
@@ -55,6 +56,21 @@ pub enum DescriptorError {
     },
     #[error("`timeout_ms` must be an integer of at least 1")]
     TimeoutNotPositiveInteger,
+    /// §D18.1.
+    #[error("`riskLevel` must be \"low\", \"medium\" or \"high\"")]
+    RiskLevel,
+    /// §D18.2.
+    #[error("`requiredPermissions` must hold at most 32 strings of 1 to 128 UTF-16 code units")]
+    Permissions,
+    /// §D18.3.
+    #[error("`testCases` must hold 1 to 16 cases, not {count}")]
+    TestCaseCount { count: usize },
+    /// §D18.3: `problem` never quotes the peer's text.
+    #[error("`testCases[{index}]` {problem}")]
+    TestCase { index: usize, problem: &'static str },
+    /// §D18.3.
+    #[error("`testCases` take {bytes} bytes as compact JSON, over the limit of 16384")]
+    TestCasesTooBig { bytes: usize },
 }
 
 impl DescriptorError {
@@ -69,6 +85,11 @@ impl DescriptorError {
             Self::GroupPattern => "group",
             Self::UnknownAnnotation { .. } | Self::AnnotationNotBoolean { .. } => "annotations",
             Self::TimeoutNotPositiveInteger => "timeout_ms",
+            Self::RiskLevel => "riskLevel",
+            Self::Permissions => "requiredPermissions",
+            Self::TestCaseCount { .. } | Self::TestCase { .. } | Self::TestCasesTooBig { .. } => {
+                "testCases"
+            }
         }
     }
 }
@@ -220,9 +241,18 @@ pub struct ToolDescriptor {
     /// As sent, before the clamp of [`ToolDescriptor::effective_timeout_ms`].
     pub timeout_ms: Option<u64>,
     pub group: Option<String>,
+    /// `riskLevel` as declared (§D18.1); see [`ToolDescriptor::effective_risk_level`].
+    pub risk_level: Option<RiskLevel>,
+    /// `requiredPermissions` (§D18.2), repeats removed.
+    pub required_permissions: Option<Vec<String>>,
+    /// `testCases` (§D18.3).
+    pub test_cases: Option<TestCases>,
 }
 
 setters!(ToolDescriptor {
+    with_risk_level => risk_level: Option<RiskLevel>,
+    with_required_permissions => required_permissions: Option<Vec<String>>,
+    with_test_cases => test_cases: Option<TestCases>,
     with_input_schema => input_schema: Option<Schema>,
     with_output_schema => output_schema: Option<Schema>,
     with_annotations => annotations: Option<Annotations>,
@@ -241,6 +271,9 @@ impl ToolDescriptor {
             annotations: None,
             timeout_ms: None,
             group: None,
+            risk_level: None,
+            required_permissions: None,
+            test_cases: None,
         }
     }
 
@@ -254,6 +287,43 @@ impl ToolDescriptor {
             + self.group.as_ref().map_or(0, String::len)
             + schema_bytes(self.input_schema.as_ref())
             + schema_bytes(self.output_schema.as_ref())
+            + self
+                .required_permissions
+                .as_ref()
+                .map_or(0, |p| p.iter().map(String::len).sum())
+            + self.test_cases.as_ref().map_or(0, |t| t.as_str().len())
+    }
+
+    /// The risk a tool carries (§D18.1): `riskLevel` when declared, else `high` for
+    /// `destructiveHint: true`, else `low` for `readOnlyHint: true`, else none.
+    pub fn effective_risk_level(&self) -> Option<RiskLevel> {
+        self.risk_level.or_else(|| {
+            let a = self.annotations?;
+            if a.destructive_hint == Some(true) {
+                Some(RiskLevel::High)
+            } else if a.read_only_hint == Some(true) {
+                Some(RiskLevel::Low)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Whether `appduct tools test` treats the tool as destructive (§L7.6): `destructiveHint:
+    /// true` or an effective risk of `high`.
+    pub fn is_risky(&self) -> bool {
+        self.is_destructive() || self.effective_risk_level() == Some(RiskLevel::High)
+    }
+
+    /// The first declaration field of `required` (wire names, §D18) the tool lacks. A risk
+    /// derived from annotations satisfies `riskLevel`.
+    pub fn missing_declaration<'a>(&self, required: &[&'a str]) -> Option<&'a str> {
+        required.iter().copied().find(|field| match *field {
+            "riskLevel" => self.effective_risk_level().is_none(),
+            "requiredPermissions" => self.required_permissions.is_none(),
+            "testCases" => self.test_cases.is_none(),
+            _ => false,
+        })
     }
 
     /// The call deadline: `timeout_ms` clamped to [1000, 600000], or 10000 when absent.
@@ -291,6 +361,18 @@ impl ToolDescriptor {
         }
         if let Some(g) = &self.group {
             map.insert("group".into(), Value::String(g.clone()));
+        }
+        if let Some(r) = self.risk_level {
+            map.insert("riskLevel".into(), Value::String(r.as_str().to_owned()));
+        }
+        if let Some(p) = &self.required_permissions {
+            map.insert(
+                "requiredPermissions".into(),
+                Value::Array(p.iter().cloned().map(Value::String).collect()),
+            );
+        }
+        if let Some(t) = &self.test_cases {
+            map.insert("testCases".into(), t.to_value());
         }
         map
     }
@@ -386,6 +468,16 @@ pub fn validate_tool_descriptor(v: &Value) -> Result<ToolDescriptor, DescriptorE
             });
         }
     };
+    // §D18: the registry declarations (an extension; absent from v2 descriptors).
+    let risk_level = map.get("riskLevel").map(risk_level).transpose()?;
+    let required_permissions = map
+        .get("requiredPermissions")
+        .map(required_permissions)
+        .transpose()?;
+    let test_cases = map
+        .get("testCases")
+        .map(TestCases::from_value)
+        .transpose()?;
     Ok(ToolDescriptor {
         name: name.to_owned(),
         description,
@@ -394,6 +486,9 @@ pub fn validate_tool_descriptor(v: &Value) -> Result<ToolDescriptor, DescriptorE
         annotations,
         timeout_ms,
         group,
+        risk_level,
+        required_permissions,
+        test_cases,
     })
 }
 
@@ -763,6 +858,62 @@ mod tests {
         );
         assert!(ev(json!({"name": "a".repeat(4096), "description": "x"})).is_ok());
         assert!(ev(json!({"name": "a".repeat(4097), "description": "x"})).is_err());
+    }
+
+    #[test]
+    fn registry_declarations_are_kept_checked_and_derived() {
+        use crate::declarations::RiskLevel;
+        let d = tool(
+            json!({"name": "t", "description": "x", "riskLevel": "medium",
+            "requiredPermissions": ["camera"],
+            "testCases": [{"arguments": {"a": 1}, "expect": {}}]}),
+        )
+        .unwrap();
+        assert_eq!(d.effective_risk_level(), Some(RiskLevel::Medium));
+        let out = d.to_value();
+        assert_eq!(out["riskLevel"], "medium");
+        assert_eq!(out["requiredPermissions"], json!(["camera"]));
+        assert_eq!(
+            out["testCases"],
+            json!([{"arguments": {"a": 1}, "expect": {}}])
+        );
+        assert_eq!(tool(out).unwrap(), d, "round-trips through the wire form");
+        assert_eq!(d.missing_declaration(&["riskLevel", "testCases"]), None);
+
+        let plain = tool(json!({"name": "t", "description": "x"})).unwrap();
+        assert_eq!(plain.effective_risk_level(), None);
+        assert_eq!(
+            plain.missing_declaration(&["requiredPermissions", "testCases"]),
+            Some("requiredPermissions")
+        );
+        assert!(!plain.is_risky());
+        let destructive = tool(json!({"name": "t", "description": "x",
+            "annotations": {"destructiveHint": true, "readOnlyHint": true}}))
+        .unwrap();
+        assert_eq!(destructive.effective_risk_level(), Some(RiskLevel::High));
+        assert_eq!(destructive.missing_declaration(&["riskLevel"]), None);
+        assert!(destructive.is_risky());
+        let read_only = tool(json!({"name": "t", "description": "x",
+            "annotations": {"readOnlyHint": true}}))
+        .unwrap();
+        assert_eq!(read_only.effective_risk_level(), Some(RiskLevel::Low));
+        let declared_high = tool(json!({"name": "t", "description": "x", "riskLevel": "high",
+            "annotations": {"readOnlyHint": true}}))
+        .unwrap();
+        assert!(declared_high.is_risky() && !declared_high.is_destructive());
+
+        for (field, bad) in [
+            ("riskLevel", json!("severe")),
+            ("riskLevel", Value::Null),
+            ("requiredPermissions", json!([1])),
+            ("testCases", json!([{"arguments": 1, "expect": {}}])),
+            ("testCases", Value::Null),
+        ] {
+            let mut v = json!({"name": "t", "description": "x"});
+            v[field] = bad;
+            assert_eq!(tool(v).unwrap_err().field(), field);
+        }
+        assert!(d.held_bytes() > plain.held_bytes() + 20);
     }
 
     #[test]

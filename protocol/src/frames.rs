@@ -961,6 +961,9 @@ pub enum Problem {
     /// A well-formed claim or resume the daemon refused (§D9.3, §D9.4); `why` says what the
     /// field failed to match.
     Refused { why: &'static str },
+    /// A tool of a registry frame lacks a declaration the daemon's `registry.require` asks
+    /// for (§D18.5). `tool` is a valid tool name (it passed §D8.1), so quoting it is safe.
+    Undeclared { tool: String, field: &'static str },
     /// A detail given as text to [`Rejection::new`] (tests and external callers).
     Unspecified,
 }
@@ -1004,6 +1007,10 @@ impl fmt::Display for Problem {
             }
             Self::Binary => f.write_str("binary messages are not supported"),
             Self::Refused { why } => f.write_str(why),
+            Self::Undeclared { tool, field } => write!(
+                f,
+                "tool `{tool}` lacks `{field}`, which this daemon's registry.require asks for (§D18.5)"
+            ),
             Self::Unspecified => f.write_str("refused"),
         }
     }

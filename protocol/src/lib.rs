@@ -63,6 +63,7 @@ pub mod canonical;
 pub mod close;
 pub mod content;
 pub mod control;
+pub mod declarations;
 pub mod descriptor;
 pub mod errors;
 pub mod frames;

@@ -612,7 +612,39 @@ pub fn tool_descriptor_schema() -> Value {
                 "additionalProperties": false
             },
             "timeout_ms": described(integer(1), "The tool's deadline in milliseconds (§D12.1)."),
-            "group": { "type": "string", "pattern": GROUP_PATTERN }
+            "group": { "type": "string", "pattern": GROUP_PATTERN },
+            "riskLevel": {
+                "description": "Ours (§D18.1): the tool's risk; when absent, derived from `annotations`.",
+                "enum": ["low", "medium", "high"]
+            },
+            "requiredPermissions": {
+                "description": "Ours (§D18.2): what the tool needs, as free strings; repeats are kept once.",
+                "type": "array",
+                "maxItems": crate::declarations::MAX_PERMISSIONS,
+                "items": utf16(1, crate::declarations::MAX_DECLARATION_TEXT_LEN)
+            },
+            "testCases": {
+                "description": "Ours (§D18.3): cases `appduct tools test` runs; at most 16,384 bytes as compact JSON. Unknown keys in a case are dropped.",
+                "type": "array",
+                "minItems": 1,
+                "maxItems": crate::declarations::MAX_TEST_CASES,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": utf16(1, crate::declarations::MAX_DECLARATION_TEXT_LEN),
+                        "arguments": { "description": "The `args` of the call.", "type": "object" },
+                        "expect": {
+                            "description": "`{}`: the call succeeds; `schema`: and its `result` matches this shape (the JSON Schema subset of §D18.4); `error`: the call fails with this error type. Not both.",
+                            "type": "object",
+                            "properties": {
+                                "schema": { "type": "object" },
+                                "error": { "type": "string", "pattern": "^[a-z_]{1,64}$" }
+                            }
+                        }
+                    },
+                    "required": ["arguments", "expect"]
+                }
+            }
         },
         "required": ["name", "description"]
     })

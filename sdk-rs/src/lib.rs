@@ -43,6 +43,9 @@ pub mod trust;
 pub mod types;
 
 pub use appduct_protocol::control::Transport;
+/// Registry declarations a tool may carry (device.md §D18), for
+/// [`Client::register_tool_descriptor`].
+pub use appduct_protocol::declarations::{RiskLevel, TestCases};
 pub use appduct_protocol::frames::ToolErrorType;
 pub use appduct_protocol::pin::SpkiPin;
 pub use cancel::CancellationToken;

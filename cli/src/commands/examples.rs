@@ -68,6 +68,12 @@ Examples:
   appduct tools snapshot --check appduct-tools.json    # in CI: exit 3 when the surface changed
   npx appduct-sdk snapshot dist/tools.js | appduct tools snapshot --from - --check appduct-tools.json";
 
+const TOOLS_TEST: &str = "\
+Examples:
+  appduct tools test
+  appduct tools test playground --tool sum
+  appduct tools test --allow-destructive --json    # in CI: exit 3 when a case fails";
+
 const EVENTS: &str = "\
 Examples:
   appduct events ls
@@ -160,6 +166,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("tools describe", TOOLS_DESCRIBE),
     ("tools call", TOOLS_CALL),
     ("tools snapshot", TOOLS_SNAPSHOT),
+    ("tools test", TOOLS_TEST),
     ("events", EVENTS),
     ("daemon", DAEMON),
     ("approvals", APPROVALS),
@@ -260,6 +267,7 @@ mod tests {
                 ["tools", "describe"],
                 ["tools", "call"],
                 ["tools", "snapshot"],
+                ["tools", "test"],
                 ["mcp", "install"],
                 ["mcp", "uninstall"],
             ]

@@ -161,6 +161,8 @@ pub enum Command {
         /// `--from <file>`: the surface from a snapshot file, no daemon (§L7.4.1).
         from: Option<std::path::PathBuf>,
     },
+    /// `tools test` (§L7.6).
+    ToolsTest(tools::test::ToolsTest),
     /// `events ls`: `events.list` params.
     EventsLs(EventsListParams),
     /// `events tail`: `events.subscribe` params (`kinds: ["app_event"]`).
@@ -215,6 +217,7 @@ impl Command {
             Command::ToolsDescribe { .. } => "tools describe",
             Command::ToolsCall(_) => "tools call",
             Command::ToolsSnapshot { .. } => "tools snapshot",
+            Command::ToolsTest(_) => "tools test",
             Command::EventsLs(_) => "events ls",
             Command::EventsTail(_) => "events tail",
             Command::EventsSince(_) => "events since",
@@ -408,6 +411,7 @@ async fn interruptible_command(inv: &Invocation, out: &Output) -> Result<Reply, 
         Command::ToolsDescribe { selector, name } => {
             tools::describe::run(g, out, selector.as_deref(), name).await
         }
+        Command::ToolsTest(t) => tools::test::run(g, out, t).await,
         Command::EventsLs(p) => events::run_ls(g, out, p).await,
         Command::EventsSince(p) => events::run_since(g, out, p).await,
         Command::DaemonStart => daemon::lifecycle::start(g, out).await,

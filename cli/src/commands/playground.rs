@@ -85,6 +85,9 @@ pub fn tool_descriptors() -> Vec<Value> {
                              "required": ["a", "b"], "additionalProperties": false},
             "output_schema": {"type": "object", "properties": {"total": {"type": "number"}},
                               "required": ["total"], "additionalProperties": false},
+            "testCases": [{"name": "adds two numbers", "arguments": {"a": 1, "b": 2},
+                           "expect": {"schema": {"type": "object", "required": ["total"],
+                                                 "properties": {"total": {"const": 3}}}}}],
         }),
         json!({
             "name": "call_count",
@@ -93,6 +96,9 @@ pub fn tool_descriptors() -> Vec<Value> {
             "annotations": {"readOnlyHint": true},
             "input_schema": empty_object_schema(),
             "output_schema": count_schema(),
+            "testCases": [{"name": "returns the count", "arguments": {},
+                           "expect": {"schema": {"type": "object", "required": ["count"],
+                                                 "properties": {"count": {"type": "integer"}}}}}],
         }),
         json!({
             "name": "reset_counter",
@@ -101,6 +107,9 @@ pub fn tool_descriptors() -> Vec<Value> {
             "annotations": {"destructiveHint": true, "idempotentHint": true},
             "input_schema": empty_object_schema(),
             "output_schema": count_schema(),
+            "testCases": [{"name": "sets the count to zero", "arguments": {},
+                           "expect": {"schema": {"type": "object", "required": ["count"],
+                                                 "properties": {"count": {"const": 0}}}}}],
         }),
         json!({
             "name": "slow_task",
@@ -117,6 +126,8 @@ pub fn tool_descriptors() -> Vec<Value> {
             "group": "diagnostics",
             "annotations": {"readOnlyHint": true},
             "input_schema": empty_object_schema(),
+            "testCases": [{"name": "always fails", "arguments": {},
+                           "expect": {"error": "tool_execution_error"}}],
         }),
         json!({
             "name": CHART_TOOL,
@@ -124,6 +135,7 @@ pub fn tool_descriptors() -> Vec<Value> {
             "group": "counter",
             "annotations": {"readOnlyHint": true},
             "input_schema": empty_object_schema(),
+            "testCases": [{"name": "draws a chart", "arguments": {}, "expect": {}}],
         }),
     ]
 }

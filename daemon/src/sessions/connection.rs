@@ -363,14 +363,17 @@ impl Connection {
                             let field = registry_field(&frame);
                             match self.inner.apply(self.id, session_id, frame) {
                                 Ok(()) => continue,
-                                Err(reason) => {
-                                    let mut why = FrameRefusal::message(Problem::Refused {
-                                        why: "takes the session's registry past its limits \
-                                              (§D8.3)",
+                                Err((reason, precise)) => {
+                                    let why = precise.unwrap_or_else(|| {
+                                        let why = FrameRefusal::message(Problem::Refused {
+                                            why: "takes the session's registry past its limits \
+                                                  (§D8.3)",
+                                        });
+                                        match field {
+                                            Some(field) => FrameRefusal::field(field, why.problem),
+                                            None => why,
+                                        }
                                     });
-                                    if let Some(field) = field {
-                                        why = FrameRefusal::field(field, why.problem);
-                                    }
                                     let why = why.of_frame(frame_type);
                                     self.report_refusal(Some(session_id), reason, &why);
                                     reason

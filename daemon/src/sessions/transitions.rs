@@ -11,8 +11,8 @@ use appduct_protocol::control::{
     Transport,
 };
 use appduct_protocol::frames::{
-    AppFrame, DaemonFrame, EventDelta, LinkRefused, SessionAck, SessionClaim, SessionResume,
-    ToolDelta,
+    AppFrame, DaemonFrame, EventDelta, FrameRefusal, LinkRefused, Problem, SessionAck,
+    SessionClaim, SessionResume, ToolDelta, ToolRegistryDelta,
 };
 use appduct_protocol::ids::ResumeToken;
 use appduct_protocol::limits::{MAX_REGISTRY_BYTES, TOKEN_BYTES};
@@ -67,6 +67,14 @@ fn registry_refused(session_id: &str, full: RegistryFull) -> CloseReason {
 impl Inner {
     pub(super) fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The declaration fields `registry.require` asks of each tool (§D18.5), as last set.
+    pub(super) fn registry_require(&self) -> Vec<&'static str> {
+        self.registry_require
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(super) fn router(&self) -> Option<Arc<dyn CallRouter>> {
@@ -286,8 +294,50 @@ impl Inner {
     }
 
     /// Step 7 of §D6.2 for a frame from connection `conn`. Frames from a connection that no
-    /// longer holds the session are dropped. `Err` is the close to send.
+    /// longer holds the session are dropped. `Err` is the close to send, with the refusal to
+    /// report when it is more precise than "past the registry limits".
     pub(super) fn apply(
+        &self,
+        conn: u64,
+        session_id: &str,
+        frame: AppFrame,
+    ) -> Result<(), (CloseReason, Option<FrameRefusal>)> {
+        // §D18.5: a tool lacking a declaration `registry.require` asks for refuses the frame
+        // like any invalid descriptor (`invalid_registry`, the registry unchanged).
+        let undeclared = {
+            let require = self.registry_require();
+            match &frame {
+                _ if require.is_empty() => None,
+                AppFrame::ToolRegistrySnapshot(snapshot) => {
+                    snapshot.tools.iter().enumerate().find_map(|(i, t)| {
+                        t.missing_declaration(&require)
+                            .map(|field| (format!("tools[{i}].{field}"), t.name.clone(), field))
+                    })
+                }
+                AppFrame::ToolRegistryDelta(ToolRegistryDelta {
+                    change: ToolDelta::Upsert(t),
+                    ..
+                }) => t
+                    .missing_declaration(&require)
+                    .map(|field| (format!("tool.{field}"), t.name.clone(), field)),
+                _ => None,
+            }
+        };
+        if let Some((path, tool, field)) = undeclared {
+            tracing::warn!(%session_id, %tool, field, "refusing a registry frame: registry.require");
+            return Err((
+                CloseReason::InvalidRegistry,
+                Some(FrameRefusal::field(
+                    path,
+                    Problem::Undeclared { tool, field },
+                )),
+            ));
+        }
+        self.apply_checked(conn, session_id, frame)
+            .map_err(|reason| (reason, None))
+    }
+
+    fn apply_checked(
         &self,
         conn: u64,
         session_id: &str,

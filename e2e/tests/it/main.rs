@@ -19,6 +19,7 @@ mod npm_package;
 mod pictures;
 mod ready_waits;
 mod refusal_reports;
+mod registry;
 mod reply_bounds;
 mod sdk_device;
 mod sealed_device;

@@ -33,6 +33,10 @@ const TOOL_FIELDS: &[&str] = &[
     "annotations",
     "timeout_ms",
     "group",
+    // §D18: the registry declarations (an extension).
+    "riskLevel",
+    "requiredPermissions",
+    "testCases",
 ];
 const EVENT_FIELDS: &[&str] = &["name", "description", "payload_schema"];
 /// Longest error message: fixed wording plus an annotation key cut to 64 UTF-16 units and
@@ -75,6 +79,15 @@ fn check_tool(d: &ToolDescriptor) {
         assert!(is_valid_group(group), "accepted group {group:?}");
     }
     assert!(d.timeout_ms.is_none_or(|t| t >= 1));
+    // §D18: accepted declarations stay within their bounds.
+    if let Some(p) = &d.required_permissions {
+        assert!(p.len() <= appduct_protocol::declarations::MAX_PERMISSIONS);
+    }
+    if let Some(t) = &d.test_cases {
+        let cases = t.cases();
+        assert!((1..=appduct_protocol::declarations::MAX_TEST_CASES).contains(&cases.len()));
+        assert!(t.as_str().len() <= appduct_protocol::declarations::MAX_TEST_CASES_BYTES);
+    }
     let deadline = d.effective_timeout_ms();
     assert!((MIN_CALL_TIMEOUT_MS..=MAX_CALL_TIMEOUT_MS).contains(&deadline));
 

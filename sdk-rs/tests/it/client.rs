@@ -203,6 +203,49 @@ async fn invalid_descriptors_are_refused_and_never_sent() -> TestResult {
     Ok(())
 }
 
+#[tokio::test]
+async fn registry_declarations_are_kept_and_checked_before_sending() -> TestResult {
+    use appduct_protocol::descriptor::ToolDescriptor;
+    use appduct_sdk::{RiskLevel, TestCases};
+    let client = client()?;
+    let cases = TestCases::from_value(&json!([{"name": "adds", "arguments": {"a": 1},
+        "expect": {"schema": {"type": "object"}}}]))?;
+    client.register_tool_descriptor(
+        &ToolDescriptor::new("typed", "Declared through the builder.")
+            .with_risk_level(RiskLevel::Medium)
+            .with_required_permissions(vec!["cart.write".to_owned()])
+            .with_test_cases(cases),
+        |_: Value, _: CallContext| async move { Ok::<_, ToolError>(Value::Null) },
+    )?;
+    client.register_tool(
+        &json!({"name": "json", "description": "Declared as JSON.", "riskLevel": "low",
+                "testCases": [{"arguments": {}, "expect": {"error": "tool_execution_error"}}]}),
+        |_: Value, _: CallContext| async move { Ok::<_, ToolError>(Value::Null) },
+    )?;
+    let tools: Vec<Value> = client
+        .registered_tools()
+        .iter()
+        .map(ToolDescriptor::to_value)
+        .collect();
+    assert_eq!(tools[0]["riskLevel"], "medium");
+    assert_eq!(tools[0]["requiredPermissions"], json!(["cart.write"]));
+    assert_eq!(tools[0]["testCases"][0]["name"], "adds");
+    assert_eq!(
+        tools[1]["testCases"],
+        json!([{"arguments": {}, "expect": {"error": "tool_execution_error"}}])
+    );
+    // A bad shape is refused before anything is stored, naming the field.
+    let err = client
+        .register_tool(
+            &json!({"name": "bad", "description": "d", "testCases": [{"arguments": {}}]}),
+            |_: Value, _: CallContext| async move { Ok::<_, ToolError>(Value::Null) },
+        )
+        .unwrap_err();
+    assert_eq!(err.field(), Some("testCases"));
+    assert_eq!(client.registered_tools().len(), 2);
+    Ok(())
+}
+
 // -------------------------------------------------------------------------------------------------
 // Calls
 // -------------------------------------------------------------------------------------------------

@@ -23,6 +23,36 @@ export const DESCRIPTIONS = {
   playground_ping: "Posted when the playground's ping control is pressed.",
 } as const;
 
+/**
+ * Declared test cases (§T16, device.md §D18.3) that `appduct tools test` runs; the same as the
+ * CLI's built-in playground. `reset_counter` is destructive, so its case runs only with
+ * `--allow-destructive`; `slow_task` declares none.
+ */
+export const TEST_CASES = {
+  sum: [
+    {
+      name: "adds two numbers",
+      arguments: { a: 1, b: 2 },
+      expect: { schema: { type: "object", required: ["total"], properties: { total: { const: 3 } } } },
+    },
+  ],
+  call_count: [
+    {
+      name: "returns the count",
+      arguments: {},
+      expect: { schema: { type: "object", required: ["count"], properties: { count: { type: "integer" } } } },
+    },
+  ],
+  reset_counter: [
+    {
+      name: "sets the count to zero",
+      arguments: {},
+      expect: { schema: { type: "object", required: ["count"], properties: { count: { const: 0 } } } },
+    },
+  ],
+  throwing_tool: [{ name: "always fails", arguments: {}, expect: { error: "tool_execution_error" } }],
+};
+
 export const THROWING_TOOL_MESSAGE = "throwing_tool always fails on purpose.";
 
 const SLOW_TASK_STEPS: readonly [number, string][] = [
@@ -88,6 +118,7 @@ export function registerPlayground(client: PlaygroundClient, timers: PlaygroundT
     client.registerTool({
       name: "sum",
       description: DESCRIPTIONS.sum,
+      testCases: TEST_CASES.sum,
       inputSchema: { schema: z.strictObject({ a: z.number(), b: z.number() }), jsonSchema: SCHEMAS.sumInput },
       outputSchema: { schema: z.object({ total: z.number() }), jsonSchema: SCHEMAS.sumOutput },
       handler: ({ a, b }) => {
@@ -99,6 +130,7 @@ export function registerPlayground(client: PlaygroundClient, timers: PlaygroundT
     client.registerTool({
       name: "call_count",
       description: DESCRIPTIONS.call_count,
+      testCases: TEST_CASES.call_count,
       inputSchema: noInput,
       outputSchema: countOutput,
       annotations: { readOnlyHint: true },
@@ -108,6 +140,7 @@ export function registerPlayground(client: PlaygroundClient, timers: PlaygroundT
     client.registerTool({
       name: "reset_counter",
       description: DESCRIPTIONS.reset_counter,
+      testCases: TEST_CASES.reset_counter,
       inputSchema: noInput,
       outputSchema: countOutput,
       annotations: { destructiveHint: true, idempotentHint: true },
@@ -138,6 +171,7 @@ export function registerPlayground(client: PlaygroundClient, timers: PlaygroundT
     client.registerTool({
       name: "throwing_tool",
       description: DESCRIPTIONS.throwing_tool,
+      testCases: TEST_CASES.throwing_tool,
       inputSchema: noInput,
       annotations: { readOnlyHint: true },
       group: "diagnostics",

@@ -1,4 +1,4 @@
-//! `appduct tools ls | describe | call | snapshot` (§L7), one module per verb; the session
+//! `appduct tools ls | describe | call | snapshot | test` (§L7), one module per verb; the session
 //! lookups and the signature and describe block every verb shares live here.
 
 pub mod call;
@@ -6,6 +6,7 @@ pub mod content;
 pub mod describe;
 pub mod ls;
 pub mod snapshot;
+pub mod test;
 
 use std::ffi::OsString;
 
@@ -45,6 +46,8 @@ pub enum ToolsVerb {
     Call(call::ToolsCallArgs),
     /// Write or check a reviewable snapshot of the app's tool surface
     Snapshot(snapshot::ToolsSnapshotArgs),
+    /// Run the tools' declared test cases and report pass or fail per case
+    Test(test::ToolsTestArgs),
     #[command(external_subcommand)]
     Unknown(Vec<OsString>),
 }
@@ -60,6 +63,7 @@ pub fn validate(noun: ToolsNoun) -> Result<Command, CliError> {
         }
         Some(ToolsVerb::Call(a)) => Ok(Command::ToolsCall(call::validate(a)?)),
         Some(ToolsVerb::Snapshot(a)) => snapshot::validate(a),
+        Some(ToolsVerb::Test(a)) => test::validate(a),
     }
 }
 
@@ -143,6 +147,25 @@ fn describe_block(entry: &ToolsListEntry) -> String {
     }
     if let Some(timeout) = entry.descriptor.get("timeout_ms") {
         rows.push(Row::field("Timeout (ms)", timeout.to_string()));
+    }
+    // Registry declarations (§D18), when the app declared them.
+    if let Some(Value::String(risk)) = entry.descriptor.get("riskLevel") {
+        rows.push(Row::field("Risk", render::clean_line(risk)));
+    }
+    if let Some(Value::Array(perms)) = entry.descriptor.get("requiredPermissions") {
+        let perms: Vec<&str> = perms.iter().filter_map(Value::as_str).collect();
+        let shown = if perms.is_empty() {
+            "(none)".to_owned()
+        } else {
+            perms.join(", ")
+        };
+        rows.push(Row::field("Permissions", render::clean_line(&shown)));
+    }
+    if let Some(Value::Array(cases)) = entry.descriptor.get("testCases") {
+        rows.push(Row::field(
+            "Test cases",
+            format!("{} (appduct tools test)", cases.len()),
+        ));
     }
     for (label, key) in [
         ("Input schema", "input_schema"),

@@ -1,7 +1,7 @@
 // Descriptor validators (§D8.1, §D8.2): the shared verdicts that agree with
 // `tool-descriptors.json` and `event-descriptors.json`.
 
-import { isJsonObject, isStringWithin, isWireInteger, MAX_FREE_TEXT_LENGTH } from "./text.js";
+import { isJsonObject, isStringWithin, isWireInteger, MAX_FREE_TEXT_LENGTH, utf8ByteLength } from "./text.js";
 
 export const TOOL_NAME_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 export const GROUP_PATTERN = /^[A-Za-z0-9_-]{1,64}(\/[A-Za-z0-9_-]{1,64})?$/;
@@ -22,6 +22,10 @@ export interface WireToolDescriptor {
   annotations?: ToolAnnotations;
   timeout_ms?: number;
   group?: string;
+  /** §D18 (an extension): registry declarations. */
+  riskLevel?: "low" | "medium" | "high";
+  requiredPermissions?: string[];
+  testCases?: { name?: string; arguments: Record<string, unknown>; expect: { schema?: Record<string, unknown>; error?: string } }[];
 }
 
 /** An event descriptor in wire form (§D8.2). */
@@ -93,6 +97,84 @@ export function validateToolDescriptor(descriptor: unknown): DescriptorVerdict {
   }
   if (present(descriptor, "group") && !isValidGroup(descriptor.group)) {
     return invalid("group", "must match ^[A-Za-z0-9_-]{1,64}(/[A-Za-z0-9_-]{1,64})?$");
+  }
+  return validateDeclarations(descriptor);
+}
+
+/** The JSON Schema keywords a test case's result shape may use (device.md §D18.4). */
+export const SHAPE_KEYWORDS = [
+  "type", "properties", "required", "additionalProperties", "items", "enum", "const",
+  "minItems", "maxItems", "$schema", "title", "description",
+] as const;
+const SHAPE_TYPES = ["null", "boolean", "object", "array", "number", "integer", "string"];
+const ERROR_TYPE_PATTERN = /^[a-z_]{1,64}$/;
+const MAX_TEST_CASES_BYTES = 16_384;
+
+function isValidShape(shape: unknown, depth = 0): boolean {
+  if (depth > 16 || !isJsonObject(shape)) return false;
+  return Object.entries(shape).every(([key, v]) => {
+    switch (key) {
+      case "type":
+        return typeof v === "string"
+          ? SHAPE_TYPES.includes(v)
+          : Array.isArray(v) && v.length > 0 && v.every((t) => typeof t === "string" && SHAPE_TYPES.includes(t));
+      case "properties":
+        return isJsonObject(v) && Object.values(v).every((sub) => isValidShape(sub, depth + 1));
+      case "items":
+        return isValidShape(v, depth + 1);
+      case "required":
+        return Array.isArray(v) && v.every((r) => typeof r === "string");
+      case "additionalProperties":
+        return typeof v === "boolean";
+      case "enum":
+        return Array.isArray(v);
+      case "minItems":
+      case "maxItems":
+        return isWireInteger(v) && v >= 0;
+      default:
+        return (SHAPE_KEYWORDS as readonly string[]).includes(key);
+    }
+  });
+}
+
+/** The registry declarations of §D18, as the daemon checks them. */
+function validateDeclarations(descriptor: Record<string, unknown>): DescriptorVerdict {
+  if (present(descriptor, "riskLevel") && !["low", "medium", "high"].includes(descriptor.riskLevel as string)) {
+    return invalid("riskLevel", 'must be "low", "medium" or "high"');
+  }
+  if (present(descriptor, "requiredPermissions")) {
+    const p = descriptor.requiredPermissions;
+    if (!Array.isArray(p) || p.length > 32 || !p.every((s) => isStringWithin(s, 1, 128))) {
+      return invalid("requiredPermissions", "must hold at most 32 strings of 1 to 128 UTF-16 code units");
+    }
+  }
+  if (present(descriptor, "testCases")) {
+    const cases = descriptor.testCases;
+    if (!Array.isArray(cases) || cases.length < 1 || cases.length > 16) {
+      return invalid("testCases", "must be an array of 1 to 16 cases");
+    }
+    for (const [i, c] of cases.entries()) {
+      const at = `testCases[${i}]`;
+      if (!isJsonObject(c) || !isJsonObject(c.arguments) || !isJsonObject(c.expect)) {
+        return invalid(at, "must be an object with an `arguments` object and an `expect` object");
+      }
+      if (present(c, "name") && !isStringWithin(c.name, 1, 128)) {
+        return invalid(`${at}.name`, "must be a string of 1 to 128 UTF-16 code units");
+      }
+      const { schema, error } = c.expect as Record<string, unknown>;
+      if (schema !== undefined && error !== undefined) {
+        return invalid(`${at}.expect`, "may hold `schema` or `error`, not both");
+      }
+      if (schema !== undefined && !isValidShape(schema)) {
+        return invalid(`${at}.expect.schema`, "must use only the keywords of §D18.4, with values of their type");
+      }
+      if (error !== undefined && !(typeof error === "string" && ERROR_TYPE_PATTERN.test(error))) {
+        return invalid(`${at}.expect.error`, "must be an error type (^[a-z_]{1,64}$)");
+      }
+    }
+    if (utf8ByteLength(JSON.stringify(cases)) > MAX_TEST_CASES_BYTES) {
+      return invalid("testCases", "must take at most 16384 bytes as compact JSON");
+    }
   }
   return VALID;
 }

@@ -104,6 +104,15 @@ export function buildToolEntry(def: ToolDefinition<unknown, unknown>, ctx: Build
   if (has(def, "annotations")) wire.annotations = copyAnnotations(def.annotations as ToolAnnotations);
   if (timeoutMs !== undefined) wire.timeout_ms = timeoutMs;
   if (def.group !== undefined) wire.group = def.group;
+  // §T16: registry declarations, passed on as written (checked below, as the daemon checks them).
+  if (def.riskLevel !== undefined) wire.riskLevel = def.riskLevel;
+  if (def.requiredPermissions !== undefined) {
+    // Not an array (a string is iterable too): passed as is, so the check below refuses it.
+    wire.requiredPermissions = Array.isArray(def.requiredPermissions)
+      ? [...new Set(def.requiredPermissions)]
+      : def.requiredPermissions;
+  }
+  if (def.testCases !== undefined) wire.testCases = def.testCases;
 
   const verdict = validateToolDescriptor(wire);
   if (!verdict.valid) {

@@ -38,8 +38,29 @@ export interface ToolDefinition<I = unknown, O = unknown> {
   annotations?: ToolAnnotations;
   timeoutMs?: number;
   group?: string;
+  /** Registry declaration (§T16, device.md §D18.1): the tool's risk. Absent: derived from annotations. */
+  riskLevel?: RiskLevel;
+  /** Registry declaration (§T16, §D18.2): what the tool needs, at most 32 strings of 1 to 128 units. */
+  requiredPermissions?: string[];
+  /** Registry declaration (§T16, §D18.3): 1 to 16 cases `appduct tools test` runs. */
+  testCases?: ToolTestCase[];
   /** Returns the JSON result, or content built with `image`/`text`/`resourceLink` (§T5.5). */
   handler: (args: I, ctx: ToolContext) => O | ToolContent<O> | Promise<O | ToolContent<O>>;
+}
+
+/** A tool's risk (device.md §D18.1). */
+export type RiskLevel = "low" | "medium" | "high";
+
+/** One declared test case (§T16, device.md §D18.3). */
+export interface ToolTestCase {
+  name?: string;
+  /** The call's arguments. */
+  arguments: Record<string, unknown>;
+  /**
+   * `{}`: the call succeeds. `schema`: and its JSON result matches this shape (the JSON Schema
+   * subset of §D18.4). `error`: the call fails with this error type. Not both.
+   */
+  expect: { schema?: Record<string, unknown>; error?: string };
 }
 
 export interface ToolGroup {
