@@ -36,8 +36,8 @@ use appduct_protocol::content::{ContentBlock, summarize};
 use appduct_protocol::control::{
     self, ApprovalsListResult, CallProgressSnapshot, CallState, CallSummary, Caller,
     CallsListResult, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest,
-    DeniedReason, EventData, GrantSummary, GrantsListResult, GrantsRevokeResult, SessionState,
-    Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
+    DeniedReason, EventData, EventKind, GrantSummary, GrantsListResult, GrantsRevokeResult,
+    SessionState, Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
     ToolCallProgressParams, ToolCallStartedData, ToolCallStartedNotify, ToolCallStartedParams,
     ToolsCallParams, ToolsCallResult, ToolsCancelParams, ToolsCancelResult, ToolsListParams,
     ToolsListResult,
@@ -1361,16 +1361,26 @@ impl Inner {
         let Some(target) = &call.target else {
             return;
         };
-        self.bus.emit(
-            Some(&target.session_id),
-            Some(&target.alias),
-            EventData::ToolCallStarted(ToolCallStartedData::new(
-                call.name.clone(),
-                call.call_id.clone(),
-                call.wire_id.clone(),
-                call.caller,
-                call.deadline_ms,
-            )),
+        self.bus.emit_lazy(
+            &target.session_id,
+            &target.alias,
+            EventKind::ToolCallStarted,
+            &StartedLine {
+                name: &call.name,
+                call_id: &call.call_id,
+                wire_id: &call.wire_id,
+                caller: call.caller,
+                deadline_ms: call.deadline_ms,
+            },
+            || {
+                EventData::ToolCallStarted(ToolCallStartedData::new(
+                    call.name.clone(),
+                    call.call_id.clone(),
+                    call.wire_id.clone(),
+                    call.caller,
+                    call.deadline_ms,
+                ))
+            },
         );
         if call.progress {
             call.conn
@@ -1494,19 +1504,33 @@ impl Inner {
             Outcome::Failed(_, settlement) => (*settlement, None),
         };
         if let Some(target) = &call.target {
-            self.bus.emit(
-                Some(&target.session_id),
-                Some(&target.alias),
-                EventData::ToolCallFinished(
-                    ToolCallFinishedData::new(
-                        call.name.clone(),
-                        call.call_id.clone(),
-                        call.caller,
-                        duration_ms,
-                        settlement,
+            let (outcome_field, error_type, denied_reason) = settlement.fields();
+            self.bus.emit_lazy(
+                &target.session_id,
+                &target.alias,
+                EventKind::ToolCallFinished,
+                &FinishedLine {
+                    name: &call.name,
+                    call_id: &call.call_id,
+                    caller: call.caller,
+                    duration_ms,
+                    outcome: outcome_field,
+                    error_type,
+                    denied_reason,
+                    content_summary: content_summary.as_deref(),
+                },
+                || {
+                    EventData::ToolCallFinished(
+                        ToolCallFinishedData::new(
+                            call.name.clone(),
+                            call.call_id.clone(),
+                            call.caller,
+                            duration_ms,
+                            settlement,
+                        )
+                        .with_content_summary(content_summary.clone()),
                     )
-                    .with_content_summary(content_summary.clone()),
-                ),
+                },
             );
             self.audit.enqueue_entry(&AuditEntry {
                 ts_unix_ms: self.clock.now_unix_ms(),
@@ -1996,6 +2020,36 @@ enum PartStep {
 
 /// The outcome of an answer the daemon cannot pass on: `tool_serialization_error` with
 /// `details` from `fault` (issue #20 defect 4, §D17.3).
+/// `tool_call_started` data from the call's own fields: serialises exactly as
+/// [`ToolCallStartedData`] (for `events.log` when nobody subscribes, issue #24).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StartedLine<'a> {
+    name: &'a str,
+    call_id: &'a str,
+    wire_id: &'a str,
+    caller: Caller,
+    deadline_ms: u64,
+}
+
+/// `tool_call_finished` data from the call's own fields: serialises exactly as
+/// [`ToolCallFinishedData`].
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct FinishedLine<'a> {
+    name: &'a str,
+    call_id: &'a str,
+    caller: Caller,
+    duration_ms: u64,
+    outcome: control::CallOutcome,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error_type: Option<ErrorType>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    denied_reason: Option<DeniedReason>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content_summary: Option<&'a [appduct_protocol::content::ContentSummary]>,
+}
+
 fn answer_failed(detail: &str, fault: &PartError) -> Outcome {
     Outcome::error(
         ErrorObject::application(
@@ -2043,6 +2097,80 @@ mod tests {
         // A tool below the floor is raised to it; a caller can never lengthen.
         assert_eq!(effective_deadline_ms(Some(1), None), 1_000);
         assert_eq!(effective_deadline_ms(Some(2_000), Some(9_000)), 2_000);
+    }
+
+    /// The borrowed `events.log` forms of the two call events serialise byte for byte as the
+    /// notifications subscribers get (issue #24: they replace them when nobody subscribes).
+    #[test]
+    fn borrowed_call_events_serialise_as_the_notifications() {
+        use crate::events::BorrowedEvent;
+        use appduct_protocol::content::{ContentBlock, summarize};
+        use appduct_protocol::control::EventNotification;
+        let owned = |data: EventData| {
+            serde_json::to_string(
+                &EventNotification::new(1_700_000_000_123, 0, data)
+                    .with_session_id(Some("s_1".to_owned()))
+                    .with_alias(Some("ph\"one".to_owned())),
+            )
+            .unwrap()
+        };
+        fn borrowed<D: serde::Serialize>(kind: EventKind, data: &D) -> String {
+            serde_json::to_string(&BorrowedEvent {
+                kind,
+                session_id: "s_1",
+                alias: "ph\"one",
+                ts: 1_700_000_000_123,
+                data,
+            })
+            .unwrap()
+        }
+        let started = StartedLine {
+            name: "echo",
+            call_id: "call_x",
+            wire_id: "c_y",
+            caller: Caller::Mcp,
+            deadline_ms: 10_000,
+        };
+        assert_eq!(
+            borrowed(EventKind::ToolCallStarted, &started),
+            owned(EventData::ToolCallStarted(ToolCallStartedData::new(
+                "echo",
+                "call_x",
+                "c_y",
+                Caller::Mcp,
+                10_000
+            )))
+        );
+        let content = vec![ContentBlock::text("hi")];
+        let summary = summarize(&content);
+        let settlements = [
+            (Settlement::Ok, None),
+            (Settlement::Ok, Some(summary)),
+            (Settlement::Error(ErrorType::ToolTimeout), None),
+            (Settlement::Denied(DeniedReason::Policy), None),
+            (Settlement::Cancelled, None),
+        ];
+        for (settlement, content_summary) in settlements {
+            let (outcome, error_type, denied_reason) = settlement.fields();
+            let line = FinishedLine {
+                name: "echo",
+                call_id: "call_x",
+                caller: Caller::Cli,
+                duration_ms: 12,
+                outcome,
+                error_type,
+                denied_reason,
+                content_summary: content_summary.as_deref(),
+            };
+            assert_eq!(
+                borrowed(EventKind::ToolCallFinished, &line),
+                owned(EventData::ToolCallFinished(
+                    ToolCallFinishedData::new("echo", "call_x", Caller::Cli, 12, settlement)
+                        .with_content_summary(content_summary.clone())
+                )),
+                "{settlement:?}"
+            );
+        }
     }
 
     #[test]

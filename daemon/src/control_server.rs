@@ -914,7 +914,7 @@ fn dispatch(
         return;
     }
     let id = request.id;
-    let parsed = match parse_request(&request.method, request.params.as_ref()) {
+    let parsed = match parse_request(&request.method, request.params) {
         Ok(p) => p,
         Err(e) => {
             conn.respond(&id, Err(e));
@@ -1081,10 +1081,10 @@ fn too_many_calls(limit: usize) -> ErrorObject {
 /// `-32601` quoting only its first [`limits::MAX_QUOTED_METHOD_LEN`] UTF-16 units and `…`
 /// (project decision): the reply escapes the name, so quoting a hostile line whole could make
 /// the reply several times the line's size.
-fn parse_request(method: &str, params: Option<&Value>) -> Result<ControlRequest, ErrorObject> {
+fn parse_request(method: &str, params: Option<Value>) -> Result<ControlRequest, ErrorObject> {
     let quotable = text::truncate_utf16(method, limits::MAX_QUOTED_METHOD_LEN);
     if quotable.len() == method.len() {
-        return ControlRequest::parse(method, params);
+        return ControlRequest::parse_owned(method, params);
     }
     Err(ErrorObject::method_not_found(&format!("{quotable}…")))
 }

@@ -293,6 +293,44 @@ impl EventBus {
         notification
     }
 
+    /// [`emit`](Self::emit) of a session's event whose owned form is built only when a
+    /// subscriber or tap could receive it (`build`); otherwise only the `events.log` line is
+    /// written, serialised from `data` (borrowed fields that serialise exactly as `build()`'s
+    /// data). A call emits two such events; with nobody subscribed this copies none of its
+    /// strings (issue #24).
+    pub fn emit_lazy<D: serde::Serialize>(
+        &self,
+        session_id: &str,
+        alias: &str,
+        kind: EventKind,
+        data: &D,
+        build: impl FnOnce() -> EventData,
+    ) {
+        let ts = self.inner.clock.now_unix_ms();
+        // Under the lock, so a subscription cannot start between the check and the delivery.
+        let mut state = self.state();
+        if state.wants(session_id, kind) {
+            let notification = EventNotification::new(ts, 0, build())
+                .with_session_id(Some(session_id.to_owned()))
+                .with_alias(Some(alias.to_owned()));
+            if let Some(log) = &self.inner.log {
+                log.enqueue(&notification);
+            }
+            state.deliver(&notification);
+            return;
+        }
+        drop(state);
+        if let Some(log) = &self.inner.log {
+            log.enqueue_serialized(&BorrowedEvent {
+                kind,
+                session_id,
+                alias,
+                ts,
+                data,
+            });
+        }
+    }
+
     /// Appends an accepted `event` frame to the session's ring buffer with the next `seq` and
     /// emits it as `app_event` (§D6.2 step 7). `payload` is `null` when the frame had none.
     /// Returns the `seq`, or `None` when the session has no buffer (revoked or expired
@@ -515,7 +553,43 @@ impl EventBus {
     }
 }
 
+/// An event notification of a session's kind other than `app_event` (`seq` 0), from borrowed
+/// fields: serialises exactly as [`EventNotification`] does.
+pub(crate) struct BorrowedEvent<'a, D> {
+    pub kind: EventKind,
+    pub session_id: &'a str,
+    pub alias: &'a str,
+    pub ts: u64,
+    pub data: &'a D,
+}
+
+impl<D: serde::Serialize> serde::Serialize for BorrowedEvent<'_, D> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("kind", &self.kind)?;
+        m.serialize_entry("sessionId", self.session_id)?;
+        m.serialize_entry("alias", self.alias)?;
+        m.serialize_entry("ts", &self.ts)?;
+        m.serialize_entry("seq", &0u64)?;
+        m.serialize_entry("data", self.data)?;
+        m.end()
+    }
+}
+
 impl BusState {
+    /// Whether an event of `kind` for `session_id` would reach any subscriber or tap.
+    fn wants(&self, session_id: &str, kind: EventKind) -> bool {
+        !self.taps.is_empty()
+            || self.subscribers.iter().any(|(_, sub)| {
+                sub.filter
+                    .session_id
+                    .as_deref()
+                    .is_none_or(|bound| bound == session_id)
+                    && sub.filter.admits_kind(kind)
+            })
+    }
+
     fn deliver(&mut self, n: &EventNotification) {
         let mut ended = Vec::new();
         for (id, sub) in &mut self.subscribers {
@@ -621,6 +695,11 @@ impl EventsLog {
     /// The line is serialised here, into one buffer, rather than the notification copied for
     /// the writer thread (issue #24: a copy is an allocation per string it holds).
     pub fn enqueue(&self, notification: &EventNotification) {
+        self.enqueue_serialized(notification);
+    }
+
+    /// [`enqueue`](Self::enqueue) of anything that serialises as a notification.
+    fn enqueue_serialized<T: serde::Serialize + ?Sized>(&self, notification: &T) {
         if self.shared.queued.fetch_add(1, Ordering::AcqRel) >= EVENTS_LOG_QUEUE {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.fail("the write queue is full");

@@ -42,7 +42,26 @@ pub fn to_canonical_pretty(value: &Value) -> String {
 /// `argsSha256` (§C12.2): lower-case hex SHA-256 of the canonical JSON of `args`. Callers pass
 /// the arguments after defaulting (an omitted `args` is `{}`).
 pub fn args_sha256(args: &Value) -> String {
-    let digest = Sha256::digest(to_canonical_string(args).as_bytes());
+    // One text buffer per thread, reused: hashing a call's arguments allocates nothing but the
+    // hex (issue #24, BENCHMARKS.md "Optimisation log"). A buffer grown by a huge value is
+    // dropped rather than kept.
+    thread_local! {
+        static TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+    }
+    const KEEP_BYTES: usize = 64 * 1024;
+    let digest = TEXT.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut text) => {
+            text.clear();
+            write_value(&mut text, args, Layout::CANONICAL);
+            let digest = Sha256::digest(text.as_bytes());
+            if text.capacity() > KEEP_BYTES {
+                *text = String::new();
+            }
+            digest
+        }
+        // Not reentrant in practice; a nested call still gets the right hash.
+        Err(_) => Sha256::digest(to_canonical_string(args).as_bytes()),
+    });
     let mut hex = String::with_capacity(64);
     for byte in digest {
         push_hex_byte(&mut hex, byte);
@@ -102,8 +121,10 @@ enum Step<'a> {
     Break(usize),
 }
 
-fn write_value(out: &mut String, root: &Value, layout: Layout) {
-    let mut stack = vec![Step::Value(root, 0)];
+fn write_value<'a>(out: &mut String, root: &'a Value, layout: Layout) {
+    // Room for a flat object of a dozen keys without growing.
+    let mut stack = Vec::with_capacity(64);
+    stack.push(Step::Value(root, 0));
     while let Some(step) = stack.pop() {
         if layout.byte_budget.is_some_and(|budget| out.len() > budget) {
             return;
@@ -143,19 +164,27 @@ fn write_value(out: &mut String, root: &Value, layout: Layout) {
                 }
                 Value::Object(map) => {
                     out.push('{');
-                    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                    if layout.sort_keys {
-                        // `str` orders by UTF-8 bytes, which is code-point order.
-                        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-                    }
                     stack.push(Step::Text("}"));
                     stack.push(Step::Break(depth));
-                    for (i, (key, item)) in entries.into_iter().enumerate().rev() {
+                    let mut push = |i: usize, key: &'a String, item: &'a Value| {
                         stack.push(Step::Value(item, depth + 1));
                         stack.push(Step::Key(key));
                         stack.push(Step::Break(depth + 1));
                         if i > 0 {
                             stack.push(Step::Text(","));
+                        }
+                    };
+                    // `str` orders by UTF-8 bytes, which is code-point order. Keys already in
+                    // order (what canonical senders write) need no sorted copy.
+                    if !layout.sort_keys || map.keys().is_sorted() {
+                        for (i, (key, item)) in map.iter().enumerate().rev() {
+                            push(i, key, item);
+                        }
+                    } else {
+                        let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                        entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                        for (i, (key, item)) in entries.into_iter().enumerate().rev() {
+                            push(i, key, item);
                         }
                     }
                 }
@@ -194,7 +223,9 @@ fn push_hex_byte(out: &mut String, byte: u8) {
 
 fn write_number(out: &mut String, value: &Value) {
     if let Some(i) = as_integer(value) {
-        out.push_str(&i.to_string());
+        use std::fmt::Write as _;
+        // Writing into a `String` cannot fail.
+        let _ = write!(out, "{i}");
         return;
     }
     match value.as_f64() {

@@ -74,6 +74,17 @@ macro_rules! methods {
                 }
             }
 
+            /// [`parse`](Self::parse) of params the caller owns: a `tools.call`'s `args` move
+            /// into the request instead of being copied (issue #24).
+            pub fn parse_owned(method: &str, params: Option<Value>) -> Result<Self, ErrorObject> {
+                if method == <ToolsCall as Method>::NAME {
+                    return ToolsCallParams::validate_owned(params)
+                        .map(Self::ToolsCall)
+                        .map_err(ErrorObject::from);
+                }
+                Self::parse(method, params.as_ref())
+            }
+
             /// The method name of this request.
             pub fn method(&self) -> &'static str {
                 match self {
@@ -1048,11 +1059,44 @@ impl ToolsCallParams {
     }
 
     pub fn validate(params: Option<&Value>) -> Result<Self, ParamError> {
+        let args = match params {
+            Some(Value::Object(m)) => m.get(Self::ARGS).filter(|v| !v.is_null()),
+            _ => None,
+        };
+        let mut valid = Self::validate_with_args(params, args)?;
+        if let Some(Value::Object(m)) = args {
+            valid.args = m.clone();
+        }
+        Ok(valid)
+    }
+
+    /// [`validate`](Self::validate) of params the caller owns: `args` is moved out, not copied
+    /// (the daemon's call path, issue #24).
+    pub fn validate_owned(mut params: Option<Value>) -> Result<Self, ParamError> {
+        // Left as `null`, which the rules read as absent; `args` is checked from `taken`.
+        let taken = match &mut params {
+            Some(Value::Object(m)) => m.get_mut(Self::ARGS).map(std::mem::take),
+            _ => None,
+        }
+        .filter(|v| !v.is_null());
+        let mut valid = Self::validate_with_args(params.as_ref(), taken.as_ref())?;
+        if let Some(Value::Object(m)) = taken {
+            valid.args = m;
+        }
+        Ok(valid)
+    }
+
+    /// Every rule of §C8.9, with `args` (absent or `null` = `None`) checked from `args_value`;
+    /// the returned `args` is empty, for the caller to fill.
+    fn validate_with_args(
+        params: Option<&Value>,
+        args_value: Option<&Value>,
+    ) -> Result<Self, ParamError> {
         let p = Obj::params(params, Self::KEYS)?;
         let name = p.string(Self::NAME, 1, limits::MAX_TOOL_NAME_LEN)?;
-        let args = match p.get(Self::ARGS) {
+        let args = match args_value {
             None => Map::new(),
-            Some(v @ Value::Object(m)) => {
+            Some(v @ Value::Object(_)) => {
                 if compact_json_len(v) > limits::MAX_ARGS_BYTES {
                     return Err(ParamError::invalid(
                         "args",
@@ -1074,7 +1118,7 @@ impl ToolsCallParams {
                     )
                     .with_detail("maxDepth", limits::MAX_JSON_DEPTH));
                 }
-                m.clone()
+                Map::new()
             }
             Some(_) => return Err(ParamError::invalid(Self::ARGS, "must be a JSON object")),
         };

@@ -1956,9 +1956,23 @@ pub fn decode_app_message(text: &str, phase: Phase<'_>) -> Result<AppFrame, Reje
     if text_depth(&text) > MAX_FRAME_DEPTH {
         return Err(reject_too_deep(&text, phase));
     }
-    let map = parse_sanitized_object(&text)
+    let mut map = parse_sanitized_object(&text)
         .map_err(|p| Rejection::refused(CloseReason::InvalidJson, FrameRefusal::message(p)))?;
-    decode_app_object(&map, phase)
+    // A `tool_result`'s `result` (any JSON the app chose) moves into the frame instead of being
+    // copied out of the parsed message (issue #24): the guard sees `null` in its place, which
+    // it reads only for presence. A result too deep keeps the ordinary path and its refusal.
+    let result = match map.get("type").and_then(Value::as_str) {
+        Some("tool_result") => match map.get_mut("result") {
+            Some(v) if !v.is_null() && json_depth(v) <= MAX_JSON_DEPTH => Some(std::mem::take(v)),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut frame = decode_app_object(&map, phase);
+    if let (Some(value), Ok(AppFrame::ToolResult(r))) = (result, &mut frame) {
+        r.result = Some(value);
+    }
+    frame
 }
 
 /// Steps 2 (object check) to 6 of §D6.2 on an already parsed message.

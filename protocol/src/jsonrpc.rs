@@ -360,6 +360,9 @@ pub fn parse_incoming(line: &[u8]) -> Incoming {
             ));
         }
     };
+    if let Some(request) = parse_plain_request(text) {
+        return Incoming::Request(request);
+    }
     let value: Value = match serde_json::from_str(text) {
         Ok(v) => v,
         Err(e) => {
@@ -397,6 +400,45 @@ pub fn parse_incoming(line: &[u8]) -> Incoming {
         Some(id) => Incoming::Request(Request { id, method, params }),
         None => Incoming::Notification(Notification { method, params }),
     }
+}
+
+/// The members of a request as they arrive, `jsonrpc` and `method` borrowed from the line (a
+/// string with escapes fails here and takes the general path).
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    jsonrpc: Option<&'a str>,
+    /// `Some(Value::Null)` for `"id": null` (not a notification).
+    #[serde(default, deserialize_with = "present")]
+    id: Option<Value>,
+    #[serde(borrow, default)]
+    method: Option<&'a str>,
+    #[serde(default)]
+    params: Option<Value>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+/// The common case of [`parse_incoming`] without a `Value` tree for the envelope (issue #24:
+/// one allocation for the method name instead of one per member): a well-formed request with
+/// a valid `id`. Anything else is `None`, and the general path answers it.
+fn parse_plain_request(text: &str) -> Option<Request> {
+    // A struct would also read an array positionally; only objects take this path.
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let envelope: Envelope<'_> = serde_json::from_str(text).ok()?;
+    if envelope.jsonrpc != Some(VERSION) {
+        return None;
+    }
+    let id = RequestId::from_value(envelope.id.as_ref()?)?;
+    Some(Request {
+        id,
+        method: envelope.method?.to_owned(),
+        params: envelope.params.filter(|p| !p.is_null()),
+    })
 }
 
 /// A message a client reads from the daemon.
@@ -607,6 +649,61 @@ mod tests {
             got,
             Incoming::Request(Request::new("a", "daemon.status", None))
         );
+    }
+
+    /// The envelope fast path (issue #24) answers exactly as the general path: every line here
+    /// gets what a `Value` parse of the whole line gives.
+    #[test]
+    fn the_envelope_fast_path_agrees_with_the_general_path() {
+        let lines: &[&[u8]] = &[
+            br#"{"jsonrpc":"2.0","id":7,"method":"tools.call","params":{"name":"e","args":{}}}"#,
+            br#"{"jsonrpc":"2.0","id":"x","method":"m","params":null,"extra":[1]}"#,
+            br#"{"jsonrpc":"2.0","id":1.0,"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":null,"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":1.5,"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"t\u006fols.list"}"#,
+            br#"{"jsonrpc":"2\u002e0","id":1,"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"a","method":"b"}"#,
+            br#"{"jsonrpc":"1.0","id":1,"method":"m"}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":null}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":5}"#,
+            br#"["2.0",1,"m",null]"#,
+            br#" {"jsonrpc":"2.0","id":2,"method":"m"} "#,
+            br#"{"jsonrpc":"2.0","id":2,"method":"m"} x"#,
+        ];
+        for line in lines {
+            let text = std::str::from_utf8(line).unwrap();
+            let general = {
+                // The general path alone: what `parse_incoming` did before the fast path.
+                let value: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+                match value {
+                    Value::Object(mut o) => {
+                        let id = o.get("id").and_then(RequestId::from_value);
+                        let ok = o.get("jsonrpc").and_then(Value::as_str) == Some(VERSION)
+                            && o.get("id").is_some()
+                            && id.is_some();
+                        match (ok, o.remove("method")) {
+                            (true, Some(Value::String(m))) => Some(Request {
+                                id: id.unwrap(),
+                                method: m,
+                                params: o.remove("params").filter(|p| !p.is_null()),
+                            }),
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                }
+            };
+            match parse_incoming(line) {
+                Incoming::Request(r) => assert_eq!(Some(r), general, "{text}"),
+                other => assert!(general.is_none(), "{text}: {other:?}"),
+            }
+            // Whatever the fast path takes, it takes correctly.
+            if let Some(fast) = parse_plain_request(text) {
+                assert_eq!(Some(fast), general, "{text}");
+            }
+        }
     }
 
     #[test]
