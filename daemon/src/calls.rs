@@ -23,7 +23,9 @@
 //! during the write still fails it.
 
 mod errors;
+mod leases;
 mod list;
+mod results;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -35,12 +37,12 @@ use appduct_protocol::canonical::args_sha256;
 use appduct_protocol::content::{ContentBlock, summarize};
 use appduct_protocol::control::{
     self, ApprovalsListResult, CallProgressSnapshot, CallState, CallSummary, Caller,
-    CallsListResult, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest,
+    CallResultState, CallsListResult, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest,
     DeniedReason, EventData, GrantSummary, GrantsListResult, GrantsRevokeResult, SessionState,
     Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
     ToolCallProgressParams, ToolCallStartedData, ToolCallStartedNotify, ToolCallStartedParams,
     ToolsCallParams, ToolsCallResult, ToolsCancelParams, ToolsCancelResult, ToolsListParams,
-    ToolsListResult,
+    ToolsListResult, ToolsResultParams, ToolsResultResult,
 };
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::frames::{
@@ -68,6 +70,9 @@ use crate::policy::{Permit, PolicyDenial, PolicyEngine};
 use crate::rng::fast_random_bytes;
 use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
 use appduct_client::timestamp::format_iso_ms;
+
+pub use leases::{Leases, session_leased};
+pub use results::Results;
 
 pub use list::{
     ToolsPage, group_totals, in_group, list_tools, list_tools_within, simple_lowercase,
@@ -406,6 +411,10 @@ struct Inner {
     /// `results.maxBytes` and `results.maxBufferedBytes` (§D17.3).
     result_max_bytes: u64,
     result_max_buffered_bytes: u64,
+    /// Session leases (§C10.9).
+    leases: Leases,
+    /// Settled outcomes for `tools.result` (§C10.10).
+    results: Results,
     this: Weak<Inner>,
 }
 
@@ -461,6 +470,11 @@ impl Calls {
             probe,
             result_max_bytes: ctx.config.results.max_bytes,
             result_max_buffered_bytes: ctx.config.results.max_buffered_bytes,
+            leases: Leases::new(ctx.bus.clone(), Arc::clone(&ctx.clock)),
+            results: Results::new(
+                usize::try_from(ctx.config.results.retain_count).unwrap_or(usize::MAX),
+                ctx.config.results.retain_bytes,
+            ),
             this: this.clone(),
         });
         ctx.sessions
@@ -479,6 +493,11 @@ impl Calls {
     /// Unsettled `tools.call` requests.
     pub fn pending(&self) -> usize {
         lock(&self.inner.table).calls.len()
+    }
+
+    /// Settled outcomes kept for `tools.result` and their bytes (§C10.10).
+    pub fn retained_results(&self) -> (usize, u64) {
+        self.inner.results.usage()
     }
 }
 
@@ -522,6 +541,26 @@ impl CallsApi for Calls {
                 ControlRequest::CallsList(_) => {
                     Reply::from_result(Ok::<_, ErrorObject>(inner.calls_list()))
                 }
+                ControlRequest::SessionsLease(p) => Reply::from_result(
+                    inner
+                        .sessions
+                        .resolve(p.selector.as_deref())
+                        .and_then(|s| {
+                            inner
+                                .leases
+                                .take(&conn, &s.session_id, &s.alias, p.ttl_ms(), p.steal)
+                        }),
+                ),
+                ControlRequest::SessionsRelease(p) => Reply::from_result(
+                    inner.sessions.resolve(p.selector.as_deref()).map(|s| {
+                        control::SessionsReleaseResult::new(
+                            &s.session_id,
+                            &s.alias,
+                            inner.leases.release(&conn, &s.session_id),
+                        )
+                    }),
+                ),
+                ControlRequest::ToolsResult(p) => Reply::from_result(inner.tools_result(&p).await),
                 ControlRequest::GrantsList(_) => Reply::from_result(Ok::<_, ErrorObject>(
                     GrantsListResult::new(inner.approvals.grants()),
                 )),
@@ -547,11 +586,17 @@ impl CallsApi for Calls {
             control::features::CONSENT_RECORDS,
             control::features::TOOLS_GROUPS,
             control::features::APPROVALS,
+            control::features::SESSIONS_LEASE,
+            control::features::CALLS_RESULTS,
         ]
     }
 
     fn grants(&self) -> Vec<GrantSummary> {
         self.inner.approvals.grants()
+    }
+
+    fn annotate_leases(&self, sessions: &mut [control::SessionSummary]) {
+        self.inner.leases.annotate(sessions);
     }
 
     fn stop_timers(&self) {
@@ -783,6 +828,12 @@ impl Inner {
                     reason,
                 )))
             });
+            return finished.await;
+        }
+
+        // 4a. The session's lease, if another connection holds it (§C10.9).
+        if let Err(e) = self.leases.check(conn.id(), &session_id) {
+            self.settle(key, |_| Some(Outcome::error(e)));
             return finished.await;
         }
 
@@ -1502,6 +1553,7 @@ impl Inner {
         );
         // The call ends here: its strings move into the response (no copies, issue #24).
         let call_id = std::mem::take(&mut call.call_id);
+        let kept_id = call_id.clone();
         let response = match (outcome, call.target.take()) {
             (Outcome::Result { result, content }, Some(target)) => Ok(ToolsCallResult::new(
                 result,
@@ -1517,8 +1569,11 @@ impl Inner {
             .with_call_id(call_id)),
             (Outcome::Failed(error, _), _) => Err(error.with_call_id(call_id)),
         };
-        // A closed connection drops the response (§C10.1 step 4).
+        // A closed connection drops the response (§C10.1 step 4); the outcome stays for
+        // `tools.result` either way (§C10.10).
         call.conn.respond_with(&call.request_id, response.as_ref());
+        self.results
+            .keep(&kept_id, response, self.clock.now_unix_ms());
         if let Some(done) = call.done.take() {
             let _ = done.send(());
         }
@@ -1745,6 +1800,9 @@ impl Inner {
 
     /// §D12.4: every call resolved to the session fails; no `tool_cancel` is sent.
     fn on_session_ended(&self, session_id: &str, why: CallsEnded) {
+        if matches!(why, CallsEnded::Revoked | CallsEnded::Expired) {
+            self.leases.session_ended(session_id);
+        }
         let calls: Vec<(Call, Outcome)> = {
             let mut table = self.table();
             let keys = table.keys_where(|c| {
@@ -1762,6 +1820,37 @@ impl Inner {
         };
         for (call, outcome) in calls {
             self.finish(call, outcome);
+        }
+    }
+
+    /// `tools.result` (§C8.43): the kept outcome of a settled call, `running` for a call in
+    /// flight (after waiting up to `waitMs` for it to settle), else `invalid_request` with
+    /// `details.reason: "call_not_retained"`.
+    async fn tools_result(
+        &self,
+        params: &ToolsResultParams,
+    ) -> Result<ToolsResultResult, ErrorObject> {
+        let call_id = params.call_id.as_str();
+        let until = Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
+        loop {
+            let settled = self.results.settled();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            // In flight first: a call that settles between the two looks is then found kept.
+            let running = self.table().by_call_id.contains_key(call_id);
+            if !running {
+                return self
+                    .results
+                    .get(call_id)
+                    .ok_or_else(|| errors::call_not_retained(call_id));
+            }
+            if Instant::now() >= until {
+                return Ok(ToolsResultResult::running(call_id));
+            }
+            tokio::select! {
+                () = &mut settled => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
         }
     }
 

@@ -102,6 +102,7 @@ pub fn session(id: &str, alias: &str) -> SessionSummary {
         event_count: 0,
         rng: None,
         registry: RegistryState::Received,
+        lease: None,
     }
 }
 

@@ -135,6 +135,12 @@ methods! {
     DaemonReload = "daemon.reload", NoParams => ReloadResult;
     /// `calls.list` (§C8.40).
     CallsList = "calls.list", NoParams => CallsListResult;
+    /// `sessions.lease` (§C8.41).
+    SessionsLease = "sessions.lease", SessionsLeaseParams => SessionsLeaseResult;
+    /// `sessions.release` (§C8.42).
+    SessionsRelease = "sessions.release", SelectorParams => SessionsReleaseResult;
+    /// `tools.result` (§C8.43).
+    ToolsResult = "tools.result", ToolsResultParams => ToolsResultResult;
 }
 
 /// Names reserved for later waves; the daemon answers `-32601` for them (§C8.16).
@@ -152,6 +158,10 @@ pub mod features {
     pub const TOOLS_GROUPS: &str = "tools.groups";
     /// `approvals.*` and `grants.*` (§C8.17–§C8.21).
     pub const APPROVALS: &str = "approvals";
+    /// `sessions.lease`, `sessions.release` and `session_leased` (§C8.41, §C10.9).
+    pub const SESSIONS_LEASE: &str = "sessions.lease";
+    /// `tools.result` over a retention window of settled calls (§C8.43, §C10.10).
+    pub const CALLS_RESULTS: &str = "calls.results";
     /// Everything this crate's control protocol offers, in the order of §C8.1.
     pub const ALL: &[&str] = &[
         CALLS_CALL_ID,
@@ -161,6 +171,8 @@ pub mod features {
         EVENTS_LIST,
         TOOLS_GROUPS,
         APPROVALS,
+        SESSIONS_LEASE,
+        CALLS_RESULTS,
     ];
 }
 
@@ -605,6 +617,8 @@ wire_enum! {
         ApprovalPending = "approval_pending",
         ApprovalSettled = "approval_settled",
         PolicyChanged = "policy_changed",
+        LeaseTaken = "lease_taken",
+        LeaseReleased = "lease_released",
     }
 }
 wire_enum! {
@@ -1399,6 +1413,9 @@ pub struct SessionSummary {
     /// `received`; a session stays `pending` from its claim until its first snapshot.
     #[serde(default)]
     pub registry: RegistryState,
+    /// The session's lease while one is held (§C10.9); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<SessionLease>,
 }
 
 /// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (§C9.2).
@@ -2686,6 +2703,8 @@ pub enum EventData {
     ApprovalPending(ApprovalPendingData),
     ApprovalSettled(ApprovalSettledData),
     PolicyChanged(PolicyChangedData),
+    LeaseTaken(LeaseTakenData),
+    LeaseReleased(LeaseReleasedData),
 }
 
 wire_enum! {
@@ -2745,6 +2764,8 @@ impl EventData {
             Self::ApprovalPending(_) => EventKind::ApprovalPending,
             Self::ApprovalSettled(_) => EventKind::ApprovalSettled,
             Self::PolicyChanged(_) => EventKind::PolicyChanged,
+            Self::LeaseTaken(_) => EventKind::LeaseTaken,
+            Self::LeaseReleased(_) => EventKind::LeaseReleased,
         }
     }
 
@@ -2768,6 +2789,8 @@ impl EventData {
             Self::ApprovalPending(d) => m.serialize_entry("data", d),
             Self::ApprovalSettled(d) => m.serialize_entry("data", d),
             Self::PolicyChanged(d) => m.serialize_entry("data", d),
+            Self::LeaseTaken(d) => m.serialize_entry("data", d),
+            Self::LeaseReleased(d) => m.serialize_entry("data", d),
         }
     }
 
@@ -2794,6 +2817,8 @@ impl EventData {
             EventKind::ApprovalPending => Self::ApprovalPending(de(data)?),
             EventKind::ApprovalSettled => Self::ApprovalSettled(de(data)?),
             EventKind::PolicyChanged => Self::PolicyChanged(de(data)?),
+            EventKind::LeaseTaken => Self::LeaseTaken(de(data)?),
+            EventKind::LeaseReleased => Self::LeaseReleased(de(data)?),
         })
     }
 }
@@ -3087,6 +3112,14 @@ impl ServerNotification {
     }
 }
 
+mod leases;
+pub use leases::{
+    CallResultState, DEFAULT_LEASE_TTL_MS, LeaseEndReason, LeaseHolder, LeaseReleasedData,
+    LeaseTakenData, MAX_LEASE_TTL_MS, MAX_RESULT_WAIT_MS, MIN_LEASE_TTL_MS, SessionLease,
+    SessionsLeaseParams, SessionsLeaseResult, SessionsReleaseResult, ToolsResultParams,
+    ToolsResultResult,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -3226,7 +3259,7 @@ mod tests {
         assert!(!is_reserved_method("tools.list"));
         let e = ControlRequest::parse("tools.call", Some(&json!({})));
         assert_eq!(e.err().map(|e| e.code), Some(-32602));
-        assert_eq!(METHODS.len(), 25);
+        assert_eq!(METHODS.len(), 28);
     }
 }
 
