@@ -37,7 +37,7 @@ use appduct_protocol::canonical::args_sha256;
 use appduct_protocol::content::{ContentBlock, summarize};
 use appduct_protocol::control::{
     self, ApprovalsListResult, CallProgressSnapshot, CallState, CallSummary, Caller,
-    CallResultState, CallsListResult, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest,
+    CallsListResult, Consent, ConsentCreateParams, ConsentCreateResult, ControlRequest,
     DeniedReason, EventData, GrantSummary, GrantsListResult, GrantsRevokeResult, SessionState,
     Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
     ToolCallProgressParams, ToolCallStartedData, ToolCallStartedNotify, ToolCallStartedParams,
@@ -209,6 +209,8 @@ struct Call {
     done: Option<oneshot::Sender<()>>,
     /// A result arriving in parts (§D17.2); its bytes are counted in [`Table::buffered`].
     transfer: Option<ResultAssembler>,
+    /// `detach: true`: the issuing connection closing does not cancel the call (§C10.10).
+    detached: bool,
 }
 
 #[derive(Default)]
@@ -744,6 +746,7 @@ impl Inner {
             consent,
             call_id,
             progress,
+            detach,
             ..
         } = params;
         let args = Value::Object(args);
@@ -774,6 +777,9 @@ impl Inner {
             wire_id,
             done,
         } = reserved;
+        if detach && let Some(call) = self.table().calls.get_mut(&key) {
+            call.detached = true;
+        }
         let finished = async move {
             // The sender lives in the entry; it is dropped unsent only if the entry vanished
             // without settling, which the request guard then answers as an internal error.
@@ -1345,6 +1351,7 @@ impl Inner {
                 started_at_ms: self.clock.now_unix_ms(),
                 expires_at_s: None,
                 last_progress: None,
+                detached: false,
                 target: None,
                 consent: None,
                 parked: None,
@@ -2025,7 +2032,7 @@ impl Inner {
             let keys = {
                 let mut table = inner.table();
                 table.hooked.remove(&conn_id);
-                table.keys_where(|c| c.conn.id() == conn_id)
+                table.keys_where(|c| c.conn.id() == conn_id && !c.detached)
             };
             if keys.is_empty() {
                 return;

@@ -1049,6 +1049,10 @@ params! {
         "callId" => pub call_id: Option<String> => with_call_id,
         #[serde(default, skip_serializing_if = "is_false")]
         "progress" => pub progress: bool => with_progress,
+        /// The call outlives its connection: closing it does not cancel the call, whose
+        /// outcome `tools.result` returns (§C10.10).
+        #[serde(default, skip_serializing_if = "is_false")]
+        "detach" => pub detach: bool => with_detach,
     }
 }
 
@@ -1127,6 +1131,7 @@ impl ToolsCallParams {
                 "must match ^[A-Za-z0-9_-]{1,128}$",
             )?,
             progress: p.boolean(Self::PROGRESS)?.unwrap_or(false),
+            detach: p.boolean(Self::DETACH)?.unwrap_or(false),
         })
     }
 

@@ -2,10 +2,13 @@
 //! `sessions.release` (§C8.42), `tools.result` (§C8.43), the `lease_taken` / `lease_released`
 //! events and the `lease` of a [`SessionSummary`](super::SessionSummary) (§C10.9, §C10.10).
 
+use std::fmt;
+use std::str::FromStr;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Obj, ParamError, ToolsCallResult, is_valid_call_id};
+use super::{Obj, ParamError, ToolsCallResult, UnknownValue, is_valid_call_id};
 use crate::jsonrpc::ErrorObject;
 
 /// Shortest lease, milliseconds (§C8.41).
