@@ -1576,11 +1576,23 @@ impl Inner {
             .with_call_id(call_id)),
             (Outcome::Failed(error, _), _) => Err(error.with_call_id(call_id)),
         };
-        // A closed connection drops the response (§C10.1 step 4); the outcome stays for
-        // `tools.result` either way (§C10.10).
-        call.conn.respond_with(&call.request_id, response.as_ref());
-        self.results
+        // The outcome is kept for `tools.result` (§C10.10) whether or not anyone still waits
+        // for it, and the response is written from the kept copy. A closed connection drops
+        // the response (§C10.1 step 4).
+        let kept = self
+            .results
             .keep(&kept_id, response, self.clock.now_unix_ms());
+        let unreachable;
+        let response = match (&kept.response, &kept.error) {
+            (Some(result), _) => Ok(result),
+            (None, Some(error)) => Err(error),
+            (None, None) => {
+                unreachable = ErrorObject::internal("A settled outcome without a result")
+                    .with_call_id(kept_id);
+                Err(&unreachable)
+            }
+        };
+        call.conn.respond_with(&call.request_id, response);
         if let Some(done) = call.done.take() {
             let _ = done.send(());
         }

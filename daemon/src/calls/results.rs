@@ -5,7 +5,7 @@
 //! restart forgets them all.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use appduct_protocol::control::{ToolsCallResult, ToolsResultResult};
 use appduct_protocol::jsonrpc::ErrorObject;
@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use crate::control_server::serialized_len;
 
 struct Entry {
-    result: ToolsResultResult,
+    result: Arc<ToolsResultResult>,
     bytes: u64,
     seq: u64,
 }
@@ -63,15 +63,16 @@ impl Results {
     }
 
     /// Keeps a settled call's outcome (a newer call reusing the callId replaces it) and wakes
-    /// the waiters.
+    /// the waiters. Returns the outcome, kept or not, for the caller's own response: the
+    /// pipeline replies from it, so the body is never copied.
     pub fn keep(
         &self,
         call_id: &str,
         outcome: Result<ToolsCallResult, ErrorObject>,
         settled_at_ms: u64,
-    ) {
-        let result = ToolsResultResult::settled(call_id, outcome, settled_at_ms);
-        let bytes = serialized_len(&result) as u64;
+    ) -> Arc<ToolsResultResult> {
+        let result = Arc::new(ToolsResultResult::settled(call_id, outcome, settled_at_ms));
+        let bytes = serialized_len(&*result) as u64;
         {
             let mut store = self.store();
             if let Some(old) = store.by_id.remove(call_id) {
@@ -94,7 +95,14 @@ impl Results {
                 let seq = store.next_seq;
                 store.order.push_back((call_id.to_owned(), seq));
                 store.bytes += bytes;
-                store.by_id.insert(call_id.to_owned(), Entry { result, bytes, seq });
+                store.by_id.insert(
+                    call_id.to_owned(),
+                    Entry {
+                        result: Arc::clone(&result),
+                        bytes,
+                        seq,
+                    },
+                );
             }
             // Stale pairs never outnumber the kept entries by much.
             if store.order.len() > 2 * store.by_id.len() + 64 {
@@ -103,11 +111,15 @@ impl Results {
             }
         }
         self.settled.notify_waiters();
+        result
     }
 
     /// The kept outcome of `call_id`, if any.
     pub fn get(&self, call_id: &str) -> Option<ToolsResultResult> {
-        self.store().by_id.get(call_id).map(|e| e.result.clone())
+        self.store()
+            .by_id
+            .get(call_id)
+            .map(|e| ToolsResultResult::clone(&e.result))
     }
 
     /// Resolves on the next [`keep`](Self::keep) after it was enabled; see [`Notify`].
