@@ -10,6 +10,7 @@ mod consent_channels;
 mod errors;
 mod exit_grace;
 mod fake_daemon_guard;
+mod leases;
 mod malformed_requests;
 mod roots_cache;
 mod security_args;
