@@ -1064,8 +1064,14 @@ mod tests {
         assert_eq!(c.results.max_buffered_bytes, 1_048_576);
         let c = ok(json!({"results": {"retainCount": 0, "retainBytes": 1024}}));
         assert_eq!((c.results.retain_count, c.results.retain_bytes), (0, 1024));
-        bad(json!({"results": {"retainCount": 100001}}), "results.retainCount");
-        bad(json!({"results": {"retainBytes": -1}}), "results.retainBytes");
+        bad(
+            json!({"results": {"retainCount": 100001}}),
+            "results.retainCount",
+        );
+        bad(
+            json!({"results": {"retainBytes": -1}}),
+            "results.retainBytes",
+        );
         bad(json!({"results": {"maxBytes": 262143}}), "results.maxBytes");
         bad(
             json!({"results": {"maxBytes": 16777217}}),

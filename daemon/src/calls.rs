@@ -544,24 +544,21 @@ impl CallsApi for Calls {
                     Reply::from_result(Ok::<_, ErrorObject>(inner.calls_list()))
                 }
                 ControlRequest::SessionsLease(p) => Reply::from_result(
-                    inner
-                        .sessions
-                        .resolve(p.selector.as_deref())
-                        .and_then(|s| {
-                            inner
-                                .leases
-                                .take(&conn, &s.session_id, &s.alias, p.ttl_ms(), p.steal)
-                        }),
+                    inner.sessions.resolve(p.selector.as_deref()).and_then(|s| {
+                        inner
+                            .leases
+                            .take(&conn, &s.session_id, &s.alias, p.ttl_ms(), p.steal)
+                    }),
                 ),
-                ControlRequest::SessionsRelease(p) => Reply::from_result(
-                    inner.sessions.resolve(p.selector.as_deref()).map(|s| {
+                ControlRequest::SessionsRelease(p) => {
+                    Reply::from_result(inner.sessions.resolve(p.selector.as_deref()).map(|s| {
                         control::SessionsReleaseResult::new(
                             &s.session_id,
                             &s.alias,
                             inner.leases.release(&conn, &s.session_id),
                         )
-                    }),
-                ),
+                    }))
+                }
                 ControlRequest::ToolsResult(p) => Reply::from_result(inner.tools_result(&p).await),
                 ControlRequest::GrantsList(_) => Reply::from_result(Ok::<_, ErrorObject>(
                     GrantsListResult::new(inner.approvals.grants()),

@@ -479,7 +479,11 @@ impl DaemonHandler {
     }
 
     fn sessions_describe(&self, params: &SelectorParams) -> Result<SessionSummary, ErrorObject> {
-        let mut session = self.inner.ctx.sessions.describe(params.selector.as_deref())?;
+        let mut session = self
+            .inner
+            .ctx
+            .sessions
+            .describe(params.selector.as_deref())?;
         self.inner
             .ctx
             .calls

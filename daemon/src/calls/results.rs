@@ -79,9 +79,7 @@ impl Results {
                 store.bytes -= old.bytes;
             }
             if self.max_count > 0 && bytes <= self.max_bytes {
-                while store.by_id.len() >= self.max_count
-                    || store.bytes + bytes > self.max_bytes
-                {
+                while store.by_id.len() >= self.max_count || store.bytes + bytes > self.max_bytes {
                     let Some((id, seq)) = store.order.pop_front() else {
                         break;
                     };

@@ -70,7 +70,11 @@ async fn two_connections_contend_for_one_lease() {
 
     // The holder calls as usual; listings show the lease.
     f.wire
-        .send(4, "tools.call", json!({"name": "echo", "args": {"text": "hi"}}))
+        .send(
+            4,
+            "tools.call",
+            json!({"name": "echo", "args": {"text": "hi"}}),
+        )
         .await;
     let (wire_id, _) = f.device.tool_call().await;
     f.device.result(&wire_id, json!("hi")).await;
@@ -161,7 +165,10 @@ async fn steal_takes_the_lease_over() {
     assert_eq!(released(&mut f.events).await, LeaseEndReason::Stolen);
     match next_of(&mut f.events, EventKind::LeaseTaken).await.data {
         EventData::LeaseTaken(d) => {
-            assert_eq!(d.stolen_from.and_then(|h| h.client).as_deref(), Some("agent-a"));
+            assert_eq!(
+                d.stolen_from.and_then(|h| h.client).as_deref(),
+                Some("agent-a")
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -186,10 +193,11 @@ async fn a_settled_result_is_fetched_by_call_id_from_another_connection() {
         .await;
     let (wire_id, _) = f.device.tool_call().await;
 
-    let running = b
-        .request(1, "tools.result", json!({"callId": "r1"}))
-        .await;
-    assert_eq!(running["result"], json!({"callId": "r1", "state": "running"}));
+    let running = b.request(1, "tools.result", json!({"callId": "r1"})).await;
+    assert_eq!(
+        running["result"],
+        json!({"callId": "r1", "state": "running"})
+    );
 
     // A waiting fetch resolves when the call settles.
     b.send(2, "tools.result", json!({"callId": "r1", "waitMs": 60000}))
@@ -206,9 +214,7 @@ async fn a_settled_result_is_fetched_by_call_id_from_another_connection() {
         .send(2, "tools.call", json!({"name": "nope", "callId": "r2"}))
         .await;
     f.wire.response(2).await;
-    let failed = b
-        .request(3, "tools.result", json!({"callId": "r2"}))
-        .await;
+    let failed = b.request(3, "tools.result", json!({"callId": "r2"})).await;
     assert_eq!(failed["result"]["state"], "error");
     assert_eq!(failed["result"]["error"]["data"]["type"], "tool_not_found");
     let unknown = b

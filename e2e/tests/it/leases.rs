@@ -61,7 +61,9 @@ async fn two_bridges_contend_for_one_lease_and_the_holders_exit_releases_it() {
     // A exits: its connection closes and the lease ends; B's call runs.
     a.close_stdin();
     assert!(blocking(|| a.proc().wait_exit(WAIT)).is_some());
-    assert!(blocking(|| sb.wait_sessions(WAIT, |l| l[0].get("lease").is_none())));
+    assert!(blocking(
+        || sb.wait_sessions(WAIT, |l| l[0].get("lease").is_none())
+    ));
     let id = blocking(|| b.send_request("tools/call", call_args(true))).or_fail();
     let call = device.expect_frame("tool_call").await.or_fail();
     device.reply(&call, json!("b")).await.or_fail();
@@ -90,7 +92,10 @@ async fn a_bridge_killed_mid_call_leaves_an_outcome_fetched_by_call_id() {
     // The bridge's callId, as every client of the daemon sees it.
     let mut control = blocking(|| Control::connect(&sb.socket(), WAIT)).or_fail();
     let calls = blocking(|| control.result("calls.list", json!({}))).or_fail();
-    let call_id = calls["calls"][0]["callId"].as_str().unwrap_or_default().to_owned();
+    let call_id = calls["calls"][0]["callId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(call_id.starts_with("mcp_"), "{calls}");
 
     // Killed mid-call: the app is not told to cancel, and answers later.
@@ -98,10 +103,9 @@ async fn a_bridge_killed_mid_call_leaves_an_outcome_fetched_by_call_id() {
     assert!(blocking(|| first.proc().wait_exit(WAIT)).is_some());
     let second = blocking(|| Mcp::spawn(&sb)).or_fail();
     device.reply(&call, json!({"total": 42})).await.or_fail();
-    let fetched = blocking(|| {
-        control.result("tools.result", json!({"callId": call_id, "waitMs": 10000}))
-    })
-    .or_fail();
+    let fetched =
+        blocking(|| control.result("tools.result", json!({"callId": call_id, "waitMs": 10000})))
+            .or_fail();
     assert_eq!(fetched["state"], "ok", "{fetched}");
     assert_eq!(fetched["response"]["result"], json!({"total": 42}));
     assert_eq!(fetched["response"]["callId"], call_id.as_str());

@@ -606,7 +606,9 @@ async fn call(
     if planned.lease {
         // The lease belongs to this bridge's persistent connection; it ends when the bridge
         // exits. Never `steal`: an agent cannot take a lease from another client (§M17).
-        let ttl_ms = effective.saturating_add(LEASE_MARGIN_MS).min(MAX_LEASE_TTL_MS);
+        let ttl_ms = effective
+            .saturating_add(LEASE_MARGIN_MS)
+            .min(MAX_LEASE_TTL_MS);
         client
             .call::<SessionsLease>(
                 SessionsLeaseParams::default()

@@ -10,7 +10,9 @@ use appduct_daemon::control_server::Reply;
 use appduct_mcp::{BridgeOptions, catalog};
 use appduct_protocol::control::{ControlRequest, PolicyDecision};
 use appduct_protocol::jsonrpc::RequestId;
-use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, ProtocolVersion, ServerResult};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ProtocolVersion, ServerResult,
+};
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Value, json};
 use support::*;
@@ -46,7 +48,12 @@ fn done(call_id: &str) -> Reply {
 }
 
 fn fake_with_slow_task(extra: &[&str]) -> Arc<FakeDaemon> {
-    let mut methods = vec!["sessions.describe", "tools.list", "tools.call", "events.subscribe"];
+    let mut methods = vec![
+        "sessions.describe",
+        "tools.list",
+        "tools.call",
+        "events.subscribe",
+    ];
     methods.extend_from_slice(extra);
     let fake = FakeDaemon::new(&methods);
     fake.add_session(
@@ -106,7 +113,10 @@ async fn a_silent_five_second_call_sends_heartbeats() {
         let m = b.message.as_deref().unwrap();
         assert_eq!(
             m,
-            format!("\"slow_task\" on {ALIAS} is running ({} s; callId {call_id})", i + 1)
+            format!(
+                "\"slow_task\" on {ALIAS} is running ({} s; callId {call_id})",
+                i + 1
+            )
         );
         assert!(b.total.is_none());
     }
@@ -141,8 +151,10 @@ async fn lease_true_takes_the_lease_on_the_bridge_connection_before_calling() {
             panic!("{request:?}")
         };
         Box::pin(async move {
-            Reply::Ok(json!({"sessionId": ID, "alias": ALIAS, "holder": {"client": "appduct-mcp"},
-                             "expiresAt": 1_796_083_332u64, "ttlMs": p.ttl_ms(), "renewed": false}))
+            Reply::Ok(
+                json!({"sessionId": ID, "alias": ALIAS, "holder": {"client": "appduct-mcp"},
+                             "expiresAt": 1_796_083_332u64, "ttlMs": p.ttl_ms(), "renewed": false}),
+            )
         })
     });
     let mut calls = held_calls(&fake);
@@ -182,7 +194,10 @@ async fn a_refused_lease_is_the_agents_error_and_nothing_is_called() {
     });
     let h = start(fake.clone(), v2025()).await;
     let r = h
-        .call(catalog::CALL_TOOL, json!({"name": "slow_task", "lease": true}))
+        .call(
+            catalog::CALL_TOOL,
+            json!({"name": "slow_task", "lease": true}),
+        )
         .await;
     assert_eq!(error_type(&r), "session_leased");
     assert_eq!(error_details(&r)["holder"]["pid"], 7);

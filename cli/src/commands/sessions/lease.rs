@@ -156,3 +156,54 @@ pub async fn run(globals: &Globals, out: &Output, req: &LeaseRequest) -> Result<
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use appduct_protocol::control::{LeaseHolder, SessionLease};
+
+    fn args(ttl: Option<&str>, steal: bool, release: bool) -> LeaseArgs {
+        LeaseArgs {
+            positionals: vec!["pixel-8".into()],
+            ttl: ttl.map(str::to_owned),
+            steal,
+            release,
+        }
+    }
+
+    #[test]
+    fn ttl_is_checked_and_excludes_release() {
+        let ok = validate(args(None, false, false)).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(ok.ttl_s, DEFAULT_TTL_S);
+        assert_eq!(ok.selector.as_deref(), Some("pixel-8"));
+        for bad in ["0", "3601", "-1", "1.5"] {
+            assert!(validate(args(Some(bad), false, false)).is_err(), "{bad}");
+        }
+        assert!(validate(args(Some("30"), false, true)).is_err());
+        assert!(validate(args(None, true, true)).is_ok());
+    }
+
+    #[test]
+    fn human_lines_name_the_holder_taken_from() {
+        let holder = |c: &str, pid| LeaseHolder::new(Some(c.to_owned()), Some(pid));
+        let taken = SessionsLeaseResult::new(
+            "S",
+            "pixel-8",
+            SessionLease::new(holder("appduct", 2), 1_796_083_332),
+            60_000,
+            false,
+            Some(holder("appduct-mcp", 48_990)),
+        );
+        let s = lease_taken(&taken);
+        assert_eq!(
+            s.human,
+            "Took the lease from appduct-mcp (pid 48990). Leased pixel-8 for 60 s; renewing until Ctrl-C, which releases it.\n"
+        );
+        let released = lease_released(&taken, &SessionsReleaseResult::new("S", "pixel-8", true));
+        assert_eq!(
+            released.human,
+            "Released the lease appduct-mcp (pid 48990) held on pixel-8.\n"
+        );
+        assert_eq!(released.data["previousHolder"]["pid"], 48_990);
+    }
+}
