@@ -3208,7 +3208,8 @@ mod tests {
             .with_caller(Caller::Mcp)
             .with_consent(Consent::Elicitation)
             .with_call_id(s())
-            .with_progress(true);
+            .with_progress(true)
+            .with_detach(true);
         assert_eq!(keys(full_call), ToolsCallParams::KEYS);
         let full_subscribe = SubscribeParams::default()
             .with_session_selector(s())
