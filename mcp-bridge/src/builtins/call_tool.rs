@@ -59,7 +59,7 @@ fn definition() -> Definition {
                 "name": tool_name_prop(),
                 "args": {"type": "object", "description": "Arguments for the tool; default {}."},
                 "timeoutMs": {"type": "integer", "minimum": 1000, "maximum": 600000, "description": "Shorter deadline in ms, at most the tool's deadlineMs."},
-                "lease": {"type": "boolean", "description": "Reserve the session for this agent: other clients' tool calls are refused until 60 s after this call's deadline (each leased call renews it) or until this server exits."}
+                "lease": {"type": "boolean", "description": "Reserve the session for this agent: other clients' calls are refused until 60 s past this call's deadline."}
             },
             "required": ["name"],
             "additionalProperties": false
