@@ -558,6 +558,9 @@ fn params_of(request: &ControlRequest) -> Value {
         ControlRequest::EventsList(p) => to_json(p),
         ControlRequest::LinkCreate(p) => to_json(p),
         ControlRequest::SessionsRevoke(p) => to_json(p),
+        ControlRequest::SessionsLease(p) => to_json(p),
+        ControlRequest::SessionsRelease(p) => to_json(p),
+        ControlRequest::ToolsResult(p) => to_json(p),
         _ => Value::Null,
     }
 }

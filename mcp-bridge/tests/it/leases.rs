@@ -97,7 +97,7 @@ async fn a_silent_five_second_call_sends_heartbeats() {
     let ServerResult::CallToolResult(r) = pending.await_response().await.unwrap() else {
         panic!("not a tool result")
     };
-    assert_eq!(r.is_error, Some(false));
+    assert_eq!(r.structured_content, Some(json!({"done": call_id})));
 
     let beats: Vec<_> = client
         .progress
