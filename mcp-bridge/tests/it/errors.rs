@@ -104,7 +104,7 @@ async fn unknown_keys_are_named_with_the_accepted_ones() {
     );
     assert_eq!(
         error_details(&r),
-        json!({"param": "arguments", "unknownKeys": ["arguments"], "acceptedKeys": ["selector", "name", "args", "timeoutMs"]})
+        json!({"param": "arguments", "unknownKeys": ["arguments"], "acceptedKeys": ["selector", "name", "args", "timeoutMs", "lease"]})
     );
     // Misspellings on every built-in fail the same way, before any daemon call.
     for (name, bad) in [
