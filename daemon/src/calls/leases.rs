@@ -194,7 +194,9 @@ impl Leases {
         let weak = Arc::downgrade(&self.shared);
         let sid = session_id.to_owned();
         match conn.add_close_hook(move || {
-            Self::from_weak(&weak).map(|l| l.end(&sid, generation, LeaseEndReason::Disconnected));
+            if let Some(leases) = Self::from_weak(&weak) {
+                leases.end(&sid, generation, LeaseEndReason::Disconnected);
+            }
         }) {
             Ok(hook) => {
                 if let Some(lease) = self.table().by_session.get_mut(session_id)
