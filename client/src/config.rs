@@ -128,13 +128,24 @@ pub struct ResultsConfig {
     pub max_bytes: u64,
     /// The most all sessions together may have buffered; 262144 to 1073741824.
     pub max_buffered_bytes: u64,
+    /// Settled outcomes kept for `tools.result` (issue #19, §C10.10); 0 to 100000, 0 keeps none.
+    pub retain_count: u64,
+    /// Their bytes, all together, as compact JSON; 0 to 1073741824.
+    pub retain_bytes: u64,
 }
+
+/// Default `results.retainCount` (§C10.10).
+pub const DEFAULT_RESULTS_RETAIN_COUNT: u64 = 256;
+/// Default `results.retainBytes` (§C10.10): 64 MiB.
+pub const DEFAULT_RESULTS_RETAIN_BYTES: u64 = 67_108_864;
 
 impl Default for ResultsConfig {
     fn default() -> Self {
         ResultsConfig {
             max_bytes: limits::DEFAULT_RESULT_MAX_BYTES,
             max_buffered_bytes: limits::DEFAULT_RESULT_MAX_BUFFERED_BYTES,
+            retain_count: DEFAULT_RESULTS_RETAIN_COUNT,
+            retain_bytes: DEFAULT_RESULTS_RETAIN_BYTES,
         }
     }
 }
@@ -647,7 +658,7 @@ impl Validator {
         let Value::Object(map) = value else {
             return Err(self.invalid(
                 "results",
-                "must be an object with optional keys \"maxBytes\" and \"maxBufferedBytes\"",
+                "must be an object with optional keys \"maxBytes\", \"maxBufferedBytes\", \"retainCount\" and \"retainBytes\"",
                 value,
             ));
         };
@@ -670,6 +681,24 @@ impl Validator {
                         limits::MIN_RESULT_MAX_BUFFERED_BYTES as i64,
                         limits::MAX_RESULT_MAX_BUFFERED_BYTES as i64,
                         "an integer from 262144 to 1073741824",
+                    )?
+                }
+                "retainCount" => {
+                    results.retain_count = self.int_in(
+                        "results.retainCount",
+                        value,
+                        0,
+                        100_000,
+                        "an integer from 0 to 100000",
+                    )?
+                }
+                "retainBytes" => {
+                    results.retain_bytes = self.int_in(
+                        "results.retainBytes",
+                        value,
+                        0,
+                        1_073_741_824,
+                        "an integer from 0 to 1073741824",
                     )?
                 }
                 _ => self.unknown(format!("results.{key}")),
@@ -1146,6 +1175,16 @@ mod tests {
         let c = ok(json!({"results": {"maxBytes": 262144, "maxBufferedBytes": 1048576}}));
         assert_eq!(c.results.max_bytes, 262_144);
         assert_eq!(c.results.max_buffered_bytes, 1_048_576);
+        let c = ok(json!({"results": {"retainCount": 0, "retainBytes": 1024}}));
+        assert_eq!((c.results.retain_count, c.results.retain_bytes), (0, 1024));
+        bad(
+            json!({"results": {"retainCount": 100001}}),
+            "results.retainCount",
+        );
+        bad(
+            json!({"results": {"retainBytes": -1}}),
+            "results.retainBytes",
+        );
         bad(json!({"results": {"maxBytes": 262143}}), "results.maxBytes");
         bad(
             json!({"results": {"maxBytes": 16777217}}),

@@ -23,7 +23,9 @@
 //! during the write still fails it.
 
 mod errors;
+mod leases;
 mod list;
+mod results;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -40,7 +42,7 @@ use appduct_protocol::control::{
     SessionState, Settlement, ToolCallFinishedData, ToolCallProgressData, ToolCallProgressNotify,
     ToolCallProgressParams, ToolCallStartedData, ToolCallStartedNotify, ToolCallStartedParams,
     ToolsCallParams, ToolsCallResult, ToolsCancelParams, ToolsCancelResult, ToolsListParams,
-    ToolsListResult,
+    ToolsListResult, ToolsResultParams, ToolsResultResult,
 };
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::frames::{
@@ -69,6 +71,9 @@ use crate::policy::{Permit, PolicyDenial, PolicyEngine};
 use crate::rng::fast_random_bytes;
 use crate::sessions::{CallFrame, CallRouter, CallsEnded, SendFailure, SessionManager};
 use appduct_client::timestamp::format_iso_ms;
+
+pub use leases::{Leases, session_leased};
+pub use results::Results;
 
 pub use list::{
     ToolsPage, group_totals, in_group, list_tools, list_tools_within, simple_lowercase,
@@ -205,6 +210,8 @@ struct Call {
     done: Option<oneshot::Sender<()>>,
     /// A result arriving in parts (§D17.2); its bytes are counted in [`Table::buffered`].
     transfer: Option<ResultAssembler>,
+    /// `detach: true`: the issuing connection closing does not cancel the call (§C10.10).
+    detached: bool,
 }
 
 #[derive(Default)]
@@ -409,6 +416,10 @@ struct Inner {
     result_max_buffered_bytes: u64,
     /// `validation.arguments` in force (§C10.8).
     arguments: ArgumentsSwitch,
+    /// Session leases (§C10.9).
+    leases: Leases,
+    /// Settled outcomes for `tools.result` (§C10.10).
+    results: Results,
     this: Weak<Inner>,
 }
 
@@ -465,6 +476,11 @@ impl Calls {
             result_max_bytes: ctx.config.results.max_bytes,
             result_max_buffered_bytes: ctx.config.results.max_buffered_bytes,
             arguments: ctx.arguments.clone(),
+            leases: Leases::new(ctx.bus.clone(), Arc::clone(&ctx.clock)),
+            results: Results::new(
+                usize::try_from(ctx.config.results.retain_count).unwrap_or(usize::MAX),
+                ctx.config.results.retain_bytes,
+            ),
             this: this.clone(),
         });
         ctx.sessions
@@ -483,6 +499,11 @@ impl Calls {
     /// Unsettled `tools.call` requests.
     pub fn pending(&self) -> usize {
         lock(&self.inner.table).calls.len()
+    }
+
+    /// Settled outcomes kept for `tools.result` and their bytes (§C10.10).
+    pub fn retained_results(&self) -> (usize, u64) {
+        self.inner.results.usage()
     }
 }
 
@@ -532,6 +553,23 @@ impl CallsApi for Calls {
                 ControlRequest::CallsList(_) => {
                     Reply::from_result(Ok::<_, ErrorObject>(inner.calls_list()))
                 }
+                ControlRequest::SessionsLease(p) => Reply::from_result(
+                    inner.sessions.resolve(p.selector.as_deref()).and_then(|s| {
+                        inner
+                            .leases
+                            .take(&conn, &s.session_id, &s.alias, p.ttl_ms(), p.steal)
+                    }),
+                ),
+                ControlRequest::SessionsRelease(p) => {
+                    Reply::from_result(inner.sessions.resolve(p.selector.as_deref()).map(|s| {
+                        control::SessionsReleaseResult::new(
+                            &s.session_id,
+                            &s.alias,
+                            inner.leases.release(&conn, &s.session_id),
+                        )
+                    }))
+                }
+                ControlRequest::ToolsResult(p) => Reply::from_result(inner.tools_result(&p).await),
                 ControlRequest::GrantsList(_) => Reply::from_result(Ok::<_, ErrorObject>(
                     GrantsListResult::new(inner.approvals.grants()),
                 )),
@@ -557,11 +595,17 @@ impl CallsApi for Calls {
             control::features::CONSENT_RECORDS,
             control::features::TOOLS_GROUPS,
             control::features::APPROVALS,
+            control::features::SESSIONS_LEASE,
+            control::features::CALLS_RESULTS,
         ]
     }
 
     fn grants(&self) -> Vec<GrantSummary> {
         self.inner.approvals.grants()
+    }
+
+    fn annotate_leases(&self, sessions: &mut [control::SessionSummary]) {
+        self.inner.leases.annotate(sessions);
     }
 
     fn stop_timers(&self) {
@@ -712,6 +756,7 @@ impl Inner {
             consent,
             call_id,
             progress,
+            detach,
             ..
         } = params;
         let args = Value::Object(args);
@@ -737,6 +782,9 @@ impl Inner {
             wire_id,
             done,
         } = reserved;
+        if detach && let Some(call) = self.table().calls.get_mut(&key) {
+            call.detached = true;
+        }
         let finished = async move {
             // The sender lives in the entry; it is dropped unsent only if the entry vanished
             // without settling, which the request guard then answers as an internal error.
@@ -791,6 +839,12 @@ impl Inner {
                     reason,
                 )))
             });
+            return finished.await;
+        }
+
+        // 4a. The session's lease, if another connection holds it (§C10.9).
+        if let Err(e) = self.leases.check(conn.id(), &session_id) {
+            self.settle(key, |_| Some(Outcome::error(e)));
             return finished.await;
         }
 
@@ -1325,6 +1379,7 @@ impl Inner {
                 started_at_ms: self.clock.now_unix_ms(),
                 expires_at_s: None,
                 last_progress: None,
+                detached: false,
                 target: None,
                 consent: None,
                 parked: None,
@@ -1557,6 +1612,7 @@ impl Inner {
         );
         // The call ends here: its strings move into the response (no copies, issue #24).
         let call_id = std::mem::take(&mut call.call_id);
+        let kept_id = call_id.clone();
         let response = match (outcome, call.target.take()) {
             (Outcome::Result { result, content }, Some(target)) => Ok(ToolsCallResult::new(
                 result,
@@ -1572,8 +1628,23 @@ impl Inner {
             .with_call_id(call_id)),
             (Outcome::Failed(error, _), _) => Err(error.with_call_id(call_id)),
         };
-        // A closed connection drops the response (§C10.1 step 4).
-        call.conn.respond_with(&call.request_id, response.as_ref());
+        // The outcome is kept for `tools.result` (§C10.10) whether or not anyone still waits
+        // for it, and the response is written from the kept copy. A closed connection drops
+        // the response (§C10.1 step 4).
+        let kept = self
+            .results
+            .keep(&kept_id, response, self.clock.now_unix_ms());
+        let unreachable;
+        let response = match (&kept.response, &kept.error) {
+            (Some(result), _) => Ok(result),
+            (None, Some(error)) => Err(error),
+            (None, None) => {
+                unreachable = ErrorObject::internal("A settled outcome without a result")
+                    .with_call_id(kept_id);
+                Err(&unreachable)
+            }
+        };
+        call.conn.respond_with(&call.request_id, response);
         if let Some(done) = call.done.take() {
             let _ = done.send(());
         }
@@ -1800,6 +1871,9 @@ impl Inner {
 
     /// §D12.4: every call resolved to the session fails; no `tool_cancel` is sent.
     fn on_session_ended(&self, session_id: &str, why: CallsEnded) {
+        if matches!(why, CallsEnded::Revoked | CallsEnded::Expired) {
+            self.leases.session_ended(session_id);
+        }
         let calls: Vec<(Call, Outcome)> = {
             let mut table = self.table();
             let keys = table.keys_where(|c| {
@@ -1817,6 +1891,37 @@ impl Inner {
         };
         for (call, outcome) in calls {
             self.finish(call, outcome);
+        }
+    }
+
+    /// `tools.result` (§C8.43): the kept outcome of a settled call, `running` for a call in
+    /// flight (after waiting up to `waitMs` for it to settle), else `invalid_request` with
+    /// `details.reason: "call_not_retained"`.
+    async fn tools_result(
+        &self,
+        params: &ToolsResultParams,
+    ) -> Result<ToolsResultResult, ErrorObject> {
+        let call_id = params.call_id.as_str();
+        let until = Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
+        loop {
+            let settled = self.results.settled();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            // In flight first: a call that settles between the two looks is then found kept.
+            let running = self.table().by_call_id.contains_key(call_id);
+            if !running {
+                return self
+                    .results
+                    .get(call_id)
+                    .ok_or_else(|| errors::call_not_retained(call_id));
+            }
+            if Instant::now() >= until {
+                return Ok(ToolsResultResult::running(call_id));
+            }
+            tokio::select! {
+                () = &mut settled => {}
+                () = tokio::time::sleep_until(until) => {}
+            }
         }
     }
 
@@ -1991,7 +2096,7 @@ impl Inner {
             let keys = {
                 let mut table = inner.table();
                 table.hooked.remove(&conn_id);
-                table.keys_where(|c| c.conn.id() == conn_id)
+                table.keys_where(|c| c.conn.id() == conn_id && !c.detached)
             };
             if keys.is_empty() {
                 return;

@@ -66,6 +66,9 @@ pub trait CallsApi: Send + Sync + 'static {
         request: ControlRequest,
     ) -> BoxFuture<'static, Reply>;
 
+    /// Fills `lease` of each summary whose session is leased (§C9.1, §C10.9).
+    fn annotate_leases(&self, _sessions: &mut [SessionSummary]) {}
+
     /// Unsettled `tools.call` requests (`pendingCalls`).
     fn pending_calls(&self) -> u64;
 
@@ -360,7 +363,10 @@ impl DaemonHandler {
             | ControlRequest::ApprovalsDecide(_)
             | ControlRequest::GrantsList(_)
             | ControlRequest::GrantsRevoke(_)
-            | ControlRequest::CallsList(_)) => ctx.calls.handle(&conn, id, calls).await,
+            | ControlRequest::CallsList(_)
+            | ControlRequest::SessionsLease(_)
+            | ControlRequest::SessionsRelease(_)
+            | ControlRequest::ToolsResult(_)) => ctx.calls.handle(&conn, id, calls).await,
         }
     }
 
@@ -424,7 +430,11 @@ impl DaemonHandler {
                 },
             ),
             pinned_keys: vec![ctx.network.pin()],
-            sessions: ctx.sessions.list(),
+            sessions: {
+                let mut sessions = ctx.sessions.list();
+                ctx.calls.annotate_leases(&mut sessions);
+                sessions
+            },
             pending_links: ctx.sessions.pending_links() as u64,
             pending_calls: self.pending_calls(),
             policy: ctx.policy.summary(),
@@ -469,11 +479,22 @@ impl DaemonHandler {
     }
 
     fn sessions_list(&self) -> Vec<SessionSummary> {
-        self.inner.ctx.sessions.list()
+        let mut sessions = self.inner.ctx.sessions.list();
+        self.inner.ctx.calls.annotate_leases(&mut sessions);
+        sessions
     }
 
     fn sessions_describe(&self, params: &SelectorParams) -> Result<SessionSummary, ErrorObject> {
-        self.inner.ctx.sessions.describe(params.selector.as_deref())
+        let mut session = self
+            .inner
+            .ctx
+            .sessions
+            .describe(params.selector.as_deref())?;
+        self.inner
+            .ctx
+            .calls
+            .annotate_leases(std::slice::from_mut(&mut session));
+        Ok(session)
     }
 
     fn sessions_revoke(&self, params: &SelectorParams) -> Result<RevokeResult, ErrorObject> {

@@ -440,6 +440,7 @@ pub fn status_for(t: ErrorType) -> StatusCode {
         ErrorType::AmbiguousSession
         | ErrorType::SessionNotActive
         | ErrorType::SessionSuspended
+        | ErrorType::SessionLeased
         | ErrorType::ToolCancelled => StatusCode::CONFLICT,
         ErrorType::ToolTimeout | ErrorType::Timeout => StatusCode::GATEWAY_TIMEOUT,
         ErrorType::ToolExecutionError

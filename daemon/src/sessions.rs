@@ -246,6 +246,7 @@ impl Session {
             event_count: self.events.len() as u64,
             rng: self.rng,
             registry: self.registry,
+            lease: None,
         }
     }
 

@@ -102,6 +102,7 @@ pub fn session(id: &str, alias: &str) -> SessionSummary {
         event_count: 0,
         rng: None,
         registry: RegistryState::Received,
+        lease: None,
     }
 }
 
@@ -558,6 +559,9 @@ fn params_of(request: &ControlRequest) -> Value {
         ControlRequest::EventsList(p) => to_json(p),
         ControlRequest::LinkCreate(p) => to_json(p),
         ControlRequest::SessionsRevoke(p) => to_json(p),
+        ControlRequest::SessionsLease(p) => to_json(p),
+        ControlRequest::SessionsRelease(p) => to_json(p),
+        ControlRequest::ToolsResult(p) => to_json(p),
         _ => Value::Null,
     }
 }

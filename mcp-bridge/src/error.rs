@@ -8,12 +8,13 @@ use serde_json::{Map, Value, json};
 
 /// The published type set (§M6). Adding a type is a minor change; renaming or removing
 /// one is breaking.
-pub const PUBLISHED_ERROR_TYPES: [ErrorType; 17] = [
+pub const PUBLISHED_ERROR_TYPES: [ErrorType; 18] = [
     ErrorType::NoSession,
     ErrorType::AmbiguousSession,
     ErrorType::UnknownSession,
     ErrorType::SessionNotActive,
     ErrorType::SessionSuspended,
+    ErrorType::SessionLeased,
     ErrorType::PolicyDenied,
     ErrorType::InvalidRequest,
     ErrorType::ToolNotFound,

@@ -146,6 +146,12 @@ methods! {
     DaemonReload = "daemon.reload", NoParams => ReloadResult;
     /// `calls.list` (§C8.40).
     CallsList = "calls.list", NoParams => CallsListResult;
+    /// `sessions.lease` (§C8.41).
+    SessionsLease = "sessions.lease", SessionsLeaseParams => SessionsLeaseResult;
+    /// `sessions.release` (§C8.42).
+    SessionsRelease = "sessions.release", SelectorParams => SessionsReleaseResult;
+    /// `tools.result` (§C8.43).
+    ToolsResult = "tools.result", ToolsResultParams => ToolsResultResult;
 }
 
 /// Names reserved for later waves; the daemon answers `-32601` for them (§C8.16).
@@ -163,6 +169,10 @@ pub mod features {
     pub const TOOLS_GROUPS: &str = "tools.groups";
     /// `approvals.*` and `grants.*` (§C8.17–§C8.21).
     pub const APPROVALS: &str = "approvals";
+    /// `sessions.lease`, `sessions.release` and `session_leased` (§C8.41, §C10.9).
+    pub const SESSIONS_LEASE: &str = "sessions.lease";
+    /// `tools.result` over a retention window of settled calls (§C8.43, §C10.10).
+    pub const CALLS_RESULTS: &str = "calls.results";
     /// Everything this crate's control protocol offers, in the order of §C8.1.
     pub const ALL: &[&str] = &[
         CALLS_CALL_ID,
@@ -172,6 +182,8 @@ pub mod features {
         EVENTS_LIST,
         TOOLS_GROUPS,
         APPROVALS,
+        SESSIONS_LEASE,
+        CALLS_RESULTS,
     ];
 }
 
@@ -616,6 +628,8 @@ wire_enum! {
         ApprovalPending = "approval_pending",
         ApprovalSettled = "approval_settled",
         PolicyChanged = "policy_changed",
+        LeaseTaken = "lease_taken",
+        LeaseReleased = "lease_released",
     }
 }
 wire_enum! {
@@ -1046,6 +1060,10 @@ params! {
         "callId" => pub call_id: Option<String> => with_call_id,
         #[serde(default, skip_serializing_if = "is_false")]
         "progress" => pub progress: bool => with_progress,
+        /// The call outlives its connection: closing it does not cancel the call, whose
+        /// outcome `tools.result` returns (§C10.10).
+        #[serde(default, skip_serializing_if = "is_false")]
+        "detach" => pub detach: bool => with_detach,
     }
 }
 
@@ -1157,6 +1175,7 @@ impl ToolsCallParams {
                 "must match ^[A-Za-z0-9_-]{1,128}$",
             )?,
             progress: p.boolean(Self::PROGRESS)?.unwrap_or(false),
+            detach: p.boolean(Self::DETACH)?.unwrap_or(false),
         })
     }
 
@@ -1443,6 +1462,9 @@ pub struct SessionSummary {
     /// `received`; a session stays `pending` from its claim until its first snapshot.
     #[serde(default)]
     pub registry: RegistryState,
+    /// The session's lease while one is held (§C10.9); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<SessionLease>,
 }
 
 /// One `tools.list` entry: the app's descriptor verbatim plus `group` and `policy` (§C9.2).
@@ -2734,6 +2756,8 @@ pub enum EventData {
     ApprovalPending(ApprovalPendingData),
     ApprovalSettled(ApprovalSettledData),
     PolicyChanged(PolicyChangedData),
+    LeaseTaken(LeaseTakenData),
+    LeaseReleased(LeaseReleasedData),
 }
 
 wire_enum! {
@@ -2793,6 +2817,8 @@ impl EventData {
             Self::ApprovalPending(_) => EventKind::ApprovalPending,
             Self::ApprovalSettled(_) => EventKind::ApprovalSettled,
             Self::PolicyChanged(_) => EventKind::PolicyChanged,
+            Self::LeaseTaken(_) => EventKind::LeaseTaken,
+            Self::LeaseReleased(_) => EventKind::LeaseReleased,
         }
     }
 
@@ -2816,6 +2842,8 @@ impl EventData {
             Self::ApprovalPending(d) => m.serialize_entry("data", d),
             Self::ApprovalSettled(d) => m.serialize_entry("data", d),
             Self::PolicyChanged(d) => m.serialize_entry("data", d),
+            Self::LeaseTaken(d) => m.serialize_entry("data", d),
+            Self::LeaseReleased(d) => m.serialize_entry("data", d),
         }
     }
 
@@ -2842,6 +2870,8 @@ impl EventData {
             EventKind::ApprovalPending => Self::ApprovalPending(de(data)?),
             EventKind::ApprovalSettled => Self::ApprovalSettled(de(data)?),
             EventKind::PolicyChanged => Self::PolicyChanged(de(data)?),
+            EventKind::LeaseTaken => Self::LeaseTaken(de(data)?),
+            EventKind::LeaseReleased => Self::LeaseReleased(de(data)?),
         })
     }
 }
@@ -3135,6 +3165,14 @@ impl ServerNotification {
     }
 }
 
+mod leases;
+pub use leases::{
+    CallResultState, DEFAULT_LEASE_TTL_MS, LeaseEndReason, LeaseHolder, LeaseReleasedData,
+    LeaseTakenData, MAX_LEASE_TTL_MS, MAX_RESULT_WAIT_MS, MIN_LEASE_TTL_MS, SessionLease,
+    SessionsLeaseParams, SessionsLeaseResult, SessionsReleaseResult, ToolsResultParams,
+    ToolsResultResult,
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -3218,7 +3256,8 @@ mod tests {
             .with_caller(Caller::Mcp)
             .with_consent(Consent::Elicitation)
             .with_call_id(s())
-            .with_progress(true);
+            .with_progress(true)
+            .with_detach(true);
         assert_eq!(keys(full_call), ToolsCallParams::KEYS);
         let full_subscribe = SubscribeParams::default()
             .with_session_selector(s())
@@ -3274,7 +3313,7 @@ mod tests {
         assert!(!is_reserved_method("tools.list"));
         let e = ControlRequest::parse("tools.call", Some(&json!({})));
         assert_eq!(e.err().map(|e| e.code), Some(-32602));
-        assert_eq!(METHODS.len(), 25);
+        assert_eq!(METHODS.len(), 28);
     }
 }
 

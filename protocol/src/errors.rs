@@ -22,6 +22,8 @@ pub enum ErrorType {
     UnknownSession,
     SessionNotActive,
     SessionSuspended,
+    /// Another control connection holds the session's lease (§C10.9).
+    SessionLeased,
     PolicyDenied,
     /// An operator's approval attempt was refused (§C8.18, §C8.19).
     ApprovalRefused,
@@ -47,13 +49,14 @@ pub enum ErrorType {
 
 impl ErrorType {
     /// Every type, in the order of the two tables of §C4.3.
-    pub const ALL: [ErrorType; 24] = [
+    pub const ALL: [ErrorType; 25] = [
         Self::InvalidRequest,
         Self::NoSession,
         Self::AmbiguousSession,
         Self::UnknownSession,
         Self::SessionNotActive,
         Self::SessionSuspended,
+        Self::SessionLeased,
         Self::PolicyDenied,
         Self::ApprovalRefused,
         Self::ToolNotFound,
@@ -83,6 +86,7 @@ impl ErrorType {
             Self::UnknownSession => "unknown_session",
             Self::SessionNotActive => "session_not_active",
             Self::SessionSuspended => "session_suspended",
+            Self::SessionLeased => "session_leased",
             Self::PolicyDenied => "policy_denied",
             Self::ApprovalRefused => "approval_refused",
             Self::ToolNotFound => "tool_not_found",
@@ -122,7 +126,8 @@ impl ErrorType {
             | Self::AmbiguousSession
             | Self::UnknownSession
             | Self::SessionNotActive
-            | Self::SessionSuspended => 71,
+            | Self::SessionSuspended
+            | Self::SessionLeased => 71,
             Self::ToolNotFound
             | Self::ToolInputValidationError
             | Self::ToolOutputValidationError
@@ -314,6 +319,7 @@ mod tests {
             "unknown_session",
             "session_not_active",
             "session_suspended",
+            "session_leased",
             "policy_denied",
             "approval_refused",
             "tool_not_found",
@@ -368,6 +374,7 @@ mod tests {
             (UnknownSession, 71),
             (SessionNotActive, 71),
             (SessionSuspended, 71),
+            (SessionLeased, 71),
             (ToolNotFound, 72),
             (ToolInputValidationError, 72),
             (ToolOutputValidationError, 72),
@@ -417,7 +424,7 @@ mod tests {
         assert_eq!(ErrorType::InvalidRequest.default_code(), -32000);
         assert_eq!(ErrorType::ToolTimeout.default_code(), -32000);
         let daemon = ErrorType::ALL.iter().filter(|t| t.is_daemon_type()).count();
-        assert_eq!(daemon, 16);
+        assert_eq!(daemon, 17);
         assert!(!ErrorType::ConsentDeclined.is_daemon_type());
     }
 }

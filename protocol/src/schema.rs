@@ -165,6 +165,8 @@ fn event_data_schema(kind: EventKind, g: &mut SchemaGenerator) -> Schema {
         EventKind::ToolCallFinished => g.subschema_for::<ToolCallFinishedData>(),
         EventKind::ApprovalPending => g.subschema_for::<ApprovalPendingData>(),
         EventKind::ApprovalSettled => g.subschema_for::<ApprovalSettledData>(),
+        EventKind::LeaseTaken => g.subschema_for::<LeaseTakenData>(),
+        EventKind::LeaseReleased => g.subschema_for::<LeaseReleasedData>(),
     }
 }
 
@@ -457,6 +459,9 @@ fn dispatch(method: &str, kind: Kind) -> Option<Value> {
         PolicyReset::NAME => one::<PolicyReset>(kind),
         DaemonReload::NAME => one::<DaemonReload>(kind),
         CallsList::NAME => one::<CallsList>(kind),
+        SessionsLease::NAME => one::<SessionsLease>(kind),
+        SessionsRelease::NAME => one::<SessionsRelease>(kind),
+        ToolsResult::NAME => one::<ToolsResult>(kind),
         _ => return None,
     })
 }

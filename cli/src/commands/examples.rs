@@ -38,6 +38,12 @@ Examples:
   appduct sessions revoke               # the only live session
   appduct sessions revoke playground";
 
+const SESSIONS_LEASE: &str = "\
+Examples:
+  appduct sessions lease playground             # hold it until Ctrl-C
+  appduct sessions lease playground --ttl 300 --steal
+  appduct sessions lease playground --release   # end whoever's lease it is";
+
 const TOOLS: &str = "\
 Examples:
   appduct tools ls playground
@@ -161,6 +167,7 @@ pub const EXAMPLES: &[(&str, &str)] = &[
     ("sessions ls", SESSIONS_LS),
     ("sessions link", SESSIONS_LINK),
     ("sessions revoke", SESSIONS_REVOKE),
+    ("sessions lease", SESSIONS_LEASE),
     ("tools", TOOLS),
     ("tools ls", TOOLS_LS),
     ("tools describe", TOOLS_DESCRIBE),
@@ -263,6 +270,7 @@ mod tests {
                 ["sessions", "link"],
                 ["sessions", "ls"],
                 ["sessions", "revoke"],
+                ["sessions", "lease"],
                 ["tools", "ls"],
                 ["tools", "describe"],
                 ["tools", "call"],

@@ -149,6 +149,8 @@ pub enum Command {
         selector: Option<String>,
     },
     SessionsLink(sessions::link::LinkRequest),
+    /// `sessions lease` (§L6.5).
+    SessionsLease(sessions::lease::LeaseRequest),
     ToolsLs(tools::ls::ToolsLs),
     ToolsDescribe {
         selector: Option<String>,
@@ -213,6 +215,7 @@ impl Command {
             Command::SessionsLs => "sessions ls",
             Command::SessionsRevoke { .. } => "sessions revoke",
             Command::SessionsLink(_) => "sessions link",
+            Command::SessionsLease(_) => "sessions lease",
             Command::ToolsLs(_) => "tools ls",
             Command::ToolsDescribe { .. } => "tools describe",
             Command::ToolsCall(_) => "tools call",
@@ -379,6 +382,7 @@ async fn daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliErro
     match &inv.command {
         Command::ToolsCall(c) => tools::call::run(g, out, c).await.map(Reply::Success),
         Command::EventsTail(p) => events::run_tail(g, out, p).await,
+        Command::SessionsLease(r) => sessions::lease::run(g, out, r).await,
         Command::Playground { tour } => playground::run(g, out, *tour).await,
         _ => {
             let mut signals = Interrupts::new(false)

@@ -47,6 +47,18 @@ pub fn tool_not_found(name: &str, session_id: &str, alias: &str) -> ErrorObject 
     .with_details(json!({"name": name, "sessionId": session_id, "alias": alias}))
 }
 
+/// `tools.result` (§C8.43): no call with this callId is in flight or kept.
+pub fn call_not_retained(call_id: &str) -> ErrorObject {
+    ErrorObject::application(
+        ErrorType::InvalidRequest,
+        format!(
+            "No call {} is in flight or kept; settled outcomes are kept for a bounded window (§C10.10)",
+            quoted(call_id)
+        ),
+    )
+    .with_details(json!({"reason": "call_not_retained", "callId": call_id}))
+}
+
 /// Step 2: the caller's callId belongs to an unsettled call.
 pub fn call_id_in_use(call_id: &str) -> ErrorObject {
     ErrorObject::application(

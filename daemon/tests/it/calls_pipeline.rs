@@ -641,7 +641,9 @@ async fn hello_advertises_the_calls_features_and_counts_pending_calls() {
             "events.subscribe.since",
             "events.list",
             "tools.groups",
-            "approvals"
+            "approvals",
+            "sessions.lease",
+            "calls.results"
         ])
     );
     assert_eq!(hello["result"]["pendingCalls"], 1);

@@ -621,7 +621,9 @@ async fn the_calls_module_reports_features_and_pending_calls_and_shuts_down_in_o
             "events.subscribe.since",
             "events.list",
             "tools.groups",
-            "approvals"
+            "approvals",
+            "sessions.lease",
+            "calls.results"
         ])
     );
     assert_eq!(hello["result"]["pendingCalls"], 0);

@@ -12,6 +12,7 @@ mod audit_log;
 mod calls_approvals;
 mod calls_cancel;
 mod calls_content;
+mod calls_leases;
 mod calls_list;
 mod calls_pipeline;
 mod calls_policy;

@@ -9,6 +9,7 @@ mod devices;
 mod drift;
 mod hostility;
 mod journeys;
+mod leases;
 mod lifecycle;
 mod mcp;
 mod mcp_consent;

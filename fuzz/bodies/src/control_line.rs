@@ -224,7 +224,11 @@ fn params_of(request: &ControlRequest) -> Value {
         ControlRequest::LinkCreate(p) => json(p),
         ControlRequest::ConsentCreate(p) => json(p),
         ControlRequest::ConsentTake(p) => json(p),
-        ControlRequest::SessionsDescribe(p) | ControlRequest::SessionsRevoke(p) => json(p),
+        ControlRequest::SessionsDescribe(p)
+        | ControlRequest::SessionsRevoke(p)
+        | ControlRequest::SessionsRelease(p) => json(p),
+        ControlRequest::SessionsLease(p) => json(p),
+        ControlRequest::ToolsResult(p) => json(p),
         ControlRequest::ToolsList(p) => json(p),
         ControlRequest::ToolsCall(p) => json(p),
         ControlRequest::ToolsCancel(p) => json(p),

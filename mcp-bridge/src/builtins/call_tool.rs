@@ -7,8 +7,9 @@ use appduct_client::random::random_bytes;
 use appduct_protocol::canonical::args_sha256;
 use appduct_protocol::control::{
     Caller, Consent, ConsentCreate, ConsentCreateParams, ConsentRecord, ConsentTake,
-    ConsentTakeParams, PolicyDecision, SessionState, SessionSummary, ToolsCallParams,
-    ToolsCallResult, ToolsCancel, ToolsCancelParams, ToolsListEntry,
+    ConsentTakeParams, MAX_LEASE_TTL_MS, PolicyDecision, SessionState, SessionSummary,
+    SessionsLease, SessionsLeaseParams, ToolsCallParams, ToolsCallResult, ToolsCancel,
+    ToolsCancelParams, ToolsListEntry,
 };
 use appduct_protocol::errors::ErrorType;
 use base64::Engine;
@@ -57,7 +58,8 @@ fn definition() -> Definition {
                 "selector": selector_prop(),
                 "name": tool_name_prop(),
                 "args": {"type": "object", "description": "Arguments for the tool; default {}."},
-                "timeoutMs": {"type": "integer", "minimum": 1000, "maximum": 600000, "description": "Shorter deadline in ms, at most the tool's deadlineMs."}
+                "timeoutMs": {"type": "integer", "minimum": 1000, "maximum": 600000, "description": "Shorter deadline in ms, at most the tool's deadlineMs."},
+                "lease": {"type": "boolean", "description": "Reserve the session for this agent: other clients' calls are refused until 60 s past this call's deadline."}
             },
             "required": ["name"],
             "additionalProperties": false
@@ -73,6 +75,7 @@ struct Args {
     name: String,
     args: Option<Map<String, Value>>,
     timeout_ms: Option<u64>,
+    lease: Option<bool>,
 }
 
 /// `_meta["appduct/call"]` (§M5): the call handle.
@@ -147,6 +150,10 @@ struct Planned<'a> {
     selector: Option<&'a str>,
     /// `--max-image-bytes` of the bridge.
     max_image_bytes: u64,
+    /// `lease: true`: take or renew the session's lease first (§M17).
+    lease: bool,
+    /// Heartbeats while the app is silent (§M17).
+    heartbeat: std::time::Duration,
 }
 
 /// Handles a cancel step by step: a sent call is cancelled (§M12).
@@ -169,6 +176,8 @@ async fn run(
         timeout_ms: args.timeout_ms,
         selector: args.selector.as_deref(),
         max_image_bytes: bridge.options.max_image_bytes,
+        lease: args.lease.unwrap_or(false),
+        heartbeat: bridge.options.heartbeat_interval,
     };
     if is_2026(context) && request.request_state.is_some() {
         mrtr_retry(bridge, context, request, &planned).await
@@ -594,6 +603,21 @@ async fn call(
             "cancelled before the call was sent",
         ));
     }
+    if planned.lease {
+        // The lease belongs to this bridge's persistent connection; it ends when the bridge
+        // exits. Never `steal`: an agent cannot take a lease from another client (§M17).
+        let ttl_ms = effective
+            .saturating_add(LEASE_MARGIN_MS)
+            .min(MAX_LEASE_TTL_MS);
+        client
+            .call::<SessionsLease>(
+                SessionsLeaseParams::default()
+                    .with_selector(Some(session.session_id.clone()))
+                    .with_ttl_ms(Some(ttl_ms)),
+            )
+            .await
+            .map_err(|e| ToolFailure::from_client(&e))?;
+    }
     let mut retried = false;
     loop {
         let call_id = new_call_id()?;
@@ -606,8 +630,15 @@ async fn call(
             .with_call_id(Some(call_id.clone()))
             // Always: a call parked for an operator says so (and until when) only in a
             // progress notification, which extends the client's watchdog (§C11.1, §M12).
-            .with_progress(true);
-        let outcome = run_call(context, client, params, &call_id, progress.as_mut()).await;
+            .with_progress(true)
+            // The call outlives this bridge: restarted, it (or anyone) can still fetch the
+            // outcome with `tools.result` (§M17, control.md §C10.10).
+            .with_detach(true);
+        let beat = Heartbeat {
+            every: planned.heartbeat,
+            label: format!("\"{}\" on {}", planned.name, session.alias),
+        };
+        let outcome = run_call(context, client, params, &call_id, progress.as_mut(), &beat).await;
         if let Some(p) = progress.as_mut() {
             p.flush().await;
         }
@@ -667,6 +698,16 @@ fn mapped(r: &ToolsCallResult, meta: Value, max_image_bytes: u64) -> rmcp::model
     )
 }
 
+/// How far past the call's deadline a `lease: true` lease lasts (§M17).
+pub const LEASE_MARGIN_MS: u64 = 60_000;
+
+/// Heartbeats while an app tool is silent (§M17).
+struct Heartbeat {
+    every: std::time::Duration,
+    /// `"<tool>" on <alias>`.
+    label: String,
+}
+
 enum CallOutcome {
     Done(Result<ToolsCallResult, ToolCallError>),
     Cancelled,
@@ -678,12 +719,16 @@ async fn run_call(
     params: ToolsCallParams,
     call_id: &str,
     progress: Option<&mut Progress>,
+    beat: &Heartbeat,
 ) -> CallOutcome {
     let mut progress = progress;
     let (mut stream, pending) = client.call_tool_with_progress(params);
     let result = pending.result();
     tokio::pin!(result);
     let mut stream_open = true;
+    let started = Instant::now();
+    // A heartbeat is due one interval after the last progress forwarded (or the start).
+    let mut next_beat = started + beat.every;
     loop {
         let flush_at = progress.as_ref().and_then(|p| p.flush_at());
         tokio::select! {
@@ -697,6 +742,7 @@ async fn run_call(
                     if let Some(progress) = progress.as_deref_mut() {
                         let value = p.progress.as_ref().and_then(serde_json::Number::as_f64);
                         progress.report(value, p.message.clone()).await;
+                        next_beat = Instant::now() + beat.every;
                     }
                 }
                 Some(_) => {}
@@ -705,6 +751,15 @@ async fn run_call(
             () = until(flush_at) => {
                 if let Some(progress) = progress.as_deref_mut() {
                     progress.flush().await;
+                }
+            }
+            () = tokio::time::sleep_until(next_beat), if progress.is_some() => {
+                next_beat += beat.every;
+                if let Some(progress) = progress.as_deref_mut() {
+                    let elapsed = started.elapsed().as_secs();
+                    progress
+                        .report(None, Some(format!("{} is running ({elapsed} s; callId {call_id})", beat.label)))
+                        .await;
                 }
             }
             r = &mut result => return CallOutcome::Done(r),

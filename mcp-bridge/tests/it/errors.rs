@@ -100,11 +100,11 @@ async fn unknown_keys_are_named_with_the_accepted_ones() {
     assert_eq!(error_type(&r), "invalid_request");
     assert_eq!(
         error_message(&r),
-        "unknown argument \"arguments\"; accepted: selector, name, args, timeoutMs"
+        "unknown argument \"arguments\"; accepted: selector, name, args, timeoutMs, lease"
     );
     assert_eq!(
         error_details(&r),
-        json!({"param": "arguments", "unknownKeys": ["arguments"], "acceptedKeys": ["selector", "name", "args", "timeoutMs"]})
+        json!({"param": "arguments", "unknownKeys": ["arguments"], "acceptedKeys": ["selector", "name", "args", "timeoutMs", "lease"]})
     );
     // Misspellings on every built-in fail the same way, before any daemon call.
     for (name, bad) in [

@@ -11,6 +11,7 @@ mod errors;
 mod exit_grace;
 mod fake_daemon_guard;
 mod http;
+mod leases;
 mod malformed_requests;
 mod roots_cache;
 mod security_args;

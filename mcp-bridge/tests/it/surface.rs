@@ -208,6 +208,7 @@ fn the_published_error_types_are_exactly_the_spec_table() {
             "unknown_session",
             "session_not_active",
             "session_suspended",
+            "session_leased",
             "policy_denied",
             "invalid_request",
             "tool_not_found",

@@ -611,6 +611,9 @@ fn every_method_has_a_name_and_rejects_non_object_params() {
         PolicyReset::NAME,
         DaemonReload::NAME,
         CallsList::NAME,
+        SessionsLease::NAME,
+        SessionsRelease::NAME,
+        ToolsResult::NAME,
     ];
     assert_eq!(names.as_slice(), METHODS);
     for name in METHODS {
@@ -669,7 +672,7 @@ fn hello_result_example() {
     let h: HelloResult = round_trip(
         r#"{"version":"0.3.1","controlProtocol":1,"minControlProtocol":1,"pid":48211,
  "startedAt":"2026-11-30T09:12:03.120Z","stateDir":"/home/ana/.appduct",
- "features":["calls.callId","calls.progress","consent.records","events.subscribe.since","events.list","tools.groups","approvals"],
+ "features":["calls.callId","calls.progress","consent.records","events.subscribe.since","events.list","tools.groups","approvals","sessions.lease","calls.results"],
  "sessionCount":1,"pendingLinks":0,"pendingCalls":0}"#,
     );
     assert!(h.is_compatible(limits::CONTROL_PROTOCOL));
@@ -923,6 +926,8 @@ fn every_event_kind_round_trips() {
         r#"{"kind":"approval_settled","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"approvalId":"apr_a","callId":"c","decision":"denied","by":{"client":"appduct","pid":7},"reason":"wrong_code"}}"#,
         r#"{"kind":"policy_changed","ts":1,"seq":0,"data":{"cause":"set","target":"*/reset","decision":"deny","policy":{"default":"allow","destructive":"allow","tools":{"*/reset":"deny"}}}}"#,
         r#"{"kind":"policy_changed","ts":1,"seq":0,"data":{"cause":"reload","policy":{"default":"deny","destructive":"deny"}}}"#,
+        r#"{"kind":"lease_taken","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"holder":{"client":"appduct-mcp","pid":9},"expiresAt":1764494223}}"#,
+        r#"{"kind":"lease_released","sessionId":"q3VfZ0xkR2ptTnB4","alias":"pixel-8","ts":1,"seq":0,"data":{"holder":{"pid":9},"reason":"disconnected"}}"#,
     ];
     let mut seen = Vec::new();
     for example in examples {

@@ -249,6 +249,9 @@ fn check_result(ex: &Example) -> Result<(), String> {
         PolicyReset::NAME => round_trip::<PolicyReset>(&result),
         DaemonReload::NAME => round_trip::<DaemonReload>(&result),
         CallsList::NAME => round_trip::<CallsList>(&result),
+        SessionsLease::NAME => round_trip::<SessionsLease>(&result),
+        SessionsRelease::NAME => round_trip::<SessionsRelease>(&result),
+        ToolsResult::NAME => round_trip::<ToolsResult>(&result),
         other => Err(format!("unknown method {other}")),
     }
 }

@@ -225,6 +225,20 @@ pub fn daemon_status(s: &StatusResult, warning: Option<&str>, now: OffsetDateTim
     if !s.grants.is_empty() {
         data.insert("grants".into(), to_value(&s.grants));
     }
+    // Issue #19: the leases held (control.md §C10.9), one per leased session.
+    let leases: Vec<Value> = s
+        .sessions
+        .iter()
+        .filter_map(|x| {
+            x.lease.as_ref().map(|l| {
+                json!({"sessionId": x.session_id, "alias": x.alias, "holder": l.holder,
+                       "expiresAt": l.expires_at})
+            })
+        })
+        .collect();
+    if !leases.is_empty() {
+        data.insert("leases".into(), Value::Array(leases));
+    }
     if let Some(w) = warning {
         data.insert("warning".into(), json!(w));
     }
@@ -269,6 +283,27 @@ pub fn daemon_status(s: &StatusResult, warning: Option<&str>, now: OffsetDateTim
         Row::field("Pending links", s.pending_links.to_string()),
         Row::field("Pending calls", s.pending_calls.to_string()),
     ]);
+    for x in &s.sessions {
+        if let Some(l) = &x.lease {
+            let who = match (l.holder.client.as_deref(), l.holder.pid) {
+                (Some(c), Some(pid)) => format!("{} (pid {pid})", render::clean_line(c)),
+                (Some(c), None) => render::clean_line(c),
+                (None, Some(pid)) => format!("pid {pid}"),
+                (None, None) => "a client".to_owned(),
+            };
+            let until = i64::try_from(l.expires_at)
+                .ok()
+                .and_then(appduct_client::timestamp::iso_seconds_from_unix_s)
+                .unwrap_or_else(|| l.expires_at.to_string());
+            daemon_rows.push(Row::field(
+                "Lease",
+                format!(
+                    "{} held by {who} until {until}",
+                    render::clean_line(&x.alias)
+                ),
+            ));
+        }
+    }
     let mut policy_rows = vec![
         Row::field("Default", s.policy.default.as_str()),
         Row::field("Destructive", s.policy.destructive.as_str()),

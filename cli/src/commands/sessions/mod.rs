@@ -1,5 +1,6 @@
 //! `appduct sessions ls | revoke | link` (§L6); `link` lives in [`link`].
 
+pub mod lease;
 pub mod link;
 pub mod wait;
 
@@ -35,6 +36,8 @@ pub enum SessionsVerb {
     Revoke(SelectorArgs),
     /// Mint a link (deep link, QR code or web link) and optionally deliver it
     Link(link::LinkArgs),
+    /// Hold a session's lease while this runs (other clients' tool calls are refused), or end it
+    Lease(lease::LeaseArgs),
     #[command(external_subcommand)]
     Unknown(Vec<OsString>),
 }
@@ -48,6 +51,7 @@ pub fn validate(noun: SessionsNoun) -> Result<Command, CliError> {
             selector: optional_selector("sessions revoke", a.positionals)?,
         }),
         Some(SessionsVerb::Link(a)) => Ok(Command::SessionsLink(link::validate(a)?)),
+        Some(SessionsVerb::Lease(a)) => Ok(Command::SessionsLease(lease::validate(a)?)),
     }
 }
 
@@ -108,6 +112,17 @@ pub fn sessions_ls_within(
             (SessionState::Active, _) => "active".to_owned(),
             (SessionState::Suspended, Some(reason)) => format!("suspended ({reason})"),
             (SessionState::Suspended, None) => "suspended".to_owned(),
+        };
+        // A held lease (control.md §C10.9) shows beside the state; `--json` has `lease`.
+        let state = match &s.lease {
+            Some(l) => format!(
+                "{state}, leased by {}",
+                l.holder
+                    .client
+                    .as_deref()
+                    .map_or_else(|| "a client".to_owned(), render::clean_line)
+            ),
+            None => state,
         };
         let age = render::parse_instant(&s.claimed_at).map_or_else(
             || "-".to_owned(),

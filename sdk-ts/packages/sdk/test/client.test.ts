@@ -753,3 +753,33 @@ describe("link", () => {
     expect((await rejection(link({ bin: path.join(tempStateDir(cleanups), "missing") }))).type).toBe("connection_error");
   });
 });
+
+describe("lease (§T18)", () => {
+  it("takes the lease with ttlMs and steal, releases it, and reports session_leased with its holder", async () => {
+    const fake = await startFakeControl(cleanups);
+    fake.answer("sessions.lease", (r) =>
+      r.reply({ sessionId: SUMMARY.sessionId, alias: "pixel-8", holder: { client: "vitest", pid: 7 }, expiresAt: 1796083332, ttlMs: r.params?.ttlMs ?? 60000, renewed: false, stolenFrom: { client: "appduct-mcp", pid: 9 } }),
+    );
+    fake.answer("sessions.release", (r) => r.reply({ sessionId: SUMMARY.sessionId, alias: "pixel-8", released: true }));
+    const client = await connected(fake);
+    const lease = await client.lease({ ttlMs: 120000, steal: true });
+    expect(lease).toMatchObject({ holder: { client: "vitest", pid: 7 }, expiresAt: 1796083332, ttlMs: 120000, renewed: false, stolenFrom: { client: "appduct-mcp", pid: 9 } });
+    expect(fake.requests.find((r) => r.method === "sessions.lease")?.params).toEqual({ selector: SUMMARY.sessionId, ttlMs: 120000, steal: true });
+    expect(await lease.release()).toBe(true);
+    expect(fake.requests.find((r) => r.method === "sessions.release")?.params).toEqual({ selector: SUMMARY.sessionId });
+
+    fake.answer("sessions.lease", (r) => r.fail("session_leased", "pixel-8 is leased by appduct-mcp (pid 9)", { sessionId: SUMMARY.sessionId, alias: "pixel-8", holder: { client: "appduct-mcp", pid: 9 }, expiresAt: 1796083332 }));
+    const error = await rejection(client.lease());
+    expect(error).toMatchObject({ type: "session_leased", details: { holder: { client: "appduct-mcp", pid: 9 } } });
+    expect(fake.requests.filter((r) => r.method === "sessions.lease").at(-1)?.params).toEqual({ selector: SUMMARY.sessionId });
+  });
+
+  it("refuses a ttlMs outside 1000–3600000 before sending anything", async () => {
+    const fake = await startFakeControl(cleanups);
+    const client = await connected(fake);
+    for (const ttlMs of [999, 3_600_001, 1.5]) {
+      expect((await rejection(client.lease({ ttlMs }))).type).toBe("client_error");
+    }
+    expect(fake.requests.some((r) => r.method === "sessions.lease")).toBe(false);
+  });
+});

@@ -8,7 +8,7 @@ import { isJsonObject, isPlainObject } from "../core/text.js";
 import { MAX_TIMER_MS, type RpcConnection } from "./connection.js";
 import type { DaemonTarget } from "./daemon.js";
 import { AppductError, clientError } from "./errors.js";
-import type { AppClient, AppEvent, RegistryState, AppEventFull, CallOptions, CallProgress, EventsOptions, EventsPage, ListedTool, WaitForEventOptions } from "./types.js";
+import type { AppClient, AppEvent, RegistryState, AppEventFull, CallOptions, CallProgress, EventsOptions, EventsPage, Lease, LeaseHolder, LeaseOptions, ListedTool, WaitForEventOptions } from "./types.js";
 import { startStreamWait, waitTimeout, type StreamWait } from "./wait.js";
 
 /** Default `waitForEvent` timeout (§T13.2). */
@@ -220,6 +220,31 @@ export class ControlAppClient implements AppClient {
 
   private closedError(): AppductError {
     return new AppductError("connection_error", "The AppClient is closed.");
+  }
+
+  async lease(options: LeaseOptions = {}): Promise<Lease> {
+    const { ttlMs, steal } = options;
+    if (ttlMs !== undefined && (!Number.isInteger(ttlMs) || ttlMs < 1_000 || ttlMs > 3_600_000)) {
+      throw clientError(`ttlMs must be an integer from 1000 to 3600000; got ${String(ttlMs)}.`, { param: "ttlMs" });
+    }
+    const params: Record<string, unknown> = { selector: this.sessionId };
+    if (ttlMs !== undefined) params.ttlMs = ttlMs;
+    if (steal === true) params.steal = true;
+    const result = await this.request("sessions.lease", params);
+    if (!isJsonObject(result) || typeof result.expiresAt !== "number" || !isJsonObject(result.holder)) throw unexpected("sessions.lease");
+    const lease: Lease = {
+      holder: result.holder as LeaseHolder,
+      expiresAt: result.expiresAt,
+      ttlMs: result.ttlMs as number,
+      renewed: result.renewed === true,
+      ...(isJsonObject(result.stolenFrom) ? { stolenFrom: result.stolenFrom as LeaseHolder } : {}),
+      release: async () => {
+        const released = await this.request("sessions.release", { selector: this.sessionId });
+        if (!isJsonObject(released) || typeof released.released !== "boolean") throw unexpected("sessions.release");
+        return released.released;
+      },
+    };
+    return lease;
   }
 
   private request(method: string, params: Record<string, unknown>): Promise<unknown> {

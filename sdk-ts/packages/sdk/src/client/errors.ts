@@ -11,6 +11,7 @@ export const CONTROL_ERROR_TYPES = [
   "unknown_session",
   "session_not_active",
   "session_suspended",
+  "session_leased",
   "policy_denied",
   "tool_not_found",
   "tool_input_validation_error",

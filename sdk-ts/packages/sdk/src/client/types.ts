@@ -176,5 +176,39 @@ export interface AppClient {
   events(options: EventsOptions): Promise<EventsPage>;
   waitForEvent(nameGlob: string, options?: Omit<WaitForEventOptions, "payloadMaxBytes"> & { payloadMaxBytes?: undefined }): Promise<AppEventFull>;
   waitForEvent(nameGlob: string, options: WaitForEventOptions): Promise<AppEvent>;
+  /**
+   * Takes (or renews) the session's lease on this client's connection (§T18, control.md
+   * §C10.9): other clients' tool calls fail `session_leased` until it is released, expires or
+   * this client closes.
+   */
+  lease(options?: LeaseOptions): Promise<Lease>;
   close(): Promise<void>;
+}
+
+/** Options of `AppClient.lease()` (§T18). */
+export interface LeaseOptions {
+  /** The lease's TTL, 1,000 to 3,600,000 ms; the daemon's default is 60,000. */
+  ttlMs?: number;
+  /** Take the lease even though another client holds it. */
+  steal?: boolean;
+}
+
+/** A client's name and pid as the daemon reports a lease holder (§C8.41). */
+export interface LeaseHolder {
+  client?: string;
+  pid?: number;
+}
+
+/** A lease held by this client (§T18). */
+export interface Lease {
+  readonly holder: LeaseHolder;
+  /** Unix seconds. */
+  readonly expiresAt: number;
+  readonly ttlMs: number;
+  /** This client already held it: only the expiry moved. */
+  readonly renewed: boolean;
+  /** With `steal`: who held it before. */
+  readonly stolenFrom?: LeaseHolder;
+  /** Ends the lease; `false` when this client no longer held it. */
+  release(): Promise<boolean>;
 }

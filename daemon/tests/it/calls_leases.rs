@@ -1,0 +1,292 @@
+//! Session leases and settled results (issue #19; §C8.41–§C8.43, §C10.9, §C10.10): contention
+//! between two connections, renewal, expiry on a paused clock, release on disconnect, steal, and
+//! `tools.result` for settled, running and detached calls.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::calls_support;
+
+use appduct_protocol::control::{EventData, EventKind, LeaseEndReason};
+use calls_support::*;
+use serde_json::{Value, json};
+
+async fn hello(wire: &mut Wire, id: i64, name: &str) {
+    let r = wire
+        .request(
+            id,
+            "daemon.hello",
+            json!({"client": {"name": name, "version": "1.0.0"}}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+}
+
+fn error_type(response: &Value) -> &str {
+    response["error"]["data"]["type"].as_str().unwrap_or("")
+}
+
+async fn released(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<appduct_protocol::control::EventNotification>,
+) -> LeaseEndReason {
+    match next_of(events, EventKind::LeaseReleased).await.data {
+        EventData::LeaseReleased(d) => d.reason,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn two_connections_contend_for_one_lease() {
+    let mut f = Fixture::new().await;
+    let mut b = Wire::new(&f.daemon);
+    hello(&mut f.wire, 1, "agent-a").await;
+    hello(&mut b, 1, "agent-b").await;
+
+    let taken = f
+        .wire
+        .request(2, "sessions.lease", json!({"ttlMs": 30000}))
+        .await;
+    let lease = &taken["result"];
+    assert_eq!(lease["alias"], "pixel-8");
+    assert_eq!(lease["holder"]["client"], "agent-a");
+    assert_eq!(lease["renewed"], false);
+    assert_eq!(lease["ttlMs"], 30000);
+    let expires_at = lease["expiresAt"].as_u64().unwrap();
+    let event = next_of(&mut f.events, EventKind::LeaseTaken).await;
+    assert_eq!(event.alias.as_deref(), Some("pixel-8"));
+
+    // The other connection can neither take it nor call a tool; the error names the holder.
+    let refused = b.request(2, "sessions.lease", json!({})).await;
+    assert_eq!(error_type(&refused), "session_leased");
+    let details = &refused["error"]["data"]["details"];
+    assert_eq!(details["holder"]["client"], "agent-a");
+    assert_eq!(details["expiresAt"], expires_at);
+    assert_eq!(details["alias"], "pixel-8");
+    let call = b
+        .request(3, "tools.call", json!({"name": "echo", "callId": "b1"}))
+        .await;
+    assert_eq!(error_type(&call), "session_leased", "{call}");
+    assert_eq!(call["error"]["data"]["callId"], "b1");
+    f.device.assert_no_frame();
+
+    // The holder calls as usual; listings show the lease.
+    f.wire
+        .send(
+            4,
+            "tools.call",
+            json!({"name": "echo", "args": {"text": "hi"}}),
+        )
+        .await;
+    let (wire_id, _) = f.device.tool_call().await;
+    f.device.result(&wire_id, json!("hi")).await;
+    assert_eq!(f.wire.response(4).await["result"]["result"], "hi");
+    let listed = b.request(5, "sessions.list", json!({})).await;
+    assert_eq!(listed["result"][0]["lease"]["holder"]["client"], "agent-a");
+    let status = b.request(6, "daemon.status", json!({})).await;
+    assert_eq!(
+        status["result"]["sessions"][0]["lease"]["expiresAt"],
+        expires_at
+    );
+
+    // Renewing keeps the holder; releasing by a non-holder does nothing.
+    let renewed = f
+        .wire
+        .request(7, "sessions.lease", json!({"ttlMs": 60000}))
+        .await;
+    assert_eq!(renewed["result"]["renewed"], true);
+    let not_mine = b.request(7, "sessions.release", json!({})).await;
+    assert_eq!(not_mine["result"]["released"], false);
+
+    // Released: the other connection's call goes through.
+    let done = f.wire.request(8, "sessions.release", json!({})).await;
+    assert_eq!(done["result"]["released"], true);
+    assert_eq!(released(&mut f.events).await, LeaseEndReason::Released);
+    b.send(9, "tools.call", json!({"name": "echo"})).await;
+    let (wire_id, _) = f.device.tool_call().await;
+    f.device.result(&wire_id, json!("ok")).await;
+    assert_eq!(b.response(9).await["result"]["result"], "ok");
+
+    let audit = audit_lines(&f.daemon).await;
+    assert_eq!(audit[0]["errorType"], "session_leased");
+    f.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lease_expires_without_renewal() {
+    let mut f = Fixture::new().await;
+    let mut b = Wire::new(&f.daemon);
+    let taken = f
+        .wire
+        .request(1, "sessions.lease", json!({"ttlMs": 2000}))
+        .await;
+    assert_eq!(taken["result"]["ttlMs"], 2000);
+    let call = b.request(1, "tools.call", json!({"name": "echo"})).await;
+    assert_eq!(error_type(&call), "session_leased");
+
+    // The paused clock runs forward to the lease's timer.
+    assert_eq!(released(&mut f.events).await, LeaseEndReason::Expired);
+    b.send(2, "tools.call", json!({"name": "echo"})).await;
+    let (wire_id, _) = f.device.tool_call().await;
+    f.device.result(&wire_id, json!(1)).await;
+    assert_eq!(b.response(2).await["result"]["result"], 1);
+    let listed = b.request(3, "sessions.list", json!({})).await;
+    assert!(listed["result"][0].get("lease").is_none(), "{listed}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn the_holder_disconnecting_releases_its_lease() {
+    let mut f = Fixture::new().await;
+    let mut b = Wire::new(&f.daemon);
+    let mut a = Wire::new(&f.daemon);
+    hello(&mut a, 1, "agent-a").await;
+    a.request(2, "sessions.lease", json!({})).await;
+    let call = b.request(1, "tools.call", json!({"name": "echo"})).await;
+    assert_eq!(error_type(&call), "session_leased");
+
+    a.close();
+    assert_eq!(released(&mut f.events).await, LeaseEndReason::Disconnected);
+    let taken = b.request(2, "sessions.lease", json!({})).await;
+    assert_eq!(taken["result"]["renewed"], false, "{taken}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn steal_takes_the_lease_over() {
+    let mut f = Fixture::new().await;
+    let mut b = Wire::new(&f.daemon);
+    hello(&mut f.wire, 1, "agent-a").await;
+    hello(&mut b, 1, "operator").await;
+    f.wire.request(2, "sessions.lease", json!({})).await;
+    next_of(&mut f.events, EventKind::LeaseTaken).await;
+
+    let stolen = b.request(2, "sessions.lease", json!({"steal": true})).await;
+    assert_eq!(stolen["result"]["holder"]["client"], "operator");
+    assert_eq!(stolen["result"]["stolenFrom"]["client"], "agent-a");
+    assert_eq!(released(&mut f.events).await, LeaseEndReason::Stolen);
+    match next_of(&mut f.events, EventKind::LeaseTaken).await.data {
+        EventData::LeaseTaken(d) => {
+            assert_eq!(
+                d.stolen_from.and_then(|h| h.client).as_deref(),
+                Some("agent-a")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let call = f
+        .wire
+        .request(3, "tools.call", json!({"name": "echo"}))
+        .await;
+    assert_eq!(error_type(&call), "session_leased");
+    assert_eq!(
+        call["error"]["data"]["details"]["holder"]["client"],
+        "operator"
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_settled_result_is_fetched_by_call_id_from_another_connection() {
+    let mut f = Fixture::new().await;
+    let mut b = Wire::new(&f.daemon);
+    f.wire
+        .send(1, "tools.call", json!({"name": "echo", "callId": "r1"}))
+        .await;
+    let (wire_id, _) = f.device.tool_call().await;
+
+    let running = b.request(1, "tools.result", json!({"callId": "r1"})).await;
+    assert_eq!(
+        running["result"],
+        json!({"callId": "r1", "state": "running"})
+    );
+
+    // A waiting fetch resolves when the call settles.
+    b.send(2, "tools.result", json!({"callId": "r1", "waitMs": 60000}))
+        .await;
+    f.device.result(&wire_id, json!({"n": 7})).await;
+    let direct = f.wire.response(1).await;
+    let fetched = b.response(2).await;
+    assert_eq!(fetched["result"]["state"], "ok", "{fetched}");
+    assert_eq!(fetched["result"]["response"], direct["result"]);
+    assert!(fetched["result"]["settledAt"].as_u64().is_some());
+
+    // An error outcome is kept too; an unknown callId is a typed error.
+    f.wire
+        .send(2, "tools.call", json!({"name": "nope", "callId": "r2"}))
+        .await;
+    f.wire.response(2).await;
+    let failed = b.request(3, "tools.result", json!({"callId": "r2"})).await;
+    assert_eq!(failed["result"]["state"], "error");
+    assert_eq!(failed["result"]["error"]["data"]["type"], "tool_not_found");
+    let unknown = b
+        .request(4, "tools.result", json!({"callId": "never"}))
+        .await;
+    assert_eq!(error_type(&unknown), "invalid_request");
+    assert_eq!(
+        unknown["error"]["data"]["details"]["reason"],
+        "call_not_retained"
+    );
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_detached_call_survives_its_connection_and_its_result_is_fetched() {
+    let mut f = Fixture::new().await;
+    let mut a = Wire::new(&f.daemon);
+    a.send(
+        1,
+        "tools.call",
+        json!({"name": "slow_task", "callId": "d1", "detach": true}),
+    )
+    .await;
+    let (wire_id, _) = f.device.tool_call().await;
+    // The connection goes away mid-call (a bridge killed): no tool_cancel follows.
+    a.close();
+    let probe = f
+        .wire
+        .request(1, "tools.result", json!({"callId": "d1"}))
+        .await;
+    assert_eq!(probe["result"]["state"], "running");
+    f.device.result(&wire_id, json!("done")).await;
+    let fetched = f
+        .wire
+        .request(2, "tools.result", json!({"callId": "d1", "waitMs": 60000}))
+        .await;
+    assert_eq!(fetched["result"]["state"], "ok", "{fetched}");
+    assert_eq!(fetched["result"]["response"]["result"], "done");
+    f.device.assert_no_frame();
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn the_retention_window_is_bounded_in_count() {
+    let mut f = Fixture::with_config(
+        |c| {
+            c.results.retain_count = 2;
+        },
+        standard_tools(),
+    )
+    .await;
+    for (i, id) in ["k1", "k2", "k3"].iter().enumerate() {
+        let n = i as i64 + 1;
+        f.wire
+            .send(n, "tools.call", json!({"name": "echo", "callId": id}))
+            .await;
+        let (wire_id, _) = f.device.tool_call().await;
+        f.device.result(&wire_id, json!(n)).await;
+        f.wire.response(n).await;
+    }
+    let oldest = f
+        .wire
+        .request(10, "tools.result", json!({"callId": "k1"}))
+        .await;
+    assert_eq!(
+        oldest["error"]["data"]["details"]["reason"],
+        "call_not_retained"
+    );
+    let newest = f
+        .wire
+        .request(11, "tools.result", json!({"callId": "k3"}))
+        .await;
+    assert_eq!(newest["result"]["response"]["result"], 3);
+    f.stop().await;
+}

@@ -1,0 +1,113 @@
+//! Leases and kept results across real processes (issue #19; control.md §C10.9, §C10.10;
+//! docs/mcp.md §M17): two `appduct mcp` bridges contend for one lease, the holder's exit
+//! releases it, and a bridge killed mid-call leaves an outcome that a new bridge's daemon still
+//! returns by callId.
+
+use std::time::Duration;
+
+use appduct_e2e::control::Control;
+use appduct_e2e::device::{RawDevice, mint};
+use appduct_e2e::harness::Sandbox;
+use appduct_e2e::mcp::Mcp;
+use appduct_e2e::{OrFail as _, blocking};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn call_args(lease: bool) -> Value {
+    json!({"name": "appduct_call_tool", "arguments": {"name": "quick", "lease": lease}})
+}
+
+fn error_type(response: &Value) -> Value {
+    response["result"]["_meta"]["appduct/error"]["type"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_bridges_contend_for_one_lease_and_the_holders_exit_releases_it() {
+    let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#).or_fail();
+    let link = blocking(|| mint(&sb, &[])).or_fail();
+    let (mut device, _ack) = RawDevice::claim(&link, "Pixel 8").await.or_fail();
+    device
+        .register(json!([{"name": "quick", "description": "Answers at once."}]))
+        .await
+        .or_fail();
+    assert!(blocking(
+        || sb.wait_sessions(WAIT, |l| l.len() == 1 && l[0]["toolCount"] == 1)
+    ));
+    let mut a = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| a.initialize("2025-11-25")).or_fail();
+    let mut b = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| b.initialize("2025-11-25")).or_fail();
+
+    // A takes the lease with its call.
+    let id = blocking(|| a.send_request("tools/call", call_args(true))).or_fail();
+    let call = device.expect_frame("tool_call").await.or_fail();
+    device.reply(&call, json!("a")).await.or_fail();
+    let r = blocking(|| a.wait_response(id)).or_fail();
+    assert_ne!(r["result"]["isError"], true, "{r}");
+
+    // B is refused, with or without `lease`, and the error names the holder.
+    for lease in [false, true] {
+        let r = blocking(|| b.request("tools/call", call_args(lease))).or_fail();
+        assert_eq!(error_type(&r), "session_leased", "{r}");
+        let details = &r["result"]["_meta"]["appduct/error"]["details"];
+        assert_eq!(details["holder"]["client"], "appduct-mcp", "{r}");
+        assert_eq!(details["holder"]["pid"], a.proc().pid(), "{r}");
+        assert!(details["expiresAt"].as_u64().is_some(), "{r}");
+    }
+    let listed = blocking(|| sb.sessions()).or_fail();
+    assert_eq!(listed[0]["lease"]["holder"]["pid"], a.proc().pid());
+
+    // A exits: its connection closes and the lease ends; B's call runs.
+    a.close_stdin();
+    assert!(blocking(|| a.proc().wait_exit(WAIT)).is_some());
+    assert!(blocking(
+        || sb.wait_sessions(WAIT, |l| l[0].get("lease").is_none())
+    ));
+    let id = blocking(|| b.send_request("tools/call", call_args(true))).or_fail();
+    let call = device.expect_frame("tool_call").await.or_fail();
+    device.reply(&call, json!("b")).await.or_fail();
+    let r = blocking(|| b.wait_response(id)).or_fail();
+    assert_ne!(r["result"]["isError"], true, "{r}");
+    b.close_stdin();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bridge_killed_mid_call_leaves_an_outcome_fetched_by_call_id() {
+    let sb = Sandbox::with_config(r#"{"wssPort": 0, "advertisedIp": "127.0.0.1"}"#).or_fail();
+    let link = blocking(|| mint(&sb, &[])).or_fail();
+    let (mut device, _ack) = RawDevice::claim(&link, "Pixel 8").await.or_fail();
+    device
+        .register(json!([{"name": "quick", "description": "Answers when told."}]))
+        .await
+        .or_fail();
+    assert!(blocking(
+        || sb.wait_sessions(WAIT, |l| l.len() == 1 && l[0]["toolCount"] == 1)
+    ));
+    let mut first = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| first.initialize("2025-11-25")).or_fail();
+    blocking(|| first.send_request("tools/call", call_args(false))).or_fail();
+    let call = device.expect_frame("tool_call").await.or_fail();
+
+    // The bridge's callId, as every client of the daemon sees it.
+    let mut control = blocking(|| Control::connect(&sb.socket(), WAIT)).or_fail();
+    let calls = blocking(|| control.result("calls.list", json!({}))).or_fail();
+    let call_id = calls["calls"][0]["callId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(call_id.starts_with("mcp_"), "{calls}");
+
+    // Killed mid-call: the app is not told to cancel, and answers later.
+    assert!(first.proc().signal("KILL"));
+    assert!(blocking(|| first.proc().wait_exit(WAIT)).is_some());
+    let second = blocking(|| Mcp::spawn(&sb)).or_fail();
+    device.reply(&call, json!({"total": 42})).await.or_fail();
+    let fetched =
+        blocking(|| control.result("tools.result", json!({"callId": call_id, "waitMs": 10000})))
+            .or_fail();
+    assert_eq!(fetched["state"], "ok", "{fetched}");
+    assert_eq!(fetched["response"]["result"], json!({"total": 42}));
+    assert_eq!(fetched["response"]["callId"], call_id.as_str());
+    drop(second);
+}
