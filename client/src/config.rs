@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::net::IpAddr;
-use std::os::unix::fs::MetadataExt;
+use crate::platform::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::limits::{
@@ -240,10 +240,10 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// or a huge file is refused instead of read into memory). Hostile-peer finding (issue #16).
 pub fn read_config_file(path: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
+    use crate::platform::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .custom_flags(crate::platform::o_nonblock())
         .open(path)?;
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {

@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::MetadataExt;
+use crate::platform::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
