@@ -196,11 +196,10 @@ fn controlling_terminal(_pid: u32) -> Result<TerminalDevice, String> {
 /// blocking, and writes `text`.
 fn write_terminal(device: &str, text: &str) -> Result<(), String> {
     use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let flags = rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::NONBLOCK;
+    use appduct_client::platform::fs::OpenOptionsExt as _;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .custom_flags(i32::try_from(flags.bits()).unwrap_or(0))
+        .custom_flags(appduct_client::platform::o_noctty() | appduct_client::platform::o_nonblock())
         .open(device)
         .map_err(|e| format!("{device} could not be opened ({e})"))?;
     file.write_all(text.as_bytes())

@@ -89,3 +89,8 @@ fn to_pid(pid: u32) -> Option<rustix::process::Pid> {
         .ok()
         .and_then(rustix::process::Pid::from_raw)
 }
+
+/// `O_NOCTTY`, for `OpenOptionsExt::custom_flags`.
+pub fn o_noctty() -> i32 {
+    i32::try_from(rustix::fs::OFlags::NOCTTY.bits()).unwrap_or(0)
+}

@@ -133,8 +133,8 @@ pub fn is_symlink_refusal(_e: &io::Error) -> bool {
 }
 
 /// No mode bits: the ACL inherited from the state directory applies (§S4.2).
-pub fn chmod(path: &Path, _mode: u32) -> io::Result<()> {
-    std::fs::symlink_metadata(path).map(drop)
+pub fn chmod(_path: &Path, _mode: u32) -> io::Result<()> {
+    Ok(())
 }
 
 /// No mode bits: the ACL inherited from the state directory applies (§S4.2).
@@ -213,4 +213,9 @@ pub fn terminate(pid: u32) -> io::Result<()> {
     } else {
         Err(io::Error::other(format!("taskkill /PID {pid} failed ({status})")))
     }
+}
+
+/// No `O_NOCTTY` on Windows.
+pub fn o_noctty() -> i32 {
+    0
 }

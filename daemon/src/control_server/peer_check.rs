@@ -17,7 +17,7 @@ pub struct SameEuid {
 impl SameEuid {
     pub fn new() -> Self {
         SameEuid {
-            euid: rustix::process::geteuid().as_raw(),
+            euid: appduct_client::platform::euid(),
         }
     }
 
