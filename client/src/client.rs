@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::platform::connect_control;
 use appduct_protocol::control::{
     ClientInfo, DaemonHello, DaemonShutdown, EventNotification, EventsSubscribe, HelloParams,
     HelloResult, Method, NoParams, ServerNotification, SubscribeParams, SubscribeResult,
@@ -30,7 +31,6 @@ use appduct_protocol::limits;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use crate::platform::connect_control;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 

@@ -8,11 +8,11 @@
 //! [`write_policy`] is the one writer: `policy.set` / `policy.reset` persist the `policy` key
 //! with it (atomic replace, 0600, every other key and unknown key kept as written).
 
+use crate::platform::fs::MetadataExt;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::net::IpAddr;
-use crate::platform::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::limits::{
@@ -239,8 +239,8 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// then it must be a regular file of at most [`MAX_CONFIG_BYTES`] (a symlink to `/dev/zero`
 /// or a huge file is refused instead of read into memory). Hostile-peer finding (issue #16).
 pub fn read_config_file(path: &Path) -> io::Result<Vec<u8>> {
-    use std::io::Read as _;
     use crate::platform::fs::OpenOptionsExt as _;
+    use std::io::Read as _;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(crate::platform::o_nonblock())

@@ -5,9 +5,9 @@
 //! kernel drops it when the daemon exits (zombie or not) and a reused pid cannot hold it. Only
 //! where locks are unavailable does the appduct v2 `O_EXCL` + pid test apply.
 
+use crate::platform::fs::MetadataExt;
 use std::fs::{File, TryLockError};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use crate::platform::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

@@ -4,10 +4,10 @@
 //! Everything here is synchronous `std::fs`: it runs once at startup or on a client's connect
 //! path, before any socket exists.
 
+use crate::platform::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::ffi::OsString;
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io;
-use crate::platform::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::limits::MAX_SOCKET_PATH_BYTES;
@@ -147,9 +147,13 @@ impl StateDir {
         Ok(StateDir { root })
     }
 
-    /// Resolves the directory of this process: `flag` > `APPDUCT_STATE_DIR` > `~/.appduct`.
+    /// Resolves the directory of this process: `flag` > `APPDUCT_STATE_DIR` > `~/.appduct`
+    /// (Windows: `%LOCALAPPDATA%\appduct`, §S4.2).
     pub fn resolve(flag: Option<&Path>) -> Result<Self, StateDirError> {
-        let env: Option<OsString> = std::env::var_os(STATE_DIR_ENV);
+        // Windows: an unset variable falls back to `%LOCALAPPDATA%\appduct` (§S4.2).
+        let env: Option<OsString> = std::env::var_os(STATE_DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .or_else(crate::platform::default_state_dir);
         let home = std::env::home_dir();
         let root = resolve(flag, env.as_deref(), home.as_deref(), std::env::current_dir)?;
         Ok(StateDir { root })
@@ -230,8 +234,7 @@ impl StateDir {
                 euid,
             });
         }
-        crate::platform::chmod(&dir, DIR_MODE)
-            .map_err(|e| StateDirError::io(&dir, e))?;
+        crate::platform::chmod(&dir, DIR_MODE).map_err(|e| StateDirError::io(&dir, e))?;
         // Tightened first, then checked: nothing can be added after the walk. `prepare` walked
         // it already; this catches an entry planted since, through a descriptor of the
         // directory opened while it was writable.
@@ -390,8 +393,7 @@ fn refuse_foreign_entries(
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), StateDirError> {
-    crate::platform::chmod(path, mode)
-        .map_err(|e| StateDirError::io(path, e))
+    crate::platform::chmod(path, mode).map_err(|e| StateDirError::io(path, e))
 }
 
 /// `OpenOptions` for a state file: mode 0600 when created, and `O_NOFOLLOW` so a symlink at the

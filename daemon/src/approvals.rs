@@ -195,8 +195,8 @@ fn controlling_terminal(_pid: u32) -> Result<TerminalDevice, String> {
 /// Opens `device` write-only, without making it the daemon's controlling terminal and without
 /// blocking, and writes `text`.
 fn write_terminal(device: &str, text: &str) -> Result<(), String> {
-    use std::io::Write as _;
     use appduct_client::platform::fs::OpenOptionsExt as _;
+    use std::io::Write as _;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .custom_flags(appduct_client::platform::o_noctty() | appduct_client::platform::o_nonblock())

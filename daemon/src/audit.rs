@@ -7,9 +7,9 @@
 //! batches, which keeps the async runtime free and lets paused-time tests auto-advance around
 //! it. Pruning (§C12.1) runs on the same queue, so it never races a write.
 
+use appduct_client::platform::fs::PermissionsExt;
 use std::fs::File;
 use std::io::{self, Write as _};
-use appduct_client::platform::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -758,17 +758,18 @@ impl Daemon {
         });
         let control_handler: Arc<dyn ControlHandler> = Arc::new(handler.clone());
         let server_options = opts.server_options();
-        let control = control_server::bind_control(&socket_path).map_err(|source| StartError::Socket {
-            path: socket_path.clone(),
-            source,
-        })?;
-        guard.socket = Some(socket_path.clone());
-        appduct_client::platform::chmod(&socket_path, FILE_MODE).map_err(
-            |source| StartError::Socket {
+        let control =
+            control_server::bind_control(&socket_path).map_err(|source| StartError::Socket {
                 path: socket_path.clone(),
                 source,
-            },
-        )?;
+            })?;
+        guard.socket = Some(socket_path.clone());
+        appduct_client::platform::chmod(&socket_path, FILE_MODE).map_err(|source| {
+            StartError::Socket {
+                path: socket_path.clone(),
+                source,
+            }
+        })?;
         let (control_stop, control_stop_rx) = watch::channel(false);
         let control_task = tokio::spawn(control_server::serve_control(
             control,

@@ -7,11 +7,11 @@
 //! theirs, and the pin never changes because the key never does. Private key bytes are never
 //! written anywhere but the key file, and never appear in errors or `Debug` output.
 
+use appduct_client::platform::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr};
-use appduct_client::platform::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 

@@ -1,9 +1,9 @@
 //! `appduct init` (§L10): records the project's deep-link scheme and app ids in
 //! `<cwd>/.appduct/config.json`. Never contacts the daemon, never creates daemon files.
 
+use appduct_client::platform::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::fs::{self, DirBuilder};
 use std::io::{self, Write as _};
-use appduct_client::platform::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use appduct_client::project::{self, AppKind, PROBED_FILES};
@@ -487,7 +487,6 @@ fn render_result(
 mod tests {
     use super::*;
     use std::fs::Permissions;
-    use std::os::unix::fs::PermissionsExt as _;
     use std::time::{Duration, SystemTime};
 
     struct Project {

@@ -94,3 +94,8 @@ fn to_pid(pid: u32) -> Option<rustix::process::Pid> {
 pub fn o_noctty() -> i32 {
     i32::try_from(rustix::fs::OFlags::NOCTTY.bits()).unwrap_or(0)
 }
+
+/// No platform default: the state directory falls back to `~/.appduct` (§S1.1).
+pub fn default_state_dir() -> Option<std::ffi::OsString> {
+    None
+}

@@ -163,7 +163,9 @@ pub async fn connect_control(path: &Path) -> io::Result<ControlStream> {
     let mut waited = Duration::ZERO;
     loop {
         match tokio::net::windows::named_pipe::ClientOptions::new().open(&name) {
-            Err(e) if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && waited < Duration::from_secs(2) => {
+            Err(e)
+                if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && waited < Duration::from_secs(2) =>
+            {
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 waited += Duration::from_millis(10);
             }
@@ -211,11 +213,20 @@ pub fn terminate(pid: u32) -> io::Result<()> {
     if status.success() {
         Ok(())
     } else {
-        Err(io::Error::other(format!("taskkill /PID {pid} failed ({status})")))
+        Err(io::Error::other(format!(
+            "taskkill /PID {pid} failed ({status})"
+        )))
     }
 }
 
 /// No `O_NOCTTY` on Windows.
 pub fn o_noctty() -> i32 {
     0
+}
+
+/// `%LOCALAPPDATA%\appduct`, used when neither `--state-dir` nor `APPDUCT_STATE_DIR` is set
+/// (§S4.2); `None` when `LOCALAPPDATA` is unset (then `%USERPROFILE%\.appduct`).
+pub fn default_state_dir() -> Option<std::ffi::OsString> {
+    let base = std::env::var_os("LOCALAPPDATA").filter(|v| !v.is_empty())?;
+    Some(Path::new(&base).join("appduct").into_os_string())
 }
