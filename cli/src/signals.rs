@@ -60,31 +60,32 @@ impl Interrupts {
     }
 }
 
-/// Windows (docs/state.md §S4.3): Ctrl-C is `Int`, Ctrl-Break `Term`, and closing the console
-/// `Hup` when asked.
+/// Windows (docs/state.md §S4.3): Ctrl-C is `Int`; Ctrl-Break and closing the console are
+/// `Term`. There is no SIGHUP: `with_hup` is ignored (`appduct daemon reload` reloads).
 #[cfg(windows)]
 #[derive(Debug)]
 pub struct Interrupts {
     int: CtrlC,
     term: CtrlBreak,
-    hup: Option<CtrlClose>,
+    /// `None` without a console (a spawned daemon has none).
+    close: Option<CtrlClose>,
 }
 
 #[cfg(windows)]
 impl Interrupts {
-    pub fn new(with_hup: bool) -> io::Result<Self> {
+    pub fn new(_with_hup: bool) -> io::Result<Self> {
         Ok(Self {
             int: ctrl_c()?,
             term: ctrl_break()?,
-            hup: if with_hup { Some(ctrl_close()?) } else { None },
+            close: ctrl_close().ok(),
         })
     }
 
     /// The next interrupt.
     pub async fn recv(&mut self) -> Interrupt {
-        let Self { int, term, hup } = self;
-        let hup = async {
-            match hup {
+        let Self { int, term, close } = self;
+        let close = async {
+            match close {
                 Some(s) => s.recv().await,
                 None => std::future::pending().await,
             }
@@ -92,7 +93,7 @@ impl Interrupts {
         tokio::select! {
             _ = int.recv() => Interrupt::Int,
             _ = term.recv() => Interrupt::Term,
-            _ = hup => Interrupt::Hup,
+            _ = close => Interrupt::Term,
         }
     }
 }

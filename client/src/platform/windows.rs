@@ -142,11 +142,8 @@ pub fn fchmod(_file: &File, _mode: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// The control socket's client end (§S4.1): a named pipe.
-pub type ControlStream = tokio::net::windows::named_pipe::NamedPipeClient;
-
-/// `ERROR_PIPE_BUSY`: every instance of the pipe is connected; the server makes a new one.
-const ERROR_PIPE_BUSY: i32 = 231;
+/// The control socket's client end (§S4.1): a named pipe, through `interprocess`.
+pub type ControlStream = interprocess::local_socket::tokio::Stream;
 
 /// The named pipe that stands for the control socket path `socket` (§S4.1):
 /// `\\.\pipe\appduct-` followed by the path with `\` written as `/` (a pipe name may hold any
@@ -156,22 +153,16 @@ pub fn pipe_name(socket: &Path) -> String {
     format!(r"\\.\pipe\appduct-{path}")
 }
 
-/// Connects to the control pipe of the socket path `path`, retrying for up to 2 s while every
-/// instance is busy.
+/// Connects to the control pipe of the socket path `path`, waiting up to 2 s while every
+/// instance is busy. The server's identity is not checked (§S4.1).
 pub async fn connect_control(path: &Path) -> io::Result<ControlStream> {
+    use interprocess::local_socket::{ConnectOptions, GenericFilePath, ToFsName as _};
     let name = pipe_name(path);
-    let mut waited = Duration::ZERO;
-    loop {
-        match tokio::net::windows::named_pipe::ClientOptions::new().open(&name) {
-            Err(e)
-                if e.raw_os_error() == Some(ERROR_PIPE_BUSY) && waited < Duration::from_secs(2) =>
-            {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                waited += Duration::from_millis(10);
-            }
-            other => return other,
-        }
-    }
+    ConnectOptions::new()
+        .name(Path::new(&name).to_fs_name::<GenericFilePath>()?)
+        .wait_mode(interprocess::ConnectWaitMode::Timeout(Duration::from_secs(2)))
+        .connect_tokio()
+        .await
 }
 
 /// `DETACHED_PROCESS`: the child gets no console, so no window opens (`CREATE_NO_WINDOW` is

@@ -1,60 +1,88 @@
-//! The control socket on Windows (docs/state.md §S4.1): a named pipe whose name is derived from
-//! the socket path (`appduct_client::platform::pipe_name`).
+//! The control socket on Windows (docs/state.md §S4.1): a named pipe, through `interprocess`'s
+//! local sockets, whose name is derived from the socket path
+//! (`appduct_client::platform::pipe_name`).
 //!
-//! The first instance is created with `FILE_FLAG_FIRST_PIPE_INSTANCE`, so the daemon fails to
-//! start instead of serving behind a pipe somebody else created first (squatting), and every
-//! instance refuses remote clients (`PIPE_REJECT_REMOTE_CLIENTS`). A new instance is created
-//! before a connected one is handed to its task, so a client never finds the name missing
-//! between two connections.
+//! - Its security descriptor has a protected DACL with one entry: full access for the current
+//!   user's SID (read from `whoami /user`; when that fails, for the pipe's owner, `OW`). No
+//!   other account, not even `SYSTEM` or `Administrators`, may open it.
+//! - The first instance is created with `FILE_FLAG_FIRST_PIPE_INSTANCE` (interprocess does so
+//!   for a listener's first instance), so the daemon fails to start instead of serving behind a
+//!   pipe somebody else created first; remote clients are refused (`PIPE_REJECT_REMOTE_CLIENTS`,
+//!   interprocess's default).
 
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::windows::named_pipe::{NamedPipeServer, ServerOptions};
+use interprocess::local_socket::tokio::Listener;
+use interprocess::local_socket::traits::tokio::{Listener as _, Stream as _};
+use interprocess::local_socket::{GenericFilePath, ListenerOptions, ToFsName as _};
+use interprocess::os::windows::local_socket::ListenerOptionsExt as _;
+use interprocess::os::windows::security_descriptor::SecurityDescriptor;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::{ControlHandler, PeerCheck, ServerOptions as ControlServerOptions, run_connection};
+use super::{ControlHandler, PeerCheck, ServerOptions, run_connection};
 
-/// The control pipe's listener: its name and the instance waiting for the next client.
+/// The control pipe's listener.
 #[derive(Debug)]
 pub struct ControlListener {
-    name: String,
-    next: NamedPipeServer,
+    listener: Listener,
 }
 
-fn instance(name: &str, first: bool) -> io::Result<NamedPipeServer> {
-    ServerOptions::new()
-        .first_pipe_instance(first)
-        .reject_remote_clients(true)
-        .create(name)
+/// The SDDL of the pipe: a protected DACL (`P`: nothing inherited) granting `GA` (generic all)
+/// to `sid` alone.
+pub fn owner_only_sddl(sid: &str) -> String {
+    format!("D:P(A;;GA;;;{sid})")
+}
+
+/// The current user's SID (`S-1-5-21-…`), from `whoami /user /fo csv /nh`, whose one line is
+/// `"<domain>\<user>","<sid>"`. Reading the process token needs Win32 calls this `unsafe`-free
+/// workspace cannot make.
+fn current_user_sid() -> Option<String> {
+    let out = std::process::Command::new("whoami")
+        .args(["/user", "/fo", "csv", "/nh"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sid = text.trim().rsplit(',').next()?.trim_matches('"').to_owned();
+    (sid.starts_with("S-1-") && sid[4..].chars().all(|c| c.is_ascii_digit() || c == '-'))
+        .then_some(sid)
 }
 
 /// Creates the first instance of the control pipe for the socket path `path`; fails when a
 /// pipe of that name exists already.
 pub fn bind_control(path: &Path) -> io::Result<ControlListener> {
     let name = appduct_client::platform::pipe_name(path);
-    let next = instance(&name, true)?;
-    Ok(ControlListener { name, next })
+    let sid = current_user_sid().unwrap_or_else(|| {
+        tracing::warn!("cannot read the current user's SID (whoami); the control pipe admits its owner (OW)");
+        "OW".to_owned()
+    });
+    let sddl = widestring::U16CString::from_str(owner_only_sddl(&sid)).map_err(io::Error::other)?;
+    let descriptor = SecurityDescriptor::deserialize(&sddl)?;
+    let listener = ListenerOptions::new()
+        .name(Path::new(&name).to_fs_name::<GenericFilePath>()?)
+        .security_descriptor(descriptor)
+        .create_tokio()?;
+    Ok(ControlListener { listener })
 }
 
 /// Accepts control connections until `shutdown` turns true, like `serve_unix` on Unix.
 ///
 /// The peer check sees the daemon's own stand-in uid: a pipe client's account cannot be read
-/// in safe Rust, so who may connect is decided by the pipe's security descriptor (§S4.1).
+/// in safe Rust; the pipe's DACL admits the current user only (§S4.1).
 pub async fn serve_control(
-    mut listener: ControlListener,
+    listener: ControlListener,
     handler: Arc<dyn ControlHandler>,
-    opts: ControlServerOptions,
+    opts: ServerOptions,
     peer_check: Arc<dyn PeerCheck>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut connections = JoinSet::new();
     loop {
-        let connected = tokio::select! {
-            r = listener.next.connect() => r,
+        let accepted = tokio::select! {
+            r = listener.listener.accept() => r,
             r = shutdown.wait_for(|s| *s) => {
                 if r.is_err() {
                     tracing::warn!("control shutdown signal dropped; stopping the accept loop");
@@ -63,19 +91,15 @@ pub async fn serve_control(
             }
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        let fresh = match instance(&listener.name, false) {
-            Ok(fresh) => fresh,
+        let stream = match accepted {
+            Ok(stream) => stream,
             Err(e) => {
-                tracing::warn!("cannot create a control pipe instance: {e}");
+                tracing::warn!("control pipe accept failed: {e}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let stream = std::mem::replace(&mut listener.next, fresh);
-        if let Err(e) = connected {
-            tracing::warn!("control pipe connect failed: {e}");
-            continue;
-        }
+        let pid = stream.peer_creds().ok().and_then(|c| c.pid());
         if !peer_check.allow(Some(appduct_client::platform::euid())) {
             drop(stream);
             continue;
@@ -84,7 +108,7 @@ pub async fn serve_control(
             stream,
             handler.clone(),
             opts,
-            None,
+            pid,
             Some(shutdown.clone()),
         ));
     }
