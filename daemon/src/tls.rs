@@ -982,7 +982,8 @@ fn dotted_oid(content: &[u8]) -> String {
         .join(".")
 }
 
-#[cfg(test)]
+// Unix-only: file modes, symlinks and uids.
+#[cfg(all(test, unix))]
 // Tests may panic on unexpected failures; the workspace denies this only in production code.
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {

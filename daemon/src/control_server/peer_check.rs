@@ -49,7 +49,8 @@ impl PeerCheck for FixedPeerCheck {
     }
 }
 
-#[cfg(test)]
+// Unix-only: the uid comes from rustix.
+#[cfg(all(test, unix))]
 mod tests {
     use super::*;
 

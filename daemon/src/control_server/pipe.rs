@@ -115,3 +115,30 @@ pub async fn serve_control(
     drop(listener);
     while connections.join_next().await.is_some() {}
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use interprocess::os::windows::security_descriptor::AsSecurityDescriptorExt as _;
+
+    /// `DACL_SECURITY_INFORMATION`: serialize the DACL only.
+    const DACL_SECURITY_INFORMATION: u32 = 0x4;
+
+    /// The descriptor the daemon gives the pipe, read back through Windows' own parser and
+    /// printer, grants exactly one account: the current user (Windows-only; run under wine by
+    /// `scripts/windows` when wine supports the calls).
+    #[test]
+    fn the_pipe_dacl_names_only_the_current_user() {
+        let sid = current_user_sid().unwrap_or_else(|| "OW".to_owned());
+        let sddl = widestring::U16CString::from_str(owner_only_sddl(&sid)).unwrap();
+        let descriptor = SecurityDescriptor::deserialize(&sddl).unwrap();
+        let dacl = descriptor
+            .serialize(DACL_SECURITY_INFORMATION, |s| s.to_string_lossy())
+            .unwrap();
+        assert!(dacl.starts_with("D:P("), "protected, no inherited entries: {dacl}");
+        assert!(dacl.ends_with(&format!(";;;{sid})")), "{dacl}");
+        assert_eq!(dacl.matches("(A;").count(), 1, "{dacl}");
+        assert!(!dacl.contains("WD") && !dacl.contains("AN") && !dacl.contains("SY"), "{dacl}");
+    }
+}
