@@ -160,7 +160,9 @@ pub async fn connect_control(path: &Path) -> io::Result<ControlStream> {
     let name = pipe_name(path);
     ConnectOptions::new()
         .name(Path::new(&name).to_fs_name::<GenericFilePath>()?)
-        .wait_mode(interprocess::ConnectWaitMode::Timeout(Duration::from_secs(2)))
+        .wait_mode(interprocess::ConnectWaitMode::Timeout(Duration::from_secs(
+            2,
+        )))
         .connect_tokio()
         .await
 }

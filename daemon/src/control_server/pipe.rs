@@ -56,7 +56,9 @@ fn current_user_sid() -> Option<String> {
 pub fn bind_control(path: &Path) -> io::Result<ControlListener> {
     let name = appduct_client::platform::pipe_name(path);
     let sid = current_user_sid().unwrap_or_else(|| {
-        tracing::warn!("cannot read the current user's SID (whoami); the control pipe admits its owner (OW)");
+        tracing::warn!(
+            "cannot read the current user's SID (whoami); the control pipe admits its owner (OW)"
+        );
         "OW".to_owned()
     });
     let sddl = widestring::U16CString::from_str(owner_only_sddl(&sid)).map_err(io::Error::other)?;
@@ -136,9 +138,15 @@ mod tests {
         let dacl = descriptor
             .serialize(DACL_SECURITY_INFORMATION, |s| s.to_string_lossy())
             .unwrap();
-        assert!(dacl.starts_with("D:P("), "protected, no inherited entries: {dacl}");
+        assert!(
+            dacl.starts_with("D:P("),
+            "protected, no inherited entries: {dacl}"
+        );
         assert!(dacl.ends_with(&format!(";;;{sid})")), "{dacl}");
         assert_eq!(dacl.matches("(A;").count(), 1, "{dacl}");
-        assert!(!dacl.contains("WD") && !dacl.contains("AN") && !dacl.contains("SY"), "{dacl}");
+        assert!(
+            !dacl.contains("WD") && !dacl.contains("AN") && !dacl.contains("SY"),
+            "{dacl}"
+        );
     }
 }
