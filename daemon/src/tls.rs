@@ -703,7 +703,7 @@ fn write_generated_key(path: &Path, overwrite: Overwrite) -> Result<WriteOutcome
     };
     let outcome = placed.map_err(io_err)?;
     removed.map_err(io_err)?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)?;
+    appduct_client::platform::sync_dir(dir).map_err(io_err)?;
     Ok(outcome)
 }
 

@@ -99,3 +99,8 @@ pub fn o_noctty() -> i32 {
 pub fn default_state_dir() -> Option<std::ffi::OsString> {
     None
 }
+
+/// `fsync` of a directory, so a rename or link in it is durable.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}

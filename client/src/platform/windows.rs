@@ -223,3 +223,9 @@ pub fn default_state_dir() -> Option<std::ffi::OsString> {
     let base = std::env::var_os("LOCALAPPDATA").filter(|v| !v.is_empty())?;
     Some(Path::new(&base).join("appduct").into_os_string())
 }
+
+/// Nothing: a directory cannot be opened as a file without Win32 flags std does not expose,
+/// and NTFS journals the rename or link that precedes this call.
+pub fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
