@@ -9,7 +9,7 @@
 
 use appduct_client::platform::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
