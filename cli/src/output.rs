@@ -295,11 +295,18 @@ impl Output {
 
 /// The width in columns of the terminal `fd` is, read at each call (so a resize counts);
 /// `None` when it is not a terminal or reports a width of 0.
+#[cfg(unix)]
 pub fn terminal_columns(fd: impl std::os::fd::AsFd) -> Option<usize> {
     rustix::termios::tcgetwinsize(fd)
         .ok()
         .map(|w| usize::from(w.ws_col))
         .filter(|c| *c > 0)
+}
+
+/// Windows: no console size query in safe std; `None`, so the fallback width applies.
+#[cfg(windows)]
+pub fn terminal_columns<T>(_stream: T) -> Option<usize> {
+    None
 }
 
 /// Writes to stdout, ignoring a closed pipe (`appduct … | head`).

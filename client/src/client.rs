@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::platform::connect_control;
 use appduct_protocol::control::{
     ClientInfo, DaemonHello, DaemonShutdown, EventNotification, EventsSubscribe, HelloParams,
     HelloResult, Method, NoParams, ServerNotification, SubscribeParams, SubscribeResult,
@@ -30,7 +31,6 @@ use appduct_protocol::limits;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
-use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 
@@ -1428,7 +1428,7 @@ impl ControlClient {
         if opts.auto_spawn {
             dir.prepare().map_err(|e| unreachable(&socket, e))?;
         }
-        let client = match UnixStream::connect(&socket).await {
+        let client = match connect_control(&socket).await {
             Ok(s) => Self::from_stream_with(s, opts.request_timeout),
             Err(e) if opts.auto_spawn && is_absent(&e) => {
                 spawn_and_connect(&dir, &opts, opts.request_timeout).await?
@@ -1498,7 +1498,7 @@ async fn spawn_and_connect(
         return wait_ready(dir, opts, None, request_timeout).await;
     };
     // Another racer may have finished meanwhile.
-    if let Ok(s) = UnixStream::connect(&socket).await {
+    if let Ok(s) = connect_control(&socket).await {
         drop(lock);
         return Ok(ControlClient::from_stream_with(s, opts.request_timeout));
     }
@@ -1563,7 +1563,7 @@ async fn wait_ready(
                 dir.daemon_log_path().display()
             )));
         }
-        if let Ok(s) = UnixStream::connect(&socket).await {
+        if let Ok(s) = connect_control(&socket).await {
             let client = ControlClient::from_stream_with(s, opts.request_timeout);
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
             let hello = HelloParams::default()
@@ -1608,7 +1608,7 @@ async fn replace_daemon(
         // Another process is replacing or spawning it: wait for it to finish, then connect.
         drop(old);
         wait_lock_released(dir).await;
-        return match UnixStream::connect(&socket).await {
+        return match connect_control(&socket).await {
             Ok(s) => Ok(ControlClient::from_stream_with(s, opts.request_timeout)),
             Err(e) if is_absent(&e) => spawn_and_connect(dir, opts, LOCKED_REQUEST_TIMEOUT).await,
             Err(e) => Err(ClientError::Unreachable { socket, source: e }),

@@ -8,11 +8,11 @@
 //! [`write_policy`] is the one writer: `policy.set` / `policy.reset` persist the `policy` key
 //! with it (atomic replace, 0600, every other key and unknown key kept as written).
 
+use crate::platform::fs::MetadataExt;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::net::IpAddr;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::declarations::DECLARATION_FIELDS;
@@ -276,11 +276,11 @@ pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
 /// then it must be a regular file of at most [`MAX_CONFIG_BYTES`] (a symlink to `/dev/zero`
 /// or a huge file is refused instead of read into memory). Hostile-peer finding (issue #16).
 pub fn read_config_file(path: &Path) -> io::Result<Vec<u8>> {
+    use crate::platform::fs::OpenOptionsExt as _;
     use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
+        .custom_flags(crate::platform::o_nonblock())
         .open(path)?;
     let meta = file.metadata()?;
     if !meta.file_type().is_file() {

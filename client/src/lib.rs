@@ -29,6 +29,7 @@ pub mod http_token;
 pub mod link_flow;
 pub mod picture;
 pub mod pidfile;
+pub mod platform;
 pub mod process;
 pub mod project;
 pub mod qr;

@@ -5,9 +5,9 @@
 //! kernel drops it when the daemon exits (zombie or not) and a reused pid cannot hold it. Only
 //! where locks are unavailable does the appduct v2 `O_EXCL` + pid test apply.
 
-use std::fs::{File, Permissions, TryLockError};
+use crate::platform::fs::MetadataExt;
+use std::fs::{File, TryLockError};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -256,7 +256,7 @@ fn write_pid(file: &mut File, pid: u32) -> io::Result<()> {
     file.seek(SeekFrom::Start(0))?;
     file.write_all(format!("{pid}\n").as_bytes())?;
     // A file that existed before may have had a looser mode.
-    file.set_permissions(Permissions::from_mode(FILE_MODE))?;
+    crate::platform::fchmod(file, FILE_MODE)?;
     file.sync_all()
 }
 
@@ -366,7 +366,8 @@ mod tests {
     use super::*;
     use crate::process::FakeProcessProbe;
     use std::cell::Cell;
-    use std::os::unix::fs::symlink;
+    use std::fs::Permissions;
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
 
     fn temp() -> tempfile::TempDir {
         tempfile::Builder::new()

@@ -33,13 +33,6 @@ pub trait ProcessProbe: Send + Sync + fmt::Debug {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OsProcessProbe;
 
-fn to_pid(pid: u32) -> Option<rustix::process::Pid> {
-    // Pid 0 and values beyond i32 would address process groups or nothing at all.
-    i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-}
-
 impl ProcessProbe for OsProcessProbe {
     fn lock_held(&self, path: &Path) -> Option<bool> {
         let file = match state_dir::open_read(path) {
@@ -57,13 +50,7 @@ impl ProcessProbe for OsProcessProbe {
     }
 
     fn pid_alive(&self, pid: u32) -> bool {
-        let Some(pid) = to_pid(pid) else {
-            return false;
-        };
-        match rustix::process::test_kill_process(pid) {
-            Ok(()) => true,
-            Err(e) => e == rustix::io::Errno::PERM,
-        }
+        crate::platform::pid_alive(pid)
     }
 
     fn is_zombie(&self, pid: u32) -> bool {
@@ -76,11 +63,7 @@ impl ProcessProbe for OsProcessProbe {
     }
 
     fn terminate(&self, pid: u32) -> io::Result<()> {
-        let pid = to_pid(pid).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, format!("invalid pid {pid}"))
-        })?;
-        rustix::process::kill_process(pid, rustix::process::Signal::TERM)?;
-        Ok(())
+        crate::platform::terminate(pid)
     }
 }
 

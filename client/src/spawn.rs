@@ -156,8 +156,6 @@ pub struct ReexecSpawner;
 
 impl Spawner for ReexecSpawner {
     fn spawn_daemon(&self, req: SpawnRequest) -> io::Result<SpawnedChild> {
-        use std::os::unix::process::CommandExt;
-
         let log_path = req.log_path();
         let log = state_dir::open_append(&log_path)?;
         let log_err = log.try_clone()?;
@@ -168,8 +166,8 @@ impl Spawner for ReexecSpawner {
             .current_dir(&req.state_dir)
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log_err)
-            .process_group(0);
+            .stderr(log_err);
+        crate::platform::detach(&mut cmd);
         let mut child = cmd.spawn()?;
         let (handle, reporter) = SpawnedChild::new(child.id());
         std::thread::Builder::new()
@@ -213,11 +211,9 @@ impl RecordingSpawner {
 
     /// Every spawn yields a child that has already exited with `code` (an early exit).
     pub fn exiting(code: i32) -> Self {
-        use std::os::unix::process::ExitStatusExt;
         RecordingSpawner::new(move |_| {
             let (child, reporter) = SpawnedChild::new(0);
-            // Wait-status encoding: the exit code lives in bits 8..16.
-            reporter.report(ExitStatus::from_raw((code & 0xff) << 8));
+            reporter.report(crate::platform::exit_status(code));
             Ok(child)
         })
     }

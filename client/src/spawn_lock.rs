@@ -2,9 +2,9 @@
 //! a time. It is a file created exclusively; a file older than 30 s belongs to a spawner that
 //! died and may be reclaimed.
 
+use crate::platform::fs::MetadataExt;
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 

@@ -4,11 +4,10 @@
 //! Everything here is synchronous `std::fs`: it runs once at startup or on a client's connect
 //! path, before any socket exists.
 
+use crate::platform::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::ffi::OsString;
-use std::fs::{DirBuilder, File, OpenOptions, Permissions};
+use std::fs::{DirBuilder, File, OpenOptions};
 use std::io;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::limits::MAX_SOCKET_PATH_BYTES;
@@ -148,9 +147,13 @@ impl StateDir {
         Ok(StateDir { root })
     }
 
-    /// Resolves the directory of this process: `flag` > `APPDUCT_STATE_DIR` > `~/.appduct`.
+    /// Resolves the directory of this process: `flag` > `APPDUCT_STATE_DIR` > `~/.appduct`
+    /// (Windows: `%LOCALAPPDATA%\appduct`, §S4.2).
     pub fn resolve(flag: Option<&Path>) -> Result<Self, StateDirError> {
-        let env: Option<OsString> = std::env::var_os(STATE_DIR_ENV);
+        // Windows: an unset variable falls back to `%LOCALAPPDATA%\appduct` (§S4.2).
+        let env: Option<OsString> = std::env::var_os(STATE_DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .or_else(crate::platform::default_state_dir);
         let home = std::env::home_dir();
         let root = resolve(flag, env.as_deref(), home.as_deref(), std::env::current_dir)?;
         Ok(StateDir { root })
@@ -207,7 +210,7 @@ impl StateDir {
     /// group or others, an entry owned by another uid is refused (it may have been planted).
     /// Must run before any lock or socket in the directory is used.
     pub fn prepare(&self) -> Result<Prepared, StateDirError> {
-        prepare_dir(&self.root, rustix::process::geteuid().as_raw())
+        prepare_dir(&self.root, crate::platform::euid())
     }
 
     /// Creates `audit/` with 0700 and chmods it explicitly (creation honours the umask).
@@ -223,7 +226,7 @@ impl StateDir {
         if !meta.is_dir() {
             return Err(StateDirError::NotADirectory { path: dir });
         }
-        let euid = rustix::process::geteuid().as_raw();
+        let euid = crate::platform::euid();
         if meta.uid() != euid {
             return Err(StateDirError::ForeignOwner {
                 path: dir,
@@ -231,8 +234,7 @@ impl StateDir {
                 euid,
             });
         }
-        std::fs::set_permissions(&dir, Permissions::from_mode(DIR_MODE))
-            .map_err(|e| StateDirError::io(&dir, e))?;
+        crate::platform::chmod(&dir, DIR_MODE).map_err(|e| StateDirError::io(&dir, e))?;
         // Tightened first, then checked: nothing can be added after the walk. `prepare` walked
         // it already; this catches an entry planted since, through a descriptor of the
         // directory opened while it was writable.
@@ -264,7 +266,7 @@ impl StateDir {
 /// Refuses a socket path longer than 100 bytes, naming it and suggesting a shorter
 /// `APPDUCT_STATE_DIR`.
 pub fn check_socket_path_len(path: &Path) -> Result<(), StateDirError> {
-    let len = path.as_os_str().as_bytes().len();
+    let len = path.as_os_str().len();
     if len > MAX_SOCKET_PATH_BYTES {
         return Err(StateDirError::SocketPathTooLong {
             path: path.to_path_buf(),
@@ -391,8 +393,7 @@ fn refuse_foreign_entries(
 }
 
 fn set_mode(path: &Path, mode: u32) -> Result<(), StateDirError> {
-    std::fs::set_permissions(path, Permissions::from_mode(mode))
-        .map_err(|e| StateDirError::io(path, e))
+    crate::platform::chmod(path, mode).map_err(|e| StateDirError::io(path, e))
 }
 
 /// `OpenOptions` for a state file: mode 0600 when created, and `O_NOFOLLOW` so a symlink at the
@@ -400,7 +401,7 @@ fn set_mode(path: &Path, mode: u32) -> Result<(), StateDirError> {
 pub fn private_open_options() -> OpenOptions {
     let mut opts = OpenOptions::new();
     opts.mode(FILE_MODE)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        .custom_flags(crate::platform::o_nofollow());
     opts
 }
 
@@ -418,10 +419,9 @@ pub fn open_with(opts: &OpenOptions, path: &Path) -> io::Result<File> {
 /// owned by the effective uid with a single link. Anything else is closed unwritten and
 /// refused with an [`UnsafeFileError`] (kind `PermissionDenied`) naming the file.
 pub fn open_for_writing(opts: &mut OpenOptions, path: &Path) -> io::Result<File> {
-    let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
-    opts.custom_flags(flags.bits() as i32);
+    opts.custom_flags(crate::platform::o_nofollow() | crate::platform::o_nonblock());
     let file = open_with(opts, path)?;
-    check_writable_file(&file, path, rustix::process::geteuid().as_raw())?;
+    check_writable_file(&file, path, crate::platform::euid())?;
     Ok(file)
 }
 
@@ -518,7 +518,7 @@ pub fn open_read(path: &Path) -> io::Result<File> {
 }
 
 fn refine_open_error(path: &Path, e: io::Error) -> io::Error {
-    if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+    if crate::platform::is_symlink_refusal(&e) {
         io::Error::new(
             e.kind(),
             format!(
@@ -585,7 +585,8 @@ pub fn rotate_if_larger(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::fs::Permissions;
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
 
     fn temp() -> tempfile::TempDir {
         tempfile::Builder::new()
@@ -737,7 +738,7 @@ mod tests {
         let root = tmp.path().join("s");
         std::fs::create_dir(&root).unwrap();
         std::fs::set_permissions(&root, Permissions::from_mode(0o755)).unwrap();
-        let me = rustix::process::geteuid().as_raw();
+        let me = crate::platform::euid();
         let err = prepare_dir(&root, me.wrapping_add(1)).unwrap_err();
         match &err {
             StateDirError::ForeignOwner { path, owner, .. } => {

@@ -218,12 +218,11 @@ fn controlling_terminal(_pid: u32) -> Result<TerminalDevice, String> {
 /// Opens `device` write-only, without making it the daemon's controlling terminal and without
 /// blocking, and writes `text`.
 fn write_terminal(device: &str, text: &str) -> Result<(), String> {
+    use appduct_client::platform::fs::OpenOptionsExt as _;
     use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let flags = rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::NONBLOCK;
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .custom_flags(i32::try_from(flags.bits()).unwrap_or(0))
+        .custom_flags(appduct_client::platform::o_noctty() | appduct_client::platform::o_nonblock())
         .open(device)
         .map_err(|e| format!("{device} could not be opened ({e})"))?;
     file.write_all(text.as_bytes())

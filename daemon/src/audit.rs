@@ -7,9 +7,9 @@
 //! batches, which keeps the async runtime free and lets paused-time tests auto-advance around
 //! it. Pruning (§C12.1) runs on the same queue, so it never races a write.
 
-use std::fs::{File, Permissions};
+use appduct_client::platform::fs::PermissionsExt;
+use std::fs::File;
 use std::io::{self, Write as _};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -658,7 +658,7 @@ fn open_day_file(path: &Path) -> io::Result<File> {
 fn enforce_file_mode(file: &File) -> io::Result<()> {
     let mode = file.metadata()?.permissions().mode() & 0o7777;
     if mode != FILE_MODE {
-        file.set_permissions(Permissions::from_mode(FILE_MODE))?;
+        appduct_client::platform::fchmod(file, FILE_MODE)?;
     }
     Ok(())
 }

@@ -29,15 +29,22 @@ use appduct_protocol::jsonrpc::{
 use appduct_protocol::{limits, text};
 use serde::Serialize;
 
+#[cfg(unix)]
 use crate::quiet_unix::QuietUnixStream;
 use reader::RequestReader;
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
+#[cfg(unix)]
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
+#[cfg(unix)]
 use tokio::task::JoinSet;
 
 mod peer_check;
+#[cfg(windows)]
+mod pipe;
+#[cfg(windows)]
+pub use pipe::{ControlListener, bind_control, serve_control};
 pub mod reader;
 
 pub use peer_check::{FixedPeerCheck, PeerCheck, SameEuid};
@@ -1178,12 +1185,26 @@ async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> std::io::R
 // Unix socket accept loop
 // ---------------------------------------------------------------------------------------------
 
+/// The control socket's listener (§C1.1): a Unix domain socket.
+#[cfg(unix)]
+pub type ControlListener = UnixListener;
+
+/// Binds the control socket at `path` (the caller sets its mode).
+#[cfg(unix)]
+pub fn bind_control(path: &std::path::Path) -> std::io::Result<ControlListener> {
+    UnixListener::bind(path)
+}
+
+#[cfg(unix)]
+pub use self::serve_unix as serve_control;
+
 /// Accepts control connections until `shutdown` turns true (§C1.1, §S3.6 step 5).
 ///
 /// Each peer's effective uid is read from the socket; a peer refused by `peer_check` (which sees
 /// `None` when the uid cannot be read) is closed without a reply. On
 /// shutdown the loop stops accepting, asks every open connection to flush and close, and
 /// returns once they have (each bounded by [`ServerOptions::drain_timeout`]).
+#[cfg(unix)]
 pub async fn serve_unix(
     listener: UnixListener,
     handler: Arc<dyn ControlHandler>,

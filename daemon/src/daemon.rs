@@ -8,10 +8,8 @@
 //! and calls [`DaemonHandle::request_shutdown`] on `SIGINT`, `SIGTERM` and `SIGHUP`.
 
 use std::fmt;
-use std::fs::Permissions;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
@@ -23,7 +21,6 @@ use appduct_protocol::limits;
 use appduct_protocol::pin::SpkiPin;
 use rustls_pki_types::CertificateDer;
 use tokio::io::DuplexStream;
-use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, watch};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -491,12 +488,12 @@ async fn take_over_socket(path: &Path) -> Result<(), StartError> {
             });
         }
     };
-    if !meta.file_type().is_socket() {
+    if !appduct_client::platform::fs::FileTypeExt::is_socket(&meta.file_type()) {
         // Never removes a non-socket; returns the error naming it.
         state_dir::remove_socket_file(path)?;
         return Ok(());
     }
-    match UnixStream::connect(path).await {
+    match appduct_client::platform::connect_control(path).await {
         Ok(_) => {
             tracing::error!(
                 "{} accepts connections although no daemon holds the pidfile lock; refusing to start",
@@ -788,20 +785,21 @@ impl Daemon {
         });
         let control_handler: Arc<dyn ControlHandler> = Arc::new(handler.clone());
         let server_options = opts.server_options();
-        let unix = UnixListener::bind(&socket_path).map_err(|source| StartError::Socket {
-            path: socket_path.clone(),
-            source,
-        })?;
-        guard.socket = Some(socket_path.clone());
-        std::fs::set_permissions(&socket_path, Permissions::from_mode(FILE_MODE)).map_err(
-            |source| StartError::Socket {
+        let control =
+            control_server::bind_control(&socket_path).map_err(|source| StartError::Socket {
                 path: socket_path.clone(),
                 source,
-            },
-        )?;
+            })?;
+        guard.socket = Some(socket_path.clone());
+        appduct_client::platform::chmod(&socket_path, FILE_MODE).map_err(|source| {
+            StartError::Socket {
+                path: socket_path.clone(),
+                source,
+            }
+        })?;
         let (control_stop, control_stop_rx) = watch::channel(false);
-        let control_task = tokio::spawn(control_server::serve_unix(
-            unix,
+        let control_task = tokio::spawn(control_server::serve_control(
+            control,
             Arc::clone(&control_handler),
             server_options,
             Arc::clone(&opts.peer_check),

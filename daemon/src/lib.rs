@@ -24,6 +24,7 @@ pub mod listener;
 pub mod policy;
 pub mod policy_control;
 pub mod preclaim;
+#[cfg(unix)]
 pub mod quiet_unix;
 pub mod rng;
 pub mod sessions;

@@ -271,7 +271,12 @@ async fn accept_loop(listener: TcpListener, flavor: Arc<Flavor>, ctx: AcceptCont
 fn progress_at_accept(tcp: &TcpStream) -> Progress {
     use rustix::net::{RecvFlags, recv};
     let mut byte = [0u8; 1];
-    match recv(tcp, &mut byte, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+    #[cfg(unix)]
+    let flags = RecvFlags::PEEK | RecvFlags::DONTWAIT;
+    // No MSG_DONTWAIT on Windows; tokio's sockets are non-blocking already.
+    #[cfg(windows)]
+    let flags = RecvFlags::PEEK;
+    match recv(tcp, &mut byte, flags) {
         Ok((1.., _)) => Progress::Handshaking,
         _ => Progress::Idle,
     }

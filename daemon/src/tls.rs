@@ -7,11 +7,11 @@
 //! theirs, and the pin never changes because the key never does. Private key bytes are never
 //! written anywhere but the key file, and never appear in errors or `Debug` output.
 
+use appduct_client::platform::fs::{MetadataExt as _, OpenOptionsExt as _};
 use std::fmt;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr};
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
@@ -703,7 +703,7 @@ fn write_generated_key(path: &Path, overwrite: Overwrite) -> Result<WriteOutcome
     };
     let outcome = placed.map_err(io_err)?;
     removed.map_err(io_err)?;
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err)?;
+    appduct_client::platform::sync_dir(dir).map_err(io_err)?;
     Ok(outcome)
 }
 
@@ -711,13 +711,13 @@ fn write_private_file(path: &Path, contents: &[u8]) -> io::Result<()> {
     // The one home for opening a file to write (O_EXCL|O_NOFOLLOW, 0600, fstat checks).
     let mut file = appduct_client::state_dir::create_new(path)?;
     // The umask can only narrow 0600; set it exactly so the key is readable by its owner.
-    file.set_permissions(fs::Permissions::from_mode(0o600))?;
+    appduct_client::platform::fchmod(&file, 0o600)?;
     file.write_all(contents)?;
     file.sync_all()
 }
 
 fn nofollow_flag() -> i32 {
-    i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0)
+    appduct_client::platform::o_nofollow()
 }
 
 /// Opens the resolved key file and checks the opened file itself, so the checks and the read
@@ -738,7 +738,7 @@ fn read_checked(path: &Path) -> Result<(PathBuf, Vec<u8>), KeyError> {
     };
     // O_NOFOLLOW refuses a symlink swapped in after resolution; O_NONBLOCK keeps a FIFO from
     // blocking the open (it is refused as not regular right after).
-    let nonblock = i32::try_from(rustix::fs::OFlags::NONBLOCK.bits()).unwrap_or(0);
+    let nonblock = appduct_client::platform::o_nonblock();
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(nofollow_flag() | nonblock)
@@ -748,7 +748,7 @@ fn read_checked(path: &Path) -> Result<(PathBuf, Vec<u8>), KeyError> {
     if !meta.file_type().is_file() {
         return Err(KeyError::NotRegularFile { path: resolved });
     }
-    let euid = rustix::process::geteuid().as_raw();
+    let euid = appduct_client::platform::euid();
     if meta.uid() != euid {
         return Err(KeyError::WrongOwner {
             path: resolved,
@@ -982,13 +982,14 @@ fn dotted_oid(content: &[u8]) -> String {
         .join(".")
 }
 
-#[cfg(test)]
+// Unix-only: file modes, symlinks and uids.
+#[cfg(all(test, unix))]
 // Tests may panic on unexpected failures; the workspace denies this only in production code.
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use std::net::Ipv6Addr;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{PermissionsExt as _, symlink};
     use std::process::Command;
 
     use x509_parser::extensions::GeneralName;

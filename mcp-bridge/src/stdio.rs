@@ -3,7 +3,9 @@
 //! SIGINT/SIGTERM, at any point of the startup included.
 
 use std::future::Future;
+#[cfg(unix)]
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+#[cfg(unix)]
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,9 +89,22 @@ impl Signals {
                 () = next(&mut self.terminate) => {}
             }
         }
-        #[cfg(not(unix))]
+        // Windows: Ctrl-C and Ctrl-Break of the console (docs/state.md §S4.3).
+        #[cfg(windows)]
         {
-            let _ = tokio::signal::ctrl_c().await;
+            let _ = &mut self;
+            let ctrl_break = async {
+                match tokio::signal::windows::ctrl_break() {
+                    Ok(mut s) => {
+                        s.recv().await;
+                    }
+                    Err(_) => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                () = ctrl_break => {}
+            }
         }
     }
 }
@@ -180,6 +195,7 @@ type Output = Box<dyn AsyncWrite + Send + Unpin>;
 /// two thread hand-offs per message that each call pays. Anything else (a terminal, a file)
 /// keeps tokio's stdio. stdout also keeps it when stderr shares its file, because readiness
 /// needs `O_NONBLOCK`, and the logger's blocking writes to stderr must not meet it.
+#[cfg(unix)]
 fn stdio_streams() -> (Input, Output) {
     let read = duplicate(std::io::stdin().as_fd())
         .and_then(readiness_input)
@@ -192,10 +208,18 @@ fn stdio_streams() -> (Input, Output) {
     (read, write)
 }
 
+/// Windows: tokio's stdio (docs/state.md §S4).
+#[cfg(not(unix))]
+fn stdio_streams() -> (Input, Output) {
+    (Box::new(tokio::io::stdin()), Box::new(tokio::io::stdout()))
+}
+
+#[cfg(unix)]
 fn duplicate(fd: BorrowedFd<'_>) -> Option<OwnedFd> {
     fd.try_clone_to_owned().ok()
 }
 
+#[cfg(unix)]
 fn same_file(a: &OwnedFd, b: BorrowedFd<'_>) -> bool {
     let id = |fd: BorrowedFd<'_>| {
         fd.try_clone_to_owned()
@@ -210,6 +234,7 @@ fn same_file(a: &OwnedFd, b: BorrowedFd<'_>) -> bool {
     }
 }
 
+#[cfg(unix)]
 fn is_socket(fd: &OwnedFd) -> bool {
     fd.try_clone()
         .ok()
@@ -217,6 +242,7 @@ fn is_socket(fd: &OwnedFd) -> bool {
         .is_some_and(|m| m.file_type().is_socket())
 }
 
+#[cfg(unix)]
 fn readiness_input(fd: OwnedFd) -> Option<Input> {
     if is_socket(&fd) {
         return unix_stream(fd).map(|s| Box::new(s) as Input);
@@ -226,6 +252,7 @@ fn readiness_input(fd: OwnedFd) -> Option<Input> {
         .map(|p| Box::new(p) as Input)
 }
 
+#[cfg(unix)]
 fn readiness_output(fd: OwnedFd) -> Option<Output> {
     if is_socket(&fd) {
         return unix_stream(fd).map(|s| Box::new(s) as Output);
@@ -235,6 +262,7 @@ fn readiness_output(fd: OwnedFd) -> Option<Output> {
         .map(|p| Box::new(p) as Output)
 }
 
+#[cfg(unix)]
 fn unix_stream(fd: OwnedFd) -> Option<tokio::net::UnixStream> {
     let stream = std::os::unix::net::UnixStream::from(fd);
     stream.set_nonblocking(true).ok()?;

@@ -1,9 +1,9 @@
 //! `appduct init` (§L10): records the project's deep-link scheme and app ids in
 //! `<cwd>/.appduct/config.json`. Never contacts the daemon, never creates daemon files.
 
-use std::fs::{self, DirBuilder, Permissions};
+use appduct_client::platform::fs::{DirBuilderExt as _, PermissionsExt as _};
+use std::fs::{self, DirBuilder};
 use std::io::{self, Write as _};
-use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use appduct_client::project::{self, AppKind, PROBED_FILES};
@@ -390,7 +390,7 @@ fn tighten(path: &Path, mode: u32) -> Result<(), CliError> {
         .permissions()
         .mode();
     if current & 0o077 != 0 {
-        fs::set_permissions(path, Permissions::from_mode(mode)).map_err(|e| io_error(path, &e))?;
+        appduct_client::platform::chmod(path, mode).map_err(|e| io_error(path, &e))?;
     }
     Ok(())
 }
@@ -486,6 +486,7 @@ fn render_result(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::Permissions;
     use std::time::{Duration, SystemTime};
 
     struct Project {

@@ -76,6 +76,7 @@ pub fn start_error(e: &StartError) -> CliError {
 /// from the caller's terminal signals.
 fn detach_if_spawned() {
     if !std::io::stdin().is_terminal() {
+        #[cfg(unix)]
         let _ = rustix::process::setsid();
     }
 }

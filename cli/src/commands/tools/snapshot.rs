@@ -4,8 +4,7 @@
 //! the one `appduct-sdk snapshot` writes from an app's declarations (§T17).
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
-use std::os::unix::fs::PermissionsExt as _;
+use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::canonical::to_canonical_pretty;
@@ -240,7 +239,7 @@ pub fn write(path: &Path, doc: &Value, text: &str) -> Result<Success, CliError> 
         let tmp = parent.join(format!(".{file_name}.{}.tmp", std::process::id()));
         let result = (|| {
             let mut f = std::fs::File::create(&tmp)?;
-            f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+            appduct_client::platform::fchmod(&f, 0o644)?;
             f.write_all(text.as_bytes())?;
             f.sync_all()?;
             std::fs::rename(&tmp, path)
@@ -515,6 +514,7 @@ fn hunk_range(range: &std::ops::Range<usize>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt as _;
 
     fn tools(v: Value) -> ToolsListResult {
         serde_json::from_value(

@@ -1,0 +1,231 @@
+//! Windows (docs/state.md §S4): stand-ins for the Unix file traits, and the control socket as a
+//! named pipe.
+//!
+//! The owner and mode checks of the state files have no Windows counterpart in safe Rust (this
+//! workspace forbids `unsafe`, and reading an ACL needs Win32 calls): the stand-ins report the
+//! current user as owner, mode 0600 (0400 when read-only) for files and 0700 for directories,
+//! one link, and no sockets or FIFOs. The state directory lives under `%LOCALAPPDATA%`, whose
+//! ACL grants the user, SYSTEM and Administrators only; files created there inherit it (§S4.2).
+
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::time::Duration;
+
+/// Stand-ins for `std::os::unix::fs`'s traits (same method names, so call sites only change
+/// their `use` line).
+pub mod fs {
+    use std::fs::{DirBuilder, FileType, Metadata, OpenOptions, Permissions};
+
+    /// Owner, mode, identity and link count of a file.
+    pub trait MetadataExt {
+        /// Always the current user's stand-in uid ([`super::euid`]).
+        fn uid(&self) -> u32;
+        /// 0700 for a directory, 0400 for a read-only file, 0600 otherwise.
+        fn mode(&self) -> u32;
+        /// 0: Windows has no device number through safe std APIs.
+        fn dev(&self) -> u64;
+        /// 0: the file index is unstable in std.
+        fn ino(&self) -> u64;
+        /// 1.
+        fn nlink(&self) -> u64;
+    }
+
+    impl MetadataExt for Metadata {
+        fn uid(&self) -> u32 {
+            super::euid()
+        }
+        fn mode(&self) -> u32 {
+            if self.is_dir() {
+                0o700
+            } else {
+                self.permissions().mode()
+            }
+        }
+        fn dev(&self) -> u64 {
+            0
+        }
+        fn ino(&self) -> u64 {
+            0
+        }
+        fn nlink(&self) -> u64 {
+            1
+        }
+    }
+
+    /// The mode bits of a permission set.
+    pub trait PermissionsExt {
+        /// 0400 when read-only, 0600 otherwise.
+        fn mode(&self) -> u32;
+    }
+
+    impl PermissionsExt for Permissions {
+        fn mode(&self) -> u32 {
+            if self.readonly() { 0o400 } else { 0o600 }
+        }
+    }
+
+    /// Special file types: none exist on Windows.
+    pub trait FileTypeExt {
+        fn is_socket(&self) -> bool;
+        fn is_fifo(&self) -> bool;
+        fn is_char_device(&self) -> bool;
+    }
+
+    impl FileTypeExt for FileType {
+        fn is_socket(&self) -> bool {
+            false
+        }
+        fn is_fifo(&self) -> bool {
+            false
+        }
+        fn is_char_device(&self) -> bool {
+            false
+        }
+    }
+
+    /// The creation mode of a directory: ignored (the ACL is inherited).
+    pub trait DirBuilderExt {
+        fn mode(&mut self, mode: u32) -> &mut Self;
+    }
+
+    impl DirBuilderExt for DirBuilder {
+        fn mode(&mut self, _mode: u32) -> &mut Self {
+            self
+        }
+    }
+
+    /// The creation mode and open flags of a file: ignored (the ACL is inherited; a symlink
+    /// needs a privilege to create and is followed).
+    pub trait OpenOptionsExt {
+        fn mode(&mut self, mode: u32) -> &mut Self;
+        fn custom_flags(&mut self, flags: i32) -> &mut Self;
+    }
+
+    impl OpenOptionsExt for OpenOptions {
+        fn mode(&mut self, _mode: u32) -> &mut Self {
+            self
+        }
+        fn custom_flags(&mut self, _flags: i32) -> &mut Self {
+            self
+        }
+    }
+}
+
+/// The stand-in uid of the current user (every file reports it as owner).
+pub fn euid() -> u32 {
+    0
+}
+
+/// No `O_NOFOLLOW` on Windows.
+pub fn o_nofollow() -> i32 {
+    0
+}
+
+/// No `O_NONBLOCK` on Windows.
+pub fn o_nonblock() -> i32 {
+    0
+}
+
+/// Never: no open flag refuses symlinks here.
+pub fn is_symlink_refusal(_e: &io::Error) -> bool {
+    false
+}
+
+/// No mode bits: the ACL inherited from the state directory applies (§S4.2).
+pub fn chmod(_path: &Path, _mode: u32) -> io::Result<()> {
+    Ok(())
+}
+
+/// No mode bits: the ACL inherited from the state directory applies (§S4.2).
+pub fn fchmod(_file: &File, _mode: u32) -> io::Result<()> {
+    Ok(())
+}
+
+/// The control socket's client end (§S4.1): a named pipe, through `interprocess`.
+pub type ControlStream = interprocess::local_socket::tokio::Stream;
+
+/// The named pipe that stands for the control socket path `socket` (§S4.1):
+/// `\\.\pipe\appduct-` followed by the path with `\` written as `/` (a pipe name may hold any
+/// character but a backslash), lower-cased as Windows paths compare.
+pub fn pipe_name(socket: &Path) -> String {
+    let path = socket.to_string_lossy().replace('\\', "/").to_lowercase();
+    format!(r"\\.\pipe\appduct-{path}")
+}
+
+/// Connects to the control pipe of the socket path `path`, waiting up to 2 s while every
+/// instance is busy. The server's identity is not checked (§S4.1).
+pub async fn connect_control(path: &Path) -> io::Result<ControlStream> {
+    use interprocess::local_socket::{ConnectOptions, GenericFilePath, ToFsName as _};
+    let name = pipe_name(path);
+    ConnectOptions::new()
+        .name(Path::new(&name).to_fs_name::<GenericFilePath>()?)
+        .wait_mode(interprocess::ConnectWaitMode::Timeout(Duration::from_secs(
+            2,
+        )))
+        .connect_tokio()
+        .await
+}
+
+/// `DETACHED_PROCESS`: the child gets no console, so no window opens (`CREATE_NO_WINDOW` is
+/// ignored together with it, so it is not passed).
+const DETACHED_PROCESS: u32 = 0x0000_0008;
+/// `CREATE_NEW_PROCESS_GROUP`: Ctrl-C and Ctrl-Break of the spawning console never reach it.
+const CREATE_NEW_PROCESS_GROUP: u32 = 0x0000_0200;
+
+/// Detaches the daemon's `Command`: no console (hence no window) and a new process group, so
+/// the console's Ctrl-C and Ctrl-Break stay with the CLI (§S4.3).
+pub fn detach(cmd: &mut std::process::Command) {
+    use std::os::windows::process::CommandExt as _;
+    cmd.creation_flags(DETACHED_PROCESS | CREATE_NEW_PROCESS_GROUP);
+}
+
+/// An exit status carrying exit code `code`.
+pub fn exit_status(code: i32) -> std::process::ExitStatus {
+    use std::os::windows::process::ExitStatusExt as _;
+    std::process::ExitStatus::from_raw(code.cast_unsigned())
+}
+
+/// Whether process `pid` exists, asked of `tasklist` (no safe std API opens another process;
+/// the pidfile's lock, which Windows does have, answers first: §S3.3).
+pub fn pid_alive(pid: u32) -> bool {
+    std::process::Command::new("tasklist")
+        .args(["/NH", "/FO", "CSV", "/FI", &format!("PID eq {pid}")])
+        .output()
+        .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(&format!("\"{pid}\"")))
+}
+
+/// Ends process `pid` with `taskkill /F` (Windows has no SIGTERM; `appduct daemon stop` asks
+/// over the control pipe first, §S4.3).
+pub fn terminate(pid: u32) -> io::Result<()> {
+    let status = std::process::Command::new("taskkill")
+        .args(["/F", "/PID", &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "taskkill /PID {pid} failed ({status})"
+        )))
+    }
+}
+
+/// No `O_NOCTTY` on Windows.
+pub fn o_noctty() -> i32 {
+    0
+}
+
+/// `%LOCALAPPDATA%\appduct`, used when neither `--state-dir` nor `APPDUCT_STATE_DIR` is set
+/// (§S4.2); `None` when `LOCALAPPDATA` is unset (then `%USERPROFILE%\.appduct`).
+pub fn default_state_dir() -> Option<std::ffi::OsString> {
+    let base = std::env::var_os("LOCALAPPDATA").filter(|v| !v.is_empty())?;
+    Some(Path::new(&base).join("appduct").into_os_string())
+}
+
+/// Nothing: a directory cannot be opened as a file without Win32 flags std does not expose,
+/// and NTFS journals the rename or link that precedes this call.
+pub fn sync_dir(_dir: &Path) -> io::Result<()> {
+    Ok(())
+}
