@@ -4,7 +4,7 @@
 //! the one `appduct-sdk snapshot` writes from an app's declarations (§T17).
 
 use std::collections::BTreeMap;
-use std::io::{Read as _, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use appduct_protocol::canonical::to_canonical_pretty;
