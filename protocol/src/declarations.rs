@@ -524,7 +524,8 @@ mod tests {
             }
         );
         // What is accepted is kept as sent.
-        let sent = json!([{"name": "n", "arguments": {"a": 1}, "expect": {"error": "policy_denied"}}]);
+        let sent =
+            json!([{"name": "n", "arguments": {"a": 1}, "expect": {"error": "policy_denied"}}]);
         let tc = TestCases::from_value(&sent).unwrap();
         assert_eq!(serde_json::from_str::<Value>(tc.as_str()).unwrap(), sent);
     }
