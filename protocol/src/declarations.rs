@@ -200,11 +200,21 @@ impl TestCases {
     }
 }
 
-/// One case, normalised to its known keys; `Err` is the problem, without peer text.
+/// The keys a test case may hold (§D18.3).
+const CASE_KEYS: &[&str] = &["name", "arguments", "expect"];
+/// The keys a case's `expect` may hold (§D18.3).
+const EXPECT_KEYS: &[&str] = &["schema", "error"];
+
+/// One case, checked; unknown keys in it or in its `expect` are refused, so a typo
+/// (`"shcema"`) never turns into "any success passes" and the stored case is the sent one.
+/// `Err` is the problem, without peer text.
 fn test_case(v: &Value) -> Result<Value, &'static str> {
     let Value::Object(m) = v else {
         return Err("must be an object");
     };
+    if m.keys().any(|k| !CASE_KEYS.contains(&k.as_str())) {
+        return Err("has a key other than `name`, `arguments` and `expect`");
+    }
     let mut out = Map::new();
     match m.get("name") {
         None => {}
@@ -223,6 +233,9 @@ fn test_case(v: &Value) -> Result<Value, &'static str> {
     let Some(Value::Object(expect)) = m.get("expect") else {
         return Err("`expect` is required and must be an object");
     };
+    if expect.keys().any(|k| !EXPECT_KEYS.contains(&k.as_str())) {
+        return Err("`expect` has a key other than `schema` and `error`");
+    }
     let mut exp = Map::new();
     match (expect.get("schema"), expect.get("error")) {
         (Some(_), Some(_)) => return Err("`expect` may hold `schema` or `error`, not both"),
@@ -466,9 +479,9 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn test_cases_keep_known_keys_and_check_their_shape() {
+    fn test_cases_keep_their_keys_and_check_their_shape() {
         let tc = TestCases::from_value(&json!([
-            {"name": "adds", "arguments": {"sku": "A"}, "expect": {"schema": {"type": "object"}}, "x": 1},
+            {"name": "adds", "arguments": {"sku": "A"}, "expect": {"schema": {"type": "object"}}},
             {"arguments": {}, "expect": {"error": "tool_input_validation_error"}},
             {"arguments": {}, "expect": {}}
         ]))
@@ -485,7 +498,36 @@ mod tests {
             Expect::Error("tool_input_validation_error".into())
         );
         assert_eq!(cases[2].expect, Expect::Success(None));
-        assert!(!tc.as_str().contains("\"x\""), "unknown keys are dropped");
+    }
+
+    #[test]
+    fn unknown_keys_in_a_case_or_its_expect_are_refused() {
+        let bad = |v: Value| TestCases::from_value(&v).unwrap_err();
+        let case_key = bad(json!([
+            {"arguments": {}, "expect": {}},
+            {"arguments": {}, "expect": {}, "note": "x"}
+        ]));
+        assert_eq!(
+            case_key,
+            DescriptorError::TestCase {
+                index: 1,
+                problem: "has a key other than `name`, `arguments` and `expect`"
+            }
+        );
+        assert_eq!(case_key.field(), "testCases");
+        // A typo in `expect` would otherwise leave `{}`: any success passes.
+        assert_eq!(
+            bad(json!([{"arguments": {}, "expect": {"shcema": {"type": "object"}}}])),
+            DescriptorError::TestCase {
+                index: 0,
+                problem: "`expect` has a key other than `schema` and `error`"
+            }
+        );
+        // What is accepted is kept as sent.
+        let sent =
+            json!([{"name": "n", "arguments": {"a": 1}, "expect": {"error": "policy_denied"}}]);
+        let tc = TestCases::from_value(&sent).unwrap();
+        assert_eq!(serde_json::from_str::<Value>(tc.as_str()).unwrap(), sent);
     }
 
     #[test]

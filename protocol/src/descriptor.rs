@@ -310,7 +310,8 @@ impl ToolDescriptor {
     }
 
     /// Whether `appduct tools test` treats the tool as destructive (§L7.6): `destructiveHint:
-    /// true` or an effective risk of `high`.
+    /// true` or an effective risk of `high`. A tool declaring no risk and no hint is not: unlike
+    /// MCP's default for unset hints, nothing is presumed (the rule is spelled out in §L7.6).
     pub fn is_risky(&self) -> bool {
         self.is_destructive() || self.effective_risk_level() == Some(RiskLevel::High)
     }

@@ -629,7 +629,7 @@ pub fn tool_descriptor_schema() -> Value {
                 "items": utf16(1, crate::declarations::MAX_DECLARATION_TEXT_LEN)
             },
             "testCases": {
-                "description": "Ours (§D18.3): cases `appduct tools test` runs; at most 16,384 bytes as compact JSON. Unknown keys in a case are dropped.",
+                "description": "Ours (§D18.3): cases `appduct tools test` runs; at most 16,384 bytes as compact JSON. A key not listed here, in a case or in its `expect`, makes the descriptor invalid.",
                 "type": "array",
                 "minItems": 1,
                 "maxItems": crate::declarations::MAX_TEST_CASES,
@@ -644,10 +644,12 @@ pub fn tool_descriptor_schema() -> Value {
                             "properties": {
                                 "schema": { "type": "object" },
                                 "error": { "type": "string", "pattern": "^[a-z_]{1,64}$" }
-                            }
+                            },
+                            "additionalProperties": false
                         }
                     },
-                    "required": ["arguments", "expect"]
+                    "required": ["arguments", "expect"],
+                    "additionalProperties": false
                 }
             }
         },

@@ -47,6 +47,9 @@ describe("registry declarations", () => {
       [{ testCases: [{ arguments: {}, expect: { schema: { pattern: "a" } } }] }, "testCases[0].expect.schema"],
       [{ testCases: [{ arguments: {}, expect: { schema: { properties: { a: { type: "strin" } } } } }] }, "testCases[0].expect.schema"],
       [{ testCases: [{ name: "", arguments: {}, expect: {} }] }, "testCases[0].name"],
+      // Unknown keys are refused, as the daemon refuses them (§D18.3).
+      [{ testCases: [{ arguments: {}, expect: {} }, { arguments: {}, expect: {}, note: "x" }] }, "testCases[1]"],
+      [{ testCases: [{ arguments: {}, expect: { shcema: { type: "object" } } }] }, "testCases[0].expect"],
       [{ testCases: [{ arguments: { s: "x".repeat(16_384) }, expect: {} }] }, "testCases"],
     ];
     for (const [overrides, field] of cases) {

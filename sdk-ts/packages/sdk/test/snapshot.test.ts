@@ -3,17 +3,28 @@
 // each bad module with its exit code.
 
 import { execFile } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, vi } from "vitest";
+
+import { writeSnapshot } from "../src/cli/snapshot.js";
 
 import { canonicalText, compareCodePoints, surfaceDocument } from "../src/core/surface.js";
 import type { EventDefinition, ToolDefinition } from "../src/core/types.js";
 import { activate, framesAfterHandshake, makeHarness } from "./support/harness.js";
 import { appductBin } from "./support/appduct-sandbox.js";
+
+/** When set, `randomBytes` returns it: the temp-file test plants a symlink at the name it gives. */
+const fixedRandom = vi.hoisted(() => ({ bytes: undefined as Buffer | undefined }));
+vi.mock("node:crypto", async (importOriginal) => {
+  const actual = await importOriginal<typeof import("node:crypto")>();
+  const randomBytes = ((...args: Parameters<typeof actual.randomBytes>) =>
+    fixedRandom.bytes !== undefined ? Buffer.from(fixedRandom.bytes) : actual.randomBytes(...args)) as typeof actual.randomBytes;
+  return { ...actual, default: { ...actual, randomBytes }, randomBytes };
+});
 
 const SDK = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const BIN = path.join(SDK, "dist", "cli", "main.js");
@@ -90,6 +101,21 @@ describe("appduct-sdk snapshot: export forms", { timeout: 60_000 }, () => {
     expect(canonicalText({ b: [1e21, 0.1, -0, 5e-7, [], {}], a: { "2": true, "10": null } })).toBe(
       '{\n  "a": {\n    "10": null,\n    "2": true\n  },\n  "b": [\n    1e+21,\n    0.1,\n    0,\n    5e-7,\n    [],\n    {}\n  ]\n}\n',
     );
+  });
+
+  it("the module's console and stdout output goes to stderr; stdout carries only the document", async () => {
+    const r = await snapshot("noisy.mjs");
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).not.toContain("noise");
+    expect(JSON.parse(r.stdout)).toMatchObject({ tools: [{ name: "sum" }] });
+    for (const line of ["log at import", "info at import", "debug at import", "stdout.write at import", "log while registering", "stdout.write while registering"]) {
+      expect(r.stderr).toContain(`noise: ${line}`);
+    }
+    // --out: the human line alone on stdout, too.
+    const out = path.join(tmp, "noisy.json");
+    const written = await snapshot("noisy.mjs", "--out", out);
+    expect(written.stdout).toBe(`Wrote tools snapshot to ${out} (1 tool, 0 events).\n`);
+    expect(readFileSync(out, "utf8")).toBe(r.stdout);
   });
 
   it("exits even when the module keeps the event loop busy", async () => {
@@ -193,6 +219,42 @@ describe("appduct-sdk snapshot: --out and --check", { timeout: 60_000 }, () => {
       expect(envelope(r).error).toMatchObject({ type: "inspection_error", details: { path: file } });
       expect(envelope(r).error?.message).toContain(needle);
     }
+  });
+});
+
+describe("appduct-sdk snapshot: the temporary file of --out", () => {
+  const doc = { version: 1, tools: [], events: [] };
+
+  it("never follows a symlink planted at a predictable name", () => {
+    const dir = mkdtempSync(path.join(tmp, "plant-"));
+    const victim = path.join(tmp, `victim-${path.basename(dir)}`);
+    writeFileSync(victim, "precious\n");
+    // The name the old code used (.<file>.<pid>.tmp).
+    symlinkSync(victim, path.join(dir, `.s.json.${process.pid}.tmp`));
+    writeSnapshot(path.join(dir, "s.json"), doc);
+    expect(readFileSync(victim, "utf8")).toBe("precious\n");
+    expect(lstatSync(path.join(dir, "s.json")).isFile()).toBe(true);
+    expect(readdirSync(dir).sort()).toEqual([`.s.json.${process.pid}.tmp`, "s.json"]);
+  });
+
+  it("creates its temporary file exclusively: an existing name fails, untouched and kept", () => {
+    const dir = mkdtempSync(path.join(tmp, "excl-"));
+    const victim = path.join(tmp, `victim-${path.basename(dir)}`);
+    writeFileSync(victim, "precious\n");
+    fixedRandom.bytes = Buffer.alloc(8, 0xab);
+    const planted = path.join(dir, `.s.json.${"ab".repeat(8)}.tmp`);
+    symlinkSync(victim, planted);
+    try {
+      expect(() => writeSnapshot(path.join(dir, "s.json"), doc)).toThrow(/EEXIST/);
+    } finally {
+      fixedRandom.bytes = undefined;
+    }
+    expect(readFileSync(victim, "utf8")).toBe("precious\n");
+    expect(readlinkSync(planted)).toBe(victim);
+    expect(existsSync(path.join(dir, "s.json"))).toBe(false);
+    // With a fresh random name it works.
+    writeSnapshot(path.join(dir, "s.json"), doc);
+    expect(statSync(path.join(dir, "s.json")).mode & 0o777).toBe(0o644);
   });
 });
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The `appduct-sdk` command (§T17): `appduct-sdk snapshot <module> …`.
 
-import { runSnapshot } from "./snapshot.js";
+import { routeStdoutToStderr, runSnapshot } from "./snapshot.js";
 
 const USAGE = `Usage: appduct-sdk snapshot <module> [--export <name>] [--out <file> | --check <file>] [--json]
 
@@ -11,11 +11,15 @@ Run "appduct-sdk snapshot --help" for details.
 async function main(argv: readonly string[]): Promise<number> {
   const [command, ...rest] = argv;
   if (command === "snapshot") {
+    // The module may keep printing later (timers): its stdout stays routed to stderr until
+    // exit, and only the command's own output uses the real stdout.
+    const write = process.stdout.write.bind(process.stdout);
+    routeStdoutToStderr();
     const run = await runSnapshot(rest);
     process.stderr.write(run.stderr);
     return await new Promise<number>((done) => {
       // Exit from the write callback: a pipe may take the output in several pieces.
-      process.stdout.write(run.stdout, () => done(run.exitCode));
+      write(run.stdout, () => done(run.exitCode));
     });
   }
   if (command === "--help" || command === "-h" || command === "help") {

@@ -2,7 +2,8 @@
 // without a daemon or a running app. The descriptors come from a client that never connects,
 // through the same registration and registry-snapshot code a claim uses.
 
-import { chmodSync, closeSync, fstatSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { closeSync, fchmodSync, fstatSync, openSync, readFileSync, readSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
@@ -169,6 +170,26 @@ export async function buildSnapshot(decl: Declarations, warn: (message: string) 
   return surfaceDocument(client.registrySnapshot());
 }
 
+/**
+ * Sends whatever the imported module prints to stdout (`console.log`, `info`, `debug`, `dir`,
+ * `table`, `process.stdout.write`) to stderr instead, so that stdout carries only the
+ * document (`appduct-sdk snapshot m.mjs | appduct tools snapshot --from -`). Returns the
+ * function that puts the previous writers back.
+ */
+export function routeStdoutToStderr(): () => void {
+  const stdout = process.stdout;
+  const previousWrite = stdout.write;
+  const saved = (["log", "info", "debug", "dir", "table"] as const).map((name) => [name, console[name]] as const);
+  stdout.write = ((...args: unknown[]) => (process.stderr.write as (...a: unknown[]) => boolean)(...args)) as typeof stdout.write;
+  for (const [name] of saved) {
+    console[name] = (...args: unknown[]) => console.error(...args);
+  }
+  return () => {
+    stdout.write = previousWrite;
+    for (const [name, fn] of saved) (console as unknown as Record<string, unknown>)[name] = fn;
+  };
+}
+
 /** Imports the module by path, relative to `cwd`. */
 export async function importModule(path: string, cwd: string): Promise<Record<string, unknown>> {
   const absolute = resolve(cwd, path);
@@ -225,13 +246,23 @@ export function writeSnapshot(path: string, doc: Record<string, unknown>, shown:
     changed = true;
   }
   if (changed) {
-    const tmp = join(parent, `.${basename(path)}.${process.pid}.tmp`);
+    // A name nobody can predict, created exclusively (`wx`: O_CREAT | O_EXCL), so a file or a
+    // symlink planted in the directory is never followed or overwritten; only a file this run
+    // created is removed on failure.
+    const tmp = join(parent, `.${basename(path)}.${randomBytes(8).toString("hex")}.tmp`);
+    let created = false;
     try {
-      writeFileSync(tmp, text, { mode: 0o644 });
-      chmodSync(tmp, 0o644);
+      const fd = openSync(tmp, "wx", 0o644);
+      created = true;
+      try {
+        writeFileSync(fd, text);
+        fchmodSync(fd, 0o644);
+      } finally {
+        closeSync(fd);
+      }
       renameSync(tmp, path);
     } catch (error) {
-      rmSync(tmp, { force: true });
+      if (created) rmSync(tmp, { force: true });
       throw new SnapshotCliError("usage_error", `cannot write the snapshot to ${shown}: ${error instanceof Error ? error.message : String(error)}`, { path: shown });
     }
   }
@@ -360,9 +391,16 @@ export async function runSnapshot(args: readonly string[], cwd: string = process
       return { exitCode: 0, stdout: SNAPSHOT_USAGE, stderr: "" };
     }
     const opts = parseSnapshotArgs(args);
-    const mod = await importModule(opts.module, cwd);
-    const decl = pickDeclarations(mod, opts.exportName);
-    const doc = await buildSnapshot(decl, (m) => warnings.push(m));
+    // The module's own output goes to stderr while it is imported and registers (§T17).
+    const restore = routeStdoutToStderr();
+    let doc: Record<string, unknown>;
+    try {
+      const mod = await importModule(opts.module, cwd);
+      const decl = pickDeclarations(mod, opts.exportName);
+      doc = await buildSnapshot(decl, (m) => warnings.push(m));
+    } finally {
+      restore();
+    }
     const humanWarnings = json ? "" : warnings.map((w) => `${w}\n`).join("");
     const withWarnings = (data: Record<string, unknown>): Record<string, unknown> => (warnings.length > 0 ? { ...data, warnings } : data);
     if (opts.check !== undefined) {

@@ -137,6 +137,10 @@ function isValidShape(shape: unknown, depth = 0): boolean {
   });
 }
 
+/** The keys a test case and its `expect` may hold (§D18.3). */
+const CASE_KEYS = ["name", "arguments", "expect"];
+const EXPECT_KEYS = ["schema", "error"];
+
 /** The registry declarations of §D18, as the daemon checks them. */
 function validateDeclarations(descriptor: Record<string, unknown>): DescriptorVerdict {
   if (present(descriptor, "riskLevel") && !["low", "medium", "high"].includes(descriptor.riskLevel as string)) {
@@ -157,6 +161,15 @@ function validateDeclarations(descriptor: Record<string, unknown>): DescriptorVe
       const at = `testCases[${i}]`;
       if (!isJsonObject(c) || !isJsonObject(c.arguments) || !isJsonObject(c.expect)) {
         return invalid(at, "must be an object with an `arguments` object and an `expect` object");
+      }
+      // Unknown keys are refused, as the daemon does (§D18.3): a typo in `expect` would
+      // otherwise mean "any success passes".
+      if (Object.keys(c).some((k) => !CASE_KEYS.includes(k) && present(c, k))) {
+        return invalid(at, "has a key other than `name`, `arguments` and `expect`");
+      }
+      const exp = c.expect as Record<string, unknown>;
+      if (Object.keys(exp).some((k) => !EXPECT_KEYS.includes(k) && present(exp, k))) {
+        return invalid(`${at}.expect`, "has a key other than `schema` and `error`");
       }
       if (present(c, "name") && !isStringWithin(c.name, 1, 128)) {
         return invalid(`${at}.name`, "must be a string of 1 to 128 UTF-16 code units");
