@@ -198,3 +198,126 @@ async fn requests_without_a_session_or_after_shutdown_are_refused() {
     let answer = send(&endpoint, Method::POST, Some(&id), Some(ping)).await;
     assert_eq!(answer.status, StatusCode::NOT_FOUND, "{}", answer.text);
 }
+
+/// The cap holds in the session manager: an `initialize` whose method name is written with a
+/// JSON escape is decoded by rmcp as `initialize` and counts like any other (§H7.4).
+#[tokio::test]
+async fn an_escaped_initialize_counts_against_the_session_cap() {
+    let fake = FakeDaemon::new(&["daemon.hello"]);
+    let endpoint = endpoint(&fake, 1);
+    let escaped = initialize()
+        .to_string()
+        .replace("\"initialize\"", "\"\\u0069nitialize\"");
+    assert!(escaped.contains("\\u0069nitialize"), "{escaped}");
+    let escaped: Value = serde_json::from_str(&escaped).unwrap();
+    // Raw bytes, so the escape reaches the endpoint as written.
+    let raw = |body: &str| {
+        Request::builder()
+            .method(Method::POST)
+            .uri("/mcp")
+            .header("host", "127.0.0.1:1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(Bytes::from(body.to_owned()))
+            .unwrap()
+    };
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"\u0069nitialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"http-test","version":"0"}}}"#;
+    let first = timeout(WAIT, endpoint.handle(raw(body))).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(first.headers().contains_key("mcp-session-id"));
+    drop(first);
+    assert_eq!(endpoint.session_count().await, 1);
+
+    // A second one, escaped or not, is refused with the cap's 503.
+    let refused = timeout(WAIT, endpoint.handle(raw(body))).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let refused = send(&endpoint, Method::POST, None, Some(escaped)).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        refused.text
+    );
+    assert_eq!(
+        refused.messages[0]["error"]["details"]["reason"],
+        "too_many_sessions"
+    );
+    assert_eq!(endpoint.session_count().await, 1);
+}
+
+/// Many `initialize` requests at once on several threads: exactly `cap` sessions are created,
+/// the rest get the cap's 503, and the count never goes over the cap (§H7.4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_initializes_never_exceed_the_session_cap() {
+    const CAP: usize = 3;
+    const TRIES: usize = 16;
+    let fake = FakeDaemon::new(&["daemon.hello"]);
+    let endpoint = Arc::new(endpoint(&fake, CAP));
+    let start = Arc::new(tokio::sync::Barrier::new(TRIES));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..TRIES {
+        let endpoint = Arc::clone(&endpoint);
+        let start = Arc::clone(&start);
+        tasks.spawn(async move {
+            start.wait().await;
+            let answer = send(&endpoint, Method::POST, None, Some(initialize())).await;
+            let count = endpoint.session_count().await;
+            (answer.status, answer.session, count)
+        });
+    }
+    let mut opened = std::collections::HashSet::new();
+    let mut refused = 0;
+    while let Some(joined) = timeout(WAIT, tasks.join_next()).await.unwrap() {
+        let (status, session, count) = joined.unwrap();
+        assert!(count <= CAP, "{count} sessions with a cap of {CAP}");
+        match status {
+            StatusCode::OK => assert!(opened.insert(session.expect("Mcp-Session-Id"))),
+            StatusCode::SERVICE_UNAVAILABLE => refused += 1,
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(opened.len(), CAP);
+    assert_eq!(refused, TRIES - CAP);
+    assert_eq!(endpoint.session_count().await, CAP);
+}
+
+/// A POST without a session that is not `initialize` (on protocol `2026-07-28` rmcp serves it
+/// with a fresh bridge) holds a request slot until its response body is dropped (§H7.4).
+#[tokio::test]
+async fn session_less_requests_in_flight_are_capped() {
+    let fake = FakeDaemon::new(&["daemon.hello"]);
+    let endpoint = endpoint(&fake, 1);
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    let request = || {
+        Request::builder()
+            .method(Method::POST)
+            .uri("/mcp")
+            .header("host", "127.0.0.1:1")
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(Bytes::from(list.clone()))
+            .unwrap()
+    };
+    let held = timeout(WAIT, endpoint.handle(request())).await.unwrap();
+    assert_ne!(held.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(endpoint.requests_in_flight(), 1);
+
+    let refused = timeout(WAIT, endpoint.handle(request())).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body = timeout(WAIT, refused.into_body().collect())
+        .await
+        .unwrap()
+        .unwrap()
+        .to_bytes();
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(body["error"]["details"]["reason"], "too_many_requests");
+
+    // Sessions are a separate cap: an initialize still opens one.
+    let id = open(&endpoint).await;
+    assert!(!id.is_empty());
+
+    drop(held);
+    assert_eq!(endpoint.requests_in_flight(), 0);
+    let again = timeout(WAIT, endpoint.handle(request())).await.unwrap();
+    assert_ne!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
