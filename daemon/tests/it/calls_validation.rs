@@ -311,3 +311,85 @@ async fn a_schema_is_compiled_once_per_shared_descriptor() {
     f.stop().await;
     closed.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_schema_with_many_or_huge_patterns_is_refused_unusable() {
+    // A hundred distinct patterns (each megabytes compiled with the regex defaults): over the
+    // per-schema cap, refused before anything is compiled.
+    let many: serde_json::Map<String, Value> = (0..100)
+        .map(|i| {
+            (
+                format!("p{i}"),
+                json!({"type": "string", "pattern": format!("\\w{{400}}a{i}")}),
+            )
+        })
+        .collect();
+    // One pattern whose compiled form passes the size limit (and the regex defaults' do not).
+    let tools = json!([
+        {"name": "many", "description": "Many patterns.",
+         "input_schema": {"type": "object", "properties": many}},
+        {"name": "huge", "description": "One huge pattern.",
+         "input_schema": {"type": "object", "patternProperties": {"\\p{L}{100}": {}}}}
+    ]);
+    let mut f = Fixture::with(|o, _| o, tools).await;
+    for (id, name, limit) in [(1, "many", "at most 64"), (2, "huge", "regex")] {
+        let response = call(&mut f, id, name, json!({})).await;
+        let details = &refused(&response)["details"];
+        assert_eq!(details["reason"], "schema_unusable", "{response}");
+        let issue = details["issues"][0]["message"].as_str().unwrap();
+        assert!(issue.contains(limit), "{issue}");
+    }
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_pattern_that_gives_up_refuses_and_control_requests_still_answer() {
+    // `(a|aa)*` before a `c` that never comes backtracks exponentially: on 40 `a`s the match
+    // passes the step limit and gives up (§C10.8).
+    let tools = json!([
+        {"name": "slow", "description": "A pathological pattern.",
+         "input_schema": {"type": "object", "properties": {"s": {"type": "array",
+            "items": {"type": "string", "pattern": "^(?=(a|aa)*\\1c)"}}}}}
+    ]);
+    let mut f = Fixture::with(|o, _| o, tools).await;
+    let subject = "a".repeat(40);
+    f.wire
+        .send(
+            1,
+            "tools.call",
+            json!({"name": "slow", "args": {"s": vec![subject; 16]}}),
+        )
+        .await;
+    // The check runs off the runtime threads: another request is answered meanwhile.
+    let status = f.wire.request(2, "daemon.status", json!({})).await;
+    assert!(status["result"].is_object(), "{status}");
+    let response = f.wire.response(1).await;
+    let details = &refused(&response)["details"];
+    let issue = details["issues"][0]["message"].as_str().unwrap();
+    assert!(issue.contains("backtracking"), "{response}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_draft_07_schema_without_schema_keyword_is_read_as_draft_07() {
+    // `items` as an array (with `additionalItems`) is a draft-07 form 2020-12 refuses.
+    let tools = json!([
+        {"name": "old", "description": "A draft-07 schema without $schema.",
+         "input_schema": {"type": "object", "properties": {
+            "pair": {"type": "array", "items": [{"type": "string"}, {"type": "number"}],
+                     "additionalItems": false}}}}
+    ]);
+    let mut f = Fixture::with(|o, _| o, tools).await;
+    passes(&mut f, 1, "old", json!({"pair": ["x", 1]})).await;
+    let response = call(&mut f, 2, "old", json!({"pair": [1, "x"]})).await;
+    assert!(
+        refused(&response)["details"].get("reason").is_none(),
+        "{response}"
+    );
+    let response = call(&mut f, 3, "old", json!({"pair": ["x", 1, 2]})).await;
+    assert!(
+        refused(&response)["details"].get("reason").is_none(),
+        "{response}"
+    );
+    f.stop().await;
+}
