@@ -8,6 +8,11 @@
 //!   one does not compile. A schema that does not compile, for that or any other reason, makes
 //!   every call of the tool fail closed (`details.reason: "schema_unusable"`) while checking is
 //!   on; the daemon logs a warning once per descriptor.
+//! - Patterns are bounded: [`PATTERN_BACKTRACK_LIMIT`] steps per match, [`PATTERN_SIZE_LIMIT`]
+//!   compiled bytes each, and at most [`MAX_PATTERNS`] of [`MAX_PATTERN_BYTES`] per schema
+//!   (more: unusable). Without `$schema`, a schema 2020-12 refuses is tried as draft-07.
+//! - [`check_arguments_blocking`] compiles and checks on a blocking thread, at most
+//!   [`MAX_CONCURRENT_CHECKS`] at once, so the runtime threads never run a check.
 //! - The report is bounded: at most [`MAX_ISSUES`] issues, each message cut to
 //!   [`MAX_ISSUE_MESSAGE_CHARS`] characters, each path key to [`MAX_PATH_KEY_CHARS`], and the
 //!   issues together to about [`MAX_ISSUES_BYTES`] of JSON.
@@ -214,10 +219,13 @@ pub async fn check_arguments_blocking(
     if tool.input_schema.is_none() {
         return (args, Ok(()));
     }
-    let _slot = CHECK_SLOTS
-        .acquire()
-        .await
-        .expect("the check slots are never closed");
+    // The slots are never closed, so this always waits for a permit.
+    let Ok(_slot) = CHECK_SLOTS.acquire().await else {
+        return (
+            args,
+            Err(ErrorObject::internal("the argument check slots are closed")),
+        );
+    };
     let args = Arc::new(args);
     let checked = Arc::clone(&args);
     let result =
@@ -297,7 +305,7 @@ fn unusable(tool: &ToolDescriptor, why: &str) -> ErrorObject {
         "reason": "schema_unusable",
         "issues": [{"message": cut(why, MAX_ISSUE_MESSAGE_CHARS), "keyword": "$schema"}],
         "checkedBy": "daemon",
-        "hint": "The app's input schema must compile without fetching anything (no remote $ref). Fix the schema, or ask the person who runs the daemon to set validation.arguments to \"off\".",
+        "hint": "The app's input schema must compile without fetching anything (no remote $ref) and within the daemon's pattern limits (control.md §C10.8). Fix the schema, or ask the person who runs the daemon to set validation.arguments to \"off\".",
     }))
 }
 

@@ -2,7 +2,9 @@
 //! composed daemon and in-memory devices: wrong arguments are refused with the SDK-shaped issues
 //! and never reach the app, right ones pass, `validation.arguments: "off"` (at start or by
 //! `daemon.reload`) lets them through, a schema with a remote `$ref` fails closed, huge and deep
-//! values are reported within bounds, and a schema is compiled once per shared descriptor.
+//! values are reported within bounds, and a schema is compiled once per shared descriptor; too
+//! many or too large patterns fail closed, a pattern match that gives up refuses, and a draft-07
+//! schema without `$schema` is read as draft-07.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -344,8 +346,9 @@ async fn a_schema_with_many_or_huge_patterns_is_refused_unusable() {
 
 #[tokio::test]
 async fn a_pattern_that_gives_up_refuses_and_control_requests_still_answer() {
-    // `(a|aa)*` before a `c` that never comes backtracks exponentially: on 40 `a`s the match
-    // passes the step limit and gives up (§C10.8).
+    // `(a|aa)*` then a back-reference and a `c` that never comes backtracks exponentially (the
+    // back-reference keeps it on the backtracking engine): on 40 `a`s the match passes the step
+    // limit and gives up, which refuses the argument (§C10.8).
     let tools = json!([
         {"name": "slow", "description": "A pathological pattern.",
          "input_schema": {"type": "object", "properties": {"s": {"type": "array",
@@ -360,13 +363,19 @@ async fn a_pattern_that_gives_up_refuses_and_control_requests_still_answer() {
             json!({"name": "slow", "args": {"s": vec![subject; 16]}}),
         )
         .await;
-    // The check runs off the runtime threads: another request is answered meanwhile.
+    // The check runs on a blocking thread, so this single-threaded runtime answers another
+    // request (ordering is not asserted; the slot wait is proven in arguments.rs's unit tests).
     let status = f.wire.request(2, "daemon.status", json!({})).await;
     assert!(status["result"].is_object(), "{status}");
     let response = f.wire.response(1).await;
     let details = &refused(&response)["details"];
-    let issue = details["issues"][0]["message"].as_str().unwrap();
-    assert!(issue.contains("backtracking"), "{response}");
+    assert!(details.get("reason").is_none(), "{response}");
+    assert_eq!(
+        details["issues"][0]["message"],
+        "Error executing regex: Max limit for backtracking count exceeded",
+        "{response}"
+    );
+    assert_eq!(details["issues"][0]["path"], json!(["s", 0]), "{response}");
     f.stop().await;
 }
 
