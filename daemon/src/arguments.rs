@@ -8,6 +8,11 @@
 //!   one does not compile. A schema that does not compile, for that or any other reason, makes
 //!   every call of the tool fail closed (`details.reason: "schema_unusable"`) while checking is
 //!   on; the daemon logs a warning once per descriptor.
+//! - Patterns are bounded: [`PATTERN_BACKTRACK_LIMIT`] steps per match, [`PATTERN_SIZE_LIMIT`]
+//!   compiled bytes each, and at most [`MAX_PATTERNS`] of [`MAX_PATTERN_BYTES`] per schema
+//!   (more: unusable). Without `$schema`, a schema 2020-12 refuses is tried as draft-07.
+//! - [`check_arguments_blocking`] compiles and checks on a blocking thread, at most
+//!   [`MAX_CONCURRENT_CHECKS`] at once, so the runtime threads never run a check.
 //! - The report is bounded: at most [`MAX_ISSUES`] issues, each message cut to
 //!   [`MAX_ISSUE_MESSAGE_CHARS`] characters, each path key to [`MAX_PATH_KEY_CHARS`], and the
 //!   issues together to about [`MAX_ISSUES_BYTES`] of JSON.
@@ -17,13 +22,17 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use appduct_client::config::ArgumentValidation;
 use appduct_protocol::descriptor::ToolDescriptor;
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::ErrorObject;
 use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
+
+/// The check slots of the daemon ([`MAX_CONCURRENT_CHECKS`]).
+static CHECK_SLOTS: LazyLock<Semaphore> = LazyLock::new(|| Semaphore::new(MAX_CONCURRENT_CHECKS));
 
 /// Most issues one refusal reports (`details.truncated: true` when there were more).
 pub const MAX_ISSUES: usize = 20;
@@ -36,6 +45,18 @@ pub const MAX_ISSUES_BYTES: usize = 16 * 1024;
 /// Steps one `pattern` match may take on the backtracking engine before it gives up (and the
 /// argument is refused).
 pub const PATTERN_BACKTRACK_LIMIT: usize = 1_000_000;
+/// Approximate bytes one compiled pattern may take (regex `size_limit`); a larger one makes the
+/// schema unusable.
+pub const PATTERN_SIZE_LIMIT: usize = 256 * 1024;
+/// Approximate bytes of one pattern's lazy-DFA cache (regex `dfa_size_limit`).
+pub const PATTERN_DFA_SIZE_LIMIT: usize = 256 * 1024;
+/// Most regular expressions (`pattern` values and `patternProperties` keys) one schema may hold.
+pub const MAX_PATTERNS: usize = 64;
+/// Most bytes those regular expressions may take together.
+pub const MAX_PATTERN_BYTES: usize = 16 * 1024;
+/// Checks (compile and validate) that run at once, each on a blocking thread; more calls wait
+/// their turn without holding a runtime thread.
+pub const MAX_CONCURRENT_CHECKS: usize = 2;
 
 /// `validation.arguments` as in force (start, then each `daemon.reload`); clones share it.
 #[derive(Debug, Clone)]
@@ -121,19 +142,103 @@ fn compile(schema_text: &str) -> Compiled {
         Ok(schema) => schema,
         Err(e) => return Compiled::Unusable(format!("not JSON: {e}")),
     };
-    // Drafts by `$schema` (2020-12 without one); `format` is an annotation only, as for the
-    // SDKs' own validators; patterns on the backtracking engine with its step limit.
-    match jsonschema::options()
-        .with_retriever(NoRetrieval)
-        .should_validate_formats(false)
-        .with_pattern_options(
-            jsonschema::PatternOptions::fancy_regex().backtrack_limit(PATTERN_BACKTRACK_LIMIT),
-        )
-        .build(&schema)
-    {
-        Ok(validator) => Compiled::Usable(Box::new(validator)),
-        Err(e) => Compiled::Unusable(cut(&e.to_string(), MAX_ISSUE_MESSAGE_CHARS)),
+    let (count, bytes) = patterns_in(&schema);
+    if count > MAX_PATTERNS || bytes > MAX_PATTERN_BYTES {
+        return Compiled::Unusable(format!(
+            "the schema holds {count} regular expressions of {bytes} bytes together; the daemon \
+             checks at most {MAX_PATTERNS} of at most {MAX_PATTERN_BYTES} bytes"
+        ));
     }
+    // Drafts by `$schema` (2020-12 without one); `format` is an annotation only, as for the
+    // SDKs' own validators; patterns on the backtracking engine with its step and size limits.
+    let build = |draft: Option<jsonschema::Draft>| {
+        let mut options = jsonschema::options()
+            .with_retriever(NoRetrieval)
+            .should_validate_formats(false)
+            .with_pattern_options(
+                jsonschema::PatternOptions::fancy_regex()
+                    .backtrack_limit(PATTERN_BACKTRACK_LIMIT)
+                    .size_limit(PATTERN_SIZE_LIMIT)
+                    .dfa_size_limit(PATTERN_DFA_SIZE_LIMIT),
+            );
+        if let Some(draft) = draft {
+            options = options.with_draft(draft);
+        }
+        options.build(&schema)
+    };
+    match build(None) {
+        Ok(validator) => Compiled::Usable(Box::new(validator)),
+        // Without `$schema`, a schema written for draft-07 (`items: [..]`, a boolean
+        // `exclusiveMinimum`) is read as draft-07 when 2020-12 refuses it.
+        Err(e) => match schema.get("$schema") {
+            None if let Ok(validator) = build(Some(jsonschema::Draft::Draft7)) => {
+                Compiled::Usable(Box::new(validator))
+            }
+            _ => Compiled::Unusable(cut(&e.to_string(), MAX_ISSUE_MESSAGE_CHARS)),
+        },
+    }
+}
+
+/// How many regular expressions `schema` holds (`pattern` strings, `patternProperties` keys) and
+/// their bytes together. Counts every such place, in subschemas and unknown keywords alike.
+fn patterns_in(schema: &Value) -> (usize, usize) {
+    let (mut count, mut bytes) = (0, 0);
+    let mut stack = vec![schema];
+    while let Some(value) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                for (key, value) in map {
+                    match (key.as_str(), value) {
+                        ("pattern", Value::String(p)) => {
+                            count += 1;
+                            bytes += p.len();
+                        }
+                        ("patternProperties", Value::Object(props)) => {
+                            count += props.len();
+                            bytes += props.keys().map(String::len).sum::<usize>();
+                        }
+                        _ => {}
+                    }
+                    stack.push(value);
+                }
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    (count, bytes)
+}
+
+/// [`check_arguments`] on a blocking thread, once one of the [`MAX_CONCURRENT_CHECKS`] slots is
+/// free: compiling a schema or matching its patterns never holds a runtime thread, and a caller
+/// waiting for a slot (or for another caller's compile) waits asynchronously. Gives `args` back.
+pub async fn check_arguments_blocking(
+    tool: Arc<crate::sessions::SharedTool>,
+    args: Value,
+) -> (Value, Result<(), ErrorObject>) {
+    if tool.input_schema.is_none() {
+        return (args, Ok(()));
+    }
+    // The slots are never closed, so this always waits for a permit.
+    let Ok(_slot) = CHECK_SLOTS.acquire().await else {
+        return (
+            args,
+            Err(ErrorObject::internal("the argument check slots are closed")),
+        );
+    };
+    let args = Arc::new(args);
+    let checked = Arc::clone(&args);
+    let result =
+        tokio::task::spawn_blocking(move || check_arguments(&tool, tool.input_check(), &checked))
+            .await
+            .unwrap_or_else(|e| {
+                Err(ErrorObject::internal(format!(
+                    "the argument check failed: {e}"
+                )))
+            });
+    // The blocking task has ended, so `args` is the only handle left.
+    let args = Arc::try_unwrap(args).unwrap_or_else(|shared| (*shared).clone());
+    (args, result)
 }
 
 /// Step 5a of §C10.1: `args` (the call's arguments object) against `tool`'s input schema. A tool
@@ -200,7 +305,7 @@ fn unusable(tool: &ToolDescriptor, why: &str) -> ErrorObject {
         "reason": "schema_unusable",
         "issues": [{"message": cut(why, MAX_ISSUE_MESSAGE_CHARS), "keyword": "$schema"}],
         "checkedBy": "daemon",
-        "hint": "The app's input schema must compile without fetching anything (no remote $ref). Fix the schema, or ask the person who runs the daemon to set validation.arguments to \"off\".",
+        "hint": "The app's input schema must compile without fetching anything (no remote $ref) and within the daemon's pattern limits (control.md §C10.8). Fix the schema, or ask the person who runs the daemon to set validation.arguments to \"off\".",
     }))
 }
 
@@ -274,6 +379,42 @@ mod tests {
         assert_eq!(cut("éééé", 3), "éé…");
         assert_eq!(cut("", 3), "");
         assert_eq!(cut("ab", 3), "ab");
+    }
+
+    #[tokio::test]
+    async fn a_caller_waiting_for_a_check_slot_does_not_hold_the_runtime_thread() {
+        let tool: ToolDescriptor = serde_json::from_value(json!({
+            "name": "t", "description": "d",
+            "input_schema": {"type": "object", "properties": {"a": {"type": "number"}}}
+        }))
+        .unwrap();
+        let tool = Arc::new(crate::sessions::SharedTool::new(tool));
+        // Every slot taken: the check waits, and this (single-threaded) runtime runs on.
+        let held = CHECK_SLOTS
+            .acquire_many(MAX_CONCURRENT_CHECKS as u32)
+            .await
+            .unwrap();
+        let check = tokio::spawn(check_arguments_blocking(
+            Arc::clone(&tool),
+            json!({"a": "x"}),
+        ));
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!check.is_finished());
+        assert!(!tool.input_check().is_compiled());
+        drop(held);
+        let (args, checked) = check.await.unwrap();
+        assert_eq!(args, json!({"a": "x"}));
+        assert!(checked.is_err());
+        assert!(tool.input_check().is_compiled());
+    }
+
+    #[test]
+    fn patterns_are_counted_wherever_they_are() {
+        let schema = json!({"pattern": "ab", "properties": {"pattern": {"pattern": "c"}},
+            "items": [{"patternProperties": {"x": {}, "yz": {"pattern": "d"}}}]});
+        assert_eq!(patterns_in(&schema), (5, 7));
     }
 
     #[test]

@@ -59,7 +59,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
 use crate::approvals::{Approvals, Parked, Verdict};
-use crate::arguments::{ArgumentsSwitch, check_arguments};
+use crate::arguments::{ArgumentsSwitch, check_arguments_blocking};
 use crate::audit::{AuditEntry, AuditWriter, OperatorRecord};
 use crate::clock::Clock;
 use crate::consent::ConsentStore;
@@ -862,12 +862,17 @@ impl Inner {
 
         // 5a. The arguments against the tool's input schema, with `validation.arguments:
         //     "enforce"` (§C10.8); a refusal never reaches the app or an operator.
-        if self.arguments.enforcing()
-            && let Err(e) = check_arguments(&tool, tool.input_check(), &args)
-        {
-            self.settle(key, |_| Some(Outcome::error(e)));
-            return finished.await;
-        }
+        //     Compile and check run on a blocking thread behind a few slots.
+        let args = if self.arguments.enforcing() {
+            let (args, checked) = check_arguments_blocking(Arc::clone(&tool), args).await;
+            if let Err(e) = checked {
+                self.settle(key, |_| Some(Outcome::error(e)));
+                return finished.await;
+            }
+            args
+        } else {
+            args
+        };
 
         // 6. Policy; with `consent.fallback: "operator"` an unconsented `prompt` waits here for
         //    an operator or passes under a grant (§C11.1).

@@ -2,7 +2,9 @@
 //! composed daemon and in-memory devices: wrong arguments are refused with the SDK-shaped issues
 //! and never reach the app, right ones pass, `validation.arguments: "off"` (at start or by
 //! `daemon.reload`) lets them through, a schema with a remote `$ref` fails closed, huge and deep
-//! values are reported within bounds, and a schema is compiled once per shared descriptor.
+//! values are reported within bounds, and a schema is compiled once per shared descriptor; too
+//! many or too large patterns fail closed, a pattern match that gives up refuses, and a draft-07
+//! schema without `$schema` is read as draft-07.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -310,4 +312,93 @@ async fn a_schema_is_compiled_once_per_shared_descriptor() {
     let closed = second.answer_close();
     f.stop().await;
     closed.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_schema_with_many_or_huge_patterns_is_refused_unusable() {
+    // A hundred distinct patterns (each megabytes compiled with the regex defaults): over the
+    // per-schema cap, refused before anything is compiled.
+    let many: serde_json::Map<String, Value> = (0..100)
+        .map(|i| {
+            (
+                format!("p{i}"),
+                json!({"type": "string", "pattern": format!("\\w{{400}}a{i}")}),
+            )
+        })
+        .collect();
+    // One pattern whose compiled form passes the size limit (and the regex defaults' do not).
+    let tools = json!([
+        {"name": "many", "description": "Many patterns.",
+         "input_schema": {"type": "object", "properties": many}},
+        {"name": "huge", "description": "One huge pattern.",
+         "input_schema": {"type": "object", "patternProperties": {"\\p{L}{100}": {}}}}
+    ]);
+    let mut f = Fixture::with(|o, _| o, tools).await;
+    for (id, name, limit) in [(1, "many", "at most 64"), (2, "huge", "regex")] {
+        let response = call(&mut f, id, name, json!({})).await;
+        let details = &refused(&response)["details"];
+        assert_eq!(details["reason"], "schema_unusable", "{response}");
+        let issue = details["issues"][0]["message"].as_str().unwrap();
+        assert!(issue.contains(limit), "{issue}");
+    }
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_pattern_that_gives_up_refuses_and_control_requests_still_answer() {
+    // `(a|aa)*` then a back-reference and a `c` that never comes backtracks exponentially (the
+    // back-reference keeps it on the backtracking engine): on 40 `a`s the match passes the step
+    // limit and gives up, which refuses the argument (§C10.8).
+    let tools = json!([
+        {"name": "slow", "description": "A pathological pattern.",
+         "input_schema": {"type": "object", "properties": {"s": {"type": "array",
+            "items": {"type": "string", "pattern": "^(?=(a|aa)*\\1c)"}}}}}
+    ]);
+    let mut f = Fixture::with(|o, _| o, tools).await;
+    let subject = "a".repeat(40);
+    f.wire
+        .send(
+            1,
+            "tools.call",
+            json!({"name": "slow", "args": {"s": vec![subject; 16]}}),
+        )
+        .await;
+    // The check runs on a blocking thread, so this single-threaded runtime answers another
+    // request (ordering is not asserted; the slot wait is proven in arguments.rs's unit tests).
+    let status = f.wire.request(2, "daemon.status", json!({})).await;
+    assert!(status["result"].is_object(), "{status}");
+    let response = f.wire.response(1).await;
+    let details = &refused(&response)["details"];
+    assert!(details.get("reason").is_none(), "{response}");
+    assert_eq!(
+        details["issues"][0]["message"],
+        "Error executing regex: Max limit for backtracking count exceeded",
+        "{response}"
+    );
+    assert_eq!(details["issues"][0]["path"], json!(["s", 0]), "{response}");
+    f.stop().await;
+}
+
+#[tokio::test]
+async fn a_draft_07_schema_without_schema_keyword_is_read_as_draft_07() {
+    // `items` as an array (with `additionalItems`) is a draft-07 form 2020-12 refuses.
+    let tools = json!([
+        {"name": "old", "description": "A draft-07 schema without $schema.",
+         "input_schema": {"type": "object", "properties": {
+            "pair": {"type": "array", "items": [{"type": "string"}, {"type": "number"}],
+                     "additionalItems": false}}}}
+    ]);
+    let mut f = Fixture::with(|o, _| o, tools).await;
+    passes(&mut f, 1, "old", json!({"pair": ["x", 1]})).await;
+    let response = call(&mut f, 2, "old", json!({"pair": [1, "x"]})).await;
+    assert!(
+        refused(&response)["details"].get("reason").is_none(),
+        "{response}"
+    );
+    let response = call(&mut f, 3, "old", json!({"pair": ["x", 1, 2]})).await;
+    assert!(
+        refused(&response)["details"].get("reason").is_none(),
+        "{response}"
+    );
+    f.stop().await;
 }
