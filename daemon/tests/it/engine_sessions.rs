@@ -496,6 +496,49 @@ async fn t11_frames_from_the_replaced_socket_are_dropped() {
     assert_eq!(h.bus.high_water_mark(&c.session_id), Some(0));
 }
 
+/// A tool upsert without `testCases`, for `registry.require: ["testCases"]` (§D18.5).
+fn undeclared_upsert(session_id: &str) -> String {
+    json!({"type": "tool_registry_delta", "session_id": session_id, "operation": "upsert",
+           "tool": {"name": "bare", "description": "No test cases."}})
+    .to_string()
+}
+
+#[tokio::test(start_paused = true)]
+async fn t11_the_registry_guard_refuses_the_holding_connections_upsert() {
+    let mut h = Harness::new();
+    h.mgr.set_registry_require(vec!["testCases"]);
+    let mut c = h.claim(None).await;
+    c.app
+        .send_text(undeclared_upsert(&c.session_id))
+        .await
+        .unwrap();
+    assert_closed(&mut c.app, 1008, "invalid_registry").await;
+    let refused = h.event_of(EventKind::DeviceRefused).await;
+    let text = serde_json::to_string(&refused).unwrap();
+    assert!(text.contains("testCases") && text.contains("bare"), "{text}");
+    assert!(h.mgr.tool_of(&c.session_id, "bare").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn t11_a_replaced_sockets_registry_frame_is_dropped_not_refused() {
+    let mut h = Harness::new();
+    h.mgr.set_registry_require(vec!["testCases"]);
+    let c = h.claim(None).await;
+    let (_new_app, _) = h
+        .resume(Transport::Native, &c.session_id, &c.resume_token)
+        .await;
+    // The old app races an upsert the guard would refuse in before reading its close: it no
+    // longer holds the session, so the frame is dropped like any other, with no refusal
+    // reported against the session.
+    let _ = c.app.send_text(undeclared_upsert(&c.session_id)).await;
+    settle().await;
+    advance(Duration::from_secs(2)).await;
+    settle().await;
+    let kinds: Vec<EventKind> = h.drain_events().iter().map(|e| e.kind()).collect();
+    assert_eq!(kinds, [EventKind::SessionResumed]);
+    assert!(h.mgr.tool_of(&c.session_id, "bare").is_none());
+}
+
 #[tokio::test(start_paused = true)]
 async fn t12_resume_after_suspension_clears_the_grace_timer() {
     let mut h = Harness::new();
