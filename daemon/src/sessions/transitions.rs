@@ -576,3 +576,35 @@ fn undeclared(
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::events::EventBus;
+    use crate::links::StaticLinkEnv;
+    use crate::sessions::SessionManager;
+    use appduct_protocol::frames::{Phase, decode_app_message};
+
+    /// §D18.5 after the attachment check: a registry frame for a session its connection no
+    /// longer holds (here: a session that is gone) is dropped, never refused as undeclared.
+    #[tokio::test]
+    async fn a_stale_connections_registry_frame_is_dropped_before_the_guard() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let mgr = SessionManager::new(
+            EngineOptions::default(),
+            EventBus::new(clock.clone(), 16),
+            clock,
+            Arc::new(StaticLinkEnv::default()),
+        );
+        mgr.set_registry_require(vec!["testCases"]);
+        let sid = "q3VfZ0xkR2ptTnB4";
+        let text = serde_json::json!({"type": "tool_registry_delta", "session_id": sid,
+            "operation": "upsert", "tool": {"name": "bare", "description": "No test cases."}})
+        .to_string();
+        let frame = decode_app_message(&text, Phase::Acked { session_id: sid }).unwrap();
+        assert!(undeclared(&["testCases"], &frame).is_some(), "the guard would refuse it");
+        assert!(mgr.inner.apply(7, sid, frame).is_ok());
+    }
+}

@@ -503,6 +503,8 @@ fn undeclared_upsert(session_id: &str) -> String {
     .to_string()
 }
 
+/// The guard on the delta path (a stale connection's frame is dropped before the guard: the
+/// unit test in sessions/transitions.rs, which can reach that ordering deterministically).
 #[tokio::test(start_paused = true)]
 async fn t11_the_registry_guard_refuses_the_holding_connections_upsert() {
     let mut h = Harness::new();
@@ -516,26 +518,6 @@ async fn t11_the_registry_guard_refuses_the_holding_connections_upsert() {
     let refused = h.event_of(EventKind::DeviceRefused).await;
     let text = serde_json::to_string(&refused).unwrap();
     assert!(text.contains("testCases") && text.contains("bare"), "{text}");
-    assert!(h.mgr.tool_of(&c.session_id, "bare").is_none());
-}
-
-#[tokio::test(start_paused = true)]
-async fn t11_a_replaced_sockets_registry_frame_is_dropped_not_refused() {
-    let mut h = Harness::new();
-    h.mgr.set_registry_require(vec!["testCases"]);
-    let c = h.claim(None).await;
-    let (_new_app, _) = h
-        .resume(Transport::Native, &c.session_id, &c.resume_token)
-        .await;
-    // The old app races an upsert the guard would refuse in before reading its close: it no
-    // longer holds the session, so the frame is dropped like any other, with no refusal
-    // reported against the session.
-    let _ = c.app.send_text(undeclared_upsert(&c.session_id)).await;
-    settle().await;
-    advance(Duration::from_secs(2)).await;
-    settle().await;
-    let kinds: Vec<EventKind> = h.drain_events().iter().map(|e| e.kind()).collect();
-    assert_eq!(kinds, [EventKind::SessionResumed]);
     assert!(h.mgr.tool_of(&c.session_id, "bare").is_none());
 }
 
