@@ -27,7 +27,8 @@ pub struct ToolsTestArgs {
     /// Run only this tool's cases
     #[arg(long, value_name = "NAME")]
     pub tool: Option<String>,
-    /// Also run destructive tools (riskLevel "high" or destructiveHint); skipped otherwise
+    /// Also run tools counted as destructive (riskLevel "high", destructiveHint, or no risk
+    /// declared at all); skipped otherwise
     #[arg(long)]
     pub allow_destructive: bool,
 }
