@@ -40,10 +40,12 @@ mod imp {
 
     pub(super) fn loopback_peer_pid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
         let me = rustix::process::geteuid().as_raw();
-        let row = ["/proc/net/tcp", "/proc/net/tcp6"].iter().find_map(|table| {
-            let text = std::fs::read_to_string(table).ok()?;
-            find_row(&text, peer, local)
-        })?;
+        let row = ["/proc/net/tcp", "/proc/net/tcp6"]
+            .iter()
+            .find_map(|table| {
+                let text = std::fs::read_to_string(table).ok()?;
+                find_row(&text, peer, local)
+            })?;
         if row.uid != me || row.inode == 0 {
             tracing::debug!(uid = row.uid, "HTTP peer socket belongs to another user");
             return None;
@@ -113,8 +115,9 @@ mod imp {
             let Ok(fds) = std::fs::read_dir(format!("{dir}/fd")) else {
                 return false;
             };
-            fds.filter_map(Result::ok)
-                .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str()))
+            fds.filter_map(Result::ok).any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
+            })
         })
     }
 }
@@ -171,7 +174,13 @@ mod tests {
             })
         );
         let v6_client: SocketAddr = "[::ffff:127.0.0.1]:50000".parse().unwrap();
-        assert_eq!(find_row(table, v6_client, server).map(|r| r.inode), Some(222));
-        assert_eq!(find_row(table, server, "127.0.0.1:1".parse().unwrap()), None);
+        assert_eq!(
+            find_row(table, v6_client, server).map(|r| r.inode),
+            Some(222)
+        );
+        assert_eq!(
+            find_row(table, server, "127.0.0.1:1".parse().unwrap()),
+            None
+        );
     }
 }

@@ -906,7 +906,10 @@ mod tests {
             (json!({"annotations": {"idempotentHint": true}}), true),
             (json!({"riskLevel": "low"}), false),
             (json!({"riskLevel": "medium"}), false),
-            (json!({"riskLevel": "low", "annotations": {"destructiveHint": true}}), true),
+            (
+                json!({"riskLevel": "low", "annotations": {"destructiveHint": true}}),
+                true,
+            ),
         ] {
             let mut wire = json!({"name": "t", "description": "x"});
             wire.as_object_mut()

@@ -495,7 +495,10 @@ fn url_form_points_at_mcp_with_the_token_and_switches_back_cleanly() {
 
     let (code, doc) = sb.json(&["mcp", "install", "--client", "cursor", "--url"]);
     assert_eq!(code, 0, "{doc}");
-    assert_eq!(doc["data"]["server"], json!({"name": "appduct", "url": url}));
+    assert_eq!(
+        doc["data"]["server"],
+        json!({"name": "appduct", "url": url})
+    );
     let written: Value = serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(
         written["mcpServers"]["appduct"],
@@ -506,7 +509,14 @@ fn url_form_points_at_mcp_with_the_token_and_switches_back_cleanly() {
         0o600
     );
     // Each client's spelling: Windsurf names the key serverUrl; VS Code types it "http".
-    let (_, doc) = sb.json(&["mcp", "install", "--client", "windsurf", "--url", "--dry-run"]);
+    let (_, doc) = sb.json(&[
+        "mcp",
+        "install",
+        "--client",
+        "windsurf",
+        "--url",
+        "--dry-run",
+    ]);
     let content: Value = serde_json::from_str(doc["data"]["content"].as_str().unwrap()).unwrap();
     assert_eq!(content["mcpServers"]["appduct"]["serverUrl"], url);
     let (_, doc) = sb.json(&["mcp", "install", "--client", "vscode", "--url", "--dry-run"]);
@@ -524,32 +534,48 @@ fn url_form_points_at_mcp_with_the_token_and_switches_back_cleanly() {
 
     // Human output names the URL, never the token.
     let ran = sb
-        .run(&["--no-color", "mcp", "install", "--client", "claude-code", "--url"])
+        .run(&[
+            "--no-color",
+            "mcp",
+            "install",
+            "--client",
+            "claude-code",
+            "--url",
+        ])
         .unwrap();
     assert_eq!(ran.code, 0, "{ran:?}");
     assert!(!ran.stdout.contains(&token), "{}", ran.stdout);
     let home = sb.home().display().to_string();
-    insta::assert_snapshot!(
-        "mcp_install_url_human",
-        ran.stdout.replace(&home, "<home>")
-    );
+    insta::assert_snapshot!("mcp_install_url_human", ran.stdout.replace(&home, "<home>"));
 
     // Refusals: where a URL cannot be written.
     for (args, needle) in [
-        (vec!["--client", "claude-desktop", "--url"], "configured with a command"),
-        (vec!["--client", "cursor", "--project", "--url"], "often committed"),
+        (
+            vec!["--client", "claude-desktop", "--url"],
+            "configured with a command",
+        ),
+        (
+            vec!["--client", "cursor", "--project", "--url"],
+            "often committed",
+        ),
     ] {
         let mut all = vec!["mcp", "install"];
         all.extend(args);
         let (code, doc) = sb.json(&all);
         assert_eq!(code, 64, "{doc}");
-        assert!(doc["error"]["message"].as_str().unwrap().contains(needle), "{doc}");
+        assert!(
+            doc["error"]["message"].as_str().unwrap().contains(needle),
+            "{doc}"
+        );
     }
     let off = crate::support::sandbox();
     let (code, doc) = off.json(&["mcp", "install", "--client", "cursor", "--url"]);
     assert_eq!(code, 64, "{doc}");
     assert!(
-        doc["error"]["message"].as_str().unwrap().contains("HTTP API is off"),
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP API is off"),
         "{doc}"
     );
 }

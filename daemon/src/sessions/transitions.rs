@@ -604,7 +604,10 @@ mod tests {
             "operation": "upsert", "tool": {"name": "bare", "description": "No test cases."}})
         .to_string();
         let frame = decode_app_message(&text, Phase::Acked { session_id: sid }).unwrap();
-        assert!(undeclared(&["testCases"], &frame).is_some(), "the guard would refuse it");
+        assert!(
+            undeclared(&["testCases"], &frame).is_some(),
+            "the guard would refuse it"
+        );
         assert!(mgr.inner.apply(7, sid, frame).is_ok());
     }
 }

@@ -517,7 +517,10 @@ async fn t11_the_registry_guard_refuses_the_holding_connections_upsert() {
     assert_closed(&mut c.app, 1008, "invalid_registry").await;
     let refused = h.event_of(EventKind::DeviceRefused).await;
     let text = serde_json::to_string(&refused).unwrap();
-    assert!(text.contains("testCases") && text.contains("bare"), "{text}");
+    assert!(
+        text.contains("testCases") && text.contains("bare"),
+        "{text}"
+    );
     assert!(h.mgr.tool_of(&c.session_id, "bare").is_none());
 }
 

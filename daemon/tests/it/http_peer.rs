@@ -13,13 +13,13 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
+use crate::daemon_support::WAIT;
 use appduct_client::config::{ConsentFallback, Decision, HttpConfig};
 use appduct_client::http_token;
 use appduct_daemon::approvals::{OperatorTerminal, TerminalDevice, TerminalOf};
 use appduct_daemon::tcp_peer::loopback_peer_pid;
 use appduct_protocol::control::EventKind;
 use calls_support::*;
-use crate::daemon_support::WAIT;
 use serde_json::json;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::timeout;
@@ -50,10 +50,7 @@ fn the_pid_of_a_loopback_peer_process_is_found() {
     // The server side of the same connection is not mistaken for the client's.
     let own = TcpStream::connect(local).unwrap();
     let (_own_server_side, own_peer) = listener.accept().unwrap();
-    assert_eq!(
-        loopback_peer_pid(local, own_peer),
-        Some(std::process::id())
-    );
+    assert_eq!(loopback_peer_pid(local, own_peer), Some(std::process::id()));
     drop(own);
 
     // Once the client is gone, nobody holds its socket: unknown, not a wrong pid.

@@ -173,7 +173,10 @@ async fn a_session_lists_the_built_ins_and_reaches_the_daemon_in_process() {
     // (SECURITY.md §4.19), whichever process sent the later requests.
     let peers = peers.lock().unwrap().clone();
     assert!(!peers.is_empty());
-    assert!(peers.iter().all(|p| *p == Some(INITIALIZER_PID)), "{peers:?}");
+    assert!(
+        peers.iter().all(|p| *p == Some(INITIALIZER_PID)),
+        "{peers:?}"
+    );
     fake.assert_no_unexpected();
 }
 
@@ -328,11 +331,15 @@ async fn session_less_requests_in_flight_are_capped() {
             .body(Bytes::from(list.clone()))
             .unwrap()
     };
-    let held = timeout(WAIT, endpoint.handle(request(), None)).await.unwrap();
+    let held = timeout(WAIT, endpoint.handle(request(), None))
+        .await
+        .unwrap();
     assert_ne!(held.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(endpoint.requests_in_flight(), 1);
 
-    let refused = timeout(WAIT, endpoint.handle(request(), None)).await.unwrap();
+    let refused = timeout(WAIT, endpoint.handle(request(), None))
+        .await
+        .unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body = timeout(WAIT, refused.into_body().collect())
         .await
@@ -348,6 +355,8 @@ async fn session_less_requests_in_flight_are_capped() {
 
     drop(held);
     assert_eq!(endpoint.requests_in_flight(), 0);
-    let again = timeout(WAIT, endpoint.handle(request(), None)).await.unwrap();
+    let again = timeout(WAIT, endpoint.handle(request(), None))
+        .await
+        .unwrap();
     assert_ne!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
 }

@@ -430,7 +430,8 @@ mod tests {
         assert!(
             tail.contains("PASS a › works")
                 && tail.contains("FAIL b #1: r")
-                && tail.contains("SKIP c #0 (no riskLevel or readOnlyHint, so presumed destructive"),
+                && tail
+                    .contains("SKIP c #0 (no riskLevel or readOnlyHint, so presumed destructive"),
             "{tail}"
         );
         let ok = report("pixel-8", "S", &rows[..1], &[], Paint::PLAIN).unwrap();
