@@ -41,6 +41,9 @@ const COALESCE: Duration = Duration::from_millis(5);
 // ---------------------------------------------------------------------------------------------
 // Records
 
+/// The audit record's `transport` for a call through the loopback HTTP API or `/mcp` (§C12.1).
+pub const TRANSPORT_HTTP: &str = "http";
+
 /// One audit record (§C12.1). Holds the arguments' hash only, never the arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
@@ -58,6 +61,9 @@ pub struct AuditRecord {
     pub settlement: Settlement,
     pub duration_ms: u64,
     pub caller: Caller,
+    /// `Some("http")` for a call that came through the loopback HTTP API or `/mcp`: how the
+    /// caller's connection reached the daemon, which the caller cannot choose (§C12.1).
+    pub transport: Option<&'static str>,
     /// `Some` only when a `prompt` decision was satisfied by consent
     /// ([`crate::policy::Permit::consent`]).
     pub consent: Option<Consent>,
@@ -108,6 +114,8 @@ struct AuditLine<'a> {
     duration_ms: u64,
     caller: Caller,
     #[serde(skip_serializing_if = "Option::is_none")]
+    transport: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     consent: Option<Consent>,
     #[serde(skip_serializing_if = "Option::is_none")]
     operator: Option<&'a OperatorRecord>,
@@ -128,6 +136,7 @@ pub struct AuditEntry<'a> {
     pub settlement: Settlement,
     pub duration_ms: u64,
     pub caller: Caller,
+    pub transport: Option<&'static str>,
     pub consent: Option<Consent>,
     pub operator: Option<&'a OperatorRecord>,
     pub content_summary: Option<&'a [appduct_protocol::content::ContentSummary]>,
@@ -153,6 +162,7 @@ impl AuditEntry<'_> {
             denied_reason,
             duration_ms: self.duration_ms,
             caller: self.caller,
+            transport: self.transport,
             consent: self.consent,
             operator: self.operator,
             content_summary: self.content_summary,
@@ -178,6 +188,7 @@ impl AuditRecord {
             settlement: self.settlement,
             duration_ms: self.duration_ms,
             caller: self.caller,
+            transport: self.transport,
             consent: self.consent,
             operator: self.operator.as_ref(),
             content_summary: self.content_summary.as_deref(),

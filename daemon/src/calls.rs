@@ -60,10 +60,10 @@ use tokio::time::Instant;
 
 use crate::approvals::{Approvals, Parked, Verdict};
 use crate::arguments::{ArgumentsSwitch, check_arguments_blocking};
-use crate::audit::{AuditEntry, AuditWriter, OperatorRecord};
+use crate::audit::{AuditEntry, AuditWriter, OperatorRecord, TRANSPORT_HTTP};
 use crate::clock::Clock;
 use crate::consent::ConsentStore;
-use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply, respond_off_thread};
+use crate::control_server::{BoxFuture, Connection, ConnectionId, Reply, Via, respond_off_thread};
 use crate::daemon::CallsContext;
 use crate::events::EventBus;
 use crate::handlers::CallsApi;
@@ -1602,6 +1602,10 @@ impl Inner {
                 settlement,
                 duration_ms,
                 caller: call.caller,
+                transport: match call.conn.via() {
+                    Via::Http => Some(TRANSPORT_HTTP),
+                    Via::Local => None,
+                },
                 consent: call.consent,
                 operator: call.operator.as_ref(),
                 content_summary: content_summary.as_deref(),

@@ -217,6 +217,7 @@ struct State {
 struct Shared {
     id: ConnectionId,
     peer_pid: Option<u32>,
+    via: Via,
     /// `daemon.hello` `client.name`, once sent (who decided an approval, §C8.19).
     client_name: Mutex<Option<String>>,
     cap: usize,
@@ -235,6 +236,26 @@ struct Shared {
     stop_reading: watch::Sender<bool>,
     /// `true` once closed; reader and writer stop at once.
     closed: watch::Sender<bool>,
+}
+
+/// How a control connection reached the daemon: what the audit record's `transport` says
+/// (§C12.1). Known by the daemon, unlike the `caller` a client names itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Via {
+    /// The control socket (named pipe on Windows), or an in-memory connection of the daemon's
+    /// host (tests, embedding).
+    #[default]
+    Local,
+    /// A request to the loopback HTTP API, `/v1/…` or `/mcp` (docs/http.md §H1, §H7).
+    Http,
+}
+
+/// What the daemon knows of a connection's peer beyond the socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PeerInfo {
+    /// The peer process, when found (SECURITY.md §4.19 for HTTP).
+    pub pid: Option<u32>,
+    pub via: Via,
 }
 
 /// A cloneable handle on one control connection, given to the handler.
@@ -258,11 +279,12 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl Connection {
-    fn new(peer_pid: Option<u32>, opts: &ServerOptions) -> Self {
+    fn new(peer: PeerInfo, opts: &ServerOptions) -> Self {
         Self {
             shared: Arc::new(Shared {
                 id: ConnectionId::next(),
-                peer_pid,
+                peer_pid: peer.pid,
+                via: peer.via,
                 client_name: Mutex::new(None),
                 cap: opts.subscriber_buffer_cap,
                 max_reply_bytes: opts.max_reply_bytes,
@@ -293,9 +315,15 @@ impl Connection {
         self.shared.id
     }
 
-    /// The peer's pid when the platform reported it (Unix sockets only).
+    /// The peer's pid when the platform reported it (Unix sockets), or when the daemon found
+    /// the process behind an HTTP request (Linux, SECURITY.md §4.19).
     pub fn peer_pid(&self) -> Option<u32> {
         self.shared.peer_pid
+    }
+
+    /// How the connection reached the daemon (§C12.1 `transport`).
+    pub fn via(&self) -> Via {
+        self.shared.via
     }
 
     /// The `client.name` this connection gave in `daemon.hello`, if any.
@@ -752,20 +780,32 @@ pub fn serve_connection<S>(
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    run_connection(stream, handler, opts, None, None)
+    run_connection(stream, handler, opts, PeerInfo::default(), None)
+}
+
+/// [`serve_connection`] for a peer known by other means than the socket (the HTTP API's
+/// loopback TCP peer, SECURITY.md §4.19): `peer.pid` is what [`Connection::peer_pid`] reports,
+/// so approvals treat the connection like a socket peer; `peer.via` marks its audit records.
+pub fn serve_connection_for(
+    stream: impl AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    handler: Arc<dyn ControlHandler>,
+    opts: ServerOptions,
+    peer: PeerInfo,
+) -> impl Future<Output = ()> + Send + 'static {
+    run_connection(stream, handler, opts, peer, None)
 }
 
 async fn run_connection<S>(
     stream: S,
     handler: Arc<dyn ControlHandler>,
     opts: ServerOptions,
-    peer_pid: Option<u32>,
+    peer: PeerInfo,
     shutdown: Option<watch::Receiver<bool>>,
 ) where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
-    let conn = Connection::new(peer_pid, &opts);
-    tracing::debug!(conn = %conn.id(), ?peer_pid, "control connection opened");
+    let conn = Connection::new(peer, &opts);
+    tracing::debug!(conn = %conn.id(), peer_pid = ?peer.pid, via = ?peer.via, "control connection opened");
     let _finish = FinishGuard {
         conn: conn.clone(),
         handler: handler.clone(),
@@ -1259,7 +1299,10 @@ pub async fn serve_unix(
             stream,
             handler.clone(),
             opts,
-            pid,
+            PeerInfo {
+                pid,
+                via: Via::Local,
+            },
             Some(shutdown.clone()),
         ));
     }

@@ -30,7 +30,7 @@ use crate::address::{AddressSource, AdvertisedAddress, OsAddresses};
 use crate::audit::{AuditWriter, PruneSchedule};
 use crate::calls::{Calls, PipelineProbe};
 use crate::clock::{Clock, SystemClock};
-use crate::control_server::{self, ControlHandler, ServerOptions};
+use crate::control_server::{self, ControlHandler, PeerInfo, ServerOptions, Via};
 use crate::control_server::{PeerCheck, SameEuid};
 use crate::device_socket::DeviceSocket;
 use crate::events::{EventBus, EventsLog};
@@ -746,8 +746,14 @@ impl Daemon {
         let streams: ControlStreams = {
             let cell = Arc::clone(&shared_cell);
             Arc::new(
-                move || match cell.get().and_then(std::sync::Weak::upgrade) {
-                    Some(shared) => memory_control_stream(&shared),
+                move |peer_pid| match cell.get().and_then(std::sync::Weak::upgrade) {
+                    Some(shared) => memory_control_stream(
+                        &shared,
+                        PeerInfo {
+                            pid: peer_pid,
+                            via: Via::Http,
+                        },
+                    ),
                     // Not started yet, or gone: a stream already at EOF.
                     None => tokio::io::duplex(1).0,
                 },
@@ -994,17 +1000,19 @@ fn reject_pending_calls(shared: &Shared) {
 }
 
 /// A new in-memory control connection served by the real handler (see
-/// [`DaemonHandle::control_stream`]); also how the HTTP API reaches the control plane.
-fn memory_control_stream(shared: &Shared) -> DuplexStream {
+/// [`DaemonHandle::control_stream`]); also how the HTTP API reaches the control plane, with
+/// the pid of its loopback TCP peer when found (SECURITY.md §4.19).
+fn memory_control_stream(shared: &Shared, peer: PeerInfo) -> DuplexStream {
     let (client, server) = tokio::io::duplex(MEMORY_CONTROL_BUFFER);
     let mut stop = shared.memory_stop.subscribe();
     if *stop.borrow() {
         return client;
     }
-    let serve = control_server::serve_connection(
+    let serve = control_server::serve_connection_for(
         server,
         Arc::clone(&shared.control_handler),
         shared.server_options,
+        peer,
     );
     let mut tasks = lock(&shared.memory_connections);
     while tasks.try_join_next().is_some() {}
@@ -1104,7 +1112,7 @@ impl DaemonHandle {
     /// A new in-memory control connection served by the real handler (ARCHITECTURE.md#test-layers); hand it to
     /// `ControlClient::from_stream`. After shutdown started, the stream is already at EOF.
     pub fn control_stream(&self) -> DuplexStream {
-        memory_control_stream(&self.shared)
+        memory_control_stream(&self.shared, PeerInfo::default())
     }
 
     /// The address of the loopback HTTP API while it is on (§H1).

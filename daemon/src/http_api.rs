@@ -48,15 +48,20 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
 
-/// Opens a new in-process control connection served by the daemon's control handler.
-pub type ControlStreams = Arc<dyn Fn() -> DuplexStream + Send + Sync>;
+use crate::tcp_peer;
+
+/// Opens a new in-process control connection served by the daemon's control handler; the
+/// argument is the pid of the HTTP client process when found (SECURITY.md §4.19), which the
+/// connection reports as its peer pid like a control socket connection.
+pub type ControlStreams = Arc<dyn Fn(Option<u32>) -> DuplexStream + Send + Sync>;
 
 /// The handler of `/mcp` (§H7), one per running server. The daemon has already run every
 /// check of §H2 and read the request body under its cap and timeout (§H2.5) when it calls
 /// [`McpEndpoint::handle`].
 pub trait McpEndpoint: Send + Sync + 'static {
-    /// Answers one request to `/mcp`.
-    fn handle(&self, request: Request<Bytes>) -> BoxFuture<Response<Body>>;
+    /// Answers one request to `/mcp`; `peer_pid` is the HTTP client process when found
+    /// (SECURITY.md §4.19), for the control connections the request opens.
+    fn handle(&self, request: Request<Bytes>, peer_pid: Option<u32>) -> BoxFuture<Response<Body>>;
     /// Ends every MCP session: the server stops (daemon stop, `http` removed, new port).
     fn shutdown(&self);
 }
@@ -328,10 +333,22 @@ async fn refuse_over_cap(mut stream: TcpStream) {
 
 async fn serve_connection(stream: TcpStream, server: Arc<Server>, mut stop: watch::Receiver<bool>) {
     let _ = stream.set_nodelay(true);
+    // The client process, found once per connection before its first request is read
+    // (SECURITY.md §4.19): every control connection its requests open reports it as the peer.
+    let peer_pid = match (stream.local_addr(), stream.peer_addr()) {
+        (Ok(local), Ok(peer)) => {
+            tokio::task::spawn_blocking(move || tcp_peer::loopback_peer_pid(local, peer))
+                .await
+                .ok()
+                .flatten()
+        }
+        _ => None,
+    };
+    tracing::debug!(?peer_pid, "HTTP API connection accepted");
     let service_server = Arc::clone(&server);
     let service = hyper::service::service_fn(move |req| {
         let server = Arc::clone(&service_server);
-        async move { Ok::<_, Infallible>(handle(req, server).await) }
+        async move { Ok::<_, Infallible>(handle(req, server, peer_pid).await) }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -540,7 +557,11 @@ fn check_token(headers: &HeaderMap, state_dir: &Path) -> Result<(), HttpError> {
 // Requests
 // ---------------------------------------------------------------------------------------------
 
-async fn handle(req: Request<Incoming>, server: Arc<Server>) -> Response<Body> {
+async fn handle(
+    req: Request<Incoming>,
+    server: Arc<Server>,
+    peer_pid: Option<u32>,
+) -> Response<Body> {
     if !host_allowed(req.headers(), server.port) {
         return error_response(
             &HttpError::new(
@@ -571,7 +592,7 @@ async fn handle(req: Request<Incoming>, server: Arc<Server>) -> Response<Body> {
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         return response;
     }
-    match route(req, &server).await {
+    match route(req, &server, peer_pid).await {
         Ok(mut response) => {
             allow_origin(&mut response, origin.as_deref());
             response
@@ -705,7 +726,11 @@ fn method_not_allowed(allow: &'static str) -> HttpError {
 }
 
 /// The routes of §H3.
-async fn route(req: Request<Incoming>, server: &Server) -> Result<Response<Body>, HttpError> {
+async fn route(
+    req: Request<Incoming>,
+    server: &Server,
+    peer_pid: Option<u32>,
+) -> Result<Response<Body>, HttpError> {
     let path = req.uri().path().to_owned();
     let segments: Vec<String> = path
         .strip_prefix('/')
@@ -729,7 +754,7 @@ async fn route(req: Request<Incoming>, server: &Server) -> Result<Response<Body>
     match segments.as_slice() {
         ["v1", "sessions"] => {
             need(Method::GET, "GET")?;
-            let client = server.client();
+            let client = server.client(peer_pid);
             let sessions = client
                 .call::<SessionsList>(Default::default())
                 .await
@@ -738,29 +763,29 @@ async fn route(req: Request<Incoming>, server: &Server) -> Result<Response<Body>
         }
         ["v1", "sessions", selector, "tools"] => {
             need(Method::GET, "GET")?;
-            let tools = list_tools(&server.client(), selector).await?;
+            let tools = list_tools(&server.client(peer_pid), selector).await?;
             json_response(StatusCode::OK, &tools)
         }
         ["v1", "sessions", selector, "tools", name] => {
             need(Method::GET, "GET")?;
-            let tool = find_tool(&server.client(), selector, name).await?;
+            let tool = find_tool(&server.client(peer_pid), selector, name).await?;
             json_response(StatusCode::OK, &tool)
         }
         ["v1", "sessions", selector, "tools", name, "call"] => {
             need(Method::POST, "POST")?;
             let (selector, name) = ((*selector).to_owned(), (*name).to_owned());
-            call(req, server, selector, name).await
+            call(req, server, peer_pid, selector, name).await
         }
         ["v1", "events"] => {
             need(Method::GET, "GET")?;
-            events(&req, server).await
+            events(&req, server, peer_pid).await
         }
         ["v1", "openapi.json"] => {
             need(Method::GET, "GET")?;
-            let doc = openapi(&server.client(), server.port).await?;
+            let doc = openapi(&server.client(peer_pid), server.port).await?;
             json_response(StatusCode::OK, &doc)
         }
-        ["mcp"] if server.mcp.is_some() => mcp(req, server).await,
+        ["mcp"] if server.mcp.is_some() => mcp(req, server, peer_pid).await,
         _ => Err(HttpError::new(
             StatusCode::NOT_FOUND,
             ErrorType::InvalidRequest,
@@ -772,7 +797,11 @@ async fn route(req: Request<Incoming>, server: &Server) -> Result<Response<Body>
 
 /// `/mcp` (§H7): the body read under the caps of §H2.5, then the injected endpoint. Methods
 /// other than GET, POST and DELETE are refused here, in the §H5 shape.
-async fn mcp(req: Request<Incoming>, server: &Server) -> Result<Response<Body>, HttpError> {
+async fn mcp(
+    req: Request<Incoming>,
+    server: &Server,
+    peer_pid: Option<u32>,
+) -> Result<Response<Body>, HttpError> {
     let Some(endpoint) = server.mcp.as_ref().map(Arc::clone) else {
         return Err(HttpError::new(
             StatusCode::NOT_FOUND,
@@ -786,13 +815,15 @@ async fn mcp(req: Request<Incoming>, server: &Server) -> Result<Response<Body>, 
     }
     let (parts, body) = req.into_parts();
     let body = read_body(&parts.headers, body, &server.limits).await?;
-    Ok(endpoint.handle(Request::from_parts(parts, body)).await)
+    Ok(endpoint
+        .handle(Request::from_parts(parts, body), peer_pid)
+        .await)
 }
 
 impl Server {
-    /// A control client over a fresh in-process control connection.
-    fn client(&self) -> ControlClient {
-        ControlClient::from_stream((self.streams)())
+    /// A control client over a fresh in-process control connection whose peer is `peer_pid`.
+    fn client(&self, peer_pid: Option<u32>) -> ControlClient {
+        ControlClient::from_stream((self.streams)(peer_pid))
     }
 }
 
@@ -949,6 +980,7 @@ impl Drop for CancelOnDrop {
 async fn call(
     req: Request<Incoming>,
     server: &Server,
+    peer_pid: Option<u32>,
     selector: String,
     name: String,
 ) -> Result<Response<Body>, HttpError> {
@@ -982,7 +1014,7 @@ async fn call(
         .with_timeout_ms(timeout_ms)
         .with_caller(Some(Caller::Http))
         .with_call_id(Some(call_id.clone()));
-    let client = server.client();
+    let client = server.client(peer_pid);
     let mut guard = CancelOnDrop {
         client: client.clone(),
         call_id,
@@ -1114,7 +1146,11 @@ fn sse_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
 
 // -- GET /v1/events (§H3.5) ----------------------------------------------------------------------
 
-async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Body>, HttpError> {
+async fn events(
+    req: &Request<Incoming>,
+    server: &Server,
+    peer_pid: Option<u32>,
+) -> Result<Response<Body>, HttpError> {
     let mut params = Map::new();
     for (key, value) in query_pairs(req.uri().query())? {
         match key.as_str() {
@@ -1175,7 +1211,7 @@ async fn events(req: &Request<Incoming>, server: &Server) -> Result<Response<Bod
         err.details = e.details().cloned();
         err
     })?;
-    let client = server.client();
+    let client = server.client(peer_pid);
     let mut stream = client
         .subscribe(params)
         .await

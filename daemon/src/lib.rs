@@ -28,6 +28,7 @@ pub mod preclaim;
 pub mod quiet_unix;
 pub mod rng;
 pub mod sessions;
+pub mod tcp_peer;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;

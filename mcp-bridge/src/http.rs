@@ -50,8 +50,9 @@ use crate::server::Bridge;
 /// `daemon.hello` `client.name` of the control connections of MCP-over-HTTP sessions (§H7.3).
 pub const HTTP_CLIENT_NAME: &str = "appduct-mcp-http";
 
-/// Opens a new in-process control connection to the daemon.
-pub type ControlStreamFn = Arc<dyn Fn() -> DuplexStream + Send + Sync>;
+/// Opens a new in-process control connection to the daemon whose peer is the given pid (the
+/// HTTP client process, when the daemon found it: SECURITY.md §4.19).
+pub type ControlStreamFn = Arc<dyn Fn(Option<u32>) -> DuplexStream + Send + Sync>;
 
 /// Response bodies (the daemon's HTTP body type).
 pub type Body = BoxBody<Bytes, std::convert::Infallible>;
@@ -89,27 +90,31 @@ impl Default for HttpOptions {
 
 /// Connects by opening an in-process control connection ([`ControlStreamFn`]) and naming
 /// itself [`HTTP_CLIENT_NAME`] in `daemon.hello`. No spawn and no version check: the daemon is
-/// this process.
+/// this process. `peer_pid` is the process whose request created the bridge (the session's
+/// `initialize`, or the one session-less request), passed to each connection it opens.
 #[derive(Clone)]
 pub struct InProcessConnector {
     streams: ControlStreamFn,
+    peer_pid: Option<u32>,
 }
 
 impl InProcessConnector {
-    pub fn new(streams: ControlStreamFn) -> Self {
-        Self { streams }
+    pub fn new(streams: ControlStreamFn, peer_pid: Option<u32>) -> Self {
+        Self { streams, peer_pid }
     }
 }
 
 impl fmt::Debug for InProcessConnector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("InProcessConnector")
+        f.debug_struct("InProcessConnector")
+            .field("peer_pid", &self.peer_pid)
+            .finish_non_exhaustive()
     }
 }
 
 impl DaemonConnector for InProcessConnector {
     fn connect(&self, _spawn: bool) -> BoxFuture<'_, Result<ControlClient, ClientError>> {
-        let client = ControlClient::from_stream((self.streams)());
+        let client = ControlClient::from_stream((self.streams)(self.peer_pid));
         Box::pin(async move {
             client
                 .handshake(HTTP_CLIENT_NAME, identity::SERVER_VERSION)
@@ -134,6 +139,9 @@ tokio::task_local! {
     /// Set by [`CappedSessions::create_session`] when it refuses at the cap, so that
     /// [`HttpEndpoint::handle`] answers `503` instead of rmcp's generic `500`.
     static CAP_REFUSED: Cell<bool>;
+    /// The HTTP client process of the request being handled (SECURITY.md §4.19): rmcp builds a
+    /// session's bridge while handling its `initialize`, inside [`HttpEndpoint::handle`].
+    static PEER_PID: Option<u32>;
 }
 
 /// Why [`CappedSessions`] refused.
@@ -332,12 +340,14 @@ impl HttpEndpoint {
             .with_sse_keep_alive(Some(options.sse_keep_alive))
             .with_max_request_body_bytes(options.max_body_bytes)
             .with_cancellation_token(stop.clone());
-        let connector: Arc<dyn DaemonConnector> = Arc::new(InProcessConnector::new(streams));
         let bridge_options = options.bridge.clone();
         let service = StreamableHttpService::new(
             move || {
+                let peer_pid = PEER_PID.try_with(|p| *p).ok().flatten();
+                let connector: Arc<dyn DaemonConnector> =
+                    Arc::new(InProcessConnector::new(Arc::clone(&streams), peer_pid));
                 Ok(Bridge::with_env(
-                    Arc::clone(&connector),
+                    connector,
                     bridge_options.clone(),
                     http_env(),
                 ))
@@ -364,8 +374,10 @@ impl HttpEndpoint {
         self.in_flight.load(Ordering::Acquire)
     }
 
-    /// Answers one `/mcp` request whose checks passed and whose body was read.
-    pub async fn handle(&self, request: Request<Bytes>) -> Response<Body> {
+    /// Answers one `/mcp` request whose checks passed and whose body was read; `peer_pid` is
+    /// the HTTP client process when the daemon found it (a bridge created by this request
+    /// reports it as its control connections' peer).
+    pub async fn handle(&self, request: Request<Bytes>, peer_pid: Option<u32>) -> Response<Body> {
         // A POST without a session that is not `initialize` is served by rmcp with a fresh
         // bridge of its own (or refused): it holds a request slot until its body is dropped.
         // `initialize` is bounded by the session cap in `CappedSessions`; a body this check
@@ -387,10 +399,13 @@ impl HttpEndpoint {
         let (parts, body) = request.into_parts();
         let request = Request::from_parts(parts, Full::new(body));
         let (response, refused) = CAP_REFUSED
-            .scope(Cell::new(false), async {
-                let response = self.service.handle(request).await;
-                (response, CAP_REFUSED.with(Cell::get))
-            })
+            .scope(
+                Cell::new(false),
+                PEER_PID.scope(peer_pid, async {
+                    let response = self.service.handle(request).await;
+                    (response, CAP_REFUSED.with(Cell::get))
+                }),
+            )
             .await;
         if refused {
             tracing::debug!("MCP over HTTP: initialize refused at the session cap");

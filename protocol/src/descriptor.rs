@@ -310,10 +310,21 @@ impl ToolDescriptor {
     }
 
     /// Whether `appduct tools test` treats the tool as destructive (§L7.6): `destructiveHint:
-    /// true` or an effective risk of `high`. A tool declaring no risk and no hint is not: unlike
-    /// MCP's default for unset hints, nothing is presumed (the rule is spelled out in §L7.6).
+    /// true`, an effective risk of `high`, or [`Self::presumed_destructive`].
     pub fn is_risky(&self) -> bool {
-        self.is_destructive() || self.effective_risk_level() == Some(RiskLevel::High)
+        self.is_destructive()
+            || self.effective_risk_level() == Some(RiskLevel::High)
+            || self.presumed_destructive()
+    }
+
+    /// A tool that says nothing about its risk, read as MCP reads unset hints (§L7.6): no
+    /// `riskLevel`, `readOnlyHint` not `true` and `destructiveHint` not `false` — MCP's
+    /// `destructiveHint` defaults to `true` for a tool that is not read-only.
+    pub fn presumed_destructive(&self) -> bool {
+        let hints = self.annotations.unwrap_or_default();
+        self.risk_level.is_none()
+            && hints.read_only_hint != Some(true)
+            && hints.destructive_hint != Some(false)
     }
 
     /// The first declaration field of `required` (wire names, §D18) the tool lacks. A risk
@@ -887,7 +898,25 @@ mod tests {
             plain.missing_declaration(&["requiredPermissions", "testCases"]),
             Some("requiredPermissions")
         );
-        assert!(!plain.is_risky());
+        // Says nothing about its risk: presumed destructive, as MCP presumes.
+        assert!(plain.is_risky() && plain.presumed_destructive());
+        for (declares, risky) in [
+            (json!({"annotations": {"readOnlyHint": true}}), false),
+            (json!({"annotations": {"destructiveHint": false}}), false),
+            (json!({"annotations": {"idempotentHint": true}}), true),
+            (json!({"riskLevel": "low"}), false),
+            (json!({"riskLevel": "medium"}), false),
+            (
+                json!({"riskLevel": "low", "annotations": {"destructiveHint": true}}),
+                true,
+            ),
+        ] {
+            let mut wire = json!({"name": "t", "description": "x"});
+            wire.as_object_mut()
+                .unwrap()
+                .extend(declares.as_object().unwrap().clone());
+            assert_eq!(tool(wire).unwrap().is_risky(), risky, "{declares}");
+        }
         let destructive = tool(json!({"name": "t", "description": "x",
             "annotations": {"destructiveHint": true, "readOnlyHint": true}}))
         .unwrap();

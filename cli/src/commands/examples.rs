@@ -77,7 +77,7 @@ Examples:
 const TOOLS_TEST: &str = "\
 Examples:
   appduct tools test
-  appduct tools test playground --tool sum
+  appduct tools test playground --tool call_count
   appduct tools test --allow-destructive --json    # in CI: exit 3 when a case fails";
 
 const EVENTS: &str = "\

@@ -88,6 +88,14 @@ impl Client {
         matches!(self, Client::ClaudeCode | Client::Codex | Client::Vscode)
     }
 
+    /// Whether `mcp install --url` can write the URL form for the client (§L20.5).
+    pub fn connects_by_url(self) -> bool {
+        matches!(
+            self,
+            Client::ClaudeCode | Client::Cursor | Client::Vscode | Client::Windsurf
+        )
+    }
+
     /// Whether the client reads a configuration file inside the project.
     pub fn has_project_scope(self) -> bool {
         !matches!(self, Client::ClaudeDesktop | Client::Windsurf)
@@ -127,6 +135,11 @@ pub struct SetupArgs {
     /// Also install (or remove) the appduct agent skill, SKILL.md (claude-code, codex, vscode)
     #[arg(long)]
     pub skill: bool,
+    /// Install: connect by URL to the daemon's /mcp with the HTTP token instead of running
+    /// `appduct mcp` (needs `appduct http enable --port N`; user file; claude-code, cursor,
+    /// vscode, windsurf)
+    #[arg(long)]
+    pub url: bool,
 }
 
 /// A validated `mcp install` / `mcp uninstall`.
@@ -138,6 +151,8 @@ pub struct SetupRequest {
     pub dry_run: bool,
     /// `--skill`: the client reads agent skills (checked in [`validate`]).
     pub skill: bool,
+    /// `--url` (install only): the URL form of §L20.5.
+    pub url: bool,
 }
 
 pub fn validate(action: SetupAction, a: SetupArgs) -> Result<Command, CliError> {
@@ -160,12 +175,33 @@ pub fn validate(action: SetupAction, a: SetupArgs) -> Result<Command, CliError> 
         ))
         .with_detail("client", a.client.id()));
     }
+    if a.url {
+        let refuse = |why: String| Err(CliError::usage(why).with_detail("client", a.client.id()));
+        if action == SetupAction::Uninstall {
+            return refuse(
+                "--url is for mcp install; mcp uninstall removes either form of the entry".into(),
+            );
+        }
+        if !a.client.connects_by_url() {
+            return refuse(format!(
+                "{} is configured with a command here; --url works with claude-code, cursor, vscode and windsurf",
+                a.client.name()
+            ));
+        }
+        if scope == Scope::Project {
+            return refuse(
+                "--url writes the HTTP token, and project files are often committed; use --user"
+                    .into(),
+            );
+        }
+    }
     Ok(Command::McpSetup(SetupRequest {
         action,
         client: a.client,
         scope,
         dry_run: a.dry_run,
         skill: a.skill,
+        url: a.url,
     }))
 }
 
@@ -203,6 +239,8 @@ pub struct SetupEnv {
     pub xdg_config_home: Option<PathBuf>,
     /// `CODEX_HOME` (Codex's own override of `~/.codex`).
     pub codex_home: Option<PathBuf>,
+    /// `--url`: the daemon's `/mcp` and token, read from the state directory ([`url_form`]).
+    pub url: Option<UrlForm>,
 }
 
 impl SetupEnv {
@@ -226,6 +264,7 @@ impl SetupEnv {
             appdata: var("APPDATA"),
             xdg_config_home: var("XDG_CONFIG_HOME"),
             codex_home: var("CODEX_HOME"),
+            url: None,
         })
     }
 
@@ -363,6 +402,68 @@ pub fn json_entry(exe: &Path, typed: bool) -> Map<String, Value> {
     entry
 }
 
+/// The URL form of our entry (§L20.5): the daemon's `/mcp` and its bearer token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlForm {
+    pub url: String,
+    pub token: String,
+}
+
+/// The URL form from the state directory (§L20.5): `http.port` of `config.json`, which must be
+/// a fixed port, and `<state>/http.token`, which must exist. Neither the daemon nor the token
+/// file is created here.
+pub fn url_form(state_dir: &Path) -> Result<UrlForm, CliError> {
+    let loaded = appduct_client::config::Config::load(state_dir)
+        .map_err(|e| CliError::validation(e.to_string()))?;
+    let off = || {
+        CliError::usage("the HTTP API is off, so there is no URL to connect to")
+            .with_hint("run appduct http enable --port <PORT> first")
+    };
+    let port = match loaded.config.http.map(|h| h.port) {
+        None => return Err(off()),
+        Some(0) => {
+            return Err(CliError::usage(
+                "http.port is 0 (a new port at each start), so no URL stays valid",
+            )
+            .with_hint("run appduct http enable --port <PORT> with a fixed port"));
+        }
+        Some(port) => port,
+    };
+    let token = appduct_client::http_token::read_token(state_dir)
+        .map_err(|e| CliError::validation(format!("cannot read the HTTP token: {e}")))?
+        .ok_or_else(off)?;
+    Ok(UrlForm {
+        url: format!("http://127.0.0.1:{port}/mcp"),
+        token,
+    })
+}
+
+/// Keys of our entry that one form or the other writes: an install sets its own and removes
+/// the other form's, so switching forms never leaves a mixed entry.
+const FORM_KEYS: [&str; 6] = ["type", "command", "args", "url", "serverUrl", "headers"];
+
+/// Our entry in the URL form, as each client spells it.
+pub fn url_entry(client: Client, form: &UrlForm) -> Map<String, Value> {
+    let mut entry = Map::new();
+    match client {
+        Client::ClaudeCode | Client::Vscode => {
+            entry.insert("type".into(), json!("http"));
+            entry.insert("url".into(), json!(form.url));
+        }
+        Client::Windsurf => {
+            entry.insert("serverUrl".into(), json!(form.url));
+        }
+        _ => {
+            entry.insert("url".into(), json!(form.url));
+        }
+    }
+    entry.insert(
+        "headers".into(),
+        json!({"Authorization": format!("Bearer {}", form.token)}),
+    );
+    entry
+}
+
 /// What an edit does to the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Edit {
@@ -381,9 +482,25 @@ pub fn edit(
     action: SetupAction,
     exe: &Path,
 ) -> Result<Edit, String> {
-    match format {
-        Format::Json { key, typed } => edit_json(text, key, &json_entry(exe, typed), action),
-        Format::Toml => edit_toml(text, exe, action),
+    edit_entry(text, format, action, exe, None)
+}
+
+/// [`edit`] with the URL form for `client` when `url` is given (JSON clients only).
+pub fn edit_entry(
+    text: Option<&str>,
+    format: Format,
+    action: SetupAction,
+    exe: &Path,
+    url: Option<(Client, &UrlForm)>,
+) -> Result<Edit, String> {
+    match (format, url) {
+        (Format::Json { key, .. }, Some((client, form))) => {
+            edit_json(text, key, &url_entry(client, form), action)
+        }
+        (Format::Json { key, typed }, None) => {
+            edit_json(text, key, &json_entry(exe, typed), action)
+        }
+        (Format::Toml, _) => edit_toml(text, exe, action),
     }
 }
 
@@ -464,6 +581,8 @@ fn edit_json(
                 Some(Value::Object(current)) => current.clone(),
                 _ => Map::new(),
             };
+            // The other form's keys go (stdio ↔ URL, §L20.5); ours are set below.
+            merged.retain(|k, _| !FORM_KEYS.contains(&k.as_str()) || entry.contains_key(k));
             for (k, v) in entry {
                 merged.insert(k.clone(), v.clone());
             }
@@ -608,7 +727,12 @@ pub fn run(req: &SetupRequest, env: &SetupEnv) -> Result<Success, CliError> {
         }
         Err(e) => return Err(io_error("cannot read", path, &e)),
     };
-    let edit = edit(text.as_deref(), target.format, req.action, &env.exe)
+    let url = match (&env.url, req.url) {
+        (Some(form), true) => Some((req.client, form)),
+        (None, true) => return Err(CliError::internal("--url without the daemon's URL")),
+        _ => None,
+    };
+    let edit = edit_entry(text.as_deref(), target.format, req.action, &env.exe, url)
         .map_err(|why| malformed(path, why))?;
     let outcome = match (&edit, req.action, text.is_some()) {
         (Edit::Unchanged, SetupAction::Install, _) => Outcome::Unchanged,
@@ -634,7 +758,13 @@ pub fn run(req: &SetupRequest, env: &SetupEnv) -> Result<Success, CliError> {
         }
         match &edit {
             Edit::Unchanged => {}
-            Edit::Write(new) => write_atomic(&real, new)?,
+            Edit::Write(new) => {
+                write_atomic(&real, new)?;
+                // The file now holds the HTTP token: readable by its owner only (§L20.5).
+                if url.is_some() {
+                    owner_only(&real).map_err(|e| io_error("cannot restrict", path, &e))?;
+                }
+            }
             Edit::Delete => {
                 fs::remove_file(&real).map_err(|e| io_error("cannot delete", path, &e))?
             }
@@ -769,6 +899,17 @@ fn make_backup(real: &Path, shown: &Path) -> Result<PathBuf, CliError> {
     Err(CliError::internal("no free backup name"))
 }
 
+#[cfg(unix)]
+fn owner_only(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+}
+
+#[cfg(not(unix))]
+fn owner_only(_path: &Path) -> io::Result<()> {
+    Ok(())
+}
+
 /// Replaces `path` with `text` through a temporary file in the same directory and a rename,
 /// keeping an existing file's permissions (a reader never sees half a file).
 fn write_atomic(path: &Path, text: &str) -> Result<(), CliError> {
@@ -823,7 +964,10 @@ fn render(
         "changed": !matches!(outcome, Outcome::Unchanged | Outcome::Absent),
         "dryRun": req.dry_run,
         "backup": backup.as_ref().map(|b| b.display().to_string()),
-        "server": {"name": SERVER_NAME, "command": command, "args": SERVER_ARGS},
+        "server": match (&env.url, req.url) {
+            (Some(form), true) => json!({"name": SERVER_NAME, "url": form.url}),
+            _ => json!({"name": SERVER_NAME, "command": command, "args": SERVER_ARGS}),
+        },
         "content": content,
         "skill": skill.map(SkillPlan::json),
     });
@@ -868,11 +1012,18 @@ fn render(
         if let Some(b) = &backup {
             rows.push(Row::field("Backup", b.display().to_string()));
         }
-        if req.action == SetupAction::Install {
-            rows.push(Row::field(
+        match (&env.url, req.action) {
+            (Some(form), SetupAction::Install) if req.url => {
+                rows.push(Row::field(
+                    "Server",
+                    format!("{} (Authorization: Bearer <token>)", form.url),
+                ));
+            }
+            (_, SetupAction::Install) => rows.push(Row::field(
                 "Server",
                 format!("{command} {}", SERVER_ARGS.join(" ")),
-            ));
+            )),
+            (_, SetupAction::Uninstall) => {}
         }
         let mut text = sections(&[Section::new(title, rows)]);
         if matches!(
@@ -1085,6 +1236,7 @@ mod tests {
             exe: exe(),
             appdata: Some("C:/Users/u/AppData/Roaming".into()),
             xdg_config_home: None,
+            url: None,
             codex_home: None,
         }
     }

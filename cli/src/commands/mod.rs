@@ -309,6 +309,7 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
                     scope: mcp_setup::Scope::Project,
                     dry_run: false,
                     skill: false,
+                    url: false,
                 };
                 let written = mcp_setup::run(&setup, &mcp_setup::SetupEnv::current()?)?;
                 if let serde_json::Value::Object(data) = &mut success.data {
@@ -322,7 +323,10 @@ fn execute(inv: &Invocation, out: &Output) -> Result<Reply, CliError> {
         Command::Doctor(req) => doctor::run(req).map(Reply::Success),
         Command::Watch => watch::run(&inv.globals, out),
         Command::McpSetup(req) => {
-            let env = mcp_setup::SetupEnv::current()?;
+            let mut env = mcp_setup::SetupEnv::current()?;
+            if req.url {
+                env.url = Some(mcp_setup::url_form(inv.globals.state_dir()?.path())?);
+            }
             mcp_setup::run(req, &env).map(Reply::Success)
         }
         Command::Audit(req) if !req.follow => audit::run(&inv.globals, out, req),

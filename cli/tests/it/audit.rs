@@ -37,6 +37,7 @@ fn record(ago_ms: u64, session: &str, alias: &str, tool: &str, s: Settlement) ->
         settlement: s,
         duration_ms: 12,
         caller: Caller::Cli,
+        transport: None,
         consent: None,
         operator: None,
         content_summary: None,

@@ -475,3 +475,107 @@ fn init_with_mcp_json_writes_the_projects_claude_code_config() {
             .contains("appduct init --mcp-json")
     );
 }
+
+/// `mcp install --url` (§L20.5): the URL form of `/mcp` with the bearer token, in the user
+/// file only, readable by its owner only; switching back to the command form leaves no URL
+/// key; refused while the HTTP API is off or on a port chosen at each start.
+#[test]
+fn url_form_points_at_mcp_with_the_token_and_switches_back_cleanly() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let sb = crate::support::sandbox_with_config(r#"{"wssPort": 0, "http": {"port": 4711}}"#);
+    let token = "A".repeat(43);
+    fs::write(sb.state_dir().join("http.token"), format!("{token}\n")).unwrap();
+    fs::set_permissions(
+        sb.state_dir().join("http.token"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let url = "http://127.0.0.1:4711/mcp";
+    let file = sb.home().join(".cursor/mcp.json");
+
+    let (code, doc) = sb.json(&["mcp", "install", "--client", "cursor", "--url"]);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(
+        doc["data"]["server"],
+        json!({"name": "appduct", "url": url})
+    );
+    let written: Value = serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(
+        written["mcpServers"]["appduct"],
+        json!({"url": url, "headers": {"Authorization": format!("Bearer {token}")}})
+    );
+    assert_eq!(
+        fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // Each client's spelling: Windsurf names the key serverUrl; VS Code types it "http".
+    let (_, doc) = sb.json(&[
+        "mcp",
+        "install",
+        "--client",
+        "windsurf",
+        "--url",
+        "--dry-run",
+    ]);
+    let content: Value = serde_json::from_str(doc["data"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content["mcpServers"]["appduct"]["serverUrl"], url);
+    let (_, doc) = sb.json(&["mcp", "install", "--client", "vscode", "--url", "--dry-run"]);
+    let content: Value = serde_json::from_str(doc["data"]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(content["servers"]["appduct"]["type"], "http");
+
+    // Back to the command form: no URL key is left behind.
+    let (code, _) = sb.json(&["mcp", "install", "--client", "cursor"]);
+    assert_eq!(code, 0);
+    let written: Value = serde_json::from_str(&fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(
+        written["mcpServers"]["appduct"],
+        json!({"command": exe(), "args": ["mcp"]})
+    );
+
+    // Human output names the URL, never the token.
+    let ran = sb
+        .run(&[
+            "--no-color",
+            "mcp",
+            "install",
+            "--client",
+            "claude-code",
+            "--url",
+        ])
+        .unwrap();
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(!ran.stdout.contains(&token), "{}", ran.stdout);
+    let home = sb.home().display().to_string();
+    insta::assert_snapshot!("mcp_install_url_human", ran.stdout.replace(&home, "<home>"));
+
+    // Refusals: where a URL cannot be written.
+    for (args, needle) in [
+        (
+            vec!["--client", "claude-desktop", "--url"],
+            "configured with a command",
+        ),
+        (
+            vec!["--client", "cursor", "--project", "--url"],
+            "often committed",
+        ),
+    ] {
+        let mut all = vec!["mcp", "install"];
+        all.extend(args);
+        let (code, doc) = sb.json(&all);
+        assert_eq!(code, 64, "{doc}");
+        assert!(
+            doc["error"]["message"].as_str().unwrap().contains(needle),
+            "{doc}"
+        );
+    }
+    let off = crate::support::sandbox();
+    let (code, doc) = off.json(&["mcp", "install", "--client", "cursor", "--url"]);
+    assert_eq!(code, 64, "{doc}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP API is off"),
+        "{doc}"
+    );
+}

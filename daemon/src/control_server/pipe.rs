@@ -24,7 +24,7 @@ use interprocess::os::windows::security_descriptor::SecurityDescriptor;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::{ControlHandler, PeerCheck, ServerOptions, run_connection};
+use super::{ControlHandler, PeerCheck, PeerInfo, ServerOptions, Via, run_connection};
 
 /// The control pipe's listener.
 #[derive(Debug)]
@@ -111,7 +111,10 @@ pub async fn serve_control(
             stream,
             handler.clone(),
             opts,
-            pid,
+            PeerInfo {
+                pid,
+                via: Via::Local,
+            },
             Some(shutdown.clone()),
         ));
     }

@@ -294,55 +294,16 @@ impl Inner {
     }
 
     /// Step 7 of §D6.2 for a frame from connection `conn`. Frames from a connection that no
-    /// longer holds the session are dropped. `Err` is the close to send, with the refusal to
-    /// report when it is more precise than "past the registry limits".
+    /// longer holds the session are dropped, before any check. `Err` is the close to send, with
+    /// the refusal to report when it is more precise than "past the registry limits".
     pub(super) fn apply(
         &self,
         conn: u64,
         session_id: &str,
         frame: AppFrame,
     ) -> Result<(), (CloseReason, Option<FrameRefusal>)> {
-        // §D18.5: a tool lacking a declaration `registry.require` asks for refuses the frame
-        // like any invalid descriptor (`invalid_registry`, the registry unchanged).
-        let undeclared = {
-            let require = self.registry_require();
-            match &frame {
-                _ if require.is_empty() => None,
-                AppFrame::ToolRegistrySnapshot(snapshot) => {
-                    snapshot.tools.iter().enumerate().find_map(|(i, t)| {
-                        t.missing_declaration(&require)
-                            .map(|field| (format!("tools[{i}].{field}"), t.name.clone(), field))
-                    })
-                }
-                AppFrame::ToolRegistryDelta(ToolRegistryDelta {
-                    change: ToolDelta::Upsert(t),
-                    ..
-                }) => t
-                    .missing_declaration(&require)
-                    .map(|field| (format!("tool.{field}"), t.name.clone(), field)),
-                _ => None,
-            }
-        };
-        if let Some((path, tool, field)) = undeclared {
-            tracing::warn!(%session_id, %tool, field, "refusing a registry frame: registry.require");
-            return Err((
-                CloseReason::InvalidRegistry,
-                Some(FrameRefusal::field(
-                    path,
-                    Problem::Undeclared { tool, field },
-                )),
-            ));
-        }
-        self.apply_checked(conn, session_id, frame)
-            .map_err(|reason| (reason, None))
-    }
-
-    fn apply_checked(
-        &self,
-        conn: u64,
-        session_id: &str,
-        frame: AppFrame,
-    ) -> Result<(), CloseReason> {
+        // Read before the state lock, which is never held while taking it.
+        let require = self.registry_require();
         let mut st = self.state();
         let State {
             sessions,
@@ -355,6 +316,19 @@ impl Inner {
         if !session.is_attached(conn) {
             return Ok(());
         }
+        // §D18.5: a tool lacking a declaration `registry.require` asks for refuses the frame
+        // like any invalid descriptor (`invalid_registry`, the registry unchanged). Only for
+        // the connection holding the session: a stale connection's frame was dropped above.
+        if let Some((path, tool, field)) = undeclared(&require, &frame) {
+            tracing::warn!(%session_id, %tool, field, "refusing a registry frame: registry.require");
+            return Err((
+                CloseReason::InvalidRegistry,
+                Some(FrameRefusal::field(
+                    path,
+                    Problem::Undeclared { tool, field },
+                )),
+            ));
+        }
         let alias = Some(session.alias.as_str());
         // The other kind's bytes leave this much for the registry a frame changes.
         let tools_budget = MAX_REGISTRY_BYTES.saturating_sub(session.events.bytes());
@@ -363,7 +337,7 @@ impl Inner {
             AppFrame::ToolRegistrySnapshot(snapshot) => {
                 let bytes: usize = snapshot.tools.iter().map(|t| t.held_bytes()).sum();
                 if bytes > tools_budget {
-                    return Err(registry_too_large(session_id));
+                    return Err((registry_too_large(session_id), None));
                 }
                 session.tools = Registry::from_snapshot(
                     snapshot.tools.into_iter().map(|t| shared_tools.share(t)),
@@ -377,7 +351,7 @@ impl Inner {
                     ToolDelta::Upsert(tool) => session
                         .tools
                         .upsert(shared_tools.share(tool), tools_budget)
-                        .map_err(|full| registry_refused(session_id, full))?,
+                        .map_err(|full| (registry_refused(session_id, full), None))?,
                     ToolDelta::Remove { name } => session.tools.remove(&name),
                 }
                 self.tools_changed(session_id, session);
@@ -385,7 +359,7 @@ impl Inner {
             AppFrame::EventRegistrySnapshot(snapshot) => {
                 let bytes: usize = snapshot.events.iter().map(|e| e.held_bytes()).sum();
                 if bytes > events_budget {
-                    return Err(registry_too_large(session_id));
+                    return Err((registry_too_large(session_id), None));
                 }
                 session.events = Registry::from_snapshot(snapshot.events);
                 self.events_changed(session_id, session);
@@ -395,7 +369,7 @@ impl Inner {
                     EventDelta::Upsert(event) => session
                         .events
                         .upsert(event, events_budget)
-                        .map_err(|full| registry_refused(session_id, full))?,
+                        .map_err(|full| (registry_refused(session_id, full), None))?,
                     EventDelta::Remove { name } => session.events.remove(&name),
                 }
                 self.events_changed(session_id, session);
@@ -416,7 +390,7 @@ impl Inner {
             }
             // The acked decoder never yields these; treat them as the type error they are.
             AppFrame::SessionClaim(_) | AppFrame::SessionResume(_) | AppFrame::LinkRefused(_) => {
-                return Err(CloseReason::UnknownMessageType);
+                return Err((CloseReason::UnknownMessageType, None));
             }
         }
         Ok(())
@@ -574,5 +548,66 @@ impl Inner {
     pub(super) fn is_id_taken(&self, id: &str) -> bool {
         let st = self.state();
         st.links.knows(id) || st.sessions.contains_key(id)
+    }
+}
+
+/// The first tool of a registry frame lacking a declaration `require` names (§D18.5): the
+/// refusal's path, the tool and the field.
+fn undeclared(
+    require: &[&'static str],
+    frame: &AppFrame,
+) -> Option<(String, String, &'static str)> {
+    if require.is_empty() {
+        return None;
+    }
+    match frame {
+        AppFrame::ToolRegistrySnapshot(snapshot) => {
+            snapshot.tools.iter().enumerate().find_map(|(i, t)| {
+                t.missing_declaration(require)
+                    .map(|field| (format!("tools[{i}].{field}"), t.name.clone(), field))
+            })
+        }
+        AppFrame::ToolRegistryDelta(ToolRegistryDelta {
+            change: ToolDelta::Upsert(t),
+            ..
+        }) => t
+            .missing_declaration(require)
+            .map(|field| (format!("tool.{field}"), t.name.clone(), field)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::events::EventBus;
+    use crate::links::StaticLinkEnv;
+    use crate::sessions::SessionManager;
+    use appduct_protocol::frames::{Phase, decode_app_message};
+
+    /// §D18.5 after the attachment check: a registry frame for a session its connection no
+    /// longer holds (here: a session that is gone) is dropped, never refused as undeclared.
+    #[tokio::test]
+    async fn a_stale_connections_registry_frame_is_dropped_before_the_guard() {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let mgr = SessionManager::new(
+            EngineOptions::default(),
+            EventBus::new(clock.clone(), 16),
+            clock,
+            Arc::new(StaticLinkEnv::default()),
+        );
+        mgr.set_registry_require(vec!["testCases"]);
+        let sid = "q3VfZ0xkR2ptTnB4";
+        let text = serde_json::json!({"type": "tool_registry_delta", "session_id": sid,
+            "operation": "upsert", "tool": {"name": "bare", "description": "No test cases."}})
+        .to_string();
+        let frame = decode_app_message(&text, Phase::Acked { session_id: sid }).unwrap();
+        assert!(
+            undeclared(&["testCases"], &frame).is_some(),
+            "the guard would refuse it"
+        );
+        assert!(mgr.inner.apply(7, sid, frame).is_ok());
     }
 }

@@ -50,6 +50,7 @@ fn record(ts: u64, call_id: &str, settlement: Settlement) -> AuditRecord {
         settlement,
         duration_ms: 0,
         caller: Caller::Cli,
+        transport: None,
         consent: None,
         operator: None,
         content_summary: None,
@@ -105,32 +106,45 @@ fn field_order_and_presence_follow_the_outcome() {
         (
             Settlement::Ok,
             None,
+            None,
             with(&["outcome", "durationMs", "caller"]),
         ),
         (
             Settlement::Error(ErrorType::ToolTimeout),
+            None,
             None,
             with(&["outcome", "errorType", "durationMs", "caller"]),
         ),
         (
             Settlement::Cancelled,
             None,
+            None,
             with(&["outcome", "errorType", "durationMs", "caller"]),
         ),
         (
             Settlement::Denied(DeniedReason::NoConsentChannel),
+            None,
             None,
             with(&["outcome", "deniedReason", "durationMs", "caller"]),
         ),
         (
             Settlement::Ok,
             Some(Consent::Elicitation),
+            None,
             with(&["outcome", "durationMs", "caller", "consent"]),
         ),
+        // A call through the HTTP listener: `transport` right after `caller`.
+        (
+            Settlement::Ok,
+            Some(Consent::Elicitation),
+            Some("http"),
+            with(&["outcome", "durationMs", "caller", "transport", "consent"]),
+        ),
     ];
-    for (settlement, consent, want) in cases {
+    for (settlement, consent, transport, want) in cases {
         let mut r = record(TS, "c1", settlement);
         r.consent = consent;
+        r.transport = transport;
         r.caller = Caller::Mcp;
         r.duration_ms = 41;
         let line = r.to_line();
@@ -153,6 +167,9 @@ fn field_order_and_presence_follow_the_outcome() {
                 assert_eq!(v["deniedReason"], "no_consent_channel");
             }
             Settlement::Ok => assert_eq!(v["outcome"], "ok"),
+        }
+        if transport.is_some() {
+            assert_eq!(v["transport"], "http");
         }
         if consent.is_some() {
             assert_eq!(v["consent"], "elicitation");

@@ -496,6 +496,34 @@ async fn t11_frames_from_the_replaced_socket_are_dropped() {
     assert_eq!(h.bus.high_water_mark(&c.session_id), Some(0));
 }
 
+/// A tool upsert without `testCases`, for `registry.require: ["testCases"]` (§D18.5).
+fn undeclared_upsert(session_id: &str) -> String {
+    json!({"type": "tool_registry_delta", "session_id": session_id, "operation": "upsert",
+           "tool": {"name": "bare", "description": "No test cases."}})
+    .to_string()
+}
+
+/// The guard on the delta path (a stale connection's frame is dropped before the guard: the
+/// unit test in sessions/transitions.rs, which can reach that ordering deterministically).
+#[tokio::test(start_paused = true)]
+async fn t11_the_registry_guard_refuses_the_holding_connections_upsert() {
+    let mut h = Harness::new();
+    h.mgr.set_registry_require(vec!["testCases"]);
+    let mut c = h.claim(None).await;
+    c.app
+        .send_text(undeclared_upsert(&c.session_id))
+        .await
+        .unwrap();
+    assert_closed(&mut c.app, 1008, "invalid_registry").await;
+    let refused = h.event_of(EventKind::DeviceRefused).await;
+    let text = serde_json::to_string(&refused).unwrap();
+    assert!(
+        text.contains("testCases") && text.contains("bare"),
+        "{text}"
+    );
+    assert!(h.mgr.tool_of(&c.session_id, "bare").is_none());
+}
+
 #[tokio::test(start_paused = true)]
 async fn t12_resume_after_suspension_clears_the_grace_timer() {
     let mut h = Harness::new();

@@ -32,6 +32,8 @@ use tokio::time::timeout;
 struct Stub {
     streams: ControlStreams,
     seen: Mutex<Vec<(String, usize)>>,
+    /// The peer pid each request came with (SECURITY.md §4.19).
+    peers: Mutex<Vec<Option<u32>>>,
     shut: AtomicBool,
 }
 
@@ -41,13 +43,14 @@ struct Shared(Arc<Mutex<Option<Arc<Stub>>>>);
 struct StubEndpoint(Arc<Stub>);
 
 impl McpEndpoint for StubEndpoint {
-    fn handle(&self, request: McpRequest) -> BoxFuture<McpResponse> {
+    fn handle(&self, request: McpRequest, peer_pid: Option<u32>) -> BoxFuture<McpResponse> {
         let stub = Arc::clone(&self.0);
         Box::pin(async move {
             let method = request.method().to_string();
             let len = request.body().len();
             stub.seen.lock().unwrap().push((method.clone(), len));
-            let listed = ControlClient::from_stream((stub.streams)())
+            stub.peers.lock().unwrap().push(peer_pid);
+            let listed = ControlClient::from_stream((stub.streams)(peer_pid))
                 .call::<SessionsList>(Default::default())
                 .await
                 .is_ok();
@@ -89,6 +92,7 @@ async fn setup(with_endpoint: bool) -> Setup {
             let s = Arc::new(Stub {
                 streams,
                 seen: Mutex::new(Vec::new()),
+                peers: Mutex::new(Vec::new()),
                 shut: AtomicBool::new(false),
             });
             *slot.0.lock().unwrap() = Some(Arc::clone(&s));
@@ -180,6 +184,9 @@ async fn mcp_requests_pass_the_http_checks_first_and_arrive_read() {
         vec![("POST".to_owned(), 17), ("DELETE".to_owned(), 0)],
         "a refused request reached the endpoint"
     );
+    // This process opened both connections; off Linux the pid is not looked up.
+    let me = cfg!(target_os = "linux").then(std::process::id);
+    assert_eq!(*s.stub().peers.lock().unwrap(), vec![me, me]);
 
     assert!(!s.stub().shut.load(Ordering::SeqCst));
     let stub = s.stub();

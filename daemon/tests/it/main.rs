@@ -39,6 +39,7 @@ mod engine_refusals;
 mod engine_sessions;
 mod http_api;
 mod http_mcp_seam;
+mod http_peer;
 mod listener_web;
 mod listener_wss;
 mod policy_eval;

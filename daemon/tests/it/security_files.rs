@@ -41,6 +41,7 @@ fn record(call_id: &str) -> AuditRecord {
         settlement: Settlement::Ok,
         duration_ms: 0,
         caller: Caller::Cli,
+        transport: None,
         consent: None,
         operator: None,
         content_summary: None,

@@ -89,7 +89,8 @@ async fn registry_guards_refuse_an_undeclared_tool_and_accept_it_once_off() {
 }
 
 /// An SDK device with four tools: `add` passes its case, `broken` answers the wrong shape,
-/// `wipe` is destructive (counted in `wipes`), `plain` declares no cases.
+/// `wipe` is destructive and `guess` declares no risk (both counted in `wipes`), `plain`
+/// declares no cases.
 fn test_device(link: &Link, wipes: Arc<AtomicUsize>) -> Client {
     let mut builder = Client::builder().device(Some("E2E"), Some("Tested"), Some("Linux"));
     if let Some(pin) = &link.pin {
@@ -119,6 +120,7 @@ fn test_device(link: &Link, wipes: Arc<AtomicUsize>) -> Client {
         .register_tool(
             &json!({"name": "broken", "description": "Answers a string total.",
                     "output_schema": {"type": "object"},
+                    "annotations": {"readOnlyHint": true},
                     "testCases": [{"arguments": {}, "expect": {"schema": total_shape}}]}),
             |_args: Value, _ctx: CallContext| async move {
                 Ok::<_, ToolError>(json!({"total": "3"}))
@@ -134,6 +136,17 @@ fn test_device(link: &Link, wipes: Arc<AtomicUsize>) -> Client {
             move |_args: Value, _ctx: CallContext| {
                 wipes.fetch_add(1, Ordering::SeqCst);
                 async move { Ok::<_, ToolError>(json!({"wiped": true})) }
+            },
+        )
+        .or_fail();
+    let guesses = Arc::clone(&wipes);
+    client
+        .register_tool(
+            &json!({"name": "guess", "description": "Says nothing about its risk.",
+                    "testCases": [{"arguments": {}, "expect": {}}]}),
+            move |_args: Value, _ctx: CallContext| {
+                guesses.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, ToolError>(json!({})) }
             },
         )
         .or_fail();
@@ -154,7 +167,7 @@ async fn tools_test_passes_fails_and_skips_declared_cases() {
     let device = test_device(&link, Arc::clone(&wipes));
     let session = device.connect(&link.deep_link).await.or_fail();
     let listed =
-        blocking(|| Sandbox::wait_until(WAIT, || tool_count(&sb, &session.alias) == Some(4)));
+        blocking(|| Sandbox::wait_until(WAIT, || tool_count(&sb, &session.alias) == Some(5)));
     assert!(listed, "the device's tools were not registered");
 
     // The SDK's declarations reach tools.describe as sent.
@@ -171,7 +184,25 @@ async fn tools_test_passes_fails_and_skips_declared_cases() {
     let report = &doc["error"]["details"];
     assert_eq!(
         (&report["passed"], &report["failed"], &report["skipped"]),
-        (&json!(2), &json!(1), &json!(1)),
+        (&json!(2), &json!(1), &json!(2)),
+        "{report}"
+    );
+    // A tool that declares no risk is presumed destructive, as MCP presumes (§L7.6).
+    let reasons: Vec<(&Value, &Value)> = report["cases"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .filter(|c| c["status"] == "skipped")
+                .map(|c| (&c["tool"], &c["reason"]))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        reasons,
+        [
+            (&json!("guess"), &json!("undeclared_risk")),
+            (&json!("wipe"), &json!("destructive"))
+        ],
         "{report}"
     );
     assert_eq!(report["untested"], json!(["plain"]));
@@ -182,7 +213,7 @@ async fn tools_test_passes_fails_and_skips_declared_cases() {
         .unwrap_or_default();
     assert_eq!(broken["status"], "fail");
     assert_eq!(broken["path"], "/total");
-    assert_eq!(wipes.load(Ordering::SeqCst), 0, "a destructive tool ran");
+    assert_eq!(wipes.load(Ordering::SeqCst), 0, "a skipped tool ran");
 
     // One passing tool: exit 0.
     let passed = blocking(|| sb.data(&["tools", "test", "--tool", "add"])).or_fail();

@@ -19,15 +19,33 @@ use tokio::time::timeout;
 
 const WAIT: Duration = Duration::from_secs(10);
 
+/// The peer pid [`send`] gives an `initialize` request, and any other request.
+const INITIALIZER_PID: u32 = 4242;
+const OTHER_PID: u32 = 777;
+
 fn endpoint(fake: &Arc<FakeDaemon>, max_sessions: usize) -> HttpEndpoint {
+    endpoint_recording(fake, max_sessions).0
+}
+
+/// Also returns the peer pid of each control connection the endpoint opened.
+fn endpoint_recording(
+    fake: &Arc<FakeDaemon>,
+    max_sessions: usize,
+) -> (HttpEndpoint, Arc<std::sync::Mutex<Vec<Option<u32>>>>) {
     let fake = Arc::clone(fake);
-    HttpEndpoint::new(
-        Arc::new(move || fake.connect()),
+    let peers = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&peers);
+    let endpoint = HttpEndpoint::new(
+        Arc::new(move |pid| {
+            seen.lock().unwrap().push(pid);
+            fake.connect()
+        }),
         HttpOptions {
             max_sessions,
             ..HttpOptions::default()
         },
-    )
+    );
+    (endpoint, peers)
 }
 
 struct Answer {
@@ -55,9 +73,16 @@ async fn send(
             .header("mcp-session-id", id)
             .header("mcp-protocol-version", "2025-11-25");
     }
+    let pid = if body.as_ref().is_some_and(|b| b["method"] == "initialize") {
+        INITIALIZER_PID
+    } else {
+        OTHER_PID
+    };
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let request = request.body(Bytes::from(body)).unwrap();
-    let response = timeout(WAIT, endpoint.handle(request)).await.unwrap();
+    let response = timeout(WAIT, endpoint.handle(request, Some(pid)))
+        .await
+        .unwrap();
     let status = response.status();
     let session = response
         .headers()
@@ -116,7 +141,7 @@ async fn a_session_lists_the_built_ins_and_reaches_the_daemon_in_process() {
             PolicyDecision::Allow,
         )],
     );
-    let endpoint = endpoint(&fake, 4);
+    let (endpoint, peers) = endpoint_recording(&fake, 4);
     let id = open(&endpoint).await;
 
     let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
@@ -143,6 +168,14 @@ async fn a_session_lists_the_built_ins_and_reaches_the_daemon_in_process() {
             .iter()
             .any(|p| p["client"]["name"] == HTTP_CLIENT_NAME),
         "{hello:?}"
+    );
+    // Every control connection of the session reports the process that initialized it
+    // (SECURITY.md §4.19), whichever process sent the later requests.
+    let peers = peers.lock().unwrap().clone();
+    assert!(!peers.is_empty());
+    assert!(
+        peers.iter().all(|p| *p == Some(INITIALIZER_PID)),
+        "{peers:?}"
     );
     fake.assert_no_unexpected();
 }
@@ -298,11 +331,15 @@ async fn session_less_requests_in_flight_are_capped() {
             .body(Bytes::from(list.clone()))
             .unwrap()
     };
-    let held = timeout(WAIT, endpoint.handle(request())).await.unwrap();
+    let held = timeout(WAIT, endpoint.handle(request(), None))
+        .await
+        .unwrap();
     assert_ne!(held.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(endpoint.requests_in_flight(), 1);
 
-    let refused = timeout(WAIT, endpoint.handle(request())).await.unwrap();
+    let refused = timeout(WAIT, endpoint.handle(request(), None))
+        .await
+        .unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     let body = timeout(WAIT, refused.into_body().collect())
         .await
@@ -318,6 +355,8 @@ async fn session_less_requests_in_flight_are_capped() {
 
     drop(held);
     assert_eq!(endpoint.requests_in_flight(), 0);
-    let again = timeout(WAIT, endpoint.handle(request())).await.unwrap();
+    let again = timeout(WAIT, endpoint.handle(request(), None))
+        .await
+        .unwrap();
     assert_ne!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
 }

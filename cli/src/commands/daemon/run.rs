@@ -50,9 +50,9 @@ pub fn mcp_endpoint_factory(options: HttpOptions) -> McpEndpointFactory {
 struct McpOverHttp(Arc<HttpEndpoint>);
 
 impl McpEndpoint for McpOverHttp {
-    fn handle(&self, request: McpRequest) -> BoxFuture<McpResponse> {
+    fn handle(&self, request: McpRequest, peer_pid: Option<u32>) -> BoxFuture<McpResponse> {
         let endpoint = Arc::clone(&self.0);
-        Box::pin(async move { endpoint.handle(request).await })
+        Box::pin(async move { endpoint.handle(request, peer_pid).await })
     }
 
     fn shutdown(&self) {

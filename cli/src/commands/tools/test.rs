@@ -4,7 +4,7 @@
 use appduct_client::client::ControlClient;
 use appduct_client::state_dir::StateDir;
 use appduct_protocol::control::{Caller, ToolsCallParams, ToolsListEntry};
-use appduct_protocol::declarations::{Expect, TestCase, check_shape};
+use appduct_protocol::declarations::{Expect, RiskLevel, TestCase, check_shape};
 use appduct_protocol::descriptor::{ToolDescriptor, validate_tool_descriptor};
 use appduct_protocol::errors::ErrorType;
 use clap::Args;
@@ -27,7 +27,8 @@ pub struct ToolsTestArgs {
     /// Run only this tool's cases
     #[arg(long, value_name = "NAME")]
     pub tool: Option<String>,
-    /// Also run destructive tools (riskLevel "high" or destructiveHint); skipped otherwise
+    /// Also run tools counted as destructive (riskLevel "high", destructiveHint, or no risk
+    /// declared at all); skipped otherwise
     #[arg(long)]
     pub allow_destructive: bool,
 }
@@ -58,7 +59,37 @@ pub enum Outcome {
         reason: String,
         path: Option<String>,
     },
-    Skipped,
+    /// Not run without `--allow-destructive`.
+    Skipped(SkipReason),
+}
+
+/// Why a case was skipped (§L7.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// `destructiveHint: true` or a risk of `high`.
+    Destructive,
+    /// No `riskLevel`, no `readOnlyHint: true`, no `destructiveHint: false`: presumed
+    /// destructive, as MCP presumes for unset hints.
+    Undeclared,
+}
+
+impl SkipReason {
+    fn of(tool: &ToolDescriptor) -> Option<Self> {
+        if tool.is_destructive() || tool.effective_risk_level() == Some(RiskLevel::High) {
+            Some(Self::Destructive)
+        } else if tool.presumed_destructive() {
+            Some(Self::Undeclared)
+        } else {
+            None
+        }
+    }
+
+    fn wire(self) -> &'static str {
+        match self {
+            Self::Destructive => "destructive",
+            Self::Undeclared => "undeclared_risk",
+        }
+    }
 }
 
 /// What a call answered, as a case compares it.
@@ -132,7 +163,7 @@ impl Row {
         let status = match &self.outcome {
             Outcome::Pass => "pass",
             Outcome::Fail { .. } => "fail",
-            Outcome::Skipped => "skipped",
+            Outcome::Skipped(_) => "skipped",
         };
         m.insert("status".into(), json!(status));
         match &self.outcome {
@@ -142,8 +173,8 @@ impl Row {
                     m.insert("path".into(), json!(p));
                 }
             }
-            Outcome::Skipped => {
-                m.insert("reason".into(), json!("destructive"));
+            Outcome::Skipped(why) => {
+                m.insert("reason".into(), json!(why.wire()));
             }
             Outcome::Pass => {}
         }
@@ -163,9 +194,12 @@ impl Row {
                 paint.red("FAIL"),
                 render::clean_line(reason)
             ),
-            Outcome::Skipped => {
+            Outcome::Skipped(SkipReason::Destructive) => {
                 format!("SKIP {label} (destructive; --allow-destructive runs it)\n")
             }
+            Outcome::Skipped(SkipReason::Undeclared) => format!(
+                "SKIP {label} (no riskLevel or readOnlyHint, so presumed destructive; --allow-destructive runs it)\n"
+            ),
         }
     }
 }
@@ -230,10 +264,10 @@ pub async fn run(globals: &Globals, out: &Output, t: &ToolsTest) -> Result<Succe
             untested.push(tool.name.clone());
             continue;
         };
-        let skip = tool.is_risky() && !t.allow_destructive;
+        let skip = SkipReason::of(&tool).filter(|_| !t.allow_destructive);
         for (index, case) in cases.iter().enumerate() {
-            let outcome = if skip {
-                Outcome::Skipped
+            let outcome = if let Some(why) = skip {
+                Outcome::Skipped(why)
             } else {
                 let answer = run_case(&client, &dir, &session.session_id, &tool.name, case).await?;
                 judge(&case.expect, &answer)
@@ -265,7 +299,7 @@ fn report(
     let count = |f: fn(&Outcome) -> bool| rows.iter().filter(|r| f(&r.outcome)).count();
     let passed = count(|o| *o == Outcome::Pass);
     let failed = count(|o| matches!(o, Outcome::Fail { .. }));
-    let skipped = count(|o| *o == Outcome::Skipped);
+    let skipped = count(|o| matches!(o, Outcome::Skipped(_)));
     let data = json!({
         "alias": alias,
         "sessionId": session_id,
@@ -376,7 +410,7 @@ mod tests {
                 tool: "c".into(),
                 index: 0,
                 name: None,
-                outcome: Outcome::Skipped,
+                outcome: Outcome::Skipped(SkipReason::Undeclared),
             },
         ];
         let e = report("pixel-8", "S", &rows, &["d".into()], Paint::PLAIN).unwrap_err();
@@ -391,11 +425,13 @@ mod tests {
             json!({"tool": "b", "case": 1, "status": "fail", "reason": "r", "path": "/x"})
         );
         assert_eq!(d["untested"], json!(["d"]));
+        assert_eq!(d["cases"][2]["reason"], "undeclared_risk");
         let tail = e.human_tail.clone().unwrap();
         assert!(
             tail.contains("PASS a › works")
                 && tail.contains("FAIL b #1: r")
-                && tail.contains("SKIP c #0"),
+                && tail
+                    .contains("SKIP c #0 (no riskLevel or readOnlyHint, so presumed destructive"),
             "{tail}"
         );
         let ok = report("pixel-8", "S", &rows[..1], &[], Paint::PLAIN).unwrap();
