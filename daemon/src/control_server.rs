@@ -37,14 +37,12 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 #[cfg(unix)]
 use tokio::net::UnixListener;
 use tokio::sync::{Notify, watch};
-#[cfg(unix)]
-use tokio::task::JoinSet;
 
 mod peer_check;
 #[cfg(windows)]
 mod pipe;
 #[cfg(windows)]
-pub use pipe::{ControlListener, bind_control, serve_control};
+pub use pipe::{ControlListener, bind_control};
 pub mod reader;
 
 pub use peer_check::{FixedPeerCheck, PeerCheck, SameEuid};
@@ -1222,40 +1220,66 @@ async fn write_line<W: AsyncWrite + Unpin>(w: &mut W, line: &[u8]) -> std::io::R
 }
 
 // ---------------------------------------------------------------------------------------------
-// Unix socket accept loop
+// Accept loop (the Unix socket and the Windows pipe alike)
 // ---------------------------------------------------------------------------------------------
 
-/// The control socket's listener (§C1.1): a Unix domain socket.
-#[cfg(unix)]
-pub type ControlListener = UnixListener;
-
-/// Binds the control socket at `path` (the caller sets its mode).
-#[cfg(unix)]
-pub fn bind_control(path: &std::path::Path) -> std::io::Result<ControlListener> {
-    UnixListener::bind(path)
+/// What the platform tells about the peer of an accepted control connection.
+#[derive(Debug, Clone, Copy)]
+struct Peer {
+    /// The peer's effective uid; `None` when it cannot be read. On Windows: the daemon's own
+    /// stand-in uid when the peer process runs as the daemon's account, else `None` (§S4.1).
+    euid: Option<u32>,
+    pid: Option<u32>,
 }
 
-#[cfg(unix)]
-pub use self::serve_unix as serve_control;
+/// A control listener: the Unix domain socket (§C1.1) or the Windows named pipe (§S4.1).
+trait AcceptControl {
+    /// An accepted connection, before it is handed to [`run_connection`].
+    type Accepted;
+    /// The connection as [`run_connection`] reads and writes it.
+    type Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static;
+    /// What the accept loop's messages call the listener.
+    const WHAT: &'static str;
+    /// Waits for the next connection.
+    async fn accept_next(&self) -> std::io::Result<Self::Accepted>;
+    /// Who is on the other end.
+    fn peer(accepted: &Self::Accepted) -> Peer;
+    /// Turns an admitted connection into the stream the connection task runs on.
+    fn into_stream(accepted: Self::Accepted) -> std::io::Result<Self::Stream>;
+}
 
 /// Accepts control connections until `shutdown` turns true (§C1.1, §S3.6 step 5).
 ///
-/// Each peer's effective uid is read from the socket; a peer refused by `peer_check` (which sees
-/// `None` when the uid cannot be read) is closed without a reply. On
-/// shutdown the loop stops accepting, asks every open connection to flush and close, and
-/// returns once they have (each bounded by [`ServerOptions::drain_timeout`]).
+/// Each peer's effective uid is read from the socket (on Windows: whether its process runs as
+/// the daemon's account, §S4.1); a peer refused by `peer_check` (which sees `None` when the
+/// uid cannot be read) is closed without a reply. On shutdown the loop stops accepting, asks
+/// every open connection to flush and close, and returns once they have (each bounded by
+/// [`ServerOptions::drain_timeout`]).
+pub async fn serve_control(
+    listener: ControlListener,
+    handler: Arc<dyn ControlHandler>,
+    opts: ServerOptions,
+    peer_check: Arc<dyn PeerCheck>,
+    shutdown: watch::Receiver<bool>,
+) {
+    accept_loop(listener, handler, opts, peer_check, shutdown).await;
+}
+
+/// The Unix name of [`serve_control`].
 #[cfg(unix)]
-pub async fn serve_unix(
-    listener: UnixListener,
+pub use self::serve_control as serve_unix;
+
+async fn accept_loop<L: AcceptControl>(
+    listener: L,
     handler: Arc<dyn ControlHandler>,
     opts: ServerOptions,
     peer_check: Arc<dyn PeerCheck>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut connections = JoinSet::new();
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
-            r = listener.accept() => r,
+            r = listener.accept_next() => r,
             r = shutdown.wait_for(|s| *s) => {
                 if r.is_err() {
                     tracing::warn!("control shutdown signal dropped; stopping the accept loop");
@@ -1265,30 +1289,26 @@ pub async fn serve_unix(
             // Reap finished connection tasks so the set does not grow without bound.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let accepted = match accepted {
+            Ok(accepted) => accepted,
             Err(e) => {
                 // EMFILE and friends: back off briefly instead of spinning.
-                tracing::warn!("control socket accept failed: {e}");
+                tracing::warn!("control {} accept failed: {e}", L::WHAT);
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let cred = stream.peer_cred().ok();
-        let euid = cred.map(|c| c.uid());
-        let pid = cred
-            .and_then(|c| c.pid())
-            .and_then(|p| u32::try_from(p).ok());
+        let Peer { euid, pid } = L::peer(&accepted);
         if !peer_check.allow(euid) {
             tracing::warn!(
                 ?euid,
                 peer_pid = ?pid,
                 "refusing a control connection from another user"
             );
-            drop(stream);
+            drop(accepted);
             continue;
         }
-        let stream = match QuietUnixStream::new(stream) {
+        let stream = match L::into_stream(accepted) {
             Ok(stream) => stream,
             Err(e) => {
                 tracing::warn!("cannot take over a control connection: {e}");
@@ -1308,4 +1328,39 @@ pub async fn serve_unix(
     }
     drop(listener);
     while connections.join_next().await.is_some() {}
+}
+
+/// The control socket's listener (§C1.1): a Unix domain socket.
+#[cfg(unix)]
+pub type ControlListener = UnixListener;
+
+/// Binds the control socket at `path` (the caller sets its mode).
+#[cfg(unix)]
+pub fn bind_control(path: &std::path::Path) -> std::io::Result<ControlListener> {
+    UnixListener::bind(path)
+}
+
+#[cfg(unix)]
+impl AcceptControl for UnixListener {
+    type Accepted = tokio::net::UnixStream;
+    type Stream = QuietUnixStream;
+    const WHAT: &'static str = "socket";
+
+    async fn accept_next(&self) -> std::io::Result<Self::Accepted> {
+        self.accept().await.map(|(stream, _)| stream)
+    }
+
+    fn peer(stream: &Self::Accepted) -> Peer {
+        let cred = stream.peer_cred().ok();
+        Peer {
+            euid: cred.map(|c| c.uid()),
+            pid: cred
+                .and_then(|c| c.pid())
+                .and_then(|p| u32::try_from(p).ok()),
+        }
+    }
+
+    fn into_stream(stream: Self::Accepted) -> std::io::Result<Self::Stream> {
+        QuietUnixStream::new(stream)
+    }
 }

@@ -3,28 +3,27 @@
 //! (`appduct_client::platform::pipe_name`).
 //!
 //! - Its security descriptor has a protected DACL with one entry: full access for the current
-//!   user's SID (read from `whoami /user`; when that fails, for the pipe's owner, `OW`). No
-//!   other account, not even `SYSTEM` or `Administrators`, may open it.
+//!   user's SID (read from the process token). No other account, not even `SYSTEM` or
+//!   `Administrators`, may open it.
 //! - The first instance is created with `FILE_FLAG_FIRST_PIPE_INSTANCE` (interprocess does so
 //!   for a listener's first instance), so the daemon fails to start instead of serving behind a
 //!   pipe somebody else created first; remote clients are refused (`PIPE_REJECT_REMOTE_CLIENTS`,
 //!   interprocess's default).
+//! - Each client's process (`GetNamedPipeClientProcessId`) must run as the daemon's account,
+//!   like the peer-uid check on Unix; the client checks the server the same way
+//!   (`appduct_client::platform::connect_control`).
 
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
-use std::time::Duration;
 
-use interprocess::local_socket::tokio::Listener;
+use interprocess::local_socket::tokio::{Listener, Stream};
 use interprocess::local_socket::traits::StreamCommon as _;
 use interprocess::local_socket::traits::tokio::Listener as _;
 use interprocess::local_socket::{GenericFilePath, ListenerOptions, ToFsName as _};
 use interprocess::os::windows::local_socket::ListenerOptionsExt as _;
 use interprocess::os::windows::security_descriptor::SecurityDescriptor;
-use tokio::sync::watch;
-use tokio::task::JoinSet;
 
-use super::{ControlHandler, PeerCheck, PeerInfo, ServerOptions, Via, run_connection};
+use super::{AcceptControl, Peer};
 
 /// The control pipe's listener.
 #[derive(Debug)]
@@ -38,30 +37,16 @@ pub fn owner_only_sddl(sid: &str) -> String {
     format!("D:P(A;;GA;;;{sid})")
 }
 
-/// The current user's SID (`S-1-5-21-…`), from `whoami /user /fo csv /nh`, whose one line is
-/// `"<domain>\<user>","<sid>"`. Reading the process token needs Win32 calls this `unsafe`-free
-/// workspace cannot make.
-fn current_user_sid() -> Option<String> {
-    let out = std::process::Command::new("whoami")
-        .args(["/user", "/fo", "csv", "/nh"])
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let sid = text.trim().rsplit(',').next()?.trim_matches('"').to_owned();
-    (sid.starts_with("S-1-") && sid[4..].chars().all(|c| c.is_ascii_digit() || c == '-'))
-        .then_some(sid)
-}
-
 /// Creates the first instance of the control pipe for the socket path `path`; fails when a
 /// pipe of that name exists already.
 pub fn bind_control(path: &Path) -> io::Result<ControlListener> {
     let name = appduct_client::platform::pipe_name(path);
-    let sid = current_user_sid().unwrap_or_else(|| {
-        tracing::warn!(
-            "cannot read the current user's SID (whoami); the control pipe admits its owner (OW)"
-        );
-        "OW".to_owned()
-    });
+    let sid = appduct_client::platform::current_user_sid().map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("cannot read the current user's SID for the control pipe's DACL: {e}"),
+        )
+    })?;
     let sddl = widestring::U16CString::from_str(owner_only_sddl(&sid)).map_err(io::Error::other)?;
     let descriptor = SecurityDescriptor::deserialize(&sddl)?;
     let listener = ListenerOptions::new()
@@ -71,55 +56,32 @@ pub fn bind_control(path: &Path) -> io::Result<ControlListener> {
     Ok(ControlListener { listener })
 }
 
-/// Accepts control connections until `shutdown` turns true, like `serve_unix` on Unix.
-///
-/// The peer check sees the daemon's own stand-in uid: a pipe client's account cannot be read
-/// in safe Rust; the pipe's DACL admits the current user only (§S4.1).
-pub async fn serve_control(
-    listener: ControlListener,
-    handler: Arc<dyn ControlHandler>,
-    opts: ServerOptions,
-    peer_check: Arc<dyn PeerCheck>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut connections = JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            r = listener.listener.accept() => r,
-            r = shutdown.wait_for(|s| *s) => {
-                if r.is_err() {
-                    tracing::warn!("control shutdown signal dropped; stopping the accept loop");
-                }
-                break;
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-        };
-        let stream = match accepted {
-            Ok(stream) => stream,
-            Err(e) => {
-                tracing::warn!("control pipe accept failed: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let pid = stream.peer_creds().ok().and_then(|c| c.pid());
-        if !peer_check.allow(Some(appduct_client::platform::euid())) {
-            drop(stream);
-            continue;
-        }
-        connections.spawn(run_connection(
-            stream,
-            handler.clone(),
-            opts,
-            PeerInfo {
-                pid,
-                via: Via::Local,
-            },
-            Some(shutdown.clone()),
-        ));
+impl AcceptControl for ControlListener {
+    type Accepted = Stream;
+    type Stream = Stream;
+    const WHAT: &'static str = "pipe";
+
+    async fn accept_next(&self) -> io::Result<Stream> {
+        self.listener.accept().await
     }
-    drop(listener);
-    while connections.join_next().await.is_some() {}
+
+    /// The client process's account, compared with ours by SID; `None` (refused) when it
+    /// differs or cannot be read.
+    fn peer(stream: &Stream) -> Peer {
+        let pid = stream.peer_creds().ok().and_then(|c| c.pid());
+        let same = pid.map(appduct_client::platform::same_user);
+        if let Some(Err(e)) = &same {
+            tracing::warn!(peer_pid = ?pid, "cannot read a control client's account: {e}");
+        }
+        Peer {
+            euid: matches!(same, Some(Ok(true))).then(appduct_client::platform::euid),
+            pid,
+        }
+    }
+
+    fn into_stream(stream: Stream) -> io::Result<Stream> {
+        Ok(stream)
+    }
 }
 
 #[cfg(test)]
@@ -136,7 +98,8 @@ mod tests {
     /// `scripts/windows` when wine supports the calls).
     #[test]
     fn the_pipe_dacl_names_only_the_current_user() {
-        let sid = current_user_sid().unwrap_or_else(|| "OW".to_owned());
+        let sid = appduct_client::platform::current_user_sid().unwrap();
+        assert!(sid.starts_with("S-1-5-"), "{sid}");
         let sddl = widestring::U16CString::from_str(owner_only_sddl(&sid)).unwrap();
         let descriptor = SecurityDescriptor::deserialize(&sddl).unwrap();
         let dacl = descriptor
@@ -152,5 +115,54 @@ mod tests {
             !dacl.contains("WD") && !dacl.contains("AN") && !dacl.contains("SY"),
             "{dacl}"
         );
+    }
+
+    /// Both identity checks on a real pipe: the client's check of the server passes (same
+    /// account) and the daemon reads the client's pid and admits it as the same account.
+    /// Windows-only; run under wine by `scripts/windows`. (Wine 8 does not enforce
+    /// `FILE_FLAG_FIRST_PIPE_INSTANCE`: a second listener on the name is created there, so the
+    /// first-instance refusal is not asserted.)
+    #[tokio::test]
+    async fn both_ends_identify_each_other_on_a_real_pipe() {
+        let socket = std::env::temp_dir()
+            .join(format!("appduct-pipe-test-{}", std::process::id()))
+            .join("daemon.sock");
+        let listener = bind_control(&socket).unwrap();
+        let (client, server) = tokio::join!(
+            appduct_client::platform::connect_control(&socket),
+            listener.accept_next()
+        );
+        let _client = client.unwrap();
+        let peer = ControlListener::peer(&server.unwrap());
+        assert_eq!(peer.pid, Some(std::process::id()));
+        assert_eq!(peer.euid, Some(appduct_client::platform::euid()));
+    }
+
+    /// Our own process runs as the current user, a user SID; a pid that names no process is
+    /// an error (callers refuse), never a match.
+    #[test]
+    fn process_accounts_are_read_from_their_tokens() {
+        use appduct_client::platform::{current_user_sid, process_user_sid, same_user};
+        let me = current_user_sid().unwrap();
+        assert!(me.starts_with("S-1-5-"), "{me}");
+        assert_eq!(process_user_sid(std::process::id()).unwrap(), me);
+        assert!(same_user(std::process::id()).unwrap());
+        // Pids are multiples of 4 on Windows; 0xFFFF_FFFB is never one.
+        assert!(process_user_sid(0xFFFF_FFFB).is_err());
+        assert!(same_user(0xFFFF_FFFB).is_err());
+    }
+
+    /// The client's check of the pipe's server (§S4.1): a server that runs as us passes; one
+    /// whose process is unknown or unreadable is refused with `PermissionDenied`.
+    #[test]
+    fn the_client_refuses_a_server_it_cannot_identify() {
+        use appduct_client::platform::check_pipe_server;
+        let name = r"\\.\pipe\appduct-test";
+        check_pipe_server(name, Some(std::process::id())).unwrap();
+        for pid in [None, Some(0xFFFF_FFFB)] {
+            let e = check_pipe_server(name, pid).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+            assert!(e.to_string().contains(name), "{e}");
+        }
     }
 }

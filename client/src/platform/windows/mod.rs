@@ -1,8 +1,9 @@
 //! Windows (docs/state.md §S4): stand-ins for the Unix file traits, and the control socket as a
 //! named pipe.
 //!
-//! The owner and mode checks of the state files have no Windows counterpart in safe Rust (this
-//! workspace forbids `unsafe`, and reading an ACL needs Win32 calls): the stand-ins report the
+//! The owner and mode checks of the state files have no Windows counterpart here (reading an
+//! ACL needs Win32 calls, and the workspace keeps `unsafe` to the one module `identity`, which
+//! reads process tokens for the control pipe's checks): the stand-ins report the
 //! current user as owner, mode 0600 (0400 when read-only) for files and 0700 for directories,
 //! one link, and no sockets or FIFOs. The state directory lives under `%LOCALAPPDATA%`, whose
 //! ACL grants the user, SYSTEM and Administrators only; files created there inherit it (§S4.2).
@@ -11,6 +12,9 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 use std::time::Duration;
+
+mod identity;
+pub use identity::{current_user_sid, process_user_sid, same_user};
 
 /// Stand-ins for `std::os::unix::fs`'s traits (same method names, so call sites only change
 /// their `use` line).
@@ -154,17 +158,51 @@ pub fn pipe_name(socket: &Path) -> String {
 }
 
 /// Connects to the control pipe of the socket path `path`, waiting up to 2 s while every
-/// instance is busy. The server's identity is not checked (§S4.1).
+/// instance is busy, and checks the server's identity (§S4.1): the process serving the pipe
+/// must run as this process's account, or the connection is dropped with a `PermissionDenied`
+/// error naming both (a pipe squatted by another account before the daemon started).
 pub async fn connect_control(path: &Path) -> io::Result<ControlStream> {
+    use interprocess::local_socket::traits::StreamCommon as _;
     use interprocess::local_socket::{ConnectOptions, GenericFilePath, ToFsName as _};
     let name = pipe_name(path);
-    ConnectOptions::new()
+    let stream = ConnectOptions::new()
         .name(Path::new(&name).to_fs_name::<GenericFilePath>()?)
         .wait_mode(interprocess::ConnectWaitMode::Timeout(Duration::from_secs(
             2,
         )))
         .connect_tokio()
-        .await
+        .await?;
+    let server = stream.peer_creds()?.pid();
+    check_pipe_server(&name, server)?;
+    Ok(stream)
+}
+
+/// The client's half of §S4.1: `server_pid` (from `GetNamedPipeServerProcessId`) of the pipe
+/// `name` must run as the current user; otherwise a `PermissionDenied` error naming the pipe.
+/// (Tested under wine with the daemon's pipe tests, whose test executable builds for Windows.)
+pub fn check_pipe_server(name: &str, server_pid: Option<u32>) -> io::Result<()> {
+    let refuse = |why: String| {
+        Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("refusing the control pipe {name}: {why}"),
+        ))
+    };
+    let Some(pid) = server_pid else {
+        return refuse("the pipe does not report its server process".to_owned());
+    };
+    match (
+        identity::process_user_sid(pid),
+        identity::current_user_sid(),
+    ) {
+        (Ok(theirs), Ok(ours)) if theirs == ours => Ok(()),
+        (Ok(theirs), Ok(ours)) => refuse(format!(
+            "its server, process {pid}, runs as {theirs}, not as this user ({ours})"
+        )),
+        (Err(e), _) => refuse(format!(
+            "cannot read the account of its server, process {pid}: {e}"
+        )),
+        (_, Err(e)) => refuse(format!("cannot read this process's account: {e}")),
+    }
 }
 
 /// `DETACHED_PROCESS`: the child gets no console, so no window opens (`CREATE_NO_WINDOW` is
