@@ -107,6 +107,7 @@ fn draw_sessions(frame: &mut Frame, state: &WatchState, area: Rect) {
                 device
             },
             s.tool_count.to_string(),
+            render::clean_line(&super::state::lease_cell(s, state.now_ms)),
         ])
     });
     let table = Table::new(
@@ -116,9 +117,10 @@ fn draw_sessions(frame: &mut Frame, state: &WatchState, area: Rect) {
             Constraint::Length(9),
             Constraint::Fill(3),
             Constraint::Length(5),
+            Constraint::Fill(3),
         ],
     )
-    .header(header_row(["ALIAS", "STATE", "DEVICE", "TOOLS"]))
+    .header(header_row(["ALIAS", "STATE", "DEVICE", "TOOLS", "LEASE"]))
     .block(Block::bordered().title("Sessions"));
     frame.render_widget(table, area);
 }
