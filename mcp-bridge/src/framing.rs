@@ -163,7 +163,6 @@ where
         self.eof = Some(eof);
         self
     }
-
 }
 
 impl<R: AsyncRead + Unpin> LineReader<R> {

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -75,6 +75,8 @@ impl Status {
 }
 
 struct Entry {
+    /// Creation order (`tasks/list` is oldest first; instants can tie).
+    seq: u64,
     status: Status,
     message: Option<String>,
     created_ms: u64,
@@ -146,6 +148,8 @@ impl std::fmt::Debug for Action {
 pub struct Tasks {
     /// The revision is 2025-11-25: tasks are offered.
     enabled: AtomicBool,
+    /// Tasks created so far.
+    created: AtomicU64,
     entries: Mutex<HashMap<String, Entry>>,
     /// Lines handed to rmcp as if the client had sent them (`notifications/cancelled`).
     inject: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
@@ -209,7 +213,10 @@ impl Tasks {
         }
         let mut message: Map<String, Value> = serde_json::from_slice(line).ok()?;
         let method = message.get("method")?.as_str()?.to_owned();
-        let id = message.get("id").filter(|i| i.is_string() || i.is_number())?.clone();
+        let id = message
+            .get("id")
+            .filter(|i| i.is_string() || i.is_number())?
+            .clone();
         if id
             .as_str()
             .is_some_and(|s| s.starts_with(TASK_REQUEST_PREFIX))
@@ -305,6 +312,7 @@ impl Tasks {
         };
         let now = now_ms();
         let entry = Entry {
+            seq: self.created.fetch_add(1, Ordering::Relaxed),
             status: Status::Working,
             message: None,
             created_ms: now,
@@ -374,7 +382,7 @@ impl Tasks {
         let mut entries = self.lock();
         entries.retain(|_, e| !e.expired(now));
         let mut tasks: Vec<(&String, &Entry)> = entries.iter().collect();
-        tasks.sort_by_key(|(t, e)| (e.created_ms, t.as_str()));
+        tasks.sort_by_key(|(_, e)| e.seq);
         let tasks: Vec<Value> = tasks.into_iter().map(|(t, e)| e.to_json(t)).collect();
         reply_line(id, json!({"tasks": tasks}))
     }
@@ -481,7 +489,10 @@ impl Tasks {
 
     /// Looks at one outgoing message: `None` drops it (a task request's answer, kept here);
     /// otherwise the line to write.
-    pub fn outgoing(&self, item: &TxJsonRpcMessage<RoleServer>) -> Option<serde_json::Result<String>> {
+    pub fn outgoing(
+        &self,
+        item: &TxJsonRpcMessage<RoleServer>,
+    ) -> Option<serde_json::Result<String>> {
         match item {
             JsonRpcMessage::Response(r) => {
                 if let Some(task) = self.task_of(&r.id) {
@@ -491,7 +502,11 @@ impl Tasks {
                     };
                     let failed = result.get("isError").and_then(Value::as_bool) == Some(true);
                     let message = failed.then(|| first_text(&result)).flatten();
-                    let status = if failed { Status::Failed } else { Status::Completed };
+                    let status = if failed {
+                        Status::Failed
+                    } else {
+                        Status::Completed
+                    };
                     self.settle(&task, status, message, "result", result);
                     return None;
                 }
@@ -506,15 +521,17 @@ impl Tasks {
                             });
                         }))
                     }
-                    ServerResult::ListToolsResult(_) if self.enabled() => Some(patched(item, |v| {
-                        if let Some(tools) = v["result"]["tools"].as_array_mut() {
-                            for t in tools {
-                                if t["name"] == call_tool::NAME {
-                                    t["execution"] = json!({"taskSupport": "optional"});
+                    ServerResult::ListToolsResult(_) if self.enabled() => {
+                        Some(patched(item, |v| {
+                            if let Some(tools) = v["result"]["tools"].as_array_mut() {
+                                for t in tools {
+                                    if t["name"] == call_tool::NAME {
+                                        t["execution"] = json!({"taskSupport": "optional"});
+                                    }
                                 }
                             }
-                        }
-                    })),
+                        }))
+                    }
                     _ => Some(crate::framing::encode(item)),
                 }
             }
@@ -575,13 +592,18 @@ fn patched(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rmcp::model::{CallToolResult, Content, ErrorData, InitializeResult, ServerCapabilities};
+    use rmcp::model::{
+        CallToolResult, ContentBlock, ErrorData, InitializeResult, ServerCapabilities,
+    };
 
     fn enabled() -> Arc<Tasks> {
         let tasks = Arc::new(Tasks::default());
         let init = InitializeResult::new(ServerCapabilities::default())
             .with_protocol_version(ProtocolVersion::V_2025_11_25);
-        let item = JsonRpcMessage::response(ServerResult::InitializeResult(init), NumberOrString::Number(1));
+        let item = JsonRpcMessage::response(
+            ServerResult::InitializeResult(init),
+            NumberOrString::Number(1),
+        );
         let line: Value = serde_json::from_str(&tasks.outgoing(&item).unwrap().unwrap()).unwrap();
         assert_eq!(
             line["result"]["capabilities"]["tasks"]["requests"],
@@ -606,7 +628,10 @@ mod tests {
             Some(Action::ReplyThenForward { reply, forward }) => {
                 let reply: Value = serde_json::from_str(&reply).unwrap();
                 let forward: Value = serde_json::from_slice(&forward).unwrap();
-                let task = reply["result"]["task"]["taskId"].as_str().unwrap().to_owned();
+                let task = reply["result"]["task"]["taskId"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
                 assert_eq!(reply["id"], id);
                 assert_eq!(reply["result"]["task"]["status"], "working");
                 assert_eq!(reply["result"]["task"]["ttl"], 5000);
@@ -632,7 +657,10 @@ mod tests {
         assert!(tasks.intercept(line).is_none());
         let init = InitializeResult::new(ServerCapabilities::default())
             .with_protocol_version(ProtocolVersion::V_2025_06_18);
-        let item = JsonRpcMessage::response(ServerResult::InitializeResult(init), NumberOrString::Number(1));
+        let item = JsonRpcMessage::response(
+            ServerResult::InitializeResult(init),
+            NumberOrString::Number(1),
+        );
         let line: Value = serde_json::from_str(&tasks.outgoing(&item).unwrap().unwrap()).unwrap();
         assert!(line["result"]["capabilities"].get("tasks").is_none());
         assert!(!tasks.enabled());
@@ -643,17 +671,20 @@ mod tests {
         let tasks = enabled();
         let (task, _) = create(&tasks, 7);
         assert_eq!(
-            tasks.call_id_of(&NumberOrString::String(format!("{TASK_REQUEST_PREFIX}{task}").into())),
+            tasks.call_id_of(&NumberOrString::String(
+                format!("{TASK_REQUEST_PREFIX}{task}").into()
+            )),
             Some(task.clone())
         );
         let got = reply(tasks.intercept(&request("tasks/get", 8, &task)));
         assert_eq!(got["result"]["status"], "working");
-        let Some(Action::Later(result)) = tasks.intercept(&request("tasks/result", 9, &task)) else {
+        let Some(Action::Later(result)) = tasks.intercept(&request("tasks/result", 9, &task))
+        else {
             panic!("tasks/result of a working task waits");
         };
         let waiting = tokio::spawn(result);
         // rmcp's answer to the task request is kept, not written.
-        let answer = CallToolResult::success(vec![Content::text("done")]);
+        let answer = CallToolResult::success(vec![ContentBlock::text("done")]);
         let item = JsonRpcMessage::response(
             ServerResult::CallToolResult(answer),
             NumberOrString::String(format!("{TASK_REQUEST_PREFIX}{task}").into()),
@@ -662,7 +693,10 @@ mod tests {
         let line: Value = serde_json::from_str(&waiting.await.unwrap()).unwrap();
         assert_eq!(line["id"], 9);
         assert_eq!(line["result"]["content"][0]["text"], "done");
-        assert_eq!(line["result"]["_meta"][RELATED_TASK]["taskId"], task.as_str());
+        assert_eq!(
+            line["result"]["_meta"][RELATED_TASK]["taskId"],
+            task.as_str()
+        );
         let got = reply(tasks.intercept(&request("tasks/get", 10, &task)));
         assert_eq!(got["result"]["status"], "completed");
         // Settled: a cancel is refused.
@@ -677,7 +711,9 @@ mod tests {
         let (failing, _) = create(&tasks, 1);
         let item = JsonRpcMessage::error(
             ErrorData::internal_error("boom", None),
-            Some(NumberOrString::String(format!("{TASK_REQUEST_PREFIX}{failing}").into())),
+            Some(NumberOrString::String(
+                format!("{TASK_REQUEST_PREFIX}{failing}").into(),
+            )),
         );
         assert!(tasks.outgoing(&item).is_none());
         let got = reply(tasks.intercept(&request("tasks/get", 2, &failing)));
@@ -693,14 +729,15 @@ mod tests {
             note["params"]["requestId"],
             format!("{TASK_REQUEST_PREFIX}{cancelled}")
         );
-        let Some(Action::Later(result)) = tasks.intercept(&request("tasks/result", 5, &cancelled)) else {
+        let Some(Action::Later(result)) = tasks.intercept(&request("tasks/result", 5, &cancelled))
+        else {
             panic!("tasks/result answers later");
         };
         let line: Value = serde_json::from_str(&result.await).unwrap();
         assert_eq!(line["error"]["code"], INVALID_REQUEST);
-        let list = reply(tasks.intercept(
-            br#"{"jsonrpc":"2.0","id":6,"method":"tasks/list","params":{}}"#,
-        ));
+        let list = reply(
+            tasks.intercept(br#"{"jsonrpc":"2.0","id":6,"method":"tasks/list","params":{}}"#),
+        );
         let statuses: Vec<&Value> = list["result"]["tasks"]
             .as_array()
             .unwrap()
@@ -714,11 +751,20 @@ mod tests {
     fn refusals() {
         let tasks = enabled();
         let other = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"appduct_status","task":{}}}"#;
-        assert_eq!(reply(tasks.intercept(other))["error"]["code"], METHOD_NOT_FOUND);
+        assert_eq!(
+            reply(tasks.intercept(other))["error"]["code"],
+            METHOD_NOT_FOUND
+        );
         let bad_ttl = br#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"appduct_call_tool","task":{"ttl":"x"}}}"#;
-        assert_eq!(reply(tasks.intercept(bad_ttl))["error"]["code"], INVALID_PARAMS);
+        assert_eq!(
+            reply(tasks.intercept(bad_ttl))["error"]["code"],
+            INVALID_PARAMS
+        );
         let reserved = br#"{"jsonrpc":"2.0","id":"appduct-task:x","method":"tools/list"}"#;
-        assert_eq!(reply(tasks.intercept(reserved))["error"]["code"], INVALID_REQUEST);
+        assert_eq!(
+            reply(tasks.intercept(reserved))["error"]["code"],
+            INVALID_REQUEST
+        );
         assert_eq!(
             reply(tasks.intercept(&request("tasks/get", 3, "nope")))["error"]["code"],
             INVALID_PARAMS

@@ -230,7 +230,10 @@ fn the_official_typescript_client_runs_and_cancels_tasks() {
     // Completed: created, polled, then the tool's result with the related-task marker.
     let completed = report["completed"].as_array().expect("an array");
     assert_eq!(completed[0]["type"], "taskCreated", "{completed:#?}");
-    let done_id = completed[0]["task"]["taskId"].as_str().expect("a string").to_owned();
+    let done_id = completed[0]["task"]["taskId"]
+        .as_str()
+        .expect("a string")
+        .to_owned();
     assert!(done_id.starts_with("mcp_"), "{done_id}");
     assert_eq!(completed[0]["task"]["status"], "working");
     assert_eq!(completed[0]["task"]["ttl"], 60000);
@@ -241,7 +244,11 @@ fn the_official_typescript_client_runs_and_cancels_tasks() {
         .expect("a taskStatus message");
     assert_eq!(last_status["task"]["status"], "completed", "{completed:#?}");
     let result = &completed.last().expect("a message")["result"];
-    assert_eq!(completed.last().expect("a message")["type"], "result", "{completed:#?}");
+    assert_eq!(
+        completed.last().expect("a message")["type"],
+        "result",
+        "{completed:#?}"
+    );
     assert_eq!(
         result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
         done_id.as_str()
@@ -255,13 +262,26 @@ fn the_official_typescript_client_runs_and_cancels_tasks() {
 
     // Cancelled: the answer and tasks/get say cancelled; the stream ends in an error; a second
     // cancel is refused (-32602).
-    let cancel_id = report["cancelCreated"]["task"]["taskId"].as_str().expect("a string");
-    assert_eq!(report["cancelRunning"], true, "the second task never reported progress");
+    let cancel_id = report["cancelCreated"]["task"]["taskId"]
+        .as_str()
+        .expect("a string");
+    assert_eq!(
+        report["cancelRunning"], true,
+        "the second task never reported progress"
+    );
     assert_eq!(report["cancelAnswer"]["status"], "cancelled");
     assert_eq!(report["afterCancel"]["status"], "cancelled");
-    let last = report["cancelStream"].as_array().expect("an array").last().expect("a message");
+    let last = report["cancelStream"]
+        .as_array()
+        .expect("an array")
+        .last()
+        .expect("a message");
     assert_eq!(last["type"], "error", "{}", report["cancelStream"]);
-    assert_eq!(report["cancelAgain"]["code"], -32602, "{}", report["cancelAgain"]);
+    assert_eq!(
+        report["cancelAgain"]["code"], -32602,
+        "{}",
+        report["cancelAgain"]
+    );
     assert_eq!(
         report["list"],
         json!([

@@ -319,12 +319,16 @@ fn lease_events_show_and_clear_the_holder_on_the_session_row() {
         T0,
         json!({"holder": {"client": "appduct-mcp", "pid": 4242}, "expiresAt": T0 / 1000 + 60}),
     ));
-    let lease = state.sessions[0].lease.as_ref().expect("the lease is shown");
+    let lease = state.sessions[0]
+        .lease
+        .as_ref()
+        .expect("the lease is shown");
     assert_eq!(lease.holder.pid, Some(4242));
     assert!(!state.stale.sessions, "the event says enough");
-    let rows = frame(&state, 140, 30);
+    let rows = frame(&state, 240, 30);
     let row = row_with(&rows, "pixel-8");
     assert!(row.contains("appduct-mcp (pid 4242) 60s"), "{row:?}");
+    assert!(row_with(&rows, "TOOLS").contains("LEASE"));
     assert!(
         state.events[0].contains("leased to appduct-mcp (pid 4242)"),
         "{:?}",
@@ -350,8 +354,15 @@ fn lease_events_show_and_clear_the_holder_on_the_session_row() {
     ));
     assert_eq!(state.sessions[0].lease, None);
     assert!(state.events[2].contains("lease of appduct ended (disconnected)"));
-    let rows = frame(&state, 140, 30);
-    assert!(!row_with(&rows, "pixel-8").contains("appduct ("), "lease cleared");
+    let rows = frame(&state, 240, 30);
+    assert!(
+        !row_with(&rows, "pixel-8").contains("appduct ("),
+        "lease cleared"
+    );
+    assert!(
+        !row_with(&rows, "TOOLS").contains("LEASE"),
+        "no lease, no column"
+    );
 
     // A lease on a session the view has not seen yet: ask sessions.list again.
     let mut fresh = WatchState::new(T0);
