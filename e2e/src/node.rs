@@ -116,6 +116,20 @@ impl NodeProc {
         })
     }
 
+    /// Starts the official MCP client's task driver (`e2e/mcp-client/tasks-client.mjs`, §M19)
+    /// against the sandbox's `appduct mcp`.
+    pub fn official_mcp_tasks_client(sb: &Sandbox) -> Result<Self, HarnessError> {
+        let script = official_mcp_client()?.with_file_name("tasks-client.mjs");
+        let mut cmd = node_command(sb);
+        cmd.arg(script)
+            .arg(sb.bin())
+            .arg(sb.state_dir())
+            .arg(sb.home());
+        Ok(Self {
+            proc: Proc::spawn(cmd)?,
+        })
+    }
+
     /// Starts the official MCP client connected by URL to `/mcp` (docs/http.md §H7) with
     /// `token` as its bearer token (`e2e/mcp-client/http-client.mjs`).
     pub fn official_mcp_http_client(

@@ -91,6 +91,8 @@ pub(crate) struct BridgeContext {
     /// A client that rejected the `mode` tag of `elicitation/create` (`-32602`) has no consent
     /// channel from then on (§M2.2); other failures count for one call only (§M10.3).
     pub elicitation_broken: AtomicBool,
+    /// MCP tasks of this connection (§M19); served by the stdio framing only.
+    pub tasks: Arc<crate::tasks::Tasks>,
 }
 
 struct Control {
@@ -144,6 +146,7 @@ impl BridgeContext {
             roots: RootsCache::default(),
             control: Mutex::new(None),
             elicitation_broken: AtomicBool::new(false),
+            tasks: Arc::default(),
         }
     }
 

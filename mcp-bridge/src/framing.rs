@@ -13,7 +13,9 @@ use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{Mutex, Notify, mpsc};
+
+use crate::tasks::{Action, Tasks};
 
 /// Longest accepted line (16 MiB, rmcp's own bound); longer ones are dropped unanswered.
 pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
@@ -107,20 +109,26 @@ async fn write_line<W: AsyncWrite + Unpin>(
 /// The server side of the line framing over any reader and writer (stdin and stdout in
 /// production, a duplex in tests).
 pub struct LineTransport<R, W> {
+    reader: LineReader<R>,
+    writer: SharedWriter<W>,
+    eof: Option<Arc<Notify>>,
+    /// MCP tasks (§M19) and the lines they hand to rmcp.
+    tasks: Option<(Arc<Tasks>, mpsc::UnboundedReceiver<Vec<u8>>)>,
+}
+
+struct LineReader<R> {
     read: BufReader<R>,
     /// The line being read; kept across cancelled `receive` calls.
     line: Vec<u8>,
     /// Dropping the rest of an oversized line.
     discarding: bool,
-    writer: SharedWriter<W>,
-    eof: Option<Arc<Notify>>,
 }
 
 impl<R, W> std::fmt::Debug for LineTransport<R, W> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LineTransport")
-            .field("buffered", &self.line.len())
-            .field("discarding", &self.discarding)
+            .field("buffered", &self.reader.line.len())
+            .field("discarding", &self.reader.discarding)
             .finish_non_exhaustive()
     }
 }
@@ -132,12 +140,22 @@ where
 {
     pub fn new(read: R, write: W) -> Self {
         Self {
-            read: BufReader::new(read),
-            line: Vec::new(),
-            discarding: false,
+            reader: LineReader {
+                read: BufReader::new(read),
+                line: Vec::new(),
+                discarding: false,
+            },
             writer: Arc::new(Mutex::new(Some(write))),
             eof: None,
+            tasks: None,
         }
+    }
+
+    /// Serves MCP tasks (§M19) with this table (the bridge's own).
+    pub fn with_tasks(mut self, tasks: Arc<Tasks>) -> Self {
+        let injected = tasks.injected();
+        self.tasks = Some((tasks, injected));
+        self
     }
 
     /// Notifies `eof` (once) when the input ends.
@@ -145,7 +163,9 @@ where
         self.eof = Some(eof);
         self
     }
+}
 
+impl<R: AsyncRead + Unpin> LineReader<R> {
     /// Reads until a whole line is in `self.line`; `false` at end of input. Cancel safe: the
     /// bytes read so far stay in `self.line` and nothing is consumed twice.
     async fn read_line(&mut self) -> std::io::Result<bool> {
@@ -178,6 +198,22 @@ where
     }
 }
 
+impl<R, W> LineTransport<R, W>
+where
+    W: AsyncWrite + Send + Unpin + 'static,
+{
+    /// Writes `reply` by its own task: `receive` may be cancelled at any await, and a
+    /// half-written line would break the output.
+    fn spawn_reply(&self, reply: impl Future<Output = String> + Send + 'static) {
+        let writer = self.writer.clone();
+        tokio::spawn(async move {
+            if let Err(e) = write_line(&writer, reply.await).await {
+                tracing::debug!("cannot write a task answer: {e}");
+            }
+        });
+    }
+}
+
 impl<R, W> Transport<RoleServer> for LineTransport<R, W>
 where
     R: AsyncRead + Send + Unpin + 'static,
@@ -190,13 +226,37 @@ where
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let writer = self.writer.clone();
-        let line = encode(&item);
-        async move { write_line(&writer, line.map_err(std::io::Error::other)?).await }
+        let line = match &self.tasks {
+            Some((tasks, _)) => tasks.outgoing(&item),
+            None => Some(encode(&item)),
+        };
+        async move {
+            match line {
+                // A task request's answer: kept by the task table (§M19).
+                None => Ok(()),
+                Some(line) => write_line(&writer, line.map_err(std::io::Error::other)?).await,
+            }
+        }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
-            match self.read_line().await {
+            let injected = async {
+                match &mut self.tasks {
+                    Some((_, rx)) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let read = tokio::select! {
+                r = self.reader.read_line() => r,
+                Some(line) = injected => {
+                    if let Incoming::Message(m) = classify(&line) {
+                        return Some(*m);
+                    }
+                    continue;
+                }
+            };
+            match read {
                 Ok(true) => {}
                 Ok(false) => {
                     if let Some(eof) = &self.eof {
@@ -212,8 +272,26 @@ where
                     return None;
                 }
             }
-            let line = std::mem::take(&mut self.line);
+            let line = std::mem::take(&mut self.reader.line);
             let line = line.strip_suffix(b"\n").unwrap_or(&line);
+            let action = self.tasks.as_ref().and_then(|(t, _)| t.intercept(line));
+            let forwarded;
+            let line = match action {
+                None => line,
+                Some(Action::ReplyThenForward { reply, forward }) => {
+                    self.spawn_reply(async move { reply });
+                    forwarded = forward;
+                    &forwarded[..]
+                }
+                Some(Action::Reply(reply)) => {
+                    self.spawn_reply(async move { reply });
+                    continue;
+                }
+                Some(Action::Later(reply)) => {
+                    self.spawn_reply(reply);
+                    continue;
+                }
+            };
             match classify(line) {
                 Incoming::Message(m) => return Some(*m),
                 Incoming::Reply(reply) => {

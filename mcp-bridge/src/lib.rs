@@ -24,6 +24,7 @@ pub mod progress;
 pub mod project;
 pub mod server;
 pub mod stdio;
+pub mod tasks;
 mod tool_cache;
 mod wait;
 

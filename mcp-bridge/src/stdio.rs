@@ -311,7 +311,9 @@ where
         bridge.set_control(c).await;
     }
     let eof = Arc::new(Notify::new());
-    let transport = LineTransport::new(read, write).with_eof_signal(eof.clone());
+    let transport = LineTransport::new(read, write)
+        .with_eof_signal(eof.clone())
+        .with_tasks(bridge.inner.tasks.clone());
     let running = tokio::select! {
         r = serve_server(bridge, transport) => match r {
             Ok(r) => r,

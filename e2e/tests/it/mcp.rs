@@ -62,11 +62,13 @@ fn initialize_on_each_version_lists_exactly_the_nine_built_ins_and_exits_on_eof(
         assert_eq!(init["protocolVersion"], answered, "{init}");
         assert_eq!(init["serverInfo"]["name"], "appduct");
         assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
-        assert_eq!(
-            init["capabilities"],
-            json!({"tools": {}, "resources": {}}),
-            "{init}"
-        );
+        // MCP tasks are offered on 2025-11-25 only (§M19).
+        let mut capabilities = json!({"tools": {}, "resources": {}});
+        if answered == "2025-11-25" {
+            capabilities["tasks"] =
+                json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}});
+        }
+        assert_eq!(init["capabilities"], capabilities, "{init}");
         let list = mcp.request("tools/list", json!({})).or_fail();
         assert_eq!(tool_names(&list), BUILT_INS);
         assert!(list["result"].get("nextCursor").is_none(), "{list}");

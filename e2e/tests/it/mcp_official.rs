@@ -36,7 +36,8 @@ fn the_official_typescript_client_drives_the_bridge() {
     assert_eq!(report["server"]["name"], "appduct");
     assert_eq!(
         report["capabilities"],
-        json!({"tools": {}, "resources": {}})
+        json!({"tools": {}, "resources": {},
+            "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}})
     );
     assert_eq!(
         report["tools"],
@@ -200,4 +201,113 @@ fn the_official_typescript_client_drives_the_bridge() {
         .unwrap_or_else(|| panic!("no cancelled slow_task: {records:#?}"));
     assert_eq!(cancelled["errorType"], "tool_cancelled");
     assert!(records.iter().all(|r| r["caller"] == "mcp"), "{records:#?}");
+}
+
+/// MCP tasks on 2025-11-25 (docs/mcp.md §M19): the official client drives a task-augmented
+/// `appduct_call_tool` to completion (tasks/get, tasks/result) and cancels another
+/// (tasks/cancel), through the real daemon and `appduct mcp`; the daemon's audit shows both
+/// calls under their task ids as callIds.
+#[test]
+fn the_official_typescript_client_runs_and_cancels_tasks() {
+    let sb = Sandbox::with_config(r#"{"wssPort": 0}"#).or_fail();
+    let (_app, ready) = sb.spawn_ready(&["--json", "playground"]).or_fail();
+    assert_eq!(ready["data"]["alias"], "playground");
+    let mut client = NodeProc::official_mcp_tasks_client(&sb).or_fail();
+    let done = client.wait_line(WAIT, |l| l["step"] == "report").or_fail();
+    let report = &done["report"];
+    assert!(report.get("failure").is_none(), "{}", report["failure"]);
+
+    assert_eq!(
+        report["capabilities"]["tasks"],
+        json!({"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}})
+    );
+    assert_eq!(
+        report["execution"]["appduct_call_tool"],
+        json!({"taskSupport": "optional"})
+    );
+    assert_eq!(report["execution"]["appduct_status"], Value::Null);
+
+    // Completed: created, polled, then the tool's result with the related-task marker.
+    let completed = report["completed"].as_array().expect("an array");
+    assert_eq!(completed[0]["type"], "taskCreated", "{completed:#?}");
+    let done_id = completed[0]["task"]["taskId"]
+        .as_str()
+        .expect("a string")
+        .to_owned();
+    assert!(done_id.starts_with("mcp_"), "{done_id}");
+    assert_eq!(completed[0]["task"]["status"], "working");
+    assert_eq!(completed[0]["task"]["ttl"], 60000);
+    let last_status = completed
+        .iter()
+        .rev()
+        .find(|m| m["type"] == "taskStatus")
+        .expect("a taskStatus message");
+    assert_eq!(last_status["task"]["status"], "completed", "{completed:#?}");
+    let result = &completed.last().expect("a message")["result"];
+    assert_eq!(
+        completed.last().expect("a message")["type"],
+        "result",
+        "{completed:#?}"
+    );
+    assert_eq!(
+        result["_meta"]["io.modelcontextprotocol/related-task"]["taskId"],
+        done_id.as_str()
+    );
+    assert_eq!(result["_meta"]["appduct/call"]["callId"], done_id.as_str());
+    assert_ne!(result["isError"], true, "{result}");
+    assert!(
+        report["progress"].as_u64() > Some(0),
+        "the app's progress reaches the task's progressToken"
+    );
+
+    // Cancelled: the answer and tasks/get say cancelled; the stream ends in an error; a second
+    // cancel is refused (-32602).
+    let cancel_id = report["cancelCreated"]["task"]["taskId"]
+        .as_str()
+        .expect("a string");
+    assert_eq!(
+        report["cancelRunning"], true,
+        "the second task never reported progress"
+    );
+    assert_eq!(report["cancelAnswer"]["status"], "cancelled");
+    assert_eq!(report["afterCancel"]["status"], "cancelled");
+    let last = report["cancelStream"]
+        .as_array()
+        .expect("an array")
+        .last()
+        .expect("a message");
+    assert_eq!(last["type"], "error", "{}", report["cancelStream"]);
+    assert_eq!(
+        report["cancelAgain"]["code"], -32602,
+        "{}",
+        report["cancelAgain"]
+    );
+    assert_eq!(
+        report["list"],
+        json!([
+            {"taskId": done_id, "status": "completed"},
+            {"taskId": cancel_id, "status": "cancelled"}
+        ])
+    );
+    // Only appduct_call_tool runs as a task; without `task` calls answer as before.
+    assert_eq!(report["refused"]["code"], -32601, "{}", report["refused"]);
+    assert_eq!(report["plain"]["total"], 3, "{}", report["plain"]);
+    assert_eq!(client.proc().wait_exit(WAIT), Some(0));
+
+    // The daemon ran the first to the end and cancelled the second (the app saw the cancel),
+    // each under its task id.
+    let mut records = Vec::new();
+    Sandbox::wait_until(Duration::from_secs(10), || {
+        records = sb.audit_records();
+        records.iter().filter(|r| r["tool"] == "slow_task").count() == 2
+    });
+    let outcome = |id: &str| {
+        records
+            .iter()
+            .find(|r| r["callId"] == id)
+            .map(|r| r["outcome"].clone())
+            .unwrap_or_else(|| panic!("no record of {id}: {records:#?}"))
+    };
+    assert_eq!(outcome(&done_id), "ok");
+    assert_eq!(outcome(cancel_id), "cancelled");
 }

@@ -154,6 +154,8 @@ struct Planned<'a> {
     lease: bool,
     /// Heartbeats while the app is silent (§M17).
     heartbeat: std::time::Duration,
+    /// The task id when this call runs as an MCP task: also its callId (§M19).
+    task_call_id: Option<String>,
 }
 
 /// Handles a cancel step by step: a sent call is cancelled (§M12).
@@ -178,6 +180,7 @@ async fn run(
         max_image_bytes: bridge.options.max_image_bytes,
         lease: args.lease.unwrap_or(false),
         heartbeat: bridge.options.heartbeat_interval,
+        task_call_id: bridge.tasks.call_id_of(&context.id),
     };
     if is_2026(context) && request.request_state.is_some() {
         mrtr_retry(bridge, context, request, &planned).await
@@ -619,8 +622,13 @@ async fn call(
             .map_err(|e| ToolFailure::from_client(&e))?;
     }
     let mut retried = false;
+    // A task's call carries the task id as its callId (§M19).
+    let mut task_call_id = planned.task_call_id.clone();
     loop {
-        let call_id = new_call_id()?;
+        let call_id = match task_call_id.take() {
+            Some(id) => id,
+            None => new_call_id()?,
+        };
         let params = ToolsCallParams::new(planned.name.to_owned())
             .with_selector(Some(session.session_id.clone()))
             .with_args(planned.args.clone())

@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 
 use appduct_protocol::control::{
     ApprovalSummary, CallProgressSnapshot, CallState, CallSummary, EventData, EventNotification,
-    SessionSummary,
+    LeaseHolder, SessionLease, SessionSummary,
 };
 
 use appduct_client::timestamp::format_iso_ms;
@@ -232,6 +232,15 @@ impl WatchState {
                     call.state = CallState::Running;
                 }
             }
+            // Leases (§C10.9): the session row shows the holder until the lease ends.
+            EventData::LeaseTaken(d) => match self.session_mut(sid.as_deref()) {
+                Some(s) => s.lease = Some(SessionLease::new(d.holder.clone(), d.expires_at)),
+                None => self.stale.sessions = true,
+            },
+            EventData::LeaseReleased(_) => match self.session_mut(sid.as_deref()) {
+                Some(s) => s.lease = None,
+                None => self.stale.sessions = true,
+            },
             EventData::SessionClaimed(_)
             | EventData::SessionSuspended(_)
             | EventData::SessionResumed(_)
@@ -250,6 +259,11 @@ impl WatchState {
             _ => {}
         }
         self.push_event_line(event_line(event));
+    }
+
+    fn session_mut(&mut self, session_id: Option<&str>) -> Option<&mut SessionSummary> {
+        let id = session_id?;
+        self.sessions.iter_mut().find(|s| s.session_id == id)
     }
 
     fn call_mut(&mut self, call_id: &str) -> Option<&mut CallSummary> {
@@ -290,6 +304,18 @@ pub fn event_line(event: &EventNotification) -> String {
         EventData::ApprovalPending(d) => format!("{} waits for approval {}", d.tool, d.approval_id),
         EventData::ApprovalSettled(d) => format!("{} {}", d.approval_id, d.decision.as_str()),
         EventData::AppEvent(_) => "app event".to_owned(),
+        EventData::LeaseTaken(d) => {
+            let mut s = format!("leased to {}", holder_text(&d.holder));
+            if let Some(from) = &d.stolen_from {
+                s.push_str(&format!(", taken from {}", holder_text(from)));
+            }
+            s
+        }
+        EventData::LeaseReleased(d) => format!(
+            "lease of {} ended ({})",
+            holder_text(&d.holder),
+            d.reason.as_str()
+        ),
         other => other.kind().as_str().to_owned(),
     };
     let kind = event.data.kind();
@@ -301,6 +327,26 @@ pub fn event_line(event: &EventNotification) -> String {
         _ => what,
     };
     render::clean_line(&format!("{time}  {who}  {}  {what}", kind.as_str()))
+}
+
+/// A lease holder as text: `appduct-mcp (pid 4242)`; what is unknown is left out.
+pub fn holder_text(holder: &LeaseHolder) -> String {
+    let client = holder.client.as_deref().unwrap_or("a client");
+    match holder.pid {
+        Some(pid) => format!("{client} (pid {pid})"),
+        None => client.to_owned(),
+    }
+}
+
+/// The LEASE cell of a session row: holder and seconds left at `now_ms`, `-` without a lease.
+pub fn lease_cell(session: &SessionSummary, now_ms: u64) -> String {
+    match &session.lease {
+        None => "-".to_owned(),
+        Some(l) => {
+            let left = l.expires_at.saturating_sub(now_ms / 1000);
+            format!("{} {left}s", holder_text(&l.holder))
+        }
+    }
 }
 
 /// How far along a call is, as a fraction for the progress bar: a `progress` between 0 and 1

@@ -309,3 +309,67 @@ fn frame_shows_a_cancelling_call_and_a_progress_number_outside_zero_to_one() {
         "no bar for 42: {row:?}"
     );
 }
+
+#[test]
+fn lease_events_show_and_clear_the_holder_on_the_session_row() {
+    let mut state = WatchState::new(T0);
+    state.set_sessions(vec![session("pixel-8", "active", 3)]);
+    state.apply(&event(
+        "lease_taken",
+        T0,
+        json!({"holder": {"client": "appduct-mcp", "pid": 4242}, "expiresAt": T0 / 1000 + 60}),
+    ));
+    let lease = state.sessions[0]
+        .lease
+        .as_ref()
+        .expect("the lease is shown");
+    assert_eq!(lease.holder.pid, Some(4242));
+    assert!(!state.stale.sessions, "the event says enough");
+    let rows = frame(&state, 240, 30);
+    let row = row_with(&rows, "pixel-8");
+    assert!(row.contains("appduct-mcp (pid 4242) 60s"), "{row:?}");
+    assert!(row_with(&rows, "TOOLS").contains("LEASE"));
+    assert!(
+        state.events[0].contains("leased to appduct-mcp (pid 4242)"),
+        "{:?}",
+        state.events[0]
+    );
+
+    // A steal names both holders in the event panel.
+    state.apply(&event(
+        "lease_taken",
+        T0 + 1000,
+        json!({"holder": {"client": "appduct"}, "expiresAt": T0 / 1000 + 61,
+               "stolenFrom": {"client": "appduct-mcp", "pid": 4242}}),
+    ));
+    assert!(
+        state.events[1].contains("leased to appduct, taken from appduct-mcp (pid 4242)"),
+        "{:?}",
+        state.events[1]
+    );
+    state.apply(&event(
+        "lease_released",
+        T0 + 2000,
+        json!({"holder": {"client": "appduct"}, "reason": "disconnected"}),
+    ));
+    assert_eq!(state.sessions[0].lease, None);
+    assert!(state.events[2].contains("lease of appduct ended (disconnected)"));
+    let rows = frame(&state, 240, 30);
+    assert!(
+        !row_with(&rows, "pixel-8").contains("appduct ("),
+        "lease cleared"
+    );
+    assert!(
+        !row_with(&rows, "TOOLS").contains("LEASE"),
+        "no lease, no column"
+    );
+
+    // A lease on a session the view has not seen yet: ask sessions.list again.
+    let mut fresh = WatchState::new(T0);
+    fresh.apply(&event(
+        "lease_taken",
+        T0,
+        json!({"holder": {"client": "x"}, "expiresAt": T0 / 1000 + 5}),
+    ));
+    assert!(fresh.stale.sessions);
+}

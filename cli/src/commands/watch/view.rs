@@ -91,6 +91,8 @@ fn header_line(state: &WatchState) -> String {
 }
 
 fn draw_sessions(frame: &mut Frame, state: &WatchState, area: Rect) {
+    // The LEASE column (§L23.1) only while some session is leased: the panel is narrow.
+    let leases = state.sessions.iter().any(|s| s.lease.is_some());
     let rows = state.sessions.iter().map(|s| {
         let device = [&s.device.manufacturer, &s.device.model, &s.device.os]
             .into_iter()
@@ -98,7 +100,7 @@ fn draw_sessions(frame: &mut Frame, state: &WatchState, area: Rect) {
             .map(|p| render::clean_line(p))
             .collect::<Vec<_>>()
             .join(" ");
-        Row::new(vec![
+        let mut cells = vec![
             render::clean_line(&s.alias),
             s.state.as_str().to_owned(),
             if device.is_empty() {
@@ -107,19 +109,29 @@ fn draw_sessions(frame: &mut Frame, state: &WatchState, area: Rect) {
                 device
             },
             s.tool_count.to_string(),
-        ])
+        ];
+        if leases {
+            cells.push(render::clean_line(&super::state::lease_cell(
+                s,
+                state.now_ms,
+            )));
+        }
+        Row::new(cells)
     });
-    let table = Table::new(
-        rows,
-        [
-            Constraint::Fill(2),
-            Constraint::Length(9),
-            Constraint::Fill(3),
-            Constraint::Length(5),
-        ],
-    )
-    .header(header_row(["ALIAS", "STATE", "DEVICE", "TOOLS"]))
-    .block(Block::bordered().title("Sessions"));
+    let mut widths = vec![
+        Constraint::Fill(2),
+        Constraint::Length(9),
+        Constraint::Fill(3),
+        Constraint::Length(5),
+    ];
+    let mut header = vec!["ALIAS", "STATE", "DEVICE", "TOOLS"];
+    if leases {
+        widths.push(Constraint::Fill(3));
+        header.push("LEASE");
+    }
+    let table = Table::new(rows, widths)
+        .header(Row::new(header).style(header_style()))
+        .block(Block::bordered().title("Sessions"));
     frame.render_widget(table, area);
 }
 
@@ -242,10 +254,12 @@ fn audit_line(record: &audit::Record) -> String {
     )
 }
 
+fn header_style() -> Style {
+    Style::default()
+        .fg(Color::Reset)
+        .add_modifier(Modifier::BOLD)
+}
+
 fn header_row<const N: usize>(titles: [&'static str; N]) -> Row<'static> {
-    Row::new(titles).style(
-        Style::default()
-            .fg(Color::Reset)
-            .add_modifier(Modifier::BOLD),
-    )
+    Row::new(titles).style(header_style())
 }
