@@ -220,7 +220,7 @@ pub async fn check_arguments_blocking(
         return (args, Ok(()));
     }
     // The slots are never closed, so this always waits for a permit.
-    let Ok(_slot) = CHECK_SLOTS.acquire().await else {
+    let Ok(slot) = CHECK_SLOTS.acquire().await else {
         return (
             args,
             Err(ErrorObject::internal("the argument check slots are closed")),
@@ -228,17 +228,32 @@ pub async fn check_arguments_blocking(
     };
     let args = Arc::new(args);
     let checked = Arc::clone(&args);
-    let result =
-        tokio::task::spawn_blocking(move || check_arguments(&tool, tool.input_check(), &checked))
-            .await
-            .unwrap_or_else(|e| {
-                Err(ErrorObject::internal(format!(
-                    "the argument check failed: {e}"
-                )))
-            });
+    // The slot goes with the check, not with this future: a caller that stops waiting (its
+    // deadline, §C10.8) frees no slot while its check still runs, so no more than
+    // MAX_CONCURRENT_CHECKS checks ever run, however many callers give up.
+    let result = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
+        check_arguments(&tool, tool.input_check(), &checked)
+    })
+    .await
+    .unwrap_or_else(|e| {
+        Err(ErrorObject::internal(format!(
+            "the argument check failed: {e}"
+        )))
+    });
     // The blocking task has ended, so `args` is the only handle left.
     let args = Arc::try_unwrap(args).unwrap_or_else(|shared| (*shared).clone());
     (args, result)
+}
+
+/// Takes every check slot until the permit is dropped, so that checked calls wait (tests of
+/// the wait's deadline, §C10.8). `None` only if the slots were closed, which they never are.
+#[doc(hidden)]
+pub async fn hold_all_check_slots() -> Option<tokio::sync::SemaphorePermit<'static>> {
+    CHECK_SLOTS
+        .acquire_many(MAX_CONCURRENT_CHECKS as u32)
+        .await
+        .ok()
 }
 
 /// Step 5a of §C10.1: `args` (the call's arguments object) against `tool`'s input schema. A tool

@@ -862,14 +862,35 @@ impl Inner {
 
         // 5a. The arguments against the tool's input schema, with `validation.arguments:
         //     "enforce"` (§C10.8); a refusal never reaches the app or an operator.
-        //     Compile and check run on a blocking thread behind a few slots.
+        //     Compile and check run on a blocking thread behind a few slots. The wait for a
+        //     slot and the check together are bounded by the call's effective deadline: a
+        //     schema whose check never ends (exponential `$ref` fan-out) must not leave the
+        //     callers of every checked tool waiting for ever.
         let args = if self.arguments.enforcing() {
-            let (args, checked) = check_arguments_blocking(Arc::clone(&tool), args).await;
-            if let Err(e) = checked {
-                self.settle(key, |_| Some(Outcome::error(e)));
-                return finished.await;
+            let limit_ms = effective_deadline_ms(tool.timeout_ms, timeout_ms);
+            match tokio::time::timeout(
+                Duration::from_millis(limit_ms),
+                check_arguments_blocking(Arc::clone(&tool), args),
+            )
+            .await
+            {
+                Ok((args, Ok(()))) => args,
+                Ok((_, Err(e))) => {
+                    self.settle(key, |_| Some(Outcome::error(e)));
+                    return finished.await;
+                }
+                Err(_elapsed) => {
+                    tracing::warn!(
+                        tool = %name,
+                        alias = %alias,
+                        "the argument check of a call to {name:?} did not end within its {limit_ms} ms deadline; the call is refused tool_timeout"
+                    );
+                    let e = errors::tool_timeout(&name, &alias, limit_ms)
+                        .with_details(json!({ "deadlineMs": limit_ms, "stage": "argument_check" }));
+                    self.settle(key, |_| Some(Outcome::error(e)));
+                    return finished.await;
+                }
             }
-            args
         } else {
             args
         };

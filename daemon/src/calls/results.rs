@@ -1,17 +1,20 @@
 //! Settled results (issue #19; §C8.43, §C10.10): the daemon keeps the outcome of each settled
 //! `tools.call` in memory, for `tools.result {callId}`, within a window bounded in count
-//! (`calls.retainResults`) and bytes (`calls.retainResultBytes`). The oldest outcome goes first;
-//! an outcome larger than the byte bound alone is not kept. Nothing is written to disk: a daemon
-//! restart forgets them all.
+//! (`results.retainCount`) and bytes (`results.retainBytes`). An outcome's bytes are its compact
+//! JSON plus [`PARSED_BYTES_PER_VALUE`] per JSON value in it (the parse rule of device.md
+//! §D17.3), because it is kept parsed: a result of many tiny values (`[0,0,…]`, two bytes of
+//! JSON each) takes tens of times its text in memory. The oldest outcome goes first; an outcome
+//! larger than the byte bound alone is not kept. Nothing is written to disk: a daemon restart
+//! forgets them all.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use appduct_protocol::control::{ToolsCallResult, ToolsResultResult};
 use appduct_protocol::jsonrpc::ErrorObject;
+use appduct_protocol::parts::PARSED_BYTES_PER_VALUE;
+use serde::Serialize;
 use tokio::sync::Notify;
-
-use crate::control_server::serialized_len;
 
 struct Entry {
     result: Arc<ToolsResultResult>,
@@ -72,7 +75,7 @@ impl Results {
         settled_at_ms: u64,
     ) -> Arc<ToolsResultResult> {
         let result = Arc::new(ToolsResultResult::settled(call_id, outcome, settled_at_ms));
-        let bytes = serialized_len(&*result) as u64;
+        let bytes = retained_bytes(&*result);
         {
             let mut store = self.store();
             if let Some(old) = store.by_id.remove(call_id) {
@@ -125,9 +128,107 @@ impl Results {
         self.settled.notified()
     }
 
-    /// Outcomes kept and their bytes (tests, `Debug`).
+    /// Outcomes kept and their bytes as counted by [`retained_bytes`] (tests, `Debug`).
     pub fn usage(&self) -> (usize, u64) {
         let store = self.store();
         (store.by_id.len(), store.bytes)
+    }
+}
+
+/// What a kept outcome counts against `results.retainBytes` (§C10.10): the bytes of its compact
+/// JSON plus [`PARSED_BYTES_PER_VALUE`] for each JSON value in it, counted as
+/// `appduct_protocol::parts::count_values` counts a body (one for the top value, one per `[`,
+/// `{` and `,` outside strings), while serialising into a counter, without building the text.
+/// The kept outcome is a parsed value tree, so this bounds the memory it takes, not only its text.
+pub fn retained_bytes<T: Serialize + ?Sized>(outcome: &T) -> u64 {
+    #[derive(Default)]
+    struct Counter {
+        bytes: u64,
+        values: u64,
+        in_string: bool,
+        escaped: bool,
+    }
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.bytes += buf.len() as u64;
+            for &b in buf {
+                if self.in_string {
+                    if self.escaped {
+                        self.escaped = false;
+                    } else if b == b'\\' {
+                        self.escaped = true;
+                    } else if b == b'"' {
+                        self.in_string = false;
+                    }
+                } else {
+                    match b {
+                        b'"' => self.in_string = true,
+                        b'[' | b'{' | b',' => self.values += 1,
+                        _ => {}
+                    }
+                }
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter {
+        values: 1,
+        ..Counter::default()
+    };
+    match serde_json::to_writer(&mut counter, outcome) {
+        Ok(()) => counter
+            .bytes
+            .saturating_add(counter.values.saturating_mul(PARSED_BYTES_PER_VALUE)),
+        // Not serialisable: never kept (an outcome over any bound is dropped).
+        Err(_) => u64::MAX,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use appduct_protocol::parts::count_values;
+    use serde_json::json;
+
+    #[test]
+    fn retained_bytes_count_values_as_a_parsed_body_does() {
+        for value in [
+            json!(0),
+            json!([0, 0, 0]),
+            json!({"a": "x,[{", "b": [{"c": null}, "\"q\",", 1.5]}),
+            json!({"result": vec![0; 1000]}),
+        ] {
+            let text = serde_json::to_vec(&value).unwrap_or_default();
+            assert_eq!(
+                retained_bytes(&value),
+                text.len() as u64 + count_values(&text) * PARSED_BYTES_PER_VALUE,
+                "{value}"
+            );
+        }
+    }
+
+    #[test]
+    fn tiny_values_fill_the_byte_bound_by_their_parsed_size() {
+        // 1,000 tiny values: ~2 KB of JSON, counted as ~130 KB; a 200 KB window keeps one.
+        let results = Results::new(100, 200_000);
+        let outcome = |n: u64| {
+            Ok(appduct_protocol::control::ToolsCallResult::new(
+                json!(vec![n; 1000]),
+                format!("c{n}"),
+                "s".repeat(16),
+                "a".into(),
+                1,
+            ))
+        };
+        results.keep("c1", outcome(1), 1);
+        results.keep("c2", outcome(2), 2);
+        let (kept, bytes) = results.usage();
+        assert_eq!(kept, 1, "{bytes}");
+        assert!(bytes > 1000 * PARSED_BYTES_PER_VALUE, "{bytes}");
+        assert!(results.get("c1").is_none());
+        assert!(results.get("c2").is_some());
     }
 }

@@ -402,3 +402,31 @@ async fn a_draft_07_schema_without_schema_keyword_is_read_as_draft_07() {
     );
     f.stop().await;
 }
+
+/// A check that cannot start (every slot busy, as under a schema whose check never ends) is
+/// bounded by the call's deadline: the caller gets `tool_timeout` with `stage:
+/// "argument_check"`, nothing reaches the app, and calls pass again once a slot is free
+/// (§C10.8; found by the session-9 attack run: an exponential `$ref` fan-out held the slots).
+#[tokio::test]
+async fn a_call_waiting_for_a_check_slot_ends_at_its_deadline_without_reaching_the_app() {
+    let mut f = Fixture::with(|o, _| o, tools()).await;
+    let held = appduct_daemon::arguments::hold_all_check_slots()
+        .await
+        .unwrap();
+    let response = f
+        .wire
+        .request(
+            1,
+            "tools.call",
+            json!({"name": "sum", "args": {"a": 1, "b": 2}, "timeoutMs": 1000}),
+        )
+        .await;
+    drop(held);
+    let data = &response["error"]["data"];
+    assert_eq!(data["type"], "tool_timeout", "{response}");
+    assert_eq!(data["details"]["stage"], "argument_check", "{response}");
+    assert_eq!(data["details"]["deadlineMs"], 1000, "{response}");
+    f.device.assert_no_frame();
+    passes(&mut f, 2, "sum", json!({"a": 1, "b": 2})).await;
+    f.stop().await;
+}
