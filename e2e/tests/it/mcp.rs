@@ -530,9 +530,20 @@ fn every_output_schema_is_open_and_tools_list_fits_its_budget_on_every_version()
             );
         }
     }
-    // The surface is the same on every version.
-    assert_eq!(lists[0].1, lists[1].1);
-    assert_eq!(lists[1].1, lists[2].1);
+    // The surface is the same on every version, but for 2025-11-25's task support on
+    // appduct_call_tool (§M19).
+    let mut on_2025_11 = lists[1].1.clone();
+    for tool in on_2025_11.as_array_mut().expect("a tools array") {
+        let execution = tool
+            .as_object_mut()
+            .expect("a tool object")
+            .remove("execution");
+        let expected =
+            (tool["name"] == "appduct_call_tool").then(|| json!({"taskSupport": "optional"}));
+        assert_eq!(execution, expected, "{}", tool["name"]);
+    }
+    assert_eq!(lists[0].1, on_2025_11);
+    assert_eq!(lists[0].1, lists[2].1);
 }
 
 /// Built-ins that cannot be driven into an error, each with the reason (none today).
