@@ -127,6 +127,7 @@ fn test_device(link: &Link, wipes: Arc<AtomicUsize>) -> Client {
             },
         )
         .or_fail();
+    let guesses = Arc::clone(&wipes);
     client
         .register_tool(
             &json!({"name": "wipe", "description": "Wipes everything.",
@@ -139,7 +140,6 @@ fn test_device(link: &Link, wipes: Arc<AtomicUsize>) -> Client {
             },
         )
         .or_fail();
-    let guesses = Arc::clone(&wipes);
     client
         .register_tool(
             &json!({"name": "guess", "description": "Says nothing about its risk.",

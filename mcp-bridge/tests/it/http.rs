@@ -255,14 +255,18 @@ async fn an_escaped_initialize_counts_against_the_session_cap() {
             .unwrap()
     };
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"\u0069nitialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"http-test","version":"0"}}}"#;
-    let first = timeout(WAIT, endpoint.handle(raw(body))).await.unwrap();
+    let first = timeout(WAIT, endpoint.handle(raw(body), None))
+        .await
+        .unwrap();
     assert_eq!(first.status(), StatusCode::OK);
     assert!(first.headers().contains_key("mcp-session-id"));
     drop(first);
     assert_eq!(endpoint.session_count().await, 1);
 
     // A second one, escaped or not, is refused with the cap's 503.
-    let refused = timeout(WAIT, endpoint.handle(raw(body))).await.unwrap();
+    let refused = timeout(WAIT, endpoint.handle(raw(body), None))
+        .await
+        .unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     let refused = send(&endpoint, Method::POST, None, Some(escaped)).await;
     assert_eq!(
