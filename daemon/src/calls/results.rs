@@ -214,12 +214,12 @@ mod tests {
     fn tiny_values_fill_the_byte_bound_by_their_parsed_size() {
         // 1,000 tiny values: ~2 KB of JSON, counted as ~130 KB; a 200 KB window keeps one.
         let results = Results::new(100, 200_000);
-        let outcome = |n: u64| {
-            Ok(appduct_protocol::control::ToolsCallResult::new(
+        let outcome = |n: u64| -> Result<ToolsCallResult, ErrorObject> {
+            Ok(ToolsCallResult::new(
                 json!(vec![n; 1000]),
                 format!("c{n}"),
                 "s".repeat(16),
-                "a".into(),
+                "a",
                 1,
             ))
         };

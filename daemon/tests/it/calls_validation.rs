@@ -413,14 +413,18 @@ async fn a_call_waiting_for_a_check_slot_ends_at_its_deadline_without_reaching_t
     let held = appduct_daemon::arguments::hold_all_check_slots()
         .await
         .unwrap();
-    let response = f
-        .wire
-        .request(
+    // Without the deadline the call would wait for a slot for as long as the slots are held:
+    // bound the test's own wait so that it fails instead of hanging.
+    let response = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        f.wire.request(
             1,
             "tools.call",
             json!({"name": "sum", "args": {"a": 1, "b": 2}, "timeoutMs": 1000}),
-        )
-        .await;
+        ),
+    )
+    .await
+    .expect("the call waiting for a check slot was never answered");
     drop(held);
     let data = &response["error"]["data"];
     assert_eq!(data["type"], "tool_timeout", "{response}");
