@@ -57,6 +57,10 @@ pub const MAX_PATTERN_BYTES: usize = 16 * 1024;
 /// Checks (compile and validate) that run at once, each on a blocking thread; more calls wait
 /// their turn without holding a runtime thread.
 pub const MAX_CONCURRENT_CHECKS: usize = 2;
+/// Most subschemas one schema may expand to with its local `$ref`s followed (see
+/// [`expansion_of`]); more makes the schema unusable, so that a few kilobytes naming a
+/// definition twice per level cannot ask a check for 2^40 evaluations.
+pub const MAX_SCHEMA_EXPANSION: u64 = 100_000;
 
 /// `validation.arguments` as in force (start, then each `daemon.reload`); clones share it.
 #[derive(Debug, Clone)]
@@ -149,6 +153,9 @@ fn compile(schema_text: &str) -> Compiled {
              checks at most {MAX_PATTERNS} of at most {MAX_PATTERN_BYTES} bytes"
         ));
     }
+    if let Err(why) = expansion_of(&schema) {
+        return Compiled::Unusable(why);
+    }
     // Drafts by `$schema` (2020-12 without one); `format` is an annotation only, as for the
     // SDKs' own validators; patterns on the backtracking engine with its step and size limits.
     let build = |draft: Option<jsonschema::Draft>| {
@@ -177,6 +184,168 @@ fn compile(schema_text: &str) -> Compiled {
             _ => Compiled::Unusable(cut(&e.to_string(), MAX_ISSUE_MESSAGE_CHARS)),
         },
     }
+}
+
+/// How many subschemas a check of `schema` may visit for one place of the arguments: each
+/// object counts one plus its members, a `$ref`/`$dynamicRef`/`$recursiveRef` to a place of the
+/// same document counts as what it names (memoized), and a reference back into the chain being
+/// counted (recursion, which the arguments' own depth bounds) counts one. Data keywords
+/// (`const`, `enum`, `default`, `examples`) count nothing. Refused past
+/// [`MAX_SCHEMA_EXPANSION`], and when a reference cannot be bounded: one the document does not
+/// resolve while it embeds `$id`s (whose bases this count does not follow).
+fn expansion_of(schema: &Value) -> Result<u64, String> {
+    use std::collections::HashMap;
+    // Anchors (plain, dynamic and recursive) by name, and whether any subschema has an `$id`.
+    let mut anchors: HashMap<&str, Vec<&Value>> = HashMap::new();
+    let mut recursive: Vec<&Value> = vec![schema];
+    let mut embedded_ids = false;
+    let mut stack = vec![(schema, true)];
+    while let Some((value, root)) = stack.pop() {
+        match value {
+            Value::Object(map) => {
+                for (key, member) in map {
+                    match (key.as_str(), member) {
+                        ("$anchor" | "$dynamicAnchor", Value::String(name)) => {
+                            anchors.entry(name).or_default().push(value);
+                        }
+                        ("$recursiveAnchor", Value::Bool(true)) => recursive.push(value),
+                        ("$id" | "id", Value::String(_)) if !root => embedded_ids = true,
+                        ("const" | "enum" | "default" | "examples", _) => continue,
+                        _ => {}
+                    }
+                    stack.push((member, false));
+                }
+            }
+            Value::Array(items) => stack.extend(items.iter().map(|v| (v, false))),
+            _ => {}
+        }
+    }
+    struct Count<'a> {
+        root: &'a Value,
+        anchors: HashMap<&'a str, Vec<&'a Value>>,
+        recursive: Vec<&'a Value>,
+        embedded_ids: bool,
+        done: HashMap<*const Value, u64>,
+        open: std::collections::HashSet<*const Value>,
+    }
+    impl<'a> Count<'a> {
+        fn targets(&self, key: &str, reference: &str) -> Result<Vec<&'a Value>, String> {
+            if key == "$recursiveRef" {
+                return Ok(self.recursive.clone());
+            }
+            let unbounded = || {
+                Err(format!(
+                    "the reference {reference:?} cannot be bounded: the daemon follows only \
+                     references it resolves within the schema itself"
+                ))
+            };
+            // The part before `#`: empty, or the root's own `$id` (which resolves locally).
+            let (base, fragment) = reference.split_once('#').unwrap_or((reference, ""));
+            let root_id = self.root.get("$id").or_else(|| self.root.get("id"));
+            let local = base.is_empty()
+                || root_id
+                    .and_then(Value::as_str)
+                    .is_some_and(|id| id.split_once('#').map_or(id, |(id, _)| id) == base);
+            if !local {
+                // Remote documents never compile; embedded ones (and relative bases) are not
+                // followed by this count.
+                return if self.embedded_ids || root_id.is_some() {
+                    unbounded()
+                } else {
+                    Ok(Vec::new())
+                };
+            }
+            let fragment = percent_decoded(fragment).ok_or_else(|| {
+                format!("the reference {reference:?} is not percent-encoded UTF-8")
+            })?;
+            let found = if fragment.is_empty() || fragment.starts_with('/') {
+                self.root.pointer(&fragment).map(|target| vec![target])
+            } else {
+                self.anchors.get(fragment.as_str()).cloned()
+            };
+            // A reference the schema does not resolve here is one the compiler resolves some
+            // other way (or refuses): never counted as nothing.
+            found.map_or_else(unbounded, Ok)
+        }
+
+        fn of(&mut self, value: &'a Value) -> Result<u64, String> {
+            let id: *const Value = value;
+            if let Some(n) = self.done.get(&id) {
+                return Ok(*n);
+            }
+            if !self.open.insert(id) {
+                return Ok(1);
+            }
+            let mut total: u64 = 1;
+            match value {
+                Value::Object(map) => {
+                    for (key, member) in map {
+                        let n = match (key.as_str(), member) {
+                            ("const" | "enum" | "default" | "examples", _) => 0,
+                            ("$ref" | "$dynamicRef" | "$recursiveRef", Value::String(r)) => {
+                                let mut n: u64 = 0;
+                                for target in self.targets(key, r)? {
+                                    n = n.saturating_add(self.of(target)?);
+                                }
+                                n
+                            }
+                            _ => self.of(member)?,
+                        };
+                        total = total.saturating_add(n);
+                        if total > MAX_SCHEMA_EXPANSION {
+                            break;
+                        }
+                    }
+                }
+                Value::Array(items) => {
+                    for item in items {
+                        total = total.saturating_add(self.of(item)?);
+                        if total > MAX_SCHEMA_EXPANSION {
+                            break;
+                        }
+                    }
+                }
+                _ => total = 0,
+            }
+            self.open.remove(&id);
+            self.done.insert(id, total);
+            Ok(total)
+        }
+    }
+    let mut count = Count {
+        root: schema,
+        anchors,
+        recursive,
+        embedded_ids,
+        done: HashMap::new(),
+        open: std::collections::HashSet::new(),
+    };
+    let total = count.of(schema)?;
+    if total > MAX_SCHEMA_EXPANSION {
+        return Err(format!(
+            "the schema expands to more than {MAX_SCHEMA_EXPANSION} subschemas with its \
+             references followed; the daemon checks at most that many"
+        ));
+    }
+    Ok(total)
+}
+
+/// `%XX` escapes of a URI fragment decoded; `None` when they are malformed or not UTF-8.
+fn percent_decoded(fragment: &str) -> Option<String> {
+    let bytes = fragment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// How many regular expressions `schema` holds (`pattern` strings, `patternProperties` keys) and
@@ -423,6 +592,83 @@ mod tests {
         assert_eq!(args, json!({"a": "x"}));
         assert!(checked.is_err());
         assert!(tool.input_check().is_compiled());
+    }
+
+    /// `levels` definitions, each naming the next twice: 2^levels subschemas in a few KB.
+    fn doubling(levels: usize, key: &str) -> Value {
+        let mut defs = Map::new();
+        for i in 0..levels {
+            let next = json!({key: format!("#/$defs/l{}", i + 1)});
+            defs.insert(format!("l{i}"), json!({"allOf": [next.clone(), next]}));
+        }
+        defs.insert(format!("l{levels}"), json!({"type": "object"}));
+        json!({"$defs": defs, "$ref": "#/$defs/l0"})
+    }
+
+    #[test]
+    fn a_schema_that_doubles_per_level_is_unusable_and_a_shared_definition_is_not() {
+        for key in ["$ref", "$dynamicRef"] {
+            let laughs = doubling(40, key);
+            assert!(laughs.to_string().len() < 4096);
+            let Err(why) = expansion_of(&laughs) else {
+                panic!("{key}: a 2^40 expansion was accepted");
+            };
+            assert!(why.contains("expands to more than"), "{why}");
+            assert!(matches!(
+                compile(&laughs.to_string()),
+                Compiled::Unusable(_)
+            ));
+        }
+        // Ten levels: about 2^10 × 4 subschemas, well within the bound, and usable.
+        assert!(expansion_of(&doubling(10, "$ref")).is_ok());
+        assert!(matches!(
+            compile(&doubling(10, "$ref").to_string()),
+            Compiled::Usable(_)
+        ));
+        // Anchors are followed as well.
+        let mut anchored = Map::new();
+        for i in 0..40 {
+            let next = json!({"$ref": format!("#a{}", i + 1)});
+            anchored.insert(
+                format!("l{i}"),
+                json!({"$anchor": format!("a{i}"), "allOf": [next.clone(), next]}),
+            );
+        }
+        anchored.insert("l40".into(), json!({"$anchor": "a40"}));
+        assert!(expansion_of(&json!({"$defs": anchored, "$ref": "#a0"})).is_err());
+        // Recursion counts once: a tree of nodes is fine.
+        let tree = json!({"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}, "left": {"$ref": "#"}, "right": {"$ref": "#"}}});
+        assert!(expansion_of(&tree).unwrap() < 20);
+        assert!(matches!(compile(&tree.to_string()), Compiled::Usable(_)));
+        // Data keywords count nothing; a reference the schema does not resolve is refused.
+        assert_eq!(
+            expansion_of(&json!({"const": {"a": {"b": 1}}, "enum": [[1, 2]]})).unwrap(),
+            1
+        );
+        assert!(expansion_of(&json!({"$ref": "#/nowhere"})).is_err());
+        // Percent-encoded pointers and the root's own `$id` resolve as the compiler does.
+        let mut encoded = doubling(40, "$ref");
+        encoded["$ref"] = json!("#/%24defs/l%30");
+        assert!(expansion_of(&encoded).is_err());
+        let mut based = doubling(40, "$ref");
+        based["$id"] = json!("https://example.com/s");
+        based["$ref"] = json!("https://example.com/s#/$defs/l0");
+        assert!(expansion_of(&based).is_err());
+        let mut relative = doubling(2, "$ref");
+        relative["$id"] = json!("https://example.com/s");
+        relative["$ref"] = json!("s#/$defs/l0");
+        assert!(
+            expansion_of(&relative)
+                .unwrap_err()
+                .contains("cannot be bounded")
+        );
+        // With an embedded `$id`, a reference the count cannot resolve is not guessed at.
+        let embedded = json!({"$defs": {"x": {"$id": "https://example.com/x", "type": "string"}}, "$ref": "https://example.com/x"});
+        assert!(
+            expansion_of(&embedded)
+                .unwrap_err()
+                .contains("cannot be bounded")
+        );
     }
 
     #[test]

@@ -801,7 +801,12 @@ impl Inner {
             }
         };
         self.checkpoint(&call_id, Checkpoint::Resolved);
-        let (session_id, alias) = (session.session_id.clone(), session.alias.clone());
+        let crate::sessions::ResolvedSession {
+            session_id,
+            alias,
+            state,
+            suspend_reason,
+        } = session;
         // Shutdown step 2 leaves a call without a session to this task (see
         // `reject_pending_for_shutdown`), so a call that passed step 3 is always audited.
         let shut_down = {
@@ -828,10 +833,8 @@ impl Inner {
         }
 
         // 4. Active only; a suspended session fails at once.
-        if session.state == SessionState::Suspended {
-            let reason = session
-                .suspend_reason
-                .unwrap_or(control::SuspendReason::ConnectionLost);
+        if state == SessionState::Suspended {
+            let reason = suspend_reason.unwrap_or(control::SuspendReason::ConnectionLost);
             self.settle(key, |_| {
                 Some(Outcome::error(errors::session_suspended(
                     &session_id,
@@ -1006,7 +1009,10 @@ impl Inner {
             });
             return finished.await;
         };
-        let frame = DaemonFrame::ToolCall(ToolCall::new(session_id.clone(), wire_id, name, args));
+        // The frame borrows nothing: it takes the session id and gives it back after the write
+        // (one copy less per call, issue #24).
+        let frame = DaemonFrame::ToolCall(ToolCall::new(session_id, wire_id, name, args));
+        let session_id = frame.session_id();
         // A full device queue makes the write wait; a cancel, the issuing connection closing
         // or the call settling meanwhile stops it. `mpsc` sends are cancel-safe: a write
         // dropped before it finished queued nothing, so no frame reaches the app (§C10.6).
@@ -1016,7 +1022,7 @@ impl Inner {
         let give_up = tokio::time::sleep(Duration::from_millis(deadline_ms));
         tokio::pin!(give_up);
         let written = {
-            let write = self.sessions.send_to_session(&session_id, &frame);
+            let write = self.sessions.send_to_session(session_id, &frame);
             tokio::pin!(write);
             loop {
                 tokio::select! {
@@ -1044,8 +1050,12 @@ impl Inner {
             }
             Written::Stopped => {}
         }
-        // The frame owns the arguments (up to 256 KiB); the call may wait up to 600 s more.
-        drop(frame);
+        // The frame owns the arguments (up to 256 KiB); the call may wait up to 600 s more:
+        // they are dropped here, the session id taken back.
+        let session_id = match frame {
+            DaemonFrame::ToolCall(ToolCall { session_id, .. }) => session_id,
+            other => other.session_id().to_owned(),
+        };
         let target = Target { session_id, alias };
         let armed = self.after_write(key, &target, &writing, written).await;
 
@@ -1640,7 +1650,8 @@ impl Inner {
             ?settlement,
             "call settled"
         );
-        // The call ends here: its strings move into the response (no copies, issue #24).
+        // The call ends here: its strings move into the response and the kept outcome (one
+        // copy of the callId each, issue #24).
         let call_id = std::mem::take(&mut call.call_id);
         let kept_id = call_id.clone();
         let response = match (outcome, call.target.take()) {
@@ -1663,14 +1674,14 @@ impl Inner {
         // the response (§C10.1 step 4).
         let kept = self
             .results
-            .keep(&kept_id, response, self.clock.now_unix_ms());
+            .keep(kept_id, response, self.clock.now_unix_ms());
         let unreachable;
         let response = match (&kept.response, &kept.error) {
             (Some(result), _) => Ok(result),
             (None, Some(error)) => Err(error),
             (None, None) => {
                 unreachable = ErrorObject::internal("A settled outcome without a result")
-                    .with_call_id(kept_id);
+                    .with_call_id(kept.call_id.clone());
                 Err(&unreachable)
             }
         };

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use appduct_protocol::control::{ControlRequest, NotificationMethod};
+use appduct_protocol::control::{ControlRequest, NotificationMethod, parse_plain_tools_call};
 use appduct_protocol::errors::ErrorType;
 use appduct_protocol::jsonrpc::{
     ErrorObject, Incoming, Overflow, RequestId, Response, parse_incoming, to_line,
@@ -841,9 +841,9 @@ async fn read_loop<S: AsyncRead>(
                 Room::Closed => return,
                 Room::Drain => break 'read true,
             }
-            match framer.next_line() {
+            match framer.next_line_span() {
                 None => break,
-                Some(Ok(line)) => dispatch(conn, handler, &line, read_at),
+                Some(Ok(span)) => dispatch(conn, handler, framer.line(span), read_at),
                 Some(Err(Overflow { cap })) => {
                     tracing::warn!(conn = %conn.id(), peer_pid = ?conn.peer_pid(), "request line longer than {cap} bytes; closing");
                     conn.reply_now(&Response::error(None, ErrorObject::line_too_long(cap)));
@@ -939,15 +939,38 @@ fn dispatch(
     line: &[u8],
     read_at: std::time::Instant,
 ) {
+    // A `tools.call` in its common form skips the `Value` trees of the general path (issue
+    // #24); it gives the same id and params, and anything unusual takes the general path.
+    let (id, parsed) = match parse_plain_tools_call(line) {
+        Some((id, params)) => {
+            if !conn.begin_request(&id) {
+                conn.reply_now(&Response::error(
+                    Some(id.clone()),
+                    ErrorObject::duplicate_id(&id),
+                ));
+                return;
+            }
+            (id, ControlRequest::ToolsCall(params))
+        }
+        None => match parse_general(conn, line) {
+            Some(parsed) => parsed,
+            None => return,
+        },
+    };
+    run_request(conn, handler, id, parsed, read_at);
+}
+
+/// The general path of [`dispatch`]: any line. `None` when it was answered (or ignored) here.
+fn parse_general(conn: &Connection, line: &[u8]) -> Option<(RequestId, ControlRequest)> {
     let request = match parse_incoming(line) {
-        Incoming::Empty => return,
+        Incoming::Empty => return None,
         Incoming::Notification(n) => {
             tracing::debug!(conn = %conn.id(), method = %n.method, "ignoring a client notification");
-            return;
+            return None;
         }
         Incoming::Invalid(response) => {
             conn.reply_now(&response);
-            return;
+            return None;
         }
         Incoming::Request(r) => r,
     };
@@ -956,16 +979,26 @@ fn dispatch(
             Some(request.id.clone()),
             ErrorObject::duplicate_id(&request.id),
         ));
-        return;
+        return None;
     }
     let id = request.id;
-    let parsed = match parse_request(&request.method, request.params) {
-        Ok(p) => p,
+    match parse_request(&request.method, request.params) {
+        Ok(p) => Some((id, p)),
         Err(e) => {
             conn.respond(&id, Err(e));
-            return;
+            None
         }
-    };
+    }
+}
+
+/// Runs a parsed request on a task of its own; the response is written when it ends.
+fn run_request(
+    conn: &Connection,
+    handler: &Arc<dyn ControlHandler>,
+    id: RequestId,
+    parsed: ControlRequest,
+    read_at: std::time::Instant,
+) {
     if matches!(parsed, ControlRequest::ToolsCall(_)) && !conn.begin_call(&id) {
         tracing::warn!(
             conn = %conn.id(),

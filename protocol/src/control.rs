@@ -1185,6 +1185,103 @@ impl ToolsCallParams {
     }
 }
 
+/// A `tools.call` request line in its common form, read without a `Value` tree for the
+/// envelope or the params (issue #24): an integer `id`, strings without escapes (borrowed),
+/// no members beyond these. Anything else fails to deserialise here.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainCallLine<'a> {
+    #[serde(borrow)]
+    jsonrpc: &'a str,
+    id: Number,
+    #[serde(borrow)]
+    method: &'a str,
+    #[serde(borrow)]
+    params: PlainCallParams<'a>,
+}
+
+/// The params of a [`PlainCallLine`]: the members of [`ToolsCallParams`] the CLI, the MCP
+/// bridge and clients send on most calls (`null` reads as absent, as in the general rules).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainCallParams<'a> {
+    #[serde(borrow, default)]
+    selector: Option<&'a str>,
+    #[serde(borrow)]
+    name: &'a str,
+    #[serde(default)]
+    args: Option<Map<String, Value>>,
+    #[serde(borrow, default, rename = "callId")]
+    call_id: Option<&'a str>,
+    #[serde(borrow, default)]
+    caller: Option<&'a str>,
+    #[serde(default)]
+    progress: Option<bool>,
+    #[serde(default)]
+    detach: Option<bool>,
+}
+
+/// A `tools.call` request line (terminator removed) in its common form: its id and params,
+/// exactly as [`crate::jsonrpc::parse_incoming`] then [`ControlRequest::parse_owned`] would give
+/// them, without a `Value` tree for the envelope or the params (the daemon's call path, issue
+/// #24). `None` for any other line, or one that breaks a rule of §C8.9 or carries a member
+/// outside the common form (`timeoutMs`, `consent`, a string id, an escape in a string, …):
+/// the general path then answers it, with its exact errors.
+pub fn parse_plain_tools_call(line: &[u8]) -> Option<(RequestId, ToolsCallParams)> {
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let text = std::str::from_utf8(line).ok()?;
+    // A struct would also read an array positionally; only objects take this path.
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let plain: PlainCallLine<'_> = serde_json::from_str(text).ok()?;
+    if plain.jsonrpc != crate::jsonrpc::VERSION || plain.method != <ToolsCall as Method>::NAME {
+        return None;
+    }
+    let id = RequestId::from_value(&Value::Number(plain.id))?;
+    let p = plain.params;
+    let chars_within = |s: &str, max: usize| (1..=max).contains(&s.chars().count());
+    if !p.selector.is_none_or(|s| chars_within(s, MAX_SELECTOR_LEN))
+        || !chars_within(p.name, limits::MAX_TOOL_NAME_LEN)
+        || !p.call_id.is_none_or(is_valid_call_id)
+    {
+        return None;
+    }
+    let caller = match p.caller {
+        None => None,
+        Some(c) => Some(c.parse::<Caller>().ok()?),
+    };
+    let args = match p.args {
+        None => Map::new(),
+        Some(args) => {
+            let args = Value::Object(args);
+            if compact_json_len(&args) > limits::MAX_ARGS_BYTES
+                || json_depth(&args) > limits::MAX_JSON_DEPTH
+            {
+                return None;
+            }
+            let Value::Object(args) = args else {
+                return None;
+            };
+            args
+        }
+    };
+    Some((
+        id,
+        ToolsCallParams {
+            selector: p.selector.map(str::to_owned),
+            name: p.name.to_owned(),
+            args,
+            timeout_ms: None,
+            caller,
+            consent: None,
+            call_id: p.call_id.map(str::to_owned),
+            progress: p.progress.unwrap_or(false),
+            detach: p.detach.unwrap_or(false),
+        },
+    ))
+}
+
 params! {
     /// `tools.cancel` params (§C8.10).
     #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -3182,6 +3279,79 @@ mod tests {
         match r {
             Ok(v) => panic!("expected a param error, got {v:?}"),
             Err(e) => e,
+        }
+    }
+
+    /// The general path of the daemon: the line classified, then its params validated.
+    fn general_tools_call(line: &str) -> Result<(RequestId, ControlRequest), String> {
+        match crate::jsonrpc::parse_incoming(line.as_bytes()) {
+            crate::jsonrpc::Incoming::Request(r) => {
+                ControlRequest::parse_owned(&r.method, r.params)
+                    .map(|p| (r.id, p))
+                    .map_err(|e| format!("{e:?}"))
+            }
+            other => Err(format!("{other:?}")),
+        }
+    }
+
+    /// Issue #24: the plain `tools.call` fast path gives exactly the general path's id and
+    /// params, and leaves every other line (errors included) to it.
+    #[test]
+    fn a_plain_tools_call_parses_as_the_general_path_does() {
+        let args = r#"{"text":"é \" \ud83d\ude00","n":-1.5e3,"big":18446744073709551615,"a":[null,true,{}],"z":{"b":1,"a":2}}"#;
+        let deep = (0..limits::MAX_JSON_DEPTH).fold(json!(1), |v, _| json!([v]));
+        let too_deep = json!({ "a": deep });
+        let long_args = json!({ "s": "x".repeat(limits::MAX_ARGS_BYTES) });
+        let fast = [
+            format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools.call","params":{{"selector":"app","name":"echo","args":{args}}}}}"#),
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools.call","params":{"name":"echo"}}"#.to_owned(),
+            r#" { "params" : { "args" : null , "selector" : null, "name" : "é" } , "method" : "tools.call" , "id" : 2.0 , "jsonrpc" : "2.0" } "#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":-9007199254740991,"method":"tools.call","params":{"name":"t","callId":"c_1-A","caller":"mcp","progress":true,"detach":false,"args":{}}}"#.to_owned(),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{{"name":"{}","selector":"{}"}}}}"#, "n".repeat(limits::MAX_TOOL_NAME_LEN), "s".repeat(MAX_SELECTOR_LEN)),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{{"name":"t","args":{{"a":{deep}}}}}}}"#, deep = json!([(0..limits::MAX_JSON_DEPTH - 2).fold(json!(1), |v, _| json!([v]))])),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t"}}"#.to_owned() + "\r",
+        ];
+        let general = [
+            // Other members, forms and methods.
+            r#"{"jsonrpc":"2.0","id":"s","method":"tools.call","params":{"name":"t"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t","timeoutMs":5000}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t","consent":"elicitation"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t","x":1}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t"},"x":1}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.list","params":{"name":"t"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call"}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":null}"#.to_owned(),
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools.call","params":{"name":"t"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools.call","params":{"name":"t"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":9007199254740992,"method":"tools.call","params":{"name":"t"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools.call","params":{"name":"t"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t","name":"u"}}"#.to_owned(),
+            r#"["2.0",1,"tools.call",{"name":"t"}]"#.to_owned(),
+            // Escapes in borrowed strings, bad values.
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"\u0074"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":""}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":null}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t","selector":""}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t","callId":"a b"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t","caller":"bot"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t","progress":1}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t","args":[]}}"#.to_owned(),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{{"name":"{}"}}}}"#, "n".repeat(limits::MAX_TOOL_NAME_LEN + 1)),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{{"name":"t","args":{too_deep}}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{{"name":"t","args":{long_args}}}}}"#),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools.call","params":{"name":"t"}"#.to_owned(),
+        ];
+        for line in &fast {
+            let (id, params) = parse_plain_tools_call(line.as_bytes())
+                .unwrap_or_else(|| panic!("not on the fast path: {line}"));
+            assert_eq!(
+                Ok((id, ControlRequest::ToolsCall(params))),
+                general_tools_call(line),
+                "{line}"
+            );
+        }
+        for line in &general {
+            assert!(parse_plain_tools_call(line.as_bytes()).is_none(), "{line}");
         }
     }
 

@@ -904,9 +904,47 @@ impl DaemonFrame {
 
     /// The frame as compact JSON text. The daemon checks it with [`check_outgoing_size`]
     /// before writing (a `tool_call` over the limit fails before anything is sent).
+    ///
+    /// A `tool_call` (one per call) is written straight from its fields into one buffer, the
+    /// same text as [`to_value`](Self::to_value) gives without copying `args` into a second
+    /// tree first (issue #24).
     pub fn encode(&self) -> String {
-        self.to_value().to_string()
+        match self {
+            Self::ToolCall(f) => {
+                let wire = ToolCallWire {
+                    ty: "tool_call",
+                    session_id: &f.session_id,
+                    id: &f.id,
+                    name: &f.name,
+                    args: &f.args,
+                };
+                let mut out = Vec::with_capacity(TOOL_CALL_CAPACITY);
+                match serde_json::to_writer(&mut out, &wire) {
+                    // serde_json writes UTF-8 only.
+                    Ok(()) => {
+                        String::from_utf8(out).unwrap_or_else(|_| self.to_value().to_string())
+                    }
+                    Err(_) => self.to_value().to_string(),
+                }
+            }
+            _ => self.to_value().to_string(),
+        }
     }
+}
+
+/// Bytes reserved for an encoded `tool_call` before writing it: the envelope and small
+/// arguments fit without growing the buffer.
+const TOOL_CALL_CAPACITY: usize = 512;
+
+/// A `tool_call` as [`DaemonFrame::to_value`] lays it out (same keys, same order), borrowed.
+#[derive(serde::Serialize)]
+struct ToolCallWire<'a> {
+    #[serde(rename = "type")]
+    ty: &'static str,
+    session_id: &'a str,
+    id: &'a str,
+    name: &'a str,
+    args: &'a Map<String, Value>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1952,6 +1990,58 @@ fn reject_too_deep(text: &str, phase: Phase<'_>) -> Rejection {
 /// its `type` instead of being called invalid JSON.
 pub fn decode_app_message(text: &str, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
     check_incoming_size(text.len())?;
+    if let Some(frame) = plain_tool_result(text, phase) {
+        return Ok(frame);
+    }
+    decode_app_message_general(text, phase)
+}
+
+/// The common `tool_result` after the ack (issue #24): exactly the four members `type`,
+/// `session_id`, `id` and `result`, the three strings without escapes (borrowed from the
+/// text). Read without a `Value` tree for the frame; only `result` is parsed into one.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainToolResult<'a> {
+    #[serde(rename = "type", borrow)]
+    ty: &'a str,
+    #[serde(borrow)]
+    session_id: &'a str,
+    #[serde(borrow)]
+    id: &'a str,
+    result: Value,
+}
+
+/// [`decode_app_message`]'s fast path: a `tool_result` that passes every check of the general
+/// path (type, the session's own id, `id` of 1..=128 UTF-16 units, a non-null `result` within
+/// [`MAX_JSON_DEPTH`]) decodes to the same frame. Anything else (another type or member, an
+/// escape in a string, a duplicate member, a lone surrogate, which the parser refuses here) is
+/// `None`, and the general path decides, with its exact refusal.
+fn plain_tool_result(text: &str, phase: Phase<'_>) -> Option<AppFrame> {
+    let Phase::Acked { session_id } = phase else {
+        return None;
+    };
+    // A struct would also read an array positionally; only objects take this path.
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let plain: PlainToolResult<'_> = serde_json::from_str(text).ok()?;
+    let valid = plain.ty == "tool_result"
+        && plain.session_id == session_id
+        && utf16_len_within(plain.id, MIN_IDENTIFIER_LEN, MAX_IDENTIFIER_LEN)
+        && !plain.result.is_null()
+        && json_depth(&plain.result) <= MAX_JSON_DEPTH;
+    valid.then(|| {
+        AppFrame::ToolResult(ToolResult {
+            session_id: plain.session_id.to_owned(),
+            id: plain.id.to_owned(),
+            result: Some(plain.result),
+            content: None,
+        })
+    })
+}
+
+/// [`decode_app_message`] of any message, through the frame's `Value` tree.
+fn decode_app_message_general(text: &str, phase: Phase<'_>) -> Result<AppFrame, Rejection> {
     let text = sanitize_lone_surrogates(text);
     if text_depth(&text) > MAX_FRAME_DEPTH {
         return Err(reject_too_deep(&text, phase));
@@ -2150,6 +2240,74 @@ mod tests {
         let r = decode_app_value(&v, phase).unwrap_err();
         assert_eq!(r.detail, r.refusal.to_string());
         (r.reason, *r.refusal)
+    }
+
+    /// Issue #24: the plain `tool_result` fast path decodes exactly what the general path
+    /// does, and leaves every unusual message to it.
+    #[test]
+    fn a_plain_tool_result_decodes_as_the_general_path_does() {
+        let deep = (0..MAX_JSON_DEPTH).fold(json!(1), |v, _| json!([v]));
+        let deeper = json!([deep.clone()]);
+        let long_id = "i".repeat(MAX_IDENTIFIER_LEN + 1);
+        let fast = [
+            format!(r#"{{"type":"tool_result","session_id":"{SID}","id":"c1","result":{{"text":"é \" \ud83d\ude00","n":-1.5e3,"big":18446744073709551615,"a":[null,true,{{}}]}}}}"#),
+            format!(r#" {{ "result" : 0 , "id":"c1","session_id":"{SID}","type":"tool_result"}}"#),
+            json!({"type": "tool_result", "session_id": SID, "id": "c", "result": deep}).to_string(),
+            json!({"type": "tool_result", "session_id": SID, "id": "i".repeat(MAX_IDENTIFIER_LEN), "result": "s"}).to_string(),
+        ];
+        let general = [
+            // Escapes in a borrowed string, other or repeated members, other shapes.
+            format!(r#"{{"type":"tool_result","session_id":"{SID}","id":"c\u0031","result":1}}"#),
+            format!(r#"{{"type":"tool_result","session_id":"{SID}","id":"c1","result":1,"extra":2}}"#),
+            format!(r#"{{"type":"tool_result","session_id":"{SID}","id":"c1","id":"c2","result":1}}"#),
+            format!(r#"{{"type":"tool_result","session_id":"{SID}","id":"c1","result":"\ud800"}}"#),
+            format!(r#"["tool_result","{SID}","c1",1]"#),
+            json!({"type": "tool_result", "session_id": SID, "id": "c", "result": null}).to_string(),
+            json!({"type": "tool_result", "session_id": SID, "id": "c"}).to_string(),
+            json!({"type": "tool_result", "session_id": "other", "id": "c", "result": 1}).to_string(),
+            json!({"type": "tool_result", "session_id": SID, "id": "", "result": 1}).to_string(),
+            json!({"type": "tool_result", "session_id": SID, "id": long_id, "result": 1}).to_string(),
+            json!({"type": "tool_result", "session_id": SID, "id": 7, "result": 1}).to_string(),
+            json!({"type": "tool_result", "session_id": SID, "id": "c", "result": deeper}).to_string(),
+            json!({"type": "tool_error", "session_id": SID, "id": "c", "result": 1}).to_string(),
+            json!({"type": "tool_result", "session_id": SID, "id": "c", "result": 1, "content": []}).to_string(),
+            "{\"type\":\"tool_result\"".to_owned(),
+        ];
+        for text in &fast {
+            assert!(plain_tool_result(text, ACKED).is_some(), "{text}");
+            assert_eq!(
+                decode_app_message(text, ACKED),
+                decode_app_message_general(text, ACKED),
+                "{text}"
+            );
+        }
+        for text in &general {
+            assert!(plain_tool_result(text, ACKED).is_none(), "{text}");
+        }
+        // Before the ack nothing takes the fast path.
+        assert!(plain_tool_result(&fast[0], Phase::PreAck).is_none());
+    }
+
+    /// Issue #24: a `tool_call` is encoded from its fields without a `Value` tree; the text
+    /// must stay byte-identical to the tree's (key order, escapes, numbers, nesting).
+    #[test]
+    fn a_tool_call_encodes_exactly_as_its_value() {
+        let args = json!({
+            "text": "quote \" backslash \\ newline \n tab \t nul \u{0} é 😀 \u{2028}",
+            "z": 1, "a": -2.5, "big": 18446744073709551615u64, "neg": -9223372036854775808i64,
+            "f": 1e300, "tiny": 5e-324, "t": true, "n": null,
+            "nested": {"b": [1, {"c": []}, {}], "a": "x"},
+            "": ""
+        });
+        let Value::Object(args) = args else {
+            unreachable!()
+        };
+        for frame in [
+            DaemonFrame::ToolCall(ToolCall::new(SID, "w\"1", "tool\u{7f}", args)),
+            DaemonFrame::ToolCall(ToolCall::new(SID, "c_1", "echo", Map::new())),
+        ] {
+            assert_eq!(frame.encode(), frame.to_value().to_string());
+        }
     }
 
     #[test]

@@ -585,6 +585,14 @@ impl LineBuffer {
     /// The next complete, non-empty line (without terminator), `None` when more bytes are
     /// needed, or `Err(Overflow)` once the current line exceeds the cap.
     pub fn next_line(&mut self) -> Option<Result<Vec<u8>, Overflow>> {
+        self.next_line_span()
+            .map(|line| line.map(|span| self.buf[span].to_vec()))
+    }
+
+    /// [`next_line`](Self::next_line) without copying: where the line lies in the buffer, for
+    /// [`line`](Self::line) until the next [`push`](Self::push) (the daemon's request path
+    /// parses it in place, issue #24).
+    pub fn next_line_span(&mut self) -> Option<Result<std::ops::Range<usize>, Overflow>> {
         let overflow = Overflow { cap: self.cap };
         loop {
             if self.failed {
@@ -611,13 +619,19 @@ impl LineBuffer {
                 self.failed = true;
                 continue;
             }
-            let out = line.to_vec();
+            let span = self.start..self.start + line.len();
             self.start = end + 1;
             self.scanned = self.start;
-            if !out.is_empty() {
-                return Some(Ok(out));
+            if !span.is_empty() {
+                return Some(Ok(span));
             }
         }
+    }
+
+    /// The bytes of a span [`next_line_span`](Self::next_line_span) returned, before the next
+    /// [`push`](Self::push).
+    pub fn line(&self, span: std::ops::Range<usize>) -> &[u8] {
+        &self.buf[span]
     }
 }
 

@@ -63,9 +63,36 @@ pub fn truncate_utf16(s: &str, max: usize) -> &str {
 }
 
 /// Nesting depth of a JSON value: 0 for a scalar, 1 for an array or object holding only
-/// scalars, one more per level of arrays and objects inside. Measured with an explicit stack,
-/// so no value is too deep to measure.
+/// scalars, one more per level of arrays and objects inside. No value is too deep to measure:
+/// up to [`RECURSION_DEPTH`] levels it recurses (no allocation, issue #24: every call's
+/// arguments and result are measured), deeper values are measured with an explicit stack.
 pub fn json_depth(value: &Value) -> usize {
+    depth_within(value, RECURSION_DEPTH).unwrap_or_else(|| json_depth_on_heap(value))
+}
+
+/// Levels [`json_depth`] measures by recursion.
+const RECURSION_DEPTH: usize = 128;
+
+/// The depth of `value`, or `None` when it nests more than `budget` levels.
+fn depth_within(value: &Value, budget: usize) -> Option<usize> {
+    match value {
+        Value::Array(items) => deepest_of(items.iter(), budget),
+        Value::Object(map) => deepest_of(map.values(), budget),
+        _ => Some(0),
+    }
+}
+
+/// The depth of an array or object holding `children`, as [`depth_within`].
+fn deepest_of<'a>(children: impl Iterator<Item = &'a Value>, budget: usize) -> Option<usize> {
+    let budget = budget.checked_sub(1)?;
+    let mut deepest = 0;
+    for child in children {
+        deepest = deepest.max(depth_within(child, budget)?);
+    }
+    Some(deepest + 1)
+}
+
+fn json_depth_on_heap(value: &Value) -> usize {
     let mut deepest = 0;
     // Each entry: a value and the depth it has if it is an array or an object.
     let mut stack = vec![(value, 1)];
@@ -89,6 +116,33 @@ pub fn json_depth(value: &Value) -> usize {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_depth_is_the_same_below_and_beyond_the_recursion_bound() {
+        for levels in [
+            0,
+            1,
+            2,
+            64,
+            RECURSION_DEPTH - 1,
+            RECURSION_DEPTH,
+            RECURSION_DEPTH + 1,
+            300,
+        ] {
+            let nested = (0..levels).fold(json!(1), |v, i| {
+                if i % 2 == 0 {
+                    json!([0, v, "s"])
+                } else {
+                    json!({"a": v, "b": null})
+                }
+            });
+            assert_eq!(json_depth(&nested), levels, "{levels} levels");
+            assert_eq!(json_depth_on_heap(&nested), levels, "{levels} levels");
+        }
+        assert_eq!(json_depth(&json!([])), 1);
+        assert_eq!(json_depth(&json!({"a": [[]], "b": [1]})), 3);
+        assert_eq!(json_depth(&json!("s")), 0);
+    }
 
     #[test]
     fn utf16_counts_astral_characters_as_two_units() {

@@ -24,10 +24,11 @@ struct Entry {
 
 #[derive(Default)]
 struct Store {
-    by_id: HashMap<String, Entry>,
+    /// One shared copy of each callId serves as the key here and in `order` (issue #24).
+    by_id: HashMap<Arc<str>, Entry>,
     /// `(callId, seq)` oldest first; an id replaced by a newer call leaves a stale pair behind,
     /// skipped on eviction by its `seq`.
-    order: VecDeque<(String, u64)>,
+    order: VecDeque<(Arc<str>, u64)>,
     bytes: u64,
     next_seq: u64,
 }
@@ -70,11 +71,12 @@ impl Results {
     /// pipeline replies from it, so the body is never copied.
     pub fn keep(
         &self,
-        call_id: &str,
+        call_id: String,
         outcome: Result<ToolsCallResult, ErrorObject>,
         settled_at_ms: u64,
     ) -> Arc<ToolsResultResult> {
         let result = Arc::new(ToolsResultResult::settled(call_id, outcome, settled_at_ms));
+        let call_id = result.call_id.as_str();
         let bytes = retained_bytes(&*result);
         {
             let mut store = self.store();
@@ -86,18 +88,19 @@ impl Results {
                     let Some((id, seq)) = store.order.pop_front() else {
                         break;
                     };
-                    if store.by_id.get(&id).is_some_and(|e| e.seq == seq)
-                        && let Some(e) = store.by_id.remove(&id)
+                    if store.by_id.get(&*id).is_some_and(|e| e.seq == seq)
+                        && let Some(e) = store.by_id.remove(&*id)
                     {
                         store.bytes -= e.bytes;
                     }
                 }
                 store.next_seq += 1;
                 let seq = store.next_seq;
-                store.order.push_back((call_id.to_owned(), seq));
+                let key: Arc<str> = Arc::from(call_id);
+                store.order.push_back((Arc::clone(&key), seq));
                 store.bytes += bytes;
                 store.by_id.insert(
-                    call_id.to_owned(),
+                    key,
                     Entry {
                         result: Arc::clone(&result),
                         bytes,
@@ -108,7 +111,7 @@ impl Results {
             // Stale pairs never outnumber the kept entries by much.
             if store.order.len() > 2 * store.by_id.len() + 64 {
                 let Store { order, by_id, .. } = &mut *store;
-                order.retain(|(id, seq)| by_id.get(id).is_some_and(|e| e.seq == *seq));
+                order.retain(|(id, seq)| by_id.get(&**id).is_some_and(|e| e.seq == *seq));
             }
         }
         self.settled.notify_waiters();
@@ -223,8 +226,8 @@ mod tests {
                 1,
             ))
         };
-        results.keep("c1", outcome(1), 1);
-        results.keep("c2", outcome(2), 2);
+        results.keep("c1".to_owned(), outcome(1), 1);
+        results.keep("c2".to_owned(), outcome(2), 2);
         let (kept, bytes) = results.usage();
         assert_eq!(kept, 1, "{bytes}");
         assert!(bytes > 1000 * PARSED_BYTES_PER_VALUE, "{bytes}");

@@ -40,10 +40,19 @@ impl RequestReader {
         }
     }
 
-    /// The next complete line, as [`LineBuffer::next_line`]. When none is complete and nothing
-    /// of a next one is buffered, the buffers shrink back to the idle size.
+    /// The next complete line, copied (tests).
+    #[cfg(test)]
     pub(crate) fn next_line(&mut self) -> Option<Result<Vec<u8>, Overflow>> {
-        let next = self.framer.next_line();
+        self.next_line_span()
+            .map(|line| line.map(|span| self.line(span).to_vec()))
+    }
+
+    /// The next complete line, as [`LineBuffer::next_line_span`]: where it lies in the
+    /// framer's buffer, read with [`line`](Self::line) before the next read, so a request is
+    /// parsed without a copy of its line (issue #24). When none is complete and nothing of a
+    /// next one is buffered, the buffers shrink back to the idle size.
+    pub(crate) fn next_line_span(&mut self) -> Option<Result<std::ops::Range<usize>, Overflow>> {
+        let next = self.framer.next_line_span();
         if next.is_none() && self.framer.pending() == 0 {
             self.framer.release_idle(IDLE_FRAMER_BYTES);
             self.read_size = MIN_READ_BYTES;
@@ -52,6 +61,11 @@ impl RequestReader {
             }
         }
         next
+    }
+
+    /// The bytes of a line [`next_line_span`](Self::next_line_span) returned.
+    pub(crate) fn line(&self, span: std::ops::Range<usize>) -> &[u8] {
+        self.framer.line(span)
     }
 
     /// Reads once from `reader` into the framer; `Ok(0)` at EOF. Cancel-safe: bytes are only
