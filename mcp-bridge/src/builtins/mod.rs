@@ -3,6 +3,7 @@
 //! (through [`crate::catalog`]). Adding a built-in is a module and a line in [`BUILTINS`].
 
 mod builtin;
+pub mod call_result;
 pub mod call_tool;
 pub mod connect;
 pub mod describe_tool;
@@ -22,6 +23,7 @@ pub const BUILTINS: &[Entry] = &[
     list_tools::BUILTIN,
     describe_tool::BUILTIN,
     call_tool::BUILTIN,
+    call_result::BUILTIN,
     list_events::BUILTIN,
     events::BUILTIN,
     wait_for_event::BUILTIN,
