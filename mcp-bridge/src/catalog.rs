@@ -21,11 +21,11 @@ pub const WAIT_FOR_SESSION: &str = builtins::wait_for_session::NAME;
 pub const LIST_TOOLS: &str = builtins::list_tools::NAME;
 pub const DESCRIBE_TOOL: &str = builtins::describe_tool::NAME;
 pub const CALL_TOOL: &str = builtins::call_tool::NAME;
-pub const CALL_RESULT: &str = builtins::call_result::NAME;
 pub const LIST_EVENTS: &str = builtins::list_events::NAME;
 pub const EVENTS: &str = builtins::events::NAME;
 pub const WAIT_FOR_EVENT: &str = builtins::wait_for_event::NAME;
 pub const STATUS: &str = builtins::status::NAME;
+pub const CALL_RESULT: &str = builtins::call_result::NAME;
 
 pub const BUILTIN_NAMES: [&str; BUILTINS.len()] = {
     let mut names = [""; BUILTINS.len()];

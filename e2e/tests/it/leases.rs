@@ -1,7 +1,7 @@
 //! Leases and kept results across real processes (issue #19; control.md §C10.9, §C10.10;
 //! docs/mcp.md §M17): two `appduct mcp` bridges contend for one lease, the holder's exit
-//! releases it, and a bridge killed mid-call leaves an outcome that a new bridge's daemon still
-//! returns by callId.
+//! releases it, and a bridge killed mid-call leaves an outcome that a new bridge fetches by
+//! callId with `appduct_call_result` (§M8.10).
 
 use std::time::Duration;
 
@@ -101,13 +101,32 @@ async fn a_bridge_killed_mid_call_leaves_an_outcome_fetched_by_call_id() {
     // Killed mid-call: the app is not told to cancel, and answers later.
     assert!(first.proc().signal("KILL"));
     assert!(blocking(|| first.proc().wait_exit(WAIT)).is_some());
-    let second = blocking(|| Mcp::spawn(&sb)).or_fail();
+    // A new bridge asks for the outcome by callId while the call still runs (§M8.10): the
+    // daemon holds the request until the app answers.
+    let mut second = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| second.initialize("2025-11-25")).or_fail();
+    let asked = blocking(|| {
+        second.send_request(
+            "tools/call",
+            json!({"name": "appduct_call_result", "arguments": {"callId": call_id, "waitMs": 10000}}),
+        )
+    })
+    .or_fail();
     device.reply(&call, json!({"total": 42})).await.or_fail();
-    let fetched =
-        blocking(|| control.result("tools.result", json!({"callId": call_id, "waitMs": 10000})))
-            .or_fail();
+    let r = blocking(|| second.wait_response(asked)).or_fail();
+    let result = &r["result"];
+    assert_ne!(result["isError"], true, "{r}");
+    assert_eq!(result["structuredContent"], json!({"total": 42}), "{r}");
+    assert_eq!(result["_meta"]["appduct/call"]["callId"], call_id.as_str());
+    assert!(
+        result["_meta"]["appduct/call"]["sessionId"].is_string(),
+        "{r}"
+    );
+
+    // Any client of the daemon sees the same kept outcome.
+    let fetched = blocking(|| control.result("tools.result", json!({"callId": call_id}))).or_fail();
     assert_eq!(fetched["state"], "ok", "{fetched}");
     assert_eq!(fetched["response"]["result"], json!({"total": 42}));
     assert_eq!(fetched["response"]["callId"], call_id.as_str());
-    drop(second);
+    second.close_stdin();
 }

@@ -23,9 +23,9 @@ pub const BUILTINS: &[Entry] = &[
     list_tools::BUILTIN,
     describe_tool::BUILTIN,
     call_tool::BUILTIN,
-    call_result::BUILTIN,
     list_events::BUILTIN,
     events::BUILTIN,
     wait_for_event::BUILTIN,
     status::BUILTIN,
+    call_result::BUILTIN,
 ];
