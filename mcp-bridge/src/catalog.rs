@@ -1,4 +1,4 @@
-//! The fixed MCP surface (§M3, §M8): server identity, instructions, and the nine built-in
+//! The fixed MCP surface (§M3, §M8): server identity, instructions, and the ten built-in
 //! tools with their shipped descriptions, annotations and schemas, in `tools/list` order, built
 //! once from the registry (`builtins::BUILTINS`).
 //!
@@ -25,6 +25,7 @@ pub const LIST_EVENTS: &str = builtins::list_events::NAME;
 pub const EVENTS: &str = builtins::events::NAME;
 pub const WAIT_FOR_EVENT: &str = builtins::wait_for_event::NAME;
 pub const STATUS: &str = builtins::status::NAME;
+pub const CALL_RESULT: &str = builtins::call_result::NAME;
 
 pub const BUILTIN_NAMES: [&str; BUILTINS.len()] = {
     let mut names = [""; BUILTINS.len()];
@@ -88,7 +89,7 @@ fn build(entry: &Entry) -> Builtin {
     }
 }
 
-/// The nine built-ins, in `tools/list` order; built once per process.
+/// The ten built-ins, in `tools/list` order; built once per process.
 pub fn builtins() -> &'static [Builtin] {
     static BUILT: OnceLock<Vec<Builtin>> = OnceLock::new();
     BUILT.get_or_init(|| BUILTINS.iter().map(build).collect())

@@ -11,7 +11,8 @@ pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Server instructions (§M3): the rules shared by many tools, sent once.
 pub const INSTRUCTIONS: &str = "appduct reaches tools that running apps register. Pair an app \
 with appduct_connect, then appduct_wait_for_session. App tools are not MCP tools: find them with \
-appduct_list_tools, read one with appduct_describe_tool and run it with appduct_call_tool. \
+appduct_list_tools, read one with appduct_describe_tool and run it with appduct_call_tool; \
+appduct_call_result fetches a call's outcome by its callId after a restart. \
 selector is a session id or alias and may be omitted when exactly one session is live. Failed \
 calls start with [type] and carry the same type in _meta[\"appduct/error\"]. Tools whose policy \
 is prompt ask the user first; a client that cannot ask gets policy_denied. The project directory \

@@ -1,5 +1,5 @@
 //! The appduct MCP bridge (`appduct mcp`, docs/mcp.md): a stdio MCP server on rmcp that is a thin
-//! client of the daemon. It adds the MCP surface (nine built-ins and one resource), argument
+//! client of the daemon. It adds the MCP surface (ten built-ins and one resource), argument
 //! hygiene, the error contract, consent (elicitation / MRTR), progress and cancellation
 //! mapping, and project resolution.
 //!

@@ -1,7 +1,7 @@
 //! Leases and kept results across real processes (issue #19; control.md §C10.9, §C10.10;
 //! docs/mcp.md §M17): two `appduct mcp` bridges contend for one lease, the holder's exit
-//! releases it, and a bridge killed mid-call leaves an outcome that a new bridge's daemon still
-//! returns by callId.
+//! releases it, and a bridge killed mid-call leaves an outcome that a new bridge fetches by
+//! callId with `appduct_call_result` (§M8.10).
 
 use std::time::Duration;
 
@@ -78,7 +78,10 @@ async fn a_bridge_killed_mid_call_leaves_an_outcome_fetched_by_call_id() {
     let link = blocking(|| mint(&sb, &[])).or_fail();
     let (mut device, _ack) = RawDevice::claim(&link, "Pixel 8").await.or_fail();
     device
-        .register(json!([{"name": "quick", "description": "Answers when told."}]))
+        // A deadline past the first heartbeat (15 s).
+        .register(
+            json!([{"name": "quick", "description": "Answers when told.", "timeout_ms": 40000}]),
+        )
         .await
         .or_fail();
     assert!(blocking(
@@ -86,28 +89,64 @@ async fn a_bridge_killed_mid_call_leaves_an_outcome_fetched_by_call_id() {
     ));
     let mut first = blocking(|| Mcp::spawn(&sb)).or_fail();
     blocking(|| first.initialize("2025-11-25")).or_fail();
-    blocking(|| first.send_request("tools/call", call_args(false))).or_fail();
+    let mut params = call_args(false);
+    params["_meta"] = json!({"progressToken": "t1"});
+    blocking(|| first.send_request("tools/call", params)).or_fail();
     let call = device.expect_frame("tool_call").await.or_fail();
 
-    // The bridge's callId, as every client of the daemon sees it.
+    // The agent learns the callId from the first heartbeat of the silent call (§M17: one
+    // interval, 15 s, after the start), …
+    let heard = blocking(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(40);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let msg = first.next_message(left)?;
+            if msg["method"] == "notifications/progress" {
+                return Ok::<_, appduct_e2e::harness::HarnessError>(msg);
+            }
+        }
+    })
+    .or_fail();
+    let message = heard["params"]["message"].as_str().unwrap_or_default();
+    let call_id = message
+        .rsplit_once("callId ")
+        .map(|(_, id)| id.trim_end_matches(')').to_owned())
+        .unwrap_or_default();
+    assert!(call_id.starts_with("mcp_"), "{heard}");
+    // … the same one every client of the daemon sees.
     let mut control = blocking(|| Control::connect(&sb.socket(), WAIT)).or_fail();
     let calls = blocking(|| control.result("calls.list", json!({}))).or_fail();
-    let call_id = calls["calls"][0]["callId"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(call_id.starts_with("mcp_"), "{calls}");
+    assert_eq!(calls["calls"][0]["callId"], call_id.as_str(), "{calls}");
 
     // Killed mid-call: the app is not told to cancel, and answers later.
     assert!(first.proc().signal("KILL"));
     assert!(blocking(|| first.proc().wait_exit(WAIT)).is_some());
-    let second = blocking(|| Mcp::spawn(&sb)).or_fail();
+    // A new bridge asks for the outcome by callId while the call still runs (§M8.10): the
+    // daemon holds the request until the app answers.
+    let mut second = blocking(|| Mcp::spawn(&sb)).or_fail();
+    blocking(|| second.initialize("2025-11-25")).or_fail();
+    let asked = blocking(|| {
+        second.send_request(
+            "tools/call",
+            json!({"name": "appduct_call_result", "arguments": {"callId": call_id, "waitMs": 10000}}),
+        )
+    })
+    .or_fail();
     device.reply(&call, json!({"total": 42})).await.or_fail();
-    let fetched =
-        blocking(|| control.result("tools.result", json!({"callId": call_id, "waitMs": 10000})))
-            .or_fail();
+    let r = blocking(|| second.wait_response(asked)).or_fail();
+    let result = &r["result"];
+    assert_ne!(result["isError"], true, "{r}");
+    assert_eq!(result["structuredContent"], json!({"total": 42}), "{r}");
+    assert_eq!(result["_meta"]["appduct/call"]["callId"], call_id.as_str());
+    assert!(
+        result["_meta"]["appduct/call"]["sessionId"].is_string(),
+        "{r}"
+    );
+
+    // Any client of the daemon sees the same kept outcome.
+    let fetched = blocking(|| control.result("tools.result", json!({"callId": call_id}))).or_fail();
     assert_eq!(fetched["state"], "ok", "{fetched}");
     assert_eq!(fetched["response"]["result"], json!({"total": 42}));
     assert_eq!(fetched["response"]["callId"], call_id.as_str());
-    drop(second);
+    second.close_stdin();
 }

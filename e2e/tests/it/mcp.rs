@@ -1,6 +1,6 @@
 //! `appduct mcp` as a child process with its own state dir (§M2, §M3, §M5, §M6, §M10,
 //! §M11, §M12, §M15; SEC-49): MCP JSON-RPC over stdio on two protocol versions, exactly the
-//! nine built-ins, list/describe/call against a playground process, progress, the error
+//! ten built-ins, list/describe/call against a playground process, progress, the error
 //! contract, elicitation consent (decline, accept), cancellation as a raw device sees it, a
 //! second device leaving `tools/list` unchanged, stdout purity, and exit on end of stdin.
 
@@ -15,7 +15,7 @@ use appduct_e2e::{OrFail as _, blocking};
 use appduct_sdk::{CallContext, ToolError, ToolErrorType};
 use serde_json::{Value, json};
 
-const BUILT_INS: [&str; 9] = [
+const BUILT_INS: [&str; 10] = [
     "appduct_connect",
     "appduct_wait_for_session",
     "appduct_list_tools",
@@ -25,6 +25,7 @@ const BUILT_INS: [&str; 9] = [
     "appduct_events",
     "appduct_wait_for_event",
     "appduct_status",
+    "appduct_call_result",
 ];
 
 fn tool_names(list: &Value) -> Vec<&str> {
@@ -507,11 +508,12 @@ fn every_output_schema_is_open_and_tools_list_fits_its_budget_on_every_version()
         assert_eq!(names, BUILT_INS, "{version}");
         for tool in &tools {
             let name = &tool["name"];
-            // Every built-in but appduct_call_tool declares an output schema (§M8)…
+            // Every built-in but appduct_call_tool and appduct_call_result declares an output
+            // schema (§M8)…
             let output = tool.get("outputSchema");
             assert_eq!(
                 output.is_some(),
-                *name != "appduct_call_tool",
+                *name != "appduct_call_tool" && *name != "appduct_call_result",
                 "{version} {name}: output schema presence"
             );
             // …open at every level, while every input root is closed.
@@ -555,7 +557,7 @@ async fn every_built_in_is_driven_into_an_error_with_its_type_in_text_and_meta()
     let mut mcp = blocking(|| Mcp::spawn(&sb)).or_fail();
     blocking(|| mcp.initialize("2025-11-25")).or_fail();
     // (built-in, arguments, expected type, live sessions the case needs) — §M16 guard 1.
-    let table: [(&str, Value, &str, usize); 9] = [
+    let table: [(&str, Value, &str, usize); 10] = [
         (
             "appduct_connect",
             json!({"target": "ios-sim", "appId": "com.x"}),
@@ -600,6 +602,12 @@ async fn every_built_in_is_driven_into_an_error_with_its_type_in_text_and_meta()
             0,
         ),
         ("appduct_list_events", json!({}), "ambiguous_session", 2),
+        (
+            "appduct_call_result",
+            json!({"callId": "never-used"}),
+            "invalid_request",
+            0,
+        ),
     ];
     // A new built-in without an error case fails here.
     let listed = blocking(|| mcp.request("tools/list", json!({}))).or_fail();

@@ -1,6 +1,6 @@
 //! MCP over Streamable HTTP at `/mcp` (docs/http.md §H7, docs/mcp.md §M18) through the official
 //! MCP TypeScript client connected by URL with the bearer token (`e2e/mcp-client/http-client.mjs`)
-//! against a playground process: the nine built-ins listed, an app tool called, progress,
+//! against a playground process: the ten built-ins listed, an app tool called, progress,
 //! consent by elicitation, a client cancellation reaching the app, a wrong token refused,
 //! DELETE ending the session; and, over raw HTTP, `401` without the token and `403` for a
 //! foreign `Host` on `/mcp`.
@@ -83,7 +83,8 @@ fn the_official_typescript_client_connects_by_url() {
             "appduct_list_events",
             "appduct_events",
             "appduct_wait_for_event",
-            "appduct_status"
+            "appduct_status",
+            "appduct_call_result"
         ])
     );
     assert_eq!(report["listed"]["session"], "playground");

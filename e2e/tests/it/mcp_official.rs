@@ -50,7 +50,8 @@ fn the_official_typescript_client_drives_the_bridge() {
             "appduct_list_events",
             "appduct_events",
             "appduct_wait_for_event",
-            "appduct_status"
+            "appduct_status",
+            "appduct_call_result"
         ])
     );
     assert_eq!(report["listed"]["session"], "playground");

@@ -1,5 +1,5 @@
 //! The built `appduct mcp` driven by rmcp's own MCP client over the child's stdio (§M16;
-//! issue #6 "Done when"): the handshake, exactly the nine built-ins, describe and call against a
+//! issue #6 "Done when"): the handshake, exactly the ten built-ins, describe and call against a
 //! real sdk-rs device, the error contract on a typed result, and exit 0 when the client goes
 //! away.
 
@@ -13,7 +13,7 @@ use rmcp::ServiceExt as _;
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use serde_json::{Value, json};
 
-const BUILT_INS: [&str; 9] = [
+const BUILT_INS: [&str; 10] = [
     "appduct_connect",
     "appduct_wait_for_session",
     "appduct_list_tools",
@@ -23,6 +23,7 @@ const BUILT_INS: [&str; 9] = [
     "appduct_events",
     "appduct_wait_for_event",
     "appduct_status",
+    "appduct_call_result",
 ];
 
 fn params(name: &str, arguments: Value) -> CallToolRequestParams {

@@ -652,8 +652,7 @@ async fn call(
         }
         match outcome {
             CallOutcome::Done(Ok(r)) => {
-                let meta = call_meta(&r.call_id, session, Some(r.duration_ms));
-                return Ok(mapped(&r, meta, planned.max_image_bytes).into());
+                return Ok(settled_result(&r, planned.max_image_bytes).into());
             }
             CallOutcome::Done(Err(e)) if !retried && is_call_id_in_use(&e) => {
                 retried = true;
@@ -687,6 +686,22 @@ async fn call(
             }
         }
     }
+}
+
+/// The MCP result of a settled call, with its `_meta["appduct/call"]` handle (§M8.5): what
+/// `appduct_call_tool` returns, and `appduct_call_result` for a kept outcome (§M8.10).
+pub(super) fn settled_result(
+    r: &ToolsCallResult,
+    max_image_bytes: u64,
+) -> rmcp::model::CallToolResult {
+    let meta = serde_json::to_value(CallMeta {
+        call_id: &r.call_id,
+        session_id: &r.session_id,
+        alias: &r.alias,
+        duration_ms: Some(r.duration_ms),
+    })
+    .unwrap_or(Value::Null);
+    mapped(r, meta, max_image_bytes)
 }
 
 /// The MCP result of a settled call: the JSON result and the app's content blocks (§M8.5).

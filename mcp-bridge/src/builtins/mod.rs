@@ -3,6 +3,7 @@
 //! (through [`crate::catalog`]). Adding a built-in is a module and a line in [`BUILTINS`].
 
 mod builtin;
+pub mod call_result;
 pub mod call_tool;
 pub mod connect;
 pub mod describe_tool;
@@ -26,4 +27,5 @@ pub const BUILTINS: &[Entry] = &[
     events::BUILTIN,
     wait_for_event::BUILTIN,
     status::BUILTIN,
+    call_result::BUILTIN,
 ];

@@ -44,6 +44,12 @@ async fn every_builtin_is_driven_into_an_error() {
             json!({"name": "sum", "timeoutMs": 999}),
             "invalid_request",
         ),
+        // A malformed callId never reaches the daemon (§M4).
+        (
+            catalog::CALL_RESULT,
+            json!({"callId": "not an id"}),
+            "invalid_request",
+        ),
         (catalog::LIST_EVENTS, json!({}), "ambiguous_session"),
         (
             catalog::EVENTS,

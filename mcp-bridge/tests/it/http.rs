@@ -152,7 +152,7 @@ async fn a_session_lists_the_built_ins_and_reaches_the_daemon_in_process() {
         .iter()
         .filter_map(|t| t["name"].as_str())
         .collect();
-    assert_eq!(names.len(), 9, "{names:?}");
+    assert_eq!(names.len(), 10, "{names:?}");
 
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
         "name": "appduct_list_tools", "arguments": {"selector": "pixel"}}});

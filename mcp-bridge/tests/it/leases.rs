@@ -203,3 +203,117 @@ async fn a_refused_lease_is_the_agents_error_and_nothing_is_called() {
     assert_eq!(error_details(&r)["holder"]["pid"], 7);
     assert!(fake.requests("tools.call").is_empty());
 }
+
+/// `tools.result` answers `kept` for every callId.
+fn script_result(fake: &FakeDaemon, kept: impl Fn(&str) -> Reply + Send + Sync + 'static) {
+    let kept = Arc::new(kept);
+    fake.script("tools.result", move |_, _, request| {
+        let ControlRequest::ToolsResult(p) = request else {
+            panic!("{request:?}")
+        };
+        let reply = kept(&p.call_id);
+        Box::pin(async move { reply })
+    });
+}
+
+fn ok_response(call_id: &str) -> Value {
+    json!({"result": {"done": call_id}, "callId": call_id, "sessionId": ID, "alias": ALIAS, "durationMs": 1})
+}
+
+#[tokio::test]
+async fn call_result_returns_a_kept_outcome_as_call_tool_rendered_it() {
+    let fake = fake_with_slow_task(&[]);
+    script_result(&fake, |call_id| {
+        Reply::Ok(
+            json!({"callId": call_id, "state": "ok", "response": ok_response(call_id),
+                         "settledAt": 1_796_083_212_341u64}),
+        )
+    });
+    let mut calls = held_calls(&fake);
+    let h = start(fake.clone(), v2025()).await;
+    let pending = send_call(&h, json!({"name": "slow_task"})).await;
+    let (call_id, _, answer) = calls.recv().await.unwrap();
+    answer.send(done(&call_id)).unwrap();
+    let ServerResult::CallToolResult(direct) = pending.await_response().await.unwrap() else {
+        panic!("not a tool result")
+    };
+    let fetched = h
+        .call(
+            catalog::CALL_RESULT,
+            json!({"callId": call_id, "waitMs": 5000}),
+        )
+        .await;
+    assert_eq!(
+        serde_json::to_value(&fetched).unwrap(),
+        serde_json::to_value(&direct).unwrap()
+    );
+    assert_eq!(
+        fetched.meta.as_ref().unwrap().0["appduct/call"]["callId"],
+        json!(call_id)
+    );
+    assert_eq!(
+        fake.requests("tools.result"),
+        vec![json!({"callId": call_id, "waitMs": 5000})]
+    );
+}
+
+#[tokio::test]
+async fn call_result_passes_a_kept_error_and_an_unknown_call_id_through_typed() {
+    let fake = fake_with_slow_task(&[]);
+    script_result(&fake, |call_id| match call_id {
+        "timed_out" => {
+            let error = appduct_protocol::jsonrpc::ErrorObject::application(
+                appduct_protocol::errors::ErrorType::ToolTimeout,
+                "slow_task did not answer within 20000 ms",
+            );
+            let mut error = serde_json::to_value(error).unwrap();
+            error["data"]["callId"] = json!(call_id);
+            Reply::Ok(json!({"callId": call_id, "state": "error", "error": error,
+                             "settledAt": 1_796_083_212_341u64}))
+        }
+        "busy" => Reply::Ok(json!({"callId": call_id, "state": "running"})),
+        _ => Reply::Err(
+            appduct_protocol::jsonrpc::ErrorObject::application(
+                appduct_protocol::errors::ErrorType::InvalidRequest,
+                format!("no outcome is kept for callId {call_id}"),
+            )
+            .with_details(json!({"reason": "call_not_retained", "callId": call_id})),
+        ),
+    });
+    let h = start(fake.clone(), v2025()).await;
+
+    let r = h
+        .call(catalog::CALL_RESULT, json!({"callId": "timed_out"}))
+        .await;
+    assert_eq!(error_type(&r), "tool_timeout");
+    assert!(error_message(&r).contains("within 20000 ms"));
+    assert_eq!(
+        r.meta.as_ref().unwrap().0["appduct/call"],
+        json!({"callId": "timed_out"})
+    );
+
+    let r = h
+        .call(catalog::CALL_RESULT, json!({"callId": "gone"}))
+        .await;
+    assert_eq!(error_type(&r), "invalid_request");
+    assert_eq!(error_details(&r)["reason"], json!("call_not_retained"));
+
+    let r = h
+        .call(catalog::CALL_RESULT, json!({"callId": "busy"}))
+        .await;
+    assert_eq!(
+        structured(&r),
+        json!({"callId": "busy", "state": "running"})
+    );
+    // waitMs defaults to 0: the daemon answers at once.
+    assert_eq!(
+        fake.requests("tools.result")[0],
+        json!({"callId": "timed_out", "waitMs": 0})
+    );
+
+    let r = h
+        .call(catalog::CALL_RESULT, json!({"callId": "not an id"}))
+        .await;
+    assert_eq!(error_type(&r), "invalid_request");
+    assert_eq!(fake.requests("tools.result").len(), 3);
+}

@@ -86,5 +86,5 @@ async fn lines_that_are_not_json_rpc_requests_get_errors_with_an_id_member() {
         .await;
     let r = c.request(5, "tools/list", json!({})).await;
     assert_eq!(r["id"], 5, "the next line is the tools/list answer: {r}");
-    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 9);
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 10);
 }

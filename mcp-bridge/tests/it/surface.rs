@@ -148,7 +148,7 @@ async fn output_schemas_are_open_and_input_roots_closed() {
     let expected: Vec<&str> = catalog::BUILTIN_NAMES
         .iter()
         .copied()
-        .filter(|n| *n != catalog::CALL_TOOL)
+        .filter(|n| *n != catalog::CALL_TOOL && *n != catalog::CALL_RESULT)
         .collect();
     assert_eq!(with_output, expected);
     for t in tools.as_array().unwrap() {
@@ -253,7 +253,7 @@ async fn identity_capabilities_and_version_negotiation() {
         .await;
     assert_eq!(r["error"]["code"], -32602);
     let (r, _) = raw.request(4, "tools/list", json!({"cursor": ""})).await;
-    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 9);
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 10);
     assert!(r["result"].get("nextCursor").is_none());
     assert!(r["result"].get("ttlMs").is_none());
     // A known version is kept.
@@ -296,7 +296,7 @@ async fn requests_on_2026_need_their_meta() {
     let (r, _) = raw
         .request(4, "tools/list", json!({"_meta": meta_2026(json!({}))}))
         .await;
-    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 9);
+    assert_eq!(r["result"]["tools"].as_array().unwrap().len(), 10);
     let (r, _) = raw
         .request(5, "ping", json!({"_meta": meta_2026(json!({}))}))
         .await;
