@@ -291,6 +291,7 @@ where
                     self.spawn_reply(reply);
                     continue;
                 }
+                Some(Action::Consumed) => continue,
             };
             match classify(line) {
                 Incoming::Message(m) => return Some(*m),

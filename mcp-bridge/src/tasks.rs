@@ -131,6 +131,8 @@ pub enum Action {
     ReplyThenForward { reply: String, forward: Vec<u8> },
     /// Answer with the line this future yields (`tasks/result` of a running task).
     Later(Pin<Box<dyn Future<Output = String> + Send>>),
+    /// Nothing reaches rmcp and nothing is answered (a notification the bridge handled).
+    Consumed,
 }
 
 impl std::fmt::Debug for Action {
@@ -139,6 +141,7 @@ impl std::fmt::Debug for Action {
             Self::Reply(_) => "Reply",
             Self::ReplyThenForward { .. } => "ReplyThenForward",
             Self::Later(_) => "Later",
+            Self::Consumed => "Consumed",
         })
     }
 }
@@ -213,6 +216,19 @@ impl Tasks {
         }
         let mut message: Map<String, Value> = serde_json::from_slice(line).ok()?;
         let method = message.get("method")?.as_str()?.to_owned();
+        // A client's `notifications/cancelled` naming a task's reserved request id would make
+        // rmcp drop the handler's answer and leave the task working for ever: it cancels the
+        // task instead, as `tasks/cancel` does (the notification expects no answer).
+        if method == "notifications/cancelled" {
+            let task = message
+                .get("params")
+                .and_then(|p| p.get("requestId"))
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix(TASK_REQUEST_PREFIX))?
+                .to_owned();
+            let _ = self.cancel(&Value::Null, Some(task));
+            return Some(Action::Consumed);
+        }
         let id = message
             .get("id")
             .filter(|i| i.is_string() || i.is_number())?
@@ -735,6 +751,22 @@ mod tests {
         };
         let line: Value = serde_json::from_str(&result.await).unwrap();
         assert_eq!(line["error"]["code"], INVALID_REQUEST);
+        // A client cancelling the reserved request id cancels the task itself, and rmcp sees
+        // the bridge's own notification only.
+        let (by_note, _) = create(&tasks, 7);
+        let cancel_note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": format!("{TASK_REQUEST_PREFIX}{by_note}")}});
+        assert!(matches!(
+            tasks.intercept(cancel_note.to_string().as_bytes()),
+            Some(Action::Consumed)
+        ));
+        let note: Value = serde_json::from_slice(&injected.recv().await.unwrap()).unwrap();
+        assert_eq!(
+            note["params"]["requestId"],
+            format!("{TASK_REQUEST_PREFIX}{by_note}")
+        );
+        let got = reply(tasks.intercept(&request("tasks/get", 8, &by_note)));
+        assert_eq!(got["result"]["status"], "cancelled");
         let list = reply(
             tasks.intercept(br#"{"jsonrpc":"2.0","id":6,"method":"tasks/list","params":{}}"#),
         );
@@ -744,7 +776,10 @@ mod tests {
             .iter()
             .map(|t| &t["status"])
             .collect();
-        assert_eq!(statuses, [&json!("failed"), &json!("cancelled")]);
+        assert_eq!(
+            statuses,
+            [&json!("failed"), &json!("cancelled"), &json!("cancelled")]
+        );
     }
 
     #[test]
