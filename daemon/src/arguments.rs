@@ -255,7 +255,7 @@ fn expansion_of(schema: &Value) -> Result<u64, String> {
                     Ok(Vec::new())
                 };
             }
-            let fragment = percent_decoded(fragment).ok_or_else(|| {
+            let fragment = appduct_protocol::text::percent_decode(fragment).ok_or_else(|| {
                 format!("the reference {reference:?} is not percent-encoded UTF-8")
             })?;
             let found = if fragment.is_empty() || fragment.starts_with('/') {
@@ -328,24 +328,6 @@ fn expansion_of(schema: &Value) -> Result<u64, String> {
         ));
     }
     Ok(total)
-}
-
-/// `%XX` escapes of a URI fragment decoded; `None` when they are malformed or not UTF-8.
-fn percent_decoded(fragment: &str) -> Option<String> {
-    let bytes = fragment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// How many regular expressions `schema` holds (`pattern` strings, `patternProperties` keys) and

@@ -32,6 +32,7 @@ use appduct_protocol::control::{
     ToolsCancelParams, ToolsListEntry, ToolsListParams,
 };
 use appduct_protocol::errors::ErrorType;
+use appduct_protocol::text::percent_decode;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http_body_util::combinators::BoxBody;
@@ -673,24 +674,6 @@ fn json_response<T: Serialize>(status: StatusCode, value: &T) -> Result<Response
     Ok(response)
 }
 
-/// Percent-decodes one path segment; `None` when the escapes are broken or not UTF-8.
-fn decode_segment(segment: &str) -> Option<String> {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
 /// The query string as decoded pairs (`+` is a space).
 fn query_pairs(query: Option<&str>) -> Result<Vec<(String, String)>, HttpError> {
     let Some(query) = query.filter(|q| !q.is_empty()) else {
@@ -701,8 +684,8 @@ fn query_pairs(query: Option<&str>) -> Result<Vec<(String, String)>, HttpError> 
         .filter(|p| !p.is_empty())
         .map(|pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let k = decode_segment(&k.replace('+', " "));
-            let v = decode_segment(&v.replace('+', " "));
+            let k = percent_decode(&k.replace('+', " "));
+            let v = percent_decode(&v.replace('+', " "));
             match (k, v) {
                 (Some(k), Some(v)) => Ok((k, v)),
                 _ => Err(HttpError::bad_request(
@@ -737,7 +720,7 @@ async fn route(
         .unwrap_or(&path)
         .split('/')
         .map(|s| {
-            decode_segment(s).ok_or_else(|| {
+            percent_decode(s).ok_or_else(|| {
                 HttpError::bad_request("The path has a broken percent-escape", "bad_path")
             })
         })
@@ -1418,8 +1401,8 @@ mod tests {
 
     #[test]
     fn segments_decode() {
-        assert_eq!(decode_segment("a%20b").as_deref(), Some("a b"));
-        assert_eq!(decode_segment("%zz"), None);
-        assert_eq!(decode_segment("%"), None);
+        assert_eq!(percent_decode("a%20b").as_deref(), Some("a b"));
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%"), None);
     }
 }

@@ -211,29 +211,12 @@ pub fn file_uri_to_path(uri: &str) -> Option<PathBuf> {
         .or_else(|| uri.strip_prefix("FILE://"))?;
     // `file://localhost/x` and `file:///x` both name `/x`.
     let rest = rest.strip_prefix("localhost").unwrap_or(rest);
-    let decoded = percent_decode(rest)?;
+    let decoded = appduct_protocol::text::percent_decode(rest)?;
     let path = Path::new(&decoded);
     if !path.is_absolute() {
         return None;
     }
     Some(normalise(path))
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// Lexical normalisation, then `canonicalize` when the path exists.

@@ -306,7 +306,7 @@ pub fn handle_url(url: &str) -> bool {
         .flat_map(|component| component.split('&'))
         .any(|pair| {
             let name = pair.split_once('=').map_or(pair, |(name, _)| name);
-            percent_decode(name).as_deref() == Some(PAYLOAD_PARAM)
+            crate::text::percent_decode(name).as_deref() == Some(PAYLOAD_PARAM)
         })
 }
 
@@ -389,8 +389,8 @@ fn read_params(component: &str) -> Result<Params, LinkError> {
     };
     for pair in component.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let name = percent_decode(name).ok_or(LinkError::InvalidUrl)?;
-        let value = percent_decode(value).ok_or(LinkError::InvalidUrl)?;
+        let name = crate::text::percent_decode(name).ok_or(LinkError::InvalidUrl)?;
+        let value = crate::text::percent_decode(value).ok_or(LinkError::InvalidUrl)?;
         let slot = match name.as_str() {
             PAYLOAD_PARAM => &mut params.payload,
             PIN_PARAM => &mut params.pin,
@@ -433,33 +433,6 @@ fn encode_uri_component(s: &str) -> String {
 
 /// Strict percent-decoding: `%` must be followed by two hex digits, the result must be UTF-8,
 /// and `+` is left alone.
-fn percent_decode(s: &str) -> Option<String> {
-    if !s.contains('%') {
-        return Some(s.to_owned());
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hi = hex_value(*bytes.get(i + 1)?)?;
-            let lo = hex_value(*bytes.get(i + 2)?)?;
-            out.push(hi << 4 | lo);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-fn hex_value(b: u8) -> Option<u8> {
-    char::from(b)
-        .to_digit(16)
-        .and_then(|d| u8::try_from(d).ok())
-}
-
 /// Why an app refused a link (`link_refused`, PROTOCOL.md "Refusals").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RefusalReason {
@@ -970,10 +943,13 @@ mod tests {
             encode_uri_component("sha256/+a=b c-_.!~*'()é"),
             "sha256%2F%2Ba%3Db%20c-_.!~*'()%C3%A9"
         );
-        assert_eq!(percent_decode("a%2Fb%2fc+d").as_deref(), Some("a/b/c+d"));
-        assert_eq!(percent_decode("%C3%A9").as_deref(), Some("é"));
+        assert_eq!(
+            crate::text::percent_decode("a%2Fb%2fc+d").as_deref(),
+            Some("a/b/c+d")
+        );
+        assert_eq!(crate::text::percent_decode("%C3%A9").as_deref(), Some("é"));
         for bad in ["%", "%2", "%g0", "%C3", "%%20"] {
-            assert_eq!(percent_decode(bad), None, "{bad:?}");
+            assert_eq!(crate::text::percent_decode(bad), None, "{bad:?}");
         }
     }
 

@@ -112,6 +112,36 @@ fn json_depth_on_heap(value: &Value) -> usize {
     deepest
 }
 
+/// `%XX` escapes decoded (two hex digits each, either case; nothing else is special, `+` stays
+/// `+`). `None` when an escape is broken or the bytes are not UTF-8. The one decoder for links
+/// (§D5.3), HTTP paths and queries (§H) and `file:` roots (§M).
+pub fn percent_decode(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return Some(s.to_owned());
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hi = hex_value(*bytes.get(i + 1)?)?;
+            let lo = hex_value(*bytes.get(i + 2)?)?;
+            out.push(hi << 4 | lo);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+fn hex_value(b: u8) -> Option<u8> {
+    char::from(b)
+        .to_digit(16)
+        .and_then(|d| u8::try_from(d).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

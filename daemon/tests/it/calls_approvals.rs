@@ -10,7 +10,7 @@ use crate::calls_support;
 
 use std::sync::{Arc, Mutex};
 
-use appduct_client::config::{ConsentFallback, Decision};
+use appduct_client::config::Decision;
 use appduct_daemon::approvals::{OperatorTerminal, TerminalDevice, TerminalOf};
 use appduct_protocol::control::EventKind;
 use appduct_protocol::errors::ErrorType;
@@ -83,11 +83,7 @@ async fn fixture(
     Fixture::with(
         move |options, dir| {
             let mut config = appduct_client::config::Config::defaults(dir);
-            config
-                .policy
-                .tools
-                .insert("pixel-8/slow_task".into(), Decision::Prompt);
-            config.consent.fallback = ConsentFallback::Operator;
+            calls_support::slow_task_needs_an_operator(&mut config);
             config.consent.approval_timeout_ms = timeout_ms;
             config.consent.operator_requires_terminal = requires_terminal;
             options.config(config).operator_terminal(terminal)
@@ -706,11 +702,7 @@ async fn fixture_at(
     Fixture::with(
         move |options, dir| {
             let mut config = appduct_client::config::Config::defaults(dir);
-            config
-                .policy
-                .tools
-                .insert("pixel-8/slow_task".into(), Decision::Prompt);
-            config.consent.fallback = ConsentFallback::Operator;
+            calls_support::slow_task_needs_an_operator(&mut config);
             config.consent.approval_timeout_ms = 60_000;
             options
                 .config(config)

@@ -103,11 +103,7 @@ async fn calls_list_takes_no_params() {
 async fn a_parked_call_is_listed_as_awaiting_approval_until_decided() {
     let mut f = Fixture::with_config(
         |config| {
-            config.policy.tools.insert(
-                "pixel-8/slow_task".into(),
-                appduct_client::config::Decision::Prompt,
-            );
-            config.consent.fallback = appduct_client::config::ConsentFallback::Operator;
+            crate::calls_support::slow_task_needs_an_operator(config);
         },
         standard_tools(),
     )

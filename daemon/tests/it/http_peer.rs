@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use crate::daemon_support::WAIT;
-use appduct_client::config::{ConsentFallback, Decision, HttpConfig};
+use appduct_client::config::HttpConfig;
 use appduct_client::http_token;
 use appduct_daemon::approvals::{OperatorTerminal, TerminalDevice, TerminalOf};
 use appduct_daemon::tcp_peer::loopback_peer_pid;
@@ -108,11 +108,7 @@ async fn an_http_caller_cannot_approve_its_own_call_from_its_terminal_and_is_aud
     let mut f = Fixture::with(
         move |options, dir| {
             let mut config = appduct_client::config::Config::defaults(dir);
-            config
-                .policy
-                .tools
-                .insert("pixel-8/slow_task".into(), Decision::Prompt);
-            config.consent.fallback = ConsentFallback::Operator;
+            calls_support::slow_task_needs_an_operator(&mut config);
             config.consent.approval_timeout_ms = 60_000;
             config.consent.operator_requires_terminal = true;
             config.http = Some(HttpConfig {

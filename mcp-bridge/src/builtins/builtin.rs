@@ -109,10 +109,11 @@ pub fn tool_name_prop() -> Value {
     json!({"type": "string", "minLength": 1, "maxLength": 64, "description": "Tool name as listed by appduct_list_tools."})
 }
 
-/// Every property of a definition's input schema, each with a valid value, as validated
-/// arguments: a built-in's typed struct must read them all (`deny_unknown_fields`).
+/// Checks that a built-in's typed arguments `T` read every property of its input schema: each
+/// property gets a valid value, the whole is validated, then parsed into `T`
+/// (`deny_unknown_fields`), and any failure panics with its text.
 #[cfg(test)]
-pub fn every_property(definition: &Definition) -> Args {
+pub fn assert_reads_every_property<T: serde::de::DeserializeOwned>(definition: &Definition) {
     let mut arguments = serde_json::Map::new();
     let properties = definition.input["properties"].as_object();
     for (key, prop) in properties.into_iter().flatten() {
@@ -127,8 +128,9 @@ pub fn every_property(definition: &Definition) -> Args {
         };
         arguments.insert(key.clone(), value);
     }
-    match crate::args::validate(&definition.input, Some(&arguments)) {
-        Ok(args) => args,
-        Err(f) => panic!("{}", f.text()),
+    let parsed = crate::args::validate(&definition.input, Some(&arguments))
+        .and_then(|args| args.parse::<T>());
+    if let Err(f) = parsed {
+        panic!("{}", f.text());
     }
 }

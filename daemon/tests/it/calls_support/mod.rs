@@ -21,6 +21,16 @@ use tokio::time::timeout;
 
 use crate::daemon_support::{RawControl, WAIT, claim_frame, claim_token, memory_client, until};
 
+/// `pixel-8/slow_task` needs consent, and a caller that cannot prompt waits for an operator's
+/// approval: where every approvals test starts.
+pub fn slow_task_needs_an_operator(config: &mut Config) {
+    config.policy.tools.insert(
+        "pixel-8/slow_task".into(),
+        appduct_client::config::Decision::Prompt,
+    );
+    config.consent.fallback = appduct_client::config::ConsentFallback::Operator;
+}
+
 /// The registry most tests use.
 pub fn standard_tools() -> Value {
     json!([
