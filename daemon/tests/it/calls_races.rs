@@ -244,9 +244,8 @@ async fn tools_result_while_the_call_settles_is_running_then_the_outcome() {
             Poll::Pending => Poll::Pending,
         };
         // A waiting fetch starts waiting here, and is finished after the call.
-        let mut waiting: Fetch = Box::pin(
-            calls.tools_result(ToolsResultParams::new("m3").with_wait_ms(Some(60_000))),
-        );
+        let mut waiting: Fetch =
+            Box::pin(calls.tools_result(ToolsResultParams::new("m3").with_wait_ms(Some(60_000))));
         match waiting.as_mut().poll(&mut cx) {
             Poll::Pending => {}
             Poll::Ready(r) => panic!("the waiting fetch answered at once: {}", state(&r)),
@@ -262,7 +261,10 @@ async fn tools_result_while_the_call_settles_is_running_then_the_outcome() {
     assert_eq!(response["result"]["result"], json!({"n": 3}), "{response}");
     assert_eq!(probe.fired(), [("m3".to_owned(), Checkpoint::Settling)]);
     let (quick, waiting) = seen.lock().unwrap().take().expect("the probe ran");
-    assert_eq!(quick, Poll::Ready(format!("{:?}", CallResultState::Running)));
+    assert_eq!(
+        quick,
+        Poll::Ready(format!("{:?}", CallResultState::Running))
+    );
     let fetched = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
         .await
         .expect("the waiting fetch resolves once the outcome is kept")
