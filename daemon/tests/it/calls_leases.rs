@@ -133,6 +133,39 @@ async fn a_lease_expires_without_renewal() {
     f.stop().await;
 }
 
+/// §C8.41 (review19 M2): the holder renewing with a shorter ttl keeps the later expiry, so a
+/// short call of the holder never ends the lease its long call still needs.
+#[tokio::test(start_paused = true)]
+async fn a_shorter_renewal_never_shortens_the_lease() {
+    let mut f = Fixture::new().await;
+    let mut b = Wire::new(&f.daemon);
+    let taken = f
+        .wire
+        .request(1, "sessions.lease", json!({"ttlMs": 600000}))
+        .await;
+    let expires_at = taken["result"]["expiresAt"].as_u64().unwrap();
+    let renewed = f
+        .wire
+        .request(2, "sessions.lease", json!({"ttlMs": 2000}))
+        .await;
+    assert_eq!(renewed["result"]["renewed"], true);
+    assert_eq!(renewed["result"]["expiresAt"], expires_at, "{renewed}");
+    let applied = renewed["result"]["ttlMs"].as_u64().unwrap();
+    assert!((590_000..=600_000).contains(&applied), "{applied}");
+    // Past the short ttl the lease still holds.
+    tokio::time::advance(std::time::Duration::from_secs(5)).await;
+    let call = b.request(1, "tools.call", json!({"name": "echo"})).await;
+    assert_eq!(error_type(&call), "session_leased", "{call}");
+    // A longer renewal moves the expiry on.
+    let longer = f
+        .wire
+        .request(3, "sessions.lease", json!({"ttlMs": 3600000}))
+        .await;
+    assert!(longer["result"]["expiresAt"].as_u64().unwrap() > expires_at);
+    assert_eq!(longer["result"]["ttlMs"], 3600000);
+    f.stop().await;
+}
+
 #[tokio::test]
 async fn the_holder_disconnecting_releases_its_lease() {
     let mut f = Fixture::new().await;
