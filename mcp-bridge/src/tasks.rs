@@ -25,7 +25,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use appduct_client::timestamp::format_iso_ms;
 use rmcp::RoleServer;
-use rmcp::model::{JsonRpcMessage, NumberOrString, ProtocolVersion, ServerResult};
+use rmcp::model::{
+    JsonRpcMessage, NumberOrString, ProtocolVersion, ServerNotification, ServerResult,
+};
 use rmcp::service::TxJsonRpcMessage;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
@@ -136,6 +138,9 @@ struct Store {
     map: HashMap<String, Entry>,
     bytes: usize,
     settles: u64,
+    /// The progress token of each working task's request (its JSON text) → task id: the
+    /// progress and heartbeats sent to it carry the related-task `_meta` (§M19.2).
+    tokens: HashMap<String, String>,
 }
 
 impl std::ops::Deref for Store {
@@ -460,6 +465,11 @@ impl Tasks {
             settled_seq: 0,
             settled: watch::channel(Settled::No).0,
         };
+        let token = message
+            .get("params")
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .map(Value::to_string);
         let created = {
             let mut entries = self.lock();
             entries.retain_unexpired(now);
@@ -468,6 +478,9 @@ impl Tasks {
             } else {
                 let json = entry.to_json(&task_id);
                 entries.insert(task_id.clone(), entry);
+                if let Some(token) = token {
+                    entries.tokens.insert(token, task_id.clone());
+                }
                 Some(json)
             }
         };
@@ -709,6 +722,21 @@ impl Tasks {
                     _ => Some(crate::framing::encode(item)),
                 }
             }
+            JsonRpcMessage::Notification(n) => {
+                // Progress and heartbeats of a task's request name the task (§M19.2).
+                if let ServerNotification::ProgressNotification(p) = &n.notification
+                    && self.enabled()
+                {
+                    let token = serde_json::to_string(&p.params.progress_token).ok();
+                    let task = token.and_then(|t| self.lock().tokens.get(&t).cloned());
+                    if let Some(task) = task {
+                        return Some(patched(item, |v| {
+                            v["params"]["_meta"][RELATED_TASK] = json!({"taskId": task});
+                        }));
+                    }
+                }
+                Some(crate::framing::encode(item))
+            }
             JsonRpcMessage::Error(e) => {
                 if let Some((id, _)) = e.id.as_ref().and_then(|id| self.fetch_of(id)) {
                     let error = match serde_json::to_value(&e.error) {
@@ -782,6 +810,7 @@ impl Tasks {
     ) {
         store.settles += 1;
         let seq = store.settles;
+        store.tokens.retain(|_, t| t != task);
         let Some(e) = store.map.get_mut(task).filter(|e| !e.status.is_terminal()) else {
             return;
         };
@@ -1157,5 +1186,32 @@ mod tests {
         );
         let line = tasks.outgoing(&item).expect("written").unwrap();
         assert!(line.contains("appduct-task:1"), "{line}");
+    }
+
+    /// Review19 M4: progress and heartbeats sent to a task's request token carry the
+    /// related-task `_meta`; other tokens' do not, nor the task's once it settled.
+    #[test]
+    fn a_tasks_progress_names_the_task() {
+        use rmcp::model::{ProgressNotificationParam, ProgressToken};
+        let tasks = enabled();
+        let (task, _) = create(&tasks, 1);
+        let progress = |token: i64| {
+            let param =
+                ProgressNotificationParam::new(ProgressToken(NumberOrString::Number(token)), 1.0);
+            let item = JsonRpcMessage::notification(ServerNotification::ProgressNotification(
+                rmcp::model::Notification::new(param),
+            ));
+            let line = tasks.outgoing(&item).unwrap().unwrap();
+            serde_json::from_str::<Value>(&line).unwrap()
+        };
+        let tagged = progress(9);
+        assert_eq!(tagged["method"], "notifications/progress");
+        assert_eq!(
+            tagged["params"]["_meta"][RELATED_TASK],
+            json!({"taskId": task})
+        );
+        assert!(progress(10)["params"].get("_meta").is_none());
+        answer(&tasks, &task, "done");
+        assert!(progress(9)["params"].get("_meta").is_none());
     }
 }
