@@ -232,6 +232,27 @@ struct Table {
     /// `tools.result` waits on these rather than answering `call_not_retained` (§C8.43). A
     /// count, because a new call may reuse the callId meanwhile.
     settling: HashMap<String, u32>,
+    /// `tools.result` requests waiting per connection (bounded by
+    /// [`limits::MAX_RESULT_WAITS`], review19 L5).
+    result_waits: HashMap<ConnectionId, usize>,
+}
+
+/// One waiting `tools.result` of a connection, counted until dropped.
+struct ResultWait<'a> {
+    inner: &'a Inner,
+    conn: ConnectionId,
+}
+
+impl Drop for ResultWait<'_> {
+    fn drop(&mut self) {
+        let mut table = self.inner.table();
+        if let Some(n) = table.result_waits.get_mut(&self.conn) {
+            *n -= 1;
+            if *n == 0 {
+                table.result_waits.remove(&self.conn);
+            }
+        }
+    }
 }
 
 impl Table {
@@ -520,6 +541,11 @@ impl Calls {
         lock(&self.inner.table).calls.len()
     }
 
+    /// `tools.result` requests waiting, all connections together (tests).
+    pub fn result_waits(&self) -> usize {
+        lock(&self.inner.table).result_waits.values().sum()
+    }
+
     /// Settled outcomes kept for `tools.result` and their bytes (§C10.10).
     pub fn retained_results(&self) -> (usize, u64) {
         self.inner.results.usage()
@@ -532,7 +558,7 @@ impl Calls {
         params: ToolsResultParams,
     ) -> impl Future<Output = Result<Arc<ToolsResultResult>, ErrorObject>> + Send + 'static {
         let inner = Arc::clone(&self.inner);
-        async move { inner.tools_result(&params).await }
+        async move { inner.tools_result(None, &params).await }
     }
 }
 
@@ -600,7 +626,7 @@ impl CallsApi for Calls {
                 }
                 ControlRequest::ToolsResult(p) => {
                     // Written from the kept outcome itself, not a copy (review19 L5).
-                    match inner.tools_result(&p).await {
+                    match inner.tools_result(Some(conn.id()), &p).await {
                         Ok(kept) => conn.respond_with(&id, Ok(&*kept)),
                         Err(e) => conn.respond_with::<ToolsResultResult>(&id, Err(&e)),
                     };
@@ -1984,10 +2010,12 @@ impl Inner {
     /// not copied (review19 L5).
     async fn tools_result(
         &self,
+        conn: Option<ConnectionId>,
         params: &ToolsResultParams,
     ) -> Result<Arc<ToolsResultResult>, ErrorObject> {
         let call_id = params.call_id.as_str();
         let until = Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
+        let mut slot = None;
         loop {
             let settled = self.results.settled();
             tokio::pin!(settled);
@@ -2012,11 +2040,28 @@ impl Inner {
             if Instant::now() >= until {
                 return Ok(Arc::new(ToolsResultResult::running(call_id)));
             }
+            // About to wait: one of the connection's bounded waits (review19 L5).
+            if slot.is_none()
+                && let Some(conn) = conn
+            {
+                slot = Some(self.result_wait(conn)?);
+            }
             tokio::select! {
                 () = &mut settled => {}
                 () = tokio::time::sleep_until(until) => {}
             }
         }
+    }
+
+    /// Counts a waiting `tools.result` of `conn`, unless it has [`limits::MAX_RESULT_WAITS`].
+    fn result_wait(&self, conn: ConnectionId) -> Result<ResultWait<'_>, ErrorObject> {
+        let mut table = self.table();
+        let n = table.result_waits.entry(conn).or_default();
+        if *n >= limits::MAX_RESULT_WAITS {
+            return Err(errors::too_many_result_waits(limits::MAX_RESULT_WAITS));
+        }
+        *n += 1;
+        Ok(ResultWait { inner: self, conn })
     }
 
     // -- cancellation -------------------------------------------------------------------------

@@ -323,3 +323,61 @@ async fn the_retention_window_is_bounded_in_count() {
     assert_eq!(newest["result"]["response"]["result"], 3);
     f.stop().await;
 }
+
+/// §C8.43 (review19 L5): one connection has at most `MAX_RESULT_WAITS` waiting `tools.result`
+/// requests; one more is refused at once with a typed error, a fetch without `waitMs` and
+/// other connections still answer, and the waits end with the call.
+#[tokio::test]
+async fn waiting_fetches_are_bounded_per_connection() {
+    use appduct_protocol::limits::MAX_RESULT_WAITS;
+    let mut f = Fixture::new().await;
+    let mut b = Wire::new(&f.daemon);
+    let mut c = Wire::new(&f.daemon);
+    f.wire
+        .send(
+            1,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "w1"}),
+        )
+        .await;
+    let (wire_id, _) = f.device.tool_call().await;
+    let waits = i64::try_from(MAX_RESULT_WAITS).unwrap();
+    for id in 1..=waits {
+        b.send(id, "tools.result", json!({"callId": "w1", "waitMs": 60000}))
+            .await;
+    }
+    let calls = f.daemon.calls().clone();
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while calls.result_waits() < MAX_RESULT_WAITS {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("every fetch is waiting");
+    let refused = b
+        .request(
+            waits + 1,
+            "tools.result",
+            json!({"callId": "w1", "waitMs": 60000}),
+        )
+        .await;
+    assert_eq!(error_type(&refused), "invalid_request", "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["details"],
+        json!({"reason": "too_many_result_waits", "limit": MAX_RESULT_WAITS})
+    );
+    let quick = b
+        .request(waits + 2, "tools.result", json!({"callId": "w1"}))
+        .await;
+    assert_eq!(quick["result"]["state"], "running", "{quick}");
+    c.send(1, "tools.result", json!({"callId": "w1", "waitMs": 60000}))
+        .await;
+    f.device.result(&wire_id, json!("done")).await;
+    assert_eq!(f.wire.response(1).await["result"]["result"], "done");
+    assert_eq!(c.response(1).await["result"]["state"], "ok");
+    for id in 1..=waits {
+        assert_eq!(b.response(id).await["result"]["state"], "ok");
+    }
+    assert_eq!(calls.result_waits(), 0);
+    f.stop().await;
+}
