@@ -1000,6 +1000,12 @@ impl Inner {
                         });
                         return finished.await;
                     }
+                    // Nor a lease another connection took while the call was parked (step 4a
+                    // again, review19 L3).
+                    Some(_) if let Err(e) = self.leases.check(conn.id(), &session_id) => {
+                        self.settle(key, |_| Some(Outcome::error(e)));
+                        return finished.await;
+                    }
                     Some(remaining_ms) => (
                         Permit {
                             consent: Some(Consent::Operator),
