@@ -226,7 +226,8 @@ async fn tools_result_while_the_call_settles_is_running_then_the_outcome() {
         >,
     >;
     let (mut f, probe) = probed().await;
-    let seen: Arc<Mutex<Option<(Poll<String>, Fetch)>>> = Arc::default();
+    type Seen = Arc<Mutex<Option<(Poll<String>, Fetch)>>>;
+    let seen: Seen = Arc::default();
     let into = Arc::clone(&seen);
     probe.arm("m3", Checkpoint::Settling, move |calls, _| {
         let state = |r: &Result<Arc<_>, appduct_protocol::jsonrpc::ErrorObject>| match r {
