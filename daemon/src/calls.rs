@@ -228,20 +228,57 @@ struct Table {
     buffered: HashMap<String, u64>,
     /// The same, all sessions together; shared so it can be read without the table lock.
     buffered_total: Arc<AtomicU64>,
+    /// CallIds of calls that left `by_call_id` but whose outcome is not kept yet (review19 M3):
+    /// `tools.result` waits on these rather than answering `call_not_retained` (§C8.43). A
+    /// count, because a new call may reuse the callId meanwhile.
+    settling: HashMap<String, u32>,
+    /// `tools.result` requests waiting per connection (bounded by
+    /// [`limits::MAX_RESULT_WAITS`], review19 L5).
+    result_waits: HashMap<ConnectionId, usize>,
+}
+
+/// One waiting `tools.result` of a connection, counted until dropped.
+struct ResultWait<'a> {
+    inner: &'a Inner,
+    conn: ConnectionId,
+}
+
+impl Drop for ResultWait<'_> {
+    fn drop(&mut self) {
+        let mut table = self.inner.table();
+        if let Some(n) = table.result_waits.get_mut(&self.conn) {
+            *n -= 1;
+            if *n == 0 {
+                table.result_waits.remove(&self.conn);
+            }
+        }
+    }
 }
 
 impl Table {
     /// Step 1 of settling: the entry leaves the table with its wire id and callId, and its
-    /// timers stop; a transfer in progress is freed.
+    /// timers stop; a transfer in progress is freed. The callId stays marked settling until
+    /// [`Inner::finish`] kept the outcome (or [`Self::unmark`] for a call never kept).
     fn remove(&mut self, key: u64) -> Option<Call> {
         let mut call = self.calls.remove(&key)?;
         self.by_call_id.remove(&call.call_id);
+        *self.settling.entry(call.call_id.clone()).or_default() += 1;
         self.by_wire_id.remove(&call.wire_id);
         for timer in &call.timers {
             timer.abort();
         }
         self.free_transfer(&mut call);
         Some(call)
+    }
+
+    /// Ends the settling mark [`Self::remove`] put on `call_id`.
+    fn unmark(&mut self, call_id: &str) {
+        if let Some(n) = self.settling.get_mut(call_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.settling.remove(call_id);
+            }
+        }
     }
 
     /// Drops a call's transfer buffer and gives its bytes back to the budgets.
@@ -382,6 +419,9 @@ pub enum Checkpoint {
     PolicyPassed,
     /// Step 8: the `tool_call` frame is in the device queue; the call is not marked sent yet.
     FrameQueued,
+    /// Settling: the call left the table (step 1 of §C10.1) but its outcome is not kept for
+    /// `tools.result` yet. Runs on the settling task, which may hold the engine lock.
+    Settling,
 }
 
 /// A test seam: runs synchronously on the request's task at each [`Checkpoint`], with no lock
@@ -501,9 +541,24 @@ impl Calls {
         lock(&self.inner.table).calls.len()
     }
 
+    /// `tools.result` requests waiting, all connections together (tests).
+    pub fn result_waits(&self) -> usize {
+        lock(&self.inner.table).result_waits.values().sum()
+    }
+
     /// Settled outcomes kept for `tools.result` and their bytes (§C10.10).
     pub fn retained_results(&self) -> (usize, u64) {
         self.inner.results.usage()
+    }
+
+    /// `tools.result` (§C8.43) as the control method answers it, without a connection: for
+    /// tests that ask from a [`PipelineProbe`], where no request can be awaited.
+    pub fn tools_result(
+        &self,
+        params: ToolsResultParams,
+    ) -> impl Future<Output = Result<Arc<ToolsResultResult>, ErrorObject>> + Send + 'static {
+        let inner = Arc::clone(&self.inner);
+        async move { inner.tools_result(None, &params).await }
     }
 }
 
@@ -569,7 +624,14 @@ impl CallsApi for Calls {
                         )
                     }))
                 }
-                ControlRequest::ToolsResult(p) => Reply::from_result(inner.tools_result(&p).await),
+                ControlRequest::ToolsResult(p) => {
+                    // Written from the kept outcome itself, not a copy (review19 L5).
+                    match inner.tools_result(Some(conn.id()), &p).await {
+                        Ok(kept) => conn.respond_with(&id, Ok(&*kept)),
+                        Err(e) => conn.respond_with::<ToolsResultResult>(&id, Err(&e)),
+                    };
+                    Reply::AlreadySent
+                }
                 ControlRequest::GrantsList(_) => Reply::from_result(Ok::<_, ErrorObject>(
                     GrantsListResult::new(inner.approvals.grants()),
                 )),
@@ -796,7 +858,11 @@ impl Inner {
         let session = match self.sessions.resolve(selector.as_deref()) {
             Ok(s) => s,
             Err(e) => {
-                self.table().remove(key);
+                let mut table = self.table();
+                if table.remove(key).is_some() {
+                    table.unmark(&call_id);
+                }
+                drop(table);
                 return Reply::Err(e.with_call_id(call_id));
             }
         };
@@ -932,6 +998,12 @@ impl Inner {
                         self.settle(key, |_| {
                             Some(Outcome::Failed(denial.to_error(), denial.settlement()))
                         });
+                        return finished.await;
+                    }
+                    // Nor a lease another connection took while the call was parked (step 4a
+                    // again, review19 L3).
+                    Some(_) if let Err(e) = self.leases.check(conn.id(), &session_id) => {
+                        self.settle(key, |_| Some(Outcome::error(e)));
                         return finished.await;
                     }
                     Some(remaining_ms) => (
@@ -1585,6 +1657,7 @@ impl Inner {
     /// `tool_call_finished` event and the audit record when a session was resolved, then the
     /// response if the issuing connection is still open.
     fn finish(&self, mut call: Call, outcome: Outcome) {
+        self.checkpoint(&call.call_id, Checkpoint::Settling);
         // A parked call settled by a transition or shutdown: its approval ends too.
         if let Some(approval_id) = call.parked.take() {
             self.approvals.settle(&approval_id, Verdict::Cancelled);
@@ -1675,6 +1748,8 @@ impl Inner {
         let kept = self
             .results
             .keep(kept_id, response, self.clock.now_unix_ms());
+        // Kept: `tools.result` finds it now, so the settling mark can go.
+        self.table().unmark(&kept.call_id);
         let unreachable;
         let response = match (&kept.response, &kept.error) {
             (Some(result), _) => Ok(result),
@@ -1936,34 +2011,63 @@ impl Inner {
     }
 
     /// `tools.result` (§C8.43): the kept outcome of a settled call, `running` for a call in
-    /// flight (after waiting up to `waitMs` for it to settle), else `invalid_request` with
-    /// `details.reason: "call_not_retained"`.
+    /// flight or settling (after waiting up to `waitMs` for it to be kept), else
+    /// `invalid_request` with `details.reason: "call_not_retained"`. The kept outcome is shared,
+    /// not copied (review19 L5).
     async fn tools_result(
         &self,
+        conn: Option<ConnectionId>,
         params: &ToolsResultParams,
-    ) -> Result<ToolsResultResult, ErrorObject> {
+    ) -> Result<Arc<ToolsResultResult>, ErrorObject> {
         let call_id = params.call_id.as_str();
         let until = Instant::now() + Duration::from_millis(params.wait_ms.unwrap_or(0));
+        let mut slot = None;
         loop {
             let settled = self.results.settled();
             tokio::pin!(settled);
             settled.as_mut().enable();
-            // In flight first: a call that settles between the two looks is then found kept.
-            let running = self.table().by_call_id.contains_key(call_id);
+            // A call leaves `by_call_id` before its outcome is kept; it stays marked settling
+            // until then, and the kept outcome is looked for first (review19 M3).
+            let (running, settling) = {
+                let table = self.table();
+                (
+                    table.by_call_id.contains_key(call_id),
+                    table.settling.contains_key(call_id),
+                )
+            };
             if !running {
-                return self
-                    .results
-                    .get(call_id)
-                    .ok_or_else(|| errors::call_not_retained(call_id));
+                if let Some(kept) = self.results.get(call_id) {
+                    return Ok(kept);
+                }
+                if !settling {
+                    return Err(errors::call_not_retained(call_id));
+                }
             }
             if Instant::now() >= until {
-                return Ok(ToolsResultResult::running(call_id));
+                return Ok(Arc::new(ToolsResultResult::running(call_id)));
+            }
+            // About to wait: one of the connection's bounded waits (review19 L5).
+            if slot.is_none()
+                && let Some(conn) = conn
+            {
+                slot = Some(self.result_wait(conn)?);
             }
             tokio::select! {
                 () = &mut settled => {}
                 () = tokio::time::sleep_until(until) => {}
             }
         }
+    }
+
+    /// Counts a waiting `tools.result` of `conn`, unless it has [`limits::MAX_RESULT_WAITS`].
+    fn result_wait(&self, conn: ConnectionId) -> Result<ResultWait<'_>, ErrorObject> {
+        let mut table = self.table();
+        let n = table.result_waits.entry(conn).or_default();
+        if *n >= limits::MAX_RESULT_WAITS {
+            return Err(errors::too_many_result_waits(limits::MAX_RESULT_WAITS));
+        }
+        *n += 1;
+        Ok(ResultWait { inner: self, conn })
     }
 
     // -- cancellation -------------------------------------------------------------------------

@@ -204,10 +204,14 @@ where
 {
     /// Writes `reply` by its own task: `receive` may be cancelled at any await, and a
     /// half-written line would break the output.
-    fn spawn_reply(&self, reply: impl Future<Output = String> + Send + 'static) {
+    /// Writes the line `reply` yields, if any (a task's answer that comes through rmcp has none).
+    fn spawn_reply(&self, reply: impl Future<Output = Option<String>> + Send + 'static) {
         let writer = self.writer.clone();
         tokio::spawn(async move {
-            if let Err(e) = write_line(&writer, reply.await).await {
+            let Some(line) = reply.await else {
+                return;
+            };
+            if let Err(e) = write_line(&writer, line).await {
                 tracing::debug!("cannot write a task answer: {e}");
             }
         });
@@ -279,12 +283,12 @@ where
             let line = match action {
                 None => line,
                 Some(Action::ReplyThenForward { reply, forward }) => {
-                    self.spawn_reply(async move { reply });
+                    self.spawn_reply(async move { Some(reply) });
                     forwarded = forward;
                     &forwarded[..]
                 }
                 Some(Action::Reply(reply)) => {
-                    self.spawn_reply(async move { reply });
+                    self.spawn_reply(async move { Some(reply) });
                     continue;
                 }
                 Some(Action::Later(reply)) => {

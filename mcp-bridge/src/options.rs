@@ -9,6 +9,9 @@ pub const CONSENT_TIMEOUT_ENV: &str = "APPDUCT_TEST_CONSENT_TIMEOUT_MS";
 /// `APPDUCT_TEST_MRTR_TTL_MS`: shortens the MRTR handle lifetime in subprocess tests.
 pub const MRTR_TTL_ENV: &str = "APPDUCT_TEST_MRTR_TTL_MS";
 
+/// Default of [`BridgeOptions::call_heartbeat_interval`] (`appduct mcp --heartbeat-ms`).
+pub const DEFAULT_CALL_HEARTBEAT_MS: u64 = 3_000;
+
 /// Timing options, defaults in brackets (§M1).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BridgeOptions {
@@ -18,6 +21,9 @@ pub struct BridgeOptions {
     pub mrtr_ttl: Duration,
     /// Progress heartbeats while waiting on consent or in a wait built-in [15 s].
     pub heartbeat_interval: Duration,
+    /// Progress heartbeats while an app tool called by `appduct_call_tool` is silent (§M17)
+    /// [3 s, `--heartbeat-ms`].
+    pub call_heartbeat_interval: Duration,
     /// Bound of a `roots/list` request [2 s].
     pub roots_timeout: Duration,
     /// The bound from stdin EOF (or SIGINT/SIGTERM) to the exit [2 s]: in-flight work gets
@@ -39,6 +45,7 @@ impl Default for BridgeOptions {
             consent_timeout: Duration::from_secs(600),
             mrtr_ttl: Duration::from_millis(limits::DEFAULT_CONSENT_TTL_MS),
             heartbeat_interval: Duration::from_secs(15),
+            call_heartbeat_interval: Duration::from_millis(DEFAULT_CALL_HEARTBEAT_MS),
             roots_timeout: Duration::from_secs(2),
             exit_grace: Duration::from_secs(2),
             scheme: None,

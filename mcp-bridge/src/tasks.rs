@@ -25,7 +25,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use appduct_client::timestamp::format_iso_ms;
 use rmcp::RoleServer;
-use rmcp::model::{JsonRpcMessage, NumberOrString, ProtocolVersion, ServerResult};
+use rmcp::model::{
+    JsonRpcMessage, NumberOrString, ProtocolVersion, ServerNotification, ServerResult,
+};
 use rmcp::service::TxJsonRpcMessage;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, watch};
@@ -35,6 +37,9 @@ use crate::builtins::call_tool;
 /// Request ids of the task requests handed to rmcp: this prefix and the task id. A client's
 /// own request id with this prefix is refused (`-32600`).
 pub const TASK_REQUEST_PREFIX: &str = "appduct-task:";
+/// Request ids of the `appduct_call_result` requests the bridge hands rmcp to fetch an
+/// evicted task's outcome again: this prefix and a counter (under the reserved prefix).
+const FETCH_REQUEST_PREFIX: &str = "appduct-task:fetch:";
 /// Most tasks kept at once; expired settled ones are dropped first.
 pub const MAX_TASKS: usize = 256;
 /// `ttl` of a task whose request names none (15 min).
@@ -45,6 +50,13 @@ pub const MAX_TTL_MS: u64 = 60 * 60 * 1000;
 pub const POLL_INTERVAL_MS: u64 = 500;
 /// `_meta` key that ties a result to its task.
 pub const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// A settled task's outcome is kept at least this long after it settles (10 min), whatever
+/// the ttl asked: the ttl reported from then on grows to cover it (§M19.1).
+pub const KEEP_AFTER_SETTLE_MS: u64 = 10 * 60 * 1000;
+/// Bytes of settled outcomes (their JSON text) kept at once (64 MiB); past it the oldest
+/// settled outcomes are dropped, and `tasks/result` of such a task fetches it again from the
+/// daemon's kept results (§M19.1).
+pub const MAX_OUTCOME_BYTES: usize = 64 * 1024 * 1024;
 
 const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
@@ -82,10 +94,99 @@ struct Entry {
     created_ms: u64,
     updated_ms: u64,
     ttl_ms: u64,
-    /// The underlying request's outcome: `{"result": …}` or `{"error": …}`.
-    outcome: Option<Map<String, Value>>,
-    /// `true` once `outcome` is set.
-    settled: watch::Sender<bool>,
+    /// The underlying request's outcome, until evicted by [`MAX_OUTCOME_BYTES`].
+    outcome: Option<Arc<Outcome>>,
+    /// When this entry settled, in settle order (eviction goes oldest first).
+    settled_seq: u64,
+    /// The outcome, sent once when the task settles: a waiting `tasks/result` gets it even if
+    /// the entry is evicted or expires before it runs.
+    settled: watch::Sender<Settled>,
+}
+
+/// What a waiting `tasks/result` waits for.
+#[derive(Debug, Clone)]
+enum Settled {
+    No,
+    Yes(Arc<Outcome>),
+    /// Settled, and its outcome dropped for [`MAX_OUTCOME_BYTES`]: fetched again.
+    Evicted,
+}
+
+/// A settled task's answer: the JSON text of the underlying request's `result` (with the
+/// related-task `_meta`) or `error` member, shared by every `tasks/result` (no copy of the
+/// parsed value per request).
+#[derive(Debug)]
+pub struct Outcome {
+    key: &'static str,
+    json: String,
+}
+
+impl Outcome {
+    /// The JSON-RPC answer to request `id` carrying this outcome.
+    fn line(&self, id: &Value) -> String {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"{key}":{json}}}"#,
+            key = self.key,
+            json = self.json
+        )
+    }
+}
+
+/// The entries of one connection and the bytes of the outcomes they hold.
+#[derive(Default)]
+struct Store {
+    map: HashMap<String, Entry>,
+    bytes: usize,
+    settles: u64,
+    /// The progress token of each working task's request (its JSON text) → task id: the
+    /// progress and heartbeats sent to it carry the related-task `_meta` (§M19.2).
+    tokens: HashMap<String, String>,
+}
+
+impl std::ops::Deref for Store {
+    type Target = HashMap<String, Entry>;
+    fn deref(&self) -> &Self::Target {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for Store {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.map
+    }
+}
+
+impl Store {
+    /// Drops expired settled entries, with their bytes.
+    fn retain_unexpired(&mut self, now: u64) {
+        let mut freed = 0;
+        self.map.retain(|_, e| {
+            let keep = !e.expired(now);
+            if !keep {
+                freed += e.outcome.as_ref().map_or(0, |o| o.json.len());
+            }
+            keep
+        });
+        self.bytes -= freed;
+    }
+
+    /// Drops the oldest settled outcomes until the bytes fit [`MAX_OUTCOME_BYTES`].
+    fn evict(&mut self, max: usize) {
+        while self.bytes > max {
+            let Some(oldest) = self
+                .map
+                .values_mut()
+                .filter(|e| e.outcome.is_some())
+                .min_by_key(|e| e.settled_seq)
+            else {
+                break;
+            };
+            if let Some(o) = oldest.outcome.take() {
+                self.bytes -= o.json.len();
+            }
+            oldest.settled.send_replace(Settled::Evicted);
+        }
+    }
 }
 
 impl Entry {
@@ -104,17 +205,30 @@ impl Entry {
         task
     }
 
+    /// A working task never expires; a settled one at `createdAt + ttl`, where settling made
+    /// the ttl reach at least [`KEEP_AFTER_SETTLE_MS`] past the settle (review19 M1).
     fn expired(&self, now_ms: u64) -> bool {
         self.status.is_terminal() && now_ms >= self.created_ms.saturating_add(self.ttl_ms)
     }
 
-    fn settle(&mut self, status: Status, message: Option<String>, outcome: Map<String, Value>) {
+    fn settle(&mut self, status: Status, message: Option<String>, outcome: Arc<Outcome>) {
         self.status = status;
         self.message = message;
         self.updated_ms = now_ms();
-        self.outcome = Some(outcome);
-        self.settled.send_replace(true);
+        self.ttl_ms = self.ttl_ms.max(
+            self.updated_ms
+                .saturating_sub(self.created_ms)
+                .saturating_add(KEEP_AFTER_SETTLE_MS),
+        );
+        self.outcome = Some(Arc::clone(&outcome));
+        self.settled.send_replace(Settled::Yes(outcome));
     }
+}
+
+fn lock_fetches(
+    fetches: &Mutex<HashMap<u64, (Value, String)>>,
+) -> MutexGuard<'_, HashMap<u64, (Value, String)>> {
+    fetches.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn now_ms() -> u64 {
@@ -129,8 +243,9 @@ pub enum Action {
     Reply(String),
     /// Answer with this line first, then hand `forward` to rmcp (a task was created).
     ReplyThenForward { reply: String, forward: Vec<u8> },
-    /// Answer with the line this future yields (`tasks/result` of a running task).
-    Later(Pin<Box<dyn Future<Output = String> + Send>>),
+    /// Answer with the line this future yields (`tasks/result` of a running task); `None`:
+    /// the answer comes through rmcp instead (an evicted outcome fetched again).
+    Later(Pin<Box<dyn Future<Output = Option<String>> + Send>>),
     /// Nothing reaches rmcp and nothing is answered (a notification the bridge handled).
     Consumed,
 }
@@ -153,9 +268,15 @@ pub struct Tasks {
     enabled: AtomicBool,
     /// Tasks created so far.
     created: AtomicU64,
-    entries: Mutex<HashMap<String, Entry>>,
-    /// Lines handed to rmcp as if the client had sent them (`notifications/cancelled`).
+    entries: Mutex<Store>,
+    /// Lines handed to rmcp as if the client had sent them (`notifications/cancelled`, the
+    /// fetch of an evicted outcome).
     inject: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
+    /// Fetches of evicted outcomes in flight: counter → (the client's request id, task id).
+    fetches: Mutex<HashMap<u64, (Value, String)>>,
+    next_fetch: AtomicU64,
+    /// [`MAX_OUTCOME_BYTES`] unless a test sets a smaller budget.
+    outcome_budget: Option<usize>,
 }
 
 impl std::fmt::Debug for Tasks {
@@ -183,8 +304,14 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 impl Tasks {
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Entry>> {
+    fn lock(&self) -> MutexGuard<'_, Store> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The same with a budget of `bytes` for settled outcomes in place of [`MAX_OUTCOME_BYTES`].
+    pub fn with_outcome_budget(mut self, bytes: usize) -> Self {
+        self.outcome_budget = Some(bytes);
+        self
     }
 
     /// Whether tasks were negotiated (the 2025-11-25 revision).
@@ -335,16 +462,25 @@ impl Tasks {
             updated_ms: now,
             ttl_ms,
             outcome: None,
-            settled: watch::channel(false).0,
+            settled_seq: 0,
+            settled: watch::channel(Settled::No).0,
         };
+        let token = message
+            .get("params")
+            .and_then(|p| p.get("_meta"))
+            .and_then(|m| m.get("progressToken"))
+            .map(Value::to_string);
         let created = {
             let mut entries = self.lock();
-            entries.retain(|_, e| !e.expired(now));
+            entries.retain_unexpired(now);
             if entries.len() >= MAX_TASKS {
                 None
             } else {
                 let json = entry.to_json(&task_id);
                 entries.insert(task_id.clone(), entry);
+                if let Some(token) = token {
+                    entries.tokens.insert(token, task_id.clone());
+                }
                 Some(json)
             }
         };
@@ -396,7 +532,7 @@ impl Tasks {
         }
         let now = now_ms();
         let mut entries = self.lock();
-        entries.retain(|_, e| !e.expired(now));
+        entries.retain_unexpired(now);
         let mut tasks: Vec<(&String, &Entry)> = entries.iter().collect();
         tasks.sort_by_key(|(_, e)| e.seq);
         let tasks: Vec<Value> = tasks.into_iter().map(|(t, e)| e.to_json(t)).collect();
@@ -423,20 +559,25 @@ impl Tasks {
                     Some(json!({"taskId": t, "status": e.status.as_str()})),
                 );
             }
-            let outcome = json!({"error": {
+            let error = json!({
                 "code": INVALID_REQUEST,
                 "message": format!("task {t:?} was cancelled before it finished"),
                 "data": {"taskId": t, "status": "cancelled"},
-            }});
-            let Value::Object(outcome) = outcome else {
-                unreachable!("a JSON object literal")
-            };
-            e.settle(
+            });
+            let line = reply_line(id, e.to_json(t));
+            let t = t.to_owned();
+            Self::settle_in(
+                &mut entries,
+                &t,
                 Status::Cancelled,
                 Some("cancelled by the client".into()),
-                outcome,
+                "error",
+                error,
             );
-            reply_line(id, e.to_json(t))
+            entries.evict(self.outcome_budget.unwrap_or(MAX_OUTCOME_BYTES));
+            entries
+                .get(&t)
+                .map_or(line, |e| reply_line(id, e.to_json(&t)))
         };
         // rmcp cancels the handler, which cancels the daemon call (§M12).
         if let Some(task) = task {
@@ -466,41 +607,58 @@ impl Tasks {
                 .and_then(|t| entries.get(t))
                 .filter(|e| !e.expired(now))
             {
-                Some(e) => e.settled.subscribe(),
+                Some(e) => match &e.outcome {
+                    Some(outcome) => return Action::Reply(outcome.line(id)),
+                    None if e.status.is_terminal() => {
+                        return self.fetch_again(id, task.unwrap_or_default());
+                    }
+                    None => e.settled.subscribe(),
+                },
                 None => return Action::Reply(Self::unknown(id, task.as_deref())),
             }
         };
-        let tasks = self.clone();
         let id = id.clone();
         let task = task.unwrap_or_default();
+        let tasks = Arc::clone(self);
         Action::Later(Box::pin(async move {
-            // The sender lives in the entry; an entry dropped unsettled cannot happen while
-            // working (only settled entries expire), so a closed channel also means "look".
-            let _ = settled.wait_for(|s| *s).await;
-            tasks.outcome_line(&id, &task)
+            // The outcome comes with the wake-up, so the waiter is served even if the entry
+            // has gone meanwhile; one evicted first is fetched again from the daemon.
+            let outcome = settled
+                .wait_for(|s| !matches!(s, Settled::No))
+                .await
+                .map(|s| s.clone());
+            match outcome {
+                Ok(Settled::Yes(outcome)) => Some(outcome.line(&id)),
+                Ok(Settled::Evicted) => {
+                    let _ = tasks.fetch_again(&id, task);
+                    None
+                }
+                _ => Some(Self::unknown(&id, Some(&task))),
+            }
         }))
     }
 
-    fn outcome_line(&self, id: &Value, task: &str) -> String {
-        let entries = self.lock();
-        let Some(outcome) = entries.get(task).and_then(|e| e.outcome.clone()) else {
-            return Self::unknown(id, Some(task));
-        };
-        let mut message = Map::new();
-        message.insert("jsonrpc".into(), json!("2.0"));
-        message.insert("id".into(), id.clone());
-        for (k, mut v) in outcome {
-            if k == "result"
-                && let Some(r) = v.as_object_mut()
-            {
-                let meta = r.entry("_meta").or_insert_with(|| json!({}));
-                if let Some(meta) = meta.as_object_mut() {
-                    meta.insert(RELATED_TASK.into(), json!({"taskId": task}));
-                }
+    /// `tasks/result` of a task whose outcome was evicted: rmcp gets an `appduct_call_result`
+    /// call for the task's callId (the daemon's kept results, §C10.10), under a reserved id;
+    /// [`Self::outgoing`] gives its answer the client's id and the related-task `_meta`.
+    fn fetch_again(&self, id: &Value, task: String) -> Action {
+        let n = self.next_fetch.fetch_add(1, Ordering::Relaxed);
+        let request = json!({
+            "jsonrpc": "2.0",
+            "id": format!("{FETCH_REQUEST_PREFIX}{n}"),
+            "method": "tools/call",
+            "params": {"name": crate::builtins::call_result::NAME,
+                       "arguments": {"callId": task}},
+        });
+        let inject = self.inject.lock().unwrap_or_else(|e| e.into_inner());
+        match inject.as_ref() {
+            Some(tx) => {
+                lock_fetches(&self.fetches).insert(n, (id.clone(), task));
+                let _ = tx.send(request.to_string().into_bytes());
+                Action::Consumed
             }
-            message.insert(k, v);
+            None => Action::Reply(Self::unknown(id, Some(&task))),
         }
-        Value::Object(message).to_string()
     }
 
     /// Looks at one outgoing message: `None` drops it (a task request's answer, kept here);
@@ -511,6 +669,19 @@ impl Tasks {
     ) -> Option<serde_json::Result<String>> {
         match item {
             JsonRpcMessage::Response(r) => {
+                if let Some((id, task)) = self.fetch_of(&r.id) {
+                    let mut result = match serde_json::to_value(&r.result) {
+                        Ok(v) => v,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    if let Some(r) = result.as_object_mut() {
+                        let meta = r.entry("_meta").or_insert_with(|| json!({}));
+                        if let Some(meta) = meta.as_object_mut() {
+                            meta.insert(RELATED_TASK.into(), json!({"taskId": task}));
+                        }
+                    }
+                    return Some(Ok(reply_line(&id, result)));
+                }
                 if let Some(task) = self.task_of(&r.id) {
                     let result = match serde_json::to_value(&r.result) {
                         Ok(v) => v,
@@ -551,7 +722,31 @@ impl Tasks {
                     _ => Some(crate::framing::encode(item)),
                 }
             }
+            JsonRpcMessage::Notification(n) => {
+                // Progress and heartbeats of a task's request name the task (§M19.2).
+                if let ServerNotification::ProgressNotification(p) = &n.notification
+                    && self.enabled()
+                {
+                    let token = serde_json::to_string(&p.params.progress_token).ok();
+                    let task = token.and_then(|t| self.lock().tokens.get(&t).cloned());
+                    if let Some(task) = task {
+                        return Some(patched(item, |v| {
+                            v["params"]["_meta"][RELATED_TASK] = json!({"taskId": task});
+                        }));
+                    }
+                }
+                Some(crate::framing::encode(item))
+            }
             JsonRpcMessage::Error(e) => {
+                if let Some((id, _)) = e.id.as_ref().and_then(|id| self.fetch_of(id)) {
+                    let error = match serde_json::to_value(&e.error) {
+                        Ok(v) => v,
+                        Err(e) => return Some(Err(e)),
+                    };
+                    return Some(Ok(
+                        json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()
+                    ));
+                }
                 if let Some(task) = e.id.as_ref().and_then(|id| self.task_of(id)) {
                     let error = match serde_json::to_value(&e.error) {
                         Ok(v) => v,
@@ -567,23 +762,74 @@ impl Tasks {
         }
     }
 
+    /// The task of rmcp's request `id`: a reserved id, while tasks are on (only then are
+    /// client ids with the prefix refused, so only then is such an id the bridge's own; a
+    /// 2025-06-18 client's `"appduct-task:1"` is answered as any id: review19 L1). A reserved
+    /// id whose task has gone (a cancelled task's late answer) is still swallowed.
     fn task_of(&self, id: &NumberOrString) -> Option<String> {
         match id {
-            NumberOrString::String(s) => s.strip_prefix(TASK_REQUEST_PREFIX).map(str::to_owned),
-            NumberOrString::Number(_) => None,
+            NumberOrString::String(s) if self.enabled() => {
+                s.strip_prefix(TASK_REQUEST_PREFIX).map(str::to_owned)
+            }
+            _ => None,
         }
     }
 
-    fn settle(&self, task: &str, status: Status, message: Option<String>, key: &str, value: Value) {
-        let mut entries = self.lock();
-        // A cancelled task keeps its state; rmcp normally drops the late answer anyway.
-        if let Some(e) = entries.get_mut(task)
-            && !e.status.is_terminal()
+    /// The client's request id and the task of a fetch of an evicted outcome, once.
+    fn fetch_of(&self, id: &NumberOrString) -> Option<(Value, String)> {
+        let NumberOrString::String(s) = id else {
+            return None;
+        };
+        let n = s.strip_prefix(FETCH_REQUEST_PREFIX)?.parse().ok()?;
+        lock_fetches(&self.fetches).remove(&n)
+    }
+
+    fn settle(
+        &self,
+        task: &str,
+        status: Status,
+        message: Option<String>,
+        key: &'static str,
+        value: Value,
+    ) {
+        let mut store = self.lock();
+        Self::settle_in(&mut store, task, status, message, key, value);
+        store.evict(self.outcome_budget.unwrap_or(MAX_OUTCOME_BYTES));
+    }
+
+    /// Settles a working task (a cancelled task keeps its state; rmcp normally drops the late
+    /// answer anyway): its outcome becomes JSON text once, a `result` with the related-task
+    /// `_meta`. The caller then evicts to the byte budget.
+    fn settle_in(
+        store: &mut Store,
+        task: &str,
+        status: Status,
+        message: Option<String>,
+        key: &'static str,
+        mut value: Value,
+    ) {
+        store.settles += 1;
+        let seq = store.settles;
+        store.tokens.retain(|_, t| t != task);
+        let Some(e) = store.map.get_mut(task).filter(|e| !e.status.is_terminal()) else {
+            return;
+        };
+        if key == "result"
+            && let Some(r) = value.as_object_mut()
         {
-            let mut outcome = Map::new();
-            outcome.insert(key.to_owned(), value);
-            e.settle(status, message, outcome);
+            let meta = r.entry("_meta").or_insert_with(|| json!({}));
+            if let Some(meta) = meta.as_object_mut() {
+                meta.insert(RELATED_TASK.into(), json!({"taskId": task}));
+            }
         }
+        let outcome = Arc::new(Outcome {
+            key,
+            json: value.to_string(),
+        });
+        let bytes = outcome.json.len();
+        e.settled_seq = seq;
+        e.settle(status, message, outcome);
+        store.bytes += bytes;
     }
 }
 
@@ -706,7 +952,7 @@ mod tests {
             NumberOrString::String(format!("{TASK_REQUEST_PREFIX}{task}").into()),
         );
         assert!(tasks.outgoing(&item).is_none());
-        let line: Value = serde_json::from_str(&waiting.await.unwrap()).unwrap();
+        let line: Value = serde_json::from_str(&waiting.await.unwrap().unwrap()).unwrap();
         assert_eq!(line["id"], 9);
         assert_eq!(line["result"]["content"][0]["text"], "done");
         assert_eq!(
@@ -745,11 +991,8 @@ mod tests {
             note["params"]["requestId"],
             format!("{TASK_REQUEST_PREFIX}{cancelled}")
         );
-        let Some(Action::Later(result)) = tasks.intercept(&request("tasks/result", 5, &cancelled))
-        else {
-            panic!("tasks/result answers later");
-        };
-        let line: Value = serde_json::from_str(&result.await).unwrap();
+        // Settled: answered at once from the kept outcome.
+        let line = reply(tasks.intercept(&request("tasks/result", 5, &cancelled)));
         assert_eq!(line["error"]["code"], INVALID_REQUEST);
         // A client cancelling the reserved request id cancels the task itself, and rmcp sees
         // the bridge's own notification only.
@@ -814,5 +1057,161 @@ mod tests {
         };
         let reply: Value = serde_json::from_str(&reply).unwrap();
         assert_eq!(reply["result"]["task"]["ttl"], MAX_TTL_MS);
+    }
+
+    fn answer(tasks: &Tasks, task: &str, text: &str) {
+        let item = JsonRpcMessage::response(
+            ServerResult::CallToolResult(CallToolResult::success(vec![ContentBlock::text(text)])),
+            NumberOrString::String(format!("{TASK_REQUEST_PREFIX}{task}").into()),
+        );
+        assert!(tasks.outgoing(&item).is_none());
+    }
+
+    /// Review19 M1: a call that outlives its task's ttl keeps its outcome for
+    /// KEEP_AFTER_SETTLE_MS after it settles, and the ttl reported grows to say so.
+    #[test]
+    fn a_settled_outcome_is_kept_past_a_short_ttl() {
+        let tasks = enabled();
+        let (task, _) = create(&tasks, 1);
+        // The call ran two hours on a 5 s ttl.
+        let two_hours = 2 * 60 * 60 * 1000;
+        if let Some(e) = tasks.lock().get_mut(&task) {
+            e.created_ms -= two_hours;
+        }
+        answer(&tasks, &task, "late");
+        let got = reply(tasks.intercept(&request("tasks/get", 2, &task)));
+        assert_eq!(got["result"]["status"], "completed", "{got}");
+        let ttl = got["result"]["ttl"].as_u64().unwrap();
+        assert!(ttl >= two_hours + KEEP_AFTER_SETTLE_MS, "{ttl}");
+        let line = reply(tasks.intercept(&request("tasks/result", 3, &task)));
+        assert_eq!(line["result"]["content"][0]["text"], "late");
+        // A create (which drops expired tasks) keeps it too.
+        create(&tasks, 4);
+        let listed = reply(
+            tasks.intercept(br#"{"jsonrpc":"2.0","id":5,"method":"tasks/list","params":{}}"#),
+        );
+        assert_eq!(listed["result"]["tasks"][0]["taskId"], task.as_str());
+    }
+
+    /// Review19 M1: a waiting tasks/result gets the outcome with its wake-up, even when the
+    /// entry is gone by the time it runs.
+    #[tokio::test]
+    async fn a_waiting_result_is_served_after_its_entry_is_gone() {
+        let tasks = enabled();
+        let (task, _) = create(&tasks, 1);
+        let Some(Action::Later(waiting)) = tasks.intercept(&request("tasks/result", 2, &task))
+        else {
+            panic!("tasks/result of a working task waits");
+        };
+        answer(&tasks, &task, "done");
+        tasks.lock().map.remove(&task);
+        let line: Value = serde_json::from_str(&waiting.await.unwrap()).unwrap();
+        assert_eq!(line["id"], 2);
+        assert_eq!(line["result"]["content"][0]["text"], "done");
+        assert_eq!(
+            line["result"]["_meta"][RELATED_TASK]["taskId"],
+            task.as_str()
+        );
+    }
+
+    /// Review19 M6: settled outcomes past the byte budget go oldest first; tasks/result of an
+    /// evicted one asks rmcp for appduct_call_result of the task's callId, and its answer goes
+    /// to the client under the client's id with the related-task `_meta`.
+    #[tokio::test]
+    async fn outcomes_past_the_byte_budget_are_fetched_again() {
+        let tasks = Arc::new(Tasks::default().with_outcome_budget(300));
+        let init = InitializeResult::new(ServerCapabilities::default())
+            .with_protocol_version(ProtocolVersion::V_2025_11_25);
+        let _ = tasks.outgoing(&JsonRpcMessage::response(
+            ServerResult::InitializeResult(init),
+            NumberOrString::Number(1),
+        ));
+        let mut injected = tasks.injected();
+        let (old, _) = create(&tasks, 1);
+        let (new, _) = create(&tasks, 2);
+        answer(&tasks, &old, &"o".repeat(100));
+        answer(&tasks, &new, &"n".repeat(100));
+        {
+            let store = tasks.lock();
+            let sizes: Vec<Option<usize>> = [&old, &new]
+                .iter()
+                .map(|t| store.map[*t].outcome.as_ref().map(|o| o.json.len()))
+                .collect();
+            assert!(
+                store.map[&old].outcome.is_none(),
+                "the oldest outcome went: {sizes:?}"
+            );
+            let kept = store.map[&new].outcome.as_ref().unwrap().json.len();
+            assert_eq!(store.bytes, kept);
+        }
+        // Still a task: tasks/get answers from the entry.
+        let got = reply(tasks.intercept(&request("tasks/get", 3, &old)));
+        assert_eq!(got["result"]["status"], "completed");
+        // The kept one answers at once; the evicted one through rmcp.
+        let line = reply(tasks.intercept(&request("tasks/result", 4, &new)));
+        assert_eq!(line["result"]["content"][0]["text"], "n".repeat(100));
+        assert!(matches!(
+            tasks.intercept(&request("tasks/result", 5, &old)),
+            Some(Action::Consumed)
+        ));
+        let fetch: Value = serde_json::from_slice(&injected.recv().await.unwrap()).unwrap();
+        assert_eq!(fetch["method"], "tools/call");
+        assert_eq!(fetch["params"]["name"], "appduct_call_result");
+        assert_eq!(fetch["params"]["arguments"]["callId"], old.as_str());
+        let rmcp_id = fetch["id"].as_str().unwrap().to_owned();
+        let item = JsonRpcMessage::response(
+            ServerResult::CallToolResult(CallToolResult::success(vec![ContentBlock::text(
+                "from the daemon",
+            )])),
+            NumberOrString::String(rmcp_id.into()),
+        );
+        let line: Value = serde_json::from_str(&tasks.outgoing(&item).unwrap().unwrap()).unwrap();
+        assert_eq!(line["id"], 5);
+        assert_eq!(line["result"]["content"][0]["text"], "from the daemon");
+        assert_eq!(
+            line["result"]["_meta"][RELATED_TASK]["taskId"],
+            old.as_str()
+        );
+        // Once only: a second answer under that reserved id reaches nobody.
+        assert!(tasks.outgoing(&item).is_none());
+    }
+
+    /// Review19 L1: before 2025-11-25 a client's own id with the reserved prefix is answered.
+    #[test]
+    fn a_reserved_looking_id_is_answered_when_tasks_are_off() {
+        let tasks = Arc::new(Tasks::default());
+        let item = JsonRpcMessage::response(
+            ServerResult::CallToolResult(CallToolResult::success(vec![ContentBlock::text("x")])),
+            NumberOrString::String(format!("{TASK_REQUEST_PREFIX}1").into()),
+        );
+        let line = tasks.outgoing(&item).expect("written").unwrap();
+        assert!(line.contains("appduct-task:1"), "{line}");
+    }
+
+    /// Review19 M4: progress and heartbeats sent to a task's request token carry the
+    /// related-task `_meta`; other tokens' do not, nor the task's once it settled.
+    #[test]
+    fn a_tasks_progress_names_the_task() {
+        use rmcp::model::{ProgressNotificationParam, ProgressToken};
+        let tasks = enabled();
+        let (task, _) = create(&tasks, 1);
+        let progress = |token: i64| {
+            let param =
+                ProgressNotificationParam::new(ProgressToken(NumberOrString::Number(token)), 1.0);
+            let item = JsonRpcMessage::notification(ServerNotification::ProgressNotification(
+                rmcp::model::Notification::new(param),
+            ));
+            let line = tasks.outgoing(&item).unwrap().unwrap();
+            serde_json::from_str::<Value>(&line).unwrap()
+        };
+        let tagged = progress(9);
+        assert_eq!(tagged["method"], "notifications/progress");
+        assert_eq!(
+            tagged["params"]["_meta"][RELATED_TASK],
+            json!({"taskId": task})
+        );
+        assert!(progress(10)["params"].get("_meta").is_none());
+        answer(&tasks, &task, "done");
+        assert!(progress(9)["params"].get("_meta").is_none());
     }
 }

@@ -90,6 +90,11 @@ pub const SUBSCRIBER_BUFFER_CAP_BYTES: usize = 4_194_304;
 /// is sent (project decision: what a control connection holds stays bounded, and the daemon keeps
 /// reading it, so a hang-up cancels its calls and `tools.cancel` is never held back).
 pub const MAX_CALLS_IN_FLIGHT: usize = 1_024;
+/// Control plane: `tools.result` requests one connection may have waiting (`waitMs`) at once;
+/// one more is answered at once `-32000 invalid_request` with `details.reason:
+/// "too_many_result_waits"` (project decision, review19 L5: 20,000 waits on one connection
+/// held 29 MB).
+pub const MAX_RESULT_WAITS: usize = 256;
 /// Control plane: longest method name a `-32601` reply quotes, in UTF-16 code units; a longer
 /// one is cut and ends in `…` (project decision: a hostile line cannot inflate the reply).
 pub const MAX_QUOTED_METHOD_LEN: usize = 64;

@@ -27,6 +27,11 @@ pub struct McpArgs {
           default_value_t = appduct_mcp::content::DEFAULT_MAX_IMAGE_BYTES,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_image_bytes: u64,
+    /// Milliseconds of silence of an app tool after which a call with a progress token gets a heartbeat
+    #[arg(long, value_name = "MS", env = "APPDUCT_MCP_HEARTBEAT_MS",
+          default_value_t = appduct_mcp::options::DEFAULT_CALL_HEARTBEAT_MS,
+          value_parser = clap::value_parser!(u64).range(500..=600_000))]
+    pub heartbeat_ms: u64,
     #[command(subcommand)]
     pub setup: Option<McpSetup>,
 }
@@ -49,6 +54,7 @@ pub fn validate(a: McpArgs) -> Result<Command, CliError> {
         None => Ok(Command::Mcp {
             scheme: a.scheme,
             max_image_bytes: a.max_image_bytes,
+            heartbeat_ms: a.heartbeat_ms,
         }),
         Some(McpSetup::Install(s)) => mcp_setup::validate(SetupAction::Install, s),
         Some(McpSetup::Uninstall(s)) => mcp_setup::validate(SetupAction::Uninstall, s),
@@ -56,7 +62,7 @@ pub fn validate(a: McpArgs) -> Result<Command, CliError> {
 }
 
 /// `appduct mcp`: the bridge on stdio, on its own current-thread runtime.
-pub fn run(g: &Globals, scheme: Option<&String>, max_image_bytes: u64) -> u8 {
+pub fn run(g: &Globals, scheme: Option<&String>, max_image_bytes: u64, heartbeat_ms: u64) -> u8 {
     let dir = match g.state_dir() {
         Ok(dir) => dir,
         // stdout stays JSON-RPC only and --json has no effect: stderr (§L12).
@@ -75,6 +81,7 @@ pub fn run(g: &Globals, scheme: Option<&String>, max_image_bytes: u64) -> u8 {
         scheme: scheme.cloned(),
         state_dir: Some(dir.path().to_path_buf()),
         max_image_bytes,
+        call_heartbeat_interval: std::time::Duration::from_millis(heartbeat_ms),
         ..BridgeOptions::default()
     }
     .with_test_env(|name| std::env::var(name).ok());

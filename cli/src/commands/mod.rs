@@ -185,6 +185,8 @@ pub enum Command {
         scheme: Option<String>,
         /// `--max-image-bytes` / `APPDUCT_MCP_MAX_IMAGE_BYTES` (§M8.5).
         max_image_bytes: u64,
+        /// `--heartbeat-ms` / `APPDUCT_MCP_HEARTBEAT_MS` (§M17).
+        heartbeat_ms: u64,
     },
     /// `mcp install` / `mcp uninstall` (§L20): edits an agent client's configuration file.
     McpSetup(mcp_setup::SetupRequest),
@@ -352,12 +354,14 @@ pub fn run_daemon_command(inv: &Invocation, out: &Output) -> Result<Reply, CliEr
     if let Command::Mcp {
         scheme,
         max_image_bytes,
+        heartbeat_ms,
     } = &inv.command
     {
         return Ok(Reply::Done(mcp::run(
             &inv.globals,
             scheme.as_ref(),
             *max_image_bytes,
+            *heartbeat_ms,
         )));
     }
     let mut builder = if matches!(inv.command, Command::DaemonRun) {

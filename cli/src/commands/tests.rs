@@ -506,6 +506,7 @@ fn local_commands() {
         Command::Mcp {
             scheme: Some("http".into()),
             max_image_bytes: appduct_mcp::content::DEFAULT_MAX_IMAGE_BYTES,
+            heartbeat_ms: appduct_mcp::options::DEFAULT_CALL_HEARTBEAT_MS,
         }
     );
     assert_eq!(
@@ -513,9 +514,19 @@ fn local_commands() {
         Command::Mcp {
             scheme: None,
             max_image_bytes: 1000,
+            heartbeat_ms: appduct_mcp::options::DEFAULT_CALL_HEARTBEAT_MS,
         }
     );
     usage(&["mcp", "--max-image-bytes", "0"]);
+    assert_eq!(
+        command(&["mcp", "--heartbeat-ms", "1000"]),
+        Command::Mcp {
+            scheme: None,
+            max_image_bytes: appduct_mcp::content::DEFAULT_MAX_IMAGE_BYTES,
+            heartbeat_ms: 1000,
+        }
+    );
+    usage(&["mcp", "--heartbeat-ms", "100"]);
 }
 
 #[test]

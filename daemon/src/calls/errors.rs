@@ -59,6 +59,17 @@ pub fn call_not_retained(call_id: &str) -> ErrorObject {
     .with_details(json!({"reason": "call_not_retained", "callId": call_id}))
 }
 
+/// `tools.result` with `waitMs` past [`limits::MAX_RESULT_WAITS`] waiting on one connection.
+pub fn too_many_result_waits(limit: usize) -> ErrorObject {
+    ErrorObject::application(
+        ErrorType::InvalidRequest,
+        format!(
+            "Too many tools.result requests are waiting on this connection ({limit}); wait for one to answer, or ask without waitMs"
+        ),
+    )
+    .with_details(json!({"reason": "too_many_result_waits", "limit": limit}))
+}
+
 /// Step 2: the caller's callId belongs to an unsettled call.
 pub fn call_id_in_use(call_id: &str) -> ErrorObject {
     ErrorObject::application(

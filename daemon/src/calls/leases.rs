@@ -144,15 +144,21 @@ impl Leases {
         }
         if let Some(lease) = table.by_session.get_mut(session_id) {
             if lease.conn.id() == conn.id() {
-                lease.expires = now + ttl;
-                lease.expires_at_s = self.expires_at_s(ttl);
-                lease.timer.abort();
-                lease.timer = self.spawn_timer(session_id, lease.generation, lease.expires);
+                // A renewal never shortens the lease (review19 M2): a holder's short call
+                // must not end the lease a long call of the same holder still needs. To
+                // shorten it, the holder releases and takes it again.
+                if now + ttl > lease.expires {
+                    lease.expires = now + ttl;
+                    lease.expires_at_s = self.expires_at_s(ttl);
+                    lease.timer.abort();
+                    lease.timer = self.spawn_timer(session_id, lease.generation, lease.expires);
+                }
+                let applied = lease.expires.saturating_duration_since(now);
                 return Ok(SessionsLeaseResult::new(
                     session_id,
                     alias,
                     lease.summary(),
-                    ttl_ms,
+                    u64::try_from(applied.as_millis()).unwrap_or(u64::MAX),
                     true,
                     None,
                 ));

@@ -118,12 +118,12 @@ impl Results {
         result
     }
 
-    /// The kept outcome of `call_id`, if any.
-    pub fn get(&self, call_id: &str) -> Option<ToolsResultResult> {
+    /// The kept outcome of `call_id`, if any: the kept copy itself, shared.
+    pub fn get(&self, call_id: &str) -> Option<Arc<ToolsResultResult>> {
         self.store()
             .by_id
             .get(call_id)
-            .map(|e| ToolsResultResult::clone(&e.result))
+            .map(|e| Arc::clone(&e.result))
     }
 
     /// Resolves on the next [`keep`](Self::keep) after it was enabled; see [`Notify`].

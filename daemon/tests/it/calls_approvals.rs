@@ -780,6 +780,36 @@ async fn an_approved_call_whose_tool_became_deny_while_parked_is_denied() {
     f.stop().await;
 }
 
+/// §C10.9 (review19 L3): a lease another connection took while the call was parked refuses
+/// the call when it is approved, as step 4a would have.
+#[tokio::test]
+async fn an_approved_call_whose_session_was_leased_while_parked_is_refused() {
+    let terminal = Arc::new(CapturedTerminal::default());
+    let mut f = fixture(60_000, false, Arc::clone(&terminal)).await;
+    let approval_id = park(&mut f, 2, "ap-lease").await;
+    let mut op = operator(&f).await;
+    let leased = op.request(3, "sessions.lease", json!({})).await;
+    assert!(leased.get("result").is_some(), "{leased}");
+    let approved = op
+        .request(
+            4,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve"}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    let reply = f.wire.response(2).await;
+    assert_eq!(reply["error"]["data"]["type"], "session_leased", "{reply}");
+    assert_eq!(
+        reply["error"]["data"]["details"]["holder"]["client"],
+        "op-console"
+    );
+    f.device.assert_no_frame();
+    let lines = audit_lines(&f.daemon).await;
+    assert_eq!(audit_of(&lines, "ap-lease")["errorType"], "session_leased");
+    f.stop().await;
+}
+
 #[tokio::test]
 async fn a_code_is_accepted_only_on_the_connection_that_asked_for_it() {
     let terminal = Arc::new(CapturedTerminal::default());

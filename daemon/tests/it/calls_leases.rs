@@ -133,6 +133,39 @@ async fn a_lease_expires_without_renewal() {
     f.stop().await;
 }
 
+/// §C8.41 (review19 M2): the holder renewing with a shorter ttl keeps the later expiry, so a
+/// short call of the holder never ends the lease its long call still needs.
+#[tokio::test(start_paused = true)]
+async fn a_shorter_renewal_never_shortens_the_lease() {
+    let mut f = Fixture::new().await;
+    let mut b = Wire::new(&f.daemon);
+    let taken = f
+        .wire
+        .request(1, "sessions.lease", json!({"ttlMs": 600000}))
+        .await;
+    let expires_at = taken["result"]["expiresAt"].as_u64().unwrap();
+    let renewed = f
+        .wire
+        .request(2, "sessions.lease", json!({"ttlMs": 2000}))
+        .await;
+    assert_eq!(renewed["result"]["renewed"], true);
+    assert_eq!(renewed["result"]["expiresAt"], expires_at, "{renewed}");
+    let applied = renewed["result"]["ttlMs"].as_u64().unwrap();
+    assert!((590_000..=600_000).contains(&applied), "{applied}");
+    // Past the short ttl the lease still holds.
+    tokio::time::advance(std::time::Duration::from_secs(5)).await;
+    let call = b.request(1, "tools.call", json!({"name": "echo"})).await;
+    assert_eq!(error_type(&call), "session_leased", "{call}");
+    // A longer renewal moves the expiry on.
+    let longer = f
+        .wire
+        .request(3, "sessions.lease", json!({"ttlMs": 3600000}))
+        .await;
+    assert!(longer["result"]["expiresAt"].as_u64().unwrap() > expires_at);
+    assert_eq!(longer["result"]["ttlMs"], 3600000);
+    f.stop().await;
+}
+
 #[tokio::test]
 async fn the_holder_disconnecting_releases_its_lease() {
     let mut f = Fixture::new().await;
@@ -288,5 +321,63 @@ async fn the_retention_window_is_bounded_in_count() {
         .request(11, "tools.result", json!({"callId": "k3"}))
         .await;
     assert_eq!(newest["result"]["response"]["result"], 3);
+    f.stop().await;
+}
+
+/// §C8.43 (review19 L5): one connection has at most `MAX_RESULT_WAITS` waiting `tools.result`
+/// requests; one more is refused at once with a typed error, a fetch without `waitMs` and
+/// other connections still answer, and the waits end with the call.
+#[tokio::test]
+async fn waiting_fetches_are_bounded_per_connection() {
+    use appduct_protocol::limits::MAX_RESULT_WAITS;
+    let mut f = Fixture::new().await;
+    let mut b = Wire::new(&f.daemon);
+    let mut c = Wire::new(&f.daemon);
+    f.wire
+        .send(
+            1,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "w1"}),
+        )
+        .await;
+    let (wire_id, _) = f.device.tool_call().await;
+    let waits = i64::try_from(MAX_RESULT_WAITS).unwrap();
+    for id in 1..=waits {
+        b.send(id, "tools.result", json!({"callId": "w1", "waitMs": 60000}))
+            .await;
+    }
+    let calls = f.daemon.calls().clone();
+    tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        while calls.result_waits() < MAX_RESULT_WAITS {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("every fetch is waiting");
+    let refused = b
+        .request(
+            waits + 1,
+            "tools.result",
+            json!({"callId": "w1", "waitMs": 60000}),
+        )
+        .await;
+    assert_eq!(error_type(&refused), "invalid_request", "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["details"],
+        json!({"reason": "too_many_result_waits", "limit": MAX_RESULT_WAITS})
+    );
+    let quick = b
+        .request(waits + 2, "tools.result", json!({"callId": "w1"}))
+        .await;
+    assert_eq!(quick["result"]["state"], "running", "{quick}");
+    c.send(1, "tools.result", json!({"callId": "w1", "waitMs": 60000}))
+        .await;
+    f.device.result(&wire_id, json!("done")).await;
+    assert_eq!(f.wire.response(1).await["result"]["result"], "done");
+    assert_eq!(c.response(1).await["result"]["state"], "ok");
+    for id in 1..=waits {
+        assert_eq!(b.response(id).await["result"]["state"], "ok");
+    }
+    assert_eq!(calls.result_waits(), 0);
     f.stop().await;
 }

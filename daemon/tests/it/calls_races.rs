@@ -204,3 +204,76 @@ async fn a_transition_right_after_the_frame_was_queued_still_announces_the_call(
     assert_eq!(f.device.close_frame().await, (1000, "revoked".to_owned()));
     f.daemon.shutdown().await;
 }
+
+/// §C8.43 (review19 M3): between a call leaving the table of unsettled calls and its outcome
+/// being kept, `tools.result` never answers `call_not_retained`: without `waitMs` it says
+/// `running`, and a waiting fetch gets the outcome once it is kept.
+#[tokio::test]
+async fn tools_result_while_the_call_settles_is_running_then_the_outcome() {
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    use appduct_protocol::control::{CallResultState, ToolsResultParams};
+
+    type Fetch = std::pin::Pin<
+        Box<
+            dyn Future<
+                    Output = Result<
+                        Arc<appduct_protocol::control::ToolsResultResult>,
+                        appduct_protocol::jsonrpc::ErrorObject,
+                    >,
+                > + Send,
+        >,
+    >;
+    let (mut f, probe) = probed().await;
+    type Seen = Arc<Mutex<Option<(Poll<String>, Fetch)>>>;
+    let seen: Seen = Arc::default();
+    let into = Arc::clone(&seen);
+    probe.arm("m3", Checkpoint::Settling, move |calls, _| {
+        let state = |r: &Result<Arc<_>, appduct_protocol::jsonrpc::ErrorObject>| match r {
+            Ok(kept) => {
+                let kept: &Arc<appduct_protocol::control::ToolsResultResult> = kept;
+                format!("{:?}", kept.state)
+            }
+            Err(e) => format!("{:?}", e.data),
+        };
+        // A fetch without `waitMs` completes on its first poll.
+        let mut quick: Fetch = Box::pin(calls.tools_result(ToolsResultParams::new("m3")));
+        let mut cx = Context::from_waker(Waker::noop());
+        let quick = match quick.as_mut().poll(&mut cx) {
+            Poll::Ready(r) => Poll::Ready(state(&r)),
+            Poll::Pending => Poll::Pending,
+        };
+        // A waiting fetch starts waiting here, and is finished after the call.
+        let mut waiting: Fetch =
+            Box::pin(calls.tools_result(ToolsResultParams::new("m3").with_wait_ms(Some(60_000))));
+        match waiting.as_mut().poll(&mut cx) {
+            Poll::Pending => {}
+            Poll::Ready(r) => panic!("the waiting fetch answered at once: {}", state(&r)),
+        }
+        *into.lock().unwrap() = Some((quick, waiting));
+    });
+    f.wire
+        .send(1, "tools.call", json!({"name": "echo", "callId": "m3"}))
+        .await;
+    let (wire_id, _) = f.device.tool_call().await;
+    f.device.result(&wire_id, json!({"n": 3})).await;
+    let response = f.wire.response(1).await;
+    assert_eq!(response["result"]["result"], json!({"n": 3}), "{response}");
+    assert_eq!(probe.fired(), [("m3".to_owned(), Checkpoint::Settling)]);
+    let (quick, waiting) = seen.lock().unwrap().take().expect("the probe ran");
+    assert_eq!(
+        quick,
+        Poll::Ready(format!("{:?}", CallResultState::Running))
+    );
+    let fetched = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiting fetch resolves once the outcome is kept")
+        .expect("the outcome, not call_not_retained");
+    assert_eq!(fetched.state, CallResultState::Ok);
+    assert_eq!(
+        serde_json::to_value(&fetched.response).unwrap()["result"],
+        json!({"n": 3})
+    );
+    f.stop().await;
+}

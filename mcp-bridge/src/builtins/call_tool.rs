@@ -126,13 +126,18 @@ pub fn prompt_message(
     text
 }
 
-fn elicit_params(message: String) -> Result<ElicitRequestParams, ToolFailure> {
-    serde_json::from_value(json!({
+/// The consent form; for a task-run call it names the task in `_meta` (the related-task
+/// metadata of §M19.2).
+fn elicit_params(message: String, task: Option<&str>) -> Result<ElicitRequestParams, ToolFailure> {
+    let mut params = json!({
         "mode": "form",
         "message": message,
         "requestedSchema": {"type": "object", "properties": {}},
-    }))
-    .map_err(|e| {
+    });
+    if let Some(task) = task {
+        params["_meta"] = json!({ crate::tasks::RELATED_TASK: {"taskId": task} });
+    }
+    serde_json::from_value(params).map_err(|e| {
         ToolFailure::new(
             ErrorType::InternalError,
             format!("cannot build the consent request: {e}"),
@@ -179,7 +184,7 @@ async fn run(
         selector: args.selector.as_deref(),
         max_image_bytes: bridge.options.max_image_bytes,
         lease: args.lease.unwrap_or(false),
-        heartbeat: bridge.options.heartbeat_interval,
+        heartbeat: bridge.options.call_heartbeat_interval,
         task_call_id: bridge.tasks.call_id_of(&context.id),
     };
     if is_2026(context) && request.request_state.is_some() {
@@ -223,7 +228,7 @@ async fn first_round(
                 let message = prompt_message(planned.name, &session, &planned.args, destructive);
                 // `None`: the request failed, which counts as no channel (§M10.3).
                 if let Some(()) =
-                    elicit(bridge, context, message, planned.name, progress.as_mut()).await?
+                    elicit(bridge, context, message, planned, progress.as_mut()).await?
                 {
                     consent = Some(Consent::Elicitation);
                 }
@@ -314,10 +319,11 @@ async fn elicit(
     bridge: &BridgeContext,
     context: &RequestContext<RoleServer>,
     message: String,
-    name: &str,
+    planned: &Planned<'_>,
     mut progress: Option<&mut Progress>,
 ) -> Result<Option<()>, ToolFailure> {
-    let params = elicit_params(message)?;
+    let name = planned.name;
+    let params = elicit_params(message, planned.task_call_id.as_deref())?;
     let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
     let handle = match context
         .peer
@@ -444,7 +450,7 @@ async fn input_required(
     let mut requests = InputRequests::new();
     requests.insert(
         CONSENT_INPUT_KEY.to_owned(),
-        InputRequest::Elicitation(ElicitRequest::new(elicit_params(message)?)),
+        InputRequest::Elicitation(ElicitRequest::new(elicit_params(message, None)?)),
     );
     Ok(InputRequiredResult::new(Some(requests), Some(created.handle)).into())
 }
@@ -798,6 +804,19 @@ mod tests {
     #[test]
     fn the_typed_arguments_read_every_schema_property() {
         super::super::builtin::assert_reads_every_property::<Args>(&definition());
+    }
+
+    /// Review19 M4: the consent request of a task-run call names its task.
+    #[test]
+    fn a_task_runs_consent_names_the_task() {
+        let with =
+            serde_json::to_value(elicit_params("ok?".into(), Some("mcp_t")).unwrap()).unwrap();
+        assert_eq!(
+            with["_meta"][crate::tasks::RELATED_TASK],
+            json!({"taskId": "mcp_t"})
+        );
+        let without = serde_json::to_value(elicit_params("ok?".into(), None).unwrap()).unwrap();
+        assert!(without.get("_meta").is_none(), "{without}");
     }
 
     #[test]

@@ -84,7 +84,7 @@ async fn a_silent_five_second_call_sends_heartbeats() {
     let mut calls = held_calls(&fake);
     let client = v2025();
     let options = BridgeOptions {
-        heartbeat_interval: Duration::from_secs(1),
+        call_heartbeat_interval: Duration::from_secs(1),
         ..test_options()
     };
     let h = start_with(fake.clone(), client.clone(), options, test_env()).await;
@@ -124,13 +124,44 @@ async fn a_silent_five_second_call_sends_heartbeats() {
     assert_eq!(fake.requests("tools.call")[0]["detach"], true);
 }
 
+/// Issue #19's "done when" with the shipped settings (review19 L7): the default options send a
+/// heartbeat during a silent 5 s call (first after 3 s of silence).
+#[tokio::test(start_paused = true)]
+async fn a_silent_five_second_call_sends_heartbeats_by_default() {
+    let fake = fake_with_slow_task(&[]);
+    let mut calls = held_calls(&fake);
+    let client = v2025();
+    let options = BridgeOptions::default();
+    assert_eq!(options.call_heartbeat_interval, Duration::from_secs(3));
+    let h = start_with(fake.clone(), client.clone(), options, test_env()).await;
+    let pending = send_call(&h, json!({"name": "slow_task"})).await;
+    let token = pending.progress_token.clone();
+    let (call_id, _, answer) = calls.recv().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    answer.send(done(&call_id)).unwrap();
+    pending.await_response().await.unwrap();
+    let beats: Vec<_> = client
+        .progress
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|p| p.progress_token == token)
+        .cloned()
+        .collect();
+    assert_eq!(beats.len(), 1, "{beats:?}");
+    assert_eq!(
+        beats[0].message.as_deref(),
+        Some(format!("\"slow_task\" on {ALIAS} is running (3 s; callId {call_id})").as_str())
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn app_progress_postpones_the_next_heartbeat() {
     let fake = fake_with_slow_task(&[]);
     let mut calls = held_calls(&fake);
     let client = v2025();
     let options = BridgeOptions {
-        heartbeat_interval: Duration::from_secs(2),
+        call_heartbeat_interval: Duration::from_secs(2),
         ..test_options()
     };
     let h = start_with(fake.clone(), client.clone(), options, test_env()).await;
