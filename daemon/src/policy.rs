@@ -549,7 +549,11 @@ mod tests {
     #[test]
     fn an_exact_rule_matches_at_any_length() {
         let long = "a".repeat(300);
-        for (alias, tool) in [("pixel-8", "reset"), (long.as_str(), "reset"), ("pixel-8", &long)] {
+        for (alias, tool) in [
+            ("pixel-8", "reset"),
+            (long.as_str(), "reset"),
+            ("pixel-8", &long),
+        ] {
             let exact = format!("{alias}/{tool}");
             let t = tools(&[("*/*", Decision::Allow), (exact.as_str(), Decision::Deny)]);
             assert_eq!(rule(&t, alias, tool), Some(exact.as_str()));
