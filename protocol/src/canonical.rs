@@ -146,7 +146,8 @@ fn write_canonical_shallow(out: &mut String, value: &Value, depth: usize) -> boo
                     }
                 }
             } else if map.len() <= SHALLOW_KEYS {
-                let mut entries: [(&str, &Value); SHALLOW_KEYS] = [("", &Value::Null); SHALLOW_KEYS];
+                let mut entries: [(&str, &Value); SHALLOW_KEYS] =
+                    [("", &Value::Null); SHALLOW_KEYS];
                 for (slot, (key, item)) in entries.iter_mut().zip(map) {
                     *slot = (key.as_str(), item);
                 }
@@ -383,7 +384,11 @@ mod tests {
         ];
         let mut deep = json!(1);
         for i in 0..SHALLOW_DEPTH + 5 {
-            deep = if i % 2 == 0 { json!([deep]) } else { json!({"b": 0, "a": deep}) };
+            deep = if i % 2 == 0 {
+                json!([deep])
+            } else {
+                json!({"b": 0, "a": deep})
+            };
         }
         values.push(deep.clone());
         for value in &values {
@@ -393,7 +398,10 @@ mod tests {
             if whole {
                 assert_eq!(shallow, general, "{value}");
             } else {
-                assert!(std::ptr::eq(value, values.last().unwrap()), "only the deep one gives up");
+                assert!(
+                    std::ptr::eq(value, values.last().unwrap()),
+                    "only the deep one gives up"
+                );
             }
             let digest = Sha256::digest(general.as_bytes());
             let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
