@@ -367,7 +367,11 @@ pub async fn check_arguments_blocking(
     tool: Arc<crate::sessions::SharedTool>,
     args: Value,
 ) -> (Value, Result<(), ErrorObject>) {
-    if tool.input_schema.is_none() {
+    if tool
+        .input_schema
+        .as_ref()
+        .is_none_or(|schema| accepts_every_object(schema.as_str()))
+    {
         return (args, Ok(()));
     }
     // The slots are never closed, so this always waits for a permit.
@@ -397,6 +401,14 @@ pub async fn check_arguments_blocking(
     (args, result)
 }
 
+/// Whether an input schema (its compact text) accepts every object, so that a check can only
+/// pass: `{}` and `{"type":"object"}`, what tools without parameters declare. `args` is
+/// always an object (§C8.9), so these skip the blocking thread, its slot and the compile
+/// (issue #24: three allocations and a thread hop per call of such a tool).
+fn accepts_every_object(schema: &str) -> bool {
+    matches!(schema, "{}" | r#"{"type":"object"}"#)
+}
+
 /// Takes every check slot until the permit is dropped, so that checked calls wait (tests of
 /// the wait's deadline, §C10.8). `None` only if the slots were closed, which they never are.
 #[doc(hidden)]
@@ -418,6 +430,9 @@ pub fn check_arguments(
     let Some(schema) = &tool.input_schema else {
         return Ok(());
     };
+    if accepts_every_object(schema.as_str()) {
+        return Ok(());
+    }
     let validator = match check.get(tool, schema.as_str()) {
         Compiled::Usable(validator) => validator,
         Compiled::Unusable(why) => return Err(unusable(tool, why)),
@@ -545,6 +560,43 @@ mod tests {
         assert_eq!(cut("éééé", 3), "éé…");
         assert_eq!(cut("", 3), "");
         assert_eq!(cut("ab", 3), "ab");
+    }
+
+    /// Issue #24: a schema that accepts every object is not compiled and takes no check slot
+    /// (the call passes even with every slot held); any other schema still is checked.
+    #[tokio::test]
+    async fn a_schema_accepting_every_object_skips_the_check() {
+        let held = CHECK_SLOTS
+            .acquire_many(MAX_CONCURRENT_CHECKS as u32)
+            .await
+            .unwrap();
+        for schema in [json!({}), json!({"type": "object"})] {
+            let tool: ToolDescriptor = serde_json::from_value(
+                json!({"name": "t", "description": "d", "input_schema": schema}),
+            )
+            .unwrap();
+            let tool = Arc::new(crate::sessions::SharedTool::new(tool));
+            let args = json!({"a": [1, {"b": null}]});
+            let (back, checked) = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                check_arguments_blocking(Arc::clone(&tool), args.clone()),
+            )
+            .await
+            .expect("no slot needed");
+            assert_eq!(back, args);
+            assert!(checked.is_ok());
+            assert!(check_arguments(&tool, tool.input_check(), &args).is_ok());
+            assert!(!tool.input_check().is_compiled());
+        }
+        drop(held);
+        // Not every object: `{"type":"object","required":["a"]}` is checked and refuses `{}`.
+        let tool: ToolDescriptor = serde_json::from_value(json!({"name": "t", "description": "d",
+            "input_schema": {"type": "object", "required": ["a"]}}))
+        .unwrap();
+        let tool = Arc::new(crate::sessions::SharedTool::new(tool));
+        let (_, checked) = check_arguments_blocking(Arc::clone(&tool), json!({})).await;
+        assert!(checked.is_err());
+        assert!(tool.input_check().is_compiled());
     }
 
     #[tokio::test]

@@ -148,6 +148,13 @@ const LINE_CAPACITY: usize = 320;
 impl AuditEntry<'_> {
     /// The compact JSON object followed by `\n`.
     pub fn to_line(&self) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(LINE_CAPACITY);
+        self.write_line(&mut bytes);
+        bytes
+    }
+
+    /// [`Self::to_line`] appended to `bytes`.
+    fn write_line(&self, bytes: &mut Vec<u8>) {
         let (outcome, error_type, denied_reason) = self.settlement.fields();
         let ts = TsText::new(self.ts_unix_ms);
         let line = AuditLine {
@@ -167,11 +174,9 @@ impl AuditEntry<'_> {
             operator: self.operator,
             content_summary: self.content_summary,
         };
-        let mut bytes = Vec::with_capacity(LINE_CAPACITY);
         // Strings, integers, unit enums and string maps only: serialising cannot fail.
-        let _ = serde_json::to_writer(&mut bytes, &line);
+        let _ = serde_json::to_writer(&mut *bytes, &line);
         bytes.push(b'\n');
-        bytes
     }
 }
 
@@ -369,6 +374,36 @@ struct Shared {
     overflowing: AtomicBool,
     /// Completed prune passes, for [`AuditWriter::prune_passes`].
     prune_passes: watch::Sender<u64>,
+    /// Line buffers of written batches, for the next records (issue #24: no allocation per
+    /// record once warm). At most [`SPARE_LINES`], each at most [`SPARE_LINE_BYTES`].
+    spare: std::sync::Mutex<Vec<Vec<u8>>>,
+}
+
+/// Emptied line buffers kept for reuse.
+const SPARE_LINES: usize = 256;
+/// A line buffer grown past this is freed instead of kept.
+const SPARE_LINE_BYTES: usize = 4096;
+
+impl Shared {
+    fn spare(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.spare
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps the line buffers of a written batch, emptied, for later records.
+    fn give_back(&self, batch: Vec<(u64, Vec<u8>)>) {
+        let mut spare = self.spare();
+        for (_, mut line) in batch {
+            if spare.len() >= SPARE_LINES {
+                break;
+            }
+            if line.capacity() <= SPARE_LINE_BYTES {
+                line.clear();
+                spare.push(line);
+            }
+        }
+    }
 }
 
 /// Handle to the audit writer task. Clones share the queue and the counters.
@@ -405,6 +440,7 @@ impl AuditWriter {
             failed_prunes: AtomicU64::new(0),
             overflowing: AtomicBool::new(false),
             prune_passes: watch::Sender::new(0),
+            spare: std::sync::Mutex::new(Vec::new()),
         });
         tokio::spawn(run(rx, Arc::clone(&shared)));
         AuditWriter { tx, shared }
@@ -428,9 +464,15 @@ impl AuditWriter {
     /// [`enqueue`](Self::enqueue) from borrowed fields: the line is formatted here, in one
     /// allocation, and nothing else of the call is copied (issue #24).
     pub fn enqueue_entry(&self, entry: &AuditEntry<'_>) {
+        let mut line = self
+            .shared
+            .spare()
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(LINE_CAPACITY));
+        entry.write_line(&mut line);
         let command = Command::Line {
             day: entry.ts_unix_ms / DAY_MS,
-            line: entry.to_line(),
+            line,
         };
         match self.tx.try_send(command) {
             Ok(()) => self.shared.overflowing.store(false, Ordering::Relaxed),
@@ -574,12 +616,21 @@ async fn run(mut rx: mpsc::Receiver<Command>, shared: Arc<Shared>) {
                 }
                 let count = batch.len() as u64;
                 let dir = shared.dir.clone();
-                let failed = tokio::task::spawn_blocking(move || write_batch(&dir, &batch))
-                    .await
-                    .unwrap_or_else(|e| {
+                let written = tokio::task::spawn_blocking(move || {
+                    let failed = write_batch(&dir, &batch);
+                    (failed, batch)
+                })
+                .await;
+                let failed = match written {
+                    Ok((failed, batch)) => {
+                        shared.give_back(batch);
+                        failed
+                    }
+                    Err(e) => {
                         tracing::warn!("audit batch for {} was lost: {e}", shared.dir.display());
                         count
-                    });
+                    }
+                };
                 shared.failed_writes.fetch_add(failed, Ordering::Relaxed);
             }
             Command::Prune { now_unix_ms, done } => {
@@ -748,6 +799,53 @@ fn scan_day_files(dir: &Path) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue #24: the line buffers of written batches are reused, bounded in number and size,
+    /// and every record still reaches its day file whole and in order.
+    #[tokio::test]
+    async fn audit_line_buffers_are_reused_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = AuditWriter::start(dir.path(), 30);
+        let big = "t".repeat(2 * SPARE_LINE_BYTES);
+        let ts = 1_796_030_062_518;
+        let mut expected = Vec::new();
+        for round in 0..3 {
+            for i in 0..2 * SPARE_LINES {
+                let call_id = format!("call_{round}_{i}");
+                let entry = AuditEntry {
+                    ts_unix_ms: ts,
+                    call_id: &call_id,
+                    session_id: "q3VfZ0xkR2ptTnB4",
+                    alias: "pixel-8",
+                    tool: if i == 0 { &big } else { "echo" },
+                    args_sha256: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+                    settlement: appduct_protocol::control::Settlement::Ok,
+                    duration_ms: 1,
+                    caller: appduct_protocol::control::Caller::Cli,
+                    transport: None,
+                    consent: None,
+                    operator: None,
+                    content_summary: None,
+                };
+                writer.enqueue_entry(&entry);
+                expected.extend(entry.to_line());
+            }
+            writer.flush(SHUTDOWN_FLUSH_TIMEOUT).await.unwrap();
+            let spare = writer.shared.spare();
+            assert!(!spare.is_empty(), "written lines are kept");
+            assert!(spare.len() <= SPARE_LINES);
+            assert!(
+                spare
+                    .iter()
+                    .all(|b| b.is_empty() && b.capacity() <= SPARE_LINE_BYTES)
+            );
+        }
+        let written = std::fs::read(dir.path().join(day_file_name(ts))).unwrap();
+        assert!(
+            written == expected,
+            "the day file holds every line in order"
+        );
+    }
 
     #[test]
     fn ts_is_iso_utc_with_milliseconds() {

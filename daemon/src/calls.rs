@@ -177,8 +177,8 @@ struct Target {
 }
 
 struct Call {
-    call_id: String,
-    wire_id: String,
+    call_id: Arc<str>,
+    wire_id: Arc<str>,
     request_id: RequestId,
     conn: Connection,
     name: String,
@@ -218,8 +218,9 @@ struct Call {
 struct Table {
     next_key: u64,
     calls: HashMap<u64, Call>,
-    by_call_id: HashMap<String, u64>,
-    by_wire_id: HashMap<String, u64>,
+    /// Keyed by the call's own shared callId and wire id (no copy per index, issue #24).
+    by_call_id: HashMap<Arc<str>, u64>,
+    by_wire_id: HashMap<Arc<str>, u64>,
     /// Control connections whose close hook is registered.
     hooked: HashSet<ConnectionId>,
     shutting_down: bool,
@@ -231,7 +232,7 @@ struct Table {
     /// CallIds of calls that left `by_call_id` but whose outcome is not kept yet (review19 M3):
     /// `tools.result` waits on these rather than answering `call_not_retained` (§C8.43). A
     /// count, because a new call may reuse the callId meanwhile.
-    settling: HashMap<String, u32>,
+    settling: HashMap<Arc<str>, u32>,
     /// `tools.result` requests waiting per connection (bounded by
     /// [`limits::MAX_RESULT_WAITS`], review19 L5).
     result_waits: HashMap<ConnectionId, usize>,
@@ -384,8 +385,8 @@ enum TimerKind {
 /// What step 2 hands the rest of the pipeline.
 struct Reserved {
     key: u64,
-    call_id: String,
-    wire_id: String,
+    call_id: Arc<str>,
+    wire_id: Arc<str>,
     done: oneshot::Receiver<()>,
 }
 
@@ -395,15 +396,21 @@ fn lock(m: &Mutex<Table>) -> MutexGuard<'_, Table> {
 }
 
 /// A fresh wire id: `call_` + base64url of 16 CSPRNG bytes (§D9.5), the bytes from the
-/// thread's OS-seeded ChaCha20 generator ([`crate::rng`]), the text in one allocation.
-fn mint_wire_id() -> Result<String, ErrorObject> {
+/// thread's OS-seeded ChaCha20 generator ([`crate::rng`]), the text put together on the stack
+/// and shared by the call's entry, its indexes and the pipeline (one allocation).
+fn mint_wire_id() -> Result<Arc<str>, ErrorObject> {
     use base64::Engine as _;
     let bytes = fast_random_bytes::<{ limits::CALL_WIRE_ID_BYTES }>()
         .map_err(|_| ErrorObject::internal("The operating system's random source failed"))?;
-    let mut id = String::with_capacity(CALL_ID_PREFIX.len() + limits::CALL_WIRE_ID_BYTES * 2);
-    id.push_str(CALL_ID_PREFIX);
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode_string(bytes, &mut id);
-    Ok(id)
+    let mut text = [0u8; 64];
+    let prefix = CALL_ID_PREFIX.len();
+    text[..prefix].copy_from_slice(CALL_ID_PREFIX.as_bytes());
+    let written = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .encode_slice(bytes, &mut text[prefix..])
+        .map_err(|_| ErrorObject::internal("A wire id did not fit its buffer"))?;
+    let id = std::str::from_utf8(&text[..prefix + written])
+        .map_err(|_| ErrorObject::internal("A wire id was not UTF-8"))?;
+    Ok(Arc::from(id))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -770,8 +777,8 @@ impl Inner {
                     CallState::Running
                 };
                 CallSummary::new(
-                    call.call_id.clone(),
-                    call.wire_id.clone(),
+                    call.call_id.to_string(),
+                    call.wire_id.to_string(),
                     call.name.clone(),
                     call.caller,
                     state,
@@ -863,7 +870,7 @@ impl Inner {
                     table.unmark(&call_id);
                 }
                 drop(table);
-                return Reply::Err(e.with_call_id(call_id));
+                return Reply::Err(e.with_call_id(call_id.to_string()));
             }
         };
         self.checkpoint(&call_id, Checkpoint::Resolved);
@@ -1083,7 +1090,8 @@ impl Inner {
         };
         // The frame borrows nothing: it takes the session id and gives it back after the write
         // (one copy less per call, issue #24).
-        let frame = DaemonFrame::ToolCall(ToolCall::new(session_id, wire_id, name, args));
+        let frame =
+            DaemonFrame::ToolCall(ToolCall::new(session_id, wire_id.to_string(), name, args));
         let session_id = frame.session_id();
         // A full device queue makes the write wait; a cancel, the issuing connection closing
         // or the call settling meanwhile stops it. `mpsc` sends are cancel-safe: a write
@@ -1232,7 +1240,7 @@ impl Inner {
                         call.conn.notify::<ToolCallProgressNotify>(
                             &ToolCallProgressParams::new(
                                 call.request_id.clone(),
-                                call.call_id.clone(),
+                                call.call_id.to_string(),
                                 target.session_id.clone(),
                                 self.clock.now_unix_ms(),
                             )
@@ -1456,7 +1464,7 @@ impl Inner {
             return Err(errors::daemon_shutdown());
         }
         if let Some(id) = &call_id
-            && table.by_call_id.contains_key(id)
+            && table.by_call_id.contains_key(id.as_str())
         {
             return Err(errors::call_id_in_use(id));
         }
@@ -1467,16 +1475,16 @@ impl Inner {
                 break minted;
             }
         };
-        let call_id = call_id.unwrap_or_else(|| wire_id.clone());
+        let call_id: Arc<str> = call_id.map_or_else(|| Arc::clone(&wire_id), Arc::from);
         let key = table.next_key;
         table.next_key += 1;
-        table.by_call_id.insert(call_id.clone(), key);
-        table.by_wire_id.insert(wire_id.clone(), key);
+        table.by_call_id.insert(Arc::clone(&call_id), key);
+        table.by_wire_id.insert(Arc::clone(&wire_id), key);
         table.calls.insert(
             key,
             Call {
-                call_id: call_id.clone(),
-                wire_id: wire_id.clone(),
+                call_id: Arc::clone(&call_id),
+                wire_id: Arc::clone(&wire_id),
                 request_id: request_id.clone(),
                 conn: conn.clone(),
                 name,
@@ -1538,8 +1546,8 @@ impl Inner {
             || {
                 EventData::ToolCallStarted(ToolCallStartedData::new(
                     call.name.clone(),
-                    call.call_id.clone(),
-                    call.wire_id.clone(),
+                    call.call_id.to_string(),
+                    call.wire_id.to_string(),
                     call.caller,
                     call.deadline_ms,
                 ))
@@ -1549,7 +1557,7 @@ impl Inner {
             call.conn
                 .notify::<ToolCallStartedNotify>(&ToolCallStartedParams::new(
                     call.request_id.clone(),
-                    call.call_id.clone(),
+                    call.call_id.to_string(),
                     target.session_id.clone(),
                     target.alias.clone(),
                     call.name.clone(),
@@ -1687,7 +1695,7 @@ impl Inner {
                     EventData::ToolCallFinished(
                         ToolCallFinishedData::new(
                             call.name.clone(),
-                            call.call_id.clone(),
+                            call.call_id.to_string(),
                             call.caller,
                             duration_ms,
                             settlement,
@@ -1723,10 +1731,10 @@ impl Inner {
             ?settlement,
             "call settled"
         );
-        // The call ends here: its strings move into the response and the kept outcome (one
-        // copy of the callId each, issue #24).
-        let call_id = std::mem::take(&mut call.call_id);
-        let kept_id = call_id.clone();
+        // The call ends here: the response gets a copy of the callId, the kept outcome the
+        // shared one for its index (issue #24).
+        let call_id = call.call_id.to_string();
+        let kept_id = Arc::clone(&call.call_id);
         let response = match (outcome, call.target.take()) {
             (Outcome::Result { result, content }, Some(target)) => Ok(ToolsCallResult::new(
                 result,
@@ -1966,7 +1974,7 @@ impl Inner {
             Some(&target.session_id),
             Some(&target.alias),
             EventData::ToolCallProgress(
-                ToolCallProgressData::new(call.call_id.clone())
+                ToolCallProgressData::new(call.call_id.to_string())
                     .with_progress(progress.progress.clone())
                     .with_message(progress.message.clone()),
             ),
@@ -1975,7 +1983,7 @@ impl Inner {
             call.conn.notify::<ToolCallProgressNotify>(
                 &ToolCallProgressParams::new(
                     call.request_id.clone(),
-                    call.call_id.clone(),
+                    call.call_id.to_string(),
                     target.session_id.clone(),
                     self.clock.now_unix_ms(),
                 )
@@ -2085,7 +2093,7 @@ impl Inner {
             let table = self.table();
             table
                 .by_call_id
-                .get(&params.call_id)
+                .get(params.call_id.as_str())
                 .copied()
                 .filter(|key| match (&session, table.calls.get(key)) {
                     (None, Some(_)) => true,

@@ -658,6 +658,34 @@ struct LogShared {
     path: PathBuf,
     failed_writes: AtomicU64,
     queued: AtomicUsize,
+    /// Line buffers the writer has emptied, for the next lines (issue #24: no allocation per
+    /// line once warm). At most [`SPARE_LINES`], each at most [`SPARE_LINE_BYTES`].
+    spare: Mutex<Vec<Vec<u8>>>,
+}
+
+impl LogShared {
+    fn spare(&self) -> MutexGuard<'_, Vec<Vec<u8>>> {
+        self.spare.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A line buffer: an emptied one if any, else a new one.
+    fn line_buffer(&self) -> Vec<u8> {
+        self.spare()
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(LOG_LINE_CAPACITY))
+    }
+
+    /// Keeps `line`'s buffer for a later line, unless enough are kept or it grew large.
+    fn give_back(&self, mut line: Vec<u8>) {
+        if line.capacity() > SPARE_LINE_BYTES {
+            return;
+        }
+        let mut spare = self.spare();
+        if spare.len() < SPARE_LINES {
+            line.clear();
+            spare.push(line);
+        }
+    }
 }
 
 /// The `events.log` writer: a background thread appending one JSON line per notification,
@@ -677,6 +705,7 @@ impl EventsLog {
             path: path.clone(),
             failed_writes: AtomicU64::new(0),
             queued: AtomicUsize::new(0),
+            spare: Mutex::new(Vec::new()),
         });
         let writer = LogWriter {
             path,
@@ -705,7 +734,7 @@ impl EventsLog {
             self.fail("the write queue is full");
             return;
         }
-        let mut line = Vec::with_capacity(LOG_LINE_CAPACITY);
+        let mut line = self.shared.line_buffer();
         if let Err(e) = serde_json::to_writer(&mut line, notification) {
             self.shared.queued.fetch_sub(1, Ordering::AcqRel);
             self.fail(&e.to_string());
@@ -773,6 +802,10 @@ struct LogWriter {
 const COALESCE: Duration = Duration::from_millis(5);
 /// Bytes reserved for one notification's line: a call's events fit without growing it.
 const LOG_LINE_CAPACITY: usize = 384;
+/// Emptied line buffers kept for reuse ([`LogShared::give_back`]).
+const SPARE_LINES: usize = 64;
+/// A line buffer grown past this is freed instead of kept.
+const SPARE_LINE_BYTES: usize = 4096;
 /// Bytes of lines gathered before they are written even though more are queued.
 const LOG_BATCH_BYTES: usize = 256 * 1024;
 
@@ -796,6 +829,7 @@ impl LogWriter {
                     LogCommand::Write(n) => {
                         self.shared.queued.fetch_sub(1, Ordering::AcqRel);
                         self.gather(&mut batch, &n);
+                        self.shared.give_back(n);
                         // Rotation stays exact to the line: a batch that takes the file past
                         // `max_bytes` is written (and the file rotated) before the next line.
                         let past_cap = self.open_len() + batch.bytes.len() as u64 > self.max_bytes;
@@ -871,5 +905,47 @@ impl LogWriter {
                 .map_err(io::Error::other)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue #24: `events.log` line buffers are reused once the writer has emptied them, a
+    /// large one is freed, the kept ones are bounded, and the file still gets each line whole.
+    #[test]
+    fn events_log_line_buffers_are_reused_and_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.log");
+        let log = EventsLog::start(path.clone(), dir.path().join("events.log.1"), 1 << 20).unwrap();
+        let big = "x".repeat(2 * SPARE_LINE_BYTES);
+        let mut expected = Vec::new();
+        for round in 0..3 {
+            for i in 0..2 * SPARE_LINES {
+                let line = if i == 0 {
+                    json!({"round": round, "big": big})
+                } else {
+                    json!({"round": round, "i": i})
+                };
+                log.enqueue_serialized(&line);
+                expected.push(line);
+            }
+            assert!(log.flush_blocking(Duration::from_secs(10)));
+            let spare = log.shared.spare();
+            assert!(!spare.is_empty(), "emptied buffers are kept");
+            assert!(spare.len() <= SPARE_LINES);
+            assert!(
+                spare
+                    .iter()
+                    .all(|b| b.is_empty() && b.capacity() <= SPARE_LINE_BYTES)
+            );
+        }
+        let written: Vec<Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(written, expected);
     }
 }

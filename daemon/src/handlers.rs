@@ -617,6 +617,14 @@ impl ControlHandler for DaemonHandler {
         request: ControlRequest,
     ) -> BoxFuture<'static, Reply> {
         self.track(conn);
+        // A `tools.call` goes straight to the calls module's future: one boxed future per call
+        // instead of two (issue #24). `dispatch` would pass it on unchanged unless shutting
+        // down, which is checked here instead.
+        if matches!(request, ControlRequest::ToolsCall(_))
+            && !self.inner.ctx.shutdown.is_requested()
+        {
+            return self.inner.ctx.calls.handle(conn, id, request);
+        }
         Box::pin(self.clone().dispatch(conn.clone(), id, request))
     }
 

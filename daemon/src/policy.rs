@@ -203,9 +203,22 @@ pub fn matching_rule<'a>(
     alias: &str,
     tool_name: &str,
 ) -> Option<(&'a str, Decision)> {
-    // Fast path: the exact key is always the most specific.
-    let exact = format!("{alias}/{tool_name}");
-    if let Some((key, decision)) = tools.get_key_value(&exact) {
+    // Fast path: the exact key is always the most specific. Tools and aliases are short, so
+    // the key is put together on the stack (no allocation per call, issue #24).
+    let mut stack = [0u8; 256];
+    let len = alias.len() + 1 + tool_name.len();
+    let heap;
+    let exact: &str = if len <= stack.len() {
+        stack[..alias.len()].copy_from_slice(alias.as_bytes());
+        stack[alias.len()] = b'/';
+        stack[alias.len() + 1..len].copy_from_slice(tool_name.as_bytes());
+        // Two `str`s joined by an ASCII byte are UTF-8.
+        std::str::from_utf8(&stack[..len]).unwrap_or_default()
+    } else {
+        heap = format!("{alias}/{tool_name}");
+        &heap
+    };
+    if let Some((key, decision)) = tools.get_key_value(exact) {
         return Some((key.as_str(), *decision));
     }
     let mut best: Option<((bool, bool, usize), &'a str, Decision)> = None;
@@ -529,6 +542,23 @@ mod tests {
 
     fn rule<'a>(t: &'a BTreeMap<String, Decision>, alias: &str, tool: &str) -> Option<&'a str> {
         matching_rule(t, alias, tool).map(|(k, _)| k)
+    }
+
+    /// The exact key is put together on the stack up to 256 bytes, on the heap beyond: both
+    /// find it (issue #24).
+    #[test]
+    fn an_exact_rule_matches_at_any_length() {
+        let long = "a".repeat(300);
+        for (alias, tool) in [
+            ("pixel-8", "reset"),
+            (long.as_str(), "reset"),
+            ("pixel-8", &long),
+        ] {
+            let exact = format!("{alias}/{tool}");
+            let t = tools(&[("*/*", Decision::Allow), (exact.as_str(), Decision::Deny)]);
+            assert_eq!(rule(&t, alias, tool), Some(exact.as_str()));
+            assert_eq!(rule(&t, alias, "other"), Some("*/*"));
+        }
     }
 
     #[test]

@@ -52,7 +52,10 @@ pub fn args_sha256(args: &Value) -> String {
     let digest = TEXT.with(|cell| match cell.try_borrow_mut() {
         Ok(mut text) => {
             text.clear();
-            write_value(&mut text, args, Layout::CANONICAL);
+            if !write_canonical_shallow(&mut text, args, 0) {
+                text.clear();
+                write_value(&mut text, args, Layout::CANONICAL);
+            }
             let digest = Sha256::digest(text.as_bytes());
             if text.capacity() > KEEP_BYTES {
                 *text = String::new();
@@ -92,6 +95,82 @@ pub(crate) fn compact_json_prefix(value: &Value, max_chars: usize) -> (String, b
         }
         None => (out, true),
     }
+}
+
+/// Nesting [`write_canonical_shallow`] recurses through before it gives up.
+const SHALLOW_DEPTH: usize = 128;
+/// Keys of one object [`write_canonical_shallow`] sorts on the stack.
+const SHALLOW_KEYS: usize = 16;
+
+/// The canonical compact text of `value`, exactly as [`write_value`] writes it, by recursion
+/// and without allocating (issue #24: no step stack, and the keys of an object of up to
+/// [`SHALLOW_KEYS`] members sorted on the stack). `false` when `value` nests deeper than
+/// [`SHALLOW_DEPTH`]: `out` then holds a partial text the caller discards.
+fn write_canonical_shallow(out: &mut String, value: &Value, depth: usize) -> bool {
+    if depth > SHALLOW_DEPTH {
+        return false;
+    }
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(_) => write_number(out, value),
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if !write_canonical_shallow(out, item, depth + 1) {
+                    return false;
+                }
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let member = |out: &mut String, i: usize, key: &str, item: &Value| {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, key);
+                out.push(':');
+                write_canonical_shallow(out, item, depth + 1)
+            };
+            out.push('{');
+            // `str` orders by UTF-8 bytes, which is code-point order.
+            if map.keys().is_sorted() {
+                for (i, (key, item)) in map.iter().enumerate() {
+                    if !member(out, i, key, item) {
+                        return false;
+                    }
+                }
+            } else if map.len() <= SHALLOW_KEYS {
+                let mut entries: [(&str, &Value); SHALLOW_KEYS] =
+                    [("", &Value::Null); SHALLOW_KEYS];
+                for (slot, (key, item)) in entries.iter_mut().zip(map) {
+                    *slot = (key.as_str(), item);
+                }
+                let entries = &mut entries[..map.len()];
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (i, (key, item)) in entries.iter().enumerate() {
+                    if !member(out, i, key, item) {
+                        return false;
+                    }
+                }
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+                entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                for (i, (key, item)) in entries.into_iter().enumerate() {
+                    if !member(out, i, key, item) {
+                        return false;
+                    }
+                }
+            }
+            out.push('}');
+        }
+    }
+    true
 }
 
 #[derive(Clone, Copy)]
@@ -286,6 +365,50 @@ mod tests {
 
     fn parse(text: &str) -> Value {
         serde_json::from_str(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    /// Issue #24: the recursive writer of `args_sha256` writes exactly what the general one
+    /// does (sorted and unsorted objects, more keys than it sorts on the stack, numbers,
+    /// escapes), and gives up beyond its depth, where the general writer takes over.
+    #[test]
+    fn the_shallow_writer_matches_the_general_one() {
+        let many: serde_json::Map<String, Value> =
+            (0..40).rev().map(|i| (format!("k{i}"), json!(i))).collect();
+        let mut values = vec![
+            json!({}),
+            json!([]),
+            json!({"text": "The quick \"fox\"\n\u{1}", "count": 42, "flag": true, "z": null}),
+            json!({"a": [1, 2.5, -0.0, 1e21, 1.5e-7, 9007199254740993u64, -3], "b": {"y": 1, "x": [{}]}}),
+            json!([{"b": 1, "a": 2}, "é😀", false]),
+            Value::Object(many),
+        ];
+        let mut deep = json!(1);
+        for i in 0..SHALLOW_DEPTH + 5 {
+            deep = if i % 2 == 0 {
+                json!([deep])
+            } else {
+                json!({"b": 0, "a": deep})
+            };
+        }
+        values.push(deep.clone());
+        for value in &values {
+            let mut shallow = String::new();
+            let whole = write_canonical_shallow(&mut shallow, value, 0);
+            let general = to_canonical_string(value);
+            if whole {
+                assert_eq!(shallow, general, "{value}");
+            } else {
+                assert!(
+                    std::ptr::eq(value, values.last().unwrap()),
+                    "only the deep one gives up"
+                );
+            }
+            let digest = Sha256::digest(general.as_bytes());
+            let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(args_sha256(value), hex, "{value}");
+        }
+        let mut out = String::new();
+        assert!(!write_canonical_shallow(&mut out, &deep, 0));
     }
 
     #[test]

@@ -71,12 +71,17 @@ impl Results {
     /// pipeline replies from it, so the body is never copied.
     pub fn keep(
         &self,
-        call_id: String,
+        call_id: Arc<str>,
         outcome: Result<ToolsCallResult, ErrorObject>,
         settled_at_ms: u64,
     ) -> Arc<ToolsResultResult> {
-        let result = Arc::new(ToolsResultResult::settled(call_id, outcome, settled_at_ms));
-        let call_id = result.call_id.as_str();
+        let result = Arc::new(ToolsResultResult::settled(
+            call_id.to_string(),
+            outcome,
+            settled_at_ms,
+        ));
+        let key = call_id;
+        let call_id = &*key;
         let bytes = retained_bytes(&*result);
         {
             let mut store = self.store();
@@ -96,7 +101,6 @@ impl Results {
                 }
                 store.next_seq += 1;
                 let seq = store.next_seq;
-                let key: Arc<str> = Arc::from(call_id);
                 store.order.push_back((Arc::clone(&key), seq));
                 store.bytes += bytes;
                 store.by_id.insert(
@@ -226,8 +230,8 @@ mod tests {
                 1,
             ))
         };
-        results.keep("c1".to_owned(), outcome(1), 1);
-        results.keep("c2".to_owned(), outcome(2), 2);
+        results.keep(Arc::from("c1"), outcome(1), 1);
+        results.keep(Arc::from("c2"), outcome(2), 2);
         let (kept, bytes) = results.usage();
         assert_eq!(kept, 1, "{bytes}");
         assert!(bytes > 1000 * PARSED_BYTES_PER_VALUE, "{bytes}");
