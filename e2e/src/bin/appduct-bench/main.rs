@@ -13,14 +13,19 @@
 //! - The daemon's allocations per call, from a counting build named by
 //!   `APPDUCT_COUNT_ALLOCS_BIN` (`allocs.rs`; skipped when unset, except with `--only allocs`).
 //!
+//! - `--only control`: the control socket's share of a call (single caller and 8 in flight:
+//!   daemon CPU per call, calls/s, p50/p99; with `APPDUCT_BENCH_STRACE=1` also `epoll_wait`
+//!   returns and system calls per call under strace), for A/B runs of two daemon builds
+//!   (`control.rs`; stderr only, quoted in BENCHMARKS.md).
 //! - `--only validation`: the daemon's argument validation (§C10.8) on and off, alternating on
 //!   one daemon (`validation.rs`; stderr only, quoted in BENCHMARKS.md).
 //!
-//! Usage: `appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|allocs|validation] [--out BENCHMARKS.md]`,
+//! Usage: `appduct-bench [--smoke] [--only calls|control|sessions|mcp|sealed|allocs|validation] [--out BENCHMARKS.md]`,
 //! with `APPDUCT_BIN` naming the release `appduct` (see `scripts/bench`). `--smoke` runs small counts in well under a minute
 //! and checks nothing but that every workload completes (CI).
 
 mod allocs;
+mod control;
 mod devices;
 mod echo;
 mod load;
@@ -115,7 +120,7 @@ struct Options {
 }
 
 fn usage() -> String {
-    "usage: appduct-bench [--smoke] [--only calls|sessions|mcp|sealed|pictures|allocs|validation] \
+    "usage: appduct-bench [--smoke] [--only calls|control|sessions|mcp|sealed|pictures|allocs|validation] \
      [--out BENCHMARKS.md]   (APPDUCT_BIN names the appduct binary, APPDUCT_COUNT_ALLOCS_BIN \
      its count-allocs build)"
         .to_owned()
@@ -134,8 +139,8 @@ fn parse_args(args: &[String]) -> BenchResult<Options> {
             "--out" => options.out = Some(PathBuf::from(it.next().ok_or_else(usage)?)),
             "--only" => match it.next().map(String::as_str) {
                 Some(
-                    part @ ("calls" | "sessions" | "mcp" | "sealed" | "pictures" | "allocs"
-                    | "validation"),
+                    part @ ("calls" | "control" | "sessions" | "mcp" | "sealed" | "pictures"
+                    | "allocs" | "validation"),
                 ) => options.only = Some(part.to_owned()),
                 _ => return Err(usage()),
             },
@@ -297,6 +302,10 @@ async fn run(options: Options, command: String) -> BenchResult<()> {
         let figures = sealed::measure(&counts).await?;
         eprintln!("appduct-bench: sealed {}", sealed::summary(&figures));
         report.sealed(&figures);
+    }
+    if only == Some("control") {
+        let (phases, traced) = control::measure(&counts).await?;
+        eprintln!("appduct-bench: {}", control::summary(&phases, &traced));
     }
     if only == Some("validation") {
         let phases = validation::measure(&counts).await?;
