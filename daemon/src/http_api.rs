@@ -242,6 +242,7 @@ impl HttpApi {
             port: addr.port(),
             cors: Arc::clone(&cors),
             mcp: mcp.clone(),
+            lookups: Arc::new(Semaphore::new(tcp_peer::MAX_CONCURRENT_LOOKUPS)),
         });
         tokio::spawn(accept_loop(listener, server, stop_rx));
         if let Some(old) = running.replace(Running {
@@ -275,6 +276,8 @@ struct Server {
     port: u16,
     cors: Arc<Mutex<Vec<String>>>,
     mcp: Option<Arc<dyn McpEndpoint>>,
+    /// Peer-pid lookups running at once ([`tcp_peer::MAX_CONCURRENT_LOOKUPS`], §H2.6).
+    lookups: Arc<Semaphore>,
 }
 
 async fn accept_loop(listener: TcpListener, server: Arc<Server>, mut stop: watch::Receiver<bool>) {
@@ -336,12 +339,29 @@ async fn serve_connection(stream: TcpStream, server: Arc<Server>, mut stop: watc
     let _ = stream.set_nodelay(true);
     // The client process, found once per connection before its first request is read
     // (SECURITY.md §4.19): every control connection its requests open reports it as the peer.
+    // Bounded (§H2.6): a few lookups at once, each within LOOKUP_BUDGET from here, turn
+    // included; past it the peer is unknown.
     let peer_pid = match (stream.local_addr(), stream.peer_addr()) {
         (Ok(local), Ok(peer)) => {
-            tokio::task::spawn_blocking(move || tcp_peer::loopback_peer_pid(local, peer))
+            let deadline = std::time::Instant::now() + tcp_peer::LOOKUP_BUDGET;
+            let turn = tokio::time::timeout_at(
+                deadline.into(),
+                Arc::clone(&server.lookups).acquire_owned(),
+            )
+            .await;
+            match turn {
+                Ok(Ok(permit)) => tokio::task::spawn_blocking(move || {
+                    let _permit = permit;
+                    tcp_peer::loopback_peer_pid_by(local, peer, deadline)
+                })
                 .await
                 .ok()
-                .flatten()
+                .flatten(),
+                _ => {
+                    tracing::debug!(%peer, "HTTP peer lookup skipped: no lookup slot in time");
+                    None
+                }
+            }
         }
         _ => None,
     };
@@ -482,9 +502,14 @@ fn error_body(error_type: ErrorType, message: &str, details: Option<Value>) -> B
     Bytes::from(json!({ "error": error }).to_string())
 }
 
-/// `Host` is `127.0.0.1`, `localhost` or `[::1]`, with exactly the bound port (§H2.2).
+/// `Host` is `127.0.0.1`, `localhost` or `[::1]`, with exactly the bound port, and there is
+/// exactly one `Host` header (§H2.2).
 fn host_allowed(headers: &HeaderMap, port: u16) -> bool {
-    let Some(host) = headers.get(header::HOST).and_then(|h| h.to_str().ok()) else {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let (Some(host), None) = (hosts.next(), hosts.next()) else {
+        return false;
+    };
+    let Ok(host) = host.to_str() else {
         return false;
     };
     let Some((name, host_port)) = host.rsplit_once(':') else {

@@ -13,23 +13,47 @@
 //! another user. A socket shared by several processes (inherited across `fork`, passed over a
 //! Unix socket) names one of them — as `SO_PEERCRED` names the process that connected, not
 //! the one that writes.
+//!
+//! The search costs one `readlink` per descriptor of every process of the user newer than the
+//! client, which that user's processes can make arbitrarily large (a process holding 15,000
+//! descriptors made each lookup cost the daemon ~80 ms of CPU). So one lookup may take at most
+//! [`LOOKUP_BUDGET`], waiting for its turn included, and at most [`MAX_CONCURRENT_LOOKUPS`] run at
+//! once; past the budget the pid is unknown, as when the client is gone (docs/http.md §H2.6).
 
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Longest one lookup may take, from the accept (waiting for a lookup slot included); past it
+/// the peer is unknown.
+pub const LOOKUP_BUDGET: Duration = Duration::from_millis(250);
+
+/// Lookups that may run at once (each is one blocking thread reading `/proc`).
+pub const MAX_CONCURRENT_LOOKUPS: usize = 2;
 
 /// The pid of the process of the daemon's user that holds the client end of the loopback TCP
 /// connection the server sees as `local` ← `peer`. Blocking (reads `/proc`); `None` when it
-/// cannot be found (see the module notes).
+/// cannot be found (see the module notes), including once [`LOOKUP_BUDGET`] has passed.
 pub fn loopback_peer_pid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+    loopback_peer_pid_by(local, peer, Instant::now() + LOOKUP_BUDGET)
+}
+
+/// [`loopback_peer_pid`] that gives up (`None`) at `deadline`.
+pub fn loopback_peer_pid_by(local: SocketAddr, peer: SocketAddr, deadline: Instant) -> Option<u32> {
     if !local.ip().is_loopback() || !peer.ip().is_loopback() {
         return None;
     }
-    imp::loopback_peer_pid(local, peer)
+    let pid = imp::loopback_peer_pid(local, peer, deadline);
+    if pid.is_none() && Instant::now() >= deadline {
+        tracing::debug!(%peer, "HTTP peer lookup gave up at its time budget");
+    }
+    pid
 }
 
 #[cfg(target_os = "linux")]
 mod imp {
     use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
     use std::os::unix::fs::MetadataExt as _;
+    use std::time::Instant;
 
     /// A row of `/proc/net/tcp{,6}`: owner uid and inode of a socket.
     #[derive(Debug, PartialEq, Eq)]
@@ -38,7 +62,11 @@ mod imp {
         pub inode: u64,
     }
 
-    pub(super) fn loopback_peer_pid(local: SocketAddr, peer: SocketAddr) -> Option<u32> {
+    pub(super) fn loopback_peer_pid(
+        local: SocketAddr,
+        peer: SocketAddr,
+        deadline: Instant,
+    ) -> Option<u32> {
         let me = rustix::process::geteuid().as_raw();
         let row = ["/proc/net/tcp", "/proc/net/tcp6"]
             .iter()
@@ -50,7 +78,7 @@ mod imp {
             tracing::debug!(uid = row.uid, "HTTP peer socket belongs to another user");
             return None;
         }
-        holder_of(row.inode, me)
+        holder_of(row.inode, me, deadline)
     }
 
     /// The row whose local address is `client` and remote address is `server`.
@@ -99,26 +127,37 @@ mod imp {
         Some(SocketAddr::new(ip, port))
     }
 
-    /// The newest process of user `uid` with a descriptor on socket `inode`.
-    fn holder_of(inode: u64, uid: u32) -> Option<u32> {
+    /// The newest process of user `uid` with a descriptor on socket `inode`; `None` once
+    /// `deadline` passes (checked before each process and each descriptor).
+    fn holder_of(inode: u64, uid: u32, deadline: Instant) -> Option<u32> {
         let target = format!("socket:[{inode}]");
         let mut pids: Vec<u32> = std::fs::read_dir("/proc")
             .ok()?
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect();
         pids.sort_unstable_by(|a, b| b.cmp(a));
-        pids.into_iter().find(|pid| {
+        let late = || Instant::now() >= deadline;
+        for pid in pids {
+            if late() {
+                return None;
+            }
             let dir = format!("/proc/{pid}");
             if std::fs::metadata(&dir).map(|m| m.uid()).ok() != Some(uid) {
-                return false;
+                continue;
             }
             let Ok(fds) = std::fs::read_dir(format!("{dir}/fd")) else {
-                return false;
+                continue;
             };
-            fds.filter_map(Result::ok).any(|fd| {
-                std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str())
-            })
-        })
+            for fd in fds.filter_map(Result::ok) {
+                if late() {
+                    return None;
+                }
+                if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == target.as_str()) {
+                    return Some(pid);
+                }
+            }
+        }
+        None
     }
 }
 
@@ -126,7 +165,11 @@ mod imp {
 mod imp {
     use std::net::SocketAddr;
 
-    pub(super) fn loopback_peer_pid(_local: SocketAddr, _peer: SocketAddr) -> Option<u32> {
+    pub(super) fn loopback_peer_pid(
+        _local: SocketAddr,
+        _peer: SocketAddr,
+        _deadline: std::time::Instant,
+    ) -> Option<u32> {
         None
     }
 }

@@ -428,6 +428,16 @@ async fn a_non_loopback_host_or_an_unlisted_origin_is_403() {
         assert_eq!(reply.status, 403, "{host}");
         assert_eq!(reply.reason(), "host_not_allowed");
     }
+    // Two `Host` headers, the allowed one first: refused, whichever a proxy or router would
+    // read (RFC 9112 §3.2: a request with more than one `Host` is invalid).
+    let raw = format!(
+        "GET /v1/sessions HTTP/1.1\r\n{}Host: evil.example\r\n{}Connection: close\r\n\r\n",
+        s.host(),
+        s.auth()
+    );
+    let reply = send(s.addr, raw.as_bytes()).await;
+    assert_eq!(reply.status, 403, "two Host headers");
+    assert_eq!(reply.reason(), "host_not_allowed");
     let from = |origin: &str| {
         format!(
             "GET /v1/sessions HTTP/1.1\r\n{}{}Origin: {origin}\r\nConnection: close\r\n\r\n",

@@ -12,12 +12,13 @@ use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use crate::daemon_support::WAIT;
 use appduct_client::config::HttpConfig;
 use appduct_client::http_token;
 use appduct_daemon::approvals::{OperatorTerminal, TerminalDevice, TerminalOf};
-use appduct_daemon::tcp_peer::loopback_peer_pid;
+use appduct_daemon::tcp_peer::{loopback_peer_pid, loopback_peer_pid_by};
 use appduct_protocol::control::EventKind;
 use calls_support::*;
 use serde_json::json;
@@ -51,6 +52,8 @@ fn the_pid_of_a_loopback_peer_process_is_found() {
     let own = TcpStream::connect(local).unwrap();
     let (_own_server_side, own_peer) = listener.accept().unwrap();
     assert_eq!(loopback_peer_pid(local, own_peer), Some(std::process::id()));
+    // A lookup past its time budget gives up: unknown, however findable the holder is.
+    assert_eq!(loopback_peer_pid_by(local, own_peer, Instant::now()), None);
     drop(own);
 
     // Once the client is gone, nobody holds its socket: unknown, not a wrong pid.
