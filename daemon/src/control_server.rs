@@ -8,9 +8,9 @@
 //!
 //! What one connection can make the daemon hold is bounded: a line by the line cap, unwritten
 //! output by the subscriber cap (a client that does not read is not read from), and `tools.call`s
-//! plus `tools.result`s with a `waitMs` in flight by [`limits::MAX_CALLS_IN_FLIGHT`] (one more is
-//! refused at once with `invalid_request`; project decision). Every other method finishes
-//! without waiting on a device or a call, so the unwritten-output cap bounds them. The reader never stops because of requests
+//! in flight by [`limits::MAX_CALLS_IN_FLIGHT`] (one more is refused at once with
+//! `invalid_request`; project decision). Every other method finishes without waiting on a
+//! device, so the unwritten-output cap bounds them. The reader never stops because of requests
 //! in flight: a hang-up is seen at once and its calls are cancelled (§C10.6), and
 //! `tools.cancel` is never queued behind calls (§C8.10).
 
@@ -999,12 +999,11 @@ fn run_request(
     parsed: ControlRequest,
     read_at: std::time::Instant,
 ) {
-    if waits(&parsed) && !conn.begin_call(&id) {
+    if matches!(parsed, ControlRequest::ToolsCall(_)) && !conn.begin_call(&id) {
         tracing::warn!(
             conn = %conn.id(),
             peer_pid = ?conn.peer_pid(),
-            "refusing a {}: {} calls and result waits are in flight on this connection",
-            parsed.method(),
+            "refusing a tools.call: {} are in flight on this connection",
             conn.shared.max_calls_in_flight
         );
         conn.respond(&id, Err(too_many_calls(conn.shared.max_calls_in_flight)));
@@ -1143,27 +1142,14 @@ pub fn serialized_len<T: Serialize + ?Sized>(value: &T) -> usize {
 /// before issue #17 raised it for content results, so pages keep their size.
 pub const PAGE_ITEM_BYTES: usize = 15 * 1_048_576;
 
-/// Whether a request can wait on a device or a call, so counts against
-/// [`limits::MAX_CALLS_IN_FLIGHT`] on its connection: `tools.call`, and `tools.result` with a
-/// `waitMs` (§C8.43). Each one held is a task the daemon keeps until it ends (s10 attack: 200,000
-/// waiting `tools.result` on one connection took ~1 GB).
-fn waits(request: &ControlRequest) -> bool {
-    match request {
-        ControlRequest::ToolsCall(_) => true,
-        ControlRequest::ToolsResult(p) => p.wait_ms.is_some_and(|ms| ms > 0),
-        _ => false,
-    }
-}
-
-/// The refusal of a `tools.call` (or a waiting `tools.result`) past
-/// [`limits::MAX_CALLS_IN_FLIGHT`] on one connection (project decision): the caller can act on
-/// it, so `-32000 invalid_request` with `details.reason`.
+/// The refusal of a `tools.call` past [`limits::MAX_CALLS_IN_FLIGHT`] on one connection (project
+/// decision): the caller can act on it, so `-32000 invalid_request` with `details.reason`.
 fn too_many_calls(limit: usize) -> ErrorObject {
     ErrorObject::application(
         ErrorType::InvalidRequest,
         format!(
-            "Too many tool calls and result waits in flight on this connection: {limit} are \
-             waiting; wait for one to finish or cancel one (tools.cancel), then try again"
+            "Too many tool calls in flight on this connection: {limit} are waiting for their \
+             results; wait for one to finish or cancel one (tools.cancel), then call again"
         ),
     )
     .with_details(json!({ "reason": "too_many_calls_in_flight", "limit": limit }))
