@@ -61,6 +61,11 @@ pub const MAX_CONCURRENT_CHECKS: usize = 2;
 /// [`expansion_of`]); more makes the schema unusable, so that a few kilobytes naming a
 /// definition twice per level cannot ask a check for 2^40 evaluations.
 pub const MAX_SCHEMA_EXPANSION: u64 = 100_000;
+/// Most work one check may be asked for: the schema's expansion times the JSON values of the
+/// arguments (each subschema can be evaluated against each value). A bounded schema used as
+/// `items` of a long array is otherwise a check that outlives its call's deadline and holds a
+/// check slot all the while; past this, the call is refused before any check runs.
+pub const MAX_CHECK_WORK: u64 = 25_000_000;
 
 /// `validation.arguments` as in force (start, then each `daemon.reload`); clones share it.
 #[derive(Debug, Clone)]
@@ -95,7 +100,7 @@ impl fmt::Debug for InputCheck {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = match self.compiled.get() {
             None => "not compiled",
-            Some(Compiled::Usable(_)) => "compiled",
+            Some(Compiled::Usable(..)) => "compiled",
             Some(Compiled::Unusable(_)) => "unusable",
         };
         f.debug_struct("InputCheck").field("state", &state).finish()
@@ -103,7 +108,8 @@ impl fmt::Debug for InputCheck {
 }
 
 enum Compiled {
-    Usable(Box<jsonschema::Validator>),
+    /// The validator, and how many subschemas the schema expands to ([`expansion_of`]).
+    Usable(Box<jsonschema::Validator>, u64),
     /// Why the schema cannot be used (compile error, a remote `$ref`).
     Unusable(String),
 }
@@ -153,9 +159,10 @@ fn compile(schema_text: &str) -> Compiled {
              checks at most {MAX_PATTERNS} of at most {MAX_PATTERN_BYTES} bytes"
         ));
     }
-    if let Err(why) = expansion_of(&schema) {
-        return Compiled::Unusable(why);
-    }
+    let expansion = match expansion_of(&schema) {
+        Ok(expansion) => expansion,
+        Err(why) => return Compiled::Unusable(why),
+    };
     // Drafts by `$schema` (2020-12 without one); `format` is an annotation only, as for the
     // SDKs' own validators; patterns on the backtracking engine with its step and size limits.
     let build = |draft: Option<jsonschema::Draft>| {
@@ -174,12 +181,12 @@ fn compile(schema_text: &str) -> Compiled {
         options.build(&schema)
     };
     match build(None) {
-        Ok(validator) => Compiled::Usable(Box::new(validator)),
+        Ok(validator) => Compiled::Usable(Box::new(validator), expansion),
         // Without `$schema`, a schema written for draft-07 (`items: [..]`, a boolean
         // `exclusiveMinimum`) is read as draft-07 when 2020-12 refuses it.
         Err(e) => match schema.get("$schema") {
             None if let Ok(validator) = build(Some(jsonschema::Draft::Draft7)) => {
-                Compiled::Usable(Box::new(validator))
+                Compiled::Usable(Box::new(validator), expansion)
             }
             _ => Compiled::Unusable(cut(&e.to_string(), MAX_ISSUE_MESSAGE_CHARS)),
         },
@@ -434,7 +441,12 @@ pub fn check_arguments(
         return Ok(());
     }
     let validator = match check.get(tool, schema.as_str()) {
-        Compiled::Usable(validator) => validator,
+        Compiled::Usable(validator, expansion) => {
+            if let Some(values) = over_check_budget(*expansion, args) {
+                return Err(too_costly(tool, *expansion, values));
+            }
+            validator
+        }
         Compiled::Unusable(why) => return Err(unusable(tool, why)),
     };
     let mut errors = validator.iter_errors(args);
@@ -472,6 +484,52 @@ pub fn check_arguments(
         ),
     )
     .with_details(Value::Object(details)))
+}
+
+/// `Some(values counted)` when checking `args` against a schema of `expansion` subschemas would
+/// pass [`MAX_CHECK_WORK`]. Counting stops as soon as the budget is passed, and small schemas are
+/// not counted at all.
+fn over_check_budget(expansion: u64, args: &Value) -> Option<u64> {
+    let most_values = MAX_CHECK_WORK / expansion.max(1);
+    // No arguments object a call can carry has a million values (§C8.9 caps its size).
+    if most_values >= 1_000_000 {
+        return None;
+    }
+    let mut values = 0u64;
+    let mut stack = vec![args];
+    while let Some(value) = stack.pop() {
+        values += 1;
+        if values > most_values {
+            return Some(values);
+        }
+        match value {
+            Value::Object(map) => stack.extend(map.values()),
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    None
+}
+
+fn too_costly(tool: &ToolDescriptor, expansion: u64, values: u64) -> ErrorObject {
+    let why = format!(
+        "the input schema expands to {expansion} subschemas and the arguments hold more than \
+         {} JSON values; the daemon checks at most {MAX_CHECK_WORK} subschema-value pairs a call",
+        values - 1
+    );
+    ErrorObject::application(
+        ErrorType::ToolInputValidationError,
+        format!(
+            "The daemon will not check these arguments of tool {:?}: {why}",
+            tool.name
+        ),
+    )
+    .with_details(json!({
+        "reason": "check_too_costly",
+        "issues": [{"message": cut(&why, MAX_ISSUE_MESSAGE_CHARS)}],
+        "checkedBy": "daemon",
+        "hint": "Send fewer values, or ask the app's developer for a smaller schema; the person who runs the daemon can set validation.arguments to \"off\" (control.md §C10.8).",
+    }))
 }
 
 fn unusable(tool: &ToolDescriptor, why: &str) -> ErrorObject {
@@ -639,6 +697,40 @@ mod tests {
         json!({"$defs": defs, "$ref": "#/$defs/l0"})
     }
 
+    /// A bounded schema (2^12 subschemas) as `items` of a long array: refused before any check
+    /// runs (the s10 attack's F6: such a check outlived its call and held a check slot), while
+    /// the same schema with a short array, or a small schema with the long array, is checked.
+    #[test]
+    fn a_check_past_the_work_budget_is_refused_before_it_runs() {
+        let mut nested = doubling(12, "$ref");
+        let defs = nested["$defs"].take();
+        let schema = json!({"type": "object", "$defs": defs,
+            "properties": {"xs": {"type": "array", "items": {"$ref": "#/$defs/l0"}}}});
+        let tool: ToolDescriptor = serde_json::from_value(
+            json!({"name": "t", "description": "d", "input_schema": schema}),
+        )
+        .unwrap();
+        let tool = crate::sessions::SharedTool::new(tool);
+        let long = json!({"xs": vec![json!({}); 20_000]});
+        let err = check_arguments(&tool, tool.input_check(), &long).unwrap_err();
+        let text = serde_json::to_string(&err).unwrap();
+        assert!(text.contains("check_too_costly"), "{text}");
+        assert!(text.contains("tool_input_validation_error"), "{text}");
+        let short = json!({"xs": vec![json!({}); 10]});
+        assert!(check_arguments(&tool, tool.input_check(), &short).is_ok());
+        // A small schema with the long array is checked (and refuses a wrong item).
+        let small: ToolDescriptor = serde_json::from_value(json!({"name": "s", "description": "d",
+            "input_schema": {"type": "object",
+                "properties": {"xs": {"type": "array", "items": {"type": "integer"}}}}}))
+        .unwrap();
+        let small = crate::sessions::SharedTool::new(small);
+        let err = check_arguments(&small, small.input_check(), &long).unwrap_err();
+        let text = serde_json::to_string(&err).unwrap();
+        assert!(!text.contains("check_too_costly"), "{text}");
+        let ints = json!({"xs": vec![json!(1); 20_000]});
+        assert!(check_arguments(&small, small.input_check(), &ints).is_ok());
+    }
+
     #[test]
     fn a_schema_that_doubles_per_level_is_unusable_and_a_shared_definition_is_not() {
         for key in ["$ref", "$dynamicRef"] {
@@ -657,7 +749,7 @@ mod tests {
         assert!(expansion_of(&doubling(10, "$ref")).is_ok());
         assert!(matches!(
             compile(&doubling(10, "$ref").to_string()),
-            Compiled::Usable(_)
+            Compiled::Usable(..)
         ));
         // Anchors are followed as well.
         let mut anchored = Map::new();
@@ -673,7 +765,7 @@ mod tests {
         // Recursion counts once: a tree of nodes is fine.
         let tree = json!({"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}, "left": {"$ref": "#"}, "right": {"$ref": "#"}}});
         assert!(expansion_of(&tree).unwrap() < 20);
-        assert!(matches!(compile(&tree.to_string()), Compiled::Usable(_)));
+        assert!(matches!(compile(&tree.to_string()), Compiled::Usable(..)));
         // Data keywords count nothing; a reference the schema does not resolve is refused.
         assert_eq!(
             expansion_of(&json!({"const": {"a": {"b": 1}}, "enum": [[1, 2]]})).unwrap(),
