@@ -115,6 +115,18 @@ async fn operator(f: &Fixture) -> Wire {
 
 /// Sends a `slow_task` call with progress as request `id` and returns the approval id named by
 /// the parking notification, after checking `approval_pending`.
+/// The operator approves `approval_id` (no code needed) and the daemon says so.
+async fn approve(op: &mut Wire, id: i64, approval_id: &str) {
+    let approved = op
+        .request(
+            id,
+            "approvals.decide",
+            json!({"approvalId": approval_id, "decision": "approve"}),
+        )
+        .await;
+    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+}
+
 async fn park(f: &mut Fixture, id: i64, call_id: &str) -> String {
     f.wire
         .send(
@@ -760,14 +772,7 @@ async fn an_approved_call_whose_tool_became_deny_while_parked_is_denied() {
         )
         .await;
     assert!(set.get("result").is_some(), "{set}");
-    let approved = op
-        .request(
-            4,
-            "approvals.decide",
-            json!({"approvalId": approval_id, "decision": "approve"}),
-        )
-        .await;
-    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    approve(&mut op, 4, &approval_id).await;
     let reply = f.wire.response(2).await;
     assert_eq!(reply["error"]["data"]["type"], "policy_denied", "{reply}");
     assert_eq!(
@@ -790,14 +795,7 @@ async fn an_approved_call_whose_session_was_leased_while_parked_is_refused() {
     let mut op = operator(&f).await;
     let leased = op.request(3, "sessions.lease", json!({})).await;
     assert!(leased.get("result").is_some(), "{leased}");
-    let approved = op
-        .request(
-            4,
-            "approvals.decide",
-            json!({"approvalId": approval_id, "decision": "approve"}),
-        )
-        .await;
-    assert_eq!(approved["result"]["decision"], "approved", "{approved}");
+    approve(&mut op, 4, &approval_id).await;
     let reply = f.wire.response(2).await;
     assert_eq!(reply["error"]["data"]["type"], "session_leased", "{reply}");
     assert_eq!(

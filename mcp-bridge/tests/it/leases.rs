@@ -11,7 +11,8 @@ use appduct_mcp::{BridgeOptions, catalog};
 use appduct_protocol::control::{ControlRequest, PolicyDecision};
 use appduct_protocol::jsonrpc::RequestId;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, ProtocolVersion, ServerResult,
+    CallToolRequest, CallToolRequestParams, ClientRequest, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, ServerResult,
 };
 use rmcp::service::PeerRequestOptions;
 use serde_json::{Value, json};
@@ -39,6 +40,18 @@ fn held_calls(fake: &FakeDaemon) -> mpsc::UnboundedReceiver<Held> {
         })
     }));
     rx
+}
+
+/// The progress notifications `client` received for `token`, in order.
+fn progress_of(client: &TestClient, token: &ProgressToken) -> Vec<ProgressNotificationParam> {
+    client
+        .progress
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|p| &p.progress_token == token)
+        .cloned()
+        .collect()
 }
 
 fn done(call_id: &str) -> Reply {
@@ -99,14 +112,7 @@ async fn a_silent_five_second_call_sends_heartbeats() {
     };
     assert_eq!(r.structured_content, Some(json!({"done": call_id})));
 
-    let beats: Vec<_> = client
-        .progress
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|p| p.progress_token == token)
-        .cloned()
-        .collect();
+    let beats = progress_of(&client, &token);
     assert_eq!(beats.len(), 5, "one per second of silence: {beats:?}");
     assert!(beats.windows(2).all(|w| w[1].progress > w[0].progress));
     for (i, b) in beats.iter().enumerate() {
@@ -140,14 +146,7 @@ async fn a_silent_five_second_call_sends_heartbeats_by_default() {
     tokio::time::sleep(Duration::from_secs(5)).await;
     answer.send(done(&call_id)).unwrap();
     pending.await_response().await.unwrap();
-    let beats: Vec<_> = client
-        .progress
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|p| p.progress_token == token)
-        .cloned()
-        .collect();
+    let beats = progress_of(&client, &token);
     assert_eq!(beats.len(), 1, "{beats:?}");
     assert_eq!(
         beats[0].message.as_deref(),
