@@ -206,7 +206,8 @@ impl StateDir {
     }
 
     /// Creates the directory (0700) if missing, refuses one owned by another uid, and tightens
-    /// group/other bits to 0700 with a warning (§S1.1). When the directory was writable by
+    /// group/other bits to 0700 with a warning (§S1.1); on Windows, gives it an owner-only ACL
+    /// instead, with a warning when an existing one was replaced (§S4.2). When the directory was writable by
     /// group or others, an entry owned by another uid is refused (it may have been planted).
     /// Must run before any lock or socket in the directory is used.
     pub fn prepare(&self) -> Result<Prepared, StateDirError> {
@@ -304,6 +305,22 @@ fn prepare_dir(root: &Path, euid: u32) -> Result<Prepared, StateDirError> {
             owner: meta.uid(),
             euid,
         });
+    }
+    // Windows (§S4.2): the owner-only DACL stands for 0700 (mode bits do not exist there, so
+    // the checks below pass). A no-op on Unix.
+    match crate::platform::owner_only_dir(root) {
+        Ok(None) => {}
+        Ok(Some(before)) if !created => tracing::warn!(
+            "state directory {} had the ACL {before}; made it owner-only",
+            root.display()
+        ),
+        Ok(Some(_)) => {}
+        Err(e) => {
+            return Err(StateDirError::io(
+                root,
+                io::Error::new(e.kind(), format!("cannot make its ACL owner-only: {e}")),
+            ));
+        }
     }
     let mode = meta.mode() & 0o7777;
     let mut tightened_from = None;

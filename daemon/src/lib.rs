@@ -32,3 +32,5 @@ pub mod tcp_peer;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;
+#[cfg(all(test, windows))]
+mod windows_state_dir_tests;

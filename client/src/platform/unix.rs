@@ -100,6 +100,12 @@ pub fn default_state_dir() -> Option<std::ffi::OsString> {
     None
 }
 
+/// Nothing: on Unix the state directory's mode 0700 is what makes it private (§S1.1); the
+/// Windows form sets an owner-only DACL (§S4.2).
+pub fn owner_only_dir(_dir: &Path) -> io::Result<Option<String>> {
+    Ok(None)
+}
+
 /// `fsync` of a directory, so a rename or link in it is durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()

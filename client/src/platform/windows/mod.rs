@@ -1,12 +1,11 @@
 //! Windows (docs/state.md §S4): stand-ins for the Unix file traits, and the control socket as a
 //! named pipe.
 //!
-//! The owner and mode checks of the state files have no Windows counterpart here (reading an
-//! ACL needs Win32 calls, and the workspace keeps `unsafe` to the one module `identity`, which
-//! reads process tokens for the control pipe's checks): the stand-ins report the
-//! current user as owner, mode 0600 (0400 when read-only) for files and 0700 for directories,
-//! one link, and no sockets or FIFOs. The state directory lives under `%LOCALAPPDATA%`, whose
-//! ACL grants the user, SYSTEM and Administrators only; files created there inherit it (§S4.2).
+//! The owner and mode checks of the state files have no Windows counterpart: the stand-ins
+//! report the current user as owner, mode 0600 (0400 when read-only) for files and 0700 for
+//! directories, one link, and no sockets or FIFOs. What stands for 0700 is the state
+//! directory's DACL: [`owner_only_dir`] makes it protected, with one inheritable entry for the
+//! current user, and files and subdirectories created there inherit it (§S4.2).
 
 use std::fs::File;
 use std::io;
@@ -14,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 mod identity;
-pub use identity::{current_user_sid, process_user_sid, same_user};
+pub use identity::{current_user_sid, dacl_sddl, process_user_sid, same_user};
 
 /// Stand-ins for `std::os::unix::fs`'s traits (same method names, so call sites only change
 /// their `use` line).
@@ -144,6 +143,43 @@ pub fn chmod(_path: &Path, _mode: u32) -> io::Result<()> {
 /// No mode bits: the ACL inherited from the state directory applies (§S4.2).
 pub fn fchmod(_file: &File, _mode: u32) -> io::Result<()> {
     Ok(())
+}
+
+/// The owner-only DACL of a state directory (§S4.2) for the user `sid`: protected (nothing
+/// inherited from the parent), one entry granting full access, inherited by files (`OI`) and
+/// subdirectories (`CI`).
+pub fn owner_only_dacl(sid: &str) -> String {
+    format!("D:P(A;OICI;FA;;;{sid})")
+}
+
+/// Whether the SDDL `dacl` (as [`dacl_sddl`] reads it) is protected and has exactly one entry,
+/// an allow entry for `sid` with full access inherited by files and subdirectories. The flags
+/// Windows adds when it stores a DACL (`AI`, auto-inherited) are accepted.
+pub fn is_owner_only(dacl: &str, sid: &str) -> bool {
+    let Some(rest) = dacl.strip_prefix("D:") else {
+        return false;
+    };
+    let (flags, entries) = rest.split_at(rest.find('(').unwrap_or(rest.len()));
+    let Some(entries) = entries.strip_prefix('(').and_then(|e| e.strip_suffix(')')) else {
+        return false;
+    };
+    flags.contains('P') && entries == format!("A;OICI;FA;;;{sid}")
+}
+
+/// Makes the state directory `dir` owner-only (§S4.2), the Windows form of its 0700: unless its
+/// DACL is already [`is_owner_only`] for the current user, it is replaced by
+/// [`owner_only_dacl`] (Windows passes the entry on to the existing files and subdirectories
+/// that inherit). Returns the DACL it replaced, `None` when it was already owner-only. Fails
+/// when the user's SID cannot be read or the DACL cannot be read or set (for example a
+/// directory of another account that does not let this user change its permissions).
+pub fn owner_only_dir(dir: &Path) -> io::Result<Option<String>> {
+    let sid = current_user_sid()?;
+    let before = dacl_sddl(dir)?;
+    if is_owner_only(&before, &sid) {
+        return Ok(None);
+    }
+    identity::set_dacl(dir, &owner_only_dacl(&sid))?;
+    Ok(Some(before))
 }
 
 /// The control socket's client end (§S4.1): a named pipe, through `interprocess`.
