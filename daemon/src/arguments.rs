@@ -66,6 +66,8 @@ pub const MAX_SCHEMA_EXPANSION: u64 = 100_000;
 /// `items` of a long array is otherwise a check that outlives its call's deadline and holds a
 /// check slot all the while; past this, the call is refused before any check runs.
 pub const MAX_CHECK_WORK: u64 = 25_000_000;
+/// In that count, a string (value or key) weighs one value more per this many bytes.
+pub const STRING_BYTES_PER_VALUE: usize = 16;
 
 /// `validation.arguments` as in force (start, then each `daemon.reload`); clones share it.
 #[derive(Debug, Clone)]
@@ -486,7 +488,7 @@ pub fn check_arguments(
     .with_details(Value::Object(details)))
 }
 
-/// `Some(values counted)` when checking `args` against a schema of `expansion` subschemas would
+/// `Some(the most values allowed)` when checking `args` against a schema of `expansion` subschemas would
 /// pass [`MAX_CHECK_WORK`]. Counting stops as soon as the budget is passed, and small schemas are
 /// not counted at all.
 fn over_check_budget(expansion: u64, args: &Value) -> Option<u64> {
@@ -499,23 +501,37 @@ fn over_check_budget(expansion: u64, args: &Value) -> Option<u64> {
     let mut stack = vec![args];
     while let Some(value) = stack.pop() {
         values += 1;
-        if values > most_values {
-            return Some(values);
-        }
         match value {
-            Value::Object(map) => stack.extend(map.values()),
+            Value::Object(map) => {
+                for (key, member) in map {
+                    values += string_weight(key);
+                    stack.push(member);
+                }
+            }
             Value::Array(items) => stack.extend(items),
+            Value::String(text) => values += string_weight(text),
             _ => {}
+        }
+        if values > most_values {
+            return Some(most_values);
         }
     }
     None
 }
 
+/// What a string (a value or an object key) weighs beyond its one value: one more per
+/// [`STRING_BYTES_PER_VALUE`] bytes, because a `pattern` or `format` scans it whole (the s10
+/// attack's F8: a 250 KB string against 4,096 patterns is 2 values but a minute of scanning).
+fn string_weight(text: &str) -> u64 {
+    (text.len() / STRING_BYTES_PER_VALUE) as u64
+}
+
 fn too_costly(tool: &ToolDescriptor, expansion: u64, values: u64) -> ErrorObject {
     let why = format!(
-        "the input schema expands to {expansion} subschemas and the arguments hold more than \
-         {} JSON values; the daemon checks at most {MAX_CHECK_WORK} subschema-value pairs a call",
-        values - 1
+        "the input schema expands to {expansion} subschemas and the arguments weigh more than \
+         {} JSON values (a string counts one more per {STRING_BYTES_PER_VALUE} bytes); the \
+         daemon checks at most {MAX_CHECK_WORK} subschema-value pairs a call",
+        values
     );
     ErrorObject::application(
         ErrorType::ToolInputValidationError,
@@ -729,6 +745,23 @@ mod tests {
         assert!(!text.contains("check_too_costly"), "{text}");
         let ints = json!({"xs": vec![json!(1); 20_000]});
         assert!(check_arguments(&small, small.input_check(), &ints).is_ok());
+        // One long string is few values but much scanning: it weighs by its bytes (F8), as a
+        // long key does; a short one passes.
+        let long_text = json!({"s": "a".repeat(250_000)});
+        let err = check_arguments(&tool, tool.input_check(), &long_text).unwrap_err();
+        assert!(
+            serde_json::to_string(&err)
+                .unwrap()
+                .contains("check_too_costly")
+        );
+        let long_key = json!({"a".repeat(250_000): 1});
+        let err = check_arguments(&tool, tool.input_check(), &long_key).unwrap_err();
+        assert!(
+            serde_json::to_string(&err)
+                .unwrap()
+                .contains("check_too_costly")
+        );
+        assert!(check_arguments(&tool, tool.input_check(), &json!({"s": "abc"})).is_ok());
     }
 
     #[test]

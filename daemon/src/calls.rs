@@ -236,6 +236,8 @@ struct Table {
     /// `tools.result` requests waiting per connection (bounded by
     /// [`limits::MAX_RESULT_WAITS`], review19 L5).
     result_waits: HashMap<ConnectionId, usize>,
+    /// The same, all connections together (bounded by [`limits::MAX_RESULT_WAITS_TOTAL`]).
+    result_waits_total: usize,
 }
 
 /// One waiting `tools.result` of a connection, counted until dropped.
@@ -252,6 +254,7 @@ impl Drop for ResultWait<'_> {
             if *n == 0 {
                 table.result_waits.remove(&self.conn);
             }
+            table.result_waits_total -= 1;
         }
     }
 }
@@ -550,7 +553,7 @@ impl Calls {
 
     /// `tools.result` requests waiting, all connections together (tests).
     pub fn result_waits(&self) -> usize {
-        lock(&self.inner.table).result_waits.values().sum()
+        lock(&self.inner.table).result_waits_total
     }
 
     /// Settled outcomes kept for `tools.result` and their bytes (§C10.10).
@@ -2067,14 +2070,22 @@ impl Inner {
         }
     }
 
-    /// Counts a waiting `tools.result` of `conn`, unless it has [`limits::MAX_RESULT_WAITS`].
+    /// Counts a waiting `tools.result` of `conn`, unless it has [`limits::MAX_RESULT_WAITS`] or
+    /// the daemon has [`limits::MAX_RESULT_WAITS_TOTAL`] (the s10 attack's F3b: 2,000
+    /// connections × 256 waits took 2.7 GB).
     fn result_wait(&self, conn: ConnectionId) -> Result<ResultWait<'_>, ErrorObject> {
         let mut table = self.table();
+        if table.result_waits_total >= limits::MAX_RESULT_WAITS_TOTAL {
+            return Err(errors::too_many_result_waits_daemon_wide(
+                limits::MAX_RESULT_WAITS_TOTAL,
+            ));
+        }
         let n = table.result_waits.entry(conn).or_default();
         if *n >= limits::MAX_RESULT_WAITS {
             return Err(errors::too_many_result_waits(limits::MAX_RESULT_WAITS));
         }
         *n += 1;
+        table.result_waits_total += 1;
         Ok(ResultWait { inner: self, conn })
     }
 

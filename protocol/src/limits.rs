@@ -95,6 +95,10 @@ pub const MAX_CALLS_IN_FLIGHT: usize = 1_024;
 /// "too_many_result_waits"` (project decision, review19 L5: 20,000 waits on one connection
 /// held 29 MB).
 pub const MAX_RESULT_WAITS: usize = 256;
+/// Control plane: `tools.result` requests the whole daemon may have waiting at once, all
+/// connections together; one more is refused as past [`MAX_RESULT_WAITS`], with `details.scope:
+/// "daemon"` (project decision, session 10's attack: 2,000 connections × 256 waits held 2.7 GB).
+pub const MAX_RESULT_WAITS_TOTAL: usize = 4_096;
 /// Control plane: longest method name a `-32601` reply quotes, in UTF-16 code units; a longer
 /// one is cut and ends in `…` (project decision: a hostile line cannot inflate the reply).
 pub const MAX_QUOTED_METHOD_LEN: usize = 64;

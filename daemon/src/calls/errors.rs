@@ -70,6 +70,17 @@ pub fn too_many_result_waits(limit: usize) -> ErrorObject {
     .with_details(json!({"reason": "too_many_result_waits", "limit": limit}))
 }
 
+/// `tools.result` with `waitMs` past [`limits::MAX_RESULT_WAITS_TOTAL`] waiting in the daemon.
+pub fn too_many_result_waits_daemon_wide(limit: usize) -> ErrorObject {
+    ErrorObject::application(
+        ErrorType::InvalidRequest,
+        format!(
+            "Too many tools.result requests are waiting in the daemon ({limit}, all connections together); wait for one to answer, or ask without waitMs"
+        ),
+    )
+    .with_details(json!({"reason": "too_many_result_waits", "limit": limit, "scope": "daemon"}))
+}
+
 /// Step 2: the caller's callId belongs to an unsettled call.
 pub fn call_id_in_use(call_id: &str) -> ErrorObject {
     ErrorObject::application(

@@ -327,6 +327,64 @@ async fn the_retention_window_is_bounded_in_count() {
 /// §C8.43 (review19 L5): one connection has at most `MAX_RESULT_WAITS` waiting `tools.result`
 /// requests; one more is refused at once with a typed error, a fetch without `waitMs` and
 /// other connections still answer, and the waits end with the call.
+/// §C8.43: the waiting fetches of all connections together are bounded too (the s10 attack's
+/// F3b: 2,000 connections × 256 waits took 2.7 GB): once the daemon holds
+/// MAX_RESULT_WAITS_TOTAL, a fresh connection's wait is refused with `scope: "daemon"`, and a
+/// fetch without `waitMs` still answers.
+#[tokio::test]
+async fn waiting_fetches_are_bounded_daemon_wide() {
+    use appduct_protocol::limits::{MAX_RESULT_WAITS, MAX_RESULT_WAITS_TOTAL};
+    let mut f = Fixture::new().await;
+    f.wire
+        .send(
+            1,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "w1"}),
+        )
+        .await;
+    let (wire_id, _) = f.device.tool_call().await;
+    let per = i64::try_from(MAX_RESULT_WAITS).unwrap();
+    let mut waiters = Vec::new();
+    for _ in 0..MAX_RESULT_WAITS_TOTAL / MAX_RESULT_WAITS {
+        let mut w = Wire::new(&f.daemon);
+        for id in 1..=per {
+            w.send(id, "tools.result", json!({"callId": "w1", "waitMs": 60000}))
+                .await;
+        }
+        waiters.push(w);
+    }
+    let calls = f.daemon.calls().clone();
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while calls.result_waits() < MAX_RESULT_WAITS_TOTAL {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("every fetch is waiting");
+    let mut late = Wire::new(&f.daemon);
+    let refused = late
+        .request(1, "tools.result", json!({"callId": "w1", "waitMs": 60000}))
+        .await;
+    assert_eq!(error_type(&refused), "invalid_request", "{refused}");
+    assert_eq!(
+        refused["error"]["data"]["details"],
+        json!({"reason": "too_many_result_waits", "limit": MAX_RESULT_WAITS_TOTAL, "scope": "daemon"})
+    );
+    let quick = late
+        .request(2, "tools.result", json!({"callId": "w1"}))
+        .await;
+    assert_eq!(quick["result"]["state"], "running", "{quick}");
+    f.device.result(&wire_id, json!("done")).await;
+    assert_eq!(f.wire.response(1).await["result"]["result"], "done");
+    for w in &mut waiters {
+        for id in 1..=per {
+            assert_eq!(w.response(id).await["result"]["state"], "ok");
+        }
+    }
+    assert_eq!(calls.result_waits(), 0);
+    f.stop().await;
+}
+
 #[tokio::test]
 async fn waiting_fetches_are_bounded_per_connection() {
     use appduct_protocol::limits::MAX_RESULT_WAITS;
