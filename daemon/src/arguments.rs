@@ -110,8 +110,8 @@ impl fmt::Debug for InputCheck {
 }
 
 enum Compiled {
-    /// The validator, and how many subschemas the schema expands to ([`expansion_of`]).
-    Usable(Box<jsonschema::Validator>, u64),
+    /// The validator, and what the schema expands to ([`expansion_of`]).
+    Usable(Box<jsonschema::Validator>, Expansion),
     /// Why the schema cannot be used (compile error, a remote `$ref`).
     Unusable(String),
 }
@@ -202,7 +202,7 @@ fn compile(schema_text: &str) -> Compiled {
 /// (`const`, `enum`, `default`, `examples`) count nothing. Refused past
 /// [`MAX_SCHEMA_EXPANSION`], and when a reference cannot be bounded: one the document does not
 /// resolve while it embeds `$id`s (whose bases this count does not follow).
-fn expansion_of(schema: &Value) -> Result<u64, String> {
+fn expansion_of(schema: &Value) -> Result<Expansion, String> {
     use std::collections::HashMap;
     // Anchors (plain, dynamic and recursive) by name, and whether any subschema has an `$id`.
     let mut anchors: HashMap<&str, Vec<&Value>> = HashMap::new();
@@ -234,7 +234,7 @@ fn expansion_of(schema: &Value) -> Result<u64, String> {
         anchors: HashMap<&'a str, Vec<&'a Value>>,
         recursive: Vec<&'a Value>,
         embedded_ids: bool,
-        done: HashMap<*const Value, u64>,
+        done: HashMap<*const Value, (u64, u64)>,
         open: std::collections::HashSet<*const Value>,
     }
     impl<'a> Count<'a> {
@@ -277,39 +277,51 @@ fn expansion_of(schema: &Value) -> Result<u64, String> {
             found.map_or_else(unbounded, Ok)
         }
 
-        fn of(&mut self, value: &'a Value) -> Result<u64, String> {
+        /// `(subschemas, recursions)`: what a place of the arguments can meet under `value`,
+        /// and how many ways it re-enters a schema already being counted (each reference back
+        /// into the chain, and those of every subschema reached again, counted again).
+        fn of(&mut self, value: &'a Value) -> Result<(u64, u64), String> {
             let id: *const Value = value;
             if let Some(n) = self.done.get(&id) {
                 return Ok(*n);
             }
             if !self.open.insert(id) {
-                return Ok(1);
+                return Ok((1, 1));
             }
             let mut total: u64 = 1;
+            let mut recursions: u64 = 0;
+            let mut add = |(n, r): (u64, u64)| {
+                total = total.saturating_add(n);
+                recursions = recursions.saturating_add(r);
+                total > MAX_SCHEMA_EXPANSION
+            };
             match value {
                 Value::Object(map) => {
                     for (key, member) in map {
                         let n = match (key.as_str(), member) {
-                            ("const" | "enum" | "default" | "examples", _) => 0,
+                            ("const" | "enum" | "default" | "examples", _) => (0, 0),
+                            // Definitions count as subschemas, but are applied to the
+                            // arguments only where referenced: their re-entries count there.
+                            ("$defs" | "definitions", _) => (self.of(member)?.0, 0),
                             ("$ref" | "$dynamicRef" | "$recursiveRef", Value::String(r)) => {
-                                let mut n: u64 = 0;
+                                let mut n = (0u64, 0u64);
                                 for target in self.targets(key, r)? {
-                                    n = n.saturating_add(self.of(target)?);
+                                    let (t, tr) = self.of(target)?;
+                                    n = (n.0.saturating_add(t), n.1.saturating_add(tr));
                                 }
                                 n
                             }
                             _ => self.of(member)?,
                         };
-                        total = total.saturating_add(n);
-                        if total > MAX_SCHEMA_EXPANSION {
+                        if add(n) {
                             break;
                         }
                     }
                 }
                 Value::Array(items) => {
                     for item in items {
-                        total = total.saturating_add(self.of(item)?);
-                        if total > MAX_SCHEMA_EXPANSION {
+                        let n = self.of(item)?;
+                        if add(n) {
                             break;
                         }
                     }
@@ -317,8 +329,8 @@ fn expansion_of(schema: &Value) -> Result<u64, String> {
                 _ => total = 0,
             }
             self.open.remove(&id);
-            self.done.insert(id, total);
-            Ok(total)
+            self.done.insert(id, (total, recursions));
+            Ok((total, recursions))
         }
     }
     let mut count = Count {
@@ -329,14 +341,27 @@ fn expansion_of(schema: &Value) -> Result<u64, String> {
         done: HashMap::new(),
         open: std::collections::HashSet::new(),
     };
-    let total = count.of(schema)?;
+    let (total, recursions) = count.of(schema)?;
     if total > MAX_SCHEMA_EXPANSION {
         return Err(format!(
             "the schema expands to more than {MAX_SCHEMA_EXPANSION} subschemas with its \
              references followed; the daemon checks at most that many"
         ));
     }
-    Ok(total)
+    Ok(Expansion {
+        subschemas: total,
+        recursions,
+    })
+}
+
+/// What [`expansion_of`] found: the subschemas one place of the arguments can meet (recursion
+/// counted once), and how many ways the schema re-enters itself. With two or more, a check may
+/// branch at every level of the arguments' nesting (`allOf` of two references to the schema
+/// it is in asks for 2^depth evaluations), which the subschema count alone cannot see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expansion {
+    pub subschemas: u64,
+    pub recursions: u64,
 }
 
 /// How many regular expressions `schema` holds (`pattern` strings, `patternProperties` keys) and
@@ -444,8 +469,8 @@ pub fn check_arguments(
     }
     let validator = match check.get(tool, schema.as_str()) {
         Compiled::Usable(validator, expansion) => {
-            if let Some(values) = over_check_budget(*expansion, args) {
-                return Err(too_costly(tool, *expansion, values));
+            if let Some(why) = over_check_budget(*expansion, args) {
+                return Err(too_costly(tool, &why));
             }
             validator
         }
@@ -488,11 +513,30 @@ pub fn check_arguments(
     .with_details(Value::Object(details)))
 }
 
-/// `Some(the most values allowed)` when checking `args` against a schema of `expansion` subschemas would
-/// pass [`MAX_CHECK_WORK`]. Counting stops as soon as the budget is passed, and small schemas are
-/// not counted at all.
-fn over_check_budget(expansion: u64, args: &Value) -> Option<u64> {
-    let most_values = MAX_CHECK_WORK / expansion.max(1);
+/// Why checking `args` against a schema of this `expansion` would pass [`MAX_CHECK_WORK`], or
+/// `None`. Two estimates: subschemas × the arguments' weight (their JSON values, strings and
+/// keys one more per [`STRING_BYTES_PER_VALUE`] bytes), and for a schema that re-enters itself
+/// two or more ways, subschemas × recursions^(the arguments' depth), the evaluations a check
+/// that branches at every level asks for. Counting stops as soon as the budget is passed, and
+/// small schemas are not counted at all.
+fn over_check_budget(expansion: Expansion, args: &Value) -> Option<String> {
+    let Expansion {
+        subschemas,
+        recursions,
+    } = expansion;
+    if recursions >= 2 {
+        let depth = u32::try_from(appduct_protocol::text::json_depth(args)).unwrap_or(u32::MAX);
+        let work = subschemas.saturating_mul(recursions.saturating_pow(depth));
+        if work > MAX_CHECK_WORK {
+            return Some(format!(
+                "the input schema expands to {subschemas} subschemas and re-enters itself \
+                 {recursions} ways, so arguments nested {depth} deep can ask for \
+                 {subschemas} × {recursions}^{depth} evaluations; the daemon checks at most \
+                 {MAX_CHECK_WORK} a call"
+            ));
+        }
+    }
+    let most_values = MAX_CHECK_WORK / subschemas.max(1);
     // No arguments object a call can carry has a million values (§C8.9 caps its size).
     if most_values >= 1_000_000 {
         return None;
@@ -513,7 +557,12 @@ fn over_check_budget(expansion: u64, args: &Value) -> Option<u64> {
             _ => {}
         }
         if values > most_values {
-            return Some(most_values);
+            return Some(format!(
+                "the input schema expands to {subschemas} subschemas and the arguments weigh \
+                 more than {most_values} JSON values (a string counts one more per \
+                 {STRING_BYTES_PER_VALUE} bytes); the daemon checks at most {MAX_CHECK_WORK} \
+                 subschema-value pairs a call"
+            ));
         }
     }
     None
@@ -526,13 +575,7 @@ fn string_weight(text: &str) -> u64 {
     (text.len() / STRING_BYTES_PER_VALUE) as u64
 }
 
-fn too_costly(tool: &ToolDescriptor, expansion: u64, values: u64) -> ErrorObject {
-    let why = format!(
-        "the input schema expands to {expansion} subschemas and the arguments weigh more than \
-         {} JSON values (a string counts one more per {STRING_BYTES_PER_VALUE} bytes); the \
-         daemon checks at most {MAX_CHECK_WORK} subschema-value pairs a call",
-        values
-    );
+fn too_costly(tool: &ToolDescriptor, why: &str) -> ErrorObject {
     ErrorObject::application(
         ErrorType::ToolInputValidationError,
         format!(
@@ -542,7 +585,7 @@ fn too_costly(tool: &ToolDescriptor, expansion: u64, values: u64) -> ErrorObject
     )
     .with_details(json!({
         "reason": "check_too_costly",
-        "issues": [{"message": cut(&why, MAX_ISSUE_MESSAGE_CHARS)}],
+        "issues": [{"message": cut(why, MAX_ISSUE_MESSAGE_CHARS)}],
         "checkedBy": "daemon",
         "hint": "Send fewer values, or ask the app's developer for a smaller schema; the person who runs the daemon can set validation.arguments to \"off\" (control.md §C10.8).",
     }))
@@ -764,6 +807,48 @@ mod tests {
         assert!(check_arguments(&tool, tool.input_check(), &json!({"s": "abc"})).is_ok());
     }
 
+    /// A schema that re-enters itself twice per level of the arguments (the s10 attack's F8a:
+    /// 130 bytes nested 29 deep held both check slots for 82 s, 40 deep would take a day) is
+    /// refused before the check when the arguments are deep, and checked when they are not; a
+    /// tree that recurses once per child is checked however deep.
+    #[test]
+    fn branching_recursion_is_refused_for_deep_arguments_before_the_check() {
+        let schema = json!({"type": "object",
+            "$defs": {"a": {"type": "array", "items": {"allOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/a"}]}}},
+            "properties": {"v": {"$ref": "#/$defs/a"}}});
+        assert_eq!(expansion_of(&schema).unwrap().recursions, 2);
+        let tool: ToolDescriptor = serde_json::from_value(
+            json!({"name": "t", "description": "d", "input_schema": schema}),
+        )
+        .unwrap();
+        let tool = crate::sessions::SharedTool::new(tool);
+        let nested = |depth: usize| {
+            let mut v = json!([]);
+            for _ in 1..depth {
+                v = json!([v]);
+            }
+            json!({"v": v})
+        };
+        let err = check_arguments(&tool, tool.input_check(), &nested(40)).unwrap_err();
+        let text = serde_json::to_string(&err).unwrap();
+        assert!(text.contains("check_too_costly"), "{text}");
+        assert!(text.contains("re-enters itself 2 ways"), "{text}");
+        assert!(check_arguments(&tool, tool.input_check(), &nested(8)).is_ok());
+        let list = json!({"type": "object",
+            "$defs": {"node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/node"}}}},
+            "properties": {"head": {"$ref": "#/$defs/node"}}});
+        assert_eq!(expansion_of(&list).unwrap().recursions, 1);
+        let list: ToolDescriptor =
+            serde_json::from_value(json!({"name": "l", "description": "d", "input_schema": list}))
+                .unwrap();
+        let list = crate::sessions::SharedTool::new(list);
+        let mut node = json!({});
+        for _ in 0..50 {
+            node = json!({"next": node});
+        }
+        assert!(check_arguments(&list, list.input_check(), &json!({"head": node})).is_ok());
+    }
+
     #[test]
     fn a_schema_that_doubles_per_level_is_unusable_and_a_shared_definition_is_not() {
         for key in ["$ref", "$dynamicRef"] {
@@ -797,12 +882,16 @@ mod tests {
         assert!(expansion_of(&json!({"$defs": anchored, "$ref": "#a0"})).is_err());
         // Recursion counts once: a tree of nodes is fine.
         let tree = json!({"type": "object", "properties": {"children": {"type": "array", "items": {"$ref": "#"}}, "left": {"$ref": "#"}, "right": {"$ref": "#"}}});
-        assert!(expansion_of(&tree).unwrap() < 20);
+        assert!(expansion_of(&tree).unwrap().subschemas < 20);
+        assert_eq!(expansion_of(&tree).unwrap().recursions, 3);
         assert!(matches!(compile(&tree.to_string()), Compiled::Usable(..)));
         // Data keywords count nothing; a reference the schema does not resolve is refused.
         assert_eq!(
             expansion_of(&json!({"const": {"a": {"b": 1}}, "enum": [[1, 2]]})).unwrap(),
-            1
+            Expansion {
+                subschemas: 1,
+                recursions: 0
+            }
         );
         assert!(expansion_of(&json!({"$ref": "#/nowhere"})).is_err());
         // Percent-encoded pointers and the root's own `$id` resolve as the compiler does.
