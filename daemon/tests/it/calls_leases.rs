@@ -327,6 +327,30 @@ async fn the_retention_window_is_bounded_in_count() {
 /// §C8.43 (review19 L5): one connection has at most `MAX_RESULT_WAITS` waiting `tools.result`
 /// requests; one more is refused at once with a typed error, a fetch without `waitMs` and
 /// other connections still answer, and the waits end with the call.
+/// Sends `slow_task` as callId `w1` on the fixture's connection; returns its wire id once the
+/// app has it (the call then runs until the test answers it).
+async fn start_w1(f: &mut Fixture) -> String {
+    f.wire
+        .send(
+            1,
+            "tools.call",
+            json!({"name": "slow_task", "callId": "w1"}),
+        )
+        .await;
+    f.device.tool_call().await.0
+}
+
+/// Waits (bounded) until the daemon counts `n` waiting `tools.result` requests.
+async fn until_waiting(calls: &appduct_daemon::calls::Calls, n: usize) {
+    tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while calls.result_waits() < n {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("every fetch is waiting");
+}
+
 /// §C8.43: the waiting fetches of all connections together are bounded too (the s10 attack's
 /// F3b: 2,000 connections × 256 waits took 2.7 GB): once the daemon holds
 /// MAX_RESULT_WAITS_TOTAL, a fresh connection's wait is refused with `scope: "daemon"`, and a
@@ -335,14 +359,7 @@ async fn the_retention_window_is_bounded_in_count() {
 async fn waiting_fetches_are_bounded_daemon_wide() {
     use appduct_protocol::limits::{MAX_RESULT_WAITS, MAX_RESULT_WAITS_TOTAL};
     let mut f = Fixture::new().await;
-    f.wire
-        .send(
-            1,
-            "tools.call",
-            json!({"name": "slow_task", "callId": "w1"}),
-        )
-        .await;
-    let (wire_id, _) = f.device.tool_call().await;
+    let wire_id = start_w1(&mut f).await;
     let per = i64::try_from(MAX_RESULT_WAITS).unwrap();
     let mut waiters = Vec::new();
     for _ in 0..MAX_RESULT_WAITS_TOTAL / MAX_RESULT_WAITS {
@@ -354,13 +371,7 @@ async fn waiting_fetches_are_bounded_daemon_wide() {
         waiters.push(w);
     }
     let calls = f.daemon.calls().clone();
-    tokio::time::timeout(std::time::Duration::from_secs(60), async {
-        while calls.result_waits() < MAX_RESULT_WAITS_TOTAL {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("every fetch is waiting");
+    until_waiting(&calls, MAX_RESULT_WAITS_TOTAL).await;
     let mut late = Wire::new(&f.daemon);
     let refused = late
         .request(1, "tools.result", json!({"callId": "w1", "waitMs": 60000}))
@@ -391,27 +402,14 @@ async fn waiting_fetches_are_bounded_per_connection() {
     let mut f = Fixture::new().await;
     let mut b = Wire::new(&f.daemon);
     let mut c = Wire::new(&f.daemon);
-    f.wire
-        .send(
-            1,
-            "tools.call",
-            json!({"name": "slow_task", "callId": "w1"}),
-        )
-        .await;
-    let (wire_id, _) = f.device.tool_call().await;
+    let wire_id = start_w1(&mut f).await;
     let waits = i64::try_from(MAX_RESULT_WAITS).unwrap();
     for id in 1..=waits {
         b.send(id, "tools.result", json!({"callId": "w1", "waitMs": 60000}))
             .await;
     }
     let calls = f.daemon.calls().clone();
-    tokio::time::timeout(std::time::Duration::from_secs(30), async {
-        while calls.result_waits() < MAX_RESULT_WAITS {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await
-    .expect("every fetch is waiting");
+    until_waiting(&calls, MAX_RESULT_WAITS).await;
     let refused = b
         .request(
             waits + 1,
